@@ -1,0 +1,166 @@
+//! Configuration, with every limit in one place, each with its default and its check.
+
+use crate::error::{Error, Result};
+use crate::segment::format::{
+    FRAME_HEADER_LEN, RECORD_FIXED_LEN, SEGMENT_BYTES_LIMIT, SEGMENT_HEADER_LEN,
+};
+
+/// How a new segment file gets its disk blocks before it is memory-mapped.
+///
+/// Either way every page of the map has a block behind it, so a full disk fails segment
+/// creation with an error instead of crashing a later write with SIGBUS.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Preallocate {
+    /// `fallocate(2)`: instant, but the first write to each block later converts an
+    /// "unwritten" extent, which makes each sync after it slower.
+    Fallocate,
+    /// Write zeros over the whole segment once at creation (falls back from `Fallocate` where
+    /// the file system lacks it). Costs one sequential write of `segment_bytes` per segment,
+    /// and makes later syncs cheaper because they overwrite blocks that already exist.
+    #[default]
+    Zeros,
+}
+
+/// Configuration of a [`PartitionLog`](crate::PartitionLog).
+///
+/// Build it from [`LogConfig::default`] and set the fields you need; [`LogConfig::validate`]
+/// runs on open.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct LogConfig {
+    /// Capacity of one segment file, header included. A segment rolls when the next batch does
+    /// not fit. Default 64 MiB; at most 4 GiB − 1 (index positions are `u32`); at least a
+    /// header plus one frame of `batch_bytes_max`.
+    pub segment_bytes: u64,
+    /// Bytes of frames between two sparse index entries. Default 4 KiB. Smaller makes lookups
+    /// scan less and the index larger.
+    pub index_interval_bytes: u32,
+    /// Largest encoded record (key, value, headers and 10 bytes of lengths). Default 1 MiB.
+    pub record_bytes_max: u32,
+    /// Largest encoded batch payload (all of its records). Default 4 MiB; at least
+    /// `record_bytes_max`.
+    pub batch_bytes_max: u32,
+    /// Delete the oldest segments while the log holds more than this many bytes. The active
+    /// segment is never deleted. Default: no limit.
+    pub retention_bytes: Option<u64>,
+    /// Delete segments whose newest batch is older than this. Default: no limit.
+    pub retention_ms: Option<u64>,
+    /// How segment files are preallocated. Default [`Preallocate::Zeros`].
+    pub preallocate: Preallocate,
+    /// Fault injection for tests (`failpoints` feature).
+    #[cfg(any(test, feature = "failpoints"))]
+    pub faults: Option<std::sync::Arc<crate::fault::FaultInjector>>,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes: 64 << 20,
+            index_interval_bytes: 4096,
+            record_bytes_max: 1 << 20,
+            batch_bytes_max: 4 << 20,
+            retention_bytes: None,
+            retention_ms: None,
+            preallocate: Preallocate::default(),
+            #[cfg(any(test, feature = "failpoints"))]
+            faults: None,
+        }
+    }
+}
+
+impl LogConfig {
+    /// Checks every field and their combinations.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] naming the first field that is out of range.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |field, reason: String| Err(Error::InvalidConfig { field, reason });
+        let min_record = RECORD_FIXED_LEN as u32;
+        if self.record_bytes_max < min_record {
+            return bad("record_bytes_max", format!("must be at least {min_record}"));
+        }
+        if self.batch_bytes_max < self.record_bytes_max {
+            return bad(
+                "batch_bytes_max",
+                "must be at least record_bytes_max".into(),
+            );
+        }
+        let min_segment =
+            (SEGMENT_HEADER_LEN + FRAME_HEADER_LEN) as u64 + u64::from(self.batch_bytes_max);
+        if self.segment_bytes < min_segment {
+            return bad(
+                "segment_bytes",
+                format!("must hold a header and one full batch: at least {min_segment}"),
+            );
+        }
+        if self.segment_bytes > SEGMENT_BYTES_LIMIT {
+            return bad(
+                "segment_bytes",
+                format!("must be at most {SEGMENT_BYTES_LIMIT}"),
+            );
+        }
+        if self.retention_bytes == Some(0) {
+            return bad(
+                "retention_bytes",
+                "must be positive (None means no limit)".into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_is_valid() {
+        LogConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn each_bad_field_is_named() {
+        let field = |c: LogConfig| match c.validate() {
+            Err(Error::InvalidConfig { field, .. }) => field,
+            other => panic!("expected InvalidConfig, got {other:?}"),
+        };
+        let d = LogConfig::default;
+        assert_eq!(
+            field(LogConfig {
+                record_bytes_max: 3,
+                ..d()
+            }),
+            "record_bytes_max"
+        );
+        assert_eq!(
+            field(LogConfig {
+                batch_bytes_max: 1000,
+                ..d()
+            }),
+            "batch_bytes_max"
+        );
+        assert_eq!(
+            field(LogConfig {
+                segment_bytes: 1000,
+                ..d()
+            }),
+            "segment_bytes"
+        );
+        assert_eq!(
+            field(LogConfig {
+                segment_bytes: 1 << 32,
+                ..d()
+            }),
+            "segment_bytes"
+        );
+        assert_eq!(
+            field(LogConfig {
+                retention_bytes: Some(0),
+                ..d()
+            }),
+            "retention_bytes"
+        );
+    }
+}

@@ -1,0 +1,175 @@
+//! The crate's error type.
+
+use std::path::PathBuf;
+
+use crate::types::{LogIndex, Offset};
+
+/// What replog's fallible functions return.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in replog.
+///
+/// Input from disk or the network only ever produces one of these, never a panic.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The requested offset is not in the log: below its start (purged) or past its end.
+    #[error("offset {requested} is outside the log [{start}, {end})")]
+    OffsetOutOfRange {
+        /// The offset asked for.
+        requested: Offset,
+        /// The first offset still in the log.
+        start: Offset,
+        /// The offset the next appended record will get.
+        end: Offset,
+    },
+
+    /// The requested log index is not in the log.
+    #[error("log index {requested} is outside the log [{first}, {next})")]
+    LogIndexOutOfRange {
+        /// The log index asked for.
+        requested: LogIndex,
+        /// The first log index still in the log.
+        first: LogIndex,
+        /// The log index the next appended entry will get.
+        next: LogIndex,
+    },
+
+    /// One record is larger than `LogConfig::record_bytes_max`.
+    #[error("record of {len} bytes exceeds the limit of {max} bytes")]
+    RecordTooLarge {
+        /// Encoded size of the record.
+        len: u64,
+        /// The configured limit.
+        max: u64,
+    },
+
+    /// A batch is larger than `LogConfig::batch_bytes_max`.
+    #[error("batch of {len} bytes exceeds the limit of {max} bytes")]
+    BatchTooLarge {
+        /// Encoded size of the batch's records.
+        len: u64,
+        /// The configured limit.
+        max: u64,
+    },
+
+    /// An append carried no records.
+    #[error("a batch must hold at least one record")]
+    EmptyBatch,
+
+    /// Bytes on disk failed validation. Never caused by a caller's bug.
+    #[error("corrupt data in {} at byte {position}: {kind}", file.display())]
+    Corrupt {
+        /// The file that holds the bad bytes.
+        file: PathBuf,
+        /// Byte position of the structure that failed validation.
+        position: u64,
+        /// What was wrong.
+        kind: CorruptKind,
+    },
+
+    /// An earlier write or sync failed, so the log refuses writes until it is reopened.
+    /// Retrying a failed sync can report success for data that never reached the disk.
+    #[error("an earlier I/O failure made this log read-only; reopen it")]
+    PreviousIo,
+
+    /// Another `PartitionLog` (in this or another process) has the directory open.
+    #[error("{} is locked by another open log", path.display())]
+    Locked {
+        /// The lock file.
+        path: PathBuf,
+    },
+
+    /// A configuration value is out of range or inconsistent with another.
+    #[error("invalid configuration: {field}: {reason}")]
+    InvalidConfig {
+        /// The offending field.
+        field: &'static str,
+        /// Why it was rejected.
+        reason: String,
+    },
+
+    /// An I/O error from the operating system.
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// What was wrong with bytes that failed validation (see the format's validation order).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CorruptKind {
+    /// The file does not start with replog's magic bytes.
+    #[error("bad magic")]
+    BadMagic,
+    /// A format version this build does not know.
+    #[error("unsupported format version {0}")]
+    UnsupportedVersion(u16),
+    /// A flags or reserved field is not zero.
+    #[error("non-zero reserved or flags field")]
+    NonZeroReserved,
+    /// A structure ends past the end of the data.
+    #[error("truncated structure")]
+    Truncated,
+    /// A length field is outside its allowed range.
+    #[error("length {len} outside the allowed range (max {max})")]
+    LengthOutOfRange {
+        /// The length found.
+        len: u64,
+        /// The largest length allowed.
+        max: u64,
+    },
+    /// The stored CRC does not match the bytes.
+    #[error("checksum mismatch: stored {expected:#010x}, computed {actual:#010x}")]
+    ChecksumMismatch {
+        /// The CRC stored on disk.
+        expected: u32,
+        /// The CRC of the bytes as read.
+        actual: u32,
+    },
+    /// A frame kind this build does not know.
+    #[error("unknown entry kind {0}")]
+    UnknownEntryKind(u8),
+    /// A frame's log index does not follow the previous one.
+    #[error("log index gap: expected {expected}, found {found}")]
+    LogIndexGap {
+        /// The log index that should come next.
+        expected: u64,
+        /// The log index found.
+        found: u64,
+    },
+    /// A frame's first offset does not follow the previous frame's records.
+    #[error("offset gap: expected {expected}, found {found}")]
+    OffsetGap {
+        /// The offset that should come next.
+        expected: u64,
+        /// The offset found.
+        found: u64,
+    },
+    /// A frame's term is lower than the previous frame's.
+    #[error("term went back from {previous} to {found}")]
+    TermRegression {
+        /// The previous frame's term.
+        previous: u64,
+        /// The term found.
+        found: u64,
+    },
+    /// The records in a batch do not add up to its payload or its record count.
+    #[error("record layout does not match the batch")]
+    BadRecord,
+    /// A segment header names a different base log index than its file name.
+    #[error("header base log index {found} does not match the file name's {expected}")]
+    BaseMismatch {
+        /// The base log index in the file name.
+        expected: u64,
+        /// The base log index in the header.
+        found: u64,
+    },
+    /// A sealed segment ends before the log index the next segment starts at.
+    #[error("segment ends at log index {found} but the next segment starts at {expected}")]
+    MissingEntries {
+        /// The next segment's base log index.
+        expected: u64,
+        /// Where this segment's entries end.
+        found: u64,
+    },
+}

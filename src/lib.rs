@@ -1,0 +1,63 @@
+//! replog: a Raft-replicated, partitioned, mmap-backed log storage engine to embed in a Rust
+//! service, the storage and replication core of a Kafka-style broker shipped as a library.
+//!
+//! This release provides the local partition log, [`PartitionLog`]: an append-only log of
+//! CRC-checked record batches in memory-mapped segment files, with a sparse offset index,
+//! crash recovery, truncation, retention and group-committed syncs. Replication (one Raft
+//! group per partition), the node and the redirect-following client build on it.
+//!
+//! ```
+//! use replog::{LogConfig, Offset, PartitionLog, Record};
+//!
+//! # fn main() -> replog::Result<()> {
+//! let dir = tempfile::tempdir()?;
+//! let log = PartitionLog::open(dir.path(), LogConfig::default())?;
+//! log.append(&[Record::new("follower-message-1").with_key("email")])?;
+//! log.flush()?; // durable from here on
+//! for item in log.iter(Offset(0)) {
+//!     let (offset, record) = item?;
+//!     println!("{offset}: {:?}", record.value);
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Cargo features
+//!
+//! - `failpoints`: fault injection in the file layer (`LogConfig::faults`), for tests.
+//!
+//! # Files
+//!
+//! The on-disk format is specified byte by byte in [`format`]; the architecture is described
+//! in the repository's `README.md`.
+
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod config;
+mod error;
+mod fault;
+mod log;
+mod segment;
+mod types;
+
+pub mod format {
+    #![doc = include_str!("segment/FORMAT.md")]
+}
+
+pub use config::{LogConfig, Preallocate};
+pub use error::{CorruptKind, Error, Result};
+#[cfg(any(test, feature = "failpoints"))]
+pub use fault::FaultInjector;
+pub use fault::FaultPoint;
+pub use log::{AppendInfo, LogIter, PartitionLog};
+pub use segment::RecoveryEvent;
+pub use segment::record::{Batch, Header, Record, RecordIter};
+pub use types::{LogIndex, Offset, Term};
+
+/// Entry points for the fuzz targets. Not part of the API.
+#[doc(hidden)]
+pub mod __fuzz {
+    pub use crate::segment::fuzz_scan_segment;
+    pub use crate::segment::record::fuzz_decode_frame;
+}

@@ -1,0 +1,1065 @@
+//! [`PartitionLog`]: an ordered list of segments with one writer and many readers.
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use parking_lot::{Mutex, RwLock};
+
+use crate::config::LogConfig;
+use crate::error::{Error, Result};
+use crate::fault::Faults;
+use crate::segment::format::{EntryKind, parse_segment_file_name};
+use crate::segment::mmap::WriteHandle;
+use crate::segment::record::{
+    Batch, FrameHeader, Limits, Payload, Record, body_len_for, encode_frame,
+};
+use crate::segment::{Cursor, RecoveryEvent, Segment, SegmentOptions, sync_dir};
+use crate::types::{LogIndex, Offset};
+
+/// Where an appended batch landed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AppendInfo {
+    /// The log index of the batch's entry.
+    pub log_index: LogIndex,
+    /// The offset of the batch's first record.
+    pub base_offset: Offset,
+    /// The number of records in the batch.
+    pub record_count: u32,
+}
+
+impl AppendInfo {
+    /// The offset of the batch's last record.
+    pub fn last_offset(&self) -> Offset {
+        Offset(self.base_offset.0 + u64::from(self.record_count) - 1)
+    }
+}
+
+/// A local, append-only log of record batches in memory-mapped segment files.
+///
+/// One writer appends while any number of readers read, from any thread (`&self` everywhere).
+/// Records read back share the segment's memory map: no record bytes are copied.
+///
+/// The on-disk format, and what recovery does after a crash, is written down in
+/// [`crate::format`].
+///
+/// # Durability
+///
+/// [`append`](Self::append) returns once the batch is written and readable, not once it is on
+/// disk. [`flush`](Self::flush) makes everything appended before it durable; concurrent
+/// flushes share one sync (group commit). If a sync fails, the log latches: every later write
+/// and flush returns [`Error::PreviousIo`] until the log is reopened, because a repeated sync
+/// can report success for data the kernel already dropped.
+///
+/// Dropping the log closes it cleanly: it flushes and writes the active segment's index, so the
+/// next open does not scan anything.
+///
+/// # Ownership
+///
+/// The log takes an exclusive lock on `LOCK` in its directory; a second open fails with
+/// [`Error::Locked`]. Nothing else may modify files in the directory while it is open (see the
+/// memory-map contract in [`crate::format`]).
+///
+/// # Example
+///
+/// ```
+/// use replog::{LogConfig, Offset, PartitionLog, Record};
+///
+/// # fn main() -> replog::Result<()> {
+/// let dir = tempfile::tempdir()?;
+/// let log = PartitionLog::open(dir.path(), LogConfig::default())?;
+/// let info = log.append(&[Record::new("hello"), Record::new("world").with_key("k")])?;
+/// assert_eq!(info.base_offset, Offset(0));
+/// log.flush()?;
+///
+/// let batches = log.read(Offset(1), 1 << 20)?;
+/// let (offset, record) = batches[0].records().nth(1).unwrap();
+/// assert_eq!((offset, &record.value[..]), (Offset(1), &b"world"[..]));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct PartitionLog {
+    dir: PathBuf,
+    config: LogConfig,
+    opts: SegmentOptions,
+    _lock: File,
+    /// Ordered by base log index; never empty; the last one is the active segment.
+    segments: RwLock<Vec<Arc<Segment>>>,
+    writer: Mutex<Writer>,
+    /// Serializes syncs, and truncation against syncs. Lock order: `sync`, then `writer`, then
+    /// `segments`.
+    sync: Mutex<SyncState>,
+    /// Every entry below this log index is durable.
+    durable_next_log_index: AtomicU64,
+    /// The offset the next appended record gets, for readers.
+    end_offset: AtomicU64,
+    failed: AtomicBool,
+    closed: AtomicBool,
+    recovery: RecoveryEvent,
+}
+
+#[derive(Debug)]
+struct Writer {
+    active: Arc<Segment>,
+    handle: WriteHandle,
+    cursor: Cursor,
+}
+
+#[derive(Debug, Default)]
+struct SyncState {
+    /// The segment the last flush synced, and up to where.
+    synced: Option<(u64, usize)>,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl PartitionLog {
+    /// Opens the log in `dir`, creating the directory and an empty log if needed, and recovers
+    /// it after a crash (see the recovery rules in [`crate::format`]).
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::InvalidConfig`] if `config` does not validate.
+    /// - [`Error::Locked`] if another open log holds the directory.
+    /// - [`Error::Corrupt`] for damage that recovery must not repair silently: a bad segment
+    ///   header, or an invalid frame in any segment but the last.
+    /// - [`Error::Io`] for operating-system errors.
+    pub fn open(dir: impl AsRef<Path>, config: LogConfig) -> Result<Self> {
+        config.validate()?;
+        let dir = dir.as_ref().to_path_buf();
+        std::fs::create_dir_all(&dir)?;
+        let lock_path = dir.join("LOCK");
+        let lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&lock_path)?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(Error::Locked { path: lock_path });
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(e.into()),
+        }
+        let opts = SegmentOptions {
+            capacity: config.segment_bytes,
+            index_interval_bytes: config.index_interval_bytes,
+            preallocate: config.preallocate,
+            limits: Limits {
+                record_bytes_max: config.record_bytes_max,
+                batch_bytes_max: config.batch_bytes_max,
+            },
+            faults: Faults::from_config(&config),
+        };
+        let bases = list_segments(&dir)?;
+        let (segments, handle, recovery) = match bases.split_last() {
+            None => {
+                let (seg, handle) = Segment::create(&dir, Cursor::default(), &opts)?;
+                let event = RecoveryEvent {
+                    file: seg.path.clone(),
+                    position: 0,
+                    reason: None,
+                };
+                (vec![seg], handle, event)
+            }
+            Some((&last, sealed)) => {
+                let mut segments = Vec::with_capacity(bases.len());
+                let mut prev: Option<Cursor> = None;
+                for (i, &base) in sealed.iter().enumerate() {
+                    let next_base = bases.get(i + 1).copied().unwrap_or(last);
+                    let seg = Segment::open_sealed(&dir, base, next_base, prev, &opts)?;
+                    prev = Some(seg.extent().cursor);
+                    segments.push(seg);
+                }
+                let (seg, handle, event) = Segment::open_active(&dir, last, prev, &opts)?;
+                segments.push(seg);
+                (segments, handle, event)
+            }
+        };
+        let active = Arc::clone(segments.last().expect("never empty"));
+        let cursor = active.extent().cursor;
+        Ok(PartitionLog {
+            dir,
+            config,
+            opts,
+            _lock: lock,
+            segments: RwLock::new(segments),
+            writer: Mutex::new(Writer {
+                active,
+                handle,
+                cursor,
+            }),
+            sync: Mutex::new(SyncState::default()),
+            durable_next_log_index: AtomicU64::new(cursor.next_log_index),
+            end_offset: AtomicU64::new(cursor.next_offset),
+            failed: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            recovery,
+        })
+    }
+
+    /// Appends `records` as one batch and returns where it landed. The batch is readable when
+    /// this returns, and durable after the next [`flush`](Self::flush).
+    ///
+    /// # Correctness
+    ///
+    /// Offsets are dense: the batch's records get `base_offset .. base_offset + len`, directly
+    /// after the previous batch's. A batch is written whole or, after a crash before it was
+    /// flushed, not at all.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::EmptyBatch`], [`Error::RecordTooLarge`], [`Error::BatchTooLarge`] for input
+    /// outside the configured limits (nothing is written); [`Error::PreviousIo`] after a failed
+    /// sync; [`Error::Io`] if a new segment could not be created.
+    pub fn append(&self, records: &[Record]) -> Result<AppendInfo> {
+        if records.is_empty() {
+            return Err(Error::EmptyBatch);
+        }
+        let max = self.config.record_bytes_max;
+        let mut payload_len = 0usize;
+        for r in records {
+            payload_len = payload_len.saturating_add(r.encoded_len(max)?);
+        }
+        let count = u32::try_from(records.len()).map_err(|_| Error::BatchTooLarge {
+            len: payload_len as u64,
+            max: u64::from(self.config.batch_bytes_max),
+        })?;
+        self.append_frame(
+            EntryKind::Data,
+            count,
+            payload_len,
+            &Payload::Records(records),
+        )
+    }
+
+    /// Appends a control entry: a log index with opaque bytes and no records (used by the Raft
+    /// layer for membership and blank entries).
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "the Raft layer appends control entries")
+    )]
+    pub(crate) fn append_control(&self, payload: &[u8]) -> Result<AppendInfo> {
+        self.append_frame(EntryKind::Control, 0, payload.len(), &Payload::Raw(payload))
+    }
+
+    fn append_frame(
+        &self,
+        kind: EntryKind,
+        record_count: u32,
+        payload_len: usize,
+        payload: &Payload<'_>,
+    ) -> Result<AppendInfo> {
+        let body_len = body_len_for(payload_len, &self.opts.limits)?;
+        let timestamp_ms = now_ms();
+        let mut w = self.writer.lock();
+        self.check_writable()?;
+        let header = FrameHeader {
+            body_len,
+            log_index: w.cursor.next_log_index,
+            term: w.cursor.last_term,
+            base_offset: w.cursor.next_offset,
+            record_count,
+            kind,
+            timestamp_ms,
+        };
+        let frame_len = header.frame_len();
+        if w.handle.unpublished_mut().len() < frame_len {
+            self.roll(&mut w)?;
+        }
+        let pos = w.handle.map().published_len();
+        let tail = w.handle.unpublished_mut();
+        if tail.len() < frame_len {
+            // Only possible if a segment larger than the configured size limit was asked for.
+            return Err(Error::BatchTooLarge {
+                len: payload_len as u64,
+                max: u64::from(self.config.batch_bytes_max),
+            });
+        }
+        let written = encode_frame(tail, &header, payload);
+        w.handle.publish(pos + written);
+        debug_assert_eq!(
+            crate::segment::record::decode_frame(
+                w.handle.map().published(),
+                pos,
+                &self.opts.limits
+            ),
+            Ok(Some(header)),
+            "a frame must decode to what was encoded"
+        );
+        w.active.note_appended(pos, &header);
+        w.cursor = Cursor::after(&header);
+        self.end_offset
+            .store(w.cursor.next_offset, Ordering::Release);
+        Ok(AppendInfo {
+            log_index: LogIndex(header.log_index),
+            base_offset: Offset(header.base_offset),
+            record_count,
+        })
+    }
+
+    /// Seals the active segment and starts a new one. Order matters for crash safety: the old
+    /// segment's data is synced, then the new segment is created durably, and only then is the
+    /// old segment's index written (an index on the last segment would mean "closed cleanly").
+    fn roll(&self, w: &mut Writer) -> Result<()> {
+        let old = Arc::clone(&w.active);
+        let end = old.data_len();
+        if let Err(e) = old.sync(0, end, &self.opts.faults) {
+            self.latch();
+            return Err(e.into());
+        }
+        self.durable_next_log_index
+            .fetch_max(w.cursor.next_log_index, Ordering::AcqRel);
+        let (seg, handle) = Segment::create(&self.dir, w.cursor, &self.opts)?;
+        if let Err(e) = old.write_index(&self.opts.faults) {
+            tracing::warn!(segment = %old.path.display(), error = %e,
+                "could not write a sealed segment's index; the next open will rebuild it");
+        }
+        self.segments.write().push(Arc::clone(&seg));
+        w.active = seg;
+        w.handle = handle;
+        Ok(())
+    }
+
+    /// Makes every batch appended before this call durable. Concurrent callers share syncs:
+    /// a caller whose batches a running sync already covers returns without another one.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] if the sync failed (the log then latches), [`Error::PreviousIo`] if an
+    /// earlier one did.
+    pub fn flush(&self) -> Result<()> {
+        let target = self.writer.lock().cursor.next_log_index;
+        let mut sync = self.sync.lock();
+        if self.durable_next_log_index.load(Ordering::Acquire) >= target {
+            return Ok(());
+        }
+        self.check_writable()?;
+        let (seg, end, next) = {
+            let w = self.writer.lock();
+            (
+                Arc::clone(&w.active),
+                w.active.data_len(),
+                w.cursor.next_log_index,
+            )
+        };
+        let from = match sync.synced {
+            Some((base, pos)) if base == seg.base_log_index => pos,
+            _ => 0,
+        };
+        if let Err(e) = seg.sync(from, end, &self.opts.faults) {
+            self.latch();
+            return Err(e.into());
+        }
+        sync.synced = Some((seg.base_log_index, end));
+        self.durable_next_log_index
+            .fetch_max(next, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Reads batches holding records from `from` on, up to about `max_bytes` of frames. The
+    /// first batch may start before `from` (skip its records below `from`); at least one batch
+    /// is returned if `from` is below the end, even if it is larger than `max_bytes`. Returns an
+    /// empty list at the end of the log.
+    ///
+    /// Every frame is validated (CRC, layout, continuity) before it is returned.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OffsetOutOfRange`] if `from` is below the log start or past its end;
+    /// [`Error::Corrupt`] if a frame on the way fails validation.
+    pub fn read(&self, from: Offset, max_bytes: usize) -> Result<Vec<Batch>> {
+        let end = self.end_offset();
+        let mut seg_index = {
+            let segs = self.segments.read();
+            let start = Offset(segs.first().map_or(0, |s| s.base_offset));
+            if from < start || from > end {
+                return Err(Error::OffsetOutOfRange {
+                    requested: from,
+                    start,
+                    end,
+                });
+            }
+            segs.partition_point(|s| s.extent().cursor.next_offset <= from.0)
+        };
+        let mut out = Vec::new();
+        let mut bytes = 0usize;
+        // Bounded: each segment is visited once, each frame at most once.
+        loop {
+            let Some(seg) = self.segments.read().get(seg_index).cloned() else {
+                return Ok(out);
+            };
+            let ext = seg.extent();
+            let mut pos = seg.seek_offset(from.0);
+            while pos < ext.data_len {
+                let h = seg.frame_at(pos, ext.data_len, &self.opts.limits)?;
+                if h.kind == EntryKind::Data && h.next_offset() > from.0 {
+                    out.push(seg.batch(pos, &h)?);
+                    bytes = bytes.saturating_add(h.frame_len());
+                    if bytes >= max_bytes {
+                        return Ok(out);
+                    }
+                }
+                pos += h.frame_len();
+            }
+            seg_index += 1;
+        }
+    }
+
+    /// Iterates over records from `from` to the end of the log as it is when the iterator
+    /// reaches it.
+    pub fn iter(&self, from: Offset) -> LogIter<'_> {
+        LogIter {
+            log: self,
+            next: from,
+            buffered: Vec::new().into_iter(),
+            done: false,
+        }
+    }
+
+    /// Removes every entry after `last_kept` (every entry, if `None`), as Raft does with
+    /// entries that conflict with the leader's. Durable when it returns. Does nothing if there
+    /// is nothing after `last_kept`.
+    ///
+    /// # Correctness
+    ///
+    /// Bytes already handed to readers stay valid: truncation never rewrites published bytes,
+    /// it moves the writer to a new segment file.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LogIndexOutOfRange`] if `last_kept` is below the log's first entry minus one
+    /// (those entries were purged); [`Error::PreviousIo`] after a failed sync; [`Error::Io`]
+    /// (the log then latches, since it may be half done).
+    pub fn truncate_after(&self, last_kept: Option<LogIndex>) -> Result<()> {
+        let mut sync = self.sync.lock();
+        let mut w = self.writer.lock();
+        self.check_writable()?;
+        let segs = self.segments.read().clone();
+        let first = segs.first().map_or(0, |s| s.base_log_index);
+        let next = w.cursor.next_log_index;
+        let cut = match last_kept {
+            None => first,
+            Some(i) => i.0.saturating_add(1),
+        };
+        if cut >= next {
+            return Ok(());
+        }
+        if cut < first {
+            return Err(Error::LogIndexOutOfRange {
+                requested: LogIndex(cut),
+                first: LogIndex(first),
+                next: LogIndex(next),
+            });
+        }
+        let k = segs
+            .partition_point(|s| s.base_log_index <= cut)
+            .saturating_sub(1);
+        let seg = segs.get(k).expect("cut >= first, so some segment holds it");
+        let (pos, before) = seg.locate(cut, &self.opts.limits)?;
+        let keeps_part = cut > seg.base_log_index;
+        let new_base = if keeps_part {
+            before
+        } else {
+            let last_term = k
+                .checked_sub(1)
+                .and_then(|p| segs.get(p))
+                .map_or(0, |p| p.extent().cursor.last_term);
+            Cursor {
+                next_log_index: cut,
+                next_offset: seg.base_offset,
+                last_term,
+            }
+        };
+        let result = (|| -> Result<Arc<Segment>> {
+            let later = segs.get(k + 1..).unwrap_or_default();
+            for s in later.iter().rev() {
+                s.remove_files()?;
+            }
+            if keeps_part {
+                seg.sync(0, pos, &self.opts.faults)?;
+            } else {
+                seg.remove_files()?;
+            }
+            sync_dir(&self.dir)?;
+            let (new, handle) = Segment::create(&self.dir, new_base, &self.opts)?;
+            if keeps_part {
+                seg.cut(pos, new_base);
+                if let Err(e) = seg.write_index(&self.opts.faults) {
+                    tracing::warn!(segment = %seg.path.display(), error = %e,
+                        "could not rewrite a truncated segment's index; open will rebuild it");
+                }
+            }
+            w.handle = handle;
+            Ok(new)
+        })();
+        let new = match result {
+            Ok(new) => new,
+            Err(e) => {
+                self.latch();
+                return Err(e);
+            }
+        };
+        {
+            let mut list = self.segments.write();
+            list.truncate(if keeps_part { k + 1 } else { k });
+            list.push(Arc::clone(&new));
+        }
+        w.active = new;
+        w.cursor = new_base;
+        self.end_offset
+            .store(new_base.next_offset, Ordering::Release);
+        self.durable_next_log_index.fetch_min(cut, Ordering::AcqRel);
+        sync.synced = None;
+        Ok(())
+    }
+
+    /// Deletes whole segments whose records are all below `offset`, oldest first. The active
+    /// segment is never deleted, so the log may keep records below `offset`. Returns the new
+    /// start offset.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] if a file could not be deleted; [`Error::PreviousIo`] after a failed sync.
+    pub fn purge_to(&self, offset: Offset) -> Result<Offset> {
+        self.remove_leading(|segs, i| segs.get(i + 1).is_some_and(|n| n.base_offset <= offset.0))?;
+        Ok(self.start_offset())
+    }
+
+    /// Applies `retention_bytes` and `retention_ms` at `now_ms` (milliseconds since the Unix
+    /// epoch): deletes the oldest segments whose newest batch is older than `retention_ms`, and
+    /// the oldest segments while the rest would still hold at least `retention_bytes` (as Kafka
+    /// does). The active segment is never deleted. Returns the number of segments deleted.
+    ///
+    /// # Errors
+    ///
+    /// As [`purge_to`](Self::purge_to).
+    pub fn enforce_retention(&self, now_ms: u64) -> Result<usize> {
+        let (ms, max_bytes) = (self.config.retention_ms, self.config.retention_bytes);
+        let mut total: u64 = self.size_bytes();
+        self.remove_leading(|segs, i| {
+            let Some(seg) = segs.get(i) else { return false };
+            let size = seg.data_len() as u64;
+            let old =
+                ms.is_some_and(|ms| seg.extent().max_timestamp_ms.saturating_add(ms) < now_ms);
+            let big = max_bytes.is_some_and(|max| total.saturating_sub(size) >= max);
+            if old || big {
+                total = total.saturating_sub(size);
+            }
+            old || big
+        })
+    }
+
+    /// Removes leading segments while `remove(segments, i)` says so, never the last one.
+    fn remove_leading(
+        &self,
+        mut remove: impl FnMut(&[Arc<Segment>], usize) -> bool,
+    ) -> Result<usize> {
+        let _w = self.writer.lock();
+        self.check_writable()?;
+        let removed: Vec<Arc<Segment>> = {
+            let mut segs = self.segments.write();
+            let mut n = 0;
+            while n + 1 < segs.len() && remove(&segs, n) {
+                n += 1;
+            }
+            segs.drain(..n).collect()
+        };
+        for s in &removed {
+            s.remove_files()?;
+        }
+        if !removed.is_empty() {
+            sync_dir(&self.dir)?;
+        }
+        Ok(removed.len())
+    }
+
+    /// The first offset in the log.
+    pub fn start_offset(&self) -> Offset {
+        Offset(self.segments.read().first().map_or(0, |s| s.base_offset))
+    }
+
+    /// The offset the next appended record will get.
+    pub fn end_offset(&self) -> Offset {
+        Offset(self.end_offset.load(Ordering::Acquire))
+    }
+
+    /// The log index of the first entry in the log.
+    pub fn first_log_index(&self) -> LogIndex {
+        LogIndex(self.segments.read().first().map_or(0, |s| s.base_log_index))
+    }
+
+    /// The log index the next appended entry will get.
+    pub fn next_log_index(&self) -> LogIndex {
+        LogIndex(self.writer.lock().cursor.next_log_index)
+    }
+
+    /// The number of segment files.
+    pub fn segment_count(&self) -> usize {
+        self.segments.read().len()
+    }
+
+    /// Bytes of data in all segments (headers and frames; not preallocated space).
+    pub fn size_bytes(&self) -> u64 {
+        self.segments
+            .read()
+            .iter()
+            .map(|s| s.data_len() as u64)
+            .sum()
+    }
+
+    /// The log's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// What recovery found in the active segment when the log was opened: where its data
+    /// ends and, if the tail was cut at an invalid frame, why.
+    pub fn recovery(&self) -> &RecoveryEvent {
+        &self.recovery
+    }
+
+    /// Flushes, writes the active segment's index, and releases the directory. Dropping the log
+    /// does the same, ignoring errors.
+    ///
+    /// # Errors
+    ///
+    /// As [`flush`](Self::flush), and [`Error::Io`] if the index could not be written.
+    pub fn close(self) -> Result<()> {
+        self.close_inner()
+    }
+
+    fn close_inner(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.flush()?;
+        let w = self.writer.lock();
+        w.active.write_index(&self.opts.faults)?;
+        Ok(())
+    }
+
+    /// Drops the log without flushing or writing an index, as a crash would leave it (except
+    /// that the page cache keeps what was written). For tests.
+    #[doc(hidden)]
+    pub fn abandon(self) {
+        self.closed.store(true, Ordering::Release);
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        if self.failed.load(Ordering::Acquire) {
+            return Err(Error::PreviousIo);
+        }
+        Ok(())
+    }
+
+    fn latch(&self) {
+        tracing::error!(dir = %self.dir.display(), "i/o failure: the log is read-only until reopened");
+        self.failed.store(true, Ordering::Release);
+    }
+}
+
+impl Drop for PartitionLog {
+    fn drop(&mut self) {
+        if self.failed.load(Ordering::Acquire) {
+            return;
+        }
+        if let Err(e) = self.close_inner() {
+            tracing::warn!(dir = %self.dir.display(), error = %e, "closing the log failed");
+        }
+    }
+}
+
+/// Lists the base log indices of the segment files in `dir`, sorted, and removes leftover
+/// temporary files.
+fn list_segments(dir: &Path) -> Result<Vec<u64>> {
+    let mut bases = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.ends_with(".tmp") {
+            std::fs::remove_file(entry.path())?;
+        } else if let Some(base) = parse_segment_file_name(name) {
+            bases.push(base);
+        }
+    }
+    bases.sort_unstable();
+    Ok(bases)
+}
+
+/// Iterator over a log's records; see [`PartitionLog::iter`].
+#[derive(Debug)]
+pub struct LogIter<'a> {
+    log: &'a PartitionLog,
+    next: Offset,
+    buffered: std::vec::IntoIter<(Offset, Record)>,
+    done: bool,
+}
+
+impl Iterator for LogIter<'_> {
+    type Item = Result<(Offset, Record)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(item) = self.buffered.next() {
+                self.next = Offset(item.0.0 + 1);
+                return Some(Ok(item));
+            }
+            if self.done {
+                return None;
+            }
+            let batches = match self.log.read(self.next, 1 << 20) {
+                Ok(b) => b,
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+            };
+            if batches.is_empty() {
+                self.done = true;
+                return None;
+            }
+            let from = self.next;
+            self.buffered = batches
+                .iter()
+                .flat_map(Batch::records)
+                .filter(|(o, _)| *o >= from)
+                .collect::<Vec<_>>()
+                .into_iter();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::CorruptKind;
+    use crate::fault::{FaultInjector, FaultPoint};
+
+    /// Tiny segments so that rolls happen every few batches.
+    fn small() -> LogConfig {
+        LogConfig {
+            segment_bytes: 1024,
+            index_interval_bytes: 64,
+            record_bytes_max: 256,
+            batch_bytes_max: 512,
+            preallocate: crate::Preallocate::Fallocate,
+            ..LogConfig::default()
+        }
+    }
+
+    fn values(log: &PartitionLog, from: u64) -> Vec<(u64, Vec<u8>)> {
+        log.iter(Offset(from))
+            .map(|r| r.map(|(o, rec)| (o.0, rec.value.to_vec())))
+            .collect::<Result<_>>()
+            .unwrap()
+    }
+
+    fn fill(log: &PartitionLog, n: u64) {
+        for i in 0..n {
+            log.append(&[Record::new(format!("value-{i}"))]).unwrap();
+        }
+    }
+
+    #[test]
+    fn append_read_across_rolls_and_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let log = PartitionLog::open(dir.path(), small()).unwrap();
+            for i in 0..100u64 {
+                let info = log.append(&[Record::new(format!("value-{i}"))]).unwrap();
+                assert_eq!(info.base_offset, Offset(i));
+                assert_eq!(info.log_index, LogIndex(i));
+            }
+            assert!(log.segment_count() > 5, "tiny segments roll");
+            let got = values(&log, 0);
+            assert_eq!(got.len(), 100);
+            assert_eq!(got[57], (57, b"value-57".to_vec()));
+            assert_eq!(values(&log, 99).len(), 1);
+            assert_eq!(values(&log, 100).len(), 0);
+        }
+        let log = PartitionLog::open(dir.path(), small()).unwrap();
+        assert_eq!(log.end_offset(), Offset(100));
+        assert_eq!(log.recovery().reason, None);
+        let got = values(&log, 40);
+        assert_eq!(got.first().unwrap().0, 40);
+        assert_eq!(got.len(), 60);
+        log.append(&[Record::new("after")]).unwrap();
+        assert_eq!(values(&log, 100), vec![(100, b"after".to_vec())]);
+    }
+
+    #[test]
+    fn out_of_range_reads_are_typed_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = PartitionLog::open(dir.path(), small()).unwrap();
+        fill(&log, 3);
+        assert!(matches!(
+            log.read(Offset(4), 100),
+            Err(Error::OffsetOutOfRange {
+                requested: Offset(4),
+                start: Offset(0),
+                end: Offset(3)
+            })
+        ));
+        assert!(log.read(Offset(3), 100).unwrap().is_empty());
+    }
+
+    #[test]
+    fn limits_are_enforced_before_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = PartitionLog::open(dir.path(), small()).unwrap();
+        assert!(matches!(log.append(&[]), Err(Error::EmptyBatch)));
+        assert!(matches!(
+            log.append(&[Record::new(vec![0u8; 300])]),
+            Err(Error::RecordTooLarge { .. })
+        ));
+        let r = Record::new(vec![0u8; 200]);
+        assert!(matches!(
+            log.append(&[r.clone(), r.clone(), r]),
+            Err(Error::BatchTooLarge { .. })
+        ));
+        assert_eq!(log.end_offset(), Offset(0));
+        // A batch that exactly fills the batch limit fits.
+        let exact = Record::new(vec![0u8; 256 - 10]);
+        let fill = Record::new(vec![0u8; 512 - 256 - 10]);
+        log.append(&[exact, fill]).unwrap();
+    }
+
+    #[test]
+    fn second_open_is_locked() {
+        let dir = tempfile::tempdir().unwrap();
+        let _log = PartitionLog::open(dir.path(), small()).unwrap();
+        assert!(matches!(
+            PartitionLog::open(dir.path(), small()),
+            Err(Error::Locked { .. })
+        ));
+    }
+
+    #[test]
+    fn control_entries_take_a_log_index_but_no_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = PartitionLog::open(dir.path(), small()).unwrap();
+        fill(&log, 2);
+        let c = log.append_control(b"membership").unwrap();
+        assert_eq!((c.log_index, c.base_offset), (LogIndex(2), Offset(2)));
+        let d = log.append(&[Record::new("x")]).unwrap();
+        assert_eq!((d.log_index, d.base_offset), (LogIndex(3), Offset(2)));
+        assert_eq!(values(&log, 0).len(), 3);
+        drop(log);
+        let log = PartitionLog::open(dir.path(), small()).unwrap();
+        assert_eq!(log.next_log_index(), LogIndex(4));
+        assert_eq!(values(&log, 2), vec![(2, b"x".to_vec())]);
+    }
+
+    #[test]
+    fn truncate_within_and_at_segment_boundaries() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = PartitionLog::open(dir.path(), small()).unwrap();
+        fill(&log, 60);
+        let held = log.read(Offset(50), 1 << 20).unwrap();
+        log.truncate_after(Some(LogIndex(49))).unwrap();
+        assert_eq!(log.end_offset(), Offset(50));
+        assert_eq!(log.next_log_index(), LogIndex(50));
+        // Views handed out before the truncation still read the old bytes.
+        assert_eq!(&held[0].records().next().unwrap().1.value[..], b"value-50");
+        log.append(&[Record::new("new-50")]).unwrap();
+        assert_eq!(
+            values(&log, 49),
+            vec![(49, b"value-49".to_vec()), (50, b"new-50".to_vec())]
+        );
+        // Truncate exactly at a segment's first entry.
+        let base = log.segments.read()[2].base_log_index;
+        log.truncate_after(Some(LogIndex(base - 1))).unwrap();
+        assert_eq!(log.end_offset(), Offset(base));
+        drop(log);
+        let log = PartitionLog::open(dir.path(), small()).unwrap();
+        assert_eq!(log.end_offset(), Offset(base));
+        assert_eq!(values(&log, 0).len() as u64, base);
+        log.truncate_after(None).unwrap();
+        assert_eq!(log.end_offset(), Offset(0));
+        assert!(values(&log, 0).is_empty());
+        fill(&log, 3);
+        assert_eq!(values(&log, 0).len(), 3);
+        // Nothing after the end: a no-op.
+        log.truncate_after(Some(LogIndex(100))).unwrap();
+        assert_eq!(log.end_offset(), Offset(3));
+    }
+
+    #[test]
+    fn purge_and_retention_delete_whole_old_segments() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = LogConfig {
+            retention_bytes: Some(3000),
+            ..small()
+        };
+        let log = PartitionLog::open(dir.path(), cfg).unwrap();
+        fill(&log, 100);
+        let segments = log.segment_count();
+        let start = log.purge_to(Offset(30)).unwrap();
+        assert!(
+            start <= Offset(30) && start > Offset(0),
+            "purged to a boundary: {start}"
+        );
+        assert!(matches!(
+            log.read(Offset(0), 10),
+            Err(Error::OffsetOutOfRange { .. })
+        ));
+        assert_eq!(values(&log, start.0).len() as u64, 100 - start.0);
+        assert!(log.segment_count() < segments);
+
+        log.enforce_retention(now_ms()).unwrap();
+        assert!(log.size_bytes() >= 3000, "keeps at least retention_bytes");
+        assert!(
+            log.size_bytes() < 3000 + 1024,
+            "drops what is beyond one segment"
+        );
+        let start = log.start_offset();
+        drop(log);
+        let log = PartitionLog::open(dir.path(), small()).unwrap();
+        assert_eq!(log.start_offset(), start);
+        assert_eq!(log.end_offset(), Offset(100));
+
+        // Time retention: every sealed segment is older than 0 ms in the future.
+        let log_ms = LogConfig {
+            retention_ms: Some(1),
+            ..small()
+        };
+        drop(log);
+        let log = PartitionLog::open(dir.path(), log_ms).unwrap();
+        log.enforce_retention(now_ms() + 10_000).unwrap();
+        assert_eq!(log.segment_count(), 1, "only the active segment is left");
+    }
+
+    #[test]
+    fn failed_sync_latches_until_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let faults = FaultInjector::new();
+        let cfg = LogConfig {
+            faults: Some(faults.clone()),
+            ..small()
+        };
+        let log = PartitionLog::open(dir.path(), cfg.clone()).unwrap();
+        fill(&log, 3);
+        log.flush().unwrap();
+        log.append(&[Record::new("unsynced")]).unwrap();
+        faults.fail_times(FaultPoint::Sync, std::io::ErrorKind::Other, 1);
+        assert!(matches!(log.flush(), Err(Error::Io(_))));
+        // The fault is gone, but the log stays latched: no retry of a failed sync.
+        assert!(matches!(log.flush(), Err(Error::PreviousIo)));
+        assert!(matches!(
+            log.append(&[Record::new("x")]),
+            Err(Error::PreviousIo)
+        ));
+        assert!(matches!(log.truncate_after(None), Err(Error::PreviousIo)));
+        // Reads still work.
+        assert_eq!(values(&log, 0).len(), 4);
+        drop(log);
+        let log = PartitionLog::open(dir.path(), cfg).unwrap();
+        assert!(log.end_offset() >= Offset(3), "everything flushed survives");
+        log.append(&[Record::new("ok")]).unwrap();
+        log.flush().unwrap();
+    }
+
+    #[test]
+    fn failed_roll_keeps_the_log_usable() {
+        let dir = tempfile::tempdir().unwrap();
+        let faults = FaultInjector::new();
+        let cfg = LogConfig {
+            faults: Some(faults.clone()),
+            ..small()
+        };
+        let log = PartitionLog::open(dir.path(), cfg).unwrap();
+        faults.fail_always(FaultPoint::Preallocate, std::io::ErrorKind::StorageFull);
+        let mut failed = 0;
+        for i in 0..40 {
+            match log.append(&[Record::new(format!("value-{i}"))]) {
+                Ok(_) => {}
+                Err(Error::Io(e)) => {
+                    assert_eq!(e.kind(), std::io::ErrorKind::StorageFull);
+                    failed += 1;
+                }
+                Err(e) => panic!("unexpected {e}"),
+            }
+        }
+        assert!(failed > 0);
+        faults.clear();
+        let before = log.end_offset();
+        log.append(&[Record::new("after")]).unwrap();
+        log.flush().unwrap();
+        assert_eq!(log.end_offset(), Offset(before.0 + 1));
+        assert_eq!(values(&log, 0).len() as u64, before.0 + 1);
+    }
+
+    #[test]
+    fn concurrent_readers_see_whole_batches() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Arc::new(PartitionLog::open(dir.path(), small()).unwrap());
+        let writer = {
+            let log = Arc::clone(&log);
+            std::thread::spawn(move || {
+                for i in 0..2000u64 {
+                    let batch: Vec<_> = (0..3).map(|j| Record::new(format!("{i}:{j}"))).collect();
+                    log.append(&batch).unwrap();
+                }
+            })
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let mut seen = 0;
+        while seen < 6000 && std::time::Instant::now() < deadline {
+            let end = log.end_offset().0;
+            let got = values(&log, 0);
+            assert!(
+                got.len() as u64 >= end,
+                "everything below the end offset is readable"
+            );
+            assert_eq!(got.len() % 3, 0, "batches are whole");
+            for (o, v) in &got {
+                assert_eq!(v, format!("{}:{}", o / 3, o % 3).as_bytes());
+            }
+            seen = got.len();
+        }
+        writer.join().unwrap();
+        assert_eq!(values(&log, 0).len(), 6000);
+    }
+
+    #[test]
+    fn sealed_damage_is_corrupt_not_truncated() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let log = PartitionLog::open(dir.path(), small()).unwrap();
+            fill(&log, 50);
+        }
+        let first = dir
+            .path()
+            .join(crate::segment::format::segment_file_name(0));
+        std::fs::remove_file(dir.path().join(crate::segment::format::index_file_name(0))).unwrap();
+        let mut bytes = std::fs::read(&first).unwrap();
+        bytes[100] ^= 0xFF;
+        std::fs::write(&first, &bytes).unwrap();
+        match PartitionLog::open(dir.path(), small()) {
+            Err(Error::Corrupt {
+                file,
+                kind,
+                position,
+            }) => {
+                assert_eq!(file, first);
+                // Byte 100 lies in the second frame, which starts at 32 + 65.
+                assert_eq!(position, 97);
+                assert!(
+                    matches!(kind, CorruptKind::LengthOutOfRange { .. }),
+                    "{kind}"
+                );
+            }
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+    }
+}

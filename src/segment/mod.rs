@@ -1,0 +1,861 @@
+//! One segment: a memory-mapped `.log` file of frames and its derived `.index`.
+//!
+//! This module knows nothing of Raft or the network. It creates, opens, recovers, scans and
+//! reads segments; [`crate::log`] strings them into a partition log.
+
+pub(crate) mod format;
+pub(crate) mod index;
+pub(crate) mod mmap;
+pub(crate) mod record;
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use crate::config::Preallocate;
+use crate::error::{CorruptKind, Error, Result};
+use crate::fault::{FaultPoint, Faults};
+use crate::types::{LogIndex, Offset, Term};
+use format::{
+    FRAME_HEADER_LEN, SEGMENT_BYTES_LIMIT, SEGMENT_HEADER_LEN, SegmentHeader, index_file_name,
+    segment_file_name,
+};
+use index::{IndexEntry, IndexFile};
+use mmap::{MappedFile, WriteHandle};
+use record::{Batch, FrameHeader, Limits, decode_frame};
+
+/// Where the next frame goes: the log index, offset and minimum term it must have.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Cursor {
+    pub(crate) next_log_index: u64,
+    pub(crate) next_offset: u64,
+    pub(crate) last_term: u64,
+}
+
+impl Cursor {
+    /// Checks FORMAT.md §6 step 6 for a frame that should come next.
+    pub(crate) fn check(&self, h: &FrameHeader) -> Result<(), CorruptKind> {
+        if h.log_index != self.next_log_index {
+            return Err(CorruptKind::LogIndexGap {
+                expected: self.next_log_index,
+                found: h.log_index,
+            });
+        }
+        if h.term < self.last_term {
+            return Err(CorruptKind::TermRegression {
+                previous: self.last_term,
+                found: h.term,
+            });
+        }
+        if h.base_offset != self.next_offset {
+            return Err(CorruptKind::OffsetGap {
+                expected: self.next_offset,
+                found: h.base_offset,
+            });
+        }
+        Ok(())
+    }
+
+    /// The cursor after `h`.
+    pub(crate) fn after(h: &FrameHeader) -> Cursor {
+        Cursor {
+            next_log_index: h.log_index + 1,
+            next_offset: h.next_offset(),
+            last_term: h.term,
+        }
+    }
+}
+
+/// Why a scan stopped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ScanStop {
+    /// A zero `body_len`: the end of written data.
+    Zero,
+    /// Reached the log index it was told to stop at.
+    Limit,
+    /// Not enough bytes left for a frame.
+    EndOfData,
+    /// A frame failed validation.
+    Invalid(CorruptKind),
+}
+
+/// The result of scanning frames.
+#[derive(Clone, Debug)]
+pub(crate) struct Scan {
+    /// Position after the last valid frame.
+    pub(crate) end: usize,
+    pub(crate) cursor: Cursor,
+    pub(crate) max_timestamp_ms: u64,
+    pub(crate) stop: ScanStop,
+}
+
+/// Scans valid frames in `data` from `start`, checking continuity from `cursor`, until the end
+/// of data, an invalid frame, or the frame with log index `stop_at`. `on_frame` sees each valid
+/// frame's position and header. The work is bounded by `data.len()`.
+pub(crate) fn scan(
+    data: &[u8],
+    start: usize,
+    mut cursor: Cursor,
+    limits: &Limits,
+    stop_at: Option<u64>,
+    mut on_frame: impl FnMut(usize, &FrameHeader),
+) -> Scan {
+    let mut pos = start;
+    let mut max_timestamp_ms = 0;
+    let stop = loop {
+        if stop_at == Some(cursor.next_log_index) {
+            break ScanStop::Limit;
+        }
+        if data.len().saturating_sub(pos) < FRAME_HEADER_LEN {
+            break ScanStop::EndOfData;
+        }
+        match decode_frame(data, pos, limits) {
+            Ok(None) => break ScanStop::Zero,
+            Err(kind) => break ScanStop::Invalid(kind),
+            Ok(Some(h)) => {
+                if let Err(kind) = cursor.check(&h) {
+                    break ScanStop::Invalid(kind);
+                }
+                on_frame(pos, &h);
+                max_timestamp_ms = max_timestamp_ms.max(h.timestamp_ms);
+                cursor = Cursor::after(&h);
+                pos += h.frame_len();
+            }
+        }
+    };
+    Scan {
+        end: pos,
+        cursor,
+        max_timestamp_ms,
+        stop,
+    }
+}
+
+/// The mutable part of a segment, behind its lock.
+#[derive(Clone, Debug)]
+struct SegmentState {
+    /// Bytes [0, data_len) are the header and the segment's valid frames.
+    data_len: usize,
+    /// Cursor after the last frame below `data_len`.
+    cursor: Cursor,
+    max_timestamp_ms: u64,
+    entries: Vec<IndexEntry>,
+    /// Position of the frame of the last index entry.
+    last_indexed: usize,
+}
+
+/// A consistent snapshot of a segment's extent.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Extent {
+    pub(crate) data_len: usize,
+    pub(crate) cursor: Cursor,
+    pub(crate) max_timestamp_ms: u64,
+}
+
+/// One segment file, mapped.
+#[derive(Debug)]
+pub(crate) struct Segment {
+    pub(crate) base_log_index: u64,
+    pub(crate) base_offset: u64,
+    pub(crate) path: PathBuf,
+    index_path: PathBuf,
+    map: Arc<MappedFile>,
+    index_interval_bytes: usize,
+    state: RwLock<SegmentState>,
+}
+
+/// Options for creating segments.
+#[derive(Clone, Debug)]
+pub(crate) struct SegmentOptions {
+    pub(crate) capacity: u64,
+    pub(crate) index_interval_bytes: u32,
+    pub(crate) preallocate: Preallocate,
+    pub(crate) limits: Limits,
+    pub(crate) faults: Faults,
+}
+
+/// What recovery did to a segment, for the log and for tests.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecoveryEvent {
+    /// The segment file.
+    pub file: PathBuf,
+    /// Where the valid data ends.
+    pub position: u64,
+    /// What stopped the scan there; `None` for a clean end of data.
+    pub reason: Option<CorruptKind>,
+}
+
+fn corrupt(path: &Path, position: usize, kind: CorruptKind) -> Error {
+    Error::Corrupt {
+        file: path.to_path_buf(),
+        position: position as u64,
+        kind,
+    }
+}
+
+/// Syncs a directory so that creating, renaming or deleting files in it is durable.
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+impl Segment {
+    /// Creates a new, empty segment at `base` durably: written to a temporary name,
+    /// preallocated, header synced, renamed into place (replacing any file of that name), and the
+    /// directory synced. Returns it with its write handle.
+    pub(crate) fn create(
+        dir: &Path,
+        base: Cursor,
+        opts: &SegmentOptions,
+    ) -> Result<(Arc<Segment>, WriteHandle)> {
+        let path = dir.join(segment_file_name(base.next_log_index));
+        let tmp = dir.join(format!("{}.tmp", segment_file_name(base.next_log_index)));
+        let result = (|| -> io::Result<File> {
+            opts.faults.check(FaultPoint::CreateSegment)?;
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&tmp)?;
+            preallocate(&file, opts.capacity, opts.preallocate, &opts.faults)?;
+            let header = SegmentHeader {
+                base_log_index: base.next_log_index,
+                base_offset: base.next_offset,
+            };
+            file.write_all_at(&header.encode(), 0)?;
+            opts.faults.check(FaultPoint::Sync)?;
+            file.sync_all()?;
+            std::fs::rename(&tmp, &path)?;
+            sync_dir(dir)?;
+            Ok(file)
+        })();
+        let file = match result {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e.into());
+            }
+        };
+        let capacity = usize::try_from(opts.capacity)
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let (map, handle) = MappedFile::map_writable(&file, capacity, SEGMENT_HEADER_LEN, false)?;
+        let state = SegmentState {
+            data_len: SEGMENT_HEADER_LEN,
+            cursor: base,
+            max_timestamp_ms: 0,
+            entries: Vec::new(),
+            last_indexed: 0,
+        };
+        let seg = Segment::new(dir, base, map, opts, state);
+        Ok((Arc::new(seg), handle))
+    }
+
+    fn new(
+        dir: &Path,
+        base: Cursor,
+        map: Arc<MappedFile>,
+        opts: &SegmentOptions,
+        state: SegmentState,
+    ) -> Segment {
+        Segment {
+            base_log_index: base.next_log_index,
+            base_offset: base.next_offset,
+            path: dir.join(segment_file_name(base.next_log_index)),
+            index_path: dir.join(index_file_name(base.next_log_index)),
+            map,
+            index_interval_bytes: usize::try_from(opts.index_interval_bytes).unwrap_or(usize::MAX),
+            state: RwLock::new(state),
+        }
+    }
+
+    /// Opens a sealed segment (any but the last). `next_base` is the next segment's base log
+    /// index; `prev` the cursor after the previous segment (its last term and, for checking,
+    /// the offsets), or the header's own base for the first segment.
+    pub(crate) fn open_sealed(
+        dir: &Path,
+        base_log_index: u64,
+        next_base: u64,
+        prev: Option<Cursor>,
+        opts: &SegmentOptions,
+    ) -> Result<Arc<Segment>> {
+        let (file, file_len, base) = open_checked(dir, base_log_index, prev)?;
+        let map = MappedFile::map_read_only(&file, file_len, file_len)?;
+        let path = dir.join(segment_file_name(base_log_index));
+        let data = map.published();
+        let from_index = load_index(dir, base, file_len, data, opts).filter(|f| {
+            // An index that ends before the next segment cannot be right: rebuild it.
+            f.next_log_index >= next_base
+        });
+        let state = match from_index {
+            Some(f) if f.next_log_index == next_base => state_from_index(f),
+            _ => {
+                let s = scan_segment(data, base, opts, Some(next_base));
+                match s.1.stop {
+                    ScanStop::Limit => {}
+                    ScanStop::Invalid(kind) => return Err(corrupt(&path, s.1.end, kind)),
+                    ScanStop::Zero | ScanStop::EndOfData => {
+                        return Err(corrupt(
+                            &path,
+                            s.1.end,
+                            CorruptKind::MissingEntries {
+                                expected: next_base,
+                                found: s.1.cursor.next_log_index,
+                            },
+                        ));
+                    }
+                }
+                let state = s.0;
+                let seg = Segment::new(dir, base, Arc::clone(&map), opts, state.clone());
+                if let Err(e) = seg.write_index(&opts.faults) {
+                    tracing::warn!(file = %seg.index_path.display(), error = %e,
+                        "could not rewrite segment index; it will be rebuilt on the next open");
+                }
+                state
+            }
+        };
+        Ok(Arc::new(Segment::new(dir, base, map, opts, state)))
+    }
+
+    /// Opens the last segment for appending, recovering it after a crash. Returns the segment,
+    /// its write handle, and what recovery found.
+    pub(crate) fn open_active(
+        dir: &Path,
+        base_log_index: u64,
+        prev: Option<Cursor>,
+        opts: &SegmentOptions,
+    ) -> Result<(Arc<Segment>, WriteHandle, RecoveryEvent)> {
+        let (file, file_len, base) = open_checked(dir, base_log_index, prev)?;
+        let path = dir.join(segment_file_name(base_log_index));
+        let index_path = dir.join(index_file_name(base_log_index));
+        // Scan (or trust a clean-close index) through a read-only map that is dropped before
+        // the file is cut, so no map ever sees the file shrink (mmap.rs, rule 1).
+        let (state, clean, reason) = {
+            let ro = MappedFile::map_read_only(&file, file_len, file_len)?;
+            let data = ro.published();
+            let checkpoint = load_index(dir, base, file_len, data, opts).filter(|f| {
+                // Clean close: nothing but the end marker after the indexed data.
+                let end = usize::try_from(f.data_len).unwrap_or(usize::MAX);
+                matches!(decode_frame(data, end, &opts.limits), Ok(None))
+                    || data.len().saturating_sub(end) < FRAME_HEADER_LEN
+            });
+            match checkpoint {
+                Some(f) => (state_from_index(f), true, None),
+                None => {
+                    let (state, s) = scan_segment(data, base, opts, None);
+                    let reason = match s.stop {
+                        ScanStop::Invalid(kind) => Some(kind),
+                        _ => None,
+                    };
+                    (state, false, reason)
+                }
+            }
+        };
+        if index_path.exists() {
+            // From here on the index would vouch for bytes it has not seen: remove it durably.
+            std::fs::remove_file(&index_path)?;
+            sync_dir(dir)?;
+        }
+        let capacity = file_len;
+        if !clean {
+            // After a crash, stale bytes may follow the end; cut them off so that no stale frame
+            // can ever line up behind a new one, then give the tail its blocks back.
+            let end = state.data_len as u64;
+            file.set_len(end)?;
+            preallocate_from(&file, end, capacity as u64, opts.preallocate, &opts.faults)?;
+            opts.faults.check(FaultPoint::Sync)?;
+            file.sync_all()?;
+        }
+        let event = RecoveryEvent {
+            file: path,
+            position: state.data_len as u64,
+            reason,
+        };
+        if let Some(kind) = &event.reason {
+            tracing::warn!(file = %event.file.display(), position = event.position, reason = %kind,
+                "recovery truncated the log's tail at an invalid frame");
+        }
+        let (map, handle) = MappedFile::map_writable(&file, capacity, state.data_len, false)?;
+        Ok((
+            Arc::new(Segment::new(dir, base, map, opts, state)),
+            handle,
+            event,
+        ))
+    }
+
+    /// A consistent snapshot of the segment's extent.
+    pub(crate) fn extent(&self) -> Extent {
+        let s = self.state.read();
+        Extent {
+            data_len: s.data_len,
+            cursor: s.cursor,
+            max_timestamp_ms: s.max_timestamp_ms,
+        }
+    }
+
+    /// Records a frame the writer has just published at `pos`.
+    pub(crate) fn note_appended(&self, pos: usize, h: &FrameHeader) {
+        let mut s = self.state.write();
+        debug_assert_eq!(s.data_len, pos, "frames are appended at the end");
+        debug_assert_eq!(s.cursor.check(h), Ok(()), "writer keeps continuity");
+        add_index_entry(
+            &mut s,
+            self.base_log_index,
+            self.base_offset,
+            self.index_interval_bytes,
+            pos,
+            h,
+        );
+        s.data_len = pos + h.frame_len();
+        s.cursor = Cursor::after(h);
+        s.max_timestamp_ms = s.max_timestamp_ms.max(h.timestamp_ms);
+    }
+
+    /// Ends the segment at `pos`, where the frame with `cursor.next_log_index` starts.
+    pub(crate) fn cut(&self, pos: usize, cursor: Cursor) {
+        let mut s = self.state.write();
+        s.data_len = pos;
+        s.cursor = cursor;
+        s.entries.retain(|e| (e.position as usize) < pos);
+        s.last_indexed = s.entries.last().map_or(0, |e| e.position as usize);
+    }
+
+    /// Where to start scanning for the frame holding `offset`.
+    pub(crate) fn seek_offset(&self, offset: u64) -> usize {
+        let s = self.state.read();
+        let rel = offset.saturating_sub(self.base_offset);
+        index::floor_by_offset(&s.entries, rel).map_or(SEGMENT_HEADER_LEN, |e| e.position as usize)
+    }
+
+    /// Where to start scanning for the frame with `log_index`.
+    pub(crate) fn seek_log_index(&self, log_index: u64) -> usize {
+        let s = self.state.read();
+        let rel = log_index.saturating_sub(self.base_log_index);
+        index::floor_by_log_index(&s.entries, rel)
+            .map_or(SEGMENT_HEADER_LEN, |e| e.position as usize)
+    }
+
+    /// Decodes and fully validates the frame at `pos`, which must lie below `data_len`.
+    pub(crate) fn frame_at(
+        &self,
+        pos: usize,
+        data_len: usize,
+        limits: &Limits,
+    ) -> Result<FrameHeader> {
+        let data = self.map.published().get(..data_len).unwrap_or_default();
+        match decode_frame(data, pos, limits) {
+            Ok(Some(h)) => Ok(h),
+            Ok(None) => Err(corrupt(&self.path, pos, CorruptKind::Truncated)),
+            Err(kind) => Err(corrupt(&self.path, pos, kind)),
+        }
+    }
+
+    /// The frame at `pos` as a batch whose payload shares the map (no copy).
+    pub(crate) fn batch(&self, pos: usize, h: &FrameHeader) -> Result<Batch> {
+        let payload = self
+            .map
+            .bytes(pos + FRAME_HEADER_LEN, pos + h.frame_len())
+            .ok_or_else(|| corrupt(&self.path, pos, CorruptKind::Truncated))?;
+        Ok(Batch {
+            log_index: LogIndex(h.log_index),
+            term: Term(h.term),
+            base_offset: Offset(h.base_offset),
+            record_count: h.record_count,
+            timestamp_ms: h.timestamp_ms,
+            kind: h.kind,
+            payload,
+        })
+    }
+
+    /// Finds the frame with `log_index` (which must be in this segment), returning its position
+    /// and the cursor just before it.
+    pub(crate) fn locate(&self, log_index: u64, limits: &Limits) -> Result<(usize, Cursor)> {
+        let ext = self.extent();
+        let mut pos = self.seek_log_index(log_index);
+        let mut before = None;
+        // Bounded: each step moves forward by one frame within data_len.
+        while pos < ext.data_len {
+            let h = self.frame_at(pos, ext.data_len, limits)?;
+            if h.log_index == log_index {
+                let cursor = before.unwrap_or(Cursor {
+                    next_log_index: h.log_index,
+                    next_offset: h.base_offset,
+                    last_term: 0,
+                });
+                return Ok((pos, cursor));
+            }
+            before = Some(Cursor::after(&h));
+            pos += h.frame_len();
+        }
+        if log_index == ext.cursor.next_log_index {
+            return Ok((ext.data_len, ext.cursor));
+        }
+        Err(corrupt(
+            &self.path,
+            pos,
+            CorruptKind::LogIndexGap {
+                expected: log_index,
+                found: ext.cursor.next_log_index,
+            },
+        ))
+    }
+
+    /// Durably writes bytes `[from, data_len)` of the map.
+    pub(crate) fn sync(&self, from: usize, to: usize, faults: &Faults) -> io::Result<()> {
+        faults.check(FaultPoint::Sync)?;
+        self.map.sync_range(from, to)
+    }
+
+    /// Writes the index file (temporary name, sync, rename). The segment's bytes it describes
+    /// must already be durable.
+    pub(crate) fn write_index(&self, faults: &Faults) -> io::Result<()> {
+        let s = self.state.read().clone();
+        let file = IndexFile {
+            base_log_index: self.base_log_index,
+            data_len: s.data_len as u64,
+            next_log_index: s.cursor.next_log_index,
+            next_offset: s.cursor.next_offset,
+            max_timestamp_ms: s.max_timestamp_ms,
+            last_term: s.cursor.last_term,
+            entries: s.entries,
+        };
+        let tmp = self.index_path.with_extension("index.tmp");
+        let result = (|| {
+            faults.check(FaultPoint::WriteIndex)?;
+            let f = File::create(&tmp)?;
+            f.write_all_at(&file.encode(), 0)?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &self.index_path)
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        result
+    }
+
+    /// Deletes the segment's files. Existing maps stay valid until their last user drops them.
+    pub(crate) fn remove_files(&self) -> io::Result<()> {
+        match std::fs::remove_file(&self.index_path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        std::fs::remove_file(&self.path)
+    }
+
+    /// Bytes of valid data in the segment, header included.
+    pub(crate) fn data_len(&self) -> usize {
+        self.state.read().data_len
+    }
+}
+
+/// Opens a segment file, checks its size and header, and (for any but the first segment) that
+/// it starts where the previous one ended.
+fn open_checked(
+    dir: &Path,
+    base_log_index: u64,
+    prev: Option<Cursor>,
+) -> Result<(File, usize, Cursor)> {
+    let path = dir.join(segment_file_name(base_log_index));
+    let file = OpenOptions::new().read(true).write(true).open(&path)?;
+    let file_len = file.metadata()?.len();
+    if file_len > SEGMENT_BYTES_LIMIT {
+        return Err(corrupt(
+            &path,
+            0,
+            CorruptKind::LengthOutOfRange {
+                len: file_len,
+                max: SEGMENT_BYTES_LIMIT,
+            },
+        ));
+    }
+    let file_len =
+        usize::try_from(file_len).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?;
+    let mut header = [0u8; SEGMENT_HEADER_LEN];
+    let read = read_up_to(&file, &mut header)?;
+    let header = SegmentHeader::decode(header.get(..read).unwrap_or_default())
+        .map_err(|kind| corrupt(&path, 0, kind))?;
+    if header.base_log_index != base_log_index {
+        return Err(corrupt(
+            &path,
+            0,
+            CorruptKind::BaseMismatch {
+                expected: base_log_index,
+                found: header.base_log_index,
+            },
+        ));
+    }
+    let last_term = prev.map_or(0, |p| p.last_term);
+    if let Some(p) = prev
+        && p.next_offset != header.base_offset
+    {
+        return Err(corrupt(
+            &path,
+            format::SEG_BASE_OFFSET_POS,
+            CorruptKind::OffsetGap {
+                expected: p.next_offset,
+                found: header.base_offset,
+            },
+        ));
+    }
+    let base = Cursor {
+        next_log_index: header.base_log_index,
+        next_offset: header.base_offset,
+        last_term,
+    };
+    Ok((file, file_len, base))
+}
+
+/// Reads as many bytes as the file has, up to `buf.len()`.
+fn read_up_to(file: &File, buf: &mut [u8]) -> io::Result<usize> {
+    let mut done = 0;
+    while let Some(rest) = buf.get_mut(done..).filter(|r| !r.is_empty()) {
+        match file.read_at(rest, done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+fn add_index_entry(
+    s: &mut SegmentState,
+    base_log_index: u64,
+    base_offset: u64,
+    interval: usize,
+    pos: usize,
+    h: &FrameHeader,
+) {
+    if !s.entries.is_empty() && pos - s.last_indexed < interval {
+        return;
+    }
+    let rel = |v: u64, base: u64| u32::try_from(v - base).unwrap_or(u32::MAX);
+    s.entries.push(IndexEntry {
+        rel_log_index: rel(h.log_index, base_log_index),
+        rel_offset: rel(h.base_offset, base_offset),
+        position: u32::try_from(pos).unwrap_or(u32::MAX),
+    });
+    s.last_indexed = pos;
+}
+
+/// Scans a whole segment's frames, building its index as it goes.
+fn scan_segment(
+    data: &[u8],
+    base: Cursor,
+    opts: &SegmentOptions,
+    stop_at: Option<u64>,
+) -> (SegmentState, Scan) {
+    let mut state = SegmentState {
+        data_len: SEGMENT_HEADER_LEN,
+        cursor: base,
+        max_timestamp_ms: 0,
+        entries: Vec::new(),
+        last_indexed: 0,
+    };
+    let interval = usize::try_from(opts.index_interval_bytes).unwrap_or(usize::MAX);
+    let s = scan(
+        data,
+        SEGMENT_HEADER_LEN,
+        base,
+        &opts.limits,
+        stop_at,
+        |pos, h| {
+            add_index_entry(
+                &mut state,
+                base.next_log_index,
+                base.next_offset,
+                interval,
+                pos,
+                h,
+            );
+        },
+    );
+    state.data_len = s.end;
+    state.cursor = s.cursor;
+    state.max_timestamp_ms = s.max_timestamp_ms;
+    (state, s)
+}
+
+fn state_from_index(f: IndexFile) -> SegmentState {
+    SegmentState {
+        data_len: usize::try_from(f.data_len).unwrap_or(usize::MAX),
+        cursor: Cursor {
+            next_log_index: f.next_log_index,
+            next_offset: f.next_offset,
+            last_term: f.last_term,
+        },
+        max_timestamp_ms: f.max_timestamp_ms,
+        last_indexed: f.entries.last().map_or(0, |e| e.position as usize),
+        entries: f.entries,
+    }
+}
+
+/// Loads and checks the segment's index file. `None` (rebuild) if it is missing, malformed,
+/// or disagrees with the segment: the frame of its last entry must decode with the log index
+/// and offset the entry claims, and the last frame must end exactly at `data_len`.
+fn load_index(
+    dir: &Path,
+    base: Cursor,
+    file_len: usize,
+    data: &[u8],
+    opts: &SegmentOptions,
+) -> Option<IndexFile> {
+    let path = dir.join(index_file_name(base.next_log_index));
+    let meta = std::fs::metadata(&path).ok()?;
+    // An index can have at most one entry per frame; refuse to read a larger file.
+    let max_len = format::INDEX_HEADER_LEN as u64
+        + (file_len / FRAME_HEADER_LEN + 1) as u64 * format::INDEX_ENTRY_LEN as u64;
+    if meta.len() > max_len {
+        return None;
+    }
+    let bytes = std::fs::read(&path).ok()?;
+    let f = match IndexFile::decode(&bytes, base.next_log_index, file_len as u64) {
+        Ok(f) => f,
+        Err(kind) => {
+            tracing::info!(file = %path.display(), reason = %kind, "ignoring invalid index");
+            return None;
+        }
+    };
+    if f.next_log_index == base.next_log_index {
+        // An empty segment: its data is exactly the header.
+        return (f.data_len == SEGMENT_HEADER_LEN as u64 && f.next_offset == base.next_offset)
+            .then_some(f);
+    }
+    let last = f.entries.last()?;
+    let data_len = usize::try_from(f.data_len).ok()?;
+    let data = data.get(..data_len)?;
+    // Walk from the last entry to the end: every frame valid and continuous, ending exactly at
+    // data_len with the cursor the index claims.
+    let start = Cursor {
+        next_log_index: base.next_log_index + u64::from(last.rel_log_index),
+        next_offset: base.next_offset + u64::from(last.rel_offset),
+        last_term: 0,
+    };
+    let s = scan(
+        data,
+        last.position as usize,
+        start,
+        &opts.limits,
+        None,
+        |_, _| {},
+    );
+    let consistent = s.end == data_len
+        && s.cursor.next_log_index == f.next_log_index
+        && s.cursor.next_offset == f.next_offset
+        && s.cursor.last_term == f.last_term
+        && base.last_term <= first_term(data, &opts.limits).unwrap_or(u64::MAX);
+    consistent.then_some(f)
+}
+
+/// The term of the segment's first frame, if it has one.
+fn first_term(data: &[u8], limits: &Limits) -> Option<u64> {
+    decode_frame(data, SEGMENT_HEADER_LEN, limits)
+        .ok()
+        .flatten()
+        .map(|h| h.term)
+}
+
+/// Gives a new file `len` bytes of allocated blocks.
+fn preallocate(file: &File, len: u64, mode: Preallocate, faults: &Faults) -> io::Result<()> {
+    preallocate_from(file, 0, len, mode, faults)
+}
+
+/// Gives bytes `[from, len)` of `file` allocated blocks that read as zeros.
+fn preallocate_from(
+    file: &File,
+    from: u64,
+    len: u64,
+    mode: Preallocate,
+    faults: &Faults,
+) -> io::Result<()> {
+    faults.check(FaultPoint::Preallocate)?;
+    if len <= from {
+        return Ok(());
+    }
+    if mode == Preallocate::Fallocate {
+        match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), from, len - from) {
+            Ok(()) => return Ok(()),
+            Err(e) if e == rustix::io::Errno::OPNOTSUPP || e == rustix::io::Errno::NOSYS => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    const CHUNK: usize = 1 << 20;
+    let zeros = vec![0u8; CHUNK];
+    let mut pos = from;
+    // Bounded by len / CHUNK iterations.
+    while pos < len {
+        let n = usize::try_from((len - pos).min(CHUNK as u64)).unwrap_or(CHUNK);
+        file.write_all_at(zeros.get(..n).unwrap_or_default(), pos)?;
+        pos += n as u64;
+    }
+    Ok(())
+}
+
+/// Decodes a segment file from arbitrary bytes the way recovery does, without touching disk:
+/// the entry point of the `segment_open` fuzz target. Returns the number of valid frames.
+///
+/// # Panics
+///
+/// Never, for any input.
+#[doc(hidden)]
+pub fn fuzz_scan_segment(data: &[u8]) -> std::result::Result<u64, CorruptKind> {
+    let header = SegmentHeader::decode(data)?;
+    let limits = Limits {
+        record_bytes_max: 1 << 20,
+        batch_bytes_max: 1 << 22,
+    };
+    let base = Cursor {
+        next_log_index: header.base_log_index,
+        next_offset: header.base_offset,
+        last_term: 0,
+    };
+    let s = scan(data, SEGMENT_HEADER_LEN, base, &limits, None, |_, _| {});
+    let _ = IndexFile::decode(data, header.base_log_index, data.len() as u64);
+    Ok(s.cursor
+        .next_log_index
+        .saturating_sub(header.base_log_index))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scan_stops_at_each_kind_of_end() {
+        let limits = Limits {
+            record_bytes_max: 100,
+            batch_bytes_max: 1000,
+        };
+        let zeros = [0u8; 100];
+        let s = scan(&zeros, 0, Cursor::default(), &limits, None, |_, _| {});
+        assert_eq!(s.stop, ScanStop::Zero);
+        assert_eq!(s.end, 0);
+        let s = scan(&zeros[..10], 0, Cursor::default(), &limits, None, |_, _| {});
+        assert_eq!(s.stop, ScanStop::EndOfData);
+        let s = scan(&zeros, 0, Cursor::default(), &limits, Some(0), |_, _| {});
+        assert_eq!(s.stop, ScanStop::Limit);
+        let garbage = [0xAB; 100];
+        let s = scan(&garbage, 0, Cursor::default(), &limits, None, |_, _| {});
+        assert!(matches!(
+            s.stop,
+            ScanStop::Invalid(CorruptKind::LengthOutOfRange { .. })
+        ));
+    }
+
+    #[test]
+    fn fuzz_scan_rejects_garbage_and_accepts_header_only() {
+        assert!(fuzz_scan_segment(&[1, 2, 3]).is_err());
+        let mut data = SegmentHeader {
+            base_log_index: 5,
+            base_offset: 9,
+        }
+        .encode()
+        .to_vec();
+        data.extend_from_slice(&[0u8; 64]);
+        assert_eq!(fuzz_scan_segment(&data), Ok(0));
+    }
+}

@@ -1,0 +1,43 @@
+//! Small newtypes that keep offsets, log indices and terms apart.
+
+use std::fmt;
+
+macro_rules! number_newtype {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(pub u64);
+
+        impl $name {
+            /// The number inside.
+            pub const fn get(self) -> u64 {
+                self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Display::fmt(&self.0, f)
+            }
+        }
+
+        impl From<u64> for $name {
+            fn from(v: u64) -> Self {
+                $name(v)
+            }
+        }
+    };
+}
+
+number_newtype!(
+    /// The number of a record in a partition: dense, starting at 0, assigned on append.
+    Offset
+);
+number_newtype!(
+    /// The number of an entry (a record batch or a control entry) in the log; a Raft log index.
+    LogIndex
+);
+number_newtype!(
+    /// A Raft term. A local-only log writes term 0.
+    Term
+);
