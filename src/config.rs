@@ -92,7 +92,9 @@ impl LogConfig {
         if self.segment_bytes < min_segment {
             return bad(
                 "segment_bytes",
-                format!("must hold a header and one full batch: at least {min_segment}"),
+                format!(
+                    "must hold a header and one batch of batch_bytes_max: at least {min_segment}"
+                ),
             );
         }
         if self.segment_bytes > SEGMENT_BYTES_LIMIT {

@@ -273,7 +273,7 @@ impl PartitionLog {
         };
         let frame_len = header.frame_len();
         if w.handle.unpublished_mut().len() < frame_len {
-            self.roll(&mut w)?;
+            self.roll_locked(&mut w)?;
         }
         let pos = w.handle.map().published_len();
         let tail = w.handle.unpublished_mut();
@@ -309,7 +309,7 @@ impl PartitionLog {
     /// Seals the active segment and starts a new one. Order matters for crash safety: the old
     /// segment's data is synced, then the new segment is created durably, and only then is the
     /// old segment's index written (an index on the last segment would mean "closed cleanly").
-    fn roll(&self, w: &mut Writer) -> Result<()> {
+    fn roll_locked(&self, w: &mut Writer) -> Result<()> {
         let old = Arc::clone(&w.active);
         let end = old.data_len();
         if let Err(e) = old.sync(0, end, &self.opts.faults) {
@@ -327,6 +327,22 @@ impl PartitionLog {
         w.active = seg;
         w.handle = handle;
         Ok(())
+    }
+
+    /// Seals the active segment and starts a new one, if the active segment holds any entry.
+    /// Appends roll by themselves when a segment is full; this is for callers that want a
+    /// boundary now (for example so that retention can delete everything written so far).
+    ///
+    /// # Errors
+    ///
+    /// As [`flush`](Self::flush), and [`Error::Io`] if the new segment could not be created.
+    pub fn roll(&self) -> Result<()> {
+        let mut w = self.writer.lock();
+        self.check_writable()?;
+        if w.cursor.next_log_index == w.active.base_log_index {
+            return Ok(());
+        }
+        self.roll_locked(&mut w)
     }
 
     /// Makes every batch appended before this call durable. Concurrent callers share syncs:

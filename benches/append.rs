@@ -1,0 +1,210 @@
+//! Append, read and reopen throughput of the partition log, with a memcpy+CRC baseline measured
+//! in the same run so that every figure can be stated as a ratio.
+//!
+//! Run: `cargo bench --bench append`; then `python3 benches/report.py` prints the ratios.
+//! Disk use stays bounded: old segments are purged between samples (outside the timing).
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use replog::{LogConfig, Offset, PartitionLog, Preallocate, Record};
+
+const SIZES: [(usize, &str); 2] = [(100, "100B"), (1024, "1KiB")];
+
+fn records(value_len: usize, n: usize) -> Vec<Record> {
+    (0..n)
+        .map(|i| Record::new(vec![(i % 251) as u8; value_len]))
+        .collect()
+}
+
+fn open(dir: &std::path::Path, config: LogConfig) -> PartitionLog {
+    PartitionLog::open(dir, config).expect("open log")
+}
+
+/// Appends `iters` batches (and flushes each if `sync`), timing only the appends; purges
+/// everything but the active segment afterwards so disk use stays bounded.
+fn timed_appends(log: &PartitionLog, batch: &[Record], iters: u64, sync: bool) -> Duration {
+    let start = Instant::now();
+    for _ in 0..iters {
+        black_box(log.append(batch).expect("append"));
+        if sync {
+            log.flush().expect("flush");
+        }
+    }
+    let elapsed = start.elapsed();
+    log.purge_to(log.end_offset()).expect("purge");
+    elapsed
+}
+
+fn append(c: &mut Criterion) {
+    let mut g = c.benchmark_group("append");
+    g.sample_size(20)
+        .measurement_time(Duration::from_secs(4))
+        .warm_up_time(Duration::from_secs(1));
+    for (value_len, label) in SIZES {
+        for (per_call, sync) in [(1usize, false), (100, false), (100, true)] {
+            let batch = records(value_len, per_call);
+            let dir = tempfile::tempdir().expect("tempdir");
+            let log = open(dir.path(), LogConfig::default());
+            let name = format!(
+                "{label}/batch{per_call}/{}",
+                if sync { "sync" } else { "nosync" }
+            );
+            g.throughput(Throughput::Elements(per_call as u64));
+            g.bench_function(name, |b| {
+                b.iter_custom(|iters| timed_appends(&log, &batch, iters, sync));
+            });
+        }
+    }
+    g.finish();
+}
+
+/// The baseline: copy the same value bytes into a memory-mapped file and CRC them, batch by
+/// batch, wrapping around a 64 MiB preallocated file (so its pages are warm: a generous
+/// baseline).
+fn baseline(c: &mut Criterion) {
+    let mut g = c.benchmark_group("baseline");
+    g.sample_size(20)
+        .measurement_time(Duration::from_secs(4))
+        .warm_up_time(Duration::from_secs(1));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(dir.path().join("baseline"))
+        .expect("create");
+    let len = 64usize << 20;
+    file.set_len(len as u64).expect("set_len");
+    #[expect(
+        unsafe_code,
+        reason = "the baseline writes through a memory map, as the log does"
+    )]
+    // SAFETY: the file was created above in a private temporary directory, nothing else maps or
+    // truncates it, and it outlives the map (both are dropped at the end of this function).
+    let map = unsafe { memmap2::MmapMut::map_mut(&file) };
+    let mut map = map.expect("map");
+    for (value_len, label) in SIZES {
+        let batch = records(value_len, 100);
+        g.throughput(Throughput::Elements(100));
+        g.bench_function(
+            BenchmarkId::new("memcpy_crc", format!("{label}/batch100")),
+            |b| {
+                let mut pos = 0usize;
+                b.iter(|| {
+                    let mut crc = crc32fast::Hasher::new();
+                    for r in &batch {
+                        if pos + r.value.len() > len {
+                            pos = 0;
+                        }
+                        let dst = &mut map[pos..pos + r.value.len()];
+                        dst.copy_from_slice(&r.value);
+                        crc.update(dst);
+                        pos += r.value.len();
+                    }
+                    black_box(crc.finalize())
+                });
+            },
+        );
+    }
+    g.finish();
+}
+
+fn read(c: &mut Criterion) {
+    let mut g = c.benchmark_group("read");
+    g.sample_size(20)
+        .measurement_time(Duration::from_secs(4))
+        .warm_up_time(Duration::from_secs(1));
+    for (value_len, label) in SIZES {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = open(dir.path(), LogConfig::default());
+        let batch = records(value_len, 100);
+        let batches = (64usize << 20) / (value_len * 100);
+        for _ in 0..batches {
+            log.append(&batch).expect("append");
+        }
+        let end = log.end_offset();
+        g.throughput(Throughput::Elements(100 * 1024));
+        // One iteration reads 1024 batches (every record's value is touched), wrapping around.
+        g.bench_function(format!("{label}/batch100"), |b| {
+            let mut next = Offset(0);
+            b.iter(|| {
+                let mut n = 0usize;
+                let mut bytes = 0usize;
+                while n < 100 * 1024 {
+                    if next >= end {
+                        next = Offset(0);
+                    }
+                    for batch in log.read(next, 1 << 20).expect("read") {
+                        for (_, r) in batch.records() {
+                            bytes += r.value.len();
+                            n += 1;
+                        }
+                        next = batch.next_offset();
+                    }
+                }
+                black_box(bytes)
+            });
+        });
+    }
+    g.finish();
+}
+
+/// Reopen cost: a clean close versus a crash, for logs of different sizes, to show that clean
+/// reopens do not scan and crash reopens scan only the active segment.
+fn reopen(c: &mut Criterion) {
+    let mut g = c.benchmark_group("reopen");
+    g.sample_size(10)
+        .measurement_time(Duration::from_secs(3))
+        .warm_up_time(Duration::from_secs(1));
+    let gib = 1u64 << 30;
+    for (total, segment, label) in [
+        (gib, 128u64 << 20, "1GiB_in_8x128MiB"),
+        (128 << 20, 128 << 20, "128MiB_in_1x128MiB"),
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut config = LogConfig::default();
+        config.segment_bytes = segment;
+        config.preallocate = Preallocate::Fallocate;
+        {
+            let log = open(dir.path(), config.clone());
+            let batch = records(1024, 100);
+            // Fill so that the active segment is about half full.
+            let target = total - segment / 2;
+            while log.size_bytes() < target {
+                log.append(&batch).expect("append");
+            }
+        }
+        g.bench_function(BenchmarkId::new("clean", label), |b| {
+            b.iter_custom(|iters| {
+                let mut t = Duration::ZERO;
+                for _ in 0..iters {
+                    let start = Instant::now();
+                    let log = open(dir.path(), config.clone());
+                    t += start.elapsed();
+                    drop(log);
+                }
+                t
+            });
+        });
+        g.bench_function(BenchmarkId::new("crash", label), |b| {
+            b.iter_custom(|iters| {
+                let mut t = Duration::ZERO;
+                for _ in 0..iters {
+                    let start = Instant::now();
+                    let log = open(dir.path(), config.clone());
+                    t += start.elapsed();
+                    log.abandon();
+                }
+                t
+            });
+        });
+        drop(open(dir.path(), config.clone()));
+    }
+    g.finish();
+}
+
+criterion_group!(benches, baseline, append, read, reopen);
+criterion_main!(benches);

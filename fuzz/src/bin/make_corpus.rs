@@ -1,0 +1,101 @@
+//! Writes the seed corpora for the fuzz targets from valid encodings made by replog itself:
+//!
+//! - `corpus/segment_open/`: each `.log` segment file, whole (preallocated to
+//!   `segment_bytes`), plus a copy cut after its last frame (a smaller, faster seed).
+//! - `corpus/record_decode/`: each frame of the first segment on its own.
+//!
+//! Run with `cargo run --manifest-path fuzz/Cargo.toml --bin make_corpus`.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use replog::{PartitionLog, Record};
+use replog_fuzz::small_config;
+
+/// Size of the segment header; frames start here (see `src/segment/FORMAT.md`).
+const SEGMENT_HEADER_LEN: usize = 32;
+/// `body_len` and `crc` come before the body of a frame.
+const FRAME_PREFIX_LEN: usize = 8;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
+    let seg_out = corpus.join("segment_open");
+    let frame_out = corpus.join("record_decode");
+    fs::create_dir_all(&seg_out)?;
+    fs::create_dir_all(&frame_out)?;
+
+    let tmp = tempfile::tempdir()?;
+    {
+        let log = PartitionLog::open(tmp.path(), small_config())?;
+        log.append(&[Record::new("v0")])?;
+        log.append(&[
+            Record::new("value-1").with_key("key-1"),
+            Record::new(Vec::new()).with_key(Vec::new()),
+            Record::new(Vec::new()),
+        ])?;
+        log.append(&[Record::new("v").with_key("k").with_header("h1", "x")])?;
+        log.append(&[
+            Record::new(Vec::new())
+                .with_key("only-headers")
+                .with_header("content-type", "text/plain")
+                .with_header("", ""),
+            Record::new("after-headers").with_header("trace", vec![0u8; 16]),
+        ])?;
+        log.append(&[Record::new(vec![0xAB; 300]).with_key(vec![0xCD; 40])])?;
+        log.flush()?;
+        // Dropping the log closes it cleanly.
+    }
+
+    let mut segments: Vec<PathBuf> = fs::read_dir(tmp.path())?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    segments.sort();
+    if segments.is_empty() {
+        return Err("the log wrote no segment file".into());
+    }
+
+    let mut frame_count = 0;
+    for (i, path) in segments.iter().enumerate() {
+        let bytes = fs::read(path)?;
+        let frames = frames(&bytes);
+        let data_len = frames.last().map_or(SEGMENT_HEADER_LEN, |f| f.end);
+        // Seeds must be valid encodings, or they teach the fuzzer nothing.
+        replog::__fuzz::fuzz_scan_segment(&bytes)
+            .map_err(|e| format!("{}: scan failed: {e:?}", path.display()))?;
+        fs::write(seg_out.join(format!("segment-{i}-whole")), &bytes)?;
+        fs::write(seg_out.join(format!("segment-{i}-data")), &bytes[..data_len])?;
+        if i == 0 {
+            for (j, f) in frames.iter().enumerate() {
+                replog::__fuzz::fuzz_decode_frame(&bytes[f.clone()])
+                    .map_err(|e| format!("frame {j} does not decode: {e:?}"))?;
+                fs::write(frame_out.join(format!("frame-{j}")), &bytes[f.clone()])?;
+                frame_count += 1;
+            }
+        }
+    }
+    println!(
+        "wrote {} segment seeds to {} and {frame_count} frame seeds to {}",
+        2 * segments.len(),
+        seg_out.display(),
+        frame_out.display()
+    );
+    Ok(())
+}
+
+/// Byte ranges of the frames of a segment: from position 32, each `8 + body_len` bytes, up to
+/// the first zero `body_len` or the end of the file.
+fn frames(segment: &[u8]) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let mut pos = SEGMENT_HEADER_LEN;
+    while let Some(len) = segment.get(pos..pos + 4) {
+        let body_len = u32::from_le_bytes(len.try_into().expect("4 bytes")) as usize;
+        let end = pos + FRAME_PREFIX_LEN + body_len;
+        if body_len == 0 || end > segment.len() {
+            break;
+        }
+        out.push(pos..end);
+        pos = end;
+    }
+    out
+}
