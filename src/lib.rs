@@ -55,6 +55,12 @@ pub use segment::RecoveryEvent;
 pub use segment::record::{Batch, Header, Record, RecordIter};
 pub use types::{LogIndex, Offset, Term};
 
+/// Helpers for the `replog` binary's inspection tools. Not part of the API.
+#[doc(hidden)]
+pub mod __tools {
+    pub use crate::segment::{SegmentReport, inspect_segment};
+}
+
 /// Entry points for the fuzz targets. Not part of the API.
 #[doc(hidden)]
 pub mod __fuzz {

@@ -613,3 +613,34 @@ fn hostile_files_never_panic() {
         Some(CorruptKind::LengthOutOfRange { .. })
     ));
 }
+
+#[test]
+fn replog_check_reports_clean_and_damaged_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = PartitionLog::open(dir.path(), tiny()).unwrap();
+    for i in 0..30u32 {
+        log.append(&[Record::new(format!("value-{i}"))]).unwrap();
+    }
+    drop(log);
+    let run = |dir: &Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_replog"))
+            .args(["check", "--record-bytes-max", "128", "--batch-bytes-max", "256"])
+            .arg(dir)
+            .output()
+            .unwrap()
+    };
+    let out = run(dir.path());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert_eq!(text.lines().count(), segment_files(dir.path()).len());
+    assert!(text.lines().all(|l| l.contains("clean end")), "{text}");
+
+    let sealed = &segment_files(dir.path())[0];
+    let mut bytes = std::fs::read(sealed).unwrap();
+    bytes[40] ^= 0x08;
+    std::fs::write(sealed, bytes).unwrap();
+    let out = run(dir.path());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("checksum mismatch"), "{text}");
+}
