@@ -57,6 +57,17 @@ fn append(c: &mut Criterion) {
             });
         }
     }
+    // The same synced load on segments preallocated with fallocate(2) instead of zeros: the
+    // first write into an unwritten extent makes each sync convert it.
+    let batch = records(100, 100);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = LogConfig::default();
+    config.preallocate = Preallocate::Fallocate;
+    let log = open(dir.path(), config);
+    g.throughput(Throughput::Elements(100));
+    g.bench_function("100B/batch100/sync_fallocate", |b| {
+        b.iter_custom(|iters| timed_appends(&log, &batch, iters, true));
+    });
     g.finish();
 }
 

@@ -270,6 +270,8 @@ impl PartitionLog {
             record_count,
             kind,
             timestamp_ms,
+            producer_id: 0,
+            base_sequence: 0,
         };
         let frame_len = header.frame_len();
         if w.handle.unpublished_mut().len() < frame_len {
@@ -814,6 +816,33 @@ mod tests {
     }
 
     #[test]
+    fn reads_share_the_map_instead_of_copying() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = PartitionLog::open(dir.path(), small()).unwrap();
+        log.append(&[Record::new("shared bytes").with_key("k")])
+            .unwrap();
+        let a = log
+            .read(Offset(0), 100)
+            .unwrap()
+            .remove(0)
+            .records()
+            .next()
+            .unwrap()
+            .1;
+        let b = log
+            .read(Offset(0), 100)
+            .unwrap()
+            .remove(0)
+            .records()
+            .next()
+            .unwrap()
+            .1;
+        // Two reads hand out the same memory: the segment's map, not two copies.
+        assert_eq!(a.value.as_ptr(), b.value.as_ptr());
+        assert_eq!(a.key.unwrap().as_ptr(), b.key.unwrap().as_ptr());
+    }
+
+    #[test]
     fn out_of_range_reads_are_typed_errors() {
         let dir = tempfile::tempdir().unwrap();
         let log = PartitionLog::open(dir.path(), small()).unwrap();
@@ -1068,10 +1097,10 @@ mod tests {
                 position,
             }) => {
                 assert_eq!(file, first);
-                // Byte 100 lies in the second frame, which starts at 32 + 65.
-                assert_eq!(position, 97);
+                // Byte 100 lies in the first frame (64 + 10 + 7 bytes from position 32).
+                assert_eq!(position, 32);
                 assert!(
-                    matches!(kind, CorruptKind::LengthOutOfRange { .. }),
+                    matches!(kind, CorruptKind::ChecksumMismatch { .. }),
                     "{kind}"
                 );
             }

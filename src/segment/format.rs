@@ -37,12 +37,15 @@ pub(crate) const FRAME_KIND_POS: usize = FRAME_RECORD_COUNT_POS + size_of::<u32>
 pub(crate) const FRAME_FLAGS_POS: usize = FRAME_KIND_POS + size_of::<u8>();
 pub(crate) const FRAME_RESERVED_POS: usize = FRAME_FLAGS_POS + size_of::<u8>();
 pub(crate) const FRAME_TIMESTAMP_POS: usize = FRAME_RESERVED_POS + size_of::<u16>();
+pub(crate) const FRAME_PRODUCER_ID_POS: usize = FRAME_TIMESTAMP_POS + size_of::<u64>();
+pub(crate) const FRAME_BASE_SEQUENCE_POS: usize = FRAME_PRODUCER_ID_POS + size_of::<u64>();
+pub(crate) const FRAME_RESERVED2_POS: usize = FRAME_BASE_SEQUENCE_POS + size_of::<u32>();
 /// Length of the fixed frame header; the payload starts here.
-pub(crate) const FRAME_HEADER_LEN: usize = FRAME_TIMESTAMP_POS + size_of::<u64>();
+pub(crate) const FRAME_HEADER_LEN: usize = FRAME_RESERVED2_POS + size_of::<u32>();
 /// The smallest legal `body_len`: the fixed fields after the CRC.
 pub(crate) const FRAME_BODY_FIXED_LEN: usize = FRAME_HEADER_LEN - FRAME_LOG_INDEX_POS;
-const _: () = assert!(FRAME_HEADER_LEN == 48, "FORMAT.md §4 says 48 bytes");
-const _: () = assert!(FRAME_BODY_FIXED_LEN == 40, "FORMAT.md §4: body_len >= 40");
+const _: () = assert!(FRAME_HEADER_LEN == 64, "FORMAT.md §4 says 64 bytes");
+const _: () = assert!(FRAME_BODY_FIXED_LEN == 56, "FORMAT.md §4: body_len >= 56");
 
 // ---- Record (FORMAT.md §4.1) ----
 pub(crate) const RECORD_KEY_LEN_POS: usize = 0;

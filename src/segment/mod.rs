@@ -466,6 +466,8 @@ impl Segment {
             record_count: h.record_count,
             timestamp_ms: h.timestamp_ms,
             kind: h.kind,
+            producer_id: h.producer_id,
+            base_sequence: h.base_sequence,
             payload,
         })
     }

@@ -8,9 +8,10 @@ use bytes::Bytes;
 
 use crate::error::{CorruptKind, Error};
 use crate::segment::format::{
-    EntryKind, FRAME_BASE_OFFSET_POS, FRAME_BODY_FIXED_LEN, FRAME_BODY_LEN_POS, FRAME_CRC_POS,
-    FRAME_FLAGS_POS, FRAME_HEADER_LEN, FRAME_KIND_POS, FRAME_LOG_INDEX_POS, FRAME_RECORD_COUNT_POS,
-    FRAME_RESERVED_POS, FRAME_TERM_POS, FRAME_TIMESTAMP_POS, NULL_KEY_LEN, RECORD_FIXED_LEN,
+    EntryKind, FRAME_BASE_OFFSET_POS, FRAME_BASE_SEQUENCE_POS, FRAME_BODY_FIXED_LEN,
+    FRAME_BODY_LEN_POS, FRAME_CRC_POS, FRAME_FLAGS_POS, FRAME_HEADER_LEN, FRAME_KIND_POS,
+    FRAME_LOG_INDEX_POS, FRAME_PRODUCER_ID_POS, FRAME_RECORD_COUNT_POS, FRAME_RESERVED_POS,
+    FRAME_RESERVED2_POS, FRAME_TERM_POS, FRAME_TIMESTAMP_POS, NULL_KEY_LEN, RECORD_FIXED_LEN,
     RECORD_HEADER_COUNT_POS, RECORD_HEADER_FIXED_LEN, RECORD_KEY_LEN_POS, RECORD_VALUE_LEN_POS,
     get_u16, get_u32, get_u64, put,
 };
@@ -154,6 +155,10 @@ pub(crate) struct FrameHeader {
     pub(crate) record_count: u32,
     pub(crate) kind: EntryKind,
     pub(crate) timestamp_ms: u64,
+    /// Idempotent producer that wrote the batch; 0 for none.
+    pub(crate) producer_id: u64,
+    /// That producer's sequence number of the batch's first record (0 without a producer).
+    pub(crate) base_sequence: u32,
 }
 
 impl FrameHeader {
@@ -198,6 +203,17 @@ pub(crate) fn encode_frame(dst: &mut [u8], header: &FrameHeader, payload: &Paylo
     put(dst, FRAME_FLAGS_POS, &[0]);
     put(dst, FRAME_RESERVED_POS, &0u16.to_le_bytes());
     put(dst, FRAME_TIMESTAMP_POS, &header.timestamp_ms.to_le_bytes());
+    put(
+        dst,
+        FRAME_PRODUCER_ID_POS,
+        &header.producer_id.to_le_bytes(),
+    );
+    put(
+        dst,
+        FRAME_BASE_SEQUENCE_POS,
+        &header.base_sequence.to_le_bytes(),
+    );
+    put(dst, FRAME_RESERVED2_POS, &0u32.to_le_bytes());
     let mut pos = FRAME_HEADER_LEN;
     match payload {
         Payload::Records(records) => {
@@ -271,7 +287,10 @@ pub(crate) fn decode_frame(
         return Err(CorruptKind::ChecksumMismatch { expected, actual });
     }
     let kind = EntryKind::from_u8(*frame.get(FRAME_KIND_POS).ok_or(CorruptKind::Truncated)?)?;
-    if frame.get(FRAME_FLAGS_POS) != Some(&0) || get_u16(frame, FRAME_RESERVED_POS) != Some(0) {
+    if frame.get(FRAME_FLAGS_POS) != Some(&0)
+        || get_u16(frame, FRAME_RESERVED_POS) != Some(0)
+        || get_u32(frame, FRAME_RESERVED2_POS) != Some(0)
+    {
         return Err(CorruptKind::NonZeroReserved);
     }
     let header = FrameHeader {
@@ -282,7 +301,12 @@ pub(crate) fn decode_frame(
         record_count: get_u32(frame, FRAME_RECORD_COUNT_POS).ok_or(CorruptKind::Truncated)?,
         kind,
         timestamp_ms: get_u64(frame, FRAME_TIMESTAMP_POS).ok_or(CorruptKind::Truncated)?,
+        producer_id: get_u64(frame, FRAME_PRODUCER_ID_POS).ok_or(CorruptKind::Truncated)?,
+        base_sequence: get_u32(frame, FRAME_BASE_SEQUENCE_POS).ok_or(CorruptKind::Truncated)?,
     };
+    if header.producer_id == 0 && header.base_sequence != 0 {
+        return Err(CorruptKind::NonZeroReserved);
+    }
     let payload = frame
         .get(FRAME_HEADER_LEN..)
         .ok_or(CorruptKind::Truncated)?;
@@ -367,6 +391,8 @@ pub struct Batch {
     pub(crate) record_count: u32,
     pub(crate) timestamp_ms: u64,
     pub(crate) kind: EntryKind,
+    pub(crate) producer_id: u64,
+    pub(crate) base_sequence: u32,
     /// The frame's payload: validated records (data) or opaque bytes (control).
     pub(crate) payload: Bytes,
 }
@@ -400,6 +426,12 @@ impl Batch {
     /// When the batch was appended, in milliseconds since the Unix epoch.
     pub fn timestamp_ms(&self) -> u64 {
         self.timestamp_ms
+    }
+
+    /// The idempotent producer that wrote this batch and the sequence number of its first
+    /// record, if it was written by one.
+    pub fn producer(&self) -> Option<(u64, u32)> {
+        (self.producer_id != 0).then_some((self.producer_id, self.base_sequence))
     }
 
     /// The records with their offsets. No record bytes are copied.
@@ -514,6 +546,8 @@ pub fn fuzz_decode_frame(data: &[u8]) -> Result<usize, CorruptKind> {
         record_count: header.record_count,
         timestamp_ms: header.timestamp_ms,
         kind: header.kind,
+        producer_id: header.producer_id,
+        base_sequence: header.base_sequence,
         payload: Bytes::copy_from_slice(
             data.get(FRAME_HEADER_LEN..header.frame_len())
                 .unwrap_or_default(),
@@ -552,6 +586,8 @@ mod tests {
             record_count: u32::try_from(records.len()).unwrap(),
             kind: EntryKind::Data,
             timestamp_ms: 1_700_000_000_000,
+            producer_id: 0,
+            base_sequence: 0,
         }
     }
 
@@ -586,6 +622,8 @@ mod tests {
             record_count: 3,
             timestamp_ms: 0,
             kind: EntryKind::Data,
+            producer_id: 0,
+            base_sequence: 0,
             payload: Bytes::copy_from_slice(&buf[FRAME_HEADER_LEN..]),
         };
         let got: Vec<_> = batch.records().collect();
@@ -758,6 +796,8 @@ mod tests {
             record_count: 0,
             kind: EntryKind::Control,
             timestamp_ms: 0,
+            producer_id: 9,
+            base_sequence: 4,
         };
         let mut buf = vec![0u8; h.frame_len()];
         encode_frame(&mut buf, &h, &Payload::Raw(b"abc"));

@@ -624,7 +624,13 @@ fn replog_check_reports_clean_and_damaged_directories() {
     drop(log);
     let run = |dir: &Path| {
         std::process::Command::new(env!("CARGO_BIN_EXE_replog"))
-            .args(["check", "--record-bytes-max", "128", "--batch-bytes-max", "256"])
+            .args([
+                "check",
+                "--record-bytes-max",
+                "128",
+                "--batch-bytes-max",
+                "256",
+            ])
             .arg(dir)
             .output()
             .unwrap()

@@ -1,0 +1,38 @@
+#!/usr/bin/env python3
+"""Prints criterion results as records/s and the ratios the issues ask for.
+
+Run after `cargo bench --bench append` (and `--bench replicate` once it exists):
+    python3 benches/report.py
+Ratios are only meaningful between figures from the same run.
+"""
+import json
+import pathlib
+import sys
+
+root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "target/criterion")
+rates = {}
+for bench in sorted(root.glob("**/new/benchmark.json")):
+    meta = json.loads(bench.read_text())
+    est = json.loads((bench.parent / "estimates.json").read_text())
+    ns = est["mean"]["point_estimate"]
+    name = meta["full_id"]
+    tp = meta.get("throughput") or {}
+    elements = tp.get("Elements")
+    if elements:
+        rates[name] = elements / (ns * 1e-9)
+        print(f"{name:55s} {rates[name] / 1e6:10.2f} M records/s   ({ns / 1e3:10.1f} us/iter)")
+    else:
+        print(f"{name:55s} {ns / 1e6:10.2f} ms/iter")
+
+
+def ratio(label, a, b):
+    if a in rates and b in rates:
+        print(f"{label:55s} {rates[a] / rates[b]:10.2f}")
+
+
+print()
+for size in ["100B", "1KiB"]:
+    ratio(f"append {size} batch100 nosync / memcpy+CRC baseline",
+          f"append/{size}/batch100/nosync", f"baseline/memcpy_crc/{size}/batch100")
+    ratio(f"append {size} batch100 sync / nosync",
+          f"append/{size}/batch100/sync", f"append/{size}/batch100/nosync")
