@@ -120,7 +120,90 @@ fn baseline(c: &mut Criterion) {
             },
         );
     }
+    // The same copy into fresh file pages: a new 64 MiB file (fallocated, as the log's
+    // segments are) each time one fills up, so every page is touched for the first time, as
+    // in a log that writes new data. File creation is part of the cost, as a roll is for the log.
+    for (value_len, label) in SIZES {
+        let batch = records(value_len, 100);
+        g.throughput(Throughput::Elements(100));
+        let mut cold = ColdFile::new(dir.path());
+        g.bench_function(
+            BenchmarkId::new("memcpy_crc_cold", format!("{label}/batch100")),
+            |b| {
+                b.iter(|| {
+                    let mut crc = crc32fast::Hasher::new();
+                    for r in &batch {
+                        let dst = cold.next(r.value.len());
+                        dst.copy_from_slice(&r.value);
+                        crc.update(dst);
+                    }
+                    black_box(crc.finalize())
+                });
+            },
+        );
+    }
     g.finish();
+}
+
+/// A mapped file that is replaced by a new one when full.
+struct ColdFile {
+    dir: std::path::PathBuf,
+    map: memmap2::MmapMut,
+    pos: usize,
+    files: u64,
+}
+
+impl ColdFile {
+    const LEN: usize = 64 << 20;
+
+    fn new(dir: &std::path::Path) -> Self {
+        let map = Self::create(dir, 0);
+        ColdFile {
+            dir: dir.to_path_buf(),
+            map,
+            pos: 0,
+            files: 1,
+        }
+    }
+
+    fn create(dir: &std::path::Path, n: u64) -> memmap2::MmapMut {
+        let path = dir.join(format!("cold-{n}"));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .expect("create");
+        rustix::fs::fallocate(
+            &file,
+            rustix::fs::FallocateFlags::empty(),
+            0,
+            Self::LEN as u64,
+        )
+        .expect("fallocate");
+        // The previous file is deleted; its map (dropped by the caller) keeps it alive till then.
+        let _ = std::fs::remove_file(&path);
+        #[expect(
+            unsafe_code,
+            reason = "the baseline writes through a memory map, as the log does"
+        )]
+        // SAFETY: a fresh file in a private temporary directory, unlinked so nobody else can
+        // open it, never truncated; the map keeps the inode alive.
+        let map = unsafe { memmap2::MmapMut::map_mut(&file) };
+        map.expect("map")
+    }
+
+    fn next(&mut self, len: usize) -> &mut [u8] {
+        if self.pos + len > Self::LEN {
+            self.map = Self::create(&self.dir, self.files);
+            self.files += 1;
+            self.pos = 0;
+        }
+        let start = self.pos;
+        self.pos += len;
+        &mut self.map[start..start + len]
+    }
 }
 
 fn read(c: &mut Criterion) {

@@ -14,11 +14,11 @@ use crate::segment::format::{
 pub enum Preallocate {
     /// `fallocate(2)`: instant, but the first write to each block later converts an
     /// "unwritten" extent, which makes each sync after it slower.
+    #[default]
     Fallocate,
     /// Write zeros over the whole segment once at creation (falls back from `Fallocate` where
     /// the file system lacks it). Costs one sequential write of `segment_bytes` per segment,
     /// and makes later syncs cheaper because they overwrite blocks that already exist.
-    #[default]
     Zeros,
 }
 

@@ -19,6 +19,8 @@ pub enum FaultPoint {
     CreateSegment,
     /// Writing an index file.
     WriteIndex,
+    /// Syncing the directory after creating a segment file.
+    SyncDir,
 }
 
 /// Decides which I/O operations fail. Cloned into every log that shares it.

@@ -16,7 +16,7 @@ use crate::segment::mmap::WriteHandle;
 use crate::segment::record::{
     Batch, FrameHeader, Limits, Payload, Record, body_len_for, encode_frame,
 };
-use crate::segment::{Cursor, RecoveryEvent, Segment, SegmentOptions, sync_dir};
+use crate::segment::{Cursor, RecoveryEvent, Sealed, Segment, SegmentOptions, sync_dir};
 use crate::types::{LogIndex, Offset};
 
 /// Where an appended batch landed.
@@ -106,6 +106,17 @@ struct Writer {
     active: Arc<Segment>,
     handle: WriteHandle,
     cursor: Cursor,
+    /// The background sync of the segment sealed by the last roll, if it may still run.
+    /// At most one: a roll, flush, truncation, purge or close waits for it first.
+    pending_seal: Option<PendingSeal>,
+}
+
+/// A sealed segment being synced and indexed on its own thread.
+#[derive(Debug)]
+struct PendingSeal {
+    thread: std::thread::JoinHandle<std::io::Result<()>>,
+    /// Set by `abandon` so that a simulated crash does not let the index appear later.
+    cancel: Arc<AtomicBool>,
 }
 
 #[derive(Debug, Default)]
@@ -173,13 +184,29 @@ impl PartitionLog {
             Some((&last, sealed)) => {
                 let mut segments = Vec::with_capacity(bases.len());
                 let mut prev: Option<Cursor> = None;
+                let mut active_base = last;
                 for (i, &base) in sealed.iter().enumerate() {
                     let next_base = bases.get(i + 1).copied().unwrap_or(last);
-                    let seg = Segment::open_sealed(&dir, base, next_base, prev, &opts)?;
-                    prev = Some(seg.extent().cursor);
-                    segments.push(seg);
+                    let just_sealed = i + 1 == sealed.len();
+                    match Segment::open_sealed(&dir, base, next_base, prev, &opts, just_sealed)? {
+                        Sealed::Open(seg) => {
+                            prev = Some(seg.extent().cursor);
+                            segments.push(seg);
+                        }
+                        Sealed::TornTail(event) => {
+                            // The crash hit before the background sync of this segment ended:
+                            // nothing after its valid data was ever durable, including the
+                            // segment after it. Drop that one; this one becomes the active.
+                            tracing::warn!(file = %event.file.display(), position = event.position,
+                                reason = ?event.reason,
+                                "recovery found the last sealed segment torn; dropping the newer segment");
+                            remove_segment_files(&dir, last)?;
+                            sync_dir(&dir)?;
+                            active_base = base;
+                        }
+                    }
                 }
-                let (seg, handle, event) = Segment::open_active(&dir, last, prev, &opts)?;
+                let (seg, handle, event) = Segment::open_active(&dir, active_base, prev, &opts)?;
                 segments.push(seg);
                 (segments, handle, event)
             }
@@ -196,6 +223,7 @@ impl PartitionLog {
                 active,
                 handle,
                 cursor,
+                pending_seal: None,
             }),
             sync: Mutex::new(SyncState::default()),
             durable_next_log_index: AtomicU64::new(cursor.next_log_index),
@@ -308,26 +336,65 @@ impl PartitionLog {
         })
     }
 
-    /// Seals the active segment and starts a new one. Order matters for crash safety: the old
-    /// segment's data is synced, then the new segment is created durably, and only then is the
-    /// old segment's index written (an index on the last segment would mean "closed cleanly").
+    /// Seals the active segment and starts a new one.
+    ///
+    /// The new segment is created durably first; the old one is then synced and indexed on a
+    /// background thread, so appends do not wait for a whole segment to reach the disk. Until
+    /// that ends the old segment may be torn by a crash, which recovery allows for the segment
+    /// before the active one only (it drops the newer segment then); waiting for the previous
+    /// background sync here keeps it that way.
     fn roll_locked(&self, w: &mut Writer) -> Result<()> {
+        self.join_pending_seal(w)?;
+        let (seg, handle) = match Segment::create(&self.dir, w.cursor, &self.opts) {
+            Ok(created) => created,
+            Err(e) => {
+                // A failure before the new file was renamed into place changed nothing on disk:
+                // the log stays writable. After it, the directory may hold a segment whose base
+                // the old segment would later grow past, so the log latches.
+                let name = crate::segment::format::segment_file_name(w.cursor.next_log_index);
+                if self.dir.join(name).exists() {
+                    self.latch();
+                }
+                return Err(e);
+            }
+        };
         let old = Arc::clone(&w.active);
         let end = old.data_len();
-        if let Err(e) = old.sync(0, end, &self.opts.faults) {
-            self.latch();
-            return Err(e.into());
-        }
-        self.durable_next_log_index
-            .fetch_max(w.cursor.next_log_index, Ordering::AcqRel);
-        let (seg, handle) = Segment::create(&self.dir, w.cursor, &self.opts)?;
-        if let Err(e) = old.write_index(&self.opts.faults) {
-            tracing::warn!(segment = %old.path.display(), error = %e,
-                "could not write a sealed segment's index; the next open will rebuild it");
-        }
+        let faults = self.opts.faults.clone();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let cancelled = Arc::clone(&cancel);
+        let thread = std::thread::Builder::new()
+            .name("replog-seal".into())
+            .spawn(move || {
+                old.sync(0, end, &faults)?;
+                if !cancelled.load(Ordering::Acquire)
+                    && let Err(e) = old.write_index(&faults)
+                {
+                    tracing::warn!(segment = %old.path.display(), error = %e,
+                    "could not write a sealed segment's index; the next open will rebuild it");
+                }
+                Ok(())
+            })?;
+        w.pending_seal = Some(PendingSeal { thread, cancel });
         self.segments.write().push(Arc::clone(&seg));
         w.active = seg;
         w.handle = handle;
+        Ok(())
+    }
+
+    /// Waits for the background sync of the last sealed segment. Its failure latches the log.
+    fn join_pending_seal(&self, w: &mut Writer) -> Result<()> {
+        let Some(pending) = w.pending_seal.take() else {
+            return Ok(());
+        };
+        let result = pending
+            .thread
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the segment sync thread panicked")));
+        if let Err(e) = result {
+            self.latch();
+            return Err(e.into());
+        }
         Ok(())
     }
 
@@ -362,7 +429,9 @@ impl PartitionLog {
         }
         self.check_writable()?;
         let (seg, end, next) = {
-            let w = self.writer.lock();
+            let mut w = self.writer.lock();
+            // Everything in the segment sealed by the last roll comes before the active one.
+            self.join_pending_seal(&mut w)?;
             (
                 Arc::clone(&w.active),
                 w.active.data_len(),
@@ -461,6 +530,7 @@ impl PartitionLog {
         let mut sync = self.sync.lock();
         let mut w = self.writer.lock();
         self.check_writable()?;
+        self.join_pending_seal(&mut w)?;
         let segs = self.segments.read().clone();
         let first = segs.first().map_or(0, |s| s.base_log_index);
         let next = w.cursor.next_log_index;
@@ -581,8 +651,9 @@ impl PartitionLog {
         &self,
         mut remove: impl FnMut(&[Arc<Segment>], usize) -> bool,
     ) -> Result<usize> {
-        let _w = self.writer.lock();
+        let mut w = self.writer.lock();
         self.check_writable()?;
+        self.join_pending_seal(&mut w)?;
         let removed: Vec<Arc<Segment>> = {
             let mut segs = self.segments.write();
             let mut n = 0;
@@ -660,7 +731,8 @@ impl PartitionLog {
             return Ok(());
         }
         self.flush()?;
-        let w = self.writer.lock();
+        let mut w = self.writer.lock();
+        self.join_pending_seal(&mut w)?;
         w.active.write_index(&self.opts.faults)?;
         Ok(())
     }
@@ -670,6 +742,12 @@ impl PartitionLog {
     #[doc(hidden)]
     pub fn abandon(self) {
         self.closed.store(true, Ordering::Release);
+        let mut w = self.writer.lock();
+        if let Some(pending) = w.pending_seal.take() {
+            // A crash would stop the background sync wherever it is; stop it before its index.
+            pending.cancel.store(true, Ordering::Release);
+            let _ = pending.thread.join();
+        }
     }
 
     fn check_writable(&self) -> Result<()> {
@@ -694,6 +772,17 @@ impl Drop for PartitionLog {
             tracing::warn!(dir = %self.dir.display(), error = %e, "closing the log failed");
         }
     }
+}
+
+/// Removes the files of the segment with `base` (the index first).
+fn remove_segment_files(dir: &Path, base: u64) -> Result<()> {
+    use crate::segment::format::{index_file_name, segment_file_name};
+    match std::fs::remove_file(dir.join(index_file_name(base))) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+        _ => {}
+    }
+    std::fs::remove_file(dir.join(segment_file_name(base)))?;
+    Ok(())
 }
 
 /// Lists the base log indices of the segment files in `dir`, sorted, and removes leftover
@@ -1042,6 +1131,37 @@ mod tests {
         log.flush().unwrap();
         assert_eq!(log.end_offset(), Offset(before.0 + 1));
         assert_eq!(values(&log, 0).len() as u64, before.0 + 1);
+    }
+
+    #[test]
+    fn a_roll_that_fails_after_creating_the_file_latches() {
+        let dir = tempfile::tempdir().unwrap();
+        let faults = FaultInjector::new();
+        let cfg = LogConfig {
+            faults: Some(faults.clone()),
+            ..small()
+        };
+        let log = PartitionLog::open(dir.path(), cfg.clone()).unwrap();
+        faults.fail_times(FaultPoint::SyncDir, std::io::ErrorKind::Other, 1);
+        let mut appended = 0u64;
+        let err = loop {
+            match log.append(&[Record::new(format!("value-{appended}"))]) {
+                Ok(_) => appended += 1,
+                Err(e) => break e,
+            }
+            assert!(appended < 100, "a roll must happen");
+        };
+        assert!(matches!(err, Error::Io(_)), "{err}");
+        // The new segment file exists, so continuing in the old one could be cut off later.
+        assert!(matches!(
+            log.append(&[Record::new("x")]),
+            Err(Error::PreviousIo)
+        ));
+        drop(log);
+        let log = PartitionLog::open(dir.path(), cfg).unwrap();
+        assert_eq!(values(&log, 0).len() as u64, appended);
+        log.append(&[Record::new("after")]).unwrap();
+        assert_eq!(log.end_offset(), Offset(appended + 1));
     }
 
     #[test]

@@ -178,6 +178,16 @@ pub(crate) struct SegmentOptions {
     pub(crate) faults: Faults,
 }
 
+/// What opening a sealed segment found.
+#[derive(Debug)]
+pub(crate) enum Sealed {
+    /// A whole segment.
+    Open(Arc<Segment>),
+    /// A segment that was still being synced when the process stopped, and whose valid data
+    /// ends before the next segment's base: it becomes the log's end.
+    TornTail(RecoveryEvent),
+}
+
 /// What recovery did to a segment, for the log and for tests.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecoveryEvent {
@@ -230,6 +240,7 @@ impl Segment {
             opts.faults.check(FaultPoint::Sync)?;
             file.sync_all()?;
             std::fs::rename(&tmp, &path)?;
+            opts.faults.check(FaultPoint::SyncDir)?;
             sync_dir(dir)?;
             Ok(file)
         })();
@@ -275,13 +286,18 @@ impl Segment {
     /// Opens a sealed segment (any but the last). `next_base` is the next segment's base log
     /// index; `prev` the cursor after the previous segment (its last term and, for checking,
     /// the offsets), or the header's own base for the first segment.
+    ///
+    /// `may_be_unsynced` is set for the segment just before the active one: it is synced in
+    /// the background after a roll, so a crash can leave it torn. For it, valid data that ends
+    /// before `next_base` is [`Sealed::TornTail`], not corruption.
     pub(crate) fn open_sealed(
         dir: &Path,
         base_log_index: u64,
         next_base: u64,
         prev: Option<Cursor>,
         opts: &SegmentOptions,
-    ) -> Result<Arc<Segment>> {
+        may_be_unsynced: bool,
+    ) -> Result<Sealed> {
         let (file, file_len, base) = open_checked(dir, base_log_index, prev)?;
         let map = MappedFile::map_read_only(&file, file_len, file_len)?;
         let path = dir.join(segment_file_name(base_log_index));
@@ -293,22 +309,26 @@ impl Segment {
         let state = match from_index {
             Some(f) if f.next_log_index == next_base => state_from_index(f),
             _ => {
-                let s = scan_segment(data, base, opts, Some(next_base));
-                match s.1.stop {
-                    ScanStop::Limit => {}
-                    ScanStop::Invalid(kind) => return Err(corrupt(&path, s.1.end, kind)),
-                    ScanStop::Zero | ScanStop::EndOfData => {
-                        return Err(corrupt(
-                            &path,
-                            s.1.end,
-                            CorruptKind::MissingEntries {
-                                expected: next_base,
-                                found: s.1.cursor.next_log_index,
-                            },
-                        ));
+                let (state, scan) = scan_segment(data, base, opts, Some(next_base));
+                let reason = match scan.stop {
+                    ScanStop::Limit => None,
+                    ScanStop::Invalid(kind) => Some(kind),
+                    ScanStop::Zero | ScanStop::EndOfData => Some(CorruptKind::MissingEntries {
+                        expected: next_base,
+                        found: scan.cursor.next_log_index,
+                    }),
+                };
+                if let Some(kind) = reason {
+                    if may_be_unsynced {
+                        let event = RecoveryEvent {
+                            file: path,
+                            position: scan.end as u64,
+                            reason: Some(kind),
+                        };
+                        return Ok(Sealed::TornTail(event));
                     }
+                    return Err(corrupt(&path, scan.end, kind));
                 }
-                let state = s.0;
                 let seg = Segment::new(dir, base, Arc::clone(&map), opts, state.clone());
                 if let Err(e) = seg.write_index(&opts.faults) {
                     tracing::warn!(file = %seg.index_path.display(), error = %e,
@@ -317,7 +337,9 @@ impl Segment {
                 state
             }
         };
-        Ok(Arc::new(Segment::new(dir, base, map, opts, state)))
+        Ok(Sealed::Open(Arc::new(Segment::new(
+            dir, base, map, opts, state,
+        ))))
     }
 
     /// Opens the last segment for appending, recovering it after a crash. Returns the segment,

@@ -276,9 +276,15 @@ fn run(ops: Vec<Op>) {
     check(&log, &model);
 }
 
-/// Destroys the last segment's bytes from a position at or after the first non-durable frame.
+/// Destroys the bytes of the last segment (or, if its background sync may not have finished,
+/// the one before it) from a position at or after the first non-durable frame.
 fn crash_cut(dir: &Path, durable: u64, n: usize, garbage: bool) {
-    let path = segment_files(dir).pop().unwrap();
+    let mut segs = segment_files(dir);
+    let last = segs.pop().unwrap();
+    let path = match segs.pop() {
+        Some(prev) if n % 3 == 0 && !prev.with_extension("index").exists() => prev,
+        _ => last,
+    };
     let mut bytes = std::fs::read(&path).unwrap();
     let (starts, end) = frames(&path);
     let first_unsynced = starts
@@ -649,4 +655,49 @@ fn replog_check_reports_clean_and_damaged_directories() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(text.contains("checksum mismatch"), "{text}");
+}
+
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_torn_segment_before_the_active_one_ends_the_log_there() {
+    use replog::{FaultInjector, FaultPoint};
+    // The segment sealed by the last roll is synced in the background; here its index never
+    // gets written (as if the process died first), then its last frame is torn.
+    let dir = tempfile::tempdir().unwrap();
+    let faults = FaultInjector::new();
+    faults.fail_always(FaultPoint::WriteIndex, std::io::ErrorKind::Other);
+    let mut cfg = tiny();
+    cfg.faults = Some(faults.clone());
+    let log = PartitionLog::open(dir.path(), cfg.clone()).unwrap();
+    log.append(&[Record::new("durable")]).unwrap();
+    log.flush().unwrap();
+    let segments_before = log.segment_count();
+    let mut n = 1;
+    while log.segment_count() < segments_before + 2 {
+        log.append(&[Record::new(format!("value-{n}"))]).unwrap();
+        n += 1;
+    }
+    log.abandon();
+    let segs = segment_files(dir.path());
+    let torn = &segs[segs.len() - 2];
+    let (starts, _) = frames(torn);
+    let last_frame = *starts.last().unwrap();
+    let mut bytes = std::fs::read(torn).unwrap();
+    bytes[last_frame + 70] ^= 0xFF;
+    std::fs::write(torn, bytes).unwrap();
+
+    faults.clear();
+    let log = PartitionLog::open(dir.path(), cfg).unwrap();
+    assert_eq!(
+        segment_files(dir.path()).len(),
+        segs.len() - 1,
+        "the newer segment is dropped"
+    );
+    assert_eq!(log.recovery().file, *torn);
+    assert_eq!(log.recovery().position, last_frame as u64);
+    let got = contents(&log);
+    assert_eq!(got[0].1.1, b"durable");
+    assert_eq!(got.len() as u64, log.end_offset().get());
+    log.append(&[Record::new("after")]).unwrap();
+    drop(log);
 }
