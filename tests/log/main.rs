@@ -282,7 +282,7 @@ fn crash_cut(dir: &Path, durable: u64, n: usize, garbage: bool) {
     let mut segs = segment_files(dir);
     let last = segs.pop().unwrap();
     let path = match segs.pop() {
-        Some(prev) if n % 3 == 0 && !prev.with_extension("index").exists() => prev,
+        Some(prev) if n.is_multiple_of(3) && !prev.with_extension("index").exists() => prev,
         _ => last,
     };
     let mut bytes = std::fs::read(&path).unwrap();
