@@ -11,7 +11,9 @@ use parking_lot::{Mutex, RwLock};
 use crate::config::LogConfig;
 use crate::error::{Error, Result};
 use crate::fault::Faults;
-use crate::segment::format::{EntryKind, parse_segment_file_name};
+use crate::segment::format::{
+    EntryKind, index_file_name, parse_segment_file_name, segment_file_name,
+};
 use crate::segment::mmap::WriteHandle;
 use crate::segment::record::{
     Batch, FrameHeader, Limits, Payload, Record, body_len_for, encode_frame,
@@ -99,6 +101,8 @@ pub struct PartitionLog {
     failed: AtomicBool,
     closed: AtomicBool,
     recovery: RecoveryEvent,
+    /// Syncs of the active segment by `flush`, for tests of group commit.
+    syncs: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -106,10 +110,18 @@ struct Writer {
     active: Arc<Segment>,
     handle: WriteHandle,
     cursor: Cursor,
-    /// The background sync of the segment sealed by the last roll, if it may still run.
-    /// At most one: a roll, flush, truncation, purge or close waits for it first.
+    /// Sealed segments not yet synced, oldest first. Their data is durable only after a
+    /// flush, or after a roll hands them to a background sync.
+    unsynced: std::collections::VecDeque<Arc<Segment>>,
+    /// The background sync of segments that left `unsynced`, if it may still run. At most one
+    /// at a time, so that segments become durable (and get their index) in log order.
     pending_seal: Option<PendingSeal>,
 }
+
+/// How many sealed segments may wait unsynced before a roll starts syncing the oldest in the
+/// background. Appends never wait for the disk below this; a crash recovery scans at most this
+/// many segments plus the active one, whatever the size of the log.
+const UNSYNCED_SEALED_MAX: usize = 2;
 
 /// A sealed segment being synced and indexed on its own thread.
 #[derive(Debug)]
@@ -182,27 +194,35 @@ impl PartitionLog {
                 (vec![seg], handle, event)
             }
             Some((&last, sealed)) => {
+                // Sealed segments after the last one with an index may not have been synced
+                // before a crash: they are the log's tail, and may end torn (FORMAT.md §7).
+                let tail_from = sealed
+                    .iter()
+                    .rposition(|&b| dir.join(index_file_name(b)).exists())
+                    .map_or(0, |i| i + 1);
                 let mut segments = Vec::with_capacity(bases.len());
                 let mut prev: Option<Cursor> = None;
                 let mut active_base = last;
                 for (i, &base) in sealed.iter().enumerate() {
                     let next_base = bases.get(i + 1).copied().unwrap_or(last);
-                    let just_sealed = i + 1 == sealed.len();
-                    match Segment::open_sealed(&dir, base, next_base, prev, &opts, just_sealed)? {
+                    match Segment::open_sealed(&dir, base, next_base, prev, &opts, i >= tail_from)?
+                    {
                         Sealed::Open(seg) => {
                             prev = Some(seg.extent().cursor);
                             segments.push(seg);
                         }
                         Sealed::TornTail(event) => {
-                            // The crash hit before the background sync of this segment ended:
-                            // nothing after its valid data was ever durable, including the
-                            // segment after it. Drop that one; this one becomes the active.
+                            // Nothing after this segment's valid data was ever durable: drop the
+                            // newer segments, newest first; this one becomes the active segment.
                             tracing::warn!(file = %event.file.display(), position = event.position,
                                 reason = ?event.reason,
-                                "recovery found the last sealed segment torn; dropping the newer segment");
-                            remove_segment_files(&dir, last)?;
+                                "recovery found an unsynced sealed segment torn; dropping newer segments");
+                            for &newer in bases.get(i + 1..).unwrap_or_default().iter().rev() {
+                                remove_segment_files(&dir, newer)?;
+                            }
                             sync_dir(&dir)?;
                             active_base = base;
+                            break;
                         }
                     }
                 }
@@ -223,6 +243,7 @@ impl PartitionLog {
                 active,
                 handle,
                 cursor,
+                unsynced: std::collections::VecDeque::new(),
                 pending_seal: None,
             }),
             sync: Mutex::new(SyncState::default()),
@@ -231,6 +252,7 @@ impl PartitionLog {
             failed: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             recovery,
+            syncs: AtomicU64::new(0),
         })
     }
 
@@ -338,13 +360,12 @@ impl PartitionLog {
 
     /// Seals the active segment and starts a new one.
     ///
-    /// The new segment is created durably first; the old one is then synced and indexed on a
-    /// background thread, so appends do not wait for a whole segment to reach the disk. Until
-    /// that ends the old segment may be torn by a crash, which recovery allows for the segment
-    /// before the active one only (it drops the newer segment then); waiting for the previous
-    /// background sync here keeps it that way.
+    /// The new segment is created durably; the old one joins the unsynced sealed segments,
+    /// so appends do not wait for the disk. When more than [`UNSYNCED_SEALED_MAX`] wait, the
+    /// oldest are synced and indexed on a background thread, one batch at a time and in log
+    /// order. Recovery treats the sealed segments after the last one with an index as a
+    /// possibly torn tail (FORMAT.md §7).
     fn roll_locked(&self, w: &mut Writer) -> Result<()> {
-        self.join_pending_seal(w)?;
         let (seg, handle) = match Segment::create(&self.dir, w.cursor, &self.opts) {
             Ok(created) => created,
             Err(e) => {
@@ -358,31 +379,26 @@ impl PartitionLog {
                 return Err(e);
             }
         };
-        let old = Arc::clone(&w.active);
-        let end = old.data_len();
-        let faults = self.opts.faults.clone();
-        let cancel = Arc::new(AtomicBool::new(false));
-        let cancelled = Arc::clone(&cancel);
-        let thread = std::thread::Builder::new()
-            .name("replog-seal".into())
-            .spawn(move || {
-                old.sync(0, end, &faults)?;
-                if !cancelled.load(Ordering::Acquire)
-                    && let Err(e) = old.write_index(&faults)
-                {
-                    tracing::warn!(segment = %old.path.display(), error = %e,
-                    "could not write a sealed segment's index; the next open will rebuild it");
-                }
-                Ok(())
-            })?;
-        w.pending_seal = Some(PendingSeal { thread, cancel });
         self.segments.write().push(Arc::clone(&seg));
-        w.active = seg;
+        let old = std::mem::replace(&mut w.active, seg);
         w.handle = handle;
+        w.unsynced.push_back(old);
+        if w.unsynced.len() > UNSYNCED_SEALED_MAX {
+            self.join_pending_seal(w)?;
+            let n = w.unsynced.len() - UNSYNCED_SEALED_MAX;
+            let oldest: Vec<Arc<Segment>> = w.unsynced.drain(..n).collect();
+            let faults = self.opts.faults.clone();
+            let cancel = Arc::new(AtomicBool::new(false));
+            let cancelled = Arc::clone(&cancel);
+            let thread = std::thread::Builder::new()
+                .name("replog-seal".into())
+                .spawn(move || seal_all(&oldest, &faults, &cancelled))?;
+            w.pending_seal = Some(PendingSeal { thread, cancel });
+        }
         Ok(())
     }
 
-    /// Waits for the background sync of the last sealed segment. Its failure latches the log.
+    /// Waits for the background sync, if one runs. Its failure latches the log.
     fn join_pending_seal(&self, w: &mut Writer) -> Result<()> {
         let Some(pending) = w.pending_seal.take() else {
             return Ok(());
@@ -392,6 +408,17 @@ impl PartitionLog {
             .join()
             .unwrap_or_else(|_| Err(std::io::Error::other("the segment sync thread panicked")));
         if let Err(e) = result {
+            self.latch();
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    /// Makes every sealed segment durable and indexed, in log order. A failure latches the log.
+    fn seal_all_locked(&self, w: &mut Writer) -> Result<()> {
+        self.join_pending_seal(w)?;
+        let unsynced: Vec<Arc<Segment>> = w.unsynced.drain(..).collect();
+        if let Err(e) = seal_all(&unsynced, &self.opts.faults, &AtomicBool::new(false)) {
             self.latch();
             return Err(e.into());
         }
@@ -430,8 +457,9 @@ impl PartitionLog {
         self.check_writable()?;
         let (seg, end, next) = {
             let mut w = self.writer.lock();
-            // Everything in the segment sealed by the last roll comes before the active one.
-            self.join_pending_seal(&mut w)?;
+            // Sealed segments come before the active one: make them durable first. This holds
+            // the writer lock, so that no roll can index a later segment before they are.
+            self.seal_all_locked(&mut w)?;
             (
                 Arc::clone(&w.active),
                 w.active.data_len(),
@@ -442,6 +470,7 @@ impl PartitionLog {
             Some((base, pos)) if base == seg.base_log_index => pos,
             _ => 0,
         };
+        self.syncs.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = seg.sync(from, end, &self.opts.faults) {
             self.latch();
             return Err(e.into());
@@ -530,7 +559,7 @@ impl PartitionLog {
         let mut sync = self.sync.lock();
         let mut w = self.writer.lock();
         self.check_writable()?;
-        self.join_pending_seal(&mut w)?;
+        self.seal_all_locked(&mut w)?;
         let segs = self.segments.read().clone();
         let first = segs.first().map_or(0, |s| s.base_log_index);
         let next = w.cursor.next_log_index;
@@ -662,6 +691,8 @@ impl PartitionLog {
             }
             segs.drain(..n).collect()
         };
+        w.unsynced
+            .retain(|s| !removed.iter().any(|r| Arc::ptr_eq(r, s)));
         for s in &removed {
             s.remove_files()?;
         }
@@ -705,6 +736,12 @@ impl PartitionLog {
             .sum()
     }
 
+    /// How many times `flush` has synced the active segment since open.
+    #[doc(hidden)]
+    pub fn sync_count(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
+    }
+
     /// The log's directory.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -732,7 +769,7 @@ impl PartitionLog {
         }
         self.flush()?;
         let mut w = self.writer.lock();
-        self.join_pending_seal(&mut w)?;
+        self.seal_all_locked(&mut w)?;
         w.active.write_index(&self.opts.faults)?;
         Ok(())
     }
@@ -774,9 +811,28 @@ impl Drop for PartitionLog {
     }
 }
 
+/// Syncs and indexes `segments` in order, stopping at the first failed sync. An index that
+/// cannot be written is only a warning: the next open rebuilds it.
+fn seal_all(
+    segments: &[Arc<Segment>],
+    faults: &Faults,
+    cancel: &AtomicBool,
+) -> std::io::Result<()> {
+    for seg in segments {
+        seg.sync(0, seg.data_len(), faults)?;
+        if cancel.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        if let Err(e) = seg.write_index(faults) {
+            tracing::warn!(segment = %seg.path.display(), error = %e,
+                "could not write a sealed segment's index; the next open will rebuild it");
+        }
+    }
+    Ok(())
+}
+
 /// Removes the files of the segment with `base` (the index first).
 fn remove_segment_files(dir: &Path, base: u64) -> Result<()> {
-    use crate::segment::format::{index_file_name, segment_file_name};
     match std::fs::remove_file(dir.join(index_file_name(base))) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
         _ => {}
@@ -1162,6 +1218,67 @@ mod tests {
         assert_eq!(values(&log, 0).len() as u64, appended);
         log.append(&[Record::new("after")]).unwrap();
         assert_eq!(log.end_offset(), Offset(appended + 1));
+    }
+
+    #[test]
+    fn one_sync_covers_every_append_queued_behind_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Arc::new(PartitionLog::open(dir.path(), LogConfig::default()).unwrap());
+        let syncs_before = log.sync_count();
+        // Hold the sync lock, as a sync in progress would, while four threads append and flush.
+        let held = log.sync.lock();
+        let threads: Vec<_> = (0..4)
+            .map(|i| {
+                let log = Arc::clone(&log);
+                std::thread::spawn(move || {
+                    log.append(&[Record::new(format!("t{i}"))]).unwrap();
+                    log.flush().unwrap();
+                })
+            })
+            .collect();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while log.end_offset() < Offset(4) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "appends did not arrive"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        drop(held);
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(
+            log.sync_count() - syncs_before,
+            1,
+            "the first flush covered all four"
+        );
+    }
+
+    #[test]
+    fn a_batch_that_exactly_fills_a_segment_stays_in_it() {
+        let dir = tempfile::tempdir().unwrap();
+        // The smallest segment the limits allow: a header and one frame of batch_bytes_max.
+        let cfg = LogConfig {
+            segment_bytes: 32 + 64 + 512,
+            ..small()
+        };
+        let log = PartitionLog::open(dir.path(), cfg.clone()).unwrap();
+        // Frame = 64-byte header + records.
+        let free = usize::try_from(cfg.segment_bytes).unwrap() - 32 - 64;
+        let records = [
+            Record::new(vec![1u8; 256 - 10]),
+            Record::new(vec![2u8; free - 256 - 10]),
+        ];
+        log.append(&records).unwrap();
+        assert_eq!(log.segment_count(), 1, "the batch fits exactly");
+        assert_eq!(log.size_bytes(), cfg.segment_bytes);
+        log.append(&[Record::new("next")]).unwrap();
+        assert_eq!(log.segment_count(), 2, "the next batch rolls");
+        drop(log);
+        let log = PartitionLog::open(dir.path(), cfg).unwrap();
+        assert_eq!(values(&log, 0)[1].1.len(), free - 256 - 10);
+        assert_eq!(values(&log, 2), vec![(2, b"next".to_vec())]);
     }
 
     #[test]

@@ -287,9 +287,9 @@ impl Segment {
     /// index; `prev` the cursor after the previous segment (its last term and, for checking,
     /// the offsets), or the header's own base for the first segment.
     ///
-    /// `may_be_unsynced` is set for the segment just before the active one: it is synced in
-    /// the background after a roll, so a crash can leave it torn. For it, valid data that ends
-    /// before `next_base` is [`Sealed::TornTail`], not corruption.
+    /// `may_be_unsynced` is set for the sealed segments after the last one with an index: they
+    /// may not have been synced before a crash, so one of them can be torn. For them, valid data
+    /// that ends before `next_base` is [`Sealed::TornTail`], not corruption.
     pub(crate) fn open_sealed(
         dir: &Path,
         base_log_index: u64,

@@ -276,15 +276,17 @@ fn run(ops: Vec<Op>) {
     check(&log, &model);
 }
 
-/// Destroys the bytes of the last segment (or, if its background sync may not have finished,
-/// the one before it) from a position at or after the first non-durable frame.
+/// Destroys the bytes of one segment of the tail (the segments after the last one with an
+/// index, which may not have been synced) from a position at or after the first non-durable
+/// frame.
 fn crash_cut(dir: &Path, durable: u64, n: usize, garbage: bool) {
-    let mut segs = segment_files(dir);
-    let last = segs.pop().unwrap();
-    let path = match segs.pop() {
-        Some(prev) if n.is_multiple_of(3) && !prev.with_extension("index").exists() => prev,
-        _ => last,
-    };
+    let segs = segment_files(dir);
+    let tail_from = segs[..segs.len() - 1]
+        .iter()
+        .rposition(|p| p.with_extension("index").exists())
+        .map_or(0, |i| i + 1);
+    let tail = &segs[tail_from..];
+    let path = tail[n % tail.len()].clone();
     let mut bytes = std::fs::read(&path).unwrap();
     let (starts, end) = frames(&path);
     let first_unsynced = starts
