@@ -11,11 +11,13 @@ import sys
 
 root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "target/criterion")
 rates = {}
+times = {}
 for bench in sorted(root.glob("**/new/benchmark.json")):
     meta = json.loads(bench.read_text())
     est = json.loads((bench.parent / "estimates.json").read_text())
     ns = est["mean"]["point_estimate"]
     name = meta["full_id"]
+    times[name] = ns
     tp = meta.get("throughput") or {}
     elements = tp.get("Elements")
     if elements:
@@ -32,7 +34,17 @@ def ratio(label, a, b):
 
 print()
 for size in ["100B", "1KiB"]:
-    ratio(f"append {size} batch100 nosync / memcpy+CRC baseline",
+    ratio(f"append {size} batch100 nosync / memcpy+CRC (warm pages)",
           f"append/{size}/batch100/nosync", f"baseline/memcpy_crc/{size}/batch100")
+    ratio(f"append {size} batch100 nosync / memcpy+CRC (new pages)",
+          f"append/{size}/batch100/nosync", f"baseline/memcpy_crc_cold/{size}/batch100")
     ratio(f"append {size} batch100 sync / nosync",
           f"append/{size}/batch100/sync", f"append/{size}/batch100/nosync")
+ratio("append 100B batch100 sync / pwrite+fdatasync floor",
+      "append/100B/batch100/sync", "baseline/write_fdatasync/100B/batch100")
+ratio("append 100B batch100 sync (zeros) / pwrite+fdatasync floor",
+      "append/100B/batch100/sync_zeros", "baseline/write_fdatasync/100B/batch100")
+for kind in ["clean", "crash"]:
+    a, b = f"reopen/{kind}/1GiB_in_8x128MiB", f"reopen/{kind}/128MiB_in_1x128MiB"
+    if a in times and b in times:
+        print(f"{'reopen ' + kind + ': 1 GiB in 8 segments / 128 MiB in 1 (time)':55s} {times[a] / times[b]:10.2f}")

@@ -14,11 +14,13 @@ use crate::segment::format::{
 pub enum Preallocate {
     /// `fallocate(2)`: instant, but the first write to each block later converts an
     /// "unwritten" extent, which makes each sync after it slower.
-    #[default]
     Fallocate,
     /// Write zeros over the whole segment once at creation (falls back from `Fallocate` where
     /// the file system lacks it). Costs one sequential write of `segment_bytes` per segment,
-    /// and makes later syncs cheaper because they overwrite blocks that already exist.
+    /// and makes later syncs cheaper because they overwrite blocks that already exist. The
+    /// next segment is prepared on a background thread while the current one fills, so appends
+    /// do not wait for it.
+    #[default]
     Zeros,
 }
 

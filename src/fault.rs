@@ -11,8 +11,10 @@ use std::sync::Arc;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum FaultPoint {
-    /// Making appended bytes durable (`msync`/`fsync`).
+    /// Making appended bytes durable (`fdatasync`).
     Sync,
+    /// Writing an appended frame (`pwrite`).
+    Write,
     /// Giving a new segment its blocks (`fallocate` or writing zeros).
     Preallocate,
     /// Creating a new segment file.

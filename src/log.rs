@@ -10,7 +10,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::config::LogConfig;
 use crate::error::{Error, Result};
-use crate::fault::Faults;
+use crate::fault::{FaultPoint, Faults};
 use crate::segment::format::{
     EntryKind, index_file_name, parse_segment_file_name, segment_file_name,
 };
@@ -18,7 +18,7 @@ use crate::segment::mmap::WriteHandle;
 use crate::segment::record::{
     Batch, FrameHeader, Limits, Payload, Record, body_len_for, encode_frame,
 };
-use crate::segment::{Cursor, RecoveryEvent, Sealed, Segment, SegmentOptions, sync_dir};
+use crate::segment::{Cursor, RecoveryEvent, Sealed, Segment, SegmentOptions, SpareFile, sync_dir};
 use crate::types::{LogIndex, Offset};
 
 /// Where an appended batch landed.
@@ -93,7 +93,7 @@ pub struct PartitionLog {
     writer: Mutex<Writer>,
     /// Serializes syncs, and truncation against syncs. Lock order: `sync`, then `writer`, then
     /// `segments`.
-    sync: Mutex<SyncState>,
+    sync: Mutex<()>,
     /// Every entry below this log index is durable.
     durable_next_log_index: AtomicU64,
     /// The offset the next appended record gets, for readers.
@@ -116,6 +116,10 @@ struct Writer {
     /// The background sync of segments that left `unsynced`, if it may still run. At most one
     /// at a time, so that segments become durable (and get their index) in log order.
     pending_seal: Option<PendingSeal>,
+    /// Reused buffer a frame is encoded into before it is written.
+    buf: Vec<u8>,
+    /// The next segment's file, being preallocated on a background thread.
+    spare: Option<std::thread::JoinHandle<std::io::Result<SpareFile>>>,
 }
 
 /// How many sealed segments may wait unsynced before a roll starts syncing the oldest in the
@@ -129,12 +133,6 @@ struct PendingSeal {
     thread: std::thread::JoinHandle<std::io::Result<()>>,
     /// Set by `abandon` so that a simulated crash does not let the index appear later.
     cancel: Arc<AtomicBool>,
-}
-
-#[derive(Debug, Default)]
-struct SyncState {
-    /// The segment the last flush synced, and up to where.
-    synced: Option<(u64, usize)>,
 }
 
 fn now_ms() -> u64 {
@@ -185,7 +183,7 @@ impl PartitionLog {
         let bases = list_segments(&dir)?;
         let (segments, handle, recovery) = match bases.split_last() {
             None => {
-                let (seg, handle) = Segment::create(&dir, Cursor::default(), &opts)?;
+                let (seg, handle) = Segment::create(&dir, Cursor::default(), &opts, None)?;
                 let event = RecoveryEvent {
                     file: seg.path.clone(),
                     position: 0,
@@ -233,7 +231,7 @@ impl PartitionLog {
         };
         let active = Arc::clone(segments.last().expect("never empty"));
         let cursor = active.extent().cursor;
-        Ok(PartitionLog {
+        let log = PartitionLog {
             dir,
             config,
             opts,
@@ -245,15 +243,19 @@ impl PartitionLog {
                 cursor,
                 unsynced: std::collections::VecDeque::new(),
                 pending_seal: None,
+                buf: Vec::new(),
+                spare: None,
             }),
-            sync: Mutex::new(SyncState::default()),
+            sync: Mutex::new(()),
             durable_next_log_index: AtomicU64::new(cursor.next_log_index),
             end_offset: AtomicU64::new(cursor.next_offset),
             failed: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             recovery,
             syncs: AtomicU64::new(0),
-        })
+        };
+        log.start_spare(&mut log.writer.lock());
+        Ok(log)
     }
 
     /// Appends `records` as one batch and returns where it landed. The batch is readable when
@@ -324,20 +326,38 @@ impl PartitionLog {
             base_sequence: 0,
         };
         let frame_len = header.frame_len();
-        if w.handle.unpublished_mut().len() < frame_len {
+        if w.handle.free_len() < frame_len {
             self.roll_locked(&mut w)?;
         }
-        let pos = w.handle.map().published_len();
-        let tail = w.handle.unpublished_mut();
-        if tail.len() < frame_len {
+        if w.handle.free_len() < frame_len {
             // Only possible if a segment larger than the configured size limit was asked for.
             return Err(Error::BatchTooLarge {
                 len: payload_len as u64,
                 max: u64::from(self.config.batch_bytes_max),
             });
         }
-        let written = encode_frame(tail, &header, payload);
-        w.handle.publish(pos + written);
+        let w = &mut *w;
+        // Encode into the reused buffer (every byte of the frame is written, so stale bytes in
+        // it do not matter), then write it after the published bytes in one pwrite.
+        if w.buf.len() < frame_len {
+            w.buf.resize(frame_len, 0);
+        }
+        let frame = w.buf.get_mut(..frame_len).expect("sized above");
+        let written = encode_frame(frame, &header, payload);
+        debug_assert_eq!(written, frame_len);
+        let pos = match self
+            .opts
+            .faults
+            .check(FaultPoint::Write)
+            .and_then(|()| w.handle.append(frame))
+        {
+            Ok(pos) => pos,
+            Err(e) => {
+                // Unpublished bytes may be half written: harmless, but the device is failing.
+                self.latch();
+                return Err(e.into());
+            }
+        };
         debug_assert_eq!(
             crate::segment::record::decode_frame(
                 w.handle.map().published(),
@@ -366,7 +386,8 @@ impl PartitionLog {
     /// order. Recovery treats the sealed segments after the last one with an index as a
     /// possibly torn tail (FORMAT.md §7).
     fn roll_locked(&self, w: &mut Writer) -> Result<()> {
-        let (seg, handle) = match Segment::create(&self.dir, w.cursor, &self.opts) {
+        let spare = self.take_spare(w);
+        let (seg, handle) = match Segment::create(&self.dir, w.cursor, &self.opts, spare) {
             Ok(created) => created,
             Err(e) => {
                 // A failure before the new file was renamed into place changed nothing on disk:
@@ -382,6 +403,7 @@ impl PartitionLog {
         self.segments.write().push(Arc::clone(&seg));
         let old = std::mem::replace(&mut w.active, seg);
         w.handle = handle;
+        self.start_spare(w);
         w.unsynced.push_back(old);
         if w.unsynced.len() > UNSYNCED_SEALED_MAX {
             self.join_pending_seal(w)?;
@@ -396,6 +418,31 @@ impl PartitionLog {
             w.pending_seal = Some(PendingSeal { thread, cancel });
         }
         Ok(())
+    }
+
+    /// The spare file made in the background, if it is ready and good.
+    fn take_spare(&self, w: &mut Writer) -> Option<SpareFile> {
+        match w.spare.take()?.join() {
+            Ok(Ok(spare)) => Some(spare),
+            Ok(Err(e)) => {
+                tracing::warn!(dir = %self.dir.display(), error = %e,
+                    "preallocating the next segment failed; creating it now");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// Starts preallocating the next segment's file in the background.
+    fn start_spare(&self, w: &mut Writer) {
+        if let Some(old) = self.take_spare(w) {
+            old.discard();
+        }
+        let (dir, opts) = (self.dir.clone(), self.opts.clone());
+        w.spare = std::thread::Builder::new()
+            .name("replog-prealloc".into())
+            .spawn(move || SpareFile::create(&dir, "spare.tmp", &opts))
+            .ok();
     }
 
     /// Waits for the background sync, if one runs. Its failure latches the log.
@@ -450,32 +497,23 @@ impl PartitionLog {
     /// earlier one did.
     pub fn flush(&self) -> Result<()> {
         let target = self.writer.lock().cursor.next_log_index;
-        let mut sync = self.sync.lock();
+        let _sync = self.sync.lock();
         if self.durable_next_log_index.load(Ordering::Acquire) >= target {
             return Ok(());
         }
         self.check_writable()?;
-        let (seg, end, next) = {
+        let (seg, next) = {
             let mut w = self.writer.lock();
             // Sealed segments come before the active one: make them durable first. This holds
             // the writer lock, so that no roll can index a later segment before they are.
             self.seal_all_locked(&mut w)?;
-            (
-                Arc::clone(&w.active),
-                w.active.data_len(),
-                w.cursor.next_log_index,
-            )
-        };
-        let from = match sync.synced {
-            Some((base, pos)) if base == seg.base_log_index => pos,
-            _ => 0,
+            (Arc::clone(&w.active), w.cursor.next_log_index)
         };
         self.syncs.fetch_add(1, Ordering::Relaxed);
-        if let Err(e) = seg.sync(from, end, &self.opts.faults) {
+        if let Err(e) = seg.sync(&self.opts.faults) {
             self.latch();
             return Err(e.into());
         }
-        sync.synced = Some((seg.base_log_index, end));
         self.durable_next_log_index
             .fetch_max(next, Ordering::AcqRel);
         Ok(())
@@ -556,7 +594,7 @@ impl PartitionLog {
     /// (those entries were purged); [`Error::PreviousIo`] after a failed sync; [`Error::Io`]
     /// (the log then latches, since it may be half done).
     pub fn truncate_after(&self, last_kept: Option<LogIndex>) -> Result<()> {
-        let mut sync = self.sync.lock();
+        let _sync = self.sync.lock();
         let mut w = self.writer.lock();
         self.check_writable()?;
         self.seal_all_locked(&mut w)?;
@@ -602,12 +640,12 @@ impl PartitionLog {
                 s.remove_files()?;
             }
             if keeps_part {
-                seg.sync(0, pos, &self.opts.faults)?;
+                seg.sync(&self.opts.faults)?;
             } else {
                 seg.remove_files()?;
             }
             sync_dir(&self.dir)?;
-            let (new, handle) = Segment::create(&self.dir, new_base, &self.opts)?;
+            let (new, handle) = Segment::create(&self.dir, new_base, &self.opts, None)?;
             if keeps_part {
                 seg.cut(pos, new_base);
                 if let Err(e) = seg.write_index(&self.opts.faults) {
@@ -635,7 +673,6 @@ impl PartitionLog {
         self.end_offset
             .store(new_base.next_offset, Ordering::Release);
         self.durable_next_log_index.fetch_min(cut, Ordering::AcqRel);
-        sync.synced = None;
         Ok(())
     }
 
@@ -780,6 +817,9 @@ impl PartitionLog {
     pub fn abandon(self) {
         self.closed.store(true, Ordering::Release);
         let mut w = self.writer.lock();
+        if let Some(spare) = self.take_spare(&mut w) {
+            spare.discard();
+        }
         if let Some(pending) = w.pending_seal.take() {
             // A crash would stop the background sync wherever it is; stop it before its index.
             pending.cancel.store(true, Ordering::Release);
@@ -802,6 +842,10 @@ impl PartitionLog {
 
 impl Drop for PartitionLog {
     fn drop(&mut self) {
+        let spare = self.take_spare(&mut self.writer.lock());
+        if let Some(spare) = spare {
+            spare.discard();
+        }
         if self.failed.load(Ordering::Acquire) {
             return;
         }
@@ -819,7 +863,7 @@ fn seal_all(
     cancel: &AtomicBool,
 ) -> std::io::Result<()> {
     for seg in segments {
-        seg.sync(0, seg.data_len(), faults)?;
+        seg.sync(faults)?;
         if cancel.load(Ordering::Acquire) {
             return Ok(());
         }

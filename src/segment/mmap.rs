@@ -14,16 +14,18 @@
 //!    mapped; retention and truncation unlink whole files, which leaves existing maps valid.
 //!    Files are preallocated to the mapped length before mapping, so a page of the map always
 //!    has a block behind it (no SIGBUS on a full disk either).
-//! 2. **Bytes below the published length never change.** [`WriteHandle`] is the only way to
-//!    write, there is exactly one per map, and it writes only at or above the published length.
-//!    It publishes new bytes with a `Release` store after writing them; readers `Acquire`-load the
-//!    length and never look past it. Truncating the log never rewrites published bytes: it
-//!    stops using them (the writer moves on to a new segment file).
+//! 2. **Bytes below the published length never change.** [`WriteHandle`] is the only writer,
+//!    there is exactly one per map, and it writes (through the file descriptor, into the page
+//!    cache the map shows) only at or above the published length. It publishes new bytes with a
+//!    `Release` store after writing them; readers `Acquire`-load the length and never look past
+//!    it. Maps are read-only, so nothing can store through them. Truncating the log never
+//!    rewrites published bytes: it stops using them (the writer moves on to a new segment file).
 //! 3. **No slice outlives its map.** Slices borrow the [`MappedFile`]; [`Bytes`] views own an
 //!    `Arc` of it.
 
 use std::fs::File;
 use std::io;
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -59,31 +61,6 @@ impl MappedFile {
         }))
     }
 
-    /// Maps `len` bytes of `file` for writing, with the first `published` already written, and
-    /// returns the map together with its only write handle.
-    pub(crate) fn map_writable(
-        file: &File,
-        len: usize,
-        published: usize,
-        populate: bool,
-    ) -> io::Result<(Arc<Self>, WriteHandle)> {
-        assert!(
-            published <= len && len > 0,
-            "published {published} within mapped {len}"
-        );
-        let mut options = MmapOptions::new();
-        options.len(len);
-        if populate {
-            options.populate();
-        }
-        let raw = options.map_raw(file)?;
-        let map = Arc::new(MappedFile {
-            raw,
-            published: AtomicUsize::new(published),
-        });
-        Ok((Arc::clone(&map), WriteHandle { map }))
-    }
-
     /// The published bytes.
     pub(crate) fn published(&self) -> &[u8] {
         let len = self.published.load(Ordering::Acquire);
@@ -110,16 +87,8 @@ impl MappedFile {
         }))
     }
 
-    /// Writes the bytes in `[start, end)` back to the file and waits for the device
-    /// (`msync(MS_SYNC)`).
-    pub(crate) fn sync_range(&self, start: usize, end: usize) -> io::Result<()> {
-        if end <= start {
-            return Ok(());
-        }
-        self.raw.flush_range(start, end - start)
-    }
-
     /// The published length.
+    #[cfg(test)]
     pub(crate) fn published_len(&self) -> usize {
         self.published.load(Ordering::Acquire)
     }
@@ -143,36 +112,45 @@ impl AsRef<[u8]> for MapSlice {
     }
 }
 
-/// The single writer of a [`MappedFile`]. Not `Clone`: holding `&mut WriteHandle` is what
-/// makes the unpublished tail exclusively ours.
+/// The single writer of a [`MappedFile`]. Not `Clone`: there is one per map, and it only
+/// writes at or above the published length.
+///
+/// Writes go through the file descriptor (`pwrite`), not through the map: the kernel copies
+/// them into the same page cache the map shows, so readers see them once published. Writing
+/// this way avoids a page fault per newly touched page and keeps the map read-only, so no
+/// stray store through it can ever change a segment.
 #[derive(Debug)]
 pub(crate) struct WriteHandle {
     map: Arc<MappedFile>,
+    file: File,
 }
 
 impl WriteHandle {
-    /// The unpublished tail of the map, `[published, len)`, for the writer to fill.
-    pub(crate) fn unpublished_mut(&mut self) -> &mut [u8] {
-        let start = self.map.published.load(Ordering::Relaxed);
-        let len = self.map.raw.len() - start;
-        let ptr = self.map.raw.as_mut_ptr().wrapping_add(start);
-        #[expect(unsafe_code, reason = "writing a memory map needs a raw-pointer slice")]
-        // SAFETY: `[start, start + len)` lies inside the writable map (`start <= raw.len()`, an
-        // invariant of `publish`). Readers never look at bytes at or above `published` (rule 2),
-        // and this handle is the only writer of this map and is borrowed mutably here, so no
-        // other reference to these bytes exists while the returned slice lives.
-        let tail = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
-        tail
+    /// The writer for `map`, writing through `file` (the same file, which must not be written
+    /// by anyone else).
+    pub(crate) fn new(map: Arc<MappedFile>, file: File) -> Self {
+        WriteHandle { map, file }
     }
 
-    /// Makes the first `len` bytes of the map visible to readers. `len` only grows.
-    pub(crate) fn publish(&mut self, len: usize) {
-        let old = self.map.published.load(Ordering::Relaxed);
+    /// Bytes left between the published length and the end of the map.
+    pub(crate) fn free_len(&self) -> usize {
+        self.map.raw.len() - self.map.published.load(Ordering::Relaxed)
+    }
+
+    /// Writes `bytes` right after the published bytes and then publishes them, returning the
+    /// position they were written at. `bytes` must fit in [`free_len`](Self::free_len).
+    pub(crate) fn append(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        let pos = self.map.published.load(Ordering::Relaxed);
+        let end = pos + bytes.len();
         assert!(
-            old <= len && len <= self.map.raw.len(),
-            "publish {old} -> {len}"
+            end <= self.map.raw.len(),
+            "append of {} at {pos} past the map",
+            bytes.len()
         );
-        self.map.published.store(len, Ordering::Release);
+        self.file.write_all_at(bytes, pos as u64)?;
+        // Release: a reader that sees the new length sees the bytes written above.
+        self.map.published.store(end, Ordering::Release);
+        Ok(pos)
     }
 
     /// The map this handle writes.
@@ -196,26 +174,19 @@ mod tests {
             .open(dir.path().join("f"))
             .unwrap();
         file.set_len(4096).unwrap();
-        let (map, mut w) = MappedFile::map_writable(&file, 4096, 0, false).unwrap();
-        w.unpublished_mut()[..5].copy_from_slice(b"hello");
+        let map = MappedFile::map_read_only(&file, 4096, 0).unwrap();
+        let mut w = WriteHandle::new(Arc::clone(&map), file.try_clone().unwrap());
         assert!(map.published().is_empty());
         assert!(map.bytes(0, 5).is_none());
-        w.publish(5);
+        assert_eq!(w.append(b"hello").unwrap(), 0);
         let view = map.bytes(0, 5).unwrap();
         assert_eq!(&view[..], b"hello");
-        w.unpublished_mut()[..1].copy_from_slice(b"!");
-        w.publish(6);
+        assert_eq!(w.append(b"!").unwrap(), 5);
+        assert_eq!(w.free_len(), 4096 - 6);
+        assert_eq!(map.published_len(), 6);
         drop(w);
         drop(map);
         // The view keeps the map alive after every other owner is gone.
         assert_eq!(&view[..], b"hello");
-        map_sync_is_ok(&file);
-    }
-
-    fn map_sync_is_ok(file: &File) {
-        let map = MappedFile::map_read_only(file, 4096, 6).unwrap();
-        assert_eq!(map.published(), b"hello!");
-        map.sync_range(0, 6).unwrap();
-        assert_eq!(map.published_len(), 6);
     }
 }

@@ -163,6 +163,8 @@ pub(crate) struct Segment {
     pub(crate) base_offset: u64,
     pub(crate) path: PathBuf,
     index_path: PathBuf,
+    /// The segment file, for syncing.
+    file: File,
     map: Arc<MappedFile>,
     index_interval_bytes: usize,
     state: RwLock<SegmentState>,
@@ -176,6 +178,51 @@ pub(crate) struct SegmentOptions {
     pub(crate) preallocate: Preallocate,
     pub(crate) limits: Limits,
     pub(crate) faults: Faults,
+}
+
+/// A preallocated, synced file of zeros under a temporary name, waiting to become a segment.
+/// Rolls use one made ahead of time on a background thread, so that preallocating (which
+/// writes the whole file when `Preallocate::Zeros`) is off the append path.
+#[derive(Debug)]
+pub(crate) struct SpareFile {
+    file: File,
+    path: PathBuf,
+    capacity: u64,
+}
+
+impl SpareFile {
+    /// Creates `dir/name`, preallocated to `opts.capacity` and synced.
+    pub(crate) fn create(dir: &Path, name: &str, opts: &SegmentOptions) -> io::Result<SpareFile> {
+        let path = dir.join(name);
+        let result = (|| -> io::Result<File> {
+            opts.faults.check(FaultPoint::CreateSegment)?;
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&path)?;
+            preallocate(&file, opts.capacity, opts.preallocate, &opts.faults)?;
+            file.sync_all()?;
+            Ok(file)
+        })();
+        match result {
+            Ok(file) => Ok(SpareFile {
+                file,
+                path,
+                capacity: opts.capacity,
+            }),
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                Err(e)
+            }
+        }
+    }
+
+    /// Deletes the file.
+    pub(crate) fn discard(self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 /// What opening a sealed segment found.
@@ -213,47 +260,48 @@ pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
 }
 
 impl Segment {
-    /// Creates a new, empty segment at `base` durably: written to a temporary name,
-    /// preallocated, header synced, renamed into place (replacing any file of that name), and the
-    /// directory synced. Returns it with its write handle.
+    /// Creates a new, empty segment at `base` durably: a preallocated file under a temporary
+    /// name (`spare`, made ahead of time, or a new one), given its header, synced, renamed into
+    /// place (replacing any file of that name), and the directory synced. Returns it with its
+    /// write handle.
     pub(crate) fn create(
         dir: &Path,
         base: Cursor,
         opts: &SegmentOptions,
+        spare: Option<SpareFile>,
     ) -> Result<(Arc<Segment>, WriteHandle)> {
         let path = dir.join(segment_file_name(base.next_log_index));
-        let tmp = dir.join(format!("{}.tmp", segment_file_name(base.next_log_index)));
-        let result = (|| -> io::Result<File> {
-            opts.faults.check(FaultPoint::CreateSegment)?;
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&tmp)?;
-            preallocate(&file, opts.capacity, opts.preallocate, &opts.faults)?;
+        let spare = match spare {
+            Some(s) if s.capacity == opts.capacity => s,
+            other => {
+                if let Some(s) = other {
+                    s.discard();
+                }
+                let name = format!("{}.tmp", segment_file_name(base.next_log_index));
+                SpareFile::create(dir, &name, opts)?
+            }
+        };
+        let result = (|| -> io::Result<()> {
             let header = SegmentHeader {
                 base_log_index: base.next_log_index,
                 base_offset: base.next_offset,
             };
-            file.write_all_at(&header.encode(), 0)?;
+            spare.file.write_all_at(&header.encode(), 0)?;
             opts.faults.check(FaultPoint::Sync)?;
-            file.sync_all()?;
-            std::fs::rename(&tmp, &path)?;
+            spare.file.sync_all()?;
+            std::fs::rename(&spare.path, &path)?;
             opts.faults.check(FaultPoint::SyncDir)?;
-            sync_dir(dir)?;
-            Ok(file)
+            sync_dir(dir)
         })();
-        let file = match result {
-            Ok(f) => f,
-            Err(e) => {
-                let _ = std::fs::remove_file(&tmp);
-                return Err(e.into());
-            }
-        };
+        if let Err(e) = result {
+            let _ = std::fs::remove_file(&spare.path);
+            return Err(e.into());
+        }
+        let file = spare.file;
         let capacity = usize::try_from(opts.capacity)
             .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        let (map, handle) = MappedFile::map_writable(&file, capacity, SEGMENT_HEADER_LEN, false)?;
+        let map = MappedFile::map_read_only(&file, capacity, SEGMENT_HEADER_LEN)?;
+        let handle = WriteHandle::new(Arc::clone(&map), file.try_clone()?);
         let state = SegmentState {
             data_len: SEGMENT_HEADER_LEN,
             cursor: base,
@@ -261,13 +309,14 @@ impl Segment {
             entries: Vec::new(),
             last_indexed: 0,
         };
-        let seg = Segment::new(dir, base, map, opts, state);
+        let seg = Segment::new(dir, base, file, map, opts, state);
         Ok((Arc::new(seg), handle))
     }
 
     fn new(
         dir: &Path,
         base: Cursor,
+        file: File,
         map: Arc<MappedFile>,
         opts: &SegmentOptions,
         state: SegmentState,
@@ -277,6 +326,7 @@ impl Segment {
             base_offset: base.next_offset,
             path: dir.join(segment_file_name(base.next_log_index)),
             index_path: dir.join(index_file_name(base.next_log_index)),
+            file,
             map,
             index_interval_bytes: usize::try_from(opts.index_interval_bytes).unwrap_or(usize::MAX),
             state: RwLock::new(state),
@@ -329,7 +379,14 @@ impl Segment {
                     }
                     return Err(corrupt(&path, scan.end, kind));
                 }
-                let seg = Segment::new(dir, base, Arc::clone(&map), opts, state.clone());
+                let seg = Segment::new(
+                    dir,
+                    base,
+                    file.try_clone()?,
+                    Arc::clone(&map),
+                    opts,
+                    state.clone(),
+                );
                 if let Err(e) = seg.write_index(&opts.faults) {
                     tracing::warn!(file = %seg.index_path.display(), error = %e,
                         "could not rewrite segment index; it will be rebuilt on the next open");
@@ -338,7 +395,7 @@ impl Segment {
             }
         };
         Ok(Sealed::Open(Arc::new(Segment::new(
-            dir, base, map, opts, state,
+            dir, base, file, map, opts, state,
         ))))
     }
 
@@ -387,7 +444,15 @@ impl Segment {
             // can ever line up behind a new one, then give the tail its blocks back.
             let end = state.data_len as u64;
             file.set_len(end)?;
-            preallocate_from(&file, end, capacity as u64, opts.preallocate, &opts.faults)?;
+            // fallocate, even where new segments are zero-filled: recovery should be quick, and
+            // only the rest of this one segment pays the slower first sync of unwritten blocks.
+            preallocate_from(
+                &file,
+                end,
+                capacity as u64,
+                Preallocate::Fallocate,
+                &opts.faults,
+            )?;
             opts.faults.check(FaultPoint::Sync)?;
             file.sync_all()?;
         }
@@ -400,9 +465,10 @@ impl Segment {
             tracing::warn!(file = %event.file.display(), position = event.position, reason = %kind,
                 "recovery truncated the log's tail at an invalid frame");
         }
-        let (map, handle) = MappedFile::map_writable(&file, capacity, state.data_len, false)?;
+        let map = MappedFile::map_read_only(&file, capacity, state.data_len)?;
+        let handle = WriteHandle::new(Arc::clone(&map), file.try_clone()?);
         Ok((
-            Arc::new(Segment::new(dir, base, map, opts, state)),
+            Arc::new(Segment::new(dir, base, file, map, opts, state)),
             handle,
             event,
         ))
@@ -528,9 +594,9 @@ impl Segment {
     }
 
     /// Durably writes bytes `[from, data_len)` of the map.
-    pub(crate) fn sync(&self, from: usize, to: usize, faults: &Faults) -> io::Result<()> {
+    pub(crate) fn sync(&self, faults: &Faults) -> io::Result<()> {
         faults.check(FaultPoint::Sync)?;
-        self.map.sync_range(from, to)
+        self.file.sync_data()
     }
 
     /// Writes the index file (temporary name, sync, rename). The segment's bytes it describes
