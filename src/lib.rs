@@ -28,7 +28,7 @@
 //!
 //! # Files
 //!
-//! The on-disk format is specified byte by byte in [`format`]; the architecture is described
+//! The on-disk format is specified byte by byte in [`format`](mod@format); the architecture is described
 //! in the repository's `README.md`.
 
 #![deny(unsafe_code)]

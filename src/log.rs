@@ -45,7 +45,7 @@ impl AppendInfo {
 /// Records read back share the segment's memory map: no record bytes are copied.
 ///
 /// The on-disk format, and what recovery does after a crash, is written down in
-/// [`crate::format`].
+/// [`crate::format`](mod@crate::format).
 ///
 /// # Durability
 ///
@@ -62,7 +62,7 @@ impl AppendInfo {
 ///
 /// The log takes an exclusive lock on `LOCK` in its directory; a second open fails with
 /// [`Error::Locked`]. Nothing else may modify files in the directory while it is open (see the
-/// memory-map contract in [`crate::format`]).
+/// memory-map contract in [`crate::format`](mod@crate::format)).
 ///
 /// # Example
 ///
@@ -143,7 +143,7 @@ fn now_ms() -> u64 {
 
 impl PartitionLog {
     /// Opens the log in `dir`, creating the directory and an empty log if needed, and recovers
-    /// it after a crash (see the recovery rules in [`crate::format`]).
+    /// it after a crash (see the recovery rules in [`crate::format`](mod@crate::format)).
     ///
     /// # Errors
     ///

@@ -1,5 +1,5 @@
 //! Layout constants and helpers for the on-disk format, which is specified byte by byte in
-//! `FORMAT.md` beside this file (rendered as [`crate::format`]).
+//! `FORMAT.md` beside this file (rendered as [`crate::format`](mod@crate::format)).
 //!
 //! Every position below is derived from the previous one and a field width, in the order of the
 //! tables above; `const` assertions pin the totals. The helpers here read and write fixed-width

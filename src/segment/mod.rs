@@ -3,6 +3,9 @@
 //! This module knows nothing of Raft or the network. It creates, opens, recovers, scans and
 //! reads segments; [`crate::log`] strings them into a partition log.
 
+// Code that reads bytes from disk must not panic on them: no unchecked indexing here.
+#![deny(clippy::indexing_slicing)]
+
 pub(crate) mod format;
 pub(crate) mod index;
 pub(crate) mod mmap;
