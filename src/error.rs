@@ -53,6 +53,22 @@ pub enum Error {
         max: u64,
     },
 
+    /// A batch received for appending (from a peer or a client) is malformed.
+    #[error("invalid batch: {kind}")]
+    InvalidBatch {
+        /// What is wrong with it.
+        kind: CorruptKind,
+    },
+
+    /// An entry's term is lower than the term of the entry before it.
+    #[error("term {requested} is lower than the previous entry's term {previous}")]
+    TermRegression {
+        /// The term of the last entry in the log.
+        previous: crate::types::Term,
+        /// The term asked for.
+        requested: crate::types::Term,
+    },
+
     /// An append carried no records.
     #[error("a batch must hold at least one record")]
     EmptyBatch,

@@ -19,7 +19,17 @@ use crate::segment::record::{
     Batch, FrameHeader, Limits, Payload, Record, body_len_for, encode_frame,
 };
 use crate::segment::{Cursor, RecoveryEvent, Sealed, Segment, SegmentOptions, SpareFile, sync_dir};
-use crate::types::{LogIndex, Offset};
+use crate::types::{LogIndex, Offset, Term};
+
+/// What a caller of the crate-internal append path decides about a new entry; anything left
+/// `None` or 0 comes from the log (next log index, last term, no producer).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct EntrySpec {
+    pub(crate) log_index: Option<u64>,
+    pub(crate) term: Option<u64>,
+    pub(crate) producer_id: u64,
+    pub(crate) base_sequence: u32,
+}
 
 /// Where an appended batch landed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -285,22 +295,47 @@ impl PartitionLog {
             len: payload_len as u64,
             max: u64::from(self.config.batch_bytes_max),
         })?;
+        let spec = EntrySpec::default();
         self.append_frame(
             EntryKind::Data,
             count,
             payload_len,
             &Payload::Records(records),
+            spec,
         )
     }
 
-    /// Appends a control entry: a log index with opaque bytes and no records (used by the Raft
-    /// layer for membership and blank entries).
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "the Raft layer appends control entries")
-    )]
+    /// Appends an entry whose log index and term the caller decides (a Raft replica writing the
+    /// leader's entries). `payload` is an encoded record payload (validated here) for a data
+    /// entry, or opaque bytes for a control entry (`record_count == 0`).
+    pub(crate) fn append_entry(
+        &self,
+        spec: EntrySpec,
+        record_count: u32,
+        payload: &[u8],
+    ) -> Result<AppendInfo> {
+        let kind = if record_count == 0 {
+            EntryKind::Control
+        } else {
+            EntryKind::Data
+        };
+        if kind == EntryKind::Data {
+            crate::segment::record::validate_records(payload, record_count, &self.opts.limits)
+                .map_err(|kind| Error::InvalidBatch { kind })?;
+        }
+        self.append_frame(
+            kind,
+            record_count,
+            payload.len(),
+            &Payload::Raw(payload),
+            spec,
+        )
+    }
+
+    /// Appends a control entry with the next log index and the last term (for tests).
+    #[cfg(test)]
     pub(crate) fn append_control(&self, payload: &[u8]) -> Result<AppendInfo> {
-        self.append_frame(EntryKind::Control, 0, payload.len(), &Payload::Raw(payload))
+        self.append_entry(EntrySpec::default(), 0, payload)
     }
 
     fn append_frame(
@@ -309,21 +344,43 @@ impl PartitionLog {
         record_count: u32,
         payload_len: usize,
         payload: &Payload<'_>,
+        spec: EntrySpec,
     ) -> Result<AppendInfo> {
         let body_len = body_len_for(payload_len, &self.opts.limits)?;
         let timestamp_ms = now_ms();
         let mut w = self.writer.lock();
         self.check_writable()?;
+        if let Some(requested) = spec.log_index
+            && requested != w.cursor.next_log_index
+        {
+            return Err(Error::LogIndexOutOfRange {
+                requested: LogIndex(requested),
+                first: self.first_log_index(),
+                next: LogIndex(w.cursor.next_log_index),
+            });
+        }
+        let term = spec.term.unwrap_or(w.cursor.last_term);
+        if term < w.cursor.last_term {
+            return Err(Error::TermRegression {
+                previous: Term(w.cursor.last_term),
+                requested: Term(term),
+            });
+        }
+        if spec.producer_id == 0 && spec.base_sequence != 0 {
+            return Err(Error::InvalidBatch {
+                kind: crate::error::CorruptKind::NonZeroReserved,
+            });
+        }
         let header = FrameHeader {
             body_len,
             log_index: w.cursor.next_log_index,
-            term: w.cursor.last_term,
+            term,
             base_offset: w.cursor.next_offset,
             record_count,
             kind,
             timestamp_ms,
-            producer_id: 0,
-            base_sequence: 0,
+            producer_id: spec.producer_id,
+            base_sequence: spec.base_sequence,
         };
         let frame_len = header.frame_len();
         if w.handle.free_len() < frame_len {
@@ -674,6 +731,114 @@ impl PartitionLog {
             .store(new_base.next_offset, Ordering::Release);
         self.durable_next_log_index.fetch_min(cut, Ordering::AcqRel);
         Ok(())
+    }
+
+    /// Empties the log and restarts it at `next_log_index` and `next_offset`, as a Raft replica
+    /// does when it installs a snapshot past its log, or purges past its last entry. Durable
+    /// when it returns.
+    pub(crate) fn reset(&self, next_log_index: u64, next_offset: u64) -> Result<()> {
+        let _sync = self.sync.lock();
+        let mut w = self.writer.lock();
+        self.check_writable()?;
+        self.join_pending_seal(&mut w)?;
+        let segs = self.segments.read().clone();
+        let base = Cursor {
+            next_log_index,
+            next_offset,
+            last_term: 0,
+        };
+        let result = (|| -> Result<(Arc<Segment>, WriteHandle)> {
+            for s in segs.iter().rev() {
+                s.remove_files()?;
+            }
+            sync_dir(&self.dir)?;
+            Segment::create(&self.dir, base, &self.opts, None)
+        })();
+        let (new, handle) = match result {
+            Ok(created) => created,
+            Err(e) => {
+                self.latch();
+                return Err(e);
+            }
+        };
+        *self.segments.write() = vec![Arc::clone(&new)];
+        w.unsynced.clear();
+        w.active = new;
+        w.handle = handle;
+        w.cursor = base;
+        self.end_offset.store(next_offset, Ordering::Release);
+        self.durable_next_log_index
+            .store(next_log_index, Ordering::Release);
+        Ok(())
+    }
+
+    /// Reads entries (data and control) with log indices in `[from, to)`, up to about
+    /// `max_bytes` of frames (at least one entry if any is in range).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LogIndexOutOfRange`] if `from` is below the log's first entry or past its end;
+    /// [`Error::Corrupt`] if a frame fails validation.
+    pub(crate) fn read_entries(&self, from: u64, to: u64, max_bytes: usize) -> Result<Vec<Batch>> {
+        let next = self.next_log_index().0;
+        let mut seg_index = {
+            let segs = self.segments.read();
+            let first = segs.first().map_or(0, |s| s.base_log_index);
+            if from < first || from > next {
+                return Err(Error::LogIndexOutOfRange {
+                    requested: LogIndex(from),
+                    first: LogIndex(first),
+                    next: LogIndex(next),
+                });
+            }
+            segs.partition_point(|s| s.base_log_index <= from)
+                .saturating_sub(1)
+        };
+        let to = to.min(next);
+        let mut out = Vec::new();
+        let mut bytes = 0usize;
+        let mut expected = from;
+        // Bounded: each segment is visited once, each frame at most once.
+        while expected < to {
+            let Some(seg) = self.segments.read().get(seg_index).cloned() else {
+                break;
+            };
+            let ext = seg.extent();
+            let mut pos = seg.seek_log_index(expected);
+            while pos < ext.data_len && expected < to {
+                let h = seg.frame_at(pos, ext.data_len, &self.opts.limits)?;
+                if h.log_index > expected {
+                    return Err(Error::Corrupt {
+                        file: seg.path.clone(),
+                        position: pos as u64,
+                        kind: crate::error::CorruptKind::LogIndexGap {
+                            expected,
+                            found: h.log_index,
+                        },
+                    });
+                }
+                if h.log_index == expected {
+                    out.push(seg.batch(pos, &h)?);
+                    expected += 1;
+                    bytes = bytes.saturating_add(h.frame_len());
+                    if bytes >= max_bytes {
+                        return Ok(out);
+                    }
+                }
+                pos += h.frame_len();
+            }
+            seg_index += 1;
+        }
+        Ok(out)
+    }
+
+    /// Deletes whole segments whose entries all have log indices below `log_index`, oldest
+    /// first, never the active one.
+    pub(crate) fn purge_to_log_index(&self, log_index: u64) -> Result<usize> {
+        self.remove_leading(|segs, i| {
+            segs.get(i + 1)
+                .is_some_and(|n| n.base_log_index <= log_index)
+        })
     }
 
     /// Deletes whole segments whose records are all below `offset`, oldest first. The active

@@ -133,6 +133,33 @@ impl Record {
     }
 }
 
+/// Encodes `records` into a batch payload (what a data frame carries after its header), as a
+/// producer sends it. Returns the payload and its record count.
+#[cfg_attr(
+    not(test),
+    expect(dead_code, reason = "the client will encode batches with it")
+)]
+pub(crate) fn encode_records(
+    records: &[Record],
+    record_bytes_max: u32,
+) -> Result<(Bytes, u32), Error> {
+    let mut len = 0usize;
+    for r in records {
+        len = len.saturating_add(r.encoded_len(record_bytes_max)?);
+    }
+    let count = u32::try_from(records.len()).map_err(|_| Error::BatchTooLarge {
+        len: len as u64,
+        max: u64::from(u32::MAX),
+    })?;
+    let mut payload = vec![0u8; len];
+    let mut pos = 0;
+    for r in records {
+        pos += r.encode(payload.get_mut(pos..).unwrap_or_default());
+    }
+    debug_assert_eq!(pos, len);
+    Ok((Bytes::from(payload), count))
+}
+
 /// Converts a length that `encoded_len` already bounded by a `u32` limit.
 fn len_u32(len: usize) -> u32 {
     u32::try_from(len).expect("lengths are bounded by record_bytes_max, a u32")

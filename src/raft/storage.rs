@@ -1,0 +1,571 @@
+//! openraft's `RaftLogStorage` over a [`PartitionLog`]: the partition log is the Raft log.
+//!
+//! Entries map to frames one to one: a `Normal` entry is a data frame holding the batch's
+//! encoded records, a `Blank` or `Membership` entry is a control frame (a tag byte, then the
+//! membership as JSON). The vote and the last purged log id live in a small metadata file
+//! (`raft-meta`, FORMAT.md §6) written atomically.
+//!
+//! # Correctness
+//!
+//! - Entries are readable as soon as `append` returns; the `IOFlushed` callback fires only once
+//!   they are durable under the store's durability mode.
+//! - `save_vote` returns only after the vote, and every entry appended before it, is durable.
+//! - `truncate_after` and `purge` are durable when they return. Purge deletes whole segments;
+//!   entries at or below the last purged log id that still sit in a kept segment are hidden
+//!   from readers.
+
+use std::fmt::Debug;
+use std::io;
+use std::ops::{Bound, RangeBounds};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use openraft::storage::{IOFlushed, LogState, RaftLogStorage};
+use openraft::{EntryPayload, OptionalSend, RaftLogReader};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::log::{EntrySpec, PartitionLog};
+use crate::raft::types::{AppendRequest, C, Entry, LogId, Vote};
+use crate::segment::format::EntryKind;
+use crate::segment::record::Batch;
+use crate::types::LogIndex;
+
+/// When an appended entry counts as written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// After `fdatasync`: an acknowledged write is on disk on a quorum.
+    #[default]
+    Fsync,
+    /// As soon as it is in the page cache: an acknowledged write is in memory on a quorum. A
+    /// power loss that takes down a quorum at once can lose acknowledged writes.
+    Replicated,
+}
+
+/// Control-entry tags (first payload byte of a control frame).
+const CONTROL_BLANK: u8 = 0;
+const CONTROL_MEMBERSHIP: u8 = 1;
+
+/// The persistent Raft metadata of one partition replica.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct RaftMeta {
+    pub(crate) vote: Option<Vote>,
+    pub(crate) last_purged: Option<LogId>,
+}
+
+/// The log store handed to openraft; cheap to clone (readers are clones).
+#[derive(Clone, Debug)]
+pub(crate) struct LogStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    log: PartitionLog,
+    meta_path: PathBuf,
+    meta: Mutex<RaftMeta>,
+    durability: Durability,
+}
+
+impl LogStore {
+    /// Opens (or creates) the store over `log`, reading `raft-meta` from the log's directory.
+    pub(crate) fn open(log: PartitionLog, durability: Durability) -> Result<Self> {
+        let meta_path = log.dir().join("raft-meta");
+        let meta = read_meta(&meta_path)?;
+        Ok(LogStore {
+            inner: Arc::new(Inner {
+                log,
+                meta_path,
+                meta: Mutex::new(meta),
+                durability,
+            }),
+        })
+    }
+
+    /// The partition log.
+    pub(crate) fn log(&self) -> &PartitionLog {
+        &self.inner.log
+    }
+
+    /// The first log index readers may see: after the last purged entry.
+    fn first_readable(&self) -> u64 {
+        let purged = self
+            .inner
+            .meta
+            .lock()
+            .last_purged
+            .map_or(0, |l| l.index + 1);
+        purged.max(self.inner.log.first_log_index().get())
+    }
+
+    fn save_meta(&self, update: impl FnOnce(&mut RaftMeta)) -> io::Result<()> {
+        let mut meta = self.inner.meta.lock();
+        let mut next = meta.clone();
+        update(&mut next);
+        write_meta(&self.inner.meta_path, &next)?;
+        *meta = next;
+        Ok(())
+    }
+
+    /// Writes one entry, restarting an empty log at the entry's index if needed.
+    fn append_one(&self, entry: &Entry) -> Result<()> {
+        let log = &self.inner.log;
+        let index = entry.log_id.index;
+        let next = log.next_log_index().get();
+        if index != next && next <= self.first_readable() {
+            // Nothing readable in the log: it may start anywhere (after a purge or snapshot).
+            log.reset(index, log.end_offset().get())?;
+        }
+        let spec = |producer_id, base_sequence| EntrySpec {
+            log_index: Some(index),
+            term: Some(entry.log_id.leader_id.term),
+            producer_id,
+            base_sequence,
+        };
+        match &entry.payload {
+            EntryPayload::Normal(req) => {
+                if req.record_count == 0 {
+                    return Err(Error::EmptyBatch);
+                }
+                log.append_entry(
+                    spec(req.producer_id, req.base_sequence),
+                    req.record_count,
+                    &req.records,
+                )?;
+            }
+            EntryPayload::Blank => {
+                log.append_entry(spec(0, 0), 0, &[CONTROL_BLANK])?;
+            }
+            EntryPayload::Membership(m) => {
+                let mut payload = vec![CONTROL_MEMBERSHIP];
+                serde_json::to_writer(&mut payload, m).map_err(io::Error::other)?;
+                log.append_entry(spec(0, 0), 0, &payload)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Rebuilds an entry from its frame.
+pub(crate) fn entry_from_batch(b: &Batch) -> io::Result<Entry> {
+    let log_id = LogId::new_term_index(b.term.get(), b.log_index.get());
+    let payload = match b.kind {
+        EntryKind::Data => EntryPayload::Normal(AppendRequest {
+            records: b.payload.clone(),
+            record_count: b.record_count,
+            producer_id: b.producer_id,
+            base_sequence: b.base_sequence,
+        }),
+        EntryKind::Control => match b.payload.split_first() {
+            Some((&CONTROL_BLANK, _)) => EntryPayload::Blank,
+            Some((&CONTROL_MEMBERSHIP, json)) => {
+                EntryPayload::Membership(serde_json::from_slice(json).map_err(io::Error::other)?)
+            }
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("unknown control entry at log index {}", b.log_index),
+                ));
+            }
+        },
+    };
+    Ok(Entry { log_id, payload })
+}
+
+fn to_io(e: Error) -> io::Error {
+    match e {
+        Error::Io(e) => e,
+        other => io::Error::other(other),
+    }
+}
+
+/// Runs blocking disk work off the async task.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(io::Error::other)?
+}
+
+impl RaftLogReader<C> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> io::Result<Vec<Entry>> {
+        let start = match range.start_bound() {
+            Bound::Included(&s) => s,
+            Bound::Excluded(&s) => s.saturating_add(1),
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(&e) => e.saturating_add(1),
+            Bound::Excluded(&e) => e,
+            Bound::Unbounded => u64::MAX,
+        };
+        let log = &self.inner.log;
+        let start = start.max(self.first_readable());
+        let end = end.min(log.next_log_index().get());
+        if start >= end {
+            return Ok(Vec::new());
+        }
+        let batches = log.read_entries(start, end, usize::MAX).map_err(to_io)?;
+        batches.iter().map(entry_from_batch).collect()
+    }
+
+    async fn read_vote(&mut self) -> io::Result<Option<Vote>> {
+        Ok(self.inner.meta.lock().vote)
+    }
+}
+
+impl RaftLogStorage<C> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> io::Result<LogState<C>> {
+        let last_purged = self.inner.meta.lock().last_purged;
+        let next = self.inner.log.next_log_index().get();
+        let last = if next > self.first_readable() {
+            let batches = self
+                .inner
+                .log
+                .read_entries(next - 1, next, 0)
+                .map_err(to_io)?;
+            batches
+                .first()
+                .map(|b| LogId::new_term_index(b.term.get(), b.log_index.get()))
+        } else {
+            last_purged
+        };
+        Ok(LogState {
+            last_purged_log_id: last_purged,
+            last_log_id: last,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> io::Result<()> {
+        let (store, vote) = (self.clone(), *vote);
+        blocking(move || {
+            // Every entry appended before the vote must be durable before it (DESIGN §3).
+            store.inner.log.flush().map_err(to_io)?;
+            store.save_meta(|m| m.vote = Some(vote))
+        })
+        .await
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: IOFlushed<C>) -> io::Result<()>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        for entry in entries {
+            self.append_one(&entry).map_err(to_io)?;
+        }
+        match self.inner.durability {
+            Durability::Replicated => callback.io_completed(Ok(())),
+            Durability::Fsync => {
+                let store = self.clone();
+                // The sync runs off the Raft task; concurrent flushes share one sync.
+                tokio::task::spawn_blocking(move || {
+                    callback.io_completed(store.inner.log.flush().map_err(to_io));
+                });
+            }
+        }
+        Ok(())
+    }
+
+    async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> io::Result<()> {
+        let store = self.clone();
+        blocking(move || {
+            let keep = last_log_id.map(|l| LogIndex(l.index));
+            let first = store.inner.log.first_log_index().get();
+            match keep {
+                // Everything before the log's first entry is gone already.
+                Some(k) if k.get() + 1 < first => store.inner.log.truncate_after(None),
+                other => store.inner.log.truncate_after(other),
+            }
+            .map_err(to_io)
+        })
+        .await
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> io::Result<()> {
+        let store = self.clone();
+        blocking(move || {
+            store.save_meta(|m| m.last_purged = Some(log_id))?;
+            let log = &store.inner.log;
+            if log_id.index + 1 >= log.next_log_index().get() {
+                log.reset(log_id.index + 1, log.end_offset().get())
+                    .map_err(to_io)
+            } else {
+                log.purge_to_log_index(log_id.index + 1)
+                    .map(|_| ())
+                    .map_err(to_io)
+            }
+        })
+        .await
+    }
+}
+
+/// Reads `raft-meta`: a CRC-32 of the JSON body, little-endian, then the body. A missing file
+/// is an empty replica.
+pub(crate) fn read_meta(path: &Path) -> Result<RaftMeta> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(RaftMeta::default()),
+        Err(e) => return Err(e.into()),
+    };
+    let corrupt = |kind| Error::Corrupt {
+        file: path.to_path_buf(),
+        position: 0,
+        kind,
+    };
+    let (crc, body) = bytes
+        .split_at_checked(4)
+        .ok_or(corrupt(crate::CorruptKind::Truncated))?;
+    let expected = u32::from_le_bytes(crc.try_into().unwrap_or_default());
+    let actual = crc32fast::hash(body);
+    if expected != actual {
+        return Err(corrupt(crate::CorruptKind::ChecksumMismatch {
+            expected,
+            actual,
+        }));
+    }
+    serde_json::from_slice(body).map_err(|_| corrupt(crate::CorruptKind::BadRecord))
+}
+
+/// Writes `raft-meta` durably: temporary file, sync, rename, directory sync.
+pub(crate) fn write_meta(path: &Path, meta: &RaftMeta) -> io::Result<()> {
+    let body = serde_json::to_vec(meta).map_err(io::Error::other)?;
+    let mut bytes = crc32fast::hash(&body).to_le_bytes().to_vec();
+    bytes.extend_from_slice(&body);
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, &bytes)?;
+    std::fs::File::open(&tmp)?.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        crate::segment::sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::LogConfig;
+    use crate::raft::state_machine::StateMachine;
+
+    struct Builder;
+
+    /// Small segments, so that the suite's purges and truncations cross segment boundaries.
+    fn small_config() -> LogConfig {
+        LogConfig {
+            segment_bytes: 4096,
+            record_bytes_max: 1024,
+            batch_bytes_max: 2048,
+            preallocate: crate::Preallocate::Fallocate,
+            ..LogConfig::default()
+        }
+    }
+
+    impl openraft::testing::log::StoreBuilder<C, LogStore, StateMachine, tempfile::TempDir>
+        for Builder
+    {
+        async fn build(
+            &self,
+        ) -> std::result::Result<
+            (tempfile::TempDir, LogStore, StateMachine),
+            openraft::StorageError<C>,
+        > {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let log = PartitionLog::open(dir.path(), small_config()).expect("open log");
+            let store = LogStore::open(log, Durability::Fsync).expect("open store");
+            let sm = StateMachine::open(store.clone()).expect("open state machine");
+            Ok((dir, store, sm))
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn openraft_storage_suite_passes_on_the_segment_log() {
+        openraft::testing::log::Suite::test_all(Builder)
+            .await
+            .expect("suite");
+    }
+
+    #[test]
+    fn meta_round_trips_and_rejects_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("raft-meta");
+        assert_eq!(read_meta(&path).unwrap(), RaftMeta::default());
+        let meta = RaftMeta {
+            vote: None,
+            last_purged: Some(LogId::new_term_index(3, 9)),
+        };
+        write_meta(&path, &meta).unwrap();
+        assert_eq!(read_meta(&path).unwrap(), meta);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let last = bytes.len() - 2;
+        bytes[last] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(matches!(read_meta(&path), Err(Error::Corrupt { .. })));
+        std::fs::write(&path, [1, 2]).unwrap();
+        assert!(matches!(read_meta(&path), Err(Error::Corrupt { .. })));
+    }
+
+    /// A network for a group of one: there is nobody to reach.
+    struct NoPeers;
+
+    impl openraft::RaftNetworkV2<C> for NoPeers {
+        type SnapshotData = Vec<u8>;
+
+        async fn append_entries(
+            &mut self,
+            _rpc: openraft::raft::AppendEntriesRequest<C>,
+            _option: openraft::network::RPCOption,
+        ) -> std::result::Result<
+            openraft::raft::AppendEntriesResponse<C>,
+            openraft::errors::RPCError<C>,
+        > {
+            Err(openraft::errors::Unreachable::from_string("no peers").into())
+        }
+
+        async fn vote(
+            &mut self,
+            _rpc: openraft::raft::VoteRequest<C>,
+            _option: openraft::network::RPCOption,
+        ) -> std::result::Result<openraft::raft::VoteResponse<C>, openraft::errors::RPCError<C>>
+        {
+            Err(openraft::errors::Unreachable::from_string("no peers").into())
+        }
+
+        async fn full_snapshot(
+            &mut self,
+            _vote: Vote,
+            _snapshot: openraft::type_config::alias::SnapshotOf<C, Vec<u8>>,
+            _cancel: impl std::future::Future<Output = openraft::errors::ReplicationClosed>
+            + OptionalSend
+            + 'static,
+            _option: openraft::network::RPCOption,
+        ) -> std::result::Result<
+            openraft::raft::SnapshotResponse<C>,
+            openraft::errors::StreamingError<C>,
+        > {
+            Err(openraft::errors::StreamingError::Unreachable(
+                openraft::errors::Unreachable::from_string("no peers"),
+            ))
+        }
+    }
+
+    impl openraft::network::RaftNetworkFactory<C> for NoPeers {
+        type Network = NoPeers;
+
+        async fn new_client(
+            &mut self,
+            _target: u64,
+            _node: &crate::raft::types::BrokerNode,
+        ) -> NoPeers {
+            NoPeers
+        }
+    }
+
+    /// One replica: initialize, write batches through Raft, restart from disk, write more.
+    async fn single_replica_round_trip(durability: Durability) {
+        use crate::raft::types::BrokerNode;
+        use crate::{Offset, Record};
+
+        let dir = tempfile::tempdir().unwrap();
+        let config = std::sync::Arc::new(
+            openraft::Config {
+                heartbeat_interval: 100,
+                election_timeout_min: 300,
+                election_timeout_max: 600,
+                ..Default::default()
+            }
+            .validate()
+            .unwrap(),
+        );
+        let start = |config: std::sync::Arc<openraft::Config>| {
+            let log = PartitionLog::open(dir.path(), small_config()).unwrap();
+            let store = LogStore::open(log, durability).unwrap();
+            let sm = StateMachine::open(store.clone()).unwrap();
+            async move {
+                let raft = openraft::Raft::new(1, config, NoPeers, store.clone(), sm.clone())
+                    .await
+                    .unwrap();
+                (raft, store, sm)
+            }
+        };
+        let batch = |text: &str| {
+            let records: Vec<Record> = (0..3).map(|i| Record::new(format!("{text}-{i}"))).collect();
+            let (payload, count) = crate::segment::record::encode_records(&records, 1024).unwrap();
+            AppendRequest {
+                records: payload,
+                record_count: count,
+                producer_id: 0,
+                base_sequence: 0,
+            }
+        };
+        let deadline = Some(std::time::Duration::from_secs(10));
+
+        let (raft, store, sm) = start(config.clone()).await;
+        raft.initialize(std::collections::BTreeMap::from([(
+            1,
+            BrokerNode {
+                addr: "127.0.0.1:1".into(),
+            },
+        )]))
+        .await
+        .unwrap();
+        raft.wait(deadline)
+            .current_leader(1, "elected")
+            .await
+            .unwrap();
+        let first = raft.client_write(batch("a")).await.unwrap();
+        let second = raft.client_write(batch("b")).await.unwrap();
+        assert_eq!((first.data.base_offset, second.data.base_offset), (0, 3));
+        assert_eq!(sm.state().next_offset, 6);
+        let values: Vec<_> = store
+            .log()
+            .iter(Offset(0))
+            .map(|r| r.unwrap().1.value)
+            .collect();
+        assert_eq!(values.len(), 6);
+        assert_eq!(&values[4][..], b"b-1");
+        raft.shutdown().await.unwrap();
+        drop((raft, store, sm));
+
+        // Restart from the directory: the log, the vote and the membership come back.
+        let (raft, store, sm) = start(config).await;
+        raft.wait(deadline)
+            .current_leader(1, "re-elected")
+            .await
+            .unwrap();
+        raft.wait(deadline)
+            .applied_index(Some(second.log_id.index), "re-applied")
+            .await
+            .unwrap();
+        assert_eq!(
+            sm.state().next_offset,
+            6,
+            "the state machine re-applied the log"
+        );
+        let third = raft.client_write(batch("c")).await.unwrap();
+        assert_eq!(third.data.base_offset, 6);
+        assert_eq!(store.log().end_offset(), Offset(9));
+        raft.shutdown().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn single_replica_writes_and_restarts_fsync() {
+        single_replica_round_trip(Durability::Fsync).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn single_replica_writes_and_restarts_replicated() {
+        single_replica_round_trip(Durability::Replicated).await;
+    }
+}

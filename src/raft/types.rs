@@ -1,0 +1,73 @@
+//! The openraft type configuration and the data that goes through Raft.
+
+use std::fmt;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+openraft::declare_raft_types!(
+    /// replog's Raft types: node ids are replica ids (`u64`), a committed leader id is just the
+    /// term (openraft's "std" mode), and a log id is therefore `(term, index)`, which is exactly
+    /// what a frame stores.
+    pub TypeConfig:
+        D = AppendRequest,
+        R = AppendResponse,
+        Node = BrokerNode,
+        LeaderId = openraft::impls::leader_id_std::LeaderId<Self::Term, Self::NodeId>,
+);
+
+/// Shorthand for the type configuration.
+pub(crate) type C = TypeConfig;
+/// A Raft log entry.
+pub(crate) type Entry = <C as openraft::RaftTypeConfig>::Entry;
+/// A Raft log id: `(term, index)`.
+pub(crate) type LogId = openraft::type_config::alias::LogIdOf<C>;
+/// A vote.
+pub(crate) type Vote = openraft::type_config::alias::VoteOf<C>;
+
+/// A record batch to append: the encoded records exactly as the producer sent them, which the
+/// leader writes, replicates and serves without re-encoding.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppendRequest {
+    /// Encoded records (see the record layout in `FORMAT.md`).
+    pub records: Bytes,
+    /// How many records `records` holds.
+    pub record_count: u32,
+    /// Idempotent producer id; 0 for none.
+    pub producer_id: u64,
+    /// The producer's sequence number of the first record.
+    pub base_sequence: u32,
+}
+
+impl fmt::Display for AppendRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} records ({} bytes)",
+            self.record_count,
+            self.records.len()
+        )
+    }
+}
+
+/// Where an appended batch landed, once applied.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppendResponse {
+    /// Offset of the batch's first record.
+    pub base_offset: u64,
+    /// Number of records.
+    pub record_count: u32,
+}
+
+/// What a Raft node id stands for: a broker and the address clients and peers reach it at.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerNode {
+    /// `host:port`.
+    pub addr: String,
+}
+
+impl fmt::Display for BrokerNode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.addr)
+    }
+}
