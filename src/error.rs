@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::types::{LogIndex, Offset};
+use crate::types::{LeaderHint, LogIndex, Offset, PartitionId};
 
 /// What replog's fallible functions return.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -13,6 +13,31 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// This broker does not lead the partition, so it did not take the write. `leader` names
+    /// the leader if one is known; it is `None` while an election runs. Safe to retry there.
+    #[error("not the leader of {partition}; leader: {leader:?}")]
+    NotLeader {
+        /// The partition written to.
+        partition: PartitionId,
+        /// Where the leader is, if known.
+        leader: Option<LeaderHint>,
+    },
+
+    /// The broker hosts no such partition.
+    #[error("unknown topic or partition {0}")]
+    UnknownPartition(PartitionId),
+
+    /// The write was sent but its outcome is unknown (a timeout, or the leader changed after
+    /// appending it): it may or may not be committed. Retrying it may duplicate it unless the
+    /// producer is idempotent.
+    #[error("outcome of the write to {partition} is unknown: {reason}")]
+    Indeterminate {
+        /// The partition written to.
+        partition: PartitionId,
+        /// What happened.
+        reason: String,
+    },
+
     /// The requested offset is not in the log: below its start (purged) or past its end.
     #[error("offset {requested} is outside the log [{start}, {end})")]
     OffsetOutOfRange {

@@ -38,11 +38,10 @@ mod config;
 mod error;
 mod fault;
 mod log;
-// The Raft layer is complete against openraft's storage suite; the node that runs it over TCP
-// is the next increment of issue 3, so outside tests nothing calls it yet.
-#[cfg_attr(not(test), allow(dead_code))]
+mod node;
 mod raft;
 mod segment;
+mod transport;
 mod types;
 
 pub mod format {
@@ -55,9 +54,11 @@ pub use error::{CorruptKind, Error, Result};
 pub use fault::FaultInjector;
 pub use fault::FaultPoint;
 pub use log::{AppendInfo, LogIter, PartitionLog};
+pub use node::{Node, NodeConfig, PartitionStatus};
+pub use raft::storage::Durability;
 pub use segment::RecoveryEvent;
 pub use segment::record::{Batch, Header, Record, RecordIter};
-pub use types::{LogIndex, Offset, Term};
+pub use types::{LeaderHint, LogIndex, NodeId, Offset, PartitionId, Term};
 
 /// Helpers for the `replog` binary's inspection tools. Not part of the API.
 #[doc(hidden)]
@@ -70,4 +71,5 @@ pub mod __tools {
 pub mod __fuzz {
     pub use crate::segment::fuzz_scan_segment;
     pub use crate::segment::record::fuzz_decode_frame;
+    pub use crate::transport::frame::fuzz_decode_head;
 }

@@ -41,3 +41,42 @@ number_newtype!(
     /// A Raft term. A local-only log writes term 0.
     Term
 );
+
+/// A broker's id; also its Raft node id in every partition it hosts.
+pub type NodeId = u64;
+
+/// A partition of a topic.
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+pub struct PartitionId {
+    /// The topic's name.
+    pub topic: String,
+    /// The partition number within the topic.
+    pub partition: u32,
+}
+
+impl PartitionId {
+    /// The partition `partition` of `topic`.
+    pub fn new(topic: impl Into<String>, partition: u32) -> Self {
+        PartitionId {
+            topic: topic.into(),
+            partition,
+        }
+    }
+}
+
+impl fmt::Display for PartitionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.topic, self.partition)
+    }
+}
+
+/// Where to send a request that reached a broker that does not lead the partition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaderHint {
+    /// The leader's broker id.
+    pub node_id: NodeId,
+    /// The leader's address.
+    pub addr: std::net::SocketAddr,
+}

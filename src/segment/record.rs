@@ -135,10 +135,6 @@ impl Record {
 
 /// Encodes `records` into a batch payload (what a data frame carries after its header), as a
 /// producer sends it. Returns the payload and its record count.
-#[cfg_attr(
-    not(test),
-    expect(dead_code, reason = "the client will encode batches with it")
-)]
 pub(crate) fn encode_records(
     records: &[Record],
     record_bytes_max: u32,

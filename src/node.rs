@@ -1,0 +1,608 @@
+//! [`Node`]: a broker that hosts partition replicas, one Raft group each, over TCP.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::async_runtime::watch::WatchReceiver;
+use openraft::errors::{
+    ClientWriteError, NetworkError, RPCError, RaftError, StreamingError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+};
+use openraft::storage::Snapshot;
+use openraft::type_config::alias::{SnapshotMetaOf, SnapshotOf};
+use openraft::{OptionalSend, RaftNetworkV2};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+
+use crate::config::LogConfig;
+use crate::error::{Error, Result};
+use crate::log::{AppendInfo, PartitionLog};
+use crate::raft::state_machine::StateMachine;
+use crate::raft::storage::{Durability, LogStore};
+use crate::raft::types::{AppendRequest, BrokerNode, C, Vote};
+use crate::segment::record::{Batch, Record, encode_records};
+use crate::transport::frame::Op;
+use crate::transport::{BoxFuture, CallError, Handler, Peer, spawn_server};
+use crate::types::{LeaderHint, LogIndex, NodeId, Offset, PartitionId};
+
+/// Configuration of a [`Node`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct NodeConfig {
+    /// This broker's id; also its Raft node id in every partition it hosts. Never reuse an id
+    /// with a fresh data directory.
+    pub id: NodeId,
+    /// Address to listen on for peers and clients.
+    pub listen: SocketAddr,
+    /// Every other broker: id and address.
+    pub peers: BTreeMap<NodeId, SocketAddr>,
+    /// Directory holding one subdirectory per partition replica (`{topic}-{partition}`).
+    pub data_dir: PathBuf,
+    /// Topics and their partition counts. Every broker hosts a replica of every partition.
+    pub topics: Vec<(String, u32)>,
+    /// Configuration of each partition's log.
+    pub log: LogConfig,
+    /// When an append counts as written. Default [`Durability::Fsync`].
+    pub durability: Durability,
+    /// Raft heartbeat interval. Default 250 ms.
+    pub heartbeat_interval_ms: u64,
+    /// Raft election timeout (the lower bound; the upper is twice it). Default 1000 ms.
+    pub election_timeout_ms: u64,
+    /// How long an append may wait for commit before it fails as indeterminate. Default 5 s.
+    pub request_timeout_ms: u64,
+    /// Largest network frame accepted. Default 16 MiB.
+    pub frame_bytes_max: u32,
+}
+
+impl NodeConfig {
+    /// A configuration with defaults for everything but identity, addresses and storage.
+    pub fn new(
+        id: NodeId,
+        listen: SocketAddr,
+        peers: BTreeMap<NodeId, SocketAddr>,
+        data_dir: impl Into<PathBuf>,
+    ) -> Self {
+        NodeConfig {
+            id,
+            listen,
+            peers,
+            data_dir: data_dir.into(),
+            topics: Vec::new(),
+            log: LogConfig::default(),
+            durability: Durability::default(),
+            heartbeat_interval_ms: 250,
+            election_timeout_ms: 1000,
+            request_timeout_ms: 5000,
+            frame_bytes_max: 16 << 20,
+        }
+    }
+}
+
+/// A snapshot of one partition replica's state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PartitionStatus {
+    /// The leader this replica knows of.
+    pub leader: Option<NodeId>,
+    /// The current Raft term.
+    pub term: u64,
+    /// The offset after the last record in this replica's log (committed or not).
+    pub log_end: Offset,
+    /// The offset below which records are committed (and applied here).
+    pub high_watermark: Offset,
+    /// On the leader: how many entries each follower is behind the leader's log.
+    pub follower_lag: BTreeMap<NodeId, u64>,
+}
+
+type Raft = openraft::Raft<C, StateMachine>;
+
+struct Group {
+    id: PartitionId,
+    raft: Raft,
+    store: LogStore,
+    sm: StateMachine,
+}
+
+struct Shared {
+    config: NodeConfig,
+    groups: HashMap<PartitionId, Arc<Group>>,
+}
+
+/// A broker: hosts a replica of every configured partition, each its own Raft group, and
+/// serves peers over TCP. Writes are accepted only on a partition's leader; anywhere else they
+/// fail with [`Error::NotLeader`] and a hint that names the leader.
+///
+/// `Node` runs inside the caller's tokio runtime; it starts no runtime of its own.
+pub struct Node {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    shutdown: watch::Sender<bool>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("id", &self.shared.config.id)
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl Node {
+    /// Opens and recovers every local partition replica, listens on `config.listen`, and joins
+    /// each partition's Raft group. A fresh cluster elects its leaders by itself.
+    ///
+    /// # Errors
+    ///
+    /// Anything [`PartitionLog::open`] returns, and [`Error::Io`] if the address cannot be
+    /// bound.
+    pub async fn start(config: NodeConfig) -> Result<Node> {
+        let listener = tokio::net::TcpListener::bind(config.listen).await?;
+        let addr = listener.local_addr()?;
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let raft_config = Arc::new(
+            openraft::Config {
+                cluster_name: "replog".into(),
+                heartbeat_interval: config.heartbeat_interval_ms,
+                election_timeout_min: config.election_timeout_ms,
+                election_timeout_max: config.election_timeout_ms * 2,
+                // Retention purges the log, never openraft's own policy.
+                max_in_snapshot_log_to_keep: u64::MAX,
+                ..Default::default()
+            }
+            .validate()
+            .map_err(|e| Error::InvalidConfig {
+                field: "raft",
+                reason: e.to_string(),
+            })?,
+        );
+        let peers = Arc::new(PeerSet::new(&config, shutdown_rx.clone()));
+        let mut groups = HashMap::new();
+        for (topic, count) in &config.topics {
+            for partition in 0..*count {
+                let id = PartitionId::new(topic.clone(), partition);
+                let dir = config.data_dir.join(format!("{topic}-{partition}"));
+                let log = PartitionLog::open(&dir, config.log.clone())?;
+                let store = LogStore::open(log, config.durability)?;
+                let sm = StateMachine::open(store.clone())?;
+                let network = GroupNetFactory {
+                    group: id.clone(),
+                    peers: Arc::clone(&peers),
+                };
+                let raft = Raft::new(
+                    config.id,
+                    Arc::clone(&raft_config),
+                    network,
+                    store.clone(),
+                    sm.clone(),
+                )
+                .await
+                .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?;
+                groups.insert(
+                    id.clone(),
+                    Arc::new(Group {
+                        id,
+                        raft,
+                        store,
+                        sm,
+                    }),
+                );
+            }
+        }
+        let shared = Arc::new(Shared { config, groups });
+        let handler: Arc<dyn Handler> = Arc::new(NodeHandler {
+            shared: Arc::clone(&shared),
+        });
+        let server = spawn_server(
+            listener,
+            handler,
+            shared.config.frame_bytes_max,
+            shutdown_rx,
+        );
+        let node = Node {
+            shared,
+            addr,
+            shutdown,
+            server,
+        };
+        node.initialize_groups().await;
+        Ok(node)
+    }
+
+    /// Each partition is initialized by one broker, chosen by partition number so that first
+    /// leaders spread over the cluster; the others learn the membership from it.
+    async fn initialize_groups(&self) {
+        let config = &self.shared.config;
+        let mut members: BTreeMap<NodeId, BrokerNode> = config
+            .peers
+            .iter()
+            .map(|(id, addr)| {
+                (
+                    *id,
+                    BrokerNode {
+                        addr: addr.to_string(),
+                    },
+                )
+            })
+            .collect();
+        members.insert(
+            config.id,
+            BrokerNode {
+                addr: self.addr.to_string(),
+            },
+        );
+        let ids: Vec<NodeId> = members.keys().copied().collect();
+        for group in self.shared.groups.values() {
+            let slot = usize::try_from(group.id.partition).unwrap_or(0) % ids.len().max(1);
+            if ids.get(slot) != Some(&config.id) {
+                continue;
+            }
+            // Fails harmlessly (NotAllowed) when the group was initialized before.
+            if let Err(e) = group.raft.initialize(members.clone()).await {
+                tracing::debug!(partition = %group.id, error = %e, "not initializing");
+            }
+        }
+    }
+
+    /// This broker's id.
+    pub fn id(&self) -> NodeId {
+        self.shared.config.id
+    }
+
+    /// The address this broker listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    fn group(&self, topic: &str, partition: u32) -> Result<&Arc<Group>> {
+        let id = PartitionId::new(topic, partition);
+        self.shared
+            .groups
+            .get(&id)
+            .ok_or(Error::UnknownPartition(id))
+    }
+
+    /// Appends `records` as one batch to a partition this broker leads, and returns where the
+    /// batch landed once it is committed (durable on a quorum under [`Durability::Fsync`]).
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::NotLeader`] if this broker does not lead the partition (nothing was
+    ///   written; safe to send to the hinted leader).
+    /// - [`Error::Indeterminate`] if the outcome is unknown (timed out, or the leader lost its
+    ///   leadership after appending): the batch may or may not be committed.
+    /// - [`Error::UnknownPartition`], [`Error::EmptyBatch`], [`Error::RecordTooLarge`].
+    pub async fn append(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: &[Record],
+    ) -> Result<AppendInfo> {
+        let group = self.group(topic, partition)?;
+        if records.is_empty() {
+            return Err(Error::EmptyBatch);
+        }
+        let (payload, record_count) =
+            encode_records(records, self.shared.config.log.record_bytes_max)?;
+        let request = AppendRequest {
+            records: payload,
+            record_count,
+            producer_id: 0,
+            base_sequence: 0,
+        };
+        let timeout = Duration::from_millis(self.shared.config.request_timeout_ms);
+        let outcome = tokio::time::timeout(timeout, group.raft.client_write(request)).await;
+        let indeterminate = |reason: String| Error::Indeterminate {
+            partition: group.id.clone(),
+            reason,
+        };
+        match outcome {
+            Err(_) => Err(indeterminate(format!(
+                "not committed within {} ms",
+                timeout.as_millis()
+            ))),
+            Ok(Ok(response)) => Ok(AppendInfo {
+                log_index: LogIndex(response.log_id.index),
+                base_offset: Offset(response.data.base_offset),
+                record_count,
+            }),
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+                let leader = f.leader_id.and_then(|node_id| {
+                    let addr = f
+                        .leader_node
+                        .as_ref()
+                        .and_then(|n| n.addr.parse().ok())
+                        .or_else(|| self.shared.config.peers.get(&node_id).copied())?;
+                    Some(LeaderHint { node_id, addr })
+                });
+                Err(Error::NotLeader {
+                    partition: group.id.clone(),
+                    leader,
+                })
+            }
+            Ok(Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(_)))) => Err(
+                indeterminate("leadership changed after the batch was appended".into()),
+            ),
+            Ok(Err(e)) => Err(indeterminate(e.to_string())),
+        }
+    }
+
+    /// Reads committed batches of a partition from this replica, from `offset` on, up to about
+    /// `max_bytes` (see [`PartitionLog::read`]). Works on any replica, leader or not; a
+    /// follower serves what it knows is committed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OffsetOutOfRange`] past the high watermark or below the log start;
+    /// [`Error::UnknownPartition`]; [`Error::Corrupt`].
+    pub fn read(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: Offset,
+        max_bytes: usize,
+    ) -> Result<Vec<Batch>> {
+        let group = self.group(topic, partition)?;
+        let log = group.store.log();
+        let high_watermark = group.sm.state().next_offset.min(log.end_offset().get());
+        if offset.get() > high_watermark {
+            return Err(Error::OffsetOutOfRange {
+                requested: offset,
+                start: log.start_offset(),
+                end: Offset(high_watermark),
+            });
+        }
+        if offset.get() == high_watermark {
+            return Ok(Vec::new());
+        }
+        let mut batches = log.read(offset, max_bytes)?;
+        batches.retain(|b| b.base_offset().get() < high_watermark);
+        Ok(batches)
+    }
+
+    /// The state of this broker's replica of a partition.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownPartition`].
+    pub fn status(&self, topic: &str, partition: u32) -> Result<PartitionStatus> {
+        let group = self.group(topic, partition)?;
+        let metrics = group.raft.metrics().borrow_watched().clone();
+        let last = metrics.last_log_index.unwrap_or(0);
+        let follower_lag = metrics
+            .replication
+            .map(|r| {
+                r.into_iter()
+                    .filter(|(id, _)| *id != self.shared.config.id)
+                    .map(|(id, matched)| {
+                        (id, last.saturating_sub(matched.map_or(0, |m| m.index + 1)))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(PartitionStatus {
+            leader: metrics.current_leader,
+            term: metrics.current_term,
+            log_end: group.store.log().end_offset(),
+            high_watermark: Offset(group.sm.state().next_offset),
+            follower_lag,
+        })
+    }
+
+    /// Every partition this broker hosts.
+    pub fn partitions(&self) -> Vec<PartitionId> {
+        let mut ids: Vec<PartitionId> = self.shared.groups.keys().cloned().collect();
+        ids.sort();
+        ids
+    }
+
+    /// Stops every Raft group and the listener, and flushes every log.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] if a log could not be flushed.
+    pub async fn shutdown(self) -> Result<()> {
+        for group in self.shared.groups.values() {
+            if let Err(e) = group.raft.shutdown().await {
+                tracing::warn!(partition = %group.id, error = %e, "raft shutdown failed");
+            }
+        }
+        let _ = self.shutdown.send(true);
+        let _ = self.server.await;
+        for group in self.shared.groups.values() {
+            group.store.log().flush()?;
+        }
+        Ok(())
+    }
+}
+
+/// Connections to the other brokers: a bulk one and a control one each.
+#[derive(Debug)]
+struct PeerSet {
+    bulk: HashMap<NodeId, Arc<Peer>>,
+    control: HashMap<NodeId, Arc<Peer>>,
+}
+
+impl PeerSet {
+    fn new(config: &NodeConfig, shutdown: watch::Receiver<bool>) -> Self {
+        let make = |addr: &SocketAddr| {
+            Arc::new(Peer::new(*addr, config.frame_bytes_max, shutdown.clone()))
+        };
+        // Never connect to ourselves: the own id is not in `peers`.
+        let peers = config.peers.iter().filter(|(id, _)| **id != config.id);
+        PeerSet {
+            bulk: peers.clone().map(|(id, a)| (*id, make(a))).collect(),
+            control: peers.map(|(id, a)| (*id, make(a))).collect(),
+        }
+    }
+}
+
+/// The Raft network of one partition: its RPCs, tagged with the partition, over the shared
+/// connections.
+struct GroupNetFactory {
+    group: PartitionId,
+    peers: Arc<PeerSet>,
+}
+
+impl GroupNetFactory {
+    fn client(&self, target: NodeId, control: bool) -> GroupNet {
+        let map = if control {
+            &self.peers.control
+        } else {
+            &self.peers.bulk
+        };
+        GroupNet {
+            group: self.group.clone(),
+            target,
+            peer: map.get(&target).cloned(),
+        }
+    }
+}
+
+impl RaftNetworkFactory<C> for GroupNetFactory {
+    type Network = GroupNet;
+
+    async fn new_client(&mut self, target: NodeId, _node: &BrokerNode) -> GroupNet {
+        self.client(target, false)
+    }
+
+    async fn new_heartbeat_client(&mut self, target: NodeId, _node: &BrokerNode) -> GroupNet {
+        self.client(target, true)
+    }
+}
+
+struct GroupNet {
+    group: PartitionId,
+    target: NodeId,
+    peer: Option<Arc<Peer>>,
+}
+
+impl GroupNet {
+    async fn call<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        op: Op,
+        request: &Req,
+        timeout: Duration,
+    ) -> std::result::Result<Resp, RPCError<C>> {
+        let Some(peer) = &self.peer else {
+            return Err(Unreachable::from_string(format!("unknown broker {}", self.target)).into());
+        };
+        let body = postcard::to_stdvec(&(&self.group, request))
+            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        match peer.call(op, &body, timeout).await {
+            Ok(bytes) => {
+                let response: std::result::Result<Resp, String> = postcard::from_bytes(&bytes)
+                    .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+                response.map_err(|msg| RPCError::Network(NetworkError::from_string(msg)))
+            }
+            Err(CallError::Unreachable(msg)) => Err(Unreachable::from_string(msg).into()),
+            Err(e) => Err(RPCError::Network(NetworkError::new(&e))),
+        }
+    }
+}
+
+impl RaftNetworkV2<C> for GroupNet {
+    type SnapshotData = Vec<u8>;
+
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<C>,
+        option: RPCOption,
+    ) -> std::result::Result<AppendEntriesResponse<C>, RPCError<C>> {
+        self.call(Op::AppendEntries, &rpc, option.soft_ttl()).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<C>,
+        option: RPCOption,
+    ) -> std::result::Result<VoteResponse<C>, RPCError<C>> {
+        self.call(Op::Vote, &rpc, option.soft_ttl()).await
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: SnapshotOf<C, Vec<u8>>,
+        _cancel: impl std::future::Future<Output = openraft::errors::ReplicationClosed>
+        + OptionalSend
+        + 'static,
+        option: RPCOption,
+    ) -> std::result::Result<SnapshotResponse<C>, StreamingError<C>> {
+        let request = (vote, snapshot.meta, snapshot.snapshot);
+        self.call(Op::Snapshot, &request, option.soft_ttl())
+            .await
+            .map_err(StreamingError::from)
+    }
+}
+
+/// Serves peers' Raft RPCs by dispatching them to the partition's group.
+struct NodeHandler {
+    shared: Arc<Shared>,
+}
+
+fn respond<T: Serialize>(result: std::result::Result<T, String>) -> Vec<u8> {
+    postcard::to_stdvec(&result).unwrap_or_else(|e| {
+        postcard::to_stdvec(&std::result::Result::<(), String>::Err(e.to_string()))
+            .unwrap_or_default()
+    })
+}
+
+impl NodeHandler {
+    fn decode<T: DeserializeOwned>(
+        &self,
+        body: &[u8],
+    ) -> std::result::Result<(Arc<Group>, T), String> {
+        let (id, request): (PartitionId, T) =
+            postcard::from_bytes(body).map_err(|e| format!("bad request: {e}"))?;
+        let group = self
+            .shared
+            .groups
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| format!("unknown partition {id}"))?;
+        Ok((group, request))
+    }
+}
+
+impl Handler for NodeHandler {
+    fn handle(self: Arc<Self>, op: Op, body: Vec<u8>) -> BoxFuture<Vec<u8>> {
+        Box::pin(async move {
+            match op {
+                Op::AppendEntries => match self.decode::<AppendEntriesRequest<C>>(&body) {
+                    Ok((g, rpc)) => {
+                        respond(g.raft.append_entries(rpc).await.map_err(|e| e.to_string()))
+                    }
+                    Err(e) => respond::<AppendEntriesResponse<C>>(Err(e)),
+                },
+                Op::Vote => match self.decode::<VoteRequest<C>>(&body) {
+                    Ok((g, rpc)) => respond(g.raft.vote(rpc).await.map_err(|e| e.to_string())),
+                    Err(e) => respond::<VoteResponse<C>>(Err(e)),
+                },
+                Op::Snapshot => match self.decode::<(Vote, SnapshotMetaOf<C>, Vec<u8>)>(&body) {
+                    Ok((g, (vote, meta, data))) => {
+                        let snapshot = Snapshot {
+                            meta,
+                            snapshot: data,
+                        };
+                        respond(
+                            g.raft
+                                .install_full_snapshot(vote, snapshot)
+                                .await
+                                .map_err(|e| e.to_string()),
+                        )
+                    }
+                    Err(e) => respond::<SnapshotResponse<C>>(Err(e)),
+                },
+            }
+        })
+    }
+}

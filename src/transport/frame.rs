@@ -1,0 +1,271 @@
+//! Wire framing: pure encode/decode, every length checked before anything is allocated.
+//!
+//! A frame is a 16-byte header and a body:
+//!
+//! | pos | size | field | type | rule |
+//! |---|---|---|---|---|
+//! | 0 | 4 | body_len | u32 | bytes after the header; `≤ frame_bytes_max`, checked before the body is read |
+//! | 4 | 1 | kind | u8 | `1` request, `2` response; others are `UnknownKind` |
+//! | 5 | 1 | op | u8 | what the request asks (see [`Op`]); echoed in the response |
+//! | 6 | 2 | reserved | u16 | must be 0 |
+//! | 8 | 8 | request_id | u64 | chosen by the caller, echoed in the response |
+//! | 16 | body_len | body | bytes | postcard-encoded request or response |
+//!
+//! All integers are little-endian. TCP checksums the bytes; a frame that breaks these rules
+//! closes the connection.
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// Length of the frame header.
+pub(crate) const FRAME_HEADER_LEN: usize = 16;
+
+/// What a request asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Op {
+    /// Raft vote (and pre-vote).
+    Vote = 1,
+    /// Raft append-entries (and heartbeats).
+    AppendEntries = 2,
+    /// Raft full snapshot.
+    Snapshot = 3,
+}
+
+impl Op {
+    fn from_u8(v: u8) -> Option<Op> {
+        match v {
+            1 => Some(Op::Vote),
+            2 => Some(Op::AppendEntries),
+            3 => Some(Op::Snapshot),
+            _ => None,
+        }
+    }
+}
+
+/// Request or response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Kind {
+    Request = 1,
+    Response = 2,
+}
+
+/// A decoded frame header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FrameHead {
+    pub(crate) body_len: u32,
+    pub(crate) kind: Kind,
+    pub(crate) op: Op,
+    pub(crate) request_id: u64,
+}
+
+/// Why a frame was rejected. Any of these closes the connection.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub(crate) enum FrameError {
+    #[error("frame body of {len} bytes exceeds the limit of {max}")]
+    TooLarge { len: u64, max: u64 },
+    #[error("unknown frame kind {0}")]
+    UnknownKind(u8),
+    #[error("unknown op {0}")]
+    UnknownOp(u8),
+    #[error("non-zero reserved field")]
+    NonZeroReserved,
+    #[error("connection closed in the middle of a frame")]
+    Truncated,
+}
+
+/// Encodes a whole frame.
+pub(crate) fn encode(kind: Kind, op: Op, request_id: u64, body: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(body.len()).expect("bodies are bounded by frame_bytes_max, a u32");
+    let mut out = Vec::with_capacity(FRAME_HEADER_LEN + body.len());
+    out.extend_from_slice(&len.to_le_bytes());
+    out.push(kind as u8);
+    out.push(op as u8);
+    out.extend_from_slice(&0u16.to_le_bytes());
+    out.extend_from_slice(&request_id.to_le_bytes());
+    out.extend_from_slice(body);
+    out
+}
+
+/// Decodes and checks a frame header.
+///
+/// # Panics
+///
+/// Never, for any input.
+pub(crate) fn decode_head(
+    head: &[u8; FRAME_HEADER_LEN],
+    frame_bytes_max: u32,
+) -> Result<FrameHead, FrameError> {
+    let [
+        l0,
+        l1,
+        l2,
+        l3,
+        kind,
+        op,
+        r0,
+        r1,
+        i0,
+        i1,
+        i2,
+        i3,
+        i4,
+        i5,
+        i6,
+        i7,
+    ] = *head;
+    let body_len = u32::from_le_bytes([l0, l1, l2, l3]);
+    if body_len > frame_bytes_max {
+        return Err(FrameError::TooLarge {
+            len: u64::from(body_len),
+            max: u64::from(frame_bytes_max),
+        });
+    }
+    let kind = match kind {
+        1 => Kind::Request,
+        2 => Kind::Response,
+        other => return Err(FrameError::UnknownKind(other)),
+    };
+    let op = Op::from_u8(op).ok_or(FrameError::UnknownOp(op))?;
+    if (r0, r1) != (0, 0) {
+        return Err(FrameError::NonZeroReserved);
+    }
+    let request_id = u64::from_le_bytes([i0, i1, i2, i3, i4, i5, i6, i7]);
+    Ok(FrameHead {
+        body_len,
+        kind,
+        op,
+        request_id,
+    })
+}
+
+/// Reads one frame. `Ok(None)` at a clean end of stream (between frames). The body is
+/// allocated only after its length passed the limit.
+pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
+    r: &mut R,
+    frame_bytes_max: u32,
+) -> Result<Option<(FrameHead, Vec<u8>)>, FrameReadError> {
+    let mut head = [0u8; FRAME_HEADER_LEN];
+    let first = r.read(&mut head).await.map_err(FrameReadError::Io)?;
+    if first == 0 {
+        return Ok(None);
+    }
+    if let Some(rest) = head.get_mut(first..) {
+        r.read_exact(rest).await.map_err(|e| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                FrameReadError::Frame(FrameError::Truncated)
+            } else {
+                FrameReadError::Io(e)
+            }
+        })?;
+    }
+    let head = decode_head(&head, frame_bytes_max).map_err(FrameReadError::Frame)?;
+    let mut body = vec![0u8; head.body_len as usize];
+    r.read_exact(&mut body).await.map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            FrameReadError::Frame(FrameError::Truncated)
+        } else {
+            FrameReadError::Io(e)
+        }
+    })?;
+    Ok(Some((head, body)))
+}
+
+/// A failed frame read.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FrameReadError {
+    #[error("bad frame: {0}")]
+    Frame(FrameError),
+    #[error("i/o: {0}")]
+    Io(std::io::Error),
+}
+
+/// Decodes a frame header from arbitrary bytes: the entry point of the `frame_decode` fuzz
+/// target. Never panics.
+#[doc(hidden)]
+pub fn fuzz_decode_head(data: &[u8]) -> bool {
+    let Some(head) = data.get(..FRAME_HEADER_LEN) else {
+        return false;
+    };
+    let head: [u8; FRAME_HEADER_LEN] = head.try_into().unwrap_or([0; FRAME_HEADER_LEN]);
+    decode_head(&head, 1 << 20).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let bytes = encode(Kind::Request, Op::AppendEntries, 77, b"body");
+        let head: [u8; 16] = bytes[..16].try_into().unwrap();
+        let h = decode_head(&head, 100).unwrap();
+        assert_eq!(
+            h,
+            FrameHead {
+                body_len: 4,
+                kind: Kind::Request,
+                op: Op::AppendEntries,
+                request_id: 77
+            }
+        );
+        assert_eq!(&bytes[16..], b"body");
+    }
+
+    #[test]
+    fn hostile_headers_are_rejected_before_allocation() {
+        let mut head = [0u8; 16];
+        head[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        head[4] = 1;
+        head[5] = 1;
+        assert_eq!(
+            decode_head(&head, 1 << 20),
+            Err(FrameError::TooLarge {
+                len: u64::from(u32::MAX),
+                max: 1 << 20
+            })
+        );
+        let mut h = encode(Kind::Request, Op::Vote, 1, b"")[..16]
+            .try_into()
+            .unwrap();
+        let set = |h: &mut [u8; 16], i: usize, v: u8| h[i] = v;
+        set(&mut h, 4, 9);
+        assert_eq!(decode_head(&h, 10), Err(FrameError::UnknownKind(9)));
+        set(&mut h, 4, 1);
+        set(&mut h, 5, 0);
+        assert_eq!(decode_head(&h, 10), Err(FrameError::UnknownOp(0)));
+        set(&mut h, 5, 1);
+        set(&mut h, 7, 1);
+        assert_eq!(decode_head(&h, 10), Err(FrameError::NonZeroReserved));
+    }
+
+    #[tokio::test]
+    async fn truncated_and_garbage_streams_are_errors() {
+        let good = encode(Kind::Request, Op::Vote, 5, b"hello");
+        let mut r = &good[..];
+        let (h, body) = read_frame(&mut r, 100).await.unwrap().unwrap();
+        assert_eq!((h.request_id, &body[..]), (5, &b"hello"[..]));
+        assert!(
+            read_frame(&mut r, 100).await.unwrap().is_none(),
+            "clean end of stream"
+        );
+        for cut in 1..good.len() {
+            let mut r = &good[..cut];
+            assert!(
+                matches!(
+                    read_frame(&mut r, 100).await,
+                    Err(FrameReadError::Frame(FrameError::Truncated))
+                ),
+                "cut at {cut}"
+            );
+        }
+        let mut garbage = good.clone();
+        garbage.extend_from_slice(&[0xFF; 16]);
+        let mut r = &garbage[..];
+        assert!(read_frame(&mut r, 100).await.unwrap().is_some());
+        assert!(
+            read_frame(&mut r, 100).await.is_err(),
+            "garbage after a valid frame"
+        );
+    }
+}

@@ -1,0 +1,245 @@
+//! TCP transport between nodes: a listener that serves framed requests, and outbound
+//! connections that multiplex requests by id.
+//!
+//! Each node keeps two connections to each peer: one for bulk traffic (log replication,
+//! snapshots) and one for control traffic (votes, heartbeats), so that a heartbeat never waits
+//! behind a large append. Every partition's traffic shares them. A connection that fails is
+//! dropped; the next request reconnects. Nothing here knows about Raft.
+
+pub(crate) mod frame;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use frame::{FrameReadError, Kind, Op, encode, read_frame};
+
+/// A boxed, sendable future.
+pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// Serves requests: turns an op and a request body into a response body.
+pub(crate) trait Handler: Send + Sync + 'static {
+    fn handle(self: Arc<Self>, op: Op, body: Vec<u8>) -> BoxFuture<Vec<u8>>;
+}
+
+/// Accepts connections on `listener` until `shutdown` turns true.
+pub(crate) fn spawn_server(
+    listener: TcpListener,
+    handler: Arc<dyn Handler>,
+    frame_bytes_max: u32,
+    mut shutdown: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => break,
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => {
+                        let _ = stream.set_nodelay(true);
+                        let conn = serve_conn(stream, Arc::clone(&handler), frame_bytes_max, shutdown.clone());
+                        tokio::spawn(conn);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// Reads requests from one connection, serves each on its own task, writes responses back in
+/// whatever order they finish. A malformed frame closes the connection.
+async fn serve_conn(
+    stream: TcpStream,
+    handler: Arc<dyn Handler>,
+    frame_bytes_max: u32,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let (mut rd, mut wr) = stream.into_split();
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(1024);
+    let writer = tokio::spawn(async move {
+        while let Some(frame) = rx.recv().await {
+            if wr.write_all(&frame).await.is_err() {
+                break;
+            }
+        }
+    });
+    loop {
+        let next = tokio::select! {
+            _ = shutdown.changed() => break,
+            f = read_frame(&mut rd, frame_bytes_max) => f,
+        };
+        match next {
+            Ok(Some((head, body))) if head.kind == Kind::Request => {
+                let (handler, tx) = (Arc::clone(&handler), tx.clone());
+                tokio::spawn(async move {
+                    let response = handler.handle(head.op, body).await;
+                    let _ = tx
+                        .send(encode(Kind::Response, head.op, head.request_id, &response))
+                        .await;
+                });
+            }
+            Ok(None) => break,
+            Ok(Some(_)) => {
+                tracing::warn!("a response arrived on a server connection; closing it");
+                break;
+            }
+            Err(FrameReadError::Frame(e)) => {
+                tracing::warn!(error = %e, "malformed frame; closing the connection");
+                break;
+            }
+            Err(FrameReadError::Io(_)) => break,
+        }
+    }
+    drop(tx);
+    writer.abort();
+}
+
+/// Why a call did not return a response.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CallError {
+    /// The request was not sent: no connection could be made.
+    #[error("unreachable: {0}")]
+    Unreachable(String),
+    /// The request was sent, but no response came in time. It may still take effect.
+    #[error("timed out after sending")]
+    Timeout,
+    /// The connection died after the request was sent. It may still take effect.
+    #[error("connection lost after sending")]
+    Closed,
+}
+
+/// Outbound connection to one peer address, made on first use and remade after a failure.
+#[derive(Debug)]
+pub(crate) struct Peer {
+    addr: SocketAddr,
+    frame_bytes_max: u32,
+    shutdown: watch::Receiver<bool>,
+    conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+}
+
+type Pending = Arc<parking_lot::Mutex<HashMap<u64, oneshot::Sender<Vec<u8>>>>>;
+
+#[derive(Debug)]
+struct Conn {
+    tx: mpsc::Sender<Vec<u8>>,
+    pending: Pending,
+    next_id: AtomicU64,
+    alive: Arc<AtomicBool>,
+}
+
+impl Peer {
+    pub(crate) fn new(
+        addr: SocketAddr,
+        frame_bytes_max: u32,
+        shutdown: watch::Receiver<bool>,
+    ) -> Self {
+        Peer {
+            addr,
+            frame_bytes_max,
+            shutdown,
+            conn: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// Sends a request and waits up to `timeout` for its response.
+    pub(crate) async fn call(
+        &self,
+        op: Op,
+        body: &[u8],
+        timeout: Duration,
+    ) -> Result<Vec<u8>, CallError> {
+        let conn = self.connection(timeout).await?;
+        let id = conn.next_id.fetch_add(1, Ordering::Relaxed);
+        let (otx, orx) = oneshot::channel();
+        conn.pending.lock().insert(id, otx);
+        if conn
+            .tx
+            .send(encode(Kind::Request, op, id, body))
+            .await
+            .is_err()
+        {
+            conn.pending.lock().remove(&id);
+            conn.alive.store(false, Ordering::Release);
+            return Err(CallError::Unreachable("connection closed".into()));
+        }
+        match tokio::time::timeout(timeout, orx).await {
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(_)) => Err(CallError::Closed),
+            Err(_) => {
+                conn.pending.lock().remove(&id);
+                Err(CallError::Timeout)
+            }
+        }
+    }
+
+    async fn connection(&self, timeout: Duration) -> Result<Arc<Conn>, CallError> {
+        let mut guard = self.conn.lock().await;
+        if let Some(conn) = guard.as_ref().filter(|c| c.alive.load(Ordering::Acquire)) {
+            return Ok(Arc::clone(conn));
+        }
+        *guard = None;
+        let stream = match tokio::time::timeout(timeout, TcpStream::connect(self.addr)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return Err(CallError::Unreachable(e.to_string())),
+            Err(_) => return Err(CallError::Unreachable("connect timed out".into())),
+        };
+        let _ = stream.set_nodelay(true);
+        let (mut rd, mut wr) = stream.into_split();
+        let (tx, mut rx) = mpsc::channel::<Vec<u8>>(1024);
+        let pending: Pending = Arc::default();
+        let alive = Arc::new(AtomicBool::new(true));
+        {
+            let alive = Arc::clone(&alive);
+            tokio::spawn(async move {
+                while let Some(frame) = rx.recv().await {
+                    if wr.write_all(&frame).await.is_err() {
+                        break;
+                    }
+                }
+                alive.store(false, Ordering::Release);
+            });
+        }
+        {
+            let (alive, pending) = (Arc::clone(&alive), Arc::clone(&pending));
+            let (max, mut shutdown) = (self.frame_bytes_max, self.shutdown.clone());
+            tokio::spawn(async move {
+                loop {
+                    let next = tokio::select! {
+                        _ = shutdown.changed() => break,
+                        f = read_frame(&mut rd, max) => f,
+                    };
+                    match next {
+                        Ok(Some((head, body))) if head.kind == Kind::Response => {
+                            if let Some(waiter) = pending.lock().remove(&head.request_id) {
+                                let _ = waiter.send(body);
+                            }
+                        }
+                        _ => break,
+                    }
+                }
+                alive.store(false, Ordering::Release);
+                // Waiters see their sender dropped: the outcome of their request is unknown.
+                pending.lock().clear();
+            });
+        }
+        let conn = Arc::new(Conn {
+            tx,
+            pending,
+            next_id: AtomicU64::new(1),
+            alive,
+        });
+        *guard = Some(Arc::clone(&conn));
+        Ok(conn)
+    }
+}

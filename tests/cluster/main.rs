@@ -1,0 +1,225 @@
+//! Three brokers in one process over real loopback TCP: elections, leader-only writes with a
+//! leader hint elsewhere, committed reads on followers, leader failure and restart.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use replog::{Error, LogConfig, Node, NodeConfig, Offset, Record};
+
+const TOPIC: &str = "email.send";
+const PARTITIONS: u32 = 3;
+const ELECTION_TIMEOUT_MS: u64 = 1000;
+
+/// Free loopback ports: bind to port 0, note the port, release it.
+fn free_addrs(n: usize) -> Vec<SocketAddr> {
+    let listeners: Vec<_> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    listeners.iter().map(|l| l.local_addr().unwrap()).collect()
+}
+
+fn config(id: u64, addrs: &[SocketAddr], dir: &Path) -> NodeConfig {
+    let peers: BTreeMap<u64, SocketAddr> = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| (i as u64 + 1, *a))
+        .filter(|(pid, _)| *pid != id)
+        .collect();
+    let mut c = NodeConfig::new(
+        id,
+        addrs[id as usize - 1],
+        peers,
+        dir.join(format!("node-{id}")),
+    );
+    c.topics = vec![(TOPIC.to_string(), PARTITIONS)];
+    c.heartbeat_interval_ms = 100;
+    c.election_timeout_ms = ELECTION_TIMEOUT_MS;
+    let mut log = LogConfig::default();
+    log.segment_bytes = 1 << 20;
+    log.record_bytes_max = 64 << 10;
+    log.batch_bytes_max = 256 << 10;
+    c.log = log;
+    c
+}
+
+/// Waits until `f` returns `Some`, polling, for at most `limit`.
+async fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The leader of `partition` as all live nodes agree on it.
+async fn leader_of(nodes: &[Option<Node>], partition: u32) -> u64 {
+    wait_for(
+        Duration::from_secs(10),
+        "a leader all nodes agree on",
+        || {
+            let leaders: Vec<Option<u64>> = nodes
+                .iter()
+                .flatten()
+                .map(|n| n.status(TOPIC, partition).unwrap().leader)
+                .collect();
+            let first = (*leaders.first()?)?;
+            let live: Vec<u64> = nodes.iter().flatten().map(|n| n.id()).collect();
+            (live.contains(&first) && leaders.iter().all(|l| *l == Some(first))).then_some(first)
+        },
+    )
+    .await
+}
+
+fn values(node: &Node, partition: u32) -> Vec<(u64, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut next = Offset(0);
+    loop {
+        let batches = node.read(TOPIC, partition, next, 1 << 20).unwrap();
+        if batches.is_empty() {
+            return out;
+        }
+        for b in batches {
+            for (o, r) in b.records() {
+                if o >= next {
+                    out.push((o.get(), r.value.to_vec()));
+                }
+            }
+            next = b.next_offset();
+        }
+    }
+}
+
+fn node_ref(nodes: &[Option<Node>], id: u64) -> &Node {
+    nodes[id as usize - 1].as_ref().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_brokers_elect_redirect_replicate_and_survive_a_leader_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let addrs = free_addrs(3);
+    let mut nodes: Vec<Option<Node>> = Vec::new();
+    for id in 1..=3 {
+        nodes.push(Some(
+            Node::start(config(id, &addrs, dir.path())).await.unwrap(),
+        ));
+    }
+
+    // Every partition elects a leader; initialization spreads them over the brokers.
+    let mut leaders = Vec::new();
+    for p in 0..PARTITIONS {
+        leaders.push(leader_of(&nodes, p).await);
+    }
+    let distinct: std::collections::BTreeSet<_> = leaders.iter().collect();
+    assert!(
+        distinct.len() >= 2,
+        "leaders spread over brokers: {leaders:?}"
+    );
+
+    // Write on the leader of partition 0; a follower refuses with a hint naming the leader.
+    let leader = leaders[0];
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let info = node_ref(&nodes, leader)
+        .append(
+            TOPIC,
+            0,
+            &[Record::new("follower-message-1"), Record::new("m2")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(info.base_offset, Offset(0));
+    match node_ref(&nodes, follower)
+        .append(TOPIC, 0, &[Record::new("x")])
+        .await
+    {
+        Err(Error::NotLeader {
+            partition,
+            leader: Some(hint),
+        }) => {
+            assert_eq!(partition.partition, 0);
+            assert_eq!(hint.node_id, leader);
+            assert_eq!(hint.addr, addrs[leader as usize - 1]);
+        }
+        other => panic!("expected NotLeader with a hint, got {other:?}"),
+    }
+
+    // Committed data is readable on every replica.
+    for id in 1..=3 {
+        let node = node_ref(&nodes, id);
+        wait_for(Duration::from_secs(5), "replication", || {
+            (values(node, 0).len() == 2).then_some(())
+        })
+        .await;
+        assert_eq!(values(node, 0)[0].1, b"follower-message-1");
+    }
+    let status = node_ref(&nodes, leader).status(TOPIC, 0).unwrap();
+    assert_eq!(status.high_watermark, Offset(2));
+    assert_eq!(status.follower_lag.len(), 2);
+
+    // Acknowledged writes before the failure.
+    let mut acked: Vec<Vec<u8>> = vec![b"follower-message-1".to_vec(), b"m2".to_vec()];
+    for i in 0..20 {
+        let v = format!("before-{i}").into_bytes();
+        node_ref(&nodes, leader)
+            .append(TOPIC, 0, &[Record::new(v.clone())])
+            .await
+            .unwrap();
+        acked.push(v);
+    }
+
+    // Kill the leader: a new one is elected within two election timeouts.
+    let killed = leader;
+    let t = Instant::now();
+    nodes[killed as usize - 1]
+        .take()
+        .unwrap()
+        .shutdown()
+        .await
+        .unwrap();
+    let new_leader = leader_of(&nodes, 0).await;
+    let elapsed = t.elapsed();
+    assert_ne!(new_leader, killed);
+    assert!(
+        elapsed < Duration::from_millis(2 * 2 * ELECTION_TIMEOUT_MS + 1000),
+        "new leader after {elapsed:?}"
+    );
+    for i in 0..20 {
+        let v = format!("after-{i}").into_bytes();
+        node_ref(&nodes, new_leader)
+            .append(TOPIC, 0, &[Record::new(v.clone())])
+            .await
+            .unwrap();
+        acked.push(v);
+    }
+
+    // Restart the killed broker from its directory: it catches up, and its committed log
+    // equals the leader's record for record.
+    nodes[killed as usize - 1] = Some(
+        Node::start(config(killed, &addrs, dir.path()))
+            .await
+            .unwrap(),
+    );
+    let expected: Vec<(u64, Vec<u8>)> = acked
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (i as u64, v.clone()))
+        .collect();
+    for id in 1..=3 {
+        let node = node_ref(&nodes, id);
+        wait_for(Duration::from_secs(10), "catch-up", || {
+            (values(node, 0) == expected).then_some(())
+        })
+        .await;
+    }
+
+    for node in nodes.into_iter().flatten() {
+        node.shutdown().await.unwrap();
+    }
+}
