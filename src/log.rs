@@ -145,7 +145,7 @@ struct PendingSeal {
     cancel: Arc<AtomicBool>,
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -862,9 +862,27 @@ impl PartitionLog {
     ///
     /// As [`purge_to`](Self::purge_to).
     pub fn enforce_retention(&self, now_ms: u64) -> Result<usize> {
+        self.remove_leading(self.retention_rule(now_ms))
+    }
+
+    /// The log index before which retention would delete every entry at `now_ms` (the first
+    /// kept segment's base), or `None` if it would delete nothing. The Raft layer purges up to
+    /// it through openraft, so that replicas agree on what is gone.
+    pub(crate) fn retention_point(&self, now_ms: u64) -> Option<u64> {
+        let segs = self.segments.read().clone();
+        let mut rule = self.retention_rule(now_ms);
+        let mut n = 0;
+        while n + 1 < segs.len() && rule(&segs, n) {
+            n += 1;
+        }
+        (n > 0).then(|| segs.get(n).map_or(0, |s| s.base_log_index))
+    }
+
+    /// Says whether leading segment `i` is due for deletion, given those before it are.
+    fn retention_rule(&self, now_ms: u64) -> impl FnMut(&[Arc<Segment>], usize) -> bool {
         let (ms, max_bytes) = (self.config.retention_ms, self.config.retention_bytes);
         let mut total: u64 = self.size_bytes();
-        self.remove_leading(|segs, i| {
+        move |segs, i| {
             let Some(seg) = segs.get(i) else { return false };
             let size = seg.data_len() as u64;
             let old =
@@ -874,7 +892,7 @@ impl PartitionLog {
                 total = total.saturating_sub(size);
             }
             old || big
-        })
+        }
     }
 
     /// Removes leading segments while `remove(segments, i)` says so, never the last one.

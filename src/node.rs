@@ -97,6 +97,8 @@ pub struct PartitionStatus {
     pub log_end: Offset,
     /// The offset below which records are committed (and applied here).
     pub high_watermark: Offset,
+    /// The first offset still in this replica's log.
+    pub log_start: Offset,
     /// On the leader: how many entries each follower is behind the leader's log.
     pub follower_lag: BTreeMap<NodeId, u64>,
 }
@@ -393,8 +395,52 @@ impl Node {
             term: metrics.current_term,
             log_end: group.store.log().end_offset(),
             high_watermark: Offset(group.sm.state().next_offset),
+            log_start: group.store.log().start_offset(),
             follower_lag,
         })
+    }
+
+    /// Applies each partition's retention (`LogConfig::retention_bytes` / `retention_ms`)
+    /// through Raft: snapshots the partition if needed, then lets openraft purge the log up to
+    /// the last segment retention would delete. A follower that later needs purged entries
+    /// gets the snapshot instead and continues from the new log start, as a Kafka follower
+    /// jumps to the leader's log start offset.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Indeterminate`] if a snapshot did not cover the purge point within the request
+    /// timeout (nothing was purged then).
+    pub async fn enforce_retention(&self) -> Result<()> {
+        for group in self.shared.groups.values() {
+            let Some(keep_from) = group.store.log().retention_point(crate::log::now_ms()) else {
+                continue;
+            };
+            let upto = keep_from.saturating_sub(1);
+            let applied = group.sm.state().last_applied.map(|l| l.index);
+            if applied.is_none_or(|a| a < upto) {
+                continue; // not applied here yet: purge later
+            }
+            let snapshot_covers = |raft: &Raft| {
+                let m = raft.metrics().borrow_watched().clone();
+                m.snapshot.is_some_and(|s| s.index >= upto)
+            };
+            if !snapshot_covers(&group.raft) {
+                let _ = group.raft.trigger().snapshot().await;
+                let deadline = tokio::time::Instant::now()
+                    + Duration::from_millis(self.shared.config.request_timeout_ms);
+                while !snapshot_covers(&group.raft) {
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err(Error::Indeterminate {
+                            partition: group.id.clone(),
+                            reason: "snapshot for retention did not complete".into(),
+                        });
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+            let _ = group.raft.trigger().purge_log(upto).await;
+        }
+        Ok(())
     }
 
     /// Every partition this broker hosts.

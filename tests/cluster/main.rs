@@ -80,7 +80,7 @@ async fn leader_of(nodes: &[Option<Node>], partition: u32) -> u64 {
 
 fn values(node: &Node, partition: u32) -> Vec<(u64, Vec<u8>)> {
     let mut out = Vec::new();
-    let mut next = Offset(0);
+    let mut next = node.status(TOPIC, partition).unwrap().log_start;
     loop {
         let batches = node.read(TOPIC, partition, next, 1 << 20).unwrap();
         if batches.is_empty() {
@@ -219,6 +219,89 @@ async fn three_brokers_elect_redirect_replicate_and_survive_a_leader_failure() {
         .await;
     }
 
+    for node in nodes.into_iter().flatten() {
+        node.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_that_missed_purged_segments_catches_up_by_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let addrs = free_addrs(3);
+    let small = |id| {
+        let mut c = config(id, &addrs, dir.path());
+        c.topics = vec![(TOPIC.to_string(), 1)];
+        c.log.segment_bytes = 32 << 10;
+        c.log.record_bytes_max = 4 << 10;
+        c.log.batch_bytes_max = 16 << 10;
+        c.log.retention_bytes = Some(64 << 10);
+        c
+    };
+    let mut nodes: Vec<Option<Node>> = Vec::new();
+    for id in 1..=3 {
+        nodes.push(Some(Node::start(small(id)).await.unwrap()));
+    }
+    let leader = leader_of(&nodes, 0).await;
+    let down = (1..=3).find(|id| *id != leader).unwrap();
+    nodes[down as usize - 1]
+        .take()
+        .unwrap()
+        .shutdown()
+        .await
+        .unwrap();
+
+    // While it is down, the others write far past retention and purge.
+    let value = vec![7u8; 1000];
+    let mut count = 0u64;
+    for _ in 0..100 {
+        let batch: Vec<Record> = (0..4).map(|_| Record::new(value.clone())).collect();
+        node_ref(&nodes, leader)
+            .append(TOPIC, 0, &batch)
+            .await
+            .unwrap();
+        count += 4;
+    }
+    for node in nodes.iter().flatten() {
+        node.enforce_retention().await.unwrap();
+    }
+    let leader_node = node_ref(&nodes, leader);
+    let start = wait_for(Duration::from_secs(10), "the leader to purge", || {
+        let s = leader_node.status(TOPIC, 0).unwrap().log_start;
+        (s > Offset(0)).then_some(s)
+    })
+    .await;
+
+    // Back up: the entries it needs are gone, so it installs a snapshot and continues.
+    nodes[down as usize - 1] = Some(Node::start(small(down)).await.unwrap());
+    let back = node_ref(&nodes, down);
+    wait_for(Duration::from_secs(15), "the follower to catch up", || {
+        let st = back.status(TOPIC, 0).unwrap();
+        (st.high_watermark == Offset(count)).then_some(())
+    })
+    .await;
+    let st = back.status(TOPIC, 0).unwrap();
+    assert!(
+        st.log_start >= start,
+        "it starts after the purged data: {:?}",
+        st.log_start
+    );
+    // New writes reach it, and everything it holds matches the leader offset for offset.
+    node_ref(&nodes, leader)
+        .append(TOPIC, 0, &[Record::new("after")])
+        .await
+        .unwrap();
+    wait_for(Duration::from_secs(10), "the new write", || {
+        (back.status(TOPIC, 0).unwrap().high_watermark == Offset(count + 1)).then_some(())
+    })
+    .await;
+    let mine = values(back, 0);
+    let theirs = values(node_ref(&nodes, leader), 0);
+    assert!(!mine.is_empty());
+    assert!(
+        theirs.ends_with(&mine),
+        "the follower's log is a suffix of the leader's"
+    );
+    assert_eq!(mine.last().unwrap().1, b"after");
     for node in nodes.into_iter().flatten() {
         node.shutdown().await.unwrap();
     }
