@@ -94,6 +94,27 @@ pub enum Error {
         requested: crate::types::Term,
     },
 
+    /// No broker in the bootstrap list, or known from metadata, could be reached.
+    #[error("no broker reachable (tried {tried})")]
+    NoBrokerReachable {
+        /// The addresses tried.
+        tried: String,
+    },
+
+    /// The request did not complete within its deadline (nothing was sent, or the outcome of
+    /// what was sent is reported as [`Error::Indeterminate`] instead).
+    #[error("gave up after {elapsed_ms} ms: {last}")]
+    Timeout {
+        /// Time spent.
+        elapsed_ms: u64,
+        /// The last failure seen.
+        last: String,
+    },
+
+    /// A broker reported an error this client has no variant for.
+    #[error("broker error: {0}")]
+    Remote(String),
+
     /// An append carried no records.
     #[error("a batch must hold at least one record")]
     EmptyBatch,

@@ -34,11 +34,13 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod client;
 mod config;
 mod error;
 mod fault;
 mod log;
 mod node;
+mod protocol;
 mod raft;
 mod segment;
 mod transport;
@@ -48,6 +50,7 @@ pub mod format {
     #![doc = include_str!("segment/FORMAT.md")]
 }
 
+pub use client::{Client, ClientConfig, Delivery, PartitionDescription, RouteStep};
 pub use config::{LogConfig, Preallocate};
 pub use error::{CorruptKind, Error, Result};
 #[cfg(any(test, feature = "failpoints"))]

@@ -24,6 +24,9 @@ use tokio::sync::watch;
 use crate::config::LogConfig;
 use crate::error::{Error, Result};
 use crate::log::{AppendInfo, PartitionLog};
+use crate::protocol::{
+    FetchRequest, MetadataRequest, ProduceRequest, ProduceResponse, WireBatch, WireError,
+};
 use crate::raft::state_machine::StateMachine;
 use crate::raft::storage::{Durability, LogStore};
 use crate::raft::types::{AppendRequest, BrokerNode, C, Vote};
@@ -104,6 +107,9 @@ pub struct PartitionStatus {
 }
 
 type Raft = openraft::Raft<C, StateMachine>;
+
+/// A follower at most this many entries behind the leader counts as in sync.
+const ISR_LAG_ENTRIES_MAX: u64 = 1000;
 
 struct Group {
     id: PartitionId,
@@ -202,6 +208,7 @@ impl Node {
         let shared = Arc::new(Shared { config, groups });
         let handler: Arc<dyn Handler> = Arc::new(NodeHandler {
             shared: Arc::clone(&shared),
+            addr: addr.to_string(),
         });
         let server = spawn_server(
             listener,
@@ -264,14 +271,6 @@ impl Node {
         self.addr
     }
 
-    fn group(&self, topic: &str, partition: u32) -> Result<&Arc<Group>> {
-        let id = PartitionId::new(topic, partition);
-        self.shared
-            .groups
-            .get(&id)
-            .ok_or(Error::UnknownPartition(id))
-    }
-
     /// Appends `records` as one batch to a partition this broker leads, and returns where the
     /// batch landed once it is committed (durable on a quorum under [`Durability::Fsync`]).
     ///
@@ -288,53 +287,7 @@ impl Node {
         partition: u32,
         records: &[Record],
     ) -> Result<AppendInfo> {
-        let group = self.group(topic, partition)?;
-        if records.is_empty() {
-            return Err(Error::EmptyBatch);
-        }
-        let (payload, record_count) =
-            encode_records(records, self.shared.config.log.record_bytes_max)?;
-        let request = AppendRequest {
-            records: payload,
-            record_count,
-            producer_id: 0,
-            base_sequence: 0,
-        };
-        let timeout = Duration::from_millis(self.shared.config.request_timeout_ms);
-        let outcome = tokio::time::timeout(timeout, group.raft.client_write(request)).await;
-        let indeterminate = |reason: String| Error::Indeterminate {
-            partition: group.id.clone(),
-            reason,
-        };
-        match outcome {
-            Err(_) => Err(indeterminate(format!(
-                "not committed within {} ms",
-                timeout.as_millis()
-            ))),
-            Ok(Ok(response)) => Ok(AppendInfo {
-                log_index: LogIndex(response.log_id.index),
-                base_offset: Offset(response.data.base_offset),
-                record_count,
-            }),
-            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
-                let leader = f.leader_id.and_then(|node_id| {
-                    let addr = f
-                        .leader_node
-                        .as_ref()
-                        .and_then(|n| n.addr.parse().ok())
-                        .or_else(|| self.shared.config.peers.get(&node_id).copied())?;
-                    Some(LeaderHint { node_id, addr })
-                });
-                Err(Error::NotLeader {
-                    partition: group.id.clone(),
-                    leader,
-                })
-            }
-            Ok(Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(_)))) => Err(
-                indeterminate("leadership changed after the batch was appended".into()),
-            ),
-            Ok(Err(e)) => Err(indeterminate(e.to_string())),
-        }
+        self.shared.append(topic, partition, records).await
     }
 
     /// Reads committed batches of a partition from this replica, from `offset` on, up to about
@@ -352,22 +305,7 @@ impl Node {
         offset: Offset,
         max_bytes: usize,
     ) -> Result<Vec<Batch>> {
-        let group = self.group(topic, partition)?;
-        let log = group.store.log();
-        let high_watermark = group.sm.state().next_offset.min(log.end_offset().get());
-        if offset.get() > high_watermark {
-            return Err(Error::OffsetOutOfRange {
-                requested: offset,
-                start: log.start_offset(),
-                end: Offset(high_watermark),
-            });
-        }
-        if offset.get() == high_watermark {
-            return Ok(Vec::new());
-        }
-        let mut batches = log.read(offset, max_bytes)?;
-        batches.retain(|b| b.base_offset().get() < high_watermark);
-        Ok(batches)
+        self.shared.read(topic, partition, offset, max_bytes)
     }
 
     /// The state of this broker's replica of a partition.
@@ -376,28 +314,7 @@ impl Node {
     ///
     /// [`Error::UnknownPartition`].
     pub fn status(&self, topic: &str, partition: u32) -> Result<PartitionStatus> {
-        let group = self.group(topic, partition)?;
-        let metrics = group.raft.metrics().borrow_watched().clone();
-        let last = metrics.last_log_index.unwrap_or(0);
-        let follower_lag = metrics
-            .replication
-            .map(|r| {
-                r.into_iter()
-                    .filter(|(id, _)| *id != self.shared.config.id)
-                    .map(|(id, matched)| {
-                        (id, last.saturating_sub(matched.map_or(0, |m| m.index + 1)))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        Ok(PartitionStatus {
-            leader: metrics.current_leader,
-            term: metrics.current_term,
-            log_end: group.store.log().end_offset(),
-            high_watermark: Offset(group.sm.state().next_offset),
-            log_start: group.store.log().start_offset(),
-            follower_lag,
-        })
+        self.shared.status(topic, partition)
     }
 
     /// Applies each partition's retention (`LogConfig::retention_bytes` / `retention_ms`)
@@ -467,6 +384,217 @@ impl Node {
             group.store.log().flush()?;
         }
         Ok(())
+    }
+}
+
+impl Shared {
+    fn group(&self, topic: &str, partition: u32) -> Result<&Arc<Group>> {
+        let id = PartitionId::new(topic, partition);
+        self.groups.get(&id).ok_or(Error::UnknownPartition(id))
+    }
+
+    /// Appends `records` as one batch to a partition this broker leads, and returns where the
+    /// batch landed once it is committed (durable on a quorum under [`Durability::Fsync`]).
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::NotLeader`] if this broker does not lead the partition (nothing was
+    ///   written; safe to send to the hinted leader).
+    /// - [`Error::Indeterminate`] if the outcome is unknown (timed out, or the leader lost its
+    ///   leadership after appending): the batch may or may not be committed.
+    /// - [`Error::UnknownPartition`], [`Error::EmptyBatch`], [`Error::RecordTooLarge`].
+    pub(crate) async fn append(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: &[Record],
+    ) -> Result<AppendInfo> {
+        if records.is_empty() {
+            return Err(Error::EmptyBatch);
+        }
+        let (payload, record_count) = encode_records(records, self.config.log.record_bytes_max)?;
+        let request = AppendRequest {
+            records: payload,
+            record_count,
+            producer_id: 0,
+            base_sequence: 0,
+        };
+        self.append_encoded(&PartitionId::new(topic, partition), request)
+            .await
+    }
+
+    /// Appends an encoded batch (validated by the log before it is written).
+    pub(crate) async fn append_encoded(
+        &self,
+        id: &PartitionId,
+        request: AppendRequest,
+    ) -> Result<AppendInfo> {
+        let group = self
+            .groups
+            .get(id)
+            .ok_or_else(|| Error::UnknownPartition(id.clone()))?;
+        if request.record_count == 0 {
+            return Err(Error::EmptyBatch);
+        }
+        let limits = crate::segment::record::Limits {
+            record_bytes_max: self.config.log.record_bytes_max,
+            batch_bytes_max: self.config.log.batch_bytes_max,
+        };
+        crate::segment::record::validate_records(&request.records, request.record_count, &limits)
+            .map_err(|kind| Error::InvalidBatch { kind })?;
+        let record_count = request.record_count;
+        let timeout = Duration::from_millis(self.config.request_timeout_ms);
+        let outcome = tokio::time::timeout(timeout, group.raft.client_write(request)).await;
+        let indeterminate = |reason: String| Error::Indeterminate {
+            partition: group.id.clone(),
+            reason,
+        };
+        match outcome {
+            Err(_) => Err(indeterminate(format!(
+                "not committed within {} ms",
+                timeout.as_millis()
+            ))),
+            Ok(Ok(response)) => Ok(AppendInfo {
+                log_index: LogIndex(response.log_id.index),
+                base_offset: Offset(response.data.base_offset),
+                record_count,
+            }),
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+                let leader = f.leader_id.and_then(|node_id| {
+                    let addr = f
+                        .leader_node
+                        .as_ref()
+                        .and_then(|n| n.addr.parse().ok())
+                        .or_else(|| self.config.peers.get(&node_id).copied())?;
+                    Some(LeaderHint { node_id, addr })
+                });
+                Err(Error::NotLeader {
+                    partition: group.id.clone(),
+                    leader,
+                })
+            }
+            Ok(Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(_)))) => Err(
+                indeterminate("leadership changed after the batch was appended".into()),
+            ),
+            Ok(Err(e)) => Err(indeterminate(e.to_string())),
+        }
+    }
+
+    /// Reads committed batches of a partition from this replica, from `offset` on, up to about
+    /// `max_bytes` (see [`PartitionLog::read`]). Works on any replica, leader or not; a
+    /// follower serves what it knows is committed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OffsetOutOfRange`] past the high watermark or below the log start;
+    /// [`Error::UnknownPartition`]; [`Error::Corrupt`].
+    pub(crate) fn read(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: Offset,
+        max_bytes: usize,
+    ) -> Result<Vec<Batch>> {
+        let group = self.group(topic, partition)?;
+        let log = group.store.log();
+        let high_watermark = group.sm.state().next_offset.min(log.end_offset().get());
+        if offset.get() > high_watermark {
+            return Err(Error::OffsetOutOfRange {
+                requested: offset,
+                start: log.start_offset(),
+                end: Offset(high_watermark),
+            });
+        }
+        if offset.get() == high_watermark {
+            return Ok(Vec::new());
+        }
+        let mut batches = log.read(offset, max_bytes)?;
+        batches.retain(|b| b.base_offset().get() < high_watermark);
+        Ok(batches)
+    }
+
+    /// The state of this broker's replica of a partition.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownPartition`].
+    pub(crate) fn status(&self, topic: &str, partition: u32) -> Result<PartitionStatus> {
+        let group = self.group(topic, partition)?;
+        let metrics = group.raft.metrics().borrow_watched().clone();
+        let last = metrics.last_log_index.unwrap_or(0);
+        let follower_lag = metrics
+            .replication
+            .map(|r| {
+                r.into_iter()
+                    .filter(|(id, _)| *id != self.config.id)
+                    .map(|(id, matched)| {
+                        (id, last.saturating_sub(matched.map_or(0, |m| m.index + 1)))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(PartitionStatus {
+            leader: metrics.current_leader,
+            term: metrics.current_term,
+            log_end: group.store.log().end_offset(),
+            high_watermark: Offset(group.sm.state().next_offset),
+            log_start: group.store.log().start_offset(),
+            follower_lag,
+        })
+    }
+
+    /// What this broker knows of the cluster: brokers and, per partition, the current leader
+    /// (which every replica tracks), replicas and, when this broker leads, the in-sync replicas.
+    pub(crate) fn metadata(
+        &self,
+        topic: Option<&str>,
+        self_addr: &str,
+    ) -> crate::protocol::MetadataResponse {
+        use crate::protocol::{MetadataResponse, PartitionMetadata};
+        let mut brokers: Vec<(NodeId, String)> = self
+            .config
+            .peers
+            .iter()
+            .map(|(id, a)| (*id, a.to_string()))
+            .collect();
+        brokers.push((self.config.id, self_addr.to_string()));
+        brokers.sort();
+        let replicas: Vec<NodeId> = brokers.iter().map(|(id, _)| *id).collect();
+        let mut partitions: Vec<PartitionMetadata> = self
+            .groups
+            .values()
+            .filter(|g| topic.is_none_or(|t| t == g.id.topic))
+            .map(|g| {
+                let m = g.raft.metrics().borrow_watched().clone();
+                let last = m.last_log_index.unwrap_or(0);
+                let isr = match &m.replication {
+                    Some(r) => r
+                        .iter()
+                        .filter(|(_, matched)| {
+                            let behind = last.saturating_sub(matched.map_or(0, |l| l.index));
+                            behind <= ISR_LAG_ENTRIES_MAX
+                        })
+                        .map(|(id, _)| *id)
+                        .collect(),
+                    None => Vec::new(),
+                };
+                PartitionMetadata {
+                    partition: g.id.clone(),
+                    leader: m.current_leader,
+                    term: m.current_term,
+                    replicas: replicas.clone(),
+                    isr,
+                    log_start: g.store.log().start_offset().get(),
+                    high_watermark: g.sm.state().next_offset,
+                }
+            })
+            .collect();
+        partitions.sort_by(|a, b| a.partition.cmp(&b.partition));
+        MetadataResponse {
+            broker: self.config.id,
+            brokers,
+            partitions,
+        }
     }
 }
 
@@ -593,6 +721,15 @@ impl RaftNetworkV2<C> for GroupNet {
 /// Serves peers' Raft RPCs by dispatching them to the partition's group.
 struct NodeHandler {
     shared: Arc<Shared>,
+    /// This broker's address, as it tells clients.
+    addr: String,
+}
+
+fn encode_response<T: Serialize>(result: &std::result::Result<T, WireError>) -> Vec<u8> {
+    postcard::to_stdvec(result).unwrap_or_else(|e| {
+        let fallback: std::result::Result<(), WireError> = Err(WireError::Other(e.to_string()));
+        postcard::to_stdvec(&fallback).unwrap_or_default()
+    })
 }
 
 fn respond<T: Serialize>(result: std::result::Result<T, String>) -> Vec<u8> {
@@ -633,6 +770,50 @@ impl Handler for NodeHandler {
                     Ok((g, rpc)) => respond(g.raft.vote(rpc).await.map_err(|e| e.to_string())),
                     Err(e) => respond::<VoteResponse<C>>(Err(e)),
                 },
+                Op::Produce => {
+                    let result = match postcard::from_bytes::<ProduceRequest>(&body) {
+                        Ok(req) => self
+                            .shared
+                            .append_encoded(&req.partition, req.batch)
+                            .await
+                            .map(|info| ProduceResponse {
+                                log_index: info.log_index.get(),
+                                base_offset: info.base_offset.get(),
+                                record_count: info.record_count,
+                            })
+                            .map_err(|e| WireError::from_error(&e)),
+                        Err(e) => Err(WireError::Other(format!("bad request: {e}"))),
+                    };
+                    encode_response(&result)
+                }
+                Op::Fetch => {
+                    let result = match postcard::from_bytes::<FetchRequest>(&body) {
+                        Ok(req) => self
+                            .shared
+                            .read(
+                                &req.partition.topic,
+                                req.partition.partition,
+                                Offset(req.offset),
+                                req.max_bytes as usize,
+                            )
+                            .map(|batches| {
+                                batches
+                                    .iter()
+                                    .map(WireBatch::from_batch)
+                                    .collect::<Vec<_>>()
+                            })
+                            .map_err(|e| WireError::from_error(&e)),
+                        Err(e) => Err(WireError::Other(format!("bad request: {e}"))),
+                    };
+                    encode_response(&result)
+                }
+                Op::Metadata => {
+                    let result = match postcard::from_bytes::<MetadataRequest>(&body) {
+                        Ok(req) => Ok(self.shared.metadata(req.topic.as_deref(), &self.addr)),
+                        Err(e) => Err(WireError::Other(format!("bad request: {e}"))),
+                    };
+                    encode_response(&result)
+                }
                 Op::Snapshot => match self.decode::<(Vote, SnapshotMetaOf<C>, Vec<u8>)>(&body) {
                     Ok((g, (vote, meta, data))) => {
                         let snapshot = Snapshot {

@@ -29,6 +29,12 @@ pub(crate) enum Op {
     AppendEntries = 2,
     /// Raft full snapshot.
     Snapshot = 3,
+    /// Client: append a batch to a partition (leader only).
+    Produce = 4,
+    /// Client: read committed batches of a partition.
+    Fetch = 5,
+    /// Client: brokers, topics, and each partition's leader, replicas and in-sync replicas.
+    Metadata = 6,
 }
 
 impl Op {
@@ -37,6 +43,9 @@ impl Op {
             1 => Some(Op::Vote),
             2 => Some(Op::AppendEntries),
             3 => Some(Op::Snapshot),
+            4 => Some(Op::Produce),
+            5 => Some(Op::Fetch),
+            6 => Some(Op::Metadata),
             _ => None,
         }
     }

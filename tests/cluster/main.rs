@@ -306,3 +306,99 @@ async fn a_follower_that_missed_purged_segments_catches_up_by_snapshot() {
         node.shutdown().await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_bootstrapped_on_a_follower_writes_to_the_leader_and_follows_failover() {
+    use replog::{Client, ClientConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let addrs = free_addrs(3);
+    let mut nodes: Vec<Option<Node>> = Vec::new();
+    for id in 1..=3 {
+        let mut c = config(id, &addrs, dir.path());
+        c.topics = vec![(TOPIC.to_string(), 1)];
+        nodes.push(Some(Node::start(c).await.unwrap()));
+    }
+    let leader = leader_of(&nodes, 0).await;
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let follower_addr = addrs[follower as usize - 1];
+
+    // Bootstrap through a follower only: metadata names the leader, the write goes there.
+    let client = Client::connect(&[follower_addr], ClientConfig::default())
+        .await
+        .unwrap();
+    let d = client
+        .send(TOPIC, 0, &[Record::new("follower-message-1")])
+        .await
+        .unwrap();
+    assert_eq!(d.base_offset, Offset(0));
+    assert_eq!(d.route.last().unwrap().addr, addrs[leader as usize - 1]);
+    let described = client.describe(TOPIC).await.unwrap();
+    assert_eq!(described[0].leader, Some(leader));
+    assert_eq!(described[0].replicas, vec![1, 2, 3]);
+    let line = described[0].to_string();
+    assert!(
+        line.starts_with(&format!("Topic: {TOPIC}\tPartition: 0\tLeader: {leader}")),
+        "{line}"
+    );
+
+    // Consumers on every broker see the record.
+    for addr in &addrs {
+        let batches = wait_for_fetch(&client, *addr).await;
+        assert_eq!(
+            &batches[0].records().next().unwrap().1.value[..],
+            b"follower-message-1"
+        );
+    }
+
+    // The leader dies: the same client finds the new one and keeps writing.
+    nodes[leader as usize - 1]
+        .take()
+        .unwrap()
+        .shutdown()
+        .await
+        .unwrap();
+    let d = client
+        .send(TOPIC, 0, &[Record::new("after-failover")])
+        .await
+        .unwrap();
+    assert_eq!(d.base_offset, Offset(1));
+    assert_ne!(d.route.last().unwrap().addr, addrs[leader as usize - 1]);
+    let all = client
+        .fetch(TOPIC, 0, Offset(0), 1 << 20, None)
+        .await
+        .unwrap();
+    let got: Vec<Vec<u8>> = all
+        .iter()
+        .flat_map(|b| b.records())
+        .map(|(_, r)| r.value.to_vec())
+        .collect();
+    assert_eq!(
+        got,
+        vec![b"follower-message-1".to_vec(), b"after-failover".to_vec()]
+    );
+
+    // Unknown topics are a typed error.
+    assert!(matches!(
+        client.send("nope", 0, &[Record::new("x")]).await,
+        Err(Error::UnknownPartition(_))
+    ));
+    drop(client);
+    for node in nodes.into_iter().flatten() {
+        node.shutdown().await.unwrap();
+    }
+}
+
+async fn wait_for_fetch(client: &replog::Client, addr: SocketAddr) -> Vec<replog::Batch> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let batches = client
+            .fetch(TOPIC, 0, Offset(0), 1 << 20, Some(addr))
+            .await
+            .unwrap();
+        if !batches.is_empty() {
+            return batches;
+        }
+        assert!(Instant::now() < deadline, "no data on {addr}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

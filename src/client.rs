@@ -1,0 +1,525 @@
+//! [`Client`]: bootstrap list → metadata → the partition's leader, following `NotLeader`.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+
+use crate::error::{Error, Result};
+use crate::protocol::{
+    FetchRequest, MetadataRequest, MetadataResponse, PartitionMetadata, ProduceRequest,
+    ProduceResponse, WireBatch, WireError,
+};
+use crate::raft::types::AppendRequest;
+use crate::segment::record::{Batch, Limits, Record, encode_records};
+use crate::transport::frame::Op;
+use crate::transport::{CallError, Peer};
+use crate::types::{NodeId, Offset, PartitionId};
+
+/// Configuration of a [`Client`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ClientConfig {
+    /// How long one request may wait for its response. Default 5 s.
+    pub request_timeout_ms: u64,
+    /// How long `send` may keep retrying (redirects, elections, dead brokers). Default 30 s.
+    pub delivery_timeout_ms: u64,
+    /// How many `NotLeader` redirects one `send` follows. Default 8.
+    pub redirect_hops_max: u32,
+    /// Largest network frame accepted. Default 16 MiB.
+    pub frame_bytes_max: u32,
+    /// Largest record accepted (as the brokers are configured). Default 1 MiB.
+    pub record_bytes_max: u32,
+    /// Largest batch accepted. Default 4 MiB.
+    pub batch_bytes_max: u32,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            request_timeout_ms: 5000,
+            delivery_timeout_ms: 30_000,
+            redirect_hops_max: 8,
+            frame_bytes_max: 16 << 20,
+            record_bytes_max: 1 << 20,
+            batch_bytes_max: 4 << 20,
+        }
+    }
+}
+
+/// Where a batch landed, and how the client got it there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Delivery {
+    /// The partition written.
+    pub partition: PartitionId,
+    /// The offset of the batch's first record.
+    pub base_offset: Offset,
+    /// The number of records.
+    pub record_count: u32,
+    /// Every broker the request went to, in order, and what it answered.
+    pub route: Vec<RouteStep>,
+}
+
+/// One attempt of a request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RouteStep {
+    /// The broker's address.
+    pub addr: SocketAddr,
+    /// What happened: `"ok"`, `"not leader; leader is 1 at 127.0.0.1:9092"`, `"unreachable"`...
+    pub outcome: String,
+}
+
+/// How one partition looks: `Topic: t  Partition: 0  Leader: 1  Replicas: 1,2,3  Isr: 1,2,3`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PartitionDescription {
+    /// The partition.
+    pub partition: PartitionId,
+    /// Its leader, if one is elected.
+    pub leader: Option<NodeId>,
+    /// The leader's term.
+    pub term: u64,
+    /// Brokers holding a replica.
+    pub replicas: Vec<NodeId>,
+    /// Replicas caught up with the leader.
+    pub isr: Vec<NodeId>,
+    /// First offset in the leader's log.
+    pub log_start: Offset,
+    /// The committed end of the partition.
+    pub high_watermark: Offset,
+}
+
+impl std::fmt::Display for PartitionDescription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let list = |ids: &[NodeId]| {
+            ids.iter()
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let leader = self.leader.map_or("none".to_string(), |l| l.to_string());
+        write!(
+            f,
+            "Topic: {}\tPartition: {}\tLeader: {}\tReplicas: {}\tIsr: {}",
+            self.partition.topic,
+            self.partition.partition,
+            leader,
+            list(&self.replicas),
+            list(&self.isr)
+        )
+    }
+}
+
+/// A client of a replog cluster.
+///
+/// It needs only some broker addresses (a bootstrap list). It asks any of them for metadata,
+/// learns each partition's leader, and sends writes there; a broker that does not lead answers
+/// `NotLeader` with the leader's address, which the client follows at once (a bounded number of
+/// times). A dead broker or an election makes it refresh metadata with backoff until the
+/// delivery deadline.
+///
+/// # Retries
+///
+/// A request that provably was not applied (refused with `NotLeader`, or never sent because no
+/// connection could be made) is retried. A request whose outcome is unknown (the connection
+/// died or timed out after sending) is **not** retried: it fails with
+/// [`Error::Indeterminate`], because resending it could duplicate it.
+#[derive(Debug)]
+pub struct Client {
+    config: ClientConfig,
+    bootstrap: Vec<SocketAddr>,
+    brokers: Mutex<HashMap<NodeId, SocketAddr>>,
+    leaders: Mutex<HashMap<PartitionId, (NodeId, u64)>>,
+    peers: Mutex<HashMap<SocketAddr, Arc<Peer>>>,
+    shutdown: watch::Sender<bool>,
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+    }
+}
+
+impl Client {
+    /// Connects to a cluster through `bootstrap` (any brokers of it) and loads its metadata.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoBrokerReachable`] if no bootstrap address answers.
+    pub async fn connect(bootstrap: &[SocketAddr], config: ClientConfig) -> Result<Client> {
+        let (shutdown, _) = watch::channel(false);
+        let client = Client {
+            config,
+            bootstrap: bootstrap.to_vec(),
+            brokers: Mutex::default(),
+            leaders: Mutex::default(),
+            peers: Mutex::default(),
+            shutdown,
+        };
+        client.refresh(None).await?;
+        Ok(client)
+    }
+
+    fn peer(&self, addr: SocketAddr) -> Arc<Peer> {
+        let mut peers = self.peers.lock();
+        Arc::clone(peers.entry(addr).or_insert_with(|| {
+            Arc::new(Peer::new(
+                addr,
+                self.config.frame_bytes_max,
+                self.shutdown.subscribe(),
+            ))
+        }))
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_millis(self.config.request_timeout_ms)
+    }
+
+    async fn call<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        addr: SocketAddr,
+        op: Op,
+        request: &Req,
+    ) -> std::result::Result<std::result::Result<Resp, WireError>, CallError> {
+        let body = postcard::to_stdvec(request)
+            .map_err(|e| CallError::Unreachable(format!("cannot encode request: {e}")))?;
+        let bytes = self.peer(addr).call(op, &body, self.timeout()).await?;
+        postcard::from_bytes(&bytes)
+            .map_err(|e| CallError::Unreachable(format!("bad response from {addr}: {e}")))
+    }
+
+    /// Every address worth asking: known brokers, then the bootstrap list.
+    fn candidates(&self) -> Vec<SocketAddr> {
+        let mut out: Vec<SocketAddr> = self.brokers.lock().values().copied().collect();
+        out.sort();
+        for a in &self.bootstrap {
+            if !out.contains(a) {
+                out.push(*a);
+            }
+        }
+        out
+    }
+
+    /// Asks brokers for metadata until one answers, and caches it.
+    async fn refresh(&self, topic: Option<&str>) -> Result<MetadataResponse> {
+        let mut tried = Vec::new();
+        for addr in self.candidates() {
+            let request = MetadataRequest {
+                topic: topic.map(str::to_string),
+            };
+            match self
+                .call::<_, MetadataResponse>(addr, Op::Metadata, &request)
+                .await
+            {
+                Ok(Ok(meta)) => {
+                    self.absorb(&meta);
+                    return Ok(meta);
+                }
+                Ok(Err(e)) => tried.push(format!("{addr} ({e:?})")),
+                Err(e) => tried.push(format!("{addr} ({e})")),
+            }
+        }
+        Err(Error::NoBrokerReachable {
+            tried: tried.join(", "),
+        })
+    }
+
+    /// Caches brokers and leaders; a leader is replaced only by one of a term at least as new.
+    fn absorb(&self, meta: &MetadataResponse) {
+        let mut brokers = self.brokers.lock();
+        for (id, addr) in &meta.brokers {
+            if let Ok(a) = addr.parse() {
+                brokers.insert(*id, a);
+            }
+        }
+        let mut leaders = self.leaders.lock();
+        for p in &meta.partitions {
+            if let Some(l) = p.leader {
+                let newer = leaders
+                    .get(&p.partition)
+                    .is_none_or(|(_, term)| p.term >= *term);
+                if newer {
+                    leaders.insert(p.partition.clone(), (l, p.term));
+                }
+            }
+        }
+    }
+
+    fn leader_addr(&self, partition: &PartitionId) -> Option<SocketAddr> {
+        let (leader, _) = *self.leaders.lock().get(partition)?;
+        self.brokers.lock().get(&leader).copied()
+    }
+
+    /// Sends `records` as one batch to a partition's leader and returns where they landed.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::Indeterminate`] if the batch was sent but its outcome is unknown.
+    /// - [`Error::Timeout`] if no leader accepted it before the delivery deadline (it was never
+    ///   applied).
+    /// - [`Error::UnknownPartition`], [`Error::RecordTooLarge`], [`Error::EmptyBatch`].
+    pub async fn send(&self, topic: &str, partition: u32, records: &[Record]) -> Result<Delivery> {
+        if records.is_empty() {
+            return Err(Error::EmptyBatch);
+        }
+        let (payload, record_count) = encode_records(records, self.config.record_bytes_max)?;
+        let id = PartitionId::new(topic, partition);
+        let request = ProduceRequest {
+            partition: id.clone(),
+            batch: AppendRequest {
+                records: payload,
+                record_count,
+                producer_id: 0,
+                base_sequence: 0,
+            },
+        };
+        let started = Instant::now();
+        let deadline = started + Duration::from_millis(self.config.delivery_timeout_ms);
+        let mut route = Vec::new();
+        let mut hops = 0u32;
+        let mut backoff = Duration::from_millis(100);
+        let mut target = self.leader_addr(&id);
+        let mut last = String::from("no attempt");
+        // Bounded by the delivery deadline and the redirect-hop limit.
+        loop {
+            if Instant::now() >= deadline {
+                let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                return Err(Error::Timeout { elapsed_ms, last });
+            }
+            let addr = match target.take() {
+                Some(a) => a,
+                None => {
+                    // No known leader: ask for metadata (any broker), with backoff.
+                    if !route.is_empty() {
+                        tokio::time::sleep(jitter(backoff)).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(1));
+                    }
+                    match self.refresh(Some(topic)).await {
+                        Ok(meta) if !meta.partitions.iter().any(|p| p.partition == id) => {
+                            return Err(Error::UnknownPartition(id));
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            last = e.to_string();
+                            route.push(RouteStep {
+                                addr: self.bootstrap[0],
+                                outcome: last.clone(),
+                            });
+                            continue;
+                        }
+                    }
+                    match self.leader_addr(&id) {
+                        Some(a) => a,
+                        None => {
+                            last = "no leader elected yet".into();
+                            route.push(RouteStep {
+                                addr: self.bootstrap[0],
+                                outcome: last.clone(),
+                            });
+                            continue;
+                        }
+                    }
+                }
+            };
+            match self
+                .call::<_, ProduceResponse>(addr, Op::Produce, &request)
+                .await
+            {
+                Ok(Ok(resp)) => {
+                    route.push(RouteStep {
+                        addr,
+                        outcome: "ok".into(),
+                    });
+                    return Ok(Delivery {
+                        partition: id,
+                        base_offset: Offset(resp.base_offset),
+                        record_count: resp.record_count,
+                        route,
+                    });
+                }
+                Ok(Err(WireError::NotLeader { leader })) => {
+                    let hint =
+                        leader.and_then(|(node, a)| Some((node, a.parse::<SocketAddr>().ok()?)));
+                    let outcome = match hint {
+                        Some((node, a)) => format!("not leader; leader is {node} at {a}"),
+                        None => "not leader; election in progress".into(),
+                    };
+                    route.push(RouteStep {
+                        addr,
+                        outcome: outcome.clone(),
+                    });
+                    last = outcome;
+                    match hint {
+                        Some((node, a)) if hops < self.config.redirect_hops_max => {
+                            hops += 1;
+                            self.brokers.lock().insert(node, a);
+                            self.leaders.lock().remove(&id);
+                            target = Some(a);
+                        }
+                        _ => {
+                            self.leaders.lock().remove(&id);
+                        }
+                    }
+                }
+                Ok(Err(e)) => return Err(e.into_error(&id, 0)),
+                Err(CallError::Unreachable(e)) => {
+                    route.push(RouteStep {
+                        addr,
+                        outcome: format!("unreachable: {e}"),
+                    });
+                    last = format!("{addr} unreachable: {e}");
+                    self.leaders.lock().remove(&id);
+                }
+                Err(e) => {
+                    route.push(RouteStep {
+                        addr,
+                        outcome: e.to_string(),
+                    });
+                    return Err(Error::Indeterminate {
+                        partition: id,
+                        reason: format!("{addr}: {e}"),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Reads committed batches of a partition from `offset` on, from its leader (or, with
+    /// `replica`, from that broker), up to about `max_bytes`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OffsetOutOfRange`], [`Error::UnknownPartition`], [`Error::NoBrokerReachable`].
+    pub async fn fetch(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: Offset,
+        max_bytes: u32,
+        replica: Option<SocketAddr>,
+    ) -> Result<Vec<Batch>> {
+        let id = PartitionId::new(topic, partition);
+        let request = FetchRequest {
+            partition: id.clone(),
+            offset: offset.get(),
+            max_bytes,
+        };
+        let limits = Limits {
+            record_bytes_max: self.config.record_bytes_max,
+            batch_bytes_max: self.config.batch_bytes_max,
+        };
+        let mut targets: Vec<SocketAddr> = replica.into_iter().collect();
+        if targets.is_empty() {
+            if self.leader_addr(&id).is_none() {
+                let _ = self.refresh(Some(topic)).await;
+            }
+            targets.extend(self.leader_addr(&id));
+            targets.extend(self.candidates());
+        }
+        let mut tried = Vec::new();
+        for addr in targets {
+            match self
+                .call::<_, Vec<WireBatch>>(addr, Op::Fetch, &request)
+                .await
+            {
+                Ok(Ok(batches)) => {
+                    return batches.into_iter().map(|b| b.into_batch(&limits)).collect();
+                }
+                Ok(Err(e)) => return Err(e.into_error(&id, offset.get())),
+                Err(e) => tried.push(format!("{addr} ({e})")),
+            }
+        }
+        Err(Error::NoBrokerReachable {
+            tried: tried.join(", "),
+        })
+    }
+
+    /// Describes a topic's partitions as their leaders see them.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoBrokerReachable`]; [`Error::UnknownPartition`] for an unknown topic.
+    pub async fn describe(&self, topic: &str) -> Result<Vec<PartitionDescription>> {
+        let meta = self.refresh(Some(topic)).await?;
+        if meta.partitions.is_empty() {
+            return Err(Error::UnknownPartition(PartitionId::new(topic, 0)));
+        }
+        let mut out = Vec::new();
+        for p in &meta.partitions {
+            // The leader knows who is in sync; ask it when it is not the broker that answered.
+            let from_leader = match self.leader_addr(&p.partition) {
+                Some(addr) if p.leader != Some(meta.broker) => {
+                    let request = MetadataRequest {
+                        topic: Some(topic.to_string()),
+                    };
+                    match self
+                        .call::<_, MetadataResponse>(addr, Op::Metadata, &request)
+                        .await
+                    {
+                        Ok(Ok(m)) => m
+                            .partitions
+                            .into_iter()
+                            .find(|q| q.partition == p.partition),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            };
+            out.push(describe(from_leader.as_ref().unwrap_or(p)));
+        }
+        Ok(out)
+    }
+
+    /// Every topic and its partition count, as the cluster reports it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoBrokerReachable`].
+    pub async fn list_topics(&self) -> Result<Vec<(String, u32)>> {
+        let meta = self.refresh(None).await?;
+        let mut topics: Vec<(String, u32)> = Vec::new();
+        for p in &meta.partitions {
+            match topics.iter_mut().find(|(t, _)| *t == p.partition.topic) {
+                Some((_, n)) => *n += 1,
+                None => topics.push((p.partition.topic.clone(), 1)),
+            }
+        }
+        Ok(topics)
+    }
+
+    /// The cached leader of a partition: broker id and address.
+    pub fn cached_leader(&self, topic: &str, partition: u32) -> Option<(NodeId, SocketAddr)> {
+        let id = PartitionId::new(topic, partition);
+        let (leader, _) = *self.leaders.lock().get(&id)?;
+        Some((leader, self.brokers.lock().get(&leader).copied()?))
+    }
+}
+
+fn describe(p: &PartitionMetadata) -> PartitionDescription {
+    let mut isr = p.isr.clone();
+    isr.sort_unstable();
+    PartitionDescription {
+        partition: p.partition.clone(),
+        leader: p.leader,
+        term: p.term,
+        replicas: p.replicas.clone(),
+        isr,
+        log_start: Offset(p.log_start),
+        high_watermark: Offset(p.high_watermark),
+    }
+}
+
+/// `d` plus up to a quarter of it, so that clients do not retry in lockstep.
+fn jitter(d: Duration) -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |t| t.subsec_nanos());
+    d + d / 4 * (nanos % 1000) / 1000
+}

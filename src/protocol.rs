@@ -1,0 +1,164 @@
+//! Client requests and responses on the wire (postcard-encoded frame bodies).
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{CorruptKind, Error};
+use crate::raft::types::AppendRequest;
+use crate::segment::format::EntryKind;
+use crate::segment::record::{Batch, Limits, validate_records};
+use crate::types::{LeaderHint, LogIndex, NodeId, Offset, PartitionId, Term};
+
+/// `Op::Produce` request.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct ProduceRequest {
+    pub(crate) partition: PartitionId,
+    pub(crate) batch: AppendRequest,
+}
+
+/// `Op::Produce` response.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct ProduceResponse {
+    pub(crate) log_index: u64,
+    pub(crate) base_offset: u64,
+    pub(crate) record_count: u32,
+}
+
+/// `Op::Fetch` request.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct FetchRequest {
+    pub(crate) partition: PartitionId,
+    pub(crate) offset: u64,
+    pub(crate) max_bytes: u32,
+}
+
+/// One batch in a fetch response: the frame's fields and its record bytes as stored.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct WireBatch {
+    pub(crate) log_index: u64,
+    pub(crate) term: u64,
+    pub(crate) base_offset: u64,
+    pub(crate) record_count: u32,
+    pub(crate) timestamp_ms: u64,
+    pub(crate) producer_id: u64,
+    pub(crate) base_sequence: u32,
+    pub(crate) records: Bytes,
+}
+
+impl WireBatch {
+    pub(crate) fn from_batch(b: &Batch) -> Self {
+        WireBatch {
+            log_index: b.log_index.get(),
+            term: b.term.get(),
+            base_offset: b.base_offset.get(),
+            record_count: b.record_count,
+            timestamp_ms: b.timestamp_ms,
+            producer_id: b.producer_id,
+            base_sequence: b.base_sequence,
+            records: b.payload.clone(),
+        }
+    }
+
+    /// Rebuilds the batch, validating its records: they came from the network.
+    pub(crate) fn into_batch(self, limits: &Limits) -> Result<Batch, Error> {
+        validate_records(&self.records, self.record_count, limits)
+            .map_err(|kind| Error::InvalidBatch { kind })?;
+        Ok(Batch {
+            log_index: LogIndex(self.log_index),
+            term: Term(self.term),
+            base_offset: Offset(self.base_offset),
+            record_count: self.record_count,
+            timestamp_ms: self.timestamp_ms,
+            kind: EntryKind::Data,
+            producer_id: self.producer_id,
+            base_sequence: self.base_sequence,
+            payload: self.records,
+        })
+    }
+}
+
+/// `Op::Metadata` request: one topic, or every topic.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct MetadataRequest {
+    pub(crate) topic: Option<String>,
+}
+
+/// `Op::Metadata` response.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct MetadataResponse {
+    /// The answering broker.
+    pub(crate) broker: NodeId,
+    pub(crate) brokers: Vec<(NodeId, String)>,
+    pub(crate) partitions: Vec<PartitionMetadata>,
+}
+
+/// What a broker knows of one partition.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct PartitionMetadata {
+    pub(crate) partition: PartitionId,
+    pub(crate) leader: Option<NodeId>,
+    /// The leader's term: newer metadata has a higher one.
+    pub(crate) term: u64,
+    pub(crate) replicas: Vec<NodeId>,
+    /// Replicas caught up with the leader (known only when the answering broker leads).
+    pub(crate) isr: Vec<NodeId>,
+    pub(crate) log_start: u64,
+    pub(crate) high_watermark: u64,
+}
+
+/// An error on the wire; the client turns it back into [`Error`].
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum WireError {
+    NotLeader { leader: Option<(NodeId, String)> },
+    UnknownPartition,
+    Indeterminate(String),
+    OffsetOutOfRange { start: u64, end: u64 },
+    InvalidBatch(String),
+    Other(String),
+}
+
+impl WireError {
+    pub(crate) fn from_error(e: &Error) -> Self {
+        match e {
+            Error::NotLeader { leader, .. } => WireError::NotLeader {
+                leader: leader.map(|h| (h.node_id, h.addr.to_string())),
+            },
+            Error::UnknownPartition(_) => WireError::UnknownPartition,
+            Error::Indeterminate { reason, .. } => WireError::Indeterminate(reason.clone()),
+            Error::OffsetOutOfRange { start, end, .. } => WireError::OffsetOutOfRange {
+                start: start.get(),
+                end: end.get(),
+            },
+            Error::InvalidBatch { kind } => WireError::InvalidBatch(kind.to_string()),
+            other => WireError::Other(other.to_string()),
+        }
+    }
+
+    pub(crate) fn into_error(self, partition: &PartitionId, requested: u64) -> Error {
+        match self {
+            WireError::NotLeader { leader } => Error::NotLeader {
+                partition: partition.clone(),
+                leader: leader.and_then(|(node_id, addr)| {
+                    Some(LeaderHint {
+                        node_id,
+                        addr: addr.parse().ok()?,
+                    })
+                }),
+            },
+            WireError::UnknownPartition => Error::UnknownPartition(partition.clone()),
+            WireError::Indeterminate(reason) => Error::Indeterminate {
+                partition: partition.clone(),
+                reason,
+            },
+            WireError::OffsetOutOfRange { start, end } => Error::OffsetOutOfRange {
+                requested: Offset(requested),
+                start: Offset(start),
+                end: Offset(end),
+            },
+            WireError::InvalidBatch(_) => Error::InvalidBatch {
+                kind: CorruptKind::BadRecord,
+            },
+            WireError::Other(msg) => Error::Remote(msg),
+        }
+    }
+}
