@@ -380,6 +380,14 @@ impl Node {
         }
         let _ = self.shutdown.send(true);
         let _ = self.server.await;
+        // Syncs still in flight hold the logs (and their directory locks) for a moment; wait,
+        // boundedly, so that the directory can be reopened as soon as this returns.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        for group in self.shared.groups.values() {
+            while group.store.handles() > 2 && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
         for group in self.shared.groups.values() {
             group.store.log().flush()?;
         }

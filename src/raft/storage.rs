@@ -83,6 +83,11 @@ impl LogStore {
         })
     }
 
+    /// How many handles share this store (openraft's, the state machine's, pending syncs').
+    pub(crate) fn handles(&self) -> usize {
+        Arc::strong_count(&self.inner)
+    }
+
     /// The partition log.
     pub(crate) fn log(&self) -> &PartitionLog {
         &self.inner.log
@@ -536,7 +541,14 @@ mod tests {
         assert_eq!(values.len(), 6);
         assert_eq!(&values[4][..], b"b-1");
         raft.shutdown().await.unwrap();
-        drop((raft, store, sm));
+        drop(raft);
+        // Syncs still in flight hold the store (and its directory lock) for a moment.
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while store.handles() > 2 {
+            assert!(std::time::Instant::now() < until, "store still in use");
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        drop((store, sm));
 
         // Restart from the directory: the log, the vote and the membership come back.
         let (raft, store, sm) = start(config).await;

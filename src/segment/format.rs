@@ -137,7 +137,14 @@ pub(crate) fn put(buf: &mut [u8], pos: usize, bytes: &[u8]) {
 pub(crate) struct SegmentHeader {
     pub(crate) base_log_index: u64,
     pub(crate) base_offset: u64,
+    /// [`SEG_FLAG_RESTART`]: the log restarts here; every older segment is being deleted.
+    pub(crate) restart: bool,
 }
+
+/// Segment header flag: the log restarts at this segment (after a Raft snapshot install or a
+/// purge past the end); any older segment found next to it is left over from an interrupted
+/// reset and is deleted on open.
+pub(crate) const SEG_FLAG_RESTART: u16 = 1;
 
 impl SegmentHeader {
     /// Encodes the header (FORMAT.md §3).
@@ -145,7 +152,8 @@ impl SegmentHeader {
         let mut buf = [0u8; SEGMENT_HEADER_LEN];
         put(&mut buf, SEG_MAGIC_POS, &SEGMENT_MAGIC);
         put(&mut buf, SEG_VERSION_POS, &FORMAT_VERSION.to_le_bytes());
-        put(&mut buf, SEG_FLAGS_POS, &0u16.to_le_bytes());
+        let flags = if self.restart { SEG_FLAG_RESTART } else { 0 };
+        put(&mut buf, SEG_FLAGS_POS, &flags.to_le_bytes());
         put(
             &mut buf,
             SEG_BASE_LOG_INDEX_POS,
@@ -182,7 +190,8 @@ impl SegmentHeader {
         if version != FORMAT_VERSION {
             return Err(CorruptKind::UnsupportedVersion(version));
         }
-        if get_u16(header, SEG_FLAGS_POS) != Some(0) {
+        let flags = get_u16(header, SEG_FLAGS_POS).ok_or(CorruptKind::Truncated)?;
+        if flags & !SEG_FLAG_RESTART != 0 {
             return Err(CorruptKind::NonZeroReserved);
         }
         let expected = get_u32(header, SEG_CRC_POS).ok_or(CorruptKind::Truncated)?;
@@ -194,6 +203,7 @@ impl SegmentHeader {
             base_log_index: get_u64(header, SEG_BASE_LOG_INDEX_POS)
                 .ok_or(CorruptKind::Truncated)?,
             base_offset: get_u64(header, SEG_BASE_OFFSET_POS).ok_or(CorruptKind::Truncated)?,
+            restart: flags & SEG_FLAG_RESTART != 0,
         })
     }
 }
@@ -226,6 +236,7 @@ mod tests {
         let h = SegmentHeader {
             base_log_index: 7,
             base_offset: u64::MAX - 1,
+            restart: true,
         };
         assert_eq!(SegmentHeader::decode(&h.encode()), Ok(h));
     }
@@ -235,6 +246,7 @@ mod tests {
         let good = SegmentHeader {
             base_log_index: 1,
             base_offset: 2,
+            restart: false,
         }
         .encode();
         assert_eq!(
@@ -255,7 +267,7 @@ mod tests {
         );
 
         let mut bad = good;
-        bad[SEG_FLAGS_POS] = 1;
+        bad[SEG_FLAGS_POS] = 2;
         assert_eq!(
             SegmentHeader::decode(&bad),
             Err(CorruptKind::NonZeroReserved)

@@ -272,6 +272,7 @@ impl Segment {
         base: Cursor,
         opts: &SegmentOptions,
         spare: Option<SpareFile>,
+        restart: bool,
     ) -> Result<(Arc<Segment>, WriteHandle)> {
         let path = dir.join(segment_file_name(base.next_log_index));
         let spare = match spare {
@@ -288,6 +289,7 @@ impl Segment {
             let header = SegmentHeader {
                 base_log_index: base.next_log_index,
                 base_offset: base.next_offset,
+                restart,
             };
             spare.file.write_all_at(&header.encode(), 0)?;
             opts.faults.check(FaultPoint::Sync)?;
@@ -355,7 +357,7 @@ impl Segment {
         let map = MappedFile::map_read_only(&file, file_len, file_len)?;
         let path = dir.join(segment_file_name(base_log_index));
         let data = map.published();
-        let from_index = load_index(dir, base, file_len, data, opts).filter(|f| {
+        let from_index = load_index(dir, base, file_len, data).filter(|f| {
             // An index that ends before the next segment cannot be right: rebuild it.
             f.next_log_index >= next_base
         });
@@ -390,6 +392,9 @@ impl Segment {
                     opts,
                     state.clone(),
                 );
+                // An index promises synced data (a tail segment may have come back from the
+                // page cache only): sync first.
+                seg.sync(&opts.faults)?;
                 if let Err(e) = seg.write_index(&opts.faults) {
                     tracing::warn!(file = %seg.index_path.display(), error = %e,
                         "could not rewrite segment index; it will be rebuilt on the next open");
@@ -418,14 +423,16 @@ impl Segment {
         let (state, clean, reason) = {
             let ro = MappedFile::map_read_only(&file, file_len, file_len)?;
             let data = ro.published();
-            let checkpoint = load_index(dir, base, file_len, data, opts).filter(|f| {
-                // Clean close: nothing but the end marker after the indexed data.
-                let end = usize::try_from(f.data_len).unwrap_or(usize::MAX);
-                matches!(decode_frame(data, end, &opts.limits), Ok(None))
-                    || data.len().saturating_sub(end) < FRAME_HEADER_LEN
-            });
-            match checkpoint {
-                Some(f) => (state_from_index(f), true, None),
+            match load_index(dir, base, file_len, data) {
+                // A valid index on the last segment was written by a clean close, or when a
+                // conflict truncation cut this segment (and the segments after it are gone
+                // since): either way nothing past its data_len is part of the log.
+                Some(f) => {
+                    let end = usize::try_from(f.data_len).unwrap_or(usize::MAX);
+                    let clean = matches!(decode_frame(data, end, &Limits::ON_DISK), Ok(None))
+                        || data.len().saturating_sub(end) < FRAME_HEADER_LEN;
+                    (state_from_index(f), clean, None)
+                }
                 None => {
                     let (state, s) = scan_segment(data, base, opts, None);
                     let reason = match s.stop {
@@ -567,7 +574,8 @@ impl Segment {
     /// and the cursor just before it.
     pub(crate) fn locate(&self, log_index: u64, limits: &Limits) -> Result<(usize, Cursor)> {
         let ext = self.extent();
-        let mut pos = self.seek_log_index(log_index);
+        // Start at or before the frame preceding `log_index`, so that its term is known.
+        let mut pos = self.seek_log_index(log_index.saturating_sub(1).max(self.base_log_index));
         let mut before = None;
         // Bounded: each step moves forward by one frame within data_len.
         while pos < ext.data_len {
@@ -627,6 +635,14 @@ impl Segment {
             let _ = std::fs::remove_file(&tmp);
         }
         result
+    }
+
+    /// Deletes the segment's index file, if it has one.
+    pub(crate) fn remove_index_file(&self) -> io::Result<()> {
+        match std::fs::remove_file(&self.index_path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
     }
 
     /// Deletes the segment's files. Existing maps stay valid until their last user drops them.
@@ -754,7 +770,7 @@ fn scan_segment(
         data,
         SEGMENT_HEADER_LEN,
         base,
-        &opts.limits,
+        &Limits::ON_DISK,
         stop_at,
         |pos, h| {
             add_index_entry(
@@ -790,13 +806,7 @@ fn state_from_index(f: IndexFile) -> SegmentState {
 /// Loads and checks the segment's index file. `None` (rebuild) if it is missing, malformed,
 /// or disagrees with the segment: the frame of its last entry must decode with the log index
 /// and offset the entry claims, and the last frame must end exactly at `data_len`.
-fn load_index(
-    dir: &Path,
-    base: Cursor,
-    file_len: usize,
-    data: &[u8],
-    opts: &SegmentOptions,
-) -> Option<IndexFile> {
+fn load_index(dir: &Path, base: Cursor, file_len: usize, data: &[u8]) -> Option<IndexFile> {
     let path = dir.join(index_file_name(base.next_log_index));
     let meta = std::fs::metadata(&path).ok()?;
     // An index can have at most one entry per frame; refuse to read a larger file.
@@ -824,15 +834,17 @@ fn load_index(
     // Walk from the last entry to the end: every frame valid and continuous, ending exactly at
     // data_len with the cursor the index claims.
     let start = Cursor {
-        next_log_index: base.next_log_index + u64::from(last.rel_log_index),
-        next_offset: base.next_offset + u64::from(last.rel_offset),
+        next_log_index: base
+            .next_log_index
+            .checked_add(u64::from(last.rel_log_index))?,
+        next_offset: base.next_offset.checked_add(u64::from(last.rel_offset))?,
         last_term: 0,
     };
     let s = scan(
         data,
         last.position as usize,
         start,
-        &opts.limits,
+        &Limits::ON_DISK,
         None,
         |_, _| {},
     );
@@ -840,7 +852,7 @@ fn load_index(
         && s.cursor.next_log_index == f.next_log_index
         && s.cursor.next_offset == f.next_offset
         && s.cursor.last_term == f.last_term
-        && base.last_term <= first_term(data, &opts.limits).unwrap_or(u64::MAX);
+        && base.last_term <= first_term(data, &Limits::ON_DISK).unwrap_or(u64::MAX);
     consistent.then_some(f)
 }
 
@@ -945,6 +957,7 @@ mod tests {
         let mut data = SegmentHeader {
             base_log_index: 5,
             base_offset: 9,
+            restart: false,
         }
         .encode()
         .to_vec();

@@ -161,11 +161,21 @@ fn len_u32(len: usize) -> u32 {
     u32::try_from(len).expect("lengths are bounded by record_bytes_max, a u32")
 }
 
-/// The limits a decoder enforces, from `LogConfig`.
+/// The limits a decoder enforces: `LogConfig`'s for batches arriving to be appended, the
+/// format's own for bytes already on disk (so that lowering a limit never makes written data
+/// unreadable).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Limits {
     pub(crate) record_bytes_max: u32,
     pub(crate) batch_bytes_max: u32,
+}
+
+impl Limits {
+    /// What the format itself allows: a `body_len` that fits its `u32`.
+    pub(crate) const ON_DISK: Limits = Limits {
+        record_bytes_max: u32::MAX,
+        batch_bytes_max: u32::MAX - FRAME_BODY_FIXED_LEN as u32,
+    };
 }
 
 /// The fixed fields of a frame, decoded.
@@ -329,6 +339,18 @@ pub(crate) fn decode_frame(
     };
     if header.producer_id == 0 && header.base_sequence != 0 {
         return Err(CorruptKind::NonZeroReserved);
+    }
+    // Counters that would overflow after this frame cannot come from a writer.
+    if header.log_index == u64::MAX
+        || header
+            .base_offset
+            .checked_add(u64::from(header.record_count))
+            .is_none()
+    {
+        return Err(CorruptKind::LengthOutOfRange {
+            len: header.base_offset,
+            max: u64::MAX,
+        });
     }
     let payload = frame
         .get(FRAME_HEADER_LEN..)
