@@ -12,7 +12,7 @@ use crate::config::LogConfig;
 use crate::error::{Error, Result};
 use crate::fault::{FaultPoint, Faults};
 use crate::segment::format::{
-    EntryKind, index_file_name, parse_segment_file_name, segment_file_name,
+    EntryKind, SEGMENT_HEADER_LEN, index_file_name, parse_segment_file_name, segment_file_name,
 };
 use crate::segment::mmap::WriteHandle;
 use crate::segment::record::{
@@ -619,8 +619,16 @@ impl PartitionLog {
         while let Some(current) = seg {
             let ext = current.extent();
             let mut pos = current.seek_offset(from.0);
+            let mut first = true;
             while pos < ext.data_len {
                 let h = current.frame_at(pos, ext.data_len, &Limits::ON_DISK)?;
+                if std::mem::take(&mut first) && h.base_offset > from.0 && pos != SEGMENT_HEADER_LEN
+                {
+                    // The index pointed past the frame we need (a damaged index that passed
+                    // its checks): never skip records, scan from the start instead.
+                    pos = SEGMENT_HEADER_LEN;
+                    continue;
+                }
                 if h.kind == EntryKind::Data && h.next_offset() > from.0 {
                     if out
                         .last()
@@ -844,8 +852,14 @@ impl PartitionLog {
         while let Some(current) = seg.take().filter(|_| expected < to) {
             let ext = current.extent();
             let mut pos = current.seek_log_index(expected);
+            let mut first = true;
             while pos < ext.data_len && expected < to {
                 let h = current.frame_at(pos, ext.data_len, &Limits::ON_DISK)?;
+                if std::mem::take(&mut first) && h.log_index > expected && pos != SEGMENT_HEADER_LEN
+                {
+                    pos = SEGMENT_HEADER_LEN; // see `read`
+                    continue;
+                }
                 if h.log_index > expected {
                     return Err(Error::Corrupt {
                         file: current.path.clone(),
