@@ -421,3 +421,133 @@ async fn wait_for_fetch(client: &replog::Client, addr: SocketAddr) -> Vec<replog
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A `replog node` process that is killed with SIGKILL when dropped.
+struct Broker(std::process::Child);
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_broker(id: u64, addrs: &[SocketAddr], dir: &Path) -> Broker {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_replog"));
+    cmd.args([
+        "node",
+        "--id",
+        &id.to_string(),
+        "--listen",
+        &addrs[id as usize - 1].to_string(),
+    ]);
+    for (i, a) in addrs.iter().enumerate() {
+        if i as u64 + 1 != id {
+            cmd.args(["--peer", &format!("{}@{a}", i + 1)]);
+        }
+    }
+    cmd.args([
+        "--topic",
+        &format!("{TOPIC}:1"),
+        "--election-timeout-ms",
+        "500",
+    ]);
+    cmd.arg("--data").arg(dir.join(format!("proc-{id}")));
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    Broker(cmd.spawn().expect("spawn replog node"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_broker_processes_survive_sigkill_of_the_leader() {
+    use replog::{Client, ClientConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let addrs = free_addrs(3);
+    let mut brokers: Vec<Option<Broker>> = (1..=3)
+        .map(|id| Some(spawn_broker(id, &addrs, dir.path())))
+        .collect();
+
+    // Connect through broker 2 (retrying while the processes start) and wait for a leader.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let client = loop {
+        match Client::connect(&[addrs[1]], ClientConfig::default()).await {
+            Ok(c) => break c,
+            Err(e) => assert!(Instant::now() < deadline, "brokers did not start: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let leader = loop {
+        if let Some(l) = client.describe(TOPIC).await.ok().and_then(|d| d[0].leader) {
+            break l;
+        }
+        assert!(Instant::now() < deadline, "no leader");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+
+    let mut acked = Vec::new();
+    for i in 0..10 {
+        let v = format!("before-{i}");
+        client
+            .send(TOPIC, 0, &[Record::new(v.clone())])
+            .await
+            .unwrap();
+        acked.push(v);
+    }
+
+    // SIGKILL the leader's process; the client finds the new leader and keeps writing.
+    drop(brokers[leader as usize - 1].take());
+    for i in 0..10 {
+        let v = format!("after-{i}");
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            assert!(attempts <= 5, "write {v} kept failing");
+            match client.send(TOPIC, 0, &[Record::new(v.clone())]).await {
+                Ok(_) => break,
+                // Sent to the dying leader: check whether it landed before resending.
+                Err(Error::Indeterminate { .. }) => {
+                    let all = client
+                        .fetch(TOPIC, 0, Offset(0), 1 << 20, None)
+                        .await
+                        .unwrap();
+                    if all
+                        .iter()
+                        .flat_map(|b| b.records())
+                        .any(|(_, r)| r.value == v.as_bytes())
+                    {
+                        break;
+                    }
+                }
+                Err(e) => panic!("unexpected {e}"),
+            }
+        }
+        acked.push(v);
+    }
+
+    // Restart it from its directory; every replica converges on the same records.
+    brokers[leader as usize - 1] = Some(spawn_broker(leader, &addrs, dir.path()));
+    for addr in &addrs {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let got: Vec<String> = match client
+                .fetch(TOPIC, 0, Offset(0), 1 << 20, Some(*addr))
+                .await
+            {
+                Ok(batches) => batches
+                    .iter()
+                    .flat_map(|b| b.records())
+                    .map(|(_, r)| String::from_utf8_lossy(&r.value).into_owned())
+                    .collect(),
+                Err(_) => Vec::new(),
+            };
+            if got == acked {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{addr} has {got:?}, expected {acked:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
