@@ -1,10 +1,55 @@
 //! replog: a Raft-replicated, partitioned, mmap-backed log storage engine to embed in a Rust
-//! service, the storage and replication core of a Kafka-style broker shipped as a library.
+//! service: the storage and replication core of a Kafka-style broker, shipped as a library.
 //!
-//! This release provides the local partition log, [`PartitionLog`]: an append-only log of
-//! CRC-checked record batches in memory-mapped segment files, with a sparse offset index,
-//! crash recovery, truncation, retention and group-committed syncs. Replication (one Raft
-//! group per partition), the node and the redirect-following client build on it.
+//! - [`PartitionLog`]: one partition's append-only log of CRC-checked record batches in
+//!   memory-mapped segment files, with a sparse offset index, crash recovery, truncation,
+//!   retention and group-committed syncs. Usable on its own.
+//! - [`Node`]: a broker that hosts partition replicas, each one Raft group (openraft) whose Raft
+//!   log *is* the partition log. Only a partition's leader takes writes; any other broker
+//!   answers [`Error::NotLeader`] with a [`LeaderHint`].
+//! - [`Client`]: takes a bootstrap list, learns each partition's leader from metadata, sends
+//!   writes there and follows redirects and leader changes, like a Kafka producer.
+//!
+//! # Example: a three-broker cluster in one process
+//!
+//! ```
+//! use std::collections::BTreeMap;
+//! use replog::{Client, ClientConfig, Node, NodeConfig, Offset, Record};
+//!
+//! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+//! # async fn main() -> replog::Result<()> {
+//! let dir = tempfile::tempdir()?;
+//! // Three free loopback addresses.
+//! let addrs: Vec<_> = (0..3)
+//!     .map(|_| std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()))
+//!     .collect::<Result<_, _>>()?;
+//! let mut nodes = Vec::new();
+//! for id in 1..=3u64 {
+//!     let peers: BTreeMap<u64, _> = (1..=3u64)
+//!         .filter(|p| *p != id)
+//!         .map(|p| (p, addrs[p as usize - 1]))
+//!         .collect();
+//!     let mut config =
+//!         NodeConfig::new(id, addrs[id as usize - 1], peers, dir.path().join(id.to_string()));
+//!     config.topics = vec![("email.send".into(), 1)];
+//!     nodes.push(Node::start(config).await?);
+//! }
+//!
+//! // Bootstrap from broker 2 only: the client asks it who leads and writes there.
+//! let client = Client::connect(&[addrs[1]], ClientConfig::default()).await?;
+//! let delivery = client.send("email.send", 0, &[Record::new("follower-message-1")]).await?;
+//! assert_eq!(delivery.base_offset, Offset(0));
+//!
+//! // Every broker's replica has it once committed there.
+//! let batches = client.fetch("email.send", 0, Offset(0), 1 << 20, None).await?;
+//! assert_eq!(&batches[0].records().next().unwrap().1.value[..], b"follower-message-1");
+//! # drop(client);
+//! # for node in nodes { node.shutdown().await?; }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Example: a local log
 //!
 //! ```
 //! use replog::{LogConfig, Offset, PartitionLog, Record};
@@ -22,14 +67,20 @@
 //! # }
 //! ```
 //!
+//! # Durability
+//!
+//! [`Durability::Fsync`] (the default) acknowledges a write once it is on disk on a quorum;
+//! [`Durability::Replicated`] once it is in the page cache of a quorum (faster; a power loss
+//! that takes down a quorum at once can lose acknowledged writes).
+//!
 //! # Cargo features
 //!
 //! - `failpoints`: fault injection in the file layer (`LogConfig::faults`), for tests.
 //!
 //! # Files
 //!
-//! The on-disk format is specified byte by byte in [`format`](mod@format); the architecture is described
-//! in the repository's `README.md`.
+//! The on-disk format is specified byte by byte in [`format`](mod@format); the architecture is
+//! described in the repository's `README.md`.
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]

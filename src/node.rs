@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use openraft::Instant as _;
 use openraft::async_runtime::watch::WatchReceiver;
 use openraft::errors::{
     ClientWriteError, NetworkError, RPCError, RaftError, StreamingError, Unreachable,
@@ -575,12 +576,23 @@ impl Shared {
             .map(|g| {
                 let m = g.raft.metrics().borrow_watched().clone();
                 let last = m.last_log_index.unwrap_or(0);
+                // In sync: the leader, and followers that are at most ISR_LAG_ENTRIES_MAX
+                // entries behind and acknowledged the leader within two election timeouts.
+                let silence_max = Duration::from_millis(self.config.election_timeout_ms * 2);
+                let heard_from = |id: &NodeId| {
+                    *id == self.config.id
+                        || m.heartbeat
+                            .as_ref()
+                            .and_then(|h| h.get(id))
+                            .and_then(|t| t.as_ref())
+                            .is_some_and(|t| t.elapsed() < silence_max)
+                };
                 let isr = match &m.replication {
                     Some(r) => r
                         .iter()
-                        .filter(|(_, matched)| {
+                        .filter(|(id, matched)| {
                             let behind = last.saturating_sub(matched.map_or(0, |l| l.index));
-                            behind <= ISR_LAG_ENTRIES_MAX
+                            behind <= ISR_LAG_ENTRIES_MAX && heard_from(id)
                         })
                         .map(|(id, _)| *id)
                         .collect(),
