@@ -1,2 +1,279 @@
-//! Placeholder; replaced by the replication bench.
-fn main() {}
+//! Replication cost (issue #3): appends to a three-node cluster in one process, next to the
+//! same appends on a local `PartitionLog`, measured in the same run so that every replicated
+//! figure can be stated as a ratio of a local one.
+//!
+//! Run: `cargo bench --bench replicate`; then `python3 benches/report.py` prints records/s.
+//!
+//! - `replicate/{size}/batch100/inflight{1,64}/{fsync,replicated}`: a fresh three-node cluster
+//!   on 127.0.0.1 per case (durability is a node setting), one topic with one partition;
+//!   one iteration is one committed batch of 100 records. With in-flight 64, 64 appends are
+//!   kept outstanding on the leader (a sliding window of spawned tasks).
+//! - `local/{size}/batch100/{fsync,nosync}`: `PartitionLog::append` of the same batch, with
+//!   `flush` after each (compare with `fsync`) or without (compare with `replicated`).
+//!
+//! For every replicated case the latency of each append during the measurement phase (the
+//! criterion samples, not the warm-up) is recorded, and its p50/p99 are printed after the
+//! case, prefixed `latency`. A case excluded by a criterion filter neither runs nor prints.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use replog::{Durability, LogConfig, Node, NodeConfig, PartitionLog, Record};
+use tokio::runtime::Runtime;
+use tokio::task::JoinSet;
+
+const TOPIC: &str = "bench";
+const SIZES: [(usize, &str); 2] = [(100, "100B"), (1024, "1KiB")];
+const BATCH: usize = 100;
+const IN_FLIGHT: [usize; 2] = [1, 64];
+const SAMPLE_SIZE: usize = 10;
+const LEADER_WAIT: Duration = Duration::from_secs(10);
+
+fn records(value_len: usize, n: usize) -> Vec<Record> {
+    (0..n)
+        .map(|i| Record::new(vec![(i % 251) as u8; value_len]))
+        .collect()
+}
+
+fn log_config() -> LogConfig {
+    let mut log = LogConfig::default();
+    log.segment_bytes = 64 << 20;
+    log
+}
+
+/// Three nodes in one process, each with its own data directory under one tempdir.
+struct Cluster {
+    nodes: Vec<Arc<Node>>,
+    leader: usize,
+    _dir: tempfile::TempDir,
+}
+
+/// Ports the OS hands out for 127.0.0.1:0, all bound at once (so they differ), then released.
+fn free_addrs(n: usize) -> Vec<SocketAddr> {
+    let listeners: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"))
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().expect("local_addr"))
+        .collect()
+}
+
+impl Cluster {
+    async fn start(durability: Durability) -> Cluster {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let addrs = free_addrs(3);
+        let ids: Vec<u64> = (1..=3).collect();
+        let mut nodes = Vec::new();
+        for (i, id) in ids.iter().copied().enumerate() {
+            let peers: BTreeMap<u64, SocketAddr> = ids
+                .iter()
+                .copied()
+                .zip(addrs.iter().copied())
+                .filter(|(peer, _)| *peer != id)
+                .collect();
+            let mut c = NodeConfig::new(id, addrs[i], peers, dir.path().join(format!("n{id}")));
+            c.topics = vec![(TOPIC.into(), 1)];
+            c.heartbeat_interval_ms = 100;
+            c.election_timeout_ms = 1000;
+            c.durability = durability;
+            c.log = log_config();
+            nodes.push(Arc::new(Node::start(c).await.expect("Node::start")));
+        }
+        let leader = wait_for_leader(&nodes).await;
+        Cluster {
+            nodes,
+            leader,
+            _dir: dir,
+        }
+    }
+
+    fn leader(&self) -> &Arc<Node> {
+        &self.nodes[self.leader]
+    }
+
+    async fn shutdown(self) {
+        for node in self.nodes {
+            let node = Arc::try_unwrap(node).expect("no append task still holds the node");
+            node.shutdown().await.expect("Node::shutdown");
+        }
+    }
+}
+
+/// Polls every node's status until all of them name the same leader; returns its index.
+async fn wait_for_leader(nodes: &[Arc<Node>]) -> usize {
+    let deadline = Instant::now() + LEADER_WAIT;
+    loop {
+        let leaders: Vec<Option<u64>> = nodes
+            .iter()
+            .map(|n| n.status(TOPIC, 0).expect("status").leader)
+            .collect();
+        if let Some(Some(l)) = leaders.first()
+            && leaders.iter().all(|x| *x == Some(*l))
+            && let Some(i) = nodes.iter().position(|n| n.id() == *l)
+        {
+            return i;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no agreed leader within {LEADER_WAIT:?}: {leaders:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Appends `iters` batches to the leader with up to `in_flight` outstanding, and returns the
+/// wall time until the last one is committed, plus each append's latency (spawn to commit).
+async fn timed_appends(
+    leader: &Arc<Node>,
+    batch: &Arc<Vec<Record>>,
+    iters: u64,
+    in_flight: usize,
+) -> (Duration, Vec<Duration>) {
+    let mut latencies = Vec::with_capacity(iters as usize);
+    let mut tasks = JoinSet::new();
+    let spawn = |tasks: &mut JoinSet<Duration>| {
+        let node = Arc::clone(leader);
+        let batch = Arc::clone(batch);
+        // From the spawn, so that time the task waits for a worker counts as latency too.
+        let t = Instant::now();
+        tasks.spawn(async move {
+            black_box(node.append(TOPIC, 0, &batch).await.expect("append"));
+            t.elapsed()
+        });
+    };
+    let start = Instant::now();
+    let mut started = 0u64;
+    while started < iters && tasks.len() < in_flight {
+        spawn(&mut tasks);
+        started += 1;
+    }
+    while let Some(done) = tasks.join_next().await {
+        latencies.push(done.expect("append task"));
+        if started < iters {
+            spawn(&mut tasks);
+            started += 1;
+        }
+    }
+    (start.elapsed(), latencies)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn replicate(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let mut g = c.benchmark_group("replicate");
+    // A 2 s warm-up: a single stall (segment roll, writeback) in a 1 s warm-up can make
+    // criterion estimate an iteration at a second and fall back to one iteration per sample.
+    g.sample_size(SAMPLE_SIZE)
+        .measurement_time(Duration::from_secs(3))
+        .warm_up_time(Duration::from_secs(2))
+        .throughput(Throughput::Elements(BATCH as u64));
+    for (durability, label) in [
+        (Durability::Fsync, "fsync"),
+        (Durability::Replicated, "replicated"),
+    ] {
+        for (value_len, size) in SIZES {
+            for in_flight in IN_FLIGHT {
+                let name = format!("{size}/batch{BATCH}/inflight{in_flight}/{label}");
+                let batch = Arc::new(records(value_len, BATCH));
+                // Started lazily, so that a case a filter excludes starts no cluster.
+                let cluster: RefCell<Option<Cluster>> = RefCell::new(None);
+                // Latencies per call of the routine; the last SAMPLE_SIZE calls are the samples.
+                let calls: RefCell<Vec<Vec<Duration>>> = RefCell::new(Vec::new());
+                g.bench_function(&name, |b| {
+                    b.iter_custom(|iters| {
+                        let mut cluster = cluster.borrow_mut();
+                        let cluster =
+                            cluster.get_or_insert_with(|| start_cluster(&rt, durability, &batch));
+                        let (elapsed, latencies) =
+                            rt.block_on(timed_appends(cluster.leader(), &batch, iters, in_flight));
+                        calls.borrow_mut().push(latencies);
+                        elapsed
+                    });
+                });
+                if let Some(cluster) = cluster.into_inner() {
+                    rt.block_on(cluster.shutdown());
+                }
+                let calls = calls.into_inner();
+                let skip = calls.len().saturating_sub(SAMPLE_SIZE);
+                let mut sorted: Vec<Duration> = calls.into_iter().skip(skip).flatten().collect();
+                if !sorted.is_empty() {
+                    sorted.sort_unstable();
+                    println!(
+                        "latency replicate/{name}: p50 {:.1} us, p99 {:.1} us, max {:.1} us ({} appends of {BATCH} records)",
+                        percentile(&sorted, 50.0).as_secs_f64() * 1e6,
+                        percentile(&sorted, 99.0).as_secs_f64() * 1e6,
+                        sorted[sorted.len() - 1].as_secs_f64() * 1e6,
+                        sorted.len(),
+                    );
+                }
+            }
+        }
+    }
+    g.finish();
+}
+
+/// Starts a cluster and commits a few batches, so that the leader's first entries (and the
+/// followers' connections) are behind it before anything is timed.
+fn start_cluster(rt: &Runtime, durability: Durability, batch: &Arc<Vec<Record>>) -> Cluster {
+    rt.block_on(async {
+        let cluster = Cluster::start(durability).await;
+        timed_appends(cluster.leader(), batch, 20, 1).await;
+        cluster
+    })
+}
+
+/// Appends `iters` batches to a local log (flushing each if `sync`), timing only the appends;
+/// purges all but the active segment afterwards so disk use stays bounded.
+fn local_appends(log: &PartitionLog, batch: &[Record], iters: u64, sync: bool) -> Duration {
+    let start = Instant::now();
+    for _ in 0..iters {
+        black_box(log.append(batch).expect("append"));
+        if sync {
+            log.flush().expect("flush");
+        }
+    }
+    let elapsed = start.elapsed();
+    log.purge_to(log.end_offset()).expect("purge");
+    elapsed
+}
+
+fn local(c: &mut Criterion) {
+    let mut g = c.benchmark_group("local");
+    g.sample_size(SAMPLE_SIZE)
+        .measurement_time(Duration::from_secs(3))
+        .warm_up_time(Duration::from_secs(1))
+        .throughput(Throughput::Elements(BATCH as u64));
+    for sync in [true, false] {
+        for (value_len, size) in SIZES {
+            let batch = records(value_len, BATCH);
+            let dir = tempfile::tempdir().expect("tempdir");
+            let log = PartitionLog::open(dir.path(), log_config()).expect("open log");
+            let name = format!(
+                "{size}/batch{BATCH}/{}",
+                if sync { "fsync" } else { "nosync" }
+            );
+            g.bench_function(name, |b| {
+                b.iter_custom(|iters| local_appends(&log, &batch, iters, sync));
+            });
+            log.close().expect("close log");
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, replicate, local);
+criterion_main!(benches);

@@ -48,3 +48,9 @@ for kind in ["clean", "crash"]:
     a, b = f"reopen/{kind}/1GiB_in_8x128MiB", f"reopen/{kind}/128MiB_in_1x128MiB"
     if a in times and b in times:
         print(f"{'reopen ' + kind + ': 1 GiB in 8 segments / 128 MiB in 1 (time)':55s} {times[a] / times[b]:10.2f}")
+for size in ["100B", "1KiB"]:
+    for inflight in ["1", "64"]:
+        ratio(f"replicated {size} inflight{inflight} fsync / local fsync",
+              f"replicate/{size}/batch100/inflight{inflight}/fsync", f"local/{size}/batch100/fsync")
+        ratio(f"replicated {size} inflight{inflight} replicated / local no sync",
+              f"replicate/{size}/batch100/inflight{inflight}/replicated", f"local/{size}/batch100/nosync")

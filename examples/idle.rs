@@ -12,8 +12,18 @@ use replog::{Node, NodeConfig, Preallocate};
 
 fn cpu_seconds() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
     (ticks(11) + ticks(12)) / 100.0
 }
 
@@ -29,7 +39,10 @@ fn rss_kib() -> u64 {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> replog::Result<()> {
-    let partitions: u32 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(300);
+    let partitions: u32 = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(300);
     let dir = tempfile::tempdir()?;
     let addrs: Vec<SocketAddr> = (0..3)
         .map(|_| std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()))
@@ -37,9 +50,16 @@ async fn main() -> replog::Result<()> {
     let rss_before = rss_kib();
     let mut nodes = Vec::new();
     for id in 1..=3u64 {
-        let peers: BTreeMap<u64, SocketAddr> =
-            (1..=3u64).filter(|p| *p != id).map(|p| (p, addrs[p as usize - 1])).collect();
-        let mut c = NodeConfig::new(id, addrs[id as usize - 1], peers, dir.path().join(id.to_string()));
+        let peers: BTreeMap<u64, SocketAddr> = (1..=3u64)
+            .filter(|p| *p != id)
+            .map(|p| (p, addrs[p as usize - 1]))
+            .collect();
+        let mut c = NodeConfig::new(
+            id,
+            addrs[id as usize - 1],
+            peers,
+            dir.path().join(id.to_string()),
+        );
         c.topics = vec![("idle".into(), partitions)];
         c.heartbeat_interval_ms = 250;
         c.election_timeout_ms = 2000;
@@ -51,10 +71,14 @@ async fn main() -> replog::Result<()> {
     }
     let started = Instant::now();
     let leaders = |nodes: &[Node]| -> Vec<Option<u64>> {
-        (0..partitions).map(|p| nodes[0].status("idle", p).ok().and_then(|s| s.leader)).collect()
+        (0..partitions)
+            .map(|p| nodes[0].status("idle", p).ok().and_then(|s| s.leader))
+            .collect()
     };
     let terms = |nodes: &[Node]| -> Vec<u64> {
-        (0..partitions).map(|p| nodes[0].status("idle", p).map(|s| s.term).unwrap_or(0)).collect()
+        (0..partitions)
+            .map(|p| nodes[0].status("idle", p).map(|s| s.term).unwrap_or(0))
+            .collect()
     };
     while leaders(&nodes).iter().any(Option::is_none) {
         if started.elapsed() > Duration::from_secs(120) {
@@ -63,17 +87,31 @@ async fn main() -> replog::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    println!("{} replicas ({partitions} partitions x 3 brokers): all leaders elected after {:.1} s",
-        partitions * 3, started.elapsed().as_secs_f64());
+    println!(
+        "{} replicas ({partitions} partitions x 3 brokers): all leaders elected after {:.1} s",
+        partitions * 3,
+        started.elapsed().as_secs_f64()
+    );
     tokio::time::sleep(Duration::from_secs(3)).await;
     let terms_before = terms(&nodes);
     let (cpu0, t0) = (cpu_seconds(), Instant::now());
     tokio::time::sleep(Duration::from_secs(20)).await;
     let (cpu1, elapsed) = (cpu_seconds(), t0.elapsed().as_secs_f64());
-    let changes = terms(&nodes).iter().zip(&terms_before).filter(|(a, b)| a != b).count();
+    let changes = terms(&nodes)
+        .iter()
+        .zip(&terms_before)
+        .filter(|(a, b)| a != b)
+        .count();
     let rss = rss_kib().saturating_sub(rss_before);
-    println!("idle CPU: {:.3} cores over {elapsed:.0} s", (cpu1 - cpu0) / elapsed);
-    println!("resident memory: {} KiB in all, {} KiB per replica", rss, rss / u64::from(partitions * 3));
+    println!(
+        "idle CPU: {:.3} cores over {elapsed:.0} s",
+        (cpu1 - cpu0) / elapsed
+    );
+    println!(
+        "resident memory: {} KiB in all, {} KiB per replica",
+        rss,
+        rss / u64::from(partitions * 3)
+    );
     println!("partitions whose term changed while idle: {changes}");
     for node in nodes {
         node.shutdown().await?;

@@ -108,6 +108,8 @@ pub struct PartitionLog {
     durable_next_log_index: AtomicU64,
     /// The offset the next appended record gets, for readers.
     end_offset: AtomicU64,
+    /// The log index the next entry gets, for readers (no lock: async callers poll it).
+    next_log_index: AtomicU64,
     failed: AtomicBool,
     closed: AtomicBool,
     recovery: RecoveryEvent,
@@ -259,6 +261,7 @@ impl PartitionLog {
             sync: Mutex::new(()),
             durable_next_log_index: AtomicU64::new(cursor.next_log_index),
             end_offset: AtomicU64::new(cursor.next_offset),
+            next_log_index: AtomicU64::new(cursor.next_log_index),
             failed: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             recovery,
@@ -426,8 +429,7 @@ impl PartitionLog {
         );
         w.active.note_appended(pos, &header);
         w.cursor = Cursor::after(&header);
-        self.end_offset
-            .store(w.cursor.next_offset, Ordering::Release);
+        self.publish_cursor(&w.cursor);
         Ok(AppendInfo {
             log_index: LogIndex(header.log_index),
             base_offset: Offset(header.base_offset),
@@ -763,8 +765,7 @@ impl PartitionLog {
         }
         w.active = new;
         w.cursor = new_base;
-        self.end_offset
-            .store(new_base.next_offset, Ordering::Release);
+        self.publish_cursor(&new_base);
         self.durable_next_log_index.fetch_min(cut, Ordering::AcqRel);
         Ok(())
     }
@@ -813,7 +814,7 @@ impl PartitionLog {
         w.active = new;
         w.handle = handle;
         w.cursor = base;
-        self.end_offset.store(next_offset, Ordering::Release);
+        self.publish_cursor(&base);
         self.durable_next_log_index
             .store(next_log_index, Ordering::Release);
         Ok(())
@@ -994,7 +995,14 @@ impl PartitionLog {
 
     /// The log index the next appended entry will get.
     pub fn next_log_index(&self) -> LogIndex {
-        LogIndex(self.writer.lock().cursor.next_log_index)
+        LogIndex(self.next_log_index.load(Ordering::Acquire))
+    }
+
+    /// Makes a new writer cursor visible to lock-free readers.
+    fn publish_cursor(&self, cursor: &Cursor) {
+        self.end_offset.store(cursor.next_offset, Ordering::Release);
+        self.next_log_index
+            .store(cursor.next_log_index, Ordering::Release);
     }
 
     /// The number of segment files.

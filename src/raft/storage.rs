@@ -267,9 +267,18 @@ impl RaftLogStorage<C> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        for entry in entries {
-            self.append_one(&entry).map_err(to_io)?;
-        }
+        // Writing may roll a segment (file creation, syncs): never on the Raft task, which
+        // runs on the embedder's runtime. Entries must be readable when this returns, so the
+        // write is awaited; only the sync is left running.
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        let store = self.clone();
+        blocking(move || {
+            for entry in &entries {
+                store.append_one(entry).map_err(to_io)?;
+            }
+            Ok(())
+        })
+        .await?;
         match self.inner.durability {
             Durability::Replicated => callback.io_completed(Ok(())),
             Durability::Fsync => {
