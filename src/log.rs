@@ -110,6 +110,8 @@ pub struct PartitionLog {
     end_offset: AtomicU64,
     /// The log index the next entry gets, for readers (no lock: async callers poll it).
     next_log_index: AtomicU64,
+    /// Free bytes in the active segment after the last append.
+    active_free_bytes: AtomicU64,
     failed: AtomicBool,
     closed: AtomicBool,
     recovery: RecoveryEvent,
@@ -243,6 +245,7 @@ impl PartitionLog {
         };
         let active = Arc::clone(segments.last().expect("never empty"));
         let cursor = active.extent().cursor;
+        let active_free = handle.free_len() as u64;
         let log = PartitionLog {
             dir,
             config,
@@ -262,6 +265,7 @@ impl PartitionLog {
             durable_next_log_index: AtomicU64::new(cursor.next_log_index),
             end_offset: AtomicU64::new(cursor.next_offset),
             next_log_index: AtomicU64::new(cursor.next_log_index),
+            active_free_bytes: AtomicU64::new(active_free),
             failed: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             recovery,
@@ -429,7 +433,7 @@ impl PartitionLog {
         );
         w.active.note_appended(pos, &header);
         w.cursor = Cursor::after(&header);
-        self.publish_cursor(&w.cursor);
+        self.publish(w);
         Ok(AppendInfo {
             log_index: LogIndex(header.log_index),
             base_offset: Offset(header.base_offset),
@@ -765,7 +769,7 @@ impl PartitionLog {
         }
         w.active = new;
         w.cursor = new_base;
-        self.publish_cursor(&new_base);
+        self.publish(&w);
         self.durable_next_log_index.fetch_min(cut, Ordering::AcqRel);
         Ok(())
     }
@@ -814,7 +818,7 @@ impl PartitionLog {
         w.active = new;
         w.handle = handle;
         w.cursor = base;
-        self.publish_cursor(&base);
+        self.publish(&w);
         self.durable_next_log_index
             .store(next_log_index, Ordering::Release);
         Ok(())
@@ -998,11 +1002,25 @@ impl PartitionLog {
         LogIndex(self.next_log_index.load(Ordering::Acquire))
     }
 
-    /// Makes a new writer cursor visible to lock-free readers.
-    fn publish_cursor(&self, cursor: &Cursor) {
-        self.end_offset.store(cursor.next_offset, Ordering::Release);
+    /// Makes the writer's position visible to lock-free readers.
+    fn publish(&self, w: &Writer) {
+        self.end_offset
+            .store(w.cursor.next_offset, Ordering::Release);
         self.next_log_index
-            .store(cursor.next_log_index, Ordering::Release);
+            .store(w.cursor.next_log_index, Ordering::Release);
+        self.active_free_bytes
+            .store(w.handle.free_len() as u64, Ordering::Release);
+    }
+
+    /// Whether frames with payloads of these sizes fit in the active segment without a roll,
+    /// as of the last append (a caller that must not block on a roll's file creation and
+    /// syncs appends inline only then).
+    pub(crate) fn fits_without_roll(&self, payload_lens: impl IntoIterator<Item = usize>) -> bool {
+        let need: u64 = payload_lens
+            .into_iter()
+            .map(|len| (len + crate::segment::format::FRAME_HEADER_LEN) as u64)
+            .sum();
+        need < self.active_free_bytes.load(Ordering::Acquire)
     }
 
     /// The number of segment files.
