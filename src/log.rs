@@ -603,7 +603,7 @@ impl PartitionLog {
     /// [`Error::Corrupt`] if a frame on the way fails validation.
     pub fn read(&self, from: Offset, max_bytes: usize) -> Result<Vec<Batch>> {
         let end = self.end_offset();
-        let mut seg = {
+        let seg = {
             let segs = self.segments.read();
             let start = Offset(segs.first().map_or(0, |s| s.base_offset));
             if from < start || from > end {
@@ -618,35 +618,55 @@ impl PartitionLog {
         };
         let mut out: Vec<Batch> = Vec::new();
         let mut bytes = 0usize;
-        // Bounded: each segment is visited once, each frame at most once. The next segment is
-        // found by its base log index, not by position, so that a concurrent purge or
-        // truncation cannot make the read skip or repeat segments; batches must follow each
-        // other, or the read stops there.
+        self.walk(
+            seg,
+            |s| s.seek_offset(from.0),
+            |h| h.base_offset > from.0,
+            |s, pos, h| {
+                if h.kind != EntryKind::Data || h.next_offset() <= from.0 {
+                    return Ok(true);
+                }
+                // Batches must follow each other; a concurrent truncation ends the read here.
+                if out
+                    .last()
+                    .is_some_and(|prev| prev.next_offset().0 != h.base_offset)
+                {
+                    return Ok(false);
+                }
+                out.push(s.batch(pos, h)?);
+                bytes = bytes.saturating_add(h.frame_len());
+                Ok(bytes < max_bytes)
+            },
+        )?;
+        Ok(out)
+    }
+
+    /// Walks frames in log order from `seg` on, through later segments found by base log index
+    /// (not by position, so that a concurrent purge or truncation cannot make a walk skip or
+    /// repeat segments). `seek` picks where to start in each segment; if the first frame found
+    /// there `overshoots` what is wanted (an index that passed its checks but points too far),
+    /// the segment is scanned from its start instead, so a bad index never makes a read skip
+    /// frames. `visit` sees every frame and returns `false` to stop. Bounded: each segment is
+    /// visited once, each frame at most twice.
+    fn walk(
+        &self,
+        mut seg: Option<Arc<Segment>>,
+        seek: impl Fn(&Segment) -> usize,
+        overshoots: impl Fn(&FrameHeader) -> bool,
+        mut visit: impl FnMut(&Segment, usize, &FrameHeader) -> Result<bool>,
+    ) -> Result<()> {
         while let Some(current) = seg {
             let ext = current.extent();
-            let mut pos = current.seek_offset(from.0);
+            let mut pos = seek(&current);
             let mut first = true;
             while pos < ext.data_len {
                 let h = current.frame_at(pos, ext.data_len, &Limits::ON_DISK)?;
-                if std::mem::take(&mut first) && h.base_offset > from.0 && pos != SEGMENT_HEADER_LEN
-                {
-                    // The index pointed past the frame we need (a damaged index that passed
-                    // its checks): never skip records, scan from the start instead.
+                if std::mem::take(&mut first) && pos != SEGMENT_HEADER_LEN && overshoots(&h) {
                     pos = SEGMENT_HEADER_LEN;
                     continue;
                 }
-                if h.kind == EntryKind::Data && h.next_offset() > from.0 {
-                    if out
-                        .last()
-                        .is_some_and(|prev| prev.next_offset().0 != h.base_offset)
-                    {
-                        return Ok(out);
-                    }
-                    out.push(current.batch(pos, &h)?);
-                    bytes = bytes.saturating_add(h.frame_len());
-                    if bytes >= max_bytes {
-                        return Ok(out);
-                    }
+                if !visit(&current, pos, &h)? {
+                    return Ok(());
                 }
                 pos += h.frame_len();
             }
@@ -655,7 +675,7 @@ impl PartitionLog {
                 .segment_at(ext.cursor.next_log_index)
                 .filter(|next| !Arc::ptr_eq(next, &current));
         }
-        Ok(out)
+        Ok(())
     }
 
     /// The segment whose base log index is `base`, if the log still has it.
@@ -833,7 +853,7 @@ impl PartitionLog {
     /// [`Error::Corrupt`] if a frame fails validation.
     pub(crate) fn read_entries(&self, from: u64, to: u64, max_bytes: usize) -> Result<Vec<Batch>> {
         let next = self.next_log_index().0;
-        let mut seg = {
+        let seg = {
             let segs = self.segments.read();
             let first = segs.first().map_or(0, |s| s.base_log_index);
             if from < first || from > next {
@@ -851,45 +871,35 @@ impl PartitionLog {
         let to = to.min(next);
         let mut out = Vec::new();
         let mut bytes = 0usize;
-        let mut expected = from;
-        // Bounded: each segment is visited once, each frame at most once; the next segment is
-        // found by base log index (see `read`).
-        while let Some(current) = seg.take().filter(|_| expected < to) {
-            let ext = current.extent();
-            let mut pos = current.seek_log_index(expected);
-            let mut first = true;
-            while pos < ext.data_len && expected < to {
-                let h = current.frame_at(pos, ext.data_len, &Limits::ON_DISK)?;
-                if std::mem::take(&mut first) && h.log_index > expected && pos != SEGMENT_HEADER_LEN
-                {
-                    pos = SEGMENT_HEADER_LEN; // see `read`
-                    continue;
-                }
-                if h.log_index > expected {
+        let expected = std::cell::Cell::new(from);
+        if from >= to {
+            return Ok(out);
+        }
+        self.walk(
+            seg,
+            |s| s.seek_log_index(expected.get()),
+            |h| h.log_index > expected.get(),
+            |s, pos, h| {
+                let want = expected.get();
+                if h.log_index > want {
                     return Err(Error::Corrupt {
-                        file: current.path.clone(),
+                        file: s.path.clone(),
                         position: pos as u64,
                         kind: crate::error::CorruptKind::LogIndexGap {
-                            expected,
+                            expected: want,
                             found: h.log_index,
                         },
                     });
                 }
-                if h.log_index == expected {
-                    out.push(current.batch(pos, &h)?);
-                    expected += 1;
-                    bytes = bytes.saturating_add(h.frame_len());
-                    if bytes >= max_bytes {
-                        return Ok(out);
-                    }
+                if h.log_index < want {
+                    return Ok(true);
                 }
-                pos += h.frame_len();
-            }
-            // An empty segment ends where it begins: it is the last one.
-            seg = self
-                .segment_at(ext.cursor.next_log_index)
-                .filter(|next| !Arc::ptr_eq(next, &current));
-        }
+                out.push(s.batch(pos, h)?);
+                expected.set(want + 1);
+                bytes = bytes.saturating_add(h.frame_len());
+                Ok(bytes < max_bytes && want + 1 < to)
+            },
+        )?;
         Ok(out)
     }
 
@@ -1858,5 +1868,45 @@ mod tests {
         let mut buf = vec![0u8; h.frame_len()];
         encode_frame(&mut buf, &h, &Payload::Raw(&payload));
         assert!(fuzz_decode_frame(&buf).is_err());
+    }
+
+    /// An index entry that passes every check but points past the frame a read needs must not
+    /// make the read skip records: it rescans the segment.
+    #[test]
+    fn a_misleading_index_entry_never_skips_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = LogConfig {
+            segment_bytes: 64 << 10,
+            index_interval_bytes: 64,
+            ..small()
+        };
+        let log = PartitionLog::open(dir.path(), cfg.clone()).unwrap();
+        fill(&log, 50);
+        drop(log);
+        let path = dir.path().join(crate::segment::format::index_file_name(0));
+        let mut bytes = std::fs::read(&path).unwrap();
+        let (header, entries) = (72, 12);
+        let count = (bytes.len() - header) / entries;
+        assert!(count > 10);
+        // Entry 5 claims the first offset of entry 4's frame: still non-decreasing.
+        let e4 = header + 4 * entries;
+        let e5 = header + 5 * entries;
+        let rel4: [u8; 4] = bytes[e4 + 4..e4 + 8].try_into().unwrap();
+        bytes[e5 + 4..e5 + 8].copy_from_slice(&rel4);
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&bytes[..68]);
+        crc.update(&bytes[header..]);
+        let sum = crc.finalize().to_le_bytes();
+        bytes[68..72].copy_from_slice(&sum);
+        std::fs::write(&path, &bytes).unwrap();
+        let log = PartitionLog::open(dir.path(), cfg).unwrap();
+        let target = u64::from(u32::from_le_bytes(rel4));
+        let batches = log.read(Offset(target), 1 << 20).unwrap();
+        assert_eq!(
+            batches[0].base_offset(),
+            Offset(target),
+            "the read starts at the wanted record"
+        );
+        assert_eq!(values(&log, 0).len(), 50);
     }
 }
