@@ -6,20 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::Instant as _;
-use openraft::async_runtime::watch::WatchReceiver;
-use openraft::errors::{
-    ClientWriteError, NetworkError, RPCError, RaftError, StreamingError, Unreachable,
-};
-use openraft::network::{RPCOption, RaftNetworkFactory};
-use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
-};
-use openraft::storage::Snapshot;
-use openraft::type_config::alias::{SnapshotMetaOf, SnapshotOf};
-use openraft::{OptionalSend, RaftNetworkV2};
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
 use crate::config::LogConfig;
@@ -28,12 +15,13 @@ use crate::log::{AppendInfo, PartitionLog};
 use crate::protocol::{
     FetchRequest, MetadataRequest, ProduceRequest, ProduceResponse, WireBatch, WireError,
 };
+use crate::raft::replica::{Replica, Timing, WriteError};
 use crate::raft::state_machine::StateMachine;
 use crate::raft::storage::{Durability, LogStore};
-use crate::raft::types::{AppendRequest, BrokerNode, C, Vote};
+use crate::raft::types::AppendRequest;
 use crate::segment::record::{Batch, Record, encode_records};
 use crate::transport::frame::Op;
-use crate::transport::{BoxFuture, CallError, Handler, Peer, spawn_server};
+use crate::transport::{BoxFuture, Handler, PeerSet, spawn_server};
 use crate::types::{LeaderHint, LogIndex, NodeId, Offset, PartitionId};
 
 /// Configuration of a [`Node`].
@@ -107,14 +95,12 @@ pub struct PartitionStatus {
     pub follower_lag: BTreeMap<NodeId, u64>,
 }
 
-type Raft = openraft::Raft<C, StateMachine>;
-
 /// A follower at most this many entries behind the leader counts as in sync.
 const ISR_LAG_ENTRIES_MAX: u64 = 1000;
 
 struct Group {
     id: PartitionId,
-    raft: Raft,
+    raft: Replica,
     store: LogStore,
     sm: StateMachine,
 }
@@ -157,23 +143,16 @@ impl Node {
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
         let (shutdown, shutdown_rx) = watch::channel(false);
-        let raft_config = Arc::new(
-            openraft::Config {
-                cluster_name: "replog".into(),
-                heartbeat_interval: config.heartbeat_interval_ms,
-                election_timeout_min: config.election_timeout_ms,
-                election_timeout_max: config.election_timeout_ms * 2,
-                // Retention purges the log, never openraft's own policy.
-                max_in_snapshot_log_to_keep: u64::MAX,
-                ..Default::default()
-            }
-            .validate()
-            .map_err(|e| Error::InvalidConfig {
-                field: "raft",
-                reason: e.to_string(),
-            })?,
-        );
-        let peers = Arc::new(PeerSet::new(&config, shutdown_rx.clone()));
+        let timing = Timing {
+            heartbeat_ms: config.heartbeat_interval_ms,
+            election_timeout_ms: config.election_timeout_ms,
+        };
+        let peers = Arc::new(PeerSet::new(
+            &config.peers,
+            config.id,
+            config.frame_bytes_max,
+            &shutdown_rx,
+        ));
         let mut groups = HashMap::new();
         for (topic, count) in &config.topics {
             for partition in 0..*count {
@@ -182,19 +161,15 @@ impl Node {
                 let log = PartitionLog::open(&dir, config.log.clone())?;
                 let store = LogStore::open(log, config.durability)?;
                 let sm = StateMachine::open(store.clone())?;
-                let network = GroupNetFactory {
-                    group: id.clone(),
-                    peers: Arc::clone(&peers),
-                };
-                let raft = Raft::new(
+                let raft = Replica::start(
                     config.id,
-                    Arc::clone(&raft_config),
-                    network,
+                    id.clone(),
+                    timing,
+                    Arc::clone(&peers),
                     store.clone(),
                     sm.clone(),
                 )
-                .await
-                .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?;
+                .await?;
                 groups.insert(
                     id.clone(),
                     Arc::new(Group {
@@ -231,34 +206,19 @@ impl Node {
     /// leaders spread over the cluster; the others learn the membership from it.
     async fn initialize_groups(&self) {
         let config = &self.shared.config;
-        let mut members: BTreeMap<NodeId, BrokerNode> = config
+        let mut members: BTreeMap<NodeId, String> = config
             .peers
             .iter()
-            .map(|(id, addr)| {
-                (
-                    *id,
-                    BrokerNode {
-                        addr: addr.to_string(),
-                    },
-                )
-            })
+            .map(|(id, addr)| (*id, addr.to_string()))
             .collect();
-        members.insert(
-            config.id,
-            BrokerNode {
-                addr: self.addr.to_string(),
-            },
-        );
+        members.insert(config.id, self.addr.to_string());
         let ids: Vec<NodeId> = members.keys().copied().collect();
         for group in self.shared.groups.values() {
             let slot = usize::try_from(group.id.partition).unwrap_or(0) % ids.len().max(1);
             if ids.get(slot) != Some(&config.id) {
                 continue;
             }
-            // Fails harmlessly (NotAllowed) when the group was initialized before.
-            if let Err(e) = group.raft.initialize(members.clone()).await {
-                tracing::debug!(partition = %group.id, error = %e, "not initializing");
-            }
+            group.raft.initialize(&members).await;
         }
     }
 
@@ -338,25 +298,13 @@ impl Node {
             if applied.is_none_or(|a| a < upto) {
                 continue; // not applied here yet: purge later
             }
-            let snapshot_covers = |raft: &Raft| {
-                let m = raft.metrics().borrow_watched().clone();
-                m.snapshot.is_some_and(|s| s.index >= upto)
-            };
-            if !snapshot_covers(&group.raft) {
-                let _ = group.raft.trigger().snapshot().await;
-                let deadline = tokio::time::Instant::now()
-                    + Duration::from_millis(self.shared.config.request_timeout_ms);
-                while !snapshot_covers(&group.raft) {
-                    if tokio::time::Instant::now() >= deadline {
-                        return Err(Error::Indeterminate {
-                            partition: group.id.clone(),
-                            reason: "snapshot for retention did not complete".into(),
-                        });
-                    }
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
+            let timeout = Duration::from_millis(self.shared.config.request_timeout_ms);
+            if let Err(reason) = group.raft.purge_through(upto, timeout).await {
+                return Err(Error::Indeterminate {
+                    partition: group.id.clone(),
+                    reason,
+                });
             }
-            let _ = group.raft.trigger().purge_log(upto).await;
         }
         Ok(())
     }
@@ -375,9 +323,7 @@ impl Node {
     /// [`Error::Io`] if a log could not be flushed.
     pub async fn shutdown(self) -> Result<()> {
         for group in self.shared.groups.values() {
-            if let Err(e) = group.raft.shutdown().await {
-                tracing::warn!(partition = %group.id, error = %e, "raft shutdown failed");
-            }
+            group.raft.shutdown().await;
         }
         let _ = self.shutdown.send(true);
         let _ = self.server.await;
@@ -453,7 +399,7 @@ impl Shared {
             .map_err(|kind| Error::InvalidBatch { kind })?;
         let record_count = request.record_count;
         let timeout = Duration::from_millis(self.config.request_timeout_ms);
-        let outcome = tokio::time::timeout(timeout, group.raft.client_write(request)).await;
+        let outcome = tokio::time::timeout(timeout, group.raft.write(request)).await;
         let indeterminate = |reason: String| Error::Indeterminate {
             partition: group.id.clone(),
             reason,
@@ -463,17 +409,15 @@ impl Shared {
                 "not committed within {} ms",
                 timeout.as_millis()
             ))),
-            Ok(Ok(response)) => Ok(AppendInfo {
-                log_index: LogIndex(response.log_id.index),
-                base_offset: Offset(response.data.base_offset),
+            Ok(Ok((log_index, response))) => Ok(AppendInfo {
+                log_index: LogIndex(log_index),
+                base_offset: Offset(response.base_offset),
                 record_count,
             }),
-            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
-                let leader = f.leader_id.and_then(|node_id| {
-                    let addr = f
-                        .leader_node
-                        .as_ref()
-                        .and_then(|n| n.addr.parse().ok())
+            Ok(Err(WriteError::NotLeader(leader))) => {
+                let leader = leader.and_then(|(node_id, addr)| {
+                    let addr = addr
+                        .and_then(|a| a.parse().ok())
                         .or_else(|| self.config.peers.get(&node_id).copied())?;
                     Some(LeaderHint { node_id, addr })
                 });
@@ -482,10 +426,10 @@ impl Shared {
                     leader,
                 })
             }
-            Ok(Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(_)))) => Err(
-                indeterminate("leadership changed after the batch was appended".into()),
-            ),
-            Ok(Err(e)) => Err(indeterminate(e.to_string())),
+            Ok(Err(WriteError::Discarded)) => Err(indeterminate(
+                "leadership changed after the batch was appended".into(),
+            )),
+            Ok(Err(WriteError::Other(reason))) => Err(indeterminate(reason)),
         }
     }
 
@@ -529,22 +473,21 @@ impl Shared {
     /// [`Error::UnknownPartition`].
     pub(crate) fn status(&self, topic: &str, partition: u32) -> Result<PartitionStatus> {
         let group = self.group(topic, partition)?;
-        let metrics = group.raft.metrics().borrow_watched().clone();
-        let last = metrics.last_log_index.unwrap_or(0);
-        let follower_lag = metrics
-            .replication
-            .map(|r| {
-                r.into_iter()
+        let state = group.raft.state();
+        let last = state.last_log_index.unwrap_or(0);
+        let follower_lag = state
+            .members
+            .map(|members| {
+                members
+                    .into_iter()
                     .filter(|(id, _)| *id != self.config.id)
-                    .map(|(id, matched)| {
-                        (id, last.saturating_sub(matched.map_or(0, |m| m.index + 1)))
-                    })
+                    .map(|(id, m)| (id, last.saturating_sub(m.matched.map_or(0, |i| i + 1))))
                     .collect()
             })
             .unwrap_or_default();
         Ok(PartitionStatus {
-            leader: metrics.current_leader,
-            term: metrics.current_term,
+            leader: state.leader,
+            term: state.term,
             log_end: group.store.log().end_offset(),
             high_watermark: Offset(group.sm.state().next_offset),
             log_start: group.store.log().start_offset(),
@@ -574,34 +517,30 @@ impl Shared {
             .values()
             .filter(|g| topic.is_none_or(|t| t == g.id.topic))
             .map(|g| {
-                let m = g.raft.metrics().borrow_watched().clone();
-                let last = m.last_log_index.unwrap_or(0);
+                let state = g.raft.state();
+                let last = state.last_log_index.unwrap_or(0);
                 // In sync: the leader, and followers that are at most ISR_LAG_ENTRIES_MAX
                 // entries behind and acknowledged the leader within two election timeouts.
                 let silence_max = Duration::from_millis(self.config.election_timeout_ms * 2);
-                let heard_from = |id: &NodeId| {
-                    *id == self.config.id
-                        || m.heartbeat
-                            .as_ref()
-                            .and_then(|h| h.get(id))
-                            .and_then(|t| t.as_ref())
-                            .is_some_and(|t| t.elapsed() < silence_max)
-                };
-                let isr = match &m.replication {
-                    Some(r) => r
-                        .iter()
-                        .filter(|(id, matched)| {
-                            let behind = last.saturating_sub(matched.map_or(0, |l| l.index));
-                            behind <= ISR_LAG_ENTRIES_MAX && heard_from(id)
-                        })
-                        .map(|(id, _)| *id)
-                        .collect(),
-                    None => Vec::new(),
-                };
+                let isr = state
+                    .members
+                    .map(|members| {
+                        members
+                            .into_iter()
+                            .filter(|(id, m)| {
+                                let behind = last.saturating_sub(m.matched.unwrap_or(0));
+                                let heard = *id == self.config.id
+                                    || m.ack_age.is_some_and(|age| age < silence_max);
+                                behind <= ISR_LAG_ENTRIES_MAX && heard
+                            })
+                            .map(|(id, _)| id)
+                            .collect()
+                    })
+                    .unwrap_or_default();
                 PartitionMetadata {
                     partition: g.id.clone(),
-                    leader: m.current_leader,
-                    term: m.current_term,
+                    leader: state.leader,
+                    term: state.term,
                     replicas: replicas.clone(),
                     isr,
                     log_start: g.store.log().start_offset().get(),
@@ -615,126 +554,6 @@ impl Shared {
             brokers,
             partitions,
         }
-    }
-}
-
-/// Connections to the other brokers: a bulk one and a control one each.
-#[derive(Debug)]
-struct PeerSet {
-    bulk: HashMap<NodeId, Arc<Peer>>,
-    control: HashMap<NodeId, Arc<Peer>>,
-}
-
-impl PeerSet {
-    fn new(config: &NodeConfig, shutdown: watch::Receiver<bool>) -> Self {
-        let make = |addr: &SocketAddr| {
-            Arc::new(Peer::new(*addr, config.frame_bytes_max, shutdown.clone()))
-        };
-        // Never connect to ourselves: the own id is not in `peers`.
-        let peers = config.peers.iter().filter(|(id, _)| **id != config.id);
-        PeerSet {
-            bulk: peers.clone().map(|(id, a)| (*id, make(a))).collect(),
-            control: peers.map(|(id, a)| (*id, make(a))).collect(),
-        }
-    }
-}
-
-/// The Raft network of one partition: its RPCs, tagged with the partition, over the shared
-/// connections.
-struct GroupNetFactory {
-    group: PartitionId,
-    peers: Arc<PeerSet>,
-}
-
-impl GroupNetFactory {
-    fn client(&self, target: NodeId, control: bool) -> GroupNet {
-        let map = if control {
-            &self.peers.control
-        } else {
-            &self.peers.bulk
-        };
-        GroupNet {
-            group: self.group.clone(),
-            target,
-            peer: map.get(&target).cloned(),
-        }
-    }
-}
-
-impl RaftNetworkFactory<C> for GroupNetFactory {
-    type Network = GroupNet;
-
-    async fn new_client(&mut self, target: NodeId, _node: &BrokerNode) -> GroupNet {
-        self.client(target, false)
-    }
-
-    async fn new_heartbeat_client(&mut self, target: NodeId, _node: &BrokerNode) -> GroupNet {
-        self.client(target, true)
-    }
-}
-
-struct GroupNet {
-    group: PartitionId,
-    target: NodeId,
-    peer: Option<Arc<Peer>>,
-}
-
-impl GroupNet {
-    async fn call<Req: Serialize, Resp: DeserializeOwned>(
-        &self,
-        op: Op,
-        request: &Req,
-        timeout: Duration,
-    ) -> std::result::Result<Resp, RPCError<C>> {
-        let Some(peer) = &self.peer else {
-            return Err(Unreachable::from_string(format!("unknown broker {}", self.target)).into());
-        };
-        let body = postcard::to_stdvec(&(&self.group, request))
-            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        match peer.call(op, &body, timeout).await {
-            Ok(bytes) => {
-                let response: std::result::Result<Resp, String> = postcard::from_bytes(&bytes)
-                    .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-                response.map_err(|msg| RPCError::Network(NetworkError::from_string(msg)))
-            }
-            Err(CallError::Unreachable(msg)) => Err(Unreachable::from_string(msg).into()),
-            Err(e) => Err(RPCError::Network(NetworkError::new(&e))),
-        }
-    }
-}
-
-impl RaftNetworkV2<C> for GroupNet {
-    type SnapshotData = Vec<u8>;
-
-    async fn append_entries(
-        &mut self,
-        rpc: AppendEntriesRequest<C>,
-        option: RPCOption,
-    ) -> std::result::Result<AppendEntriesResponse<C>, RPCError<C>> {
-        self.call(Op::AppendEntries, &rpc, option.soft_ttl()).await
-    }
-
-    async fn vote(
-        &mut self,
-        rpc: VoteRequest<C>,
-        option: RPCOption,
-    ) -> std::result::Result<VoteResponse<C>, RPCError<C>> {
-        self.call(Op::Vote, &rpc, option.soft_ttl()).await
-    }
-
-    async fn full_snapshot(
-        &mut self,
-        vote: Vote,
-        snapshot: SnapshotOf<C, Vec<u8>>,
-        _cancel: impl std::future::Future<Output = openraft::errors::ReplicationClosed>
-        + OptionalSend
-        + 'static,
-        option: RPCOption,
-    ) -> std::result::Result<SnapshotResponse<C>, StreamingError<C>> {
-        let request = (vote, snapshot.meta, snapshot.snapshot);
-        self.call(Op::Snapshot, &request, option.soft_ttl())
-            .await
-            .map_err(StreamingError::from)
     }
 }
 
@@ -752,27 +571,23 @@ fn encode_response<T: Serialize>(result: &std::result::Result<T, WireError>) -> 
     })
 }
 
-fn respond<T: Serialize>(result: std::result::Result<T, String>) -> Vec<u8> {
-    postcard::to_stdvec(&result).unwrap_or_else(|e| {
-        postcard::to_stdvec(&std::result::Result::<(), String>::Err(e.to_string()))
-            .unwrap_or_default()
-    })
-}
-
 impl NodeHandler {
-    fn decode<T: DeserializeOwned>(
-        &self,
-        body: &[u8],
-    ) -> std::result::Result<(Arc<Group>, T), String> {
-        let (id, request): (PartitionId, T) =
-            postcard::from_bytes(body).map_err(|e| format!("bad request: {e}"))?;
-        let group = self
-            .shared
-            .groups
-            .get(&id)
-            .cloned()
-            .ok_or_else(|| format!("unknown partition {id}"))?;
-        Ok((group, request))
+    /// Serves a Raft RPC: the body starts with the partition id, then the request.
+    async fn raft_rpc(&self, op: Op, body: &[u8]) -> Vec<u8> {
+        let found = postcard::take_from_bytes::<PartitionId>(body)
+            .map_err(|e| format!("bad request: {e}"))
+            .and_then(|(id, rest)| {
+                let group = self.shared.groups.get(&id).cloned();
+                group
+                    .map(|g| (g, rest))
+                    .ok_or_else(|| format!("unknown partition {id}"))
+            });
+        match found {
+            Ok((group, rest)) => group.raft.serve(op, rest).await,
+            Err(e) => {
+                postcard::to_stdvec(&std::result::Result::<(), String>::Err(e)).unwrap_or_default()
+            }
+        }
     }
 }
 
@@ -780,16 +595,7 @@ impl Handler for NodeHandler {
     fn handle(self: Arc<Self>, op: Op, body: Vec<u8>) -> BoxFuture<Vec<u8>> {
         Box::pin(async move {
             match op {
-                Op::AppendEntries => match self.decode::<AppendEntriesRequest<C>>(&body) {
-                    Ok((g, rpc)) => {
-                        respond(g.raft.append_entries(rpc).await.map_err(|e| e.to_string()))
-                    }
-                    Err(e) => respond::<AppendEntriesResponse<C>>(Err(e)),
-                },
-                Op::Vote => match self.decode::<VoteRequest<C>>(&body) {
-                    Ok((g, rpc)) => respond(g.raft.vote(rpc).await.map_err(|e| e.to_string())),
-                    Err(e) => respond::<VoteResponse<C>>(Err(e)),
-                },
+                Op::AppendEntries | Op::Vote | Op::Snapshot => self.raft_rpc(op, &body).await,
                 Op::Produce => {
                     let result = match postcard::from_bytes::<ProduceRequest>(&body) {
                         Ok(req) => self
@@ -834,21 +640,6 @@ impl Handler for NodeHandler {
                     };
                     encode_response(&result)
                 }
-                Op::Snapshot => match self.decode::<(Vote, SnapshotMetaOf<C>, Vec<u8>)>(&body) {
-                    Ok((g, (vote, meta, data))) => {
-                        let snapshot = Snapshot {
-                            meta,
-                            snapshot: data,
-                        };
-                        respond(
-                            g.raft
-                                .install_full_snapshot(vote, snapshot)
-                                .await
-                                .map_err(|e| e.to_string()),
-                        )
-                    }
-                    Err(e) => respond::<SnapshotResponse<C>>(Err(e)),
-                },
             }
         })
     }

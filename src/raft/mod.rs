@@ -5,6 +5,8 @@
 //! leader's record batch stored as it arrived, control entries (blank, membership) taking a log
 //! index but no offsets.
 
+pub(crate) mod network;
+pub(crate) mod replica;
 pub(crate) mod state_machine;
 pub(crate) mod storage;
 pub(crate) mod types;

@@ -243,3 +243,36 @@ impl Peer {
         Ok(conn)
     }
 }
+
+/// Connections to the other brokers: a bulk one and a control one each, so that heartbeats and
+/// votes never queue behind large appends.
+#[derive(Debug)]
+pub(crate) struct PeerSet {
+    bulk: HashMap<u64, Arc<Peer>>,
+    control: HashMap<u64, Arc<Peer>>,
+}
+
+impl PeerSet {
+    /// Connections (made lazily) to every broker in `peers` but `self_id`: a node never
+    /// connects to itself.
+    pub(crate) fn new(
+        peers: &std::collections::BTreeMap<u64, SocketAddr>,
+        self_id: u64,
+        frame_bytes_max: u32,
+        shutdown: &watch::Receiver<bool>,
+    ) -> Self {
+        let make =
+            |addr: &SocketAddr| Arc::new(Peer::new(*addr, frame_bytes_max, shutdown.clone()));
+        let others = peers.iter().filter(|(id, _)| **id != self_id);
+        PeerSet {
+            bulk: others.clone().map(|(id, a)| (*id, make(a))).collect(),
+            control: others.map(|(id, a)| (*id, make(a))).collect(),
+        }
+    }
+
+    /// The connection to broker `id`, for bulk or control traffic.
+    pub(crate) fn get(&self, id: u64, control: bool) -> Option<Arc<Peer>> {
+        let map = if control { &self.control } else { &self.bulk };
+        map.get(&id).cloned()
+    }
+}
