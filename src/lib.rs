@@ -125,5 +125,5 @@ pub mod __tools {
 pub mod __fuzz {
     pub use crate::segment::fuzz_scan_segment;
     pub use crate::segment::record::fuzz_decode_frame;
-    pub use crate::transport::frame::fuzz_decode_head;
+    pub use crate::transport::frame::{fuzz_decode_head, fuzz_read_frames};
 }

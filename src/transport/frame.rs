@@ -200,6 +200,21 @@ pub fn fuzz_decode_head(data: &[u8]) -> bool {
     decode_head(&head, 1 << 20).is_ok()
 }
 
+/// Reads frames from arbitrary bytes, as a connection would, until the stream ends or a frame
+/// is rejected: the second entry point of the `frame_decode` fuzz target. Returns the number of
+/// frames accepted. Never panics, and never allocates more than the 64 KiB limit per frame.
+#[doc(hidden)]
+pub fn fuzz_read_frames(data: &[u8]) -> usize {
+    use futures_util::FutureExt;
+    let mut stream = data;
+    let mut frames = 0;
+    // Bounded: every accepted frame consumes at least FRAME_HEADER_LEN bytes.
+    while let Some(Ok(Some(_))) = read_frame(&mut stream, 1 << 16).now_or_never() {
+        frames += 1;
+    }
+    frames
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,6 +261,17 @@ mod tests {
         set(&mut h, 5, 1);
         set(&mut h, 7, 1);
         assert_eq!(decode_head(&h, 10), Err(FrameError::NonZeroReserved));
+    }
+
+    #[test]
+    fn fuzz_entry_points_accept_garbage() {
+        let mut stream = encode(Kind::Request, Op::Vote, 1, b"x");
+        stream.extend(encode(Kind::Response, Op::Fetch, 2, b""));
+        assert_eq!(fuzz_read_frames(&stream), 2);
+        stream.extend([0xFF; 20]);
+        assert_eq!(fuzz_read_frames(&stream), 2);
+        assert!(!fuzz_decode_head(&[0xFF; 16]));
+        assert!(fuzz_decode_head(&stream));
     }
 
     #[tokio::test]
