@@ -51,6 +51,9 @@ pub struct NodeConfig {
     pub request_timeout_ms: u64,
     /// Largest network frame accepted. Default 16 MiB.
     pub frame_bytes_max: u32,
+    /// How often the broker applies retention by itself (see [`Node::enforce_retention`]).
+    /// Default 60 s; 0 turns the background task off.
+    pub retention_check_ms: u64,
 }
 
 impl NodeConfig {
@@ -73,6 +76,7 @@ impl NodeConfig {
             election_timeout_ms: 1000,
             request_timeout_ms: 5000,
             frame_bytes_max: 16 << 20,
+            retention_check_ms: 60_000,
         }
     }
 }
@@ -186,6 +190,7 @@ impl Node {
             shared: Arc::clone(&shared),
             addr: addr.to_string(),
         });
+        let shutdown_for_retention = shutdown_rx.clone();
         let server = spawn_server(
             listener,
             handler,
@@ -199,6 +204,7 @@ impl Node {
             server,
         };
         node.initialize_groups().await;
+        node.spawn_retention(shutdown_for_retention);
         Ok(node)
     }
 
@@ -220,6 +226,29 @@ impl Node {
             }
             group.raft.initialize(&members).await;
         }
+    }
+
+    /// Applies retention every `retention_check_ms` until shutdown.
+    fn spawn_retention(&self, mut shutdown: watch::Receiver<bool>) {
+        let period = self.shared.config.retention_check_ms;
+        if period == 0 {
+            return;
+        }
+        let shared = Arc::clone(&self.shared);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(period));
+            tick.tick().await;
+            loop {
+                tokio::select! {
+                    _ = shutdown.changed() => break,
+                    _ = tick.tick() => {
+                        if let Err(e) = shared.enforce_retention().await {
+                            tracing::warn!(error = %e, "retention postponed");
+                        }
+                    }
+                }
+            }
+        });
     }
 
     /// This broker's id.
@@ -289,24 +318,7 @@ impl Node {
     /// [`Error::Indeterminate`] if a snapshot did not cover the purge point within the request
     /// timeout (nothing was purged then).
     pub async fn enforce_retention(&self) -> Result<()> {
-        for group in self.shared.groups.values() {
-            let Some(keep_from) = group.store.log().retention_point(crate::log::now_ms()) else {
-                continue;
-            };
-            let upto = keep_from.saturating_sub(1);
-            let applied = group.sm.state().last_applied.map(|l| l.index);
-            if applied.is_none_or(|a| a < upto) {
-                continue; // not applied here yet: purge later
-            }
-            let timeout = Duration::from_millis(self.shared.config.request_timeout_ms);
-            if let Err(reason) = group.raft.purge_through(upto, timeout).await {
-                return Err(Error::Indeterminate {
-                    partition: group.id.clone(),
-                    reason,
-                });
-            }
-        }
-        Ok(())
+        self.shared.enforce_retention().await
     }
 
     /// Every partition this broker hosts.
@@ -343,6 +355,27 @@ impl Node {
 }
 
 impl Shared {
+    pub(crate) async fn enforce_retention(&self) -> Result<()> {
+        for group in self.groups.values() {
+            let Some(keep_from) = group.store.log().retention_point(crate::log::now_ms()) else {
+                continue;
+            };
+            let upto = keep_from.saturating_sub(1);
+            let applied = group.sm.state().last_applied.map(|l| l.index);
+            if applied.is_none_or(|a| a < upto) {
+                continue; // not applied here yet: purge later
+            }
+            let timeout = Duration::from_millis(self.config.request_timeout_ms);
+            if let Err(reason) = group.raft.purge_through(upto, timeout).await {
+                return Err(Error::Indeterminate {
+                    partition: group.id.clone(),
+                    reason,
+                });
+            }
+        }
+        Ok(())
+    }
+
     fn group(&self, topic: &str, partition: u32) -> Result<&Arc<Group>> {
         let id = PartitionId::new(topic, partition);
         self.groups.get(&id).ok_or(Error::UnknownPartition(id))
