@@ -626,6 +626,12 @@ impl PartitionLog {
                 if h.kind != EntryKind::Data || h.next_offset() <= from.0 {
                     return Ok(true);
                 }
+                // Stop at the end offset read above: a frame can be visible in its segment a
+                // moment before the end offset moves past it, and a read must never return
+                // records that a following `read(next)` would call out of range.
+                if h.base_offset >= end.0 {
+                    return Ok(false);
+                }
                 // Batches must follow each other; a concurrent truncation ends the read here.
                 if out
                     .last()
