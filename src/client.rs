@@ -274,6 +274,7 @@ impl Client {
         let request = ProduceRequest {
             partition: id.clone(),
             batch: AppendRequest {
+                timestamp_ms: 0,
                 records: payload,
                 record_count,
                 producer_id: 0,

@@ -29,6 +29,9 @@ pub(crate) struct EntrySpec {
     pub(crate) term: Option<u64>,
     pub(crate) producer_id: u64,
     pub(crate) base_sequence: u32,
+    /// The frame's timestamp; `None` for now. A Raft replica writes the leader's, so that
+    /// replicas hold identical frames.
+    pub(crate) timestamp_ms: Option<u64>,
 }
 
 /// Where an appended batch landed.
@@ -354,7 +357,7 @@ impl PartitionLog {
         spec: EntrySpec,
     ) -> Result<AppendInfo> {
         let body_len = body_len_for(payload_len, &self.opts.limits)?;
-        let timestamp_ms = now_ms();
+        let timestamp_ms = spec.timestamp_ms.unwrap_or_else(now_ms);
         let mut w = self.writer.lock();
         self.check_writable()?;
         if let Some(requested) = spec.log_index

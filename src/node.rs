@@ -402,6 +402,7 @@ impl Shared {
         }
         let (payload, record_count) = encode_records(records, self.config.log.record_bytes_max)?;
         let request = AppendRequest {
+            timestamp_ms: 0,
             records: payload,
             record_count,
             producer_id: 0,
@@ -431,6 +432,11 @@ impl Shared {
         crate::segment::record::validate_records(&request.records, request.record_count, &limits)
             .map_err(|kind| Error::InvalidBatch { kind })?;
         let record_count = request.record_count;
+        // The leader's clock stamps the batch (Kafka's LogAppendTime); replicas store it as is.
+        let request = AppendRequest {
+            timestamp_ms: crate::log::now_ms(),
+            ..request
+        };
         let timeout = Duration::from_millis(self.config.request_timeout_ms);
         let outcome = tokio::time::timeout(timeout, group.raft.write(request)).await;
         let indeterminate = |reason: String| Error::Indeterminate {

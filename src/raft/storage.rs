@@ -122,11 +122,13 @@ impl LogStore {
             // Nothing readable in the log: it may start anywhere (after a purge or snapshot).
             log.reset(index, log.end_offset().get())?;
         }
-        let spec = |producer_id, base_sequence| EntrySpec {
+        // Every replica writes the same frame: the leader's timestamp for data, 0 for control.
+        let spec = |producer_id, base_sequence, timestamp_ms| EntrySpec {
             log_index: Some(index),
             term: Some(entry.log_id.leader_id.term),
             producer_id,
             base_sequence,
+            timestamp_ms: Some(timestamp_ms),
         };
         match &entry.payload {
             EntryPayload::Normal(req) => {
@@ -134,18 +136,18 @@ impl LogStore {
                     return Err(Error::EmptyBatch);
                 }
                 log.append_entry(
-                    spec(req.producer_id, req.base_sequence),
+                    spec(req.producer_id, req.base_sequence, req.timestamp_ms),
                     req.record_count,
                     &req.records,
                 )?;
             }
             EntryPayload::Blank => {
-                log.append_entry(spec(0, 0), 0, &[CONTROL_BLANK])?;
+                log.append_entry(spec(0, 0, 0), 0, &[CONTROL_BLANK])?;
             }
             EntryPayload::Membership(m) => {
                 let mut payload = vec![CONTROL_MEMBERSHIP];
                 serde_json::to_writer(&mut payload, m).map_err(io::Error::other)?;
-                log.append_entry(spec(0, 0), 0, &payload)?;
+                log.append_entry(spec(0, 0, 0), 0, &payload)?;
             }
         }
         Ok(())
@@ -161,6 +163,7 @@ pub(crate) fn entry_from_batch(b: &Batch) -> io::Result<Entry> {
             record_count: b.record_count,
             producer_id: b.producer_id,
             base_sequence: b.base_sequence,
+            timestamp_ms: b.timestamp_ms,
         }),
         EntryKind::Control => match b.payload.split_first() {
             Some((&CONTROL_BLANK, _)) => EntryPayload::Blank,
@@ -538,6 +541,7 @@ mod tests {
                 record_count: count,
                 producer_id: 0,
                 base_sequence: 0,
+                timestamp_ms: 0,
             }
         };
         let deadline = Some(std::time::Duration::from_secs(10));

@@ -37,6 +37,9 @@ pub struct AppendRequest {
     pub producer_id: u64,
     /// The producer's sequence number of the first record.
     pub base_sequence: u32,
+    /// When the leader accepted the batch (milliseconds since the Unix epoch), stored in the
+    /// frame on every replica; 0 lets the leader's log stamp it.
+    pub timestamp_ms: u64,
 }
 
 impl fmt::Display for AppendRequest {

@@ -78,6 +78,23 @@ async fn leader_of(nodes: &[Option<Node>], partition: u32) -> u64 {
     .await
 }
 
+/// Appends to partition 0's leader, following a leadership change that happens meanwhile (a
+/// refusal with `NotLeader` was not applied, so resending is safe). Bounded by a deadline.
+async fn append_to_leader(nodes: &[Option<Node>], records: &[Record]) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let leader = leader_of(nodes, 0).await;
+        match node_ref(nodes, leader).append(TOPIC, 0, records).await {
+            Ok(_) => return,
+            Err(Error::NotLeader { .. }) => {
+                assert!(Instant::now() < deadline, "no leader took the write");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("append failed: {e}"),
+        }
+    }
+}
+
 fn values(node: &Node, partition: u32) -> Vec<(u64, Vec<u8>)> {
     let mut out = Vec::new();
     let mut next = node.status(TOPIC, partition).unwrap().log_start;
@@ -106,6 +123,10 @@ fn values(node: &Node, partition: u32) -> Vec<(u64, Vec<u8>)> {
         }
     }
 }
+
+/// A data frame as a replica reads it: log index, term, base offset, record count, timestamp,
+/// and each record's key and value.
+type Frame = (u64, u64, u64, u32, u64, Vec<(Option<Vec<u8>>, Vec<u8>)>);
 
 fn node_ref(nodes: &[Option<Node>], id: u64) -> &Node {
     nodes[id as usize - 1].as_ref().unwrap()
@@ -177,10 +198,7 @@ async fn three_brokers_elect_redirect_replicate_and_survive_a_leader_failure() {
     let mut acked: Vec<Vec<u8>> = vec![b"follower-message-1".to_vec(), b"m2".to_vec()];
     for i in 0..20 {
         let v = format!("before-{i}").into_bytes();
-        node_ref(&nodes, leader)
-            .append(TOPIC, 0, &[Record::new(v.clone())])
-            .await
-            .unwrap();
+        append_to_leader(&nodes, &[Record::new(v.clone())]).await;
         acked.push(v);
     }
 
@@ -202,10 +220,7 @@ async fn three_brokers_elect_redirect_replicate_and_survive_a_leader_failure() {
     );
     for i in 0..20 {
         let v = format!("after-{i}").into_bytes();
-        node_ref(&nodes, new_leader)
-            .append(TOPIC, 0, &[Record::new(v.clone())])
-            .await
-            .unwrap();
+        append_to_leader(&nodes, &[Record::new(v.clone())]).await;
         acked.push(v);
     }
 
@@ -227,6 +242,37 @@ async fn three_brokers_elect_redirect_replicate_and_survive_a_leader_failure() {
             (values(node, 0) == expected).then_some(())
         })
         .await;
+    }
+    // Frame for frame: the same log index, term, offsets, leader timestamp and record bytes.
+    let frames = |node: &Node| -> Vec<Frame> {
+        node.read(TOPIC, 0, Offset(0), usize::MAX)
+            .unwrap()
+            .iter()
+            .map(|b| {
+                let records = b
+                    .records()
+                    .map(|(_, r)| (r.key.map(|k| k.to_vec()), r.value.to_vec()))
+                    .collect();
+                (
+                    b.log_index().get(),
+                    b.term().get(),
+                    b.base_offset().get(),
+                    b.record_count(),
+                    b.timestamp_ms(),
+                    records,
+                )
+            })
+            .collect()
+    };
+    let reference = frames(node_ref(&nodes, 1));
+    let records: usize = reference.iter().map(|f| f.5.len()).sum();
+    assert_eq!(records, expected.len());
+    for id in 2..=3 {
+        assert_eq!(
+            frames(node_ref(&nodes, id)),
+            reference,
+            "broker {id} holds different frames"
+        );
     }
 
     for node in nodes.into_iter().flatten() {
@@ -267,10 +313,7 @@ async fn a_follower_that_missed_purged_segments_catches_up_by_snapshot() {
     let mut count = 0u64;
     for _ in 0..100 {
         let batch: Vec<Record> = (0..4).map(|_| Record::new(value.clone())).collect();
-        node_ref(&nodes, leader)
-            .append(TOPIC, 0, &batch)
-            .await
-            .unwrap();
+        append_to_leader(&nodes, &batch).await;
         count += 4;
     }
     let leader_node = node_ref(&nodes, leader);
@@ -295,10 +338,7 @@ async fn a_follower_that_missed_purged_segments_catches_up_by_snapshot() {
         st.log_start
     );
     // New writes reach it, and everything it holds matches the leader offset for offset.
-    node_ref(&nodes, leader)
-        .append(TOPIC, 0, &[Record::new("after")])
-        .await
-        .unwrap();
+    append_to_leader(&nodes, &[Record::new("after")]).await;
     wait_for(Duration::from_secs(10), "the new write", || {
         (back.status(TOPIC, 0).unwrap().high_watermark == Offset(count + 1)).then_some(())
     })
