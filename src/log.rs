@@ -734,16 +734,7 @@ impl PartitionLog {
         if cut >= next {
             return Ok(());
         }
-        if cut < first {
-            return Err(Error::LogIndexOutOfRange {
-                requested: LogIndex(cut),
-                first: LogIndex(first),
-                next: LogIndex(next),
-            });
-        }
-        let k = segs
-            .partition_point(|s| s.base_log_index <= cut)
-            .saturating_sub(1);
+        let k = segment_index_of(&segs, cut, next)?;
         let seg = segs.get(k).expect("cut >= first, so some segment holds it");
         let (pos, before) = seg.locate(cut, &Limits::ON_DISK)?;
         let keeps_part = cut > seg.base_log_index;
@@ -864,17 +855,7 @@ impl PartitionLog {
         let next = self.next_log_index().0;
         let seg = {
             let segs = self.segments.read();
-            let first = segs.first().map_or(0, |s| s.base_log_index);
-            if from < first || from > next {
-                return Err(Error::LogIndexOutOfRange {
-                    requested: LogIndex(from),
-                    first: LogIndex(first),
-                    next: LogIndex(next),
-                });
-            }
-            let i = segs
-                .partition_point(|s| s.base_log_index <= from)
-                .saturating_sub(1);
+            let i = segment_index_of(&segs, from, next)?;
             segs.get(i).cloned()
         };
         let to = to.min(next);
@@ -1140,6 +1121,22 @@ impl Drop for PartitionLog {
             tracing::warn!(dir = %self.dir.display(), error = %e, "closing the log failed");
         }
     }
+}
+
+/// The position in `segs` of the segment that holds (or would hold) `log_index`, which must lie
+/// in `[first, next]`.
+fn segment_index_of(segs: &[Arc<Segment>], log_index: u64, next: u64) -> Result<usize> {
+    let first = segs.first().map_or(0, |s| s.base_log_index);
+    if log_index < first || log_index > next {
+        return Err(Error::LogIndexOutOfRange {
+            requested: LogIndex(log_index),
+            first: LogIndex(first),
+            next: LogIndex(next),
+        });
+    }
+    Ok(segs
+        .partition_point(|s| s.base_log_index <= log_index)
+        .saturating_sub(1))
 }
 
 /// Syncs and indexes `segments` in order, stopping at the first failed sync. An index that

@@ -381,16 +381,7 @@ impl Shared {
         self.groups.get(&id).ok_or(Error::UnknownPartition(id))
     }
 
-    /// Appends `records` as one batch to a partition this broker leads, and returns where the
-    /// batch landed once it is committed (durable on a quorum under [`Durability::Fsync`]).
-    ///
-    /// # Errors
-    ///
-    /// - [`Error::NotLeader`] if this broker does not lead the partition (nothing was
-    ///   written; safe to send to the hinted leader).
-    /// - [`Error::Indeterminate`] if the outcome is unknown (timed out, or the leader lost its
-    ///   leadership after appending): the batch may or may not be committed.
-    /// - [`Error::UnknownPartition`], [`Error::EmptyBatch`], [`Error::RecordTooLarge`].
+    /// See [`Node::append`].
     pub(crate) async fn append(
         &self,
         topic: &str,
@@ -412,7 +403,8 @@ impl Shared {
             .await
     }
 
-    /// Appends an encoded batch (validated by the log before it is written).
+    /// Appends an encoded batch: validated here, before it is proposed, so that no replica
+    /// is ever asked to store a malformed one.
     pub(crate) async fn append_encoded(
         &self,
         id: &PartitionId,
@@ -472,14 +464,7 @@ impl Shared {
         }
     }
 
-    /// Reads committed batches of a partition from this replica, from `offset` on, up to about
-    /// `max_bytes` (see [`PartitionLog::read`]). Works on any replica, leader or not; a
-    /// follower serves what it knows is committed.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::OffsetOutOfRange`] past the high watermark or below the log start;
-    /// [`Error::UnknownPartition`]; [`Error::Corrupt`].
+    /// See [`Node::read`].
     pub(crate) fn read(
         &self,
         topic: &str,
@@ -505,11 +490,7 @@ impl Shared {
         Ok(batches)
     }
 
-    /// The state of this broker's replica of a partition.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::UnknownPartition`].
+    /// See [`Node::status`].
     pub(crate) fn status(&self, topic: &str, partition: u32) -> Result<PartitionStatus> {
         let group = self.group(topic, partition)?;
         let state = group.raft.state();
