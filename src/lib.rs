@@ -87,6 +87,7 @@
 
 mod client;
 mod config;
+mod dirlock;
 mod error;
 mod fault;
 mod log;

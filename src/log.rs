@@ -1,6 +1,6 @@
 //! [`PartitionLog`]: an ordered list of segments with one writer and many readers.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -9,6 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use parking_lot::{Mutex, RwLock};
 
 use crate::config::LogConfig;
+use crate::dirlock::DirLock;
 use crate::error::{Error, Result};
 use crate::fault::{FaultPoint, Faults};
 use crate::segment::format::{
@@ -73,8 +74,9 @@ impl AppendInfo {
 ///
 /// # Ownership
 ///
-/// The log takes an exclusive lock on `LOCK` in its directory; a second open fails with
-/// [`Error::Locked`]. Nothing else may modify files in the directory while it is open (see the
+/// The log takes its directory exclusively (an `flock` on `LOCK`, plus a table of the
+/// directories open in this process); a second open fails with [`Error::Locked`], at once in
+/// the same process and after a bounded wait of half a second when another process holds it. Nothing else may modify files in the directory while it is open (see the
 /// memory-map contract in [`crate::format`](mod@crate::format)).
 ///
 /// # Example
@@ -100,7 +102,7 @@ pub struct PartitionLog {
     dir: PathBuf,
     config: LogConfig,
     opts: SegmentOptions,
-    _lock: File,
+    _lock: DirLock,
     /// Ordered by base log index; never empty; the last one is the active segment.
     segments: RwLock<Vec<Arc<Segment>>>,
     writer: Mutex<Writer>,
@@ -173,20 +175,7 @@ impl PartitionLog {
         config.validate()?;
         let dir = dir.as_ref().to_path_buf();
         std::fs::create_dir_all(&dir)?;
-        let lock_path = dir.join("LOCK");
-        let lock = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&lock_path)?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(Error::Locked { path: lock_path });
-            }
-            Err(std::fs::TryLockError::Error(e)) => return Err(e.into()),
-        }
+        let lock = DirLock::acquire(&dir)?;
         let opts = SegmentOptions {
             capacity: config.segment_bytes,
             index_interval_bytes: config.index_interval_bytes,
