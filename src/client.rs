@@ -37,6 +37,13 @@ pub struct ClientConfig {
     pub record_bytes_max: u32,
     /// Largest batch accepted. Default 4 MiB.
     pub batch_bytes_max: u32,
+    /// Send batches as an idempotent producer (a random producer id, a sequence number per
+    /// partition), so that a batch whose outcome was unknown can be resent without being
+    /// written twice. Default `true`.
+    pub idempotent: bool,
+    /// How many batches one partition may have in flight at once (at most 5, the window the
+    /// brokers remember per producer). Default 5.
+    pub in_flight_per_partition: u32,
 }
 
 impl Default for ClientConfig {
@@ -48,6 +55,8 @@ impl Default for ClientConfig {
             frame_bytes_max: 16 << 20,
             record_bytes_max: 1 << 20,
             batch_bytes_max: 4 << 20,
+            idempotent: true,
+            in_flight_per_partition: 5,
         }
     }
 }
@@ -125,12 +134,23 @@ impl std::fmt::Display for PartitionDescription {
 /// times). A dead broker or an election makes it refresh metadata with backoff until the
 /// delivery deadline.
 ///
-/// # Retries
+/// # Retries and idempotence
 ///
 /// A request that provably was not applied (refused with `NotLeader`, or never sent because no
 /// connection could be made) is retried. A request whose outcome is unknown (the connection
-/// died or timed out after sending) is **not** retried: it fails with
-/// [`Error::Indeterminate`], because resending it could duplicate it.
+/// died or timed out after sending, or the leader lost its leadership after appending) is
+/// resent too, because the client is an idempotent producer (the default,
+/// [`ClientConfig::idempotent`]): every batch carries the client's producer id and a sequence
+/// number that stays the same on every resend, and the partition's leader answers a batch it
+/// already holds with the offsets it got the first time. So a batch is written at most once,
+/// and an acknowledged batch reports where it really is. Batches of one partition are written in
+/// the order `send` was called, with at most [`ClientConfig::in_flight_per_partition`] in
+/// flight.
+///
+/// If a batch fails for good (its delivery deadline passes), the client takes a fresh producer
+/// id for that partition, so that later batches do not wait for the sequence number it leaves
+/// out. Without idempotence, a batch whose outcome is unknown fails with
+/// [`Error::Indeterminate`] instead of being resent.
 #[derive(Debug)]
 pub struct Client {
     config: ClientConfig,
@@ -138,7 +158,51 @@ pub struct Client {
     brokers: Mutex<HashMap<NodeId, SocketAddr>>,
     leaders: Mutex<HashMap<PartitionId, (NodeId, u64)>>,
     peers: Mutex<HashMap<SocketAddr, Arc<Peer>>>,
+    producers: Mutex<HashMap<PartitionId, Arc<ProducerSlot>>>,
     shutdown: watch::Sender<bool>,
+}
+
+/// The idempotent producer's state for one partition.
+#[derive(Debug)]
+struct ProducerSlot {
+    sequencer: Mutex<Sequencer>,
+    in_flight: tokio::sync::Semaphore,
+}
+
+#[derive(Debug)]
+struct Sequencer {
+    producer_id: u64,
+    next: u32,
+}
+
+impl Sequencer {
+    /// Numbers a batch of `count` records.
+    fn take(&mut self, count: u32) -> (u64, u32) {
+        let taken = (self.producer_id, self.next);
+        self.next = self.next.wrapping_add(count);
+        taken
+    }
+
+    /// Starts over under a new producer id, unless that happened since `(old_id)` was used.
+    fn rotate_from(&mut self, old_id: u64) {
+        if self.producer_id == old_id {
+            self.producer_id = new_producer_id();
+            self.next = 0;
+        }
+    }
+}
+
+/// A random, non-zero producer id.
+fn new_producer_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        h.write_u128(t.as_nanos());
+    }
+    h.write_u32(std::process::id());
+    h.finish().max(1)
 }
 
 impl Drop for Client {
@@ -161,6 +225,7 @@ impl Client {
             brokers: Mutex::default(),
             leaders: Mutex::default(),
             peers: Mutex::default(),
+            producers: Mutex::default(),
             shutdown,
         };
         client.refresh(None).await?;
@@ -257,11 +322,25 @@ impl Client {
         self.brokers.lock().get(&leader).copied()
     }
 
+    fn producer_slot(&self, id: &PartitionId) -> Arc<ProducerSlot> {
+        let permits = self.config.in_flight_per_partition.clamp(1, 5) as usize;
+        Arc::clone(self.producers.lock().entry(id.clone()).or_insert_with(|| {
+            Arc::new(ProducerSlot {
+                sequencer: Mutex::new(Sequencer {
+                    producer_id: new_producer_id(),
+                    next: 0,
+                }),
+                in_flight: tokio::sync::Semaphore::new(permits),
+            })
+        }))
+    }
+
     /// Sends `records` as one batch to a partition's leader and returns where they landed.
     ///
     /// # Errors
     ///
-    /// - [`Error::Indeterminate`] if the batch was sent but its outcome is unknown.
+    /// - [`Error::Indeterminate`] if the batch was sent but its outcome is still unknown when
+    ///   the delivery deadline passes (or at once, if the client is not idempotent).
     /// - [`Error::Timeout`] if no leader accepted it before the delivery deadline (it was never
     ///   applied).
     /// - [`Error::UnknownPartition`], [`Error::RecordTooLarge`], [`Error::EmptyBatch`].
@@ -271,28 +350,74 @@ impl Client {
         }
         let (payload, record_count) = encode_records(records, self.config.record_bytes_max)?;
         let id = PartitionId::new(topic, partition);
-        let request = ProduceRequest {
+        let started = Instant::now();
+        let deadline = started + Duration::from_millis(self.config.delivery_timeout_ms);
+        let slot = self.producer_slot(&id);
+        let permit = tokio::time::timeout_at(deadline.into(), slot.in_flight.acquire()).await;
+        let Ok(Ok(_permit)) = permit else {
+            return Err(Error::Timeout {
+                elapsed_ms: elapsed_ms(started),
+                last: "too many batches in flight to the partition".into(),
+            });
+        };
+        let (producer_id, base_sequence) = if self.config.idempotent {
+            slot.sequencer.lock().take(record_count)
+        } else {
+            (0, 0)
+        };
+        let mut request = ProduceRequest {
             partition: id.clone(),
             batch: AppendRequest {
                 timestamp_ms: 0,
                 records: payload,
                 record_count,
-                producer_id: 0,
-                base_sequence: 0,
+                producer_id,
+                base_sequence,
             },
         };
-        let started = Instant::now();
-        let deadline = started + Duration::from_millis(self.config.delivery_timeout_ms);
+        let outcome = self
+            .deliver(&mut request, &slot, topic, started, deadline)
+            .await;
+        if outcome.is_err() && producer_id != 0 {
+            // The batch may leave its sequence numbers unused: later batches start afresh.
+            slot.sequencer.lock().rotate_from(request.batch.producer_id);
+        }
+        outcome
+    }
+
+    /// Sends `request` until a leader answers it or the delivery deadline passes.
+    async fn deliver(
+        &self,
+        request: &mut ProduceRequest,
+        slot: &ProducerSlot,
+        topic: &str,
+        started: Instant,
+        deadline: Instant,
+    ) -> Result<Delivery> {
+        let id = request.partition.clone();
+        let idempotent = request.batch.producer_id != 0;
         let mut route = Vec::new();
         let mut hops = 0u32;
         let mut backoff = Duration::from_millis(100);
+        // Between retries at the same leader (`TryAgain`).
+        let mut pause = Duration::from_millis(10);
         let mut target = self.leader_addr(&id);
         let mut last = String::from("no attempt");
+        // Whether an attempt may have been written (its outcome is unknown).
+        let mut maybe_written = false;
         // Bounded by the delivery deadline and the redirect-hop limit.
         loop {
             if Instant::now() >= deadline {
-                let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-                return Err(Error::Timeout { elapsed_ms, last });
+                if maybe_written {
+                    return Err(Error::Indeterminate {
+                        partition: id,
+                        reason: format!("delivery deadline passed; last: {last}"),
+                    });
+                }
+                return Err(Error::Timeout {
+                    elapsed_ms: elapsed_ms(started),
+                    last,
+                });
             }
             let addr = match target.take() {
                 Some(a) => a,
@@ -329,15 +454,30 @@ impl Client {
                     }
                 }
             };
-            match self
-                .call::<_, ProduceResponse>(addr, Op::Produce, &request)
-                .await
+            let answer = self
+                .call::<_, ProduceResponse>(addr, Op::Produce, &*request)
+                .await;
+            let outcome = match &answer {
+                Ok(Ok(_)) => "ok".to_string(),
+                Ok(Err(WireError::NotLeader {
+                    leader: Some((node, a)),
+                })) => format!("not leader; leader is {node} at {a}"),
+                Ok(Err(WireError::NotLeader { leader: None })) => {
+                    "not leader; election in progress".into()
+                }
+                Ok(Err(e)) => format!("{e:?}"),
+                Err(e) => e.to_string(),
+            };
+            last = format!("{addr}: {outcome}");
+            // A run of identical answers (waiting out `TryAgain`) is one step.
+            if route
+                .last()
+                .is_none_or(|r: &RouteStep| r.addr != addr || r.outcome != outcome)
             {
+                route.push(RouteStep { addr, outcome });
+            }
+            match answer {
                 Ok(Ok(resp)) => {
-                    route.push(RouteStep {
-                        addr,
-                        outcome: "ok".into(),
-                    });
                     return Ok(Delivery {
                         partition: id,
                         base_offset: Offset(resp.base_offset),
@@ -348,45 +488,72 @@ impl Client {
                 Ok(Err(WireError::NotLeader { leader })) => {
                     let hint =
                         leader.and_then(|(node, a)| Some((node, a.parse::<SocketAddr>().ok()?)));
-                    let outcome = match hint {
-                        Some((node, a)) => format!("not leader; leader is {node} at {a}"),
-                        None => "not leader; election in progress".into(),
-                    };
-                    route.push(RouteStep {
-                        addr,
-                        outcome: outcome.clone(),
-                    });
-                    last = outcome;
-                    match hint {
-                        Some((node, a)) if hops < self.config.redirect_hops_max => {
-                            hops += 1;
-                            self.brokers.lock().insert(node, a);
-                            self.leaders.lock().remove(&id);
-                            target = Some(a);
-                        }
-                        _ => {
-                            self.leaders.lock().remove(&id);
-                        }
+                    self.leaders.lock().remove(&id);
+                    if let Some((node, a)) = hint
+                        && hops < self.config.redirect_hops_max
+                    {
+                        hops += 1;
+                        self.brokers.lock().insert(node, a);
+                        target = Some(a);
                     }
                 }
-                Ok(Err(e)) => return Err(e.into_error(&id, 0)),
-                Err(CallError::Unreachable(e)) => {
-                    route.push(RouteStep {
-                        addr,
-                        outcome: format!("unreachable: {e}"),
+                Ok(Err(WireError::TryAgain(_))) => {
+                    tokio::time::sleep(jitter(pause)).await;
+                    pause = (pause * 2).min(Duration::from_millis(250));
+                    target = Some(addr);
+                }
+                Ok(Err(WireError::OutOfOrderSequence { expected, got, .. })) => {
+                    let current = slot.sequencer.lock().producer_id;
+                    // `got` ahead of `expected`: an earlier batch has not arrived yet.
+                    let ahead = (got.wrapping_sub(expected) as i32) > 0;
+                    if maybe_written && !ahead {
+                        return Err(Error::Indeterminate {
+                            partition: id,
+                            reason: format!(
+                                "sequence {got} was sent before but the partition expects \
+                                 {expected} now"
+                            ),
+                        });
+                    }
+                    if !maybe_written && (!ahead || current != request.batch.producer_id) {
+                        // Never written, and its place in the sequence is gone (an earlier
+                        // batch failed for good, or the partition forgot the producer):
+                        // number it afresh.
+                        let mut sequencer = slot.sequencer.lock();
+                        sequencer.rotate_from(request.batch.producer_id);
+                        let (producer_id, base_sequence) =
+                            sequencer.take(request.batch.record_count);
+                        request.batch.producer_id = producer_id;
+                        request.batch.base_sequence = base_sequence;
+                    } else {
+                        tokio::time::sleep(jitter(Duration::from_millis(5))).await;
+                    }
+                    target = Some(addr);
+                }
+                Ok(Err(WireError::Indeterminate(reason))) if !idempotent => {
+                    return Err(Error::Indeterminate {
+                        partition: id,
+                        reason,
                     });
-                    last = format!("{addr} unreachable: {e}");
+                }
+                Ok(Err(WireError::Indeterminate(_))) => {
+                    maybe_written = true;
                     self.leaders.lock().remove(&id);
                 }
-                Err(e) => {
-                    route.push(RouteStep {
-                        addr,
-                        outcome: e.to_string(),
-                    });
+                Ok(Err(e)) => return Err(e.into_error(&id, 0)),
+                Err(CallError::Unreachable(_)) => {
+                    self.leaders.lock().remove(&id);
+                }
+                Err(e) if !idempotent => {
                     return Err(Error::Indeterminate {
                         partition: id,
                         reason: format!("{addr}: {e}"),
                     });
+                }
+                Err(_) => {
+                    // Sent, and no answer: resend (same sequence) to whoever leads now.
+                    maybe_written = true;
+                    self.leaders.lock().remove(&id);
                 }
             }
         }
@@ -517,10 +684,43 @@ fn describe(p: &PartitionMetadata) -> PartitionDescription {
     }
 }
 
+fn elapsed_ms(since: Instant) -> u64 {
+    u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
 /// `d` plus up to a quarter of it, so that clients do not retry in lockstep.
 fn jitter(d: Duration) -> Duration {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |t| t.subsec_nanos());
     d + d / 4 * (nanos % 1000) / 1000
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequences_count_records_and_a_rotation_starts_over_once() {
+        let mut s = Sequencer {
+            producer_id: 7,
+            next: u32::MAX - 1,
+        };
+        assert_eq!(s.take(3), (7, u32::MAX - 1));
+        assert_eq!(s.take(1), (7, 1), "wraps");
+        s.rotate_from(7);
+        let fresh = s.producer_id;
+        assert_ne!(fresh, 7);
+        assert_eq!(s.take(2), (fresh, 0));
+        // A second batch that failed under the old id does not rotate again.
+        s.rotate_from(7);
+        assert_eq!(s.take(1), (fresh, 2));
+    }
+
+    #[test]
+    fn producer_ids_are_non_zero_and_differ() {
+        let ids: std::collections::HashSet<u64> = (0..1000).map(|_| new_producer_id()).collect();
+        assert_eq!(ids.len(), 1000);
+        assert!(!ids.contains(&0));
+    }
 }

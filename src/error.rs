@@ -38,6 +38,32 @@ pub enum Error {
         reason: String,
     },
 
+    /// The leader refused the write for now and wrote nothing: it was elected moments ago and
+    /// has not applied its predecessors' entries yet, or an earlier copy of the same idempotent
+    /// batch is still being committed. Retry after a short pause.
+    #[error("{partition} is not ready for the write: {reason}")]
+    TryAgain {
+        /// The partition written to.
+        partition: PartitionId,
+        /// Why.
+        reason: String,
+    },
+
+    /// An idempotent batch's sequence number is not the one the partition expects next from its
+    /// producer; nothing was written. With at most five batches in flight this means an
+    /// earlier batch has not arrived yet (retry shortly), or was lost for good.
+    #[error("{partition}: producer {producer_id} sent sequence {got}, expected {expected}")]
+    OutOfOrderSequence {
+        /// The partition written to.
+        partition: PartitionId,
+        /// The producer.
+        producer_id: u64,
+        /// The sequence the partition expects next.
+        expected: u32,
+        /// The batch's base sequence.
+        got: u32,
+    },
+
     /// The requested offset is not in the log: below its start (purged) or past its end.
     #[error("offset {requested} is outside the log [{start}, {end})")]
     OffsetOutOfRange {

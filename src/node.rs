@@ -277,7 +277,46 @@ impl Node {
         partition: u32,
         records: &[Record],
     ) -> Result<AppendInfo> {
-        self.shared.append(topic, partition, records).await
+        self.shared.append(topic, partition, records, None).await
+    }
+
+    /// Appends `records` as one batch of an idempotent producer, as [`append`](Self::append)
+    /// does, except that a batch the partition already holds is not written again: the call
+    /// returns the offsets it got the first time.
+    ///
+    /// `producer_id` (not 0) names the producer; `base_sequence` numbers the batch's first
+    /// record, counting every record the producer sent to this partition (Kafka's sequence
+    /// numbers, wrapping at `u32::MAX`). The partition remembers each producer's last five
+    /// batches; a batch must start where the producer's previous one ended, unless the
+    /// partition does not know the producer.
+    ///
+    /// # Errors
+    ///
+    /// As [`append`](Self::append), plus [`Error::OutOfOrderSequence`] (nothing written) and
+    /// [`Error::TryAgain`] (nothing written; a moment later the batch is either taken or
+    /// answered as a duplicate).
+    pub async fn append_idempotent(
+        &self,
+        topic: &str,
+        partition: u32,
+        producer_id: u64,
+        base_sequence: u32,
+        records: &[Record],
+    ) -> Result<AppendInfo> {
+        if producer_id == 0 {
+            return Err(Error::InvalidConfig {
+                field: "producer_id",
+                reason: "0 means no producer".into(),
+            });
+        }
+        self.shared
+            .append(
+                topic,
+                partition,
+                records,
+                Some((producer_id, base_sequence)),
+            )
+            .await
     }
 
     /// Reads committed batches of a partition from this replica, from `offset` on, up to about
@@ -343,7 +382,7 @@ impl Node {
         // boundedly, so that the directory can be reopened as soon as this returns.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         for group in self.shared.groups.values() {
-            while group.store.handles() > 2 && tokio::time::Instant::now() < deadline {
+            while group.store.syncs_in_flight() > 0 && tokio::time::Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         }
@@ -361,7 +400,7 @@ impl Shared {
                 continue;
             };
             let upto = keep_from.saturating_sub(1);
-            let applied = group.sm.state().last_applied.map(|l| l.index);
+            let applied = group.sm.last_applied().map(|l| l.index);
             if applied.is_none_or(|a| a < upto) {
                 continue; // not applied here yet: purge later
             }
@@ -387,17 +426,19 @@ impl Shared {
         topic: &str,
         partition: u32,
         records: &[Record],
+        producer: Option<(u64, u32)>,
     ) -> Result<AppendInfo> {
         if records.is_empty() {
             return Err(Error::EmptyBatch);
         }
         let (payload, record_count) = encode_records(records, self.config.log.record_bytes_max)?;
+        let (producer_id, base_sequence) = producer.unwrap_or((0, 0));
         let request = AppendRequest {
             timestamp_ms: 0,
             records: payload,
             record_count,
-            producer_id: 0,
-            base_sequence: 0,
+            producer_id,
+            base_sequence,
         };
         self.append_encoded(&PartitionId::new(topic, partition), request)
             .await
@@ -423,7 +464,11 @@ impl Shared {
         };
         crate::segment::record::validate_records(&request.records, request.record_count, &limits)
             .map_err(|kind| Error::InvalidBatch { kind })?;
-        let record_count = request.record_count;
+        let (record_count, producer_id, got) = (
+            request.record_count,
+            request.producer_id,
+            request.base_sequence,
+        );
         // The leader's clock stamps the batch (Kafka's LogAppendTime); replicas store it as is.
         let request = AppendRequest {
             timestamp_ms: crate::log::now_ms(),
@@ -461,6 +506,16 @@ impl Shared {
                 "leadership changed after the batch was appended".into(),
             )),
             Ok(Err(WriteError::Other(reason))) => Err(indeterminate(reason)),
+            Ok(Err(WriteError::TryAgain(reason))) => Err(Error::TryAgain {
+                partition: group.id.clone(),
+                reason: reason.into(),
+            }),
+            Ok(Err(WriteError::OutOfOrder { expected })) => Err(Error::OutOfOrderSequence {
+                partition: group.id.clone(),
+                producer_id,
+                expected,
+                got,
+            }),
         }
     }
 
@@ -474,7 +529,7 @@ impl Shared {
     ) -> Result<Vec<Batch>> {
         let group = self.group(topic, partition)?;
         let log = group.store.log();
-        let high_watermark = group.sm.state().next_offset.min(log.end_offset().get());
+        let high_watermark = group.sm.high_watermark().min(log.end_offset().get());
         if offset.get() > high_watermark {
             return Err(Error::OffsetOutOfRange {
                 requested: offset,
@@ -509,7 +564,7 @@ impl Shared {
             leader: state.leader,
             term: state.term,
             log_end: group.store.log().end_offset(),
-            high_watermark: Offset(group.sm.state().next_offset),
+            high_watermark: Offset(group.sm.high_watermark()),
             log_start: group.store.log().start_offset(),
             follower_lag,
         })
@@ -564,7 +619,7 @@ impl Shared {
                     replicas: replicas.clone(),
                     isr,
                     log_start: g.store.log().start_offset().get(),
-                    high_watermark: g.sm.state().next_offset,
+                    high_watermark: g.sm.high_watermark(),
                 }
             })
             .collect();

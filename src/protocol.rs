@@ -109,12 +109,23 @@ pub(crate) struct PartitionMetadata {
 /// An error on the wire; the client turns it back into [`Error`].
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) enum WireError {
-    NotLeader { leader: Option<(NodeId, String)> },
+    NotLeader {
+        leader: Option<(NodeId, String)>,
+    },
     UnknownPartition,
     Indeterminate(String),
-    OffsetOutOfRange { start: u64, end: u64 },
+    OffsetOutOfRange {
+        start: u64,
+        end: u64,
+    },
     InvalidBatch(String),
     Other(String),
+    TryAgain(String),
+    OutOfOrderSequence {
+        producer_id: u64,
+        expected: u32,
+        got: u32,
+    },
 }
 
 impl WireError {
@@ -130,6 +141,17 @@ impl WireError {
                 end: end.get(),
             },
             Error::InvalidBatch { kind } => WireError::InvalidBatch(kind.to_string()),
+            Error::TryAgain { reason, .. } => WireError::TryAgain(reason.clone()),
+            Error::OutOfOrderSequence {
+                producer_id,
+                expected,
+                got,
+                ..
+            } => WireError::OutOfOrderSequence {
+                producer_id: *producer_id,
+                expected: *expected,
+                got: *got,
+            },
             other => WireError::Other(other.to_string()),
         }
     }
@@ -159,6 +181,20 @@ impl WireError {
                 kind: CorruptKind::BadRecord,
             },
             WireError::Other(msg) => Error::Remote(msg),
+            WireError::TryAgain(reason) => Error::TryAgain {
+                partition: partition.clone(),
+                reason,
+            },
+            WireError::OutOfOrderSequence {
+                producer_id,
+                expected,
+                got,
+            } => Error::OutOfOrderSequence {
+                partition: partition.clone(),
+                producer_id,
+                expected,
+                got,
+            },
         }
     }
 }

@@ -6,6 +6,7 @@
 //! index but no offsets.
 
 pub(crate) mod network;
+pub(crate) mod producers;
 pub(crate) mod replica;
 pub(crate) mod state_machine;
 pub(crate) mod storage;

@@ -1,15 +1,18 @@
 //! [`Replica`]: one partition's Raft group member, behind an API that names no openraft type.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::Instant as _;
 use openraft::async_runtime::watch::WatchReceiver;
-use openraft::errors::{ClientWriteError, RaftError};
+use openraft::errors::{ClientWriteError, ForwardToLeader, RaftError};
+use openraft::impls::ProgressResponder;
+use openraft::raft::ClientWriteResult;
 
 use crate::error::{Error, Result};
 use crate::raft::network::{GroupNetFactory, serve};
+use crate::raft::producers::{BATCHES_PER_PRODUCER, Check, PendingBatch};
 use crate::raft::state_machine::StateMachine;
 use crate::raft::storage::LogStore;
 use crate::raft::types::{AppendRequest, AppendResponse, BrokerNode, C};
@@ -32,6 +35,14 @@ pub(crate) enum WriteError {
     NotLeader(Option<(NodeId, Option<String>)>),
     /// Appended, then dropped by a leadership change: the outcome is unknown.
     Discarded,
+    /// Refused for now, nothing written: the new leader has not yet applied its predecessors'
+    /// entries, or an earlier copy of this producer batch is still being committed.
+    TryAgain(&'static str),
+    /// Refused, nothing written: the batch's sequence is not the producer's next.
+    OutOfOrder {
+        /// The sequence the producer's next batch must start at.
+        expected: u32,
+    },
     /// Anything else (shutdown, storage failure).
     Other(String),
 }
@@ -59,6 +70,24 @@ pub(crate) struct Member {
 /// One partition replica's Raft group member.
 pub(crate) struct Replica {
     raft: openraft::Raft<C, StateMachine>,
+    sm: StateMachine,
+    /// Serializes the check-and-propose of idempotent batches, so that the log holds them in
+    /// the order they were checked in.
+    gate: tokio::sync::Mutex<Proposed>,
+}
+
+/// Idempotent batches this replica proposed as leader and has not yet seen applied.
+#[derive(Default)]
+struct Proposed {
+    /// The term they were proposed in; a new term forgets them (each was either committed,
+    /// and so is applied before the new leader takes writes, or is lost).
+    term: u64,
+    by_producer: HashMap<u64, VecDeque<PendingBatch>>,
+}
+
+fn not_leader(f: ForwardToLeader<C>) -> WriteError {
+    let addr = f.leader_node.map(|n| n.addr);
+    WriteError::NotLeader(f.leader_id.map(|id| (id, addr)))
 }
 
 impl Replica {
@@ -86,10 +115,14 @@ impl Replica {
             reason: e.to_string(),
         })?;
         let network = GroupNetFactory { group, peers };
-        let raft = openraft::Raft::new(id, Arc::new(config), network, store, sm)
+        let raft = openraft::Raft::new(id, Arc::new(config), network, store, sm.clone())
             .await
             .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?;
-        Ok(Replica { raft })
+        Ok(Replica {
+            raft,
+            sm,
+            gate: tokio::sync::Mutex::default(),
+        })
     }
 
     /// Initializes a fresh group with these members (id and address). Does nothing if the
@@ -105,20 +138,109 @@ impl Replica {
     }
 
     /// Proposes a batch and waits until it is committed and applied.
+    ///
+    /// A batch with a producer id is checked against the producer's recent batches first (see
+    /// [`crate::raft::producers`]): a duplicate is answered with its original offsets and not
+    /// written again.
     pub(crate) async fn write(
         &self,
         request: AppendRequest,
     ) -> std::result::Result<(u64, AppendResponse), WriteError> {
+        if request.producer_id != 0 {
+            return self.write_idempotent(request).await;
+        }
         match self.raft.client_write(request).await {
             Ok(response) => Ok((response.log_id.index, response.data)),
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
-                let addr = f.leader_node.map(|n| n.addr);
-                Err(WriteError::NotLeader(f.leader_id.map(|id| (id, addr))))
-            }
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(not_leader(f)),
             Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(_))) => {
                 Err(WriteError::Discarded)
             }
             Err(e) => Err(WriteError::Other(e.to_string())),
+        }
+    }
+
+    async fn write_idempotent(
+        &self,
+        request: AppendRequest,
+    ) -> std::result::Result<(u64, AppendResponse), WriteError> {
+        let producer = request.producer_id;
+        let batch: PendingBatch = (request.base_sequence, request.record_count);
+        let rx = {
+            let mut gate = self.gate.lock().await;
+            let leader = self.raft.as_leader().map_err(not_leader)?;
+            let term = leader.term();
+            if gate.term != term {
+                gate.by_producer.clear();
+                gate.term = term;
+            }
+            let pending = gate.by_producer.entry(producer).or_default();
+            let check = self.sm.with_producers(|table, applied| {
+                // Until the leader's first entry of its term is applied, entries of earlier
+                // terms may be committed but not yet in the table.
+                if applied.map(|l| l.leader_id.term) != Some(term) {
+                    return Err(WriteError::TryAgain(
+                        "the new leader is still applying its predecessors' entries",
+                    ));
+                }
+                while pending
+                    .front()
+                    .is_some_and(|b| table.contains(producer, *b))
+                {
+                    pending.pop_front();
+                }
+                Ok(table.check(producer, batch.0, batch.1, pending))
+            });
+            match check? {
+                Check::Duplicate(b) => {
+                    return Ok((
+                        b.log_index,
+                        AppendResponse {
+                            base_offset: b.base_offset,
+                            record_count: b.record_count,
+                        },
+                    ));
+                }
+                Check::InFlight => {
+                    return Err(WriteError::TryAgain(
+                        "an earlier copy of this batch is being committed",
+                    ));
+                }
+                Check::OutOfOrder { expected } => return Err(WriteError::OutOfOrder { expected }),
+                Check::New if pending.len() >= BATCHES_PER_PRODUCER => {
+                    return Err(WriteError::TryAgain(
+                        "the producer has too many batches in flight",
+                    ));
+                }
+                Check::New => {}
+            }
+            pending.push_back(batch);
+            let (responder, rx) = ProgressResponder::<C, ClientWriteResult<C>>::complete_only();
+            // Proposed only if this replica still leads in `term`: the check above holds for it.
+            let proposed = self
+                .raft
+                .write(request)
+                .with_leader(leader.to_committed_leader_id())
+                .responder(responder)
+                .await;
+            if let Err(e) = proposed {
+                pending.pop_back();
+                return Err(WriteError::Other(e.to_string()));
+            }
+            rx
+        };
+        match rx.await {
+            Ok(Ok(response)) => Ok((response.log_id.index, response.data)),
+            Ok(Err(ClientWriteError::ForwardToLeader(f))) => {
+                // Refused before it was appended: it is not in flight any more.
+                let mut gate = self.gate.lock().await;
+                if let Some(pending) = gate.by_producer.get_mut(&producer) {
+                    pending.retain(|b| *b != batch);
+                }
+                Err(not_leader(f))
+            }
+            Ok(Err(ClientWriteError::LogEntryDiscarded(_))) => Err(WriteError::Discarded),
+            Ok(Err(e)) => Err(WriteError::Other(e.to_string())),
+            Err(_) => Err(WriteError::Other("the raft group stopped".into())),
         }
     }
 

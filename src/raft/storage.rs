@@ -66,6 +66,30 @@ struct Inner {
     meta_path: PathBuf,
     meta: Mutex<RaftMeta>,
     durability: Durability,
+    /// Syncs running detached from openraft's task (each holds a handle to the store).
+    syncs_in_flight: std::sync::atomic::AtomicUsize,
+}
+
+/// Counts a detached sync for as long as it lives.
+struct SyncInFlight(LogStore);
+
+impl SyncInFlight {
+    fn new(store: LogStore) -> Self {
+        store
+            .inner
+            .syncs_in_flight
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        SyncInFlight(store)
+    }
+}
+
+impl Drop for SyncInFlight {
+    fn drop(&mut self) {
+        self.0
+            .inner
+            .syncs_in_flight
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 impl LogStore {
@@ -79,13 +103,17 @@ impl LogStore {
                 meta_path,
                 meta: Mutex::new(meta),
                 durability,
+                syncs_in_flight: std::sync::atomic::AtomicUsize::new(0),
             }),
         })
     }
 
-    /// How many handles share this store (openraft's, the state machine's, pending syncs').
-    pub(crate) fn handles(&self) -> usize {
-        Arc::strong_count(&self.inner)
+    /// How many syncs run detached from openraft's task. Each holds the log (and so its
+    /// directory lock) until it ends.
+    pub(crate) fn syncs_in_flight(&self) -> usize {
+        self.inner
+            .syncs_in_flight
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The partition log.
@@ -302,10 +330,11 @@ impl RaftLogStorage<C> for LogStore {
         match self.inner.durability {
             Durability::Replicated => callback.io_completed(Ok(())),
             Durability::Fsync => {
-                let store = self.clone();
+                let sync = SyncInFlight::new(self.clone());
                 // The sync runs off the Raft task; concurrent flushes share one sync.
                 tokio::task::spawn_blocking(move || {
-                    callback.io_completed(store.inner.log.flush().map_err(to_io));
+                    callback.io_completed(sync.0.inner.log.flush().map_err(to_io));
+                    drop(sync);
                 });
             }
         }
@@ -574,7 +603,7 @@ mod tests {
         drop(raft);
         // Syncs still in flight hold the store (and its directory lock) for a moment.
         let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while store.handles() > 2 {
+        while store.syncs_in_flight() > 0 {
             assert!(std::time::Instant::now() < until, "store still in use");
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }

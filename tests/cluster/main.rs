@@ -44,6 +44,44 @@ fn config(id: u64, addrs: &[SocketAddr], dir: &Path) -> NodeConfig {
     c
 }
 
+/// A broker of a cluster whose topic has a single partition.
+fn single_partition(id: u64, addrs: &[SocketAddr], dir: &Path) -> NodeConfig {
+    let mut c = config(id, addrs, dir);
+    c.topics = vec![(TOPIC.to_string(), 1)];
+    c
+}
+
+/// Waits until every live replica of partition 0 has committed `expected`, then checks that it
+/// holds exactly those values from offset 0 on: each batch once.
+async fn assert_every_replica_holds(nodes: &[Option<Node>], expected: &[&str]) {
+    let want: Vec<(u64, Vec<u8>)> = (0u64..)
+        .zip(expected)
+        .map(|(o, v)| (o, v.as_bytes().to_vec()))
+        .collect();
+    for node in nodes.iter().flatten() {
+        wait_for(Duration::from_secs(10), "every replica to commit", || {
+            let hw = node.status(TOPIC, 0).unwrap().high_watermark;
+            (hw == Offset(want.len() as u64)).then_some(())
+        })
+        .await;
+        assert_eq!(
+            values(node, 0),
+            want,
+            "replica {} holds each batch once",
+            node.id()
+        );
+    }
+}
+
+/// Starts brokers 1, 2 and 3.
+async fn start_all(config: impl Fn(u64) -> NodeConfig) -> Vec<Option<Node>> {
+    let mut nodes = Vec::new();
+    for id in 1..=3 {
+        nodes.push(Some(Node::start(config(id)).await.unwrap()));
+    }
+    nodes
+}
+
 /// Waits until `f` returns `Some`, polling, for at most `limit`.
 async fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + limit;
@@ -136,12 +174,7 @@ fn node_ref(nodes: &[Option<Node>], id: u64) -> &Node {
 async fn three_brokers_elect_redirect_replicate_and_survive_a_leader_failure() {
     let dir = tempfile::tempdir().unwrap();
     let addrs = free_addrs(3);
-    let mut nodes: Vec<Option<Node>> = Vec::new();
-    for id in 1..=3 {
-        nodes.push(Some(
-            Node::start(config(id, &addrs, dir.path())).await.unwrap(),
-        ));
-    }
+    let mut nodes = start_all(|id| config(id, &addrs, dir.path())).await;
 
     // Every partition elects a leader; initialization spreads them over the brokers.
     let mut leaders = Vec::new();
@@ -295,10 +328,7 @@ async fn a_follower_that_missed_purged_segments_catches_up_by_snapshot() {
         c.retention_check_ms = 200;
         c
     };
-    let mut nodes: Vec<Option<Node>> = Vec::new();
-    for id in 1..=3 {
-        nodes.push(Some(Node::start(small(id)).await.unwrap()));
-    }
+    let mut nodes = start_all(small).await;
     let leader = leader_of(&nodes, 0).await;
     let down = (1..=3).find(|id| *id != leader).unwrap();
     nodes[down as usize - 1]
@@ -366,17 +396,103 @@ async fn a_follower_that_missed_purged_segments_catches_up_by_snapshot() {
     }
 }
 
+/// Appends an idempotent batch to partition 0's leader, following leadership changes and
+/// waiting out `TryAgain`; returns any other outcome. Bounded by a deadline.
+async fn append_idempotent_to_leader(
+    nodes: &[Option<Node>],
+    producer: u64,
+    sequence: u32,
+    records: &[Record],
+) -> replog::Result<replog::AppendInfo> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let leader = leader_of(nodes, 0).await;
+        match node_ref(nodes, leader)
+            .append_idempotent(TOPIC, 0, producer, sequence, records)
+            .await
+        {
+            Err(Error::NotLeader { .. } | Error::TryAgain { .. }) => {
+                assert!(Instant::now() < deadline, "no leader took the write");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_batch_is_written_once_even_across_a_leader_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let addrs = free_addrs(3);
+    let one_partition = |id| single_partition(id, &addrs, dir.path());
+    let mut nodes = start_all(one_partition).await;
+    const P: u64 = 0xfeed;
+    let ab = [Record::new("a"), Record::new("b")];
+    let first = append_idempotent_to_leader(&nodes, P, 0, &ab)
+        .await
+        .unwrap();
+    assert_eq!((first.base_offset, first.record_count), (Offset(0), 2));
+    // The same batch again: the original offsets, nothing written.
+    let again = append_idempotent_to_leader(&nodes, P, 0, &ab)
+        .await
+        .unwrap();
+    assert_eq!(again, first);
+    let c = append_idempotent_to_leader(&nodes, P, 2, &[Record::new("c")])
+        .await
+        .unwrap();
+    assert_eq!(c.base_offset, Offset(2));
+    // A gap, or a batch that overlaps a remembered one: refused, nothing written.
+    for (sequence, records) in [(9, &ab[..1]), (0, &ab[..1])] {
+        match append_idempotent_to_leader(&nodes, P, sequence, records).await {
+            Err(Error::OutOfOrderSequence {
+                producer_id: P,
+                expected: 3,
+                got,
+                ..
+            }) => assert_eq!(got, sequence),
+            other => panic!("expected an out-of-order refusal, got {other:?}"),
+        }
+    }
+    // Another producer is independent of this one.
+    let other = append_idempotent_to_leader(&nodes, P + 1, 1000, &[Record::new("x")])
+        .await
+        .unwrap();
+    assert_eq!(other.base_offset, Offset(3));
+
+    // The leader goes away; the new one learned the producer's batches by applying the log.
+    let leader = leader_of(&nodes, 0).await;
+    nodes[leader as usize - 1]
+        .take()
+        .unwrap()
+        .shutdown()
+        .await
+        .unwrap();
+    let retried = append_idempotent_to_leader(&nodes, P, 2, &[Record::new("c")])
+        .await
+        .unwrap();
+    assert_eq!(
+        retried, c,
+        "a retry at the new leader gets the original offsets"
+    );
+    let d = append_idempotent_to_leader(&nodes, P, 3, &[Record::new("d")])
+        .await
+        .unwrap();
+    assert_eq!(d.base_offset, Offset(4));
+
+    // The old leader comes back and learns the same from its log.
+    nodes[leader as usize - 1] = Some(Node::start(one_partition(leader)).await.unwrap());
+    assert_every_replica_holds(&nodes, &["a", "b", "c", "x", "d"]).await;
+    for node in nodes.into_iter().flatten() {
+        node.shutdown().await.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_bootstrapped_on_a_follower_writes_to_the_leader_and_follows_failover() {
     use replog::{Client, ClientConfig};
     let dir = tempfile::tempdir().unwrap();
     let addrs = free_addrs(3);
-    let mut nodes: Vec<Option<Node>> = Vec::new();
-    for id in 1..=3 {
-        let mut c = config(id, &addrs, dir.path());
-        c.topics = vec![(TOPIC.to_string(), 1)];
-        nodes.push(Some(Node::start(c).await.unwrap()));
-    }
+    let mut nodes = start_all(|id| single_partition(id, &addrs, dir.path())).await;
     let leader = leader_of(&nodes, 0).await;
     let follower = (1..=3).find(|id| *id != leader).unwrap();
     let follower_addr = addrs[follower as usize - 1];
@@ -416,29 +532,12 @@ async fn a_client_bootstrapped_on_a_follower_writes_to_the_leader_and_follows_fa
         .shutdown()
         .await
         .unwrap();
-    // A request already written to the dying leader's connection has an unknown outcome, and
-    // the client says so instead of resending it (no idempotent producer yet): the caller
-    // checks and resends, as an application without idempotence must.
-    let mut attempts = 0;
-    let d = loop {
-        attempts += 1;
-        assert!(attempts <= 3, "no delivery after {attempts} attempts");
-        match client
-            .send(TOPIC, 0, &[Record::new("after-failover")])
-            .await
-        {
-            Ok(d) => break d,
-            Err(Error::Indeterminate { .. }) => {
-                let committed = client
-                    .fetch(TOPIC, 0, Offset(0), 1 << 20, None)
-                    .await
-                    .unwrap();
-                let n: u32 = committed.iter().map(|b| b.record_count()).sum();
-                assert_eq!(n, 1, "the indeterminate write was not applied");
-            }
-            Err(e) => panic!("unexpected {e}"),
-        }
-    };
+    // The idempotent client resends whatever had an unknown outcome with the same sequence, so
+    // one call delivers exactly once.
+    let d = client
+        .send(TOPIC, 0, &[Record::new("after-failover")])
+        .await
+        .unwrap();
     assert_eq!(d.base_offset, Offset(1));
     assert_ne!(d.route.last().unwrap().addr, addrs[leader as usize - 1]);
     let all = client
@@ -460,6 +559,67 @@ async fn a_client_bootstrapped_on_a_follower_writes_to_the_leader_and_follows_fa
         client.send("nope", 0, &[Record::new("x")]).await,
         Err(Error::UnknownPartition(_))
     ));
+    drop(client);
+    for node in nodes.into_iter().flatten() {
+        node.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_resent_after_an_unknown_outcome_is_written_once() {
+    use replog::{Client, ClientConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let addrs = free_addrs(3);
+    let one_partition = |id| single_partition(id, &addrs, dir.path());
+    let mut nodes = start_all(one_partition).await;
+    let leader = leader_of(&nodes, 0).await;
+    let mut config = ClientConfig::default();
+    config.request_timeout_ms = 300;
+    config.delivery_timeout_ms = 20_000;
+    let client = std::sync::Arc::new(
+        Client::connect(&[addrs[leader as usize - 1]], config)
+            .await
+            .unwrap(),
+    );
+    client
+        .send(TOPIC, 0, &[Record::new("first")])
+        .await
+        .unwrap();
+
+    // Both followers go away: the leader appends the next batch but cannot commit it, so the
+    // client's request times out with the outcome unknown, and it resends.
+    let followers: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
+    for id in &followers {
+        nodes[*id as usize - 1]
+            .take()
+            .unwrap()
+            .shutdown()
+            .await
+            .unwrap();
+    }
+    let sender = std::sync::Arc::clone(&client);
+    let send = tokio::spawn(async move { sender.send(TOPIC, 0, &[Record::new("second")]).await });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!send.is_finished(), "nothing can commit without a quorum");
+    for id in &followers {
+        nodes[*id as usize - 1] = Some(Node::start(one_partition(*id)).await.unwrap());
+    }
+    let d = tokio::time::timeout(Duration::from_secs(25), send)
+        .await
+        .expect("the send finishes within its delivery deadline")
+        .unwrap()
+        .unwrap();
+    assert_eq!(d.base_offset, Offset(1));
+    let outcomes: Vec<&str> = d.route.iter().map(|r| r.outcome.as_str()).collect();
+    assert!(
+        outcomes.len() >= 2 && outcomes[0] == "timed out after sending",
+        "the first attempt's outcome was unknown: {outcomes:?}"
+    );
+    client
+        .send(TOPIC, 0, &[Record::new("third")])
+        .await
+        .unwrap();
+    assert_every_replica_holds(&nodes, &["first", "second", "third"]).await;
     drop(client);
     for node in nodes.into_iter().flatten() {
         node.shutdown().await.unwrap();

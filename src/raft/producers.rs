@@ -1,0 +1,229 @@
+//! Idempotent producers: what a partition remembers of each producer's recent batches, so that
+//! a retried batch gets its original offsets back instead of being written twice.
+//!
+//! A producer numbers its records per partition (Kafka's sequence numbers): a batch carries the
+//! sequence of its first record, and the next batch must start where the previous one ended.
+//! The state machine keeps the last [`BATCHES_PER_PRODUCER`] committed batches of each
+//! producer, in every replica's state and in snapshots, so a new leader knows them too. The
+//! leader checks each incoming batch against them plus the batches it has proposed but not yet
+//! applied (see `Replica::write`):
+//!
+//! - the same `(producer, base sequence, count)` as a remembered batch: a duplicate, answered
+//!   with the original offsets;
+//! - the sequence right after the producer's last batch, or any sequence from a producer the
+//!   partition does not know: new, appended;
+//! - anything else: out of order, refused (nothing written). A client with at most five batches
+//!   in flight retries it once the batches before it are in.
+//!
+//! Sequence numbers wrap at `u32::MAX`.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+/// How many batches per producer a partition remembers (Kafka's limit of five in flight).
+pub(crate) const BATCHES_PER_PRODUCER: usize = 5;
+
+/// How many producers a partition remembers; past it the one idle longest (by log position)
+/// is forgotten, deterministically on every replica.
+pub(crate) const PRODUCERS_MAX: usize = 4096;
+
+/// One committed batch of a producer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct SeqBatch {
+    pub(crate) base_sequence: u32,
+    pub(crate) record_count: u32,
+    pub(crate) base_offset: u64,
+    pub(crate) log_index: u64,
+}
+
+impl SeqBatch {
+    /// The sequence the producer's next batch must start at.
+    fn next_sequence(&self) -> u32 {
+        self.base_sequence.wrapping_add(self.record_count)
+    }
+}
+
+/// A batch the leader proposed and has not seen applied yet: `(base sequence, count)`.
+pub(crate) type PendingBatch = (u32, u32);
+
+/// What to do with an incoming batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Check {
+    /// Append it.
+    New,
+    /// Already committed: answer with this.
+    Duplicate(SeqBatch),
+    /// Already proposed by this leader and not applied yet: try again shortly.
+    InFlight,
+    /// Not the next sequence: nothing written.
+    OutOfOrder {
+        /// The sequence the producer's next batch must start at.
+        expected: u32,
+    },
+}
+
+/// The committed batches of every known producer of a partition.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ProducerTable {
+    /// Producer id → its last batches, oldest first.
+    producers: BTreeMap<u64, VecDeque<SeqBatch>>,
+}
+
+impl ProducerTable {
+    /// Classifies a batch of `producer`, given the batches this leader has proposed for it and
+    /// not yet seen applied (in proposal order, all after the committed ones).
+    pub(crate) fn check(
+        &self,
+        producer: u64,
+        base_sequence: u32,
+        record_count: u32,
+        pending: &VecDeque<PendingBatch>,
+    ) -> Check {
+        let committed = self.producers.get(&producer);
+        if let Some(found) = committed.and_then(|batches| {
+            batches
+                .iter()
+                .find(|b| b.base_sequence == base_sequence && b.record_count == record_count)
+        }) {
+            return Check::Duplicate(*found);
+        }
+        if pending.contains(&(base_sequence, record_count)) {
+            return Check::InFlight;
+        }
+        let expected = match pending.back() {
+            Some((base, count)) => Some(base.wrapping_add(*count)),
+            None => committed
+                .and_then(|b| b.back())
+                .map(SeqBatch::next_sequence),
+        };
+        match expected {
+            Some(expected) if expected != base_sequence => Check::OutOfOrder { expected },
+            _ => Check::New,
+        }
+    }
+
+    /// Whether `batch` of `producer` is among the committed ones remembered.
+    pub(crate) fn contains(&self, producer: u64, batch: PendingBatch) -> bool {
+        self.producers.get(&producer).is_some_and(|batches| {
+            batches
+                .iter()
+                .any(|b| (b.base_sequence, b.record_count) == batch)
+        })
+    }
+
+    /// Records a committed batch (called in log order on every replica).
+    pub(crate) fn record(&mut self, producer: u64, batch: SeqBatch) {
+        if !self.producers.contains_key(&producer) && self.producers.len() >= PRODUCERS_MAX {
+            let idlest = self
+                .producers
+                .iter()
+                .min_by_key(|(id, batches)| (batches.back().map_or(0, |b| b.log_index), **id))
+                .map(|(id, _)| *id);
+            if let Some(id) = idlest {
+                self.producers.remove(&id);
+            }
+        }
+        let batches = self.producers.entry(producer).or_default();
+        batches.push_back(batch);
+        while batches.len() > BATCHES_PER_PRODUCER {
+            batches.pop_front();
+        }
+    }
+
+    /// How many producers are remembered.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.producers.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(base_sequence: u32, record_count: u32, base_offset: u64) -> SeqBatch {
+        SeqBatch {
+            base_sequence,
+            record_count,
+            base_offset,
+            log_index: base_offset + 1,
+        }
+    }
+
+    #[test]
+    fn classifies_new_duplicate_in_flight_and_out_of_order() {
+        let mut t = ProducerTable::default();
+        let none = VecDeque::new();
+        assert_eq!(
+            t.check(7, 42, 3, &none),
+            Check::New,
+            "unknown producer: any sequence"
+        );
+        t.record(7, batch(0, 3, 100));
+        t.record(7, batch(3, 2, 103));
+        assert_eq!(t.check(7, 0, 3, &none), Check::Duplicate(batch(0, 3, 100)));
+        assert_eq!(t.check(7, 3, 2, &none), Check::Duplicate(batch(3, 2, 103)));
+        assert_eq!(t.check(7, 5, 1, &none), Check::New);
+        assert_eq!(t.check(7, 6, 1, &none), Check::OutOfOrder { expected: 5 });
+        assert_eq!(t.check(7, 3, 1, &none), Check::OutOfOrder { expected: 5 });
+        let pending = VecDeque::from([(5, 4)]);
+        assert_eq!(t.check(7, 5, 4, &pending), Check::InFlight);
+        assert_eq!(t.check(7, 9, 1, &pending), Check::New);
+        assert_eq!(
+            t.check(7, 5, 1, &pending),
+            Check::OutOfOrder { expected: 9 }
+        );
+        assert_eq!(
+            t.check(8, 0, 1, &none),
+            Check::New,
+            "producers are independent"
+        );
+    }
+
+    #[test]
+    fn remembers_the_last_five_batches_only() {
+        let mut t = ProducerTable::default();
+        for i in 0..8u32 {
+            t.record(1, batch(i * 10, 10, u64::from(i) * 10));
+        }
+        let none = VecDeque::new();
+        assert_eq!(
+            t.check(1, 20, 10, &none),
+            Check::OutOfOrder { expected: 80 }
+        );
+        assert!(matches!(t.check(1, 30, 10, &none), Check::Duplicate(_)));
+        assert!(matches!(t.check(1, 70, 10, &none), Check::Duplicate(_)));
+        assert_eq!(t.check(1, 80, 10, &none), Check::New);
+    }
+
+    #[test]
+    fn sequences_wrap() {
+        let mut t = ProducerTable::default();
+        t.record(1, batch(u32::MAX - 1, 3, 0));
+        assert_eq!(t.check(1, 1, 1, &VecDeque::new()), Check::New);
+    }
+
+    #[test]
+    fn forgets_the_idlest_producer_past_the_limit() {
+        let mut t = ProducerTable::default();
+        for p in 0..PRODUCERS_MAX as u64 {
+            t.record(p, batch(0, 1, p));
+        }
+        // Producer 0 writes again, so producer 1 is now the idlest.
+        t.record(0, batch(1, 1, 1_000_000));
+        t.record(u64::MAX, batch(0, 1, 1_000_001));
+        assert_eq!(t.len(), PRODUCERS_MAX);
+        assert!(t.contains(0, (1, 1)));
+        assert!(!t.contains(1, (0, 1)));
+        assert!(t.contains(2, (0, 1)));
+    }
+
+    #[test]
+    fn survives_a_snapshot_round_trip() {
+        let mut t = ProducerTable::default();
+        t.record(u64::MAX, batch(5, 5, 9));
+        let json = serde_json::to_vec(&t).unwrap();
+        assert_eq!(serde_json::from_slice::<ProducerTable>(&json).unwrap(), t);
+    }
+}
