@@ -75,7 +75,8 @@
 //!
 //! # Cargo features
 //!
-//! - `failpoints`: fault injection in the file layer (`LogConfig::faults`), for tests.
+//! - `failpoints`: fault injection for tests: in the file layer (`LogConfig::faults`) and on
+//!   the network between brokers (`NodeConfig::net_faults`).
 //!
 //! # Files
 //!
@@ -105,9 +106,9 @@ pub mod format {
 pub use client::{Client, ClientConfig, Delivery, PartitionDescription, RouteStep};
 pub use config::{LogConfig, Preallocate};
 pub use error::{CorruptKind, Error, Result};
-#[cfg(any(test, feature = "failpoints"))]
-pub use fault::FaultInjector;
 pub use fault::FaultPoint;
+#[cfg(any(test, feature = "failpoints"))]
+pub use fault::{FaultInjector, NetFaults};
 pub use log::{AppendInfo, LogIter, PartitionLog};
 pub use node::{Node, NodeConfig, PartitionStatus};
 pub use raft::storage::Durability;

@@ -54,6 +54,9 @@ pub struct NodeConfig {
     /// How often the broker applies retention by itself (see [`Node::enforce_retention`]).
     /// Default 60 s; 0 turns the background task off.
     pub retention_check_ms: u64,
+    /// Network fault injection between brokers, for tests (`failpoints` feature).
+    #[cfg(any(test, feature = "failpoints"))]
+    pub net_faults: Option<std::sync::Arc<crate::fault::NetFaults>>,
 }
 
 impl NodeConfig {
@@ -77,6 +80,8 @@ impl NodeConfig {
             request_timeout_ms: 5000,
             frame_bytes_max: 16 << 20,
             retention_check_ms: 60_000,
+            #[cfg(any(test, feature = "failpoints"))]
+            net_faults: None,
         }
     }
 }
@@ -151,12 +156,15 @@ impl Node {
             heartbeat_ms: config.heartbeat_interval_ms,
             election_timeout_ms: config.election_timeout_ms,
         };
-        let peers = Arc::new(PeerSet::new(
+        let peers = PeerSet::new(
             &config.peers,
             config.id,
             config.frame_bytes_max,
             &shutdown_rx,
-        ));
+        );
+        #[cfg(any(test, feature = "failpoints"))]
+        let peers = peers.with_faults(config.net_faults.clone());
+        let peers = Arc::new(peers);
         let mut groups = HashMap::new();
         for (topic, count) in &config.topics {
             for partition in 0..*count {
@@ -378,13 +386,19 @@ impl Node {
         }
         let _ = self.shutdown.send(true);
         let _ = self.server.await;
-        // Syncs still in flight hold the logs (and their directory locks) for a moment; wait,
-        // boundedly, so that the directory can be reopened as soon as this returns.
+        // Requests still being served and syncs still in flight hold the logs (and their
+        // directory locks) for a moment; wait, boundedly, so that the directories can be
+        // reopened as soon as this returns.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        for group in self.shared.groups.values() {
-            while group.store.syncs_in_flight() > 0 && tokio::time::Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
+        let busy = |shared: &Arc<Shared>| {
+            Arc::strong_count(shared) > 1
+                || shared
+                    .groups
+                    .values()
+                    .any(|g| g.store.syncs_in_flight() > 0)
+        };
+        while busy(&self.shared) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
         for group in self.shared.groups.values() {
             group.store.log().flush()?;

@@ -35,6 +35,7 @@ impl RaftNetworkFactory<C> for GroupNetFactory {
             group: self.group.clone(),
             target,
             peer: self.peers.get(target, false),
+            peers: Arc::clone(&self.peers),
         }
     }
 
@@ -43,6 +44,7 @@ impl RaftNetworkFactory<C> for GroupNetFactory {
             group: self.group.clone(),
             target,
             peer: self.peers.get(target, true),
+            peers: Arc::clone(&self.peers),
         }
     }
 }
@@ -52,6 +54,7 @@ pub(crate) struct GroupNet {
     group: PartitionId,
     target: NodeId,
     peer: Option<Arc<Peer>>,
+    peers: Arc<PeerSet>,
 }
 
 impl GroupNet {
@@ -66,7 +69,7 @@ impl GroupNet {
         };
         let body = postcard::to_stdvec(&(&self.group, request))
             .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        match peer.call(op, &body, timeout).await {
+        match self.peers.call(peer, self.target, op, &body, timeout).await {
             Ok(bytes) => {
                 let response: Result<Resp, String> = postcard::from_bytes(&bytes)
                     .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;

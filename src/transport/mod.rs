@@ -248,8 +248,11 @@ impl Peer {
 /// votes never queue behind large appends.
 #[derive(Debug)]
 pub(crate) struct PeerSet {
+    self_id: u64,
     bulk: HashMap<u64, Arc<Peer>>,
     control: HashMap<u64, Arc<Peer>>,
+    #[cfg(any(test, feature = "failpoints"))]
+    faults: Option<Arc<crate::fault::NetFaults>>,
 }
 
 impl PeerSet {
@@ -265,9 +268,51 @@ impl PeerSet {
             |addr: &SocketAddr| Arc::new(Peer::new(*addr, frame_bytes_max, shutdown.clone()));
         let others = peers.iter().filter(|(id, _)| **id != self_id);
         PeerSet {
+            self_id,
             bulk: others.clone().map(|(id, a)| (*id, make(a))).collect(),
             control: others.map(|(id, a)| (*id, make(a))).collect(),
+            #[cfg(any(test, feature = "failpoints"))]
+            faults: None,
         }
+    }
+
+    /// Lets `faults` decide the fate of every message between this broker and the others.
+    #[cfg(any(test, feature = "failpoints"))]
+    pub(crate) fn with_faults(mut self, faults: Option<Arc<crate::fault::NetFaults>>) -> Self {
+        self.faults = faults;
+        self
+    }
+
+    /// Calls broker `to` over `peer`, subject to injected network faults (with the
+    /// `failpoints` feature): a lost request or response looks like a timeout.
+    pub(crate) async fn call(
+        &self,
+        peer: &Peer,
+        to: u64,
+        op: Op,
+        body: &[u8],
+        timeout: Duration,
+    ) -> Result<Vec<u8>, CallError> {
+        #[cfg(any(test, feature = "failpoints"))]
+        if let Some(faults) = &self.faults {
+            use crate::fault::Verdict;
+            match faults.verdict(self.self_id, to) {
+                Verdict::Lose => {
+                    tokio::time::sleep(timeout).await;
+                    return Err(CallError::Timeout);
+                }
+                Verdict::Deliver(delay) => tokio::time::sleep(delay).await,
+            }
+            let started = tokio::time::Instant::now();
+            let response = peer.call(op, body, timeout).await?;
+            if faults.verdict(to, self.self_id) == Verdict::Lose {
+                tokio::time::sleep(timeout.saturating_sub(started.elapsed())).await;
+                return Err(CallError::Timeout);
+            }
+            return Ok(response);
+        }
+        let _ = (self.self_id, to);
+        peer.call(op, body, timeout).await
     }
 
     /// The connection to broker `id`, for bulk or control traffic.

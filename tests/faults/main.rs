@@ -1,6 +1,9 @@
 //! Seeded fault schedules: in-process clusters over loopback TCP, concurrent idempotent
-//! producers going through the `Client`, brokers stopped and restarted at random (the leader
-//! of a partition on purpose, half the time), then a history check of every replica.
+//! producers going through the `Client`, and at random: brokers stopped and restarted (the
+//! leader of a partition on purpose, half the time), brokers isolated, links cut one way,
+//! messages lost and delayed, and the network healed. Never more brokers impaired at once than
+//! a quorum tolerates. Each schedule ends by healing everything, waiting for the replicas to
+//! converge, and checking the history against every replica.
 //!
 //! Every schedule prints its seed; `FAULT_SEED=<seed> cargo test --all-features --test faults
 //! replay -- --nocapture` replays one. `FAULT_SCHEDULES` sets how many schedules CI runs per
@@ -10,11 +13,12 @@ mod history;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use history::{Op, Outcome, Replica};
 use replog::{
-    Client, ClientConfig, Durability, Error, LogConfig, Node, NodeConfig, Offset, Record,
+    Client, ClientConfig, Durability, Error, LogConfig, NetFaults, Node, NodeConfig, Offset, Record,
 };
 
 const TOPIC: &str = "faults";
@@ -48,6 +52,10 @@ struct Report {
     stops: usize,
     leader_stops: usize,
     restarts: usize,
+    isolations: usize,
+    one_way_cuts: usize,
+    lossy_periods: usize,
+    heals: usize,
     summary: history::Summary,
 }
 
@@ -56,6 +64,9 @@ struct Cluster {
     addrs: Vec<SocketAddr>,
     nodes: Vec<Option<Node>>,
     durability: Durability,
+    net: Arc<NetFaults>,
+    /// Brokers cut off (wholly or one way) by the current network faults.
+    impaired: Vec<u64>,
 }
 
 impl Cluster {
@@ -70,6 +81,8 @@ impl Cluster {
             addrs,
             nodes: Vec::new(),
             durability,
+            net: NetFaults::new(),
+            impaired: Vec::new(),
         };
         for id in 1..=n as u64 {
             let node = cluster.boot(id).await;
@@ -94,6 +107,7 @@ impl Cluster {
         c.election_timeout_ms = 500;
         c.request_timeout_ms = 2000;
         c.durability = self.durability;
+        c.net_faults = Some(Arc::clone(&self.net));
         let mut log = LogConfig::default();
         log.segment_bytes = 256 << 10;
         log.record_bytes_max = 16 << 10;
@@ -273,8 +287,12 @@ async fn schedule(seed: u64, nodes: usize, appends: u64, durability: Durability)
         );
         tokio::time::sleep(Duration::from_millis(100 + rng.below(300))).await;
         let down = cluster.down();
-        match rng.below(3) {
-            0 | 1 if down.len() < tolerated => {
+        let mut impaired = down.clone();
+        impaired.extend(cluster.impaired.iter().filter(|id| !down.contains(id)));
+        let may_impair = impaired.len() < tolerated;
+        let ids: Vec<u64> = (1..=nodes as u64).collect();
+        match rng.below(8) {
+            0 | 1 if may_impair => {
                 let victim = if rng.below(2) == 0 {
                     let p = rng.below(u64::from(PARTITIONS)) as u32;
                     cluster.leader(p)
@@ -282,17 +300,51 @@ async fn schedule(seed: u64, nodes: usize, appends: u64, durability: Durability)
                     None
                 };
                 report.leader_stops += usize::from(victim.is_some());
-                let live = cluster.live();
+                let live: Vec<u64> = cluster
+                    .live()
+                    .into_iter()
+                    .filter(|id| !impaired.contains(id))
+                    .collect();
                 let victim = victim.unwrap_or_else(|| live[rng.below(live.len() as u64) as usize]);
                 cluster.stop(victim).await;
                 report.stops += 1;
             }
-            _ if !down.is_empty() => {
+            2 if may_impair => {
+                // Isolate one broker, the leader of a partition half the time.
+                let victim = match rng.below(2) {
+                    0 => cluster.leader(rng.below(u64::from(PARTITIONS)) as u32),
+                    _ => None,
+                }
+                .unwrap_or_else(|| ids[rng.below(ids.len() as u64) as usize]);
+                let others: Vec<u64> = ids.iter().copied().filter(|i| *i != victim).collect();
+                cluster.net.partition(&[victim], &others);
+                cluster.impaired.push(victim);
+                report.isolations += 1;
+            }
+            3 if may_impair => {
+                // One way: `from` still hears `to`, but `to` no longer hears `from`.
+                let from = ids[rng.below(ids.len() as u64) as usize];
+                let to =
+                    ids[(from as usize + rng.below(ids.len() as u64 - 1) as usize) % ids.len()];
+                cluster.net.cut(from, to);
+                cluster.impaired.push(to);
+                report.one_way_cuts += 1;
+            }
+            4 => {
+                cluster.net.set_loss(rng.below(200) as u32);
+                cluster.net.set_delay(0, rng.below(30));
+                report.lossy_periods += 1;
+            }
+            5 | 6 if !down.is_empty() => {
                 let id = down[rng.below(down.len() as u64) as usize];
                 cluster.restart(id).await;
                 report.restarts += 1;
             }
-            _ => {}
+            _ => {
+                cluster.net.heal();
+                cluster.impaired.clear();
+                report.heals += 1;
+            }
         }
     }
     let mut ops = Vec::new();
@@ -300,6 +352,8 @@ async fn schedule(seed: u64, nodes: usize, appends: u64, durability: Durability)
         ops.extend(p.await.unwrap());
     }
     // Heal, converge, read everything back, check.
+    cluster.net.heal();
+    cluster.impaired.clear();
     for id in cluster.down() {
         cluster.restart(id).await;
         report.restarts += 1;
@@ -333,31 +387,21 @@ async fn run_schedules(first_seed: u64, count: u64) {
         let nodes = if seed % 3 == 2 { 5 } else { 3 };
         let t = Instant::now();
         let r = schedule(seed, nodes, 500, Durability::Fsync).await;
-        eprintln!(
-            "seed {seed}: {nodes} nodes, {} stops ({} of leaders), {} restarts, {:?} in {:?}",
-            r.stops,
-            r.leader_stops,
-            r.restarts,
-            r.summary,
-            t.elapsed()
-        );
+        eprintln!("seed {seed}: {nodes} nodes, {r:?} in {:?}", t.elapsed());
         total.stops += r.stops;
         total.leader_stops += r.leader_stops;
         total.restarts += r.restarts;
+        total.isolations += r.isolations;
+        total.one_way_cuts += r.one_way_cuts;
+        total.lossy_periods += r.lossy_periods;
+        total.heals += r.heals;
         total.summary.acknowledged += r.summary.acknowledged;
         total.summary.failed += r.summary.failed;
         total.summary.unknown += r.summary.unknown;
         total.summary.unknown_applied += r.summary.unknown_applied;
         total.summary.records_read += r.summary.records_read;
     }
-    eprintln!(
-        "{count} schedules in {:?}: {} stops ({} of leaders), {} restarts, {:?}",
-        started.elapsed(),
-        total.stops,
-        total.leader_stops,
-        total.restarts,
-        total.summary
-    );
+    eprintln!("{count} schedules in {:?}: {total:?}", started.elapsed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
