@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use history::{Op, Outcome, Replica};
 use replog::{
-    Client, ClientConfig, Durability, Error, LogConfig, NetFaults, Node, NodeConfig, Offset, Record,
+    Client, ClientConfig, Durability, Error, FaultInjector, FaultPoint, LogConfig, NetFaults, Node,
+    NodeConfig, Offset, Record,
 };
 
 const TOPIC: &str = "faults";
@@ -65,6 +66,8 @@ struct Cluster {
     nodes: Vec<Option<Node>>,
     durability: Durability,
     net: Arc<NetFaults>,
+    /// Each broker's disk faults (shared by its partitions' logs).
+    disks: Vec<Arc<FaultInjector>>,
     /// Brokers cut off (wholly or one way) by the current network faults.
     impaired: Vec<u64>,
 }
@@ -82,6 +85,7 @@ impl Cluster {
             nodes: Vec::new(),
             durability,
             net: NetFaults::new(),
+            disks: (0..n).map(|_| FaultInjector::new()).collect(),
             impaired: Vec::new(),
         };
         for id in 1..=n as u64 {
@@ -112,6 +116,7 @@ impl Cluster {
         log.segment_bytes = 256 << 10;
         log.record_bytes_max = 16 << 10;
         log.batch_bytes_max = 64 << 10;
+        log.faults = Some(Arc::clone(&self.disks[id as usize - 1]));
         c.log = log;
         c
     }
@@ -412,6 +417,95 @@ async fn fault_schedules_lose_and_duplicate_nothing_a() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_schedules_lose_and_duplicate_nothing_b() {
     run_schedules(1_000_001, env_u64("FAULT_SCHEDULES", 25)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_disk_fails_to_sync_stops_leading_and_writes_go_on_elsewhere() {
+    let mut cluster = Cluster::start(3, Durability::Fsync).await;
+    let wait_leader = async |cluster: &Cluster, not: Option<u64>| {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let leaders: Vec<Option<u64>> = cluster
+                .nodes
+                .iter()
+                .flatten()
+                .filter(|n| Some(n.id()) != not)
+                .map(|n| n.status(TOPIC, 0).unwrap().leader)
+                .collect();
+            if let Some(Some(l)) = leaders.first()
+                && Some(*l) != not
+                && leaders.iter().all(|x| *x == Some(*l))
+            {
+                return *l;
+            }
+            assert!(Instant::now() < deadline, "no leader: {leaders:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let leader = wait_leader(&cluster, None).await;
+    let node = cluster.nodes[leader as usize - 1].as_ref().unwrap();
+    node.append(TOPIC, 0, &[Record::new(Op::payload(0, 0))])
+        .await
+        .unwrap();
+
+    // Every sync on the leader's disk fails from now on: the write is not acknowledged.
+    cluster.disks[leader as usize - 1].fail_always(FaultPoint::Sync, std::io::ErrorKind::Other);
+    let refused = node
+        .append(TOPIC, 0, &[Record::new(Op::payload(0, 1))])
+        .await;
+    assert!(
+        matches!(refused, Err(Error::Indeterminate { .. })),
+        "an unsynced write is not acknowledged: {refused:?}"
+    );
+
+    // The others elect a leader among themselves and take writes.
+    let next = wait_leader(&cluster, Some(leader)).await;
+    assert_ne!(next, leader);
+    let addrs: Vec<SocketAddr> = cluster.addrs.clone();
+    let client = Client::connect(&addrs, ClientConfig::default())
+        .await
+        .unwrap();
+    let d = client
+        .send(TOPIC, 0, &[Record::new(Op::payload(0, 2))])
+        .await
+        .unwrap();
+
+    // The failed broker is restarted on a healthy disk and rejoins as a follower.
+    let failed = cluster.nodes[leader as usize - 1].take().unwrap();
+    let stopped = failed.shutdown().await;
+    assert!(
+        matches!(stopped, Err(Error::PreviousIo)),
+        "shutdown reports the failed log: {stopped:?}"
+    );
+    cluster.disks[leader as usize - 1].clear();
+    cluster.restart(leader).await;
+    cluster.converge(Duration::from_secs(20)).await;
+    let ops = [
+        Op {
+            producer: 0,
+            n: 0,
+            partition: 0,
+            outcome: Outcome::Ok { offset: 0 },
+        },
+        Op {
+            producer: 0,
+            n: 1,
+            partition: 0,
+            outcome: Outcome::Unknown,
+        },
+        Op {
+            producer: 0,
+            n: 2,
+            partition: 0,
+            outcome: Outcome::Ok {
+                offset: d.base_offset.get(),
+            },
+        },
+    ];
+    let (violations, _) = history::check(&ops, &cluster.read_all());
+    assert_eq!(violations, vec![]);
+    drop(client);
+    cluster.shutdown().await;
 }
 
 /// Replays one schedule: `FAULT_SEED=<seed>`.
