@@ -107,6 +107,11 @@ impl Replica {
             election_timeout_max: timing.election_timeout_ms * 2,
             // Retention purges the log, never openraft's own policy.
             max_in_snapshot_log_to_keep: u64::MAX,
+            // A restarted leader runs an election like anyone else. Restored in its old term,
+            // it would take producer writes with an empty record of the batches it proposed
+            // before the restart, and could append a resent one twice (found by the fault
+            // schedules, seed 8).
+            enable_leader_restore: Some(false),
             ..Default::default()
         }
         .validate()

@@ -487,6 +487,46 @@ async fn an_idempotent_batch_is_written_once_even_across_a_leader_change() {
     }
 }
 
+/// Regression (fault schedules, seed 8): a leader restarted in its old term took a resent
+/// batch as new although its log already held it, uncommitted, from before the restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_leader_does_not_append_a_resent_batch_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let addrs = free_addrs(3);
+    let one_partition = |id| single_partition(id, &addrs, dir.path());
+    let mut nodes = start_all(one_partition).await;
+    const P: u64 = 0xbeef;
+    append_idempotent_to_leader(&nodes, P, 0, &[Record::new("w")])
+        .await
+        .unwrap();
+    let leader = leader_of(&nodes, 0).await;
+    let followers: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
+    for id in &followers {
+        let node = nodes[*id as usize - 1].take().unwrap();
+        node.shutdown().await.unwrap();
+    }
+    // The leader appends the batch but cannot commit it; then it stops too.
+    let stuck = tokio::time::timeout(
+        Duration::from_millis(500),
+        node_ref(&nodes, leader).append_idempotent(TOPIC, 0, P, 1, &[Record::new("x")]),
+    )
+    .await;
+    assert!(stuck.is_err(), "nothing commits without a quorum");
+    let node = nodes[leader as usize - 1].take().unwrap();
+    node.shutdown().await.unwrap();
+    for id in 1..=3 {
+        nodes[id as usize - 1] = Some(Node::start(one_partition(id)).await.unwrap());
+    }
+    // The producer resends; the batch ends up in the log once.
+    append_idempotent_to_leader(&nodes, P, 1, &[Record::new("x")])
+        .await
+        .unwrap();
+    assert_every_replica_holds(&nodes, &["w", "x"]).await;
+    for node in nodes.into_iter().flatten() {
+        node.shutdown().await.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_bootstrapped_on_a_follower_writes_to_the_leader_and_follows_failover() {
     use replog::{Client, ClientConfig};

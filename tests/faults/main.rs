@@ -366,6 +366,25 @@ async fn schedule(seed: u64, nodes: usize, appends: u64, durability: Durability)
     cluster.converge(Duration::from_secs(30)).await;
     let replicas = cluster.read_all();
     let (violations, summary) = history::check(&ops, &replicas);
+    for v in violations.iter().take(3) {
+        if let history::Violation::Duplicate { producer, n } = v {
+            let payload = Op::payload(*producer, *n);
+            let op = ops.iter().find(|o| o.producer == *producer && o.n == *n);
+            eprintln!("seed {seed}: {v:?}: sent as {op:?}");
+            for r in &replicas {
+                let at: Vec<u64> = r
+                    .records
+                    .iter()
+                    .filter(|(_, p)| *p == payload)
+                    .map(|(o, _)| *o)
+                    .collect();
+                eprintln!(
+                    "  broker {} partition {}: offsets {at:?}",
+                    r.node, r.partition
+                );
+            }
+        }
+    }
     assert!(
         violations.is_empty(),
         "seed {seed} ({nodes} nodes): {} violations, first: {:?}",
