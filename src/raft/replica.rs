@@ -227,9 +227,10 @@ impl Replica {
                 .with_leader(leader.to_committed_leader_id())
                 .responder(responder)
                 .await;
-            if let Err(e) = proposed {
+            if proposed.is_err() {
+                // The group has stopped (fatal error, shutdown): nothing was proposed.
                 pending.pop_back();
-                return Err(WriteError::Other(e.to_string()));
+                return Err(WriteError::NotLeader(None));
             }
             rx
         };
@@ -272,7 +273,9 @@ impl Replica {
                 .collect()
         });
         ReplicaState {
-            leader: m.current_leader,
+            // A group stopped by a fatal error (a failed disk) leads nothing, whatever its last
+            // metrics said: metadata must not send clients to it.
+            leader: m.current_leader.filter(|_| m.running_state.is_ok()),
             term: m.current_term,
             last_log_index: m.last_log_index,
             snapshot_index: m.snapshot.map(|s| s.index),
