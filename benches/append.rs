@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use replog::{LogConfig, Offset, PartitionLog, Preallocate, Record};
+use support::{group, timed_local_appends};
+
+mod support;
 
 const SIZES: [(usize, &str); 2] = [(100, "100B"), (1024, "1KiB")];
 
@@ -22,26 +25,8 @@ fn open(dir: &std::path::Path, config: LogConfig) -> PartitionLog {
     PartitionLog::open(dir, config).expect("open log")
 }
 
-/// Appends `iters` batches (and flushes each if `sync`), timing only the appends; purges
-/// everything but the active segment afterwards so disk use stays bounded.
-fn timed_appends(log: &PartitionLog, batch: &[Record], iters: u64, sync: bool) -> Duration {
-    let start = Instant::now();
-    for _ in 0..iters {
-        black_box(log.append(batch).expect("append"));
-        if sync {
-            log.flush().expect("flush");
-        }
-    }
-    let elapsed = start.elapsed();
-    log.purge_to(log.end_offset()).expect("purge");
-    elapsed
-}
-
 fn append(c: &mut Criterion) {
-    let mut g = c.benchmark_group("append");
-    g.sample_size(20)
-        .measurement_time(Duration::from_secs(4))
-        .warm_up_time(Duration::from_secs(1));
+    let mut g = group(c, "append", 20, 4);
     for (value_len, label) in SIZES {
         for (per_call, sync) in [(1usize, false), (100, false), (100, true)] {
             let batch = records(value_len, per_call);
@@ -53,7 +38,7 @@ fn append(c: &mut Criterion) {
             );
             g.throughput(Throughput::Elements(per_call as u64));
             g.bench_function(name, |b| {
-                b.iter_custom(|iters| timed_appends(&log, &batch, iters, sync));
+                b.iter_custom(|iters| timed_local_appends(&log, &batch, iters, sync));
             });
         }
     }
@@ -66,7 +51,7 @@ fn append(c: &mut Criterion) {
     let log = open(dir.path(), config);
     g.throughput(Throughput::Elements(100));
     g.bench_function("100B/batch100/sync_zeros", |b| {
-        b.iter_custom(|iters| timed_appends(&log, &batch, iters, true));
+        b.iter_custom(|iters| timed_local_appends(&log, &batch, iters, true));
     });
     g.finish();
 }
@@ -75,10 +60,7 @@ fn append(c: &mut Criterion) {
 /// batch, wrapping around a 64 MiB preallocated file (so its pages are warm: a generous
 /// baseline).
 fn baseline(c: &mut Criterion) {
-    let mut g = c.benchmark_group("baseline");
-    g.sample_size(20)
-        .measurement_time(Duration::from_secs(4))
-        .warm_up_time(Duration::from_secs(1));
+    let mut g = group(c, "baseline", 20, 4);
     let dir = tempfile::tempdir().expect("tempdir");
     let file = std::fs::OpenOptions::new()
         .read(true)
@@ -233,10 +215,7 @@ impl ColdFile {
 }
 
 fn read(c: &mut Criterion) {
-    let mut g = c.benchmark_group("read");
-    g.sample_size(20)
-        .measurement_time(Duration::from_secs(4))
-        .warm_up_time(Duration::from_secs(1));
+    let mut g = group(c, "read", 20, 4);
     for (value_len, label) in SIZES {
         let dir = tempfile::tempdir().expect("tempdir");
         let log = open(dir.path(), LogConfig::default());
@@ -275,10 +254,7 @@ fn read(c: &mut Criterion) {
 /// Reopen cost: a clean close versus a crash, for logs of different sizes, to show that clean
 /// reopens do not scan and crash reopens scan only the active segment.
 fn reopen(c: &mut Criterion) {
-    let mut g = c.benchmark_group("reopen");
-    g.sample_size(10)
-        .measurement_time(Duration::from_secs(3))
-        .warm_up_time(Duration::from_secs(1));
+    let mut g = group(c, "reopen", 10, 3);
     let gib = 1u64 << 30;
     for (total, segment, label) in [
         (gib, 128u64 << 20, "1GiB_in_8x128MiB"),

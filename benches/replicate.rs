@@ -24,8 +24,11 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use replog::{Durability, LogConfig, Node, NodeConfig, PartitionLog, Record};
+use support::{group, timed_local_appends};
 use tokio::runtime::Runtime;
 use tokio::task::JoinSet;
+
+mod support;
 
 const TOPIC: &str = "bench";
 const SIZES: [(usize, &str); 2] = [(100, "100B"), (1024, "1KiB")];
@@ -236,27 +239,9 @@ fn start_cluster(rt: &Runtime, durability: Durability, batch: &Arc<Vec<Record>>)
     })
 }
 
-/// Appends `iters` batches to a local log (flushing each if `sync`), timing only the appends;
-/// purges all but the active segment afterwards so disk use stays bounded.
-fn local_appends(log: &PartitionLog, batch: &[Record], iters: u64, sync: bool) -> Duration {
-    let start = Instant::now();
-    for _ in 0..iters {
-        black_box(log.append(batch).expect("append"));
-        if sync {
-            log.flush().expect("flush");
-        }
-    }
-    let elapsed = start.elapsed();
-    log.purge_to(log.end_offset()).expect("purge");
-    elapsed
-}
-
 fn local(c: &mut Criterion) {
-    let mut g = c.benchmark_group("local");
-    g.sample_size(SAMPLE_SIZE)
-        .measurement_time(Duration::from_secs(3))
-        .warm_up_time(Duration::from_secs(1))
-        .throughput(Throughput::Elements(BATCH as u64));
+    let mut g = group(c, "local", SAMPLE_SIZE, 3);
+    g.throughput(Throughput::Elements(BATCH as u64));
     for sync in [true, false] {
         for (value_len, size) in SIZES {
             let batch = records(value_len, BATCH);
@@ -267,7 +252,7 @@ fn local(c: &mut Criterion) {
                 if sync { "fsync" } else { "nosync" }
             );
             g.bench_function(name, |b| {
-                b.iter_custom(|iters| local_appends(&log, &batch, iters, sync));
+                b.iter_custom(|iters| timed_local_appends(&log, &batch, iters, sync));
             });
             log.close().expect("close log");
         }

@@ -1266,6 +1266,16 @@ mod tests {
         }
     }
 
+    /// [`small`] with a fault injector attached.
+    fn small_with_faults() -> (Arc<FaultInjector>, LogConfig) {
+        let faults = FaultInjector::new();
+        let cfg = LogConfig {
+            faults: Some(Arc::clone(&faults)),
+            ..small()
+        };
+        (faults, cfg)
+    }
+
     fn values(log: &PartitionLog, from: u64) -> Vec<(u64, Vec<u8>)> {
         log.iter(Offset(from))
             .map(|r| r.map(|(o, rec)| (o.0, rec.value.to_vec())))
@@ -1478,11 +1488,7 @@ mod tests {
     #[test]
     fn failed_sync_latches_until_reopen() {
         let dir = tempfile::tempdir().unwrap();
-        let faults = FaultInjector::new();
-        let cfg = LogConfig {
-            faults: Some(faults.clone()),
-            ..small()
-        };
+        let (faults, cfg) = small_with_faults();
         let log = PartitionLog::open(dir.path(), cfg.clone()).unwrap();
         fill(&log, 3);
         log.flush().unwrap();
@@ -1508,11 +1514,7 @@ mod tests {
     #[test]
     fn failed_roll_keeps_the_log_usable() {
         let dir = tempfile::tempdir().unwrap();
-        let faults = FaultInjector::new();
-        let cfg = LogConfig {
-            faults: Some(faults.clone()),
-            ..small()
-        };
+        let (faults, cfg) = small_with_faults();
         let log = PartitionLog::open(dir.path(), cfg).unwrap();
         faults.fail_always(FaultPoint::Preallocate, std::io::ErrorKind::StorageFull);
         let mut failed = 0;
@@ -1538,11 +1540,7 @@ mod tests {
     #[test]
     fn a_roll_that_fails_after_creating_the_file_latches() {
         let dir = tempfile::tempdir().unwrap();
-        let faults = FaultInjector::new();
-        let cfg = LogConfig {
-            faults: Some(faults.clone()),
-            ..small()
-        };
+        let (faults, cfg) = small_with_faults();
         let log = PartitionLog::open(dir.path(), cfg.clone()).unwrap();
         faults.fail_times(FaultPoint::SyncDir, std::io::ErrorKind::Other, 1);
         let mut appended = 0u64;
@@ -1698,11 +1696,7 @@ mod tests {
     #[test]
     fn regression_truncated_entries_stay_gone_after_a_crash_mid_truncate() {
         let dir = tempfile::tempdir().unwrap();
-        let faults = FaultInjector::new();
-        let cfg = LogConfig {
-            faults: Some(faults.clone()),
-            ..small()
-        };
+        let (faults, cfg) = small_with_faults();
         let log = PartitionLog::open(dir.path(), cfg).unwrap();
         for i in 0..8 {
             log.append(&[Record::new(format!("old-{i}"))]).unwrap();
@@ -1726,11 +1720,7 @@ mod tests {
     #[test]
     fn regression_a_crash_mid_truncate_all_keeps_the_log_start() {
         let dir = tempfile::tempdir().unwrap();
-        let faults = FaultInjector::new();
-        let cfg = LogConfig {
-            faults: Some(faults.clone()),
-            ..small()
-        };
+        let (faults, cfg) = small_with_faults();
         let log = PartitionLog::open(dir.path(), cfg).unwrap();
         fill(&log, 40);
         log.roll().unwrap();

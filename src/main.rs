@@ -23,6 +23,20 @@ struct Cli {
     command: Command,
 }
 
+/// Where `produce` and `consume` go: brokers to bootstrap from, a topic and a partition.
+#[derive(Debug, clap::Args)]
+struct Target {
+    /// Brokers to bootstrap from, comma-separated HOST:PORT.
+    #[arg(long)]
+    bootstrap_server: String,
+    /// The topic.
+    #[arg(long)]
+    topic: String,
+    /// The partition.
+    #[arg(long, default_value_t = 0)]
+    partition: u32,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Runs a broker until interrupted (Ctrl-C or SIGTERM).
@@ -76,15 +90,8 @@ enum Command {
     },
     /// Sends each line of standard input as a record.
     Produce {
-        /// Brokers to bootstrap from, comma-separated HOST:PORT.
-        #[arg(long)]
-        bootstrap_server: String,
-        /// The topic.
-        #[arg(long)]
-        topic: String,
-        /// The partition.
-        #[arg(long, default_value_t = 0)]
-        partition: u32,
+        #[command(flatten)]
+        target: Target,
         /// Split each line at the first occurrence of this into key and value.
         #[arg(long)]
         key_separator: Option<String>,
@@ -94,15 +101,8 @@ enum Command {
     },
     /// Prints the records of a partition.
     Consume {
-        /// Brokers to bootstrap from, comma-separated HOST:PORT.
-        #[arg(long)]
-        bootstrap_server: String,
-        /// The topic.
-        #[arg(long)]
-        topic: String,
-        /// The partition.
-        #[arg(long, default_value_t = 0)]
-        partition: u32,
+        #[command(flatten)]
+        target: Target,
         /// Start at the first record still in the log.
         #[arg(long)]
         from_beginning: bool,
@@ -271,9 +271,12 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Produce {
-            bootstrap_server,
-            topic,
-            partition,
+            target:
+                Target {
+                    bootstrap_server,
+                    topic,
+                    partition,
+                },
             key_separator,
             print_offsets,
         } => {
@@ -308,9 +311,12 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Consume {
-            bootstrap_server,
-            topic,
-            partition,
+            target:
+                Target {
+                    bootstrap_server,
+                    topic,
+                    partition,
+                },
             from_beginning,
             offset,
             max_messages,

@@ -57,15 +57,11 @@ pub(crate) fn spawn_server(
     })
 }
 
-/// Reads requests from one connection, serves each on its own task, writes responses back in
-/// whatever order they finish. A malformed frame closes the connection.
-async fn serve_conn(
-    stream: TcpStream,
-    handler: Arc<dyn Handler>,
-    frame_bytes_max: u32,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let (mut rd, mut wr) = stream.into_split();
+/// Writes the frames sent into the returned channel to `wr`, in order, until the channel closes
+/// or a write fails; the task's end tells which connection half died.
+fn spawn_writer(
+    mut wr: tokio::net::tcp::OwnedWriteHalf,
+) -> (mpsc::Sender<Vec<u8>>, tokio::task::JoinHandle<()>) {
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(1024);
     let writer = tokio::spawn(async move {
         while let Some(frame) = rx.recv().await {
@@ -74,6 +70,19 @@ async fn serve_conn(
             }
         }
     });
+    (tx, writer)
+}
+
+/// Reads requests from one connection, serves each on its own task, writes responses back in
+/// whatever order they finish. A malformed frame closes the connection.
+async fn serve_conn(
+    stream: TcpStream,
+    handler: Arc<dyn Handler>,
+    frame_bytes_max: u32,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let (mut rd, wr) = stream.into_split();
+    let (tx, writer) = spawn_writer(wr);
     loop {
         let next = tokio::select! {
             _ = shutdown.changed() => break,
@@ -195,18 +204,14 @@ impl Peer {
             Err(_) => return Err(CallError::Unreachable("connect timed out".into())),
         };
         let _ = stream.set_nodelay(true);
-        let (mut rd, mut wr) = stream.into_split();
-        let (tx, mut rx) = mpsc::channel::<Vec<u8>>(1024);
+        let (mut rd, wr) = stream.into_split();
+        let (tx, writer) = spawn_writer(wr);
         let pending: Pending = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
         {
             let alive = Arc::clone(&alive);
             tokio::spawn(async move {
-                while let Some(frame) = rx.recv().await {
-                    if wr.write_all(&frame).await.is_err() {
-                        break;
-                    }
-                }
+                let _ = writer.await;
                 alive.store(false, Ordering::Release);
             });
         }

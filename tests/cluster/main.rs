@@ -73,6 +73,13 @@ async fn assert_every_replica_holds(nodes: &[Option<Node>], expected: &[&str]) {
     }
 }
 
+/// Stops every broker still running.
+async fn shutdown_all(nodes: Vec<Option<Node>>) {
+    for node in nodes.into_iter().flatten() {
+        node.shutdown().await.unwrap();
+    }
+}
+
 /// Starts brokers 1, 2 and 3.
 async fn start_all(config: impl Fn(u64) -> NodeConfig) -> Vec<Option<Node>> {
     let mut nodes = Vec::new();
@@ -308,9 +315,7 @@ async fn three_brokers_elect_redirect_replicate_and_survive_a_leader_failure() {
         );
     }
 
-    for node in nodes.into_iter().flatten() {
-        node.shutdown().await.unwrap();
-    }
+    shutdown_all(nodes).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -391,9 +396,7 @@ async fn a_follower_that_missed_purged_segments_catches_up_by_snapshot() {
     );
     assert!(!overlap(&mine).is_empty());
     assert_eq!(mine.last().unwrap().1, b"after");
-    for node in nodes.into_iter().flatten() {
-        node.shutdown().await.unwrap();
-    }
+    shutdown_all(nodes).await;
 }
 
 /// Appends an idempotent batch to partition 0's leader, following leadership changes and
@@ -482,9 +485,7 @@ async fn an_idempotent_batch_is_written_once_even_across_a_leader_change() {
     // The old leader comes back and learns the same from its log.
     nodes[leader as usize - 1] = Some(Node::start(one_partition(leader)).await.unwrap());
     assert_every_replica_holds(&nodes, &["a", "b", "c", "x", "d"]).await;
-    for node in nodes.into_iter().flatten() {
-        node.shutdown().await.unwrap();
-    }
+    shutdown_all(nodes).await;
 }
 
 /// Regression (fault schedules, seed 8): a leader restarted in its old term took a resent
@@ -522,9 +523,7 @@ async fn a_restarted_leader_does_not_append_a_resent_batch_twice() {
         .await
         .unwrap();
     assert_every_replica_holds(&nodes, &["w", "x"]).await;
-    for node in nodes.into_iter().flatten() {
-        node.shutdown().await.unwrap();
-    }
+    shutdown_all(nodes).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -600,9 +599,7 @@ async fn a_client_bootstrapped_on_a_follower_writes_to_the_leader_and_follows_fa
         Err(Error::UnknownPartition(_))
     ));
     drop(client);
-    for node in nodes.into_iter().flatten() {
-        node.shutdown().await.unwrap();
-    }
+    shutdown_all(nodes).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -661,9 +658,7 @@ async fn a_batch_resent_after_an_unknown_outcome_is_written_once() {
         .unwrap();
     assert_every_replica_holds(&nodes, &["first", "second", "third"]).await;
     drop(client);
-    for node in nodes.into_iter().flatten() {
-        node.shutdown().await.unwrap();
-    }
+    shutdown_all(nodes).await;
 }
 
 async fn wait_for_fetch(client: &replog::Client, addr: SocketAddr) -> Vec<replog::Batch> {
