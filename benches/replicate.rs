@@ -11,6 +11,11 @@
 //! - `local/{size}/batch100/{fsync,nosync}`: `PartitionLog::append` of the same batch, with
 //!   `flush` after each (compare with `fsync`) or without (compare with `replicated`).
 //!
+//! - `produce/100B/{node_append_batch100_inflight64,producer_outstanding10000}/{replicated,fsync}`:
+//!   the same cluster taking 100 B records either as batches of 100 through `Node::append` on
+//!   the leader, or one record at a time through `Producer` (batching by size and linger) and
+//!   `Client` over loopback with 10,000 sends outstanding. The ratio is the client's cost.
+//!
 //! For every replicated case the latency of each append during the measurement phase (the
 //! criterion samples, not the warm-up) is recorded, and its p50/p99 are printed after the
 //! case, prefixed `latency`. A case excluded by a criterion filter neither runs nor prints.
@@ -23,7 +28,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use replog::{Durability, LogConfig, Node, NodeConfig, PartitionLog, Record};
+use replog::{
+    Client, ClientConfig, Durability, LogConfig, Node, NodeConfig, PartitionLog, Producer,
+    ProducerConfig, Record,
+};
 use support::{group, timed_local_appends};
 use tokio::runtime::Runtime;
 use tokio::task::JoinSet;
@@ -260,5 +268,94 @@ fn local(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, replicate, local);
+/// Sends `iters * BATCH` records one at a time through `producer`, keeping up to
+/// `outstanding` sends in flight, and returns the wall time until the last is acknowledged.
+async fn timed_produce(
+    producer: &Producer,
+    value_len: usize,
+    iters: u64,
+    outstanding: usize,
+) -> Duration {
+    use futures_util::StreamExt;
+    let total = iters * BATCH as u64;
+    let value = bytes::Bytes::from(vec![7u8; value_len]);
+    let mut pending = futures_util::stream::FuturesUnordered::new();
+    let start = Instant::now();
+    let mut sent = 0u64;
+    loop {
+        while sent < total && pending.len() < outstanding {
+            pending.push(producer.send(TOPIC, Record::new(value.clone())));
+            sent += 1;
+        }
+        match pending.next().await {
+            Some(done) => {
+                black_box(done.expect("produce"));
+            }
+            None => break,
+        }
+    }
+    start.elapsed()
+}
+
+/// Producing through `Producer` and `Client` over loopback, against `Node::append` on the
+/// leader in the same cluster and run: records/s of both, so that the client's cost is a
+/// ratio. One iteration is 100 records either way.
+fn produce(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let mut g = group(c, "produce", SAMPLE_SIZE, 3);
+    g.throughput(Throughput::Elements(BATCH as u64));
+    for (durability, label) in [
+        (Durability::Replicated, "replicated"),
+        (Durability::Fsync, "fsync"),
+    ] {
+        let batch = Arc::new(records(100, BATCH));
+        let cluster: RefCell<Option<Cluster>> = RefCell::new(None);
+        let start = || start_cluster(&rt, durability, &batch);
+        g.bench_function(
+            format!("100B/node_append_batch100_inflight64/{label}"),
+            |b| {
+                b.iter_custom(|iters| {
+                    let mut cluster = cluster.borrow_mut();
+                    let cluster = cluster.get_or_insert_with(start);
+                    rt.block_on(timed_appends(cluster.leader(), &batch, iters, 64))
+                        .0
+                });
+            },
+        );
+        let producer: RefCell<Option<(Arc<Client>, Producer)>> = RefCell::new(None);
+        g.bench_function(format!("100B/producer_outstanding10000/{label}"), |b| {
+            b.iter_custom(|iters| {
+                let mut cluster = cluster.borrow_mut();
+                let cluster = cluster.get_or_insert_with(start);
+                let mut producer = producer.borrow_mut();
+                let (_, producer) = producer.get_or_insert_with(|| {
+                    rt.block_on(async {
+                        let addrs: Vec<SocketAddr> =
+                            cluster.nodes.iter().map(|n| n.addr()).collect();
+                        let client = Arc::new(
+                            Client::connect(&addrs, ClientConfig::default())
+                                .await
+                                .expect("connect"),
+                        );
+                        let producer =
+                            Producer::new(Arc::clone(&client), ProducerConfig::default());
+                        (client, producer)
+                    })
+                });
+                rt.block_on(timed_produce(producer, 100, iters, 10_000))
+            });
+        });
+        drop(producer);
+        if let Some(cluster) = cluster.into_inner() {
+            rt.block_on(cluster.shutdown());
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, replicate, local, produce);
 criterion_main!(benches);

@@ -159,7 +159,17 @@ pub struct Client {
     leaders: Mutex<HashMap<PartitionId, (NodeId, u64)>>,
     peers: Mutex<HashMap<SocketAddr, Arc<Peer>>>,
     producers: Mutex<HashMap<PartitionId, Arc<ProducerSlot>>>,
+    /// Partition count of each topic seen in metadata.
+    topics: Mutex<HashMap<String, u32>>,
     shutdown: watch::Sender<bool>,
+}
+
+/// A batch encoded and numbered, waiting to be sent.
+pub(crate) struct PreparedBatch {
+    request: ProduceRequest,
+    slot: Arc<ProducerSlot>,
+    started: Instant,
+    deadline: Instant,
 }
 
 /// The idempotent producer's state for one partition.
@@ -226,6 +236,7 @@ impl Client {
             leaders: Mutex::default(),
             peers: Mutex::default(),
             producers: Mutex::default(),
+            topics: Mutex::default(),
             shutdown,
         };
         client.refresh(None).await?;
@@ -241,6 +252,14 @@ impl Client {
                 self.shutdown.subscribe(),
             ))
         }))
+    }
+
+    pub(crate) fn record_bytes_max(&self) -> u32 {
+        self.config.record_bytes_max
+    }
+
+    pub(crate) fn batch_bytes_max(&self) -> u32 {
+        self.config.batch_bytes_max
     }
 
     fn timeout(&self) -> Duration {
@@ -304,6 +323,13 @@ impl Client {
                 brokers.insert(*id, a);
             }
         }
+        let mut counts: HashMap<&str, u32> = HashMap::new();
+        for p in &meta.partitions {
+            *counts.entry(p.partition.topic.as_str()).or_default() += 1;
+        }
+        self.topics
+            .lock()
+            .extend(counts.into_iter().map(|(t, n)| (t.to_string(), n)));
         let mut leaders = self.leaders.lock();
         for p in &meta.partitions {
             if let Some(l) = p.leader {
@@ -345,40 +371,64 @@ impl Client {
     ///   applied).
     /// - [`Error::UnknownPartition`], [`Error::RecordTooLarge`], [`Error::EmptyBatch`].
     pub async fn send(&self, topic: &str, partition: u32, records: &[Record]) -> Result<Delivery> {
+        let batch = self.prepare(topic, partition, records)?;
+        self.send_prepared(batch).await
+    }
+
+    /// Encodes `records` as a batch and numbers it for the partition now, so that batches of
+    /// one partition keep the order they were prepared in (see [`Client::send`]).
+    pub(crate) fn prepare(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: &[Record],
+    ) -> Result<PreparedBatch> {
         if records.is_empty() {
             return Err(Error::EmptyBatch);
         }
         let (payload, record_count) = encode_records(records, self.config.record_bytes_max)?;
         let id = PartitionId::new(topic, partition);
         let started = Instant::now();
-        let deadline = started + Duration::from_millis(self.config.delivery_timeout_ms);
         let slot = self.producer_slot(&id);
-        let permit = tokio::time::timeout_at(deadline.into(), slot.in_flight.acquire()).await;
-        let Ok(Ok(_permit)) = permit else {
-            return Err(Error::Timeout {
-                elapsed_ms: elapsed_ms(started),
-                last: "too many batches in flight to the partition".into(),
-            });
-        };
         let (producer_id, base_sequence) = if self.config.idempotent {
             slot.sequencer.lock().take(record_count)
         } else {
             (0, 0)
         };
-        let mut request = ProduceRequest {
-            partition: id.clone(),
-            batch: AppendRequest {
-                timestamp_ms: 0,
-                records: payload,
-                record_count,
-                producer_id,
-                base_sequence,
+        Ok(PreparedBatch {
+            request: ProduceRequest {
+                partition: id,
+                batch: AppendRequest {
+                    timestamp_ms: 0,
+                    records: payload,
+                    record_count,
+                    producer_id,
+                    base_sequence,
+                },
             },
+            slot,
+            started,
+            deadline: started + Duration::from_millis(self.config.delivery_timeout_ms),
+        })
+    }
+
+    /// Sends a prepared batch, at most `in_flight_per_partition` at once per partition.
+    pub(crate) async fn send_prepared(&self, batch: PreparedBatch) -> Result<Delivery> {
+        let PreparedBatch {
+            mut request,
+            slot,
+            started,
+            deadline,
+        } = batch;
+        let permit = tokio::time::timeout_at(deadline.into(), slot.in_flight.acquire()).await;
+        let outcome = match permit {
+            Ok(Ok(_permit)) => self.deliver(&mut request, &slot, started, deadline).await,
+            _ => Err(Error::Timeout {
+                elapsed_ms: elapsed_ms(started),
+                last: "too many batches in flight to the partition".into(),
+            }),
         };
-        let outcome = self
-            .deliver(&mut request, &slot, topic, started, deadline)
-            .await;
-        if outcome.is_err() && producer_id != 0 {
+        if outcome.is_err() && request.batch.producer_id != 0 {
             // The batch may leave its sequence numbers unused: later batches start afresh.
             slot.sequencer.lock().rotate_from(request.batch.producer_id);
         }
@@ -390,11 +440,11 @@ impl Client {
         &self,
         request: &mut ProduceRequest,
         slot: &ProducerSlot,
-        topic: &str,
         started: Instant,
         deadline: Instant,
     ) -> Result<Delivery> {
         let id = request.partition.clone();
+        let topic = id.topic.clone();
         let idempotent = request.batch.producer_id != 0;
         let mut route = Vec::new();
         let mut hops = 0u32;
@@ -427,7 +477,7 @@ impl Client {
                         tokio::time::sleep(jitter(backoff)).await;
                         backoff = (backoff * 2).min(Duration::from_secs(1));
                     }
-                    match self.refresh(Some(topic)).await {
+                    match self.refresh(Some(&topic)).await {
                         Ok(meta) if !meta.partitions.iter().any(|p| p.partition == id) => {
                             return Err(Error::UnknownPartition(id));
                         }
@@ -660,6 +710,23 @@ impl Client {
             }
         }
         Ok(topics)
+    }
+
+    /// How many partitions `topic` has, from cached metadata (fetched if not cached).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownPartition`] for an unknown topic; [`Error::NoBrokerReachable`].
+    pub async fn partition_count(&self, topic: &str) -> Result<u32> {
+        if let Some(n) = self.topics.lock().get(topic) {
+            return Ok(*n);
+        }
+        self.refresh(Some(topic)).await?;
+        self.topics
+            .lock()
+            .get(topic)
+            .copied()
+            .ok_or_else(|| Error::UnknownPartition(PartitionId::new(topic, 0)))
     }
 
     /// The cached leader of a partition: broker id and address.

@@ -182,6 +182,99 @@ pub enum Error {
     Io(#[from] std::io::Error),
 }
 
+/// A copy of the error. An [`Error::Io`] copy keeps the kind and the message of the original
+/// (an `io::Error` cannot be cloned), which is what a producer hands each record of a failed
+/// batch.
+impl Clone for Error {
+    fn clone(&self) -> Self {
+        match self {
+            Error::NotLeader { partition, leader } => Error::NotLeader {
+                partition: partition.clone(),
+                leader: *leader,
+            },
+            Error::UnknownPartition(p) => Error::UnknownPartition(p.clone()),
+            Error::Indeterminate { partition, reason } => Error::Indeterminate {
+                partition: partition.clone(),
+                reason: reason.clone(),
+            },
+            Error::TryAgain { partition, reason } => Error::TryAgain {
+                partition: partition.clone(),
+                reason: reason.clone(),
+            },
+            Error::OutOfOrderSequence {
+                partition,
+                producer_id,
+                expected,
+                got,
+            } => Error::OutOfOrderSequence {
+                partition: partition.clone(),
+                producer_id: *producer_id,
+                expected: *expected,
+                got: *got,
+            },
+            Error::OffsetOutOfRange {
+                requested,
+                start,
+                end,
+            } => Error::OffsetOutOfRange {
+                requested: *requested,
+                start: *start,
+                end: *end,
+            },
+            Error::LogIndexOutOfRange {
+                requested,
+                first,
+                next,
+            } => Error::LogIndexOutOfRange {
+                requested: *requested,
+                first: *first,
+                next: *next,
+            },
+            Error::RecordTooLarge { len, max } => Error::RecordTooLarge {
+                len: *len,
+                max: *max,
+            },
+            Error::BatchTooLarge { len, max } => Error::BatchTooLarge {
+                len: *len,
+                max: *max,
+            },
+            Error::InvalidBatch { kind } => Error::InvalidBatch { kind: kind.clone() },
+            Error::TermRegression {
+                previous,
+                requested,
+            } => Error::TermRegression {
+                previous: *previous,
+                requested: *requested,
+            },
+            Error::NoBrokerReachable { tried } => Error::NoBrokerReachable {
+                tried: tried.clone(),
+            },
+            Error::Timeout { elapsed_ms, last } => Error::Timeout {
+                elapsed_ms: *elapsed_ms,
+                last: last.clone(),
+            },
+            Error::Remote(msg) => Error::Remote(msg.clone()),
+            Error::EmptyBatch => Error::EmptyBatch,
+            Error::Corrupt {
+                file,
+                position,
+                kind,
+            } => Error::Corrupt {
+                file: file.clone(),
+                position: *position,
+                kind: kind.clone(),
+            },
+            Error::PreviousIo => Error::PreviousIo,
+            Error::Locked { path } => Error::Locked { path: path.clone() },
+            Error::InvalidConfig { field, reason } => Error::InvalidConfig {
+                field,
+                reason: reason.clone(),
+            },
+            Error::Io(e) => Error::Io(std::io::Error::new(e.kind(), e.to_string())),
+        }
+    }
+}
+
 /// What was wrong with bytes that failed validation (see the format's validation order).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

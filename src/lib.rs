@@ -9,6 +9,8 @@
 //!   answers [`Error::NotLeader`] with a [`LeaderHint`].
 //! - [`Client`]: takes a bootstrap list, learns each partition's leader from metadata, sends
 //!   writes there and follows redirects and leader changes, like a Kafka producer.
+//! - [`Producer`]: one record at a time in, batches out: Kafka's key partitioner (murmur2)
+//!   and sticky partitioner, batching by size and linger, over a [`Client`].
 //!
 //! # Example: a three-broker cluster in one process
 //!
@@ -93,6 +95,8 @@ mod error;
 mod fault;
 mod log;
 mod node;
+pub mod partitioner;
+mod producer;
 mod protocol;
 mod raft;
 mod segment;
@@ -111,6 +115,7 @@ pub use fault::FaultPoint;
 pub use fault::{FaultInjector, NetFaults};
 pub use log::{AppendInfo, LogIter, PartitionLog};
 pub use node::{Node, NodeConfig, PartitionStatus};
+pub use producer::{Producer, ProducerConfig, RecordMetadata};
 pub use raft::storage::Durability;
 pub use segment::RecoveryEvent;
 pub use segment::record::{Batch, Header, Record, RecordIter};

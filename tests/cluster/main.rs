@@ -661,6 +661,106 @@ async fn a_batch_resent_after_an_unknown_outcome_is_written_once() {
     shutdown_all(nodes).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producer_partitions_by_key_batches_and_keeps_each_keys_order() {
+    use replog::partitioner::partition_for_key;
+    use replog::{Client, ClientConfig, Producer, ProducerConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let addrs = free_addrs(3);
+    let nodes = start_all(|id| config(id, &addrs, dir.path())).await;
+    for p in 0..PARTITIONS {
+        leader_of(&nodes, p).await;
+    }
+    let client = std::sync::Arc::new(
+        Client::connect(&addrs[..1], ClientConfig::default())
+            .await
+            .unwrap(),
+    );
+    let mut config = ProducerConfig::default();
+    config.linger_ms = 20;
+    let producer = std::sync::Arc::new(Producer::new(std::sync::Arc::clone(&client), config));
+
+    // 8 keys × 25 records, all in flight at once.
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..200u32 {
+        let producer = std::sync::Arc::clone(&producer);
+        tasks.spawn(async move {
+            let key = format!("key-{}", i % 8);
+            let record = Record::new(format!("{key}/{i}")).with_key(key.clone());
+            (key, i, producer.send(TOPIC, record).await.unwrap())
+        });
+    }
+    let mut landed = Vec::new();
+    while let Some(r) = tasks.join_next().await {
+        landed.push(r.unwrap());
+    }
+    for (key, _, meta) in &landed {
+        assert_eq!(
+            meta.partition,
+            partition_for_key(key.as_bytes(), PARTITIONS),
+            "Kafka's partition for {key}"
+        );
+    }
+    // Every record is where it was acknowledged, once; a batch holds many records.
+    let mut batches = 0;
+    let mut records = 0;
+    for p in 0..PARTITIONS {
+        let all = client
+            .fetch(TOPIC, p, Offset(0), 1 << 20, None)
+            .await
+            .unwrap();
+        batches += all.len();
+        for b in &all {
+            for (offset, r) in b.records() {
+                records += 1;
+                let value = String::from_utf8(r.value.to_vec()).unwrap();
+                let (key, i, meta) = landed
+                    .iter()
+                    .find(|(k, i, _)| format!("{k}/{i}") == value)
+                    .unwrap();
+                assert_eq!((meta.partition, meta.offset), (p, offset), "{key}/{i}");
+            }
+        }
+    }
+    assert_eq!(records, 200);
+    assert!(
+        batches < 100,
+        "records travel in batches: {batches} batches"
+    );
+
+    // Records of one key, sent in order and all in flight at once, land in that order.
+    let in_order: Vec<_> = (0..20)
+        .map(|i| producer.send(TOPIC, Record::new(format!("o{i}")).with_key("ordered")))
+        .collect();
+    let mut previous = None;
+    for meta in futures_util::future::join_all(in_order).await {
+        let meta = meta.unwrap();
+        assert!(previous.is_none_or(|p: Offset| meta.offset > p), "in order");
+        previous = Some(meta.offset);
+    }
+
+    // Unkeyed records stick to one partition per batch; too large a record fails alone.
+    let too_big = Record::new(vec![0u8; 2 << 20]);
+    assert!(matches!(
+        producer.send(TOPIC, too_big).await,
+        Err(Error::RecordTooLarge { .. })
+    ));
+    let (a, b) = tokio::join!(
+        producer.send(TOPIC, Record::new("u1")),
+        producer.send(TOPIC, Record::new("u2"))
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a.partition, b.partition, "one sticky batch");
+    assert_eq!(b.offset.get(), a.offset.get() + 1);
+    assert!(matches!(
+        producer.send("no.such.topic", Record::new("x")).await,
+        Err(Error::UnknownPartition(_))
+    ));
+    drop(producer);
+    drop(client);
+    shutdown_all(nodes).await;
+}
+
 async fn wait_for_fetch(client: &replog::Client, addr: SocketAddr) -> Vec<replog::Batch> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
