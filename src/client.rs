@@ -18,7 +18,7 @@ use crate::protocol::{
 use crate::raft::types::AppendRequest;
 use crate::segment::record::{Batch, Limits, Record, encode_records};
 use crate::transport::frame::Op;
-use crate::transport::{CallError, Peer};
+use crate::transport::{CallError, Peer, Turn, Turns};
 use crate::types::{NodeId, Offset, PartitionId};
 
 /// Configuration of a [`Client`].
@@ -166,6 +166,7 @@ pub struct Client {
 
 /// A batch encoded and numbered, waiting to be sent.
 pub(crate) struct PreparedBatch {
+    turn: Turn,
     request: ProduceRequest,
     slot: Arc<ProducerSlot>,
     started: Instant,
@@ -177,6 +178,10 @@ pub(crate) struct PreparedBatch {
 struct ProducerSlot {
     sequencer: Mutex<Sequencer>,
     in_flight: tokio::sync::Semaphore,
+    /// Batches take an in-flight slot, and are queued on their connection, in the order they
+    /// were numbered: otherwise the five in flight could all wait for an earlier batch that
+    /// has no slot, or reach the leader out of order.
+    turns: Arc<Turns>,
 }
 
 #[derive(Debug)]
@@ -272,9 +277,24 @@ impl Client {
         op: Op,
         request: &Req,
     ) -> std::result::Result<std::result::Result<Resp, WireError>, CallError> {
+        self.call_with(addr, op, request, None).await
+    }
+
+    /// [`call`](Self::call), signalling `enqueued` once the request is queued on its
+    /// connection.
+    async fn call_with<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        addr: SocketAddr,
+        op: Op,
+        request: &Req,
+        enqueued: Option<tokio::sync::oneshot::Sender<()>>,
+    ) -> std::result::Result<std::result::Result<Resp, WireError>, CallError> {
         let body = postcard::to_stdvec(request)
             .map_err(|e| CallError::Unreachable(format!("cannot encode request: {e}")))?;
-        let bytes = self.peer(addr).call(op, &body, self.timeout()).await?;
+        let bytes = self
+            .peer(addr)
+            .call_with(op, &body, self.timeout(), enqueued)
+            .await?;
         postcard::from_bytes(&bytes)
             .map_err(|e| CallError::Unreachable(format!("bad response from {addr}: {e}")))
     }
@@ -357,6 +377,7 @@ impl Client {
                     next: 0,
                 }),
                 in_flight: tokio::sync::Semaphore::new(permits),
+                turns: Turns::new(),
             })
         }))
     }
@@ -390,12 +411,17 @@ impl Client {
         let id = PartitionId::new(topic, partition);
         let started = Instant::now();
         let slot = self.producer_slot(&id);
-        let (producer_id, base_sequence) = if self.config.idempotent {
-            slot.sequencer.lock().take(record_count)
-        } else {
-            (0, 0)
+        let ((producer_id, base_sequence), turn) = {
+            let sequencer = &mut slot.sequencer.lock();
+            let numbers = if self.config.idempotent {
+                sequencer.take(record_count)
+            } else {
+                (0, 0)
+            };
+            (numbers, slot.turns.issue())
         };
         Ok(PreparedBatch {
+            turn,
             request: ProduceRequest {
                 partition: id,
                 batch: AppendRequest {
@@ -415,14 +441,25 @@ impl Client {
     /// Sends a prepared batch, at most `in_flight_per_partition` at once per partition.
     pub(crate) async fn send_prepared(&self, batch: PreparedBatch) -> Result<Delivery> {
         let PreparedBatch {
+            turn,
             mut request,
             slot,
             started,
             deadline,
         } = batch;
-        let permit = tokio::time::timeout_at(deadline.into(), slot.in_flight.acquire()).await;
+        // In turn, take a slot; the turn passes on once the batch is queued on its first
+        // connection (or when it gives up).
+        let permit = tokio::time::timeout_at(deadline.into(), async {
+            turn.wait().await;
+            slot.in_flight.acquire().await
+        })
+        .await;
+        let mut turn = Some(turn);
         let outcome = match permit {
-            Ok(Ok(_permit)) => self.deliver(&mut request, &slot, started, deadline).await,
+            Ok(Ok(_permit)) => {
+                self.deliver(&mut request, &slot, started, deadline, &mut turn)
+                    .await
+            }
             _ => Err(Error::Timeout {
                 elapsed_ms: elapsed_ms(started),
                 last: "too many batches in flight to the partition".into(),
@@ -442,6 +479,7 @@ impl Client {
         slot: &ProducerSlot,
         started: Instant,
         deadline: Instant,
+        turn: &mut Option<Turn>,
     ) -> Result<Delivery> {
         let id = request.partition.clone();
         let topic = id.topic.clone();
@@ -504,8 +542,17 @@ impl Client {
                     }
                 }
             };
+            // The first attempt passes the turn on once it is queued on its connection.
+            let enqueued = turn.take().map(|turn| {
+                let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+                tokio::spawn(async move {
+                    let _ = rx.await;
+                    drop(turn);
+                });
+                tx
+            });
             let answer = self
-                .call::<_, ProduceResponse>(addr, Op::Produce, &*request)
+                .call_with::<_, ProduceResponse>(addr, Op::Produce, &*request, enqueued)
                 .await;
             let outcome = match &answer {
                 Ok(Ok(_)) => "ok".to_string(),

@@ -21,7 +21,7 @@ use crate::raft::storage::{Durability, LogStore};
 use crate::raft::types::AppendRequest;
 use crate::segment::record::{Batch, Record, encode_records};
 use crate::transport::frame::Op;
-use crate::transport::{BoxFuture, Handler, PeerSet, spawn_server};
+use crate::transport::{BoxFuture, Handler, PeerSet, Turn, spawn_server};
 use crate::types::{LeaderHint, LogIndex, NodeId, Offset, PartitionId};
 
 /// Configuration of a [`Node`].
@@ -454,16 +454,19 @@ impl Shared {
             producer_id,
             base_sequence,
         };
-        self.append_encoded(&PartitionId::new(topic, partition), request)
+        self.append_encoded(&PartitionId::new(topic, partition), request, None)
             .await
     }
 
     /// Appends an encoded batch: validated here, before it is proposed, so that no replica
     /// is ever asked to store a malformed one.
+    /// `turn`, if given, is the request's place among its connection's requests; batches of
+    /// one producer are checked in that order.
     pub(crate) async fn append_encoded(
         &self,
         id: &PartitionId,
         request: AppendRequest,
+        turn: Option<Turn>,
     ) -> Result<AppendInfo> {
         let group = self
             .groups
@@ -489,7 +492,7 @@ impl Shared {
             ..request
         };
         let timeout = Duration::from_millis(self.config.request_timeout_ms);
-        let outcome = tokio::time::timeout(timeout, group.raft.write(request)).await;
+        let outcome = tokio::time::timeout(timeout, group.raft.write(request, turn)).await;
         let indeterminate = |reason: String| Error::Indeterminate {
             partition: group.id.clone(),
             reason,
@@ -681,15 +684,20 @@ impl NodeHandler {
 }
 
 impl Handler for NodeHandler {
-    fn handle(self: Arc<Self>, op: Op, body: Vec<u8>) -> BoxFuture<Vec<u8>> {
+    fn handle(self: Arc<Self>, op: Op, body: Vec<u8>, turn: Turn) -> BoxFuture<Vec<u8>> {
         Box::pin(async move {
+            // Only produce requests keep their connection's order (see `Replica::write`).
+            let mut turn = Some(turn);
+            if !matches!(op, Op::Produce) {
+                turn = None;
+            }
             match op {
                 Op::AppendEntries | Op::Vote | Op::Snapshot => self.raft_rpc(op, &body).await,
                 Op::Produce => {
                     let result = match postcard::from_bytes::<ProduceRequest>(&body) {
                         Ok(req) => self
                             .shared
-                            .append_encoded(&req.partition, req.batch)
+                            .append_encoded(&req.partition, req.batch, turn.take())
                             .await
                             .map(|info| ProduceResponse {
                                 log_index: info.log_index.get(),

@@ -20,8 +20,9 @@ pub struct ProducerConfig {
     /// How long a record may wait for more records to join its batch. Default 5 ms (Kafka's
     /// default since 4.0).
     pub linger_ms: u64,
-    /// A batch is sent as soon as its records take this many bytes (encoded). Default 64 KiB;
-    /// at most the client's `batch_bytes_max`.
+    /// A batch is sent as soon as its records take this many bytes (encoded). Default
+    /// 256 KiB (large, because at most five batches per partition are in flight); at most the
+    /// client's `batch_bytes_max`.
     pub batch_bytes: usize,
 }
 
@@ -29,7 +30,7 @@ impl Default for ProducerConfig {
     fn default() -> Self {
         ProducerConfig {
             linger_ms: 5,
-            batch_bytes: 64 << 10,
+            batch_bytes: 256 << 10,
         }
     }
 }

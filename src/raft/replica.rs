@@ -16,8 +16,8 @@ use crate::raft::producers::{BATCHES_PER_PRODUCER, Check, PendingBatch};
 use crate::raft::state_machine::StateMachine;
 use crate::raft::storage::LogStore;
 use crate::raft::types::{AppendRequest, AppendResponse, BrokerNode, C};
-use crate::transport::PeerSet;
 use crate::transport::frame::Op;
+use crate::transport::{PeerSet, Turn};
 use crate::types::{NodeId, PartitionId};
 
 /// Raft timing for every replica of a node.
@@ -147,13 +147,18 @@ impl Replica {
     /// A batch with a producer id is checked against the producer's recent batches first (see
     /// [`crate::raft::producers`]): a duplicate is answered with its original offsets and not
     /// written again.
+    ///
+    /// `turn` orders batches that arrived in order but are served on tasks of their own: the
+    /// batch is checked only after every earlier one was.
     pub(crate) async fn write(
         &self,
         request: AppendRequest,
+        turn: Option<Turn>,
     ) -> std::result::Result<(u64, AppendResponse), WriteError> {
         if request.producer_id != 0 {
-            return self.write_idempotent(request).await;
+            return self.write_idempotent(request, turn).await;
         }
+        drop(turn);
         match self.raft.client_write(request).await {
             Ok(response) => Ok((response.log_id.index, response.data)),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(not_leader(f)),
@@ -167,11 +172,16 @@ impl Replica {
     async fn write_idempotent(
         &self,
         request: AppendRequest,
+        turn: Option<Turn>,
     ) -> std::result::Result<(u64, AppendResponse), WriteError> {
         let producer = request.producer_id;
         let batch: PendingBatch = (request.base_sequence, request.record_count);
         let rx = {
+            if let Some(turn) = &turn {
+                turn.wait().await;
+            }
             let mut gate = self.gate.lock().await;
+            drop(turn);
             let leader = self.raft.as_leader().map_err(not_leader)?;
             let term = leader.term();
             if gate.term != term {

@@ -7,6 +7,7 @@
 //! dropped; the next request reconnects. Nothing here knows about Raft.
 
 pub(crate) mod frame;
+pub(crate) mod turns;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -21,13 +22,18 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use frame::{FrameReadError, Kind, Op, encode, read_frame};
+pub(crate) use turns::{Turn, Turns};
 
 /// A boxed, sendable future.
 pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 /// Serves requests: turns an op and a request body into a response body.
 pub(crate) trait Handler: Send + Sync + 'static {
-    fn handle(self: Arc<Self>, op: Op, body: Vec<u8>) -> BoxFuture<Vec<u8>>;
+    /// Serves one request. `turn` is the request's place among the requests of its
+    /// connection: a handler that must keep their order waits for it, and drops it once the
+    /// order is fixed (requests are served on tasks of their own, which may start in any
+    /// order).
+    fn handle(self: Arc<Self>, op: Op, body: Vec<u8>, turn: Turn) -> BoxFuture<Vec<u8>>;
 }
 
 /// Accepts connections on `listener` until `shutdown` turns true.
@@ -83,6 +89,7 @@ async fn serve_conn(
 ) {
     let (mut rd, wr) = stream.into_split();
     let (tx, writer) = spawn_writer(wr);
+    let turns = Turns::new();
     loop {
         let next = tokio::select! {
             _ = shutdown.changed() => break,
@@ -91,8 +98,9 @@ async fn serve_conn(
         match next {
             Ok(Some((head, body))) if head.kind == Kind::Request => {
                 let (handler, tx) = (Arc::clone(&handler), tx.clone());
+                let turn = turns.issue();
                 tokio::spawn(async move {
-                    let response = handler.handle(head.op, body).await;
+                    let response = handler.handle(head.op, body, turn).await;
                     let _ = tx
                         .send(encode(Kind::Response, head.op, head.request_id, &response))
                         .await;
@@ -168,6 +176,18 @@ impl Peer {
         body: &[u8],
         timeout: Duration,
     ) -> Result<Vec<u8>, CallError> {
+        self.call_with(op, body, timeout, None).await
+    }
+
+    /// [`call`](Self::call), signalling `enqueued` once the request is queued on the
+    /// connection: requests queued in some order are written in that order.
+    pub(crate) async fn call_with(
+        &self,
+        op: Op,
+        body: &[u8],
+        timeout: Duration,
+        enqueued: Option<oneshot::Sender<()>>,
+    ) -> Result<Vec<u8>, CallError> {
         let conn = self.connection(timeout).await?;
         let id = conn.next_id.fetch_add(1, Ordering::Relaxed);
         let (otx, orx) = oneshot::channel();
@@ -181,6 +201,9 @@ impl Peer {
             conn.pending.lock().remove(&id);
             conn.alive.store(false, Ordering::Release);
             return Err(CallError::Unreachable("connection closed".into()));
+        }
+        if let Some(enqueued) = enqueued {
+            let _ = enqueued.send(());
         }
         match tokio::time::timeout(timeout, orx).await {
             Ok(Ok(response)) => Ok(response),
