@@ -269,27 +269,28 @@ fn local(c: &mut Criterion) {
 }
 
 /// Sends `iters * BATCH` records one at a time through `producer`, keeping up to
-/// `outstanding` sends in flight, and returns the wall time until the last is acknowledged.
+/// `outstanding` sends in flight (awaited oldest first, as an application that keeps its
+/// records' futures in order would), and returns the wall time until the last is
+/// acknowledged.
 async fn timed_produce(
     producer: &Producer,
     value_len: usize,
     iters: u64,
     outstanding: usize,
 ) -> Duration {
-    use futures_util::StreamExt;
     let total = iters * BATCH as u64;
     let value = bytes::Bytes::from(vec![7u8; value_len]);
-    let mut pending = futures_util::stream::FuturesUnordered::new();
+    let mut pending = std::collections::VecDeque::with_capacity(outstanding);
     let start = Instant::now();
     let mut sent = 0u64;
     loop {
         while sent < total && pending.len() < outstanding {
-            pending.push(producer.send(TOPIC, Record::new(value.clone())));
+            pending.push_back(producer.send(TOPIC, Record::new(value.clone())));
             sent += 1;
         }
-        match pending.next().await {
-            Some(done) => {
-                black_box(done.expect("produce"));
+        match pending.pop_front() {
+            Some(oldest) => {
+                black_box(oldest.await.expect("produce"));
             }
             None => break,
         }

@@ -1,6 +1,7 @@
 //! [`Producer`]: records in, batches out, like a Kafka producer's accumulator.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use crate::client::{Client, PreparedBatch};
 use crate::error::{Error, Result};
 use crate::partitioner::partition_for_key;
 use crate::segment::record::Record;
-use crate::types::Offset;
+use crate::types::{Offset, PartitionId};
 
 /// Configuration of a [`Producer`].
 #[derive(Clone, Debug)]
@@ -58,13 +59,27 @@ struct Open {
     generation: u64,
 }
 
-#[derive(Default)]
+/// What the producer keeps per topic.
+struct Topic {
+    /// One open batch per partition.
+    open: Vec<Open>,
+    /// The partition unkeyed records go to until its batch is sent.
+    sticky: Option<u32>,
+}
+
 struct State {
-    open: HashMap<(String, u32), Open>,
-    /// The partition unkeyed records of each topic go to until its batch is sent.
-    sticky: HashMap<String, u32>,
+    topics: HashMap<String, Topic>,
     /// Spreads the sticky choice.
     rng: u64,
+}
+
+/// What `Producer` shares with its tasks.
+struct Shared {
+    client: Arc<Client>,
+    config: ProducerConfig,
+    /// `config.batch_bytes`, capped by the client's batch limit.
+    batch_bytes: usize,
+    state: Mutex<State>,
 }
 
 /// A producer over a [`Client`]: [`send`](Producer::send) takes one record and returns where
@@ -114,159 +129,221 @@ struct State {
 /// # }
 /// ```
 pub struct Producer {
-    client: Arc<Client>,
-    config: ProducerConfig,
-    state: Arc<Mutex<State>>,
+    shared: Arc<Shared>,
 }
 
 impl std::fmt::Debug for Producer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Producer")
-            .field("config", &self.config)
+            .field("config", &self.shared.config)
             .finish_non_exhaustive()
     }
 }
 
 impl Producer {
-    /// A producer sending through `client`. Must be created inside a tokio runtime's context
-    /// when used (batches are sent from spawned tasks).
+    /// A producer sending through `client`. Must be used inside a tokio runtime (batches are
+    /// sent from spawned tasks).
     pub fn new(client: Arc<Client>, config: ProducerConfig) -> Producer {
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64 | 1);
+        let batch_bytes = config.batch_bytes.min(client.batch_bytes_max() as usize);
         Producer {
-            client,
-            config,
-            state: Arc::new(Mutex::new(State {
-                rng: seed,
-                ..State::default()
-            })),
+            shared: Arc::new(Shared {
+                client,
+                config,
+                batch_bytes,
+                state: Mutex::new(State {
+                    topics: HashMap::new(),
+                    rng: seed,
+                }),
+            }),
         }
     }
 
-    /// Sends one record of `topic` and returns where it landed, once its batch is committed.
+    /// Sends one record of `topic`; the returned future says where it landed once its batch
+    /// is committed.
+    ///
+    /// The record joins its partition's batch when `send` is called (or, the first time a
+    /// topic is used, once its partition count is known), so records sent one after another
+    /// keep that order within a partition even if their futures are polled in another order.
     ///
     /// # Errors
     ///
     /// What [`Client::send`] returns for the record's batch; [`Error::UnknownPartition`] for
     /// an unknown topic; [`Error::RecordTooLarge`] for this record alone.
-    pub async fn send(&self, topic: &str, record: Record) -> Result<RecordMetadata> {
-        let partitions = self.client.partition_count(topic).await?;
-        let len = record.encoded_len(self.client.record_bytes_max())?;
-        let batch_bytes = self
-            .config
-            .batch_bytes
-            .min(self.client.batch_bytes_max() as usize);
-        let (tx, rx) = oneshot::channel();
-        {
-            let mut state = self.state.lock();
-            let partition = match &record.key {
-                Some(key) => partition_for_key(key, partitions),
-                None => sticky_partition(&mut state, topic, partitions),
+    pub fn send(
+        &self,
+        topic: &str,
+        record: Record,
+    ) -> impl Future<Output = Result<RecordMetadata>> + Send + 'static {
+        let shared = Arc::clone(&self.shared);
+        let now = shared.enqueue(topic, record);
+        let topic = match &now {
+            Enqueue::NeedTopic(_) => topic.to_string(),
+            _ => String::new(),
+        };
+        async move {
+            let rx = match now {
+                Enqueue::Queued(rx) => rx,
+                Enqueue::Failed(e) => return Err(e),
+                Enqueue::NeedTopic(record) => {
+                    let partitions = shared.client.partition_count(&topic).await?;
+                    shared
+                        .state
+                        .lock()
+                        .topics
+                        .entry(topic.clone())
+                        .or_insert_with(|| Topic {
+                            open: (0..partitions).map(|_| Open::default()).collect(),
+                            sticky: None,
+                        });
+                    match shared.enqueue(&topic, record) {
+                        Enqueue::Queued(rx) => rx,
+                        Enqueue::Failed(e) => return Err(e),
+                        Enqueue::NeedTopic(_) => {
+                            return Err(Error::UnknownPartition(PartitionId::new(topic, 0)));
+                        }
+                    }
+                }
             };
-            let key = (topic.to_string(), partition);
-            // A record that does not fit the open batch closes it first.
-            if state
-                .open
-                .get(&key)
-                .is_some_and(|o| !o.records.is_empty() && o.bytes + len > batch_bytes)
-            {
-                self.send_open(&mut state, &key);
-            }
-            let open = state.open.entry(key.clone()).or_default();
-            open.records.push(record);
-            open.waiters.push(tx);
-            open.bytes += len;
-            if open.bytes >= batch_bytes {
-                self.send_open(&mut state, &key);
-            } else if open.records.len() == 1 {
-                self.start_linger(key, open.generation);
-            }
+            rx.await.unwrap_or_else(|_| {
+                Err(Error::Remote(
+                    "the producer stopped before the batch was sent".into(),
+                ))
+            })
         }
-        rx.await.unwrap_or_else(|_| {
-            Err(Error::Remote(
-                "the producer stopped before the batch was sent".into(),
-            ))
-        })
     }
 
     /// Sends every open batch now.
     pub fn flush(&self) {
-        let mut state = self.state.lock();
-        let keys: Vec<(String, u32)> = state.open.keys().cloned().collect();
-        for key in keys {
-            self.send_open(&mut state, &key);
+        let mut state = self.shared.state.lock();
+        let keys: Vec<(String, u32)> = state
+            .topics
+            .iter()
+            .flat_map(|(name, t)| (0..t.open.len() as u32).map(move |p| (name.clone(), p)))
+            .collect();
+        for (topic, partition) in keys {
+            self.shared.send_open(&mut state, &topic, partition);
         }
     }
+}
 
-    /// After `linger_ms`, sends the batch of `key` if it is still generation `generation`.
-    fn start_linger(&self, key: (String, u32), generation: u64) {
-        let (state, client) = (Arc::clone(&self.state), Arc::clone(&self.client));
+/// What `enqueue` did with a record.
+enum Enqueue {
+    Queued(oneshot::Receiver<Result<RecordMetadata>>),
+    Failed(Error),
+    /// The topic's partition count is not known yet.
+    NeedTopic(Record),
+}
+
+impl Shared {
+    /// Adds `record` to its partition's open batch, sending the batch when it is full.
+    fn enqueue(self: &Arc<Self>, topic: &str, record: Record) -> Enqueue {
+        let len = match record.encoded_len(self.client.record_bytes_max()) {
+            Ok(len) => len,
+            Err(e) => return Enqueue::Failed(e),
+        };
+        let mut guard = self.state.lock();
+        let state = &mut *guard;
+        let Some(t) = state.topics.get_mut(topic) else {
+            return Enqueue::NeedTopic(record);
+        };
+        let partitions = t.open.len() as u32;
+        if partitions == 0 {
+            return Enqueue::Failed(Error::UnknownPartition(PartitionId::new(topic, 0)));
+        }
+        let partition = match &record.key {
+            Some(key) => partition_for_key(key, partitions),
+            None => *t.sticky.get_or_insert_with(|| {
+                state.rng ^= state.rng << 13;
+                state.rng ^= state.rng >> 7;
+                state.rng ^= state.rng << 17;
+                (state.rng % u64::from(partitions.max(1))) as u32
+            }),
+        };
+        // A record that does not fit the open batch closes it first.
+        let open = &t.open[partition as usize];
+        if !open.records.is_empty() && open.bytes + len > self.batch_bytes {
+            self.send_open(state, topic, partition);
+        }
+        let (tx, rx) = oneshot::channel();
+        let Some(open) = state
+            .topics
+            .get_mut(topic)
+            .and_then(|t| t.open.get_mut(partition as usize))
+        else {
+            return Enqueue::Failed(Error::UnknownPartition(PartitionId::new(topic, partition)));
+        };
+        open.records.push(record);
+        open.waiters.push(tx);
+        open.bytes += len;
+        if open.bytes >= self.batch_bytes {
+            self.send_open(state, topic, partition);
+        } else if open.records.len() == 1 {
+            self.start_linger(topic, partition, open.generation);
+        }
+        Enqueue::Queued(rx)
+    }
+
+    /// After `linger_ms`, sends the batch of `partition` if it is still generation
+    /// `generation`.
+    fn start_linger(self: &Arc<Self>, topic: &str, partition: u32, generation: u64) {
+        let shared = Arc::clone(self);
+        let topic = topic.to_string();
         let linger = Duration::from_millis(self.config.linger_ms);
         tokio::spawn(async move {
             tokio::time::sleep(linger).await;
-            let mut state = state.lock();
-            if state
-                .open
-                .get(&key)
-                .is_some_and(|o| o.generation == generation && !o.records.is_empty())
-            {
-                send_open(&client, &mut state, &key);
+            let mut state = shared.state.lock();
+            let current = state
+                .topics
+                .get(&topic)
+                .and_then(|t| t.open.get(partition as usize))
+                .is_some_and(|o| o.generation == generation);
+            if current {
+                shared.send_open(&mut state, &topic, partition);
             }
         });
     }
 
-    fn send_open(&self, state: &mut State, key: &(String, u32)) {
-        send_open(&self.client, state, key);
-    }
-}
-
-/// Numbers the open batch of `key` now (under the state lock, so batches of a partition are
-/// numbered in the order they were formed) and sends it from a task of its own.
-fn send_open(client: &Arc<Client>, state: &mut State, key: &(String, u32)) {
-    let Some(open) = state.open.get_mut(key) else {
-        return;
-    };
-    if open.records.is_empty() {
-        return;
-    }
-    open.generation += 1;
-    open.bytes = 0;
-    let records = std::mem::take(&mut open.records);
-    let waiters = std::mem::take(&mut open.waiters);
-    // Kafka's sticky partitioner moves on once the sticky partition's batch is sent.
-    if state.sticky.get(&key.0) == Some(&key.1) {
-        state.sticky.remove(&key.0);
-    }
-    let partition = key.1;
-    let prepared: Result<PreparedBatch> = client.prepare(&key.0, partition, &records);
-    let client = Arc::clone(client);
-    tokio::spawn(async move {
-        let outcome = match prepared {
-            Ok(batch) => client.send_prepared(batch).await,
-            Err(e) => Err(e),
+    /// Numbers the open batch of `partition` now (under the state lock, so batches of a
+    /// partition are numbered in the order they were formed) and sends it from a task of its
+    /// own.
+    fn send_open(&self, state: &mut State, topic: &str, partition: u32) {
+        let Some(t) = state.topics.get_mut(topic) else {
+            return;
         };
-        for (i, waiter) in (0u64..).zip(waiters) {
-            let result = match &outcome {
-                Ok(d) => Ok(RecordMetadata {
-                    partition,
-                    offset: Offset(d.base_offset.get() + i),
-                }),
-                Err(e) => Err(e.clone()),
-            };
-            let _ = waiter.send(result);
+        // Kafka's sticky partitioner moves on once the sticky partition's batch is sent.
+        if t.sticky == Some(partition) {
+            t.sticky = None;
         }
-    });
-}
-
-fn sticky_partition(state: &mut State, topic: &str, partitions: u32) -> u32 {
-    if let Some(p) = state.sticky.get(topic).filter(|p| **p < partitions) {
-        return *p;
+        let Some(open) = t.open.get_mut(partition as usize) else {
+            return;
+        };
+        if open.records.is_empty() {
+            return;
+        }
+        open.generation += 1;
+        open.bytes = 0;
+        let records = std::mem::take(&mut open.records);
+        let waiters = std::mem::take(&mut open.waiters);
+        let prepared: Result<PreparedBatch> = self.client.prepare(topic, partition, &records);
+        let client = Arc::clone(&self.client);
+        tokio::spawn(async move {
+            let outcome = match prepared {
+                Ok(batch) => client.send_prepared(batch).await,
+                Err(e) => Err(e),
+            };
+            for (i, waiter) in (0u64..).zip(waiters) {
+                let result = match &outcome {
+                    Ok(d) => Ok(RecordMetadata {
+                        partition,
+                        offset: Offset(d.base_offset.get() + i),
+                    }),
+                    Err(e) => Err(e.clone()),
+                };
+                let _ = waiter.send(result);
+            }
+        });
     }
-    state.rng ^= state.rng << 13;
-    state.rng ^= state.rng >> 7;
-    state.rng ^= state.rng << 17;
-    let p = (state.rng % u64::from(partitions.max(1))) as u32;
-    state.sticky.insert(topic.to_string(), p);
-    p
 }
