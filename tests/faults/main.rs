@@ -237,6 +237,17 @@ impl Cluster {
 /// One producer: `count` sends of one record each, one at a time, to partitions it picks at
 /// random; every outcome recorded.
 async fn produce(addrs: Vec<SocketAddr>, producer: u32, count: u64, seed: u64) -> Vec<Op> {
+    produce_until(addrs, producer, count, seed, None).await
+}
+
+/// [`produce`], stopping early at `until` if given.
+async fn produce_until(
+    addrs: Vec<SocketAddr>,
+    producer: u32,
+    count: u64,
+    seed: u64,
+    until: Option<Instant>,
+) -> Vec<Op> {
     let mut config = ClientConfig::default();
     config.request_timeout_ms = 1000;
     config.delivery_timeout_ms = 4000;
@@ -253,6 +264,9 @@ async fn produce(addrs: Vec<SocketAddr>, producer: u32, count: u64, seed: u64) -
         }
     };
     for n in 0..count {
+        if until.is_some_and(|u| Instant::now() >= u) {
+            break;
+        }
         let partition = rng.below(u64::from(PARTITIONS)) as u32;
         let record = Record::new(Op::payload(producer, n));
         let outcome = match client.send(TOPIC, partition, &[record]).await {
@@ -525,6 +539,184 @@ async fn a_leader_whose_disk_fails_to_sync_stops_leading_and_writes_go_on_elsewh
     assert_eq!(violations, vec![]);
     drop(client);
     cluster.shutdown().await;
+}
+
+/// A `replog node` process; SIGKILLed when dropped.
+struct Process {
+    child: std::process::Child,
+    stopped: bool,
+}
+
+impl Process {
+    fn spawn(id: u64, addrs: &[SocketAddr], dir: &std::path::Path) -> Process {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_replog"));
+        cmd.args(["node", "--id", &id.to_string()])
+            .args(["--listen", &addrs[id as usize - 1].to_string()]);
+        for (i, a) in (1u64..).zip(addrs) {
+            if i != id {
+                cmd.args(["--peer", &format!("{i}@{a}")]);
+            }
+        }
+        cmd.args(["--topic", &format!("{TOPIC}:{PARTITIONS}")])
+            .args(["--election-timeout-ms", "500"])
+            .arg("--data")
+            .arg(dir.join(format!("proc-{id}")))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        Process {
+            child: cmd.spawn().expect("spawn replog node"),
+            stopped: false,
+        }
+    }
+
+    fn signal(&mut self, signal: rustix::process::Signal) {
+        let pid = rustix::process::Pid::from_child(&self.child);
+        rustix::process::kill_process(pid, signal).expect("signal the broker");
+        self.stopped = signal == rustix::process::Signal::STOP;
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if self.stopped {
+            self.signal(rustix::process::Signal::CONT);
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Every committed record of `partition` on the broker at `addr`.
+async fn read_replica(
+    client: &Client,
+    addr: SocketAddr,
+    partition: u32,
+) -> replog::Result<Vec<(u64, Vec<u8>)>> {
+    let mut out = Vec::new();
+    let mut next = Offset(0);
+    // Bounded: each pass moves `next` forward or ends.
+    loop {
+        let batches = client
+            .fetch(TOPIC, partition, next, 1 << 20, Some(addr))
+            .await?;
+        if batches.is_empty() {
+            return Ok(out);
+        }
+        for b in &batches {
+            for (o, r) in b.records() {
+                if o >= next {
+                    out.push((o.get(), r.value.to_vec()));
+                    next = Offset(o.get() + 1);
+                }
+            }
+        }
+    }
+}
+
+/// Three broker processes SIGKILLed (then restarted from their directories) and
+/// SIGSTOPped/SIGCONTed at random under four producers for `FAULT_PROCESS_SECS` seconds
+/// (default 60), then converged and checked. Never more than one broker down or paused at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_processes_killed_and_paused_at_random_lose_and_duplicate_nothing() {
+    use rustix::process::Signal;
+    let seed = env_u64("FAULT_SEED", 7);
+    let secs = env_u64("FAULT_PROCESS_SECS", 60);
+    let mut rng = Rng::new(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let listeners: Vec<_> = (0..3)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let addrs: Vec<SocketAddr> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
+    drop(listeners);
+    let mut brokers: Vec<Option<Process>> = (1..=3)
+        .map(|id| Some(Process::spawn(id, &addrs, dir.path())))
+        .collect();
+    let end = Instant::now() + Duration::from_secs(secs);
+    let producers: Vec<_> = (0..PRODUCERS)
+        .map(|p| tokio::spawn(produce_until(addrs.clone(), p, u64::MAX, seed, Some(end))))
+        .collect();
+    let (mut kills, mut pauses) = (0, 0);
+    while Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(300 + rng.below(1200))).await;
+        let impaired =
+            (1..=3u64).find(|id| brokers[*id as usize - 1].as_ref().is_none_or(|b| b.stopped));
+        match impaired {
+            // Heal the one broker that is down or paused.
+            Some(id) => match brokers[id as usize - 1].as_mut() {
+                Some(paused) => paused.signal(Signal::CONT),
+                None => brokers[id as usize - 1] = Some(Process::spawn(id, &addrs, dir.path())),
+            },
+            None => {
+                let id = 1 + rng.below(3);
+                if rng.below(2) == 0 {
+                    drop(brokers[id as usize - 1].take());
+                    kills += 1;
+                } else if let Some(b) = brokers[id as usize - 1].as_mut() {
+                    b.signal(Signal::STOP);
+                    pauses += 1;
+                }
+            }
+        }
+    }
+    for id in 1..=3u64 {
+        match brokers[id as usize - 1].as_mut() {
+            Some(b) if b.stopped => b.signal(Signal::CONT),
+            Some(_) => {}
+            None => brokers[id as usize - 1] = Some(Process::spawn(id, &addrs, dir.path())),
+        }
+    }
+    let mut ops = Vec::new();
+    for p in producers {
+        ops.extend(p.await.unwrap());
+    }
+
+    // Converge: every replica holds as many committed records as the leader's high watermark.
+    let client = Client::connect(&addrs, ClientConfig::default())
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let replicas = loop {
+        let mut replicas = Vec::new();
+        let mut settled = true;
+        for partition in 0..PARTITIONS {
+            let hw = match client.describe(TOPIC).await {
+                Ok(d) if d[partition as usize].leader.is_some() => {
+                    d[partition as usize].high_watermark.get()
+                }
+                _ => {
+                    settled = false;
+                    continue;
+                }
+            };
+            for (node, addr) in (1u64..).zip(&addrs) {
+                match read_replica(&client, *addr, partition).await {
+                    Ok(records) => {
+                        settled &= records.len() as u64 == hw;
+                        replicas.push(Replica {
+                            node,
+                            partition,
+                            records,
+                        });
+                    }
+                    Err(_) => settled = false,
+                }
+            }
+        }
+        if settled {
+            break replicas;
+        }
+        assert!(Instant::now() < deadline, "no convergence after the chaos");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let (violations, summary) = history::check(&ops, &replicas);
+    eprintln!("processes: {secs} s, seed {seed}, {kills} SIGKILLs, {pauses} SIGSTOPs, {summary:?}");
+    assert!(
+        violations.is_empty(),
+        "seed {seed}: {} violations, first: {:?}",
+        violations.len(),
+        &violations[..violations.len().min(10)]
+    );
+    assert!(summary.acknowledged > 0, "some writes were acknowledged");
 }
 
 /// Replays one schedule: `FAULT_SEED=<seed>`.
