@@ -905,3 +905,157 @@ async fn three_broker_processes_survive_sigkill_of_the_leader() {
         }
     }
 }
+
+/// Runs the `replog` binary with `args` and `stdin`; returns (success, stdout, stderr).
+fn cli(args: &[&str], stdin: &str) -> (bool, String, String) {
+    use std::io::Write;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_replog"))
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run replog");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Retries `f` every 100 ms until it returns `Some`, for at most `limit`.
+fn retry<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The seed tutorial through the CLI against three `replog node` processes: describe, produce
+/// through a follower, consume from every broker's own replica, and one-line errors.
+#[test]
+fn the_tutorial_runs_through_the_cli_against_three_broker_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let addrs = free_addrs(3);
+    let _brokers: Vec<Broker> = (1..=3)
+        .map(|id| spawn_broker(id, &addrs, dir.path()))
+        .collect();
+    let server = |i: usize| addrs[i].to_string();
+
+    // Describe through broker 2 until a leader is elected: Kafka's line format.
+    let (leader, line) = retry(Duration::from_secs(20), "a leader", || {
+        let (ok, out, _) = cli(
+            &[
+                "topics",
+                "--bootstrap-server",
+                &server(1),
+                "--describe",
+                "--topic",
+                TOPIC,
+            ],
+            "",
+        );
+        let line = out.lines().next()?.to_string();
+        let leader: u64 = line
+            .split("Leader: ")
+            .nth(1)?
+            .split('\t')
+            .next()?
+            .parse()
+            .ok()?;
+        ok.then_some((leader, line))
+    });
+    assert!(
+        line.starts_with(&format!(
+            "Topic: {TOPIC}\tPartition: 0\tLeader: {leader}\tReplicas: 1,2,3\tIsr: "
+        )),
+        "{line}"
+    );
+
+    // Produce through a follower: the client is redirected to the leader.
+    let follower = (0..3).find(|i| *i as u64 + 1 != leader).unwrap();
+    let (ok, out, err) = cli(
+        &[
+            "produce",
+            "--bootstrap-server",
+            &server(follower),
+            "--topic",
+            TOPIC,
+            "--print-offsets",
+        ],
+        "follower-message-1\n",
+    );
+    assert!(ok, "produce failed: {err}");
+    assert!(
+        out.contains(&format!("{TOPIC}/0@0"))
+            && out.contains(&addrs[leader as usize - 1].to_string()),
+        "landed at offset 0 through the leader: {out}"
+    );
+
+    // Consume from the beginning on each broker's own replica.
+    for i in 0..3 {
+        let out = retry(
+            Duration::from_secs(10),
+            "the record on every replica",
+            || {
+                let (ok, out, _) = cli(
+                    &[
+                        "consume",
+                        "--bootstrap-server",
+                        &server(i),
+                        "--topic",
+                        TOPIC,
+                        "--from-beginning",
+                        "--from-replica",
+                        "--max-messages",
+                        "1",
+                        "--timeout-ms",
+                        "2000",
+                    ],
+                    "",
+                );
+                (ok && out.contains("follower-message-1")).then_some(out)
+            },
+        );
+        assert_eq!(out.trim(), "follower-message-1");
+    }
+
+    // Errors are one line and a non-zero exit, never a panic.
+    for args in [
+        vec![
+            "consume",
+            "--bootstrap-server",
+            &server(0),
+            "--topic",
+            "nope",
+            "--timeout-ms",
+            "500",
+        ],
+        vec![
+            "produce",
+            "--bootstrap-server",
+            "127.0.0.1:1",
+            "--topic",
+            TOPIC,
+        ],
+    ] {
+        let (ok, _, err) = cli(&args, "x\n");
+        assert!(!ok, "{args:?} should fail");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        assert!(
+            err.starts_with("replog: error:") && !err.contains("panicked"),
+            "{err}"
+        );
+    }
+}
