@@ -565,6 +565,7 @@ async fn a_client_bootstrapped_on_a_follower_writes_to_the_leader_and_follows_fa
     }
 
     // The leader dies: the same client finds the new one and keeps writing.
+    let killed = Instant::now();
     nodes[leader as usize - 1]
         .take()
         .unwrap()
@@ -577,8 +578,27 @@ async fn a_client_bootstrapped_on_a_follower_writes_to_the_leader_and_follows_fa
         .send(TOPIC, 0, &[Record::new("after-failover")])
         .await
         .unwrap();
+    // Reported, not asserted (the target is two election timeouts plus one request timeout).
+    eprintln!(
+        "failover: acknowledged writes resumed {:?} after the leader stopped (election timeout {ELECTION_TIMEOUT_MS} ms)",
+        killed.elapsed()
+    );
     assert_eq!(d.base_offset, Offset(1));
     assert_ne!(d.route.last().unwrap().addr, addrs[leader as usize - 1]);
+
+    // A bootstrap list whose first address is dead still gets the client in.
+    let dead_first = [addrs[leader as usize - 1], addrs[follower as usize - 1]];
+    let late = Client::connect(&dead_first, ClientConfig::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        late.send(TOPIC, 0, &[Record::new("dead-first")])
+            .await
+            .unwrap()
+            .base_offset,
+        Offset(2)
+    );
+    drop(late);
     let all = client
         .fetch(TOPIC, 0, Offset(0), 1 << 20, None)
         .await
@@ -590,7 +610,11 @@ async fn a_client_bootstrapped_on_a_follower_writes_to_the_leader_and_follows_fa
         .collect();
     assert_eq!(
         got,
-        vec![b"follower-message-1".to_vec(), b"after-failover".to_vec()]
+        vec![
+            b"follower-message-1".to_vec(),
+            b"after-failover".to_vec(),
+            b"dead-first".to_vec()
+        ]
     );
 
     // Unknown topics are a typed error.
