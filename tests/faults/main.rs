@@ -541,6 +541,68 @@ async fn a_leader_whose_disk_fails_to_sync_stops_leading_and_writes_go_on_elsewh
     cluster.shutdown().await;
 }
 
+/// A bit flipped in a follower's sealed segment (while it was down) is caught by the CRC: the
+/// follower fences itself (it does not start, and says which file is damaged) and never hands
+/// out the bad bytes, while the other two keep taking writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bit_flip_in_a_followers_sealed_segment_fences_it_and_is_never_served() {
+    let mut cluster = Cluster::start(3, Durability::Fsync).await;
+    let client = Client::connect(&cluster.addrs, ClientConfig::default())
+        .await
+        .unwrap();
+    // Enough 1 KiB records to seal several 256 KiB segments of partition 0.
+    for i in 0..120u64 {
+        let batch: Vec<Record> = (0..4)
+            .map(|j| Record::new(format!("{i}-{j}-{}", "x".repeat(1000))))
+            .collect();
+        client.send(TOPIC, 0, &batch).await.unwrap();
+    }
+    cluster.converge(Duration::from_secs(20)).await;
+    let leader = cluster.leader(0).unwrap();
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    cluster.stop(follower).await;
+
+    // Flip one bit in the middle of the follower's first segment (sealed: others follow it).
+    let part_dir = cluster
+        .dir
+        .path()
+        .join(follower.to_string())
+        .join(format!("{TOPIC}-0"));
+    let mut segments: Vec<_> = std::fs::read_dir(&part_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    segments.sort();
+    assert!(segments.len() >= 2, "sealed segments exist: {segments:?}");
+    let mut bytes = std::fs::read(&segments[0]).unwrap();
+    let at = 128 << 10;
+    bytes[at] ^= 0x10;
+    std::fs::write(&segments[0], &bytes).unwrap();
+
+    // Restarting, it re-reads its log and finds the damage: it refuses to start, naming the
+    // file and the failed checksum, instead of serving or replicating the bad bytes (and so
+    // never stands for election with them).
+    let refused = Node::start(cluster.config(follower)).await;
+    let message = match refused {
+        Ok(_) => panic!("a replica with a damaged sealed segment started"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        message.contains(&segments[0].display().to_string()) && message.contains("checksum"),
+        "{message}"
+    );
+    // The leader's copy is intact and the cluster keeps taking writes.
+    let leader_node = cluster.nodes[leader as usize - 1].as_ref().unwrap();
+    assert!(leader_node.read(TOPIC, 0, Offset(0), 1 << 20).is_ok());
+    client
+        .send(TOPIC, 0, &[Record::new("after the flip")])
+        .await
+        .unwrap();
+    drop(client);
+    cluster.shutdown().await;
+}
+
 /// A `replog node` process; SIGKILLed when dropped.
 struct Process {
     child: std::process::Child,
