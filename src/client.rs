@@ -188,14 +188,38 @@ struct ProducerSlot {
 struct Sequencer {
     producer_id: u64,
     next: u32,
+    /// Base sequences of this producer id's batches not yet answered, in the order they were
+    /// numbered.
+    unanswered: std::collections::VecDeque<u32>,
 }
 
 impl Sequencer {
+    fn new() -> Sequencer {
+        Sequencer {
+            producer_id: new_producer_id(),
+            next: 0,
+            unanswered: std::collections::VecDeque::new(),
+        }
+    }
+
     /// Numbers a batch of `count` records.
     fn take(&mut self, count: u32) -> (u64, u32) {
         let taken = (self.producer_id, self.next);
+        self.unanswered.push_back(self.next);
         self.next = self.next.wrapping_add(count);
         taken
+    }
+
+    /// The batch numbered `(producer_id, base_sequence)` has its answer.
+    fn answered(&mut self, producer_id: u64, base_sequence: u32) {
+        if self.producer_id == producer_id {
+            self.unanswered.retain(|s| *s != base_sequence);
+        }
+    }
+
+    /// Whether `(producer_id, base_sequence)` is the oldest batch still waiting for an answer.
+    fn is_oldest(&self, producer_id: u64, base_sequence: u32) -> bool {
+        self.producer_id == producer_id && self.unanswered.front() == Some(&base_sequence)
     }
 
     /// Starts over under a new producer id, unless that happened since `(old_id)` was used.
@@ -203,6 +227,7 @@ impl Sequencer {
         if self.producer_id == old_id {
             self.producer_id = new_producer_id();
             self.next = 0;
+            self.unanswered.clear();
         }
     }
 }
@@ -372,10 +397,7 @@ impl Client {
         let permits = self.config.in_flight_per_partition.clamp(1, 5) as usize;
         Arc::clone(self.producers.lock().entry(id.clone()).or_insert_with(|| {
             Arc::new(ProducerSlot {
-                sequencer: Mutex::new(Sequencer {
-                    producer_id: new_producer_id(),
-                    next: 0,
-                }),
+                sequencer: Mutex::new(Sequencer::new()),
                 in_flight: tokio::sync::Semaphore::new(permits),
                 turns: Turns::new(),
             })
@@ -465,9 +487,13 @@ impl Client {
                 last: "too many batches in flight to the partition".into(),
             }),
         };
-        if outcome.is_err() && request.batch.producer_id != 0 {
-            // The batch may leave its sequence numbers unused: later batches start afresh.
-            slot.sequencer.lock().rotate_from(request.batch.producer_id);
+        if request.batch.producer_id != 0 {
+            let mut sequencer = slot.sequencer.lock();
+            sequencer.answered(request.batch.producer_id, request.batch.base_sequence);
+            if outcome.is_err() {
+                // The batch may leave its sequence numbers unused: later batches start afresh.
+                sequencer.rotate_from(request.batch.producer_id);
+            }
         }
         outcome
     }
@@ -600,9 +626,19 @@ impl Client {
                     target = Some(addr);
                 }
                 Ok(Err(WireError::OutOfOrderSequence { expected, got, .. })) => {
-                    let current = slot.sequencer.lock().producer_id;
-                    // `got` ahead of `expected`: an earlier batch has not arrived yet.
+                    let (current, oldest) = {
+                        let sequencer = slot.sequencer.lock();
+                        let batch = &request.batch;
+                        (
+                            sequencer.producer_id,
+                            sequencer.is_oldest(batch.producer_id, batch.base_sequence),
+                        )
+                    };
+                    // `got` ahead of `expected`: an earlier batch has not arrived yet, unless
+                    // this is the oldest one waiting and the partition expects a new producer
+                    // to start at 0 (it forgot this producer).
                     let ahead = (got.wrapping_sub(expected) as i32) > 0;
+                    let forgotten = expected == 0 && oldest;
                     if maybe_written && !ahead {
                         return Err(Error::Indeterminate {
                             partition: id,
@@ -612,7 +648,9 @@ impl Client {
                             ),
                         });
                     }
-                    if !maybe_written && (!ahead || current != request.batch.producer_id) {
+                    if !maybe_written
+                        && (!ahead || forgotten || current != request.batch.producer_id)
+                    {
                         // Never written, and its place in the sequence is gone (an earlier
                         // batch failed for good, or the partition forgot the producer):
                         // number it afresh.
@@ -819,6 +857,7 @@ mod tests {
         let mut s = Sequencer {
             producer_id: 7,
             next: u32::MAX - 1,
+            unanswered: Default::default(),
         };
         assert_eq!(s.take(3), (7, u32::MAX - 1));
         assert_eq!(s.take(1), (7, 1), "wraps");
@@ -829,6 +868,10 @@ mod tests {
         // A second batch that failed under the old id does not rotate again.
         s.rotate_from(7);
         assert_eq!(s.take(1), (fresh, 2));
+        // The oldest unanswered batch is tracked per producer id.
+        assert!(s.is_oldest(fresh, 0));
+        s.answered(fresh, 0);
+        assert!(s.is_oldest(fresh, 2) && !s.is_oldest(7, 2));
     }
 
     #[test]

@@ -295,8 +295,8 @@ impl Node {
     /// `producer_id` (not 0) names the producer; `base_sequence` numbers the batch's first
     /// record, counting every record the producer sent to this partition (Kafka's sequence
     /// numbers, wrapping at `u32::MAX`). The partition remembers each producer's last five
-    /// batches; a batch must start where the producer's previous one ended, unless the
-    /// partition does not know the producer.
+    /// batches; a batch must start where the producer's previous one ended, and a producer the
+    /// partition does not know starts at 0.
     ///
     /// # Errors
     ///

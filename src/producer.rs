@@ -69,6 +69,8 @@ struct Topic {
 
 struct State {
     topics: HashMap<String, Topic>,
+    /// Records of topics whose partition count is being asked for, in the order they came.
+    waiting: HashMap<String, Vec<(Record, usize, Waiter)>>,
     /// Spreads the sticky choice.
     rng: u64,
 }
@@ -155,6 +157,7 @@ impl Producer {
                 batch_bytes,
                 state: Mutex::new(State {
                     topics: HashMap::new(),
+                    waiting: HashMap::new(),
                     rng: seed,
                 }),
             }),
@@ -164,9 +167,9 @@ impl Producer {
     /// Sends one record of `topic`; the returned future says where it landed once its batch
     /// is committed.
     ///
-    /// The record joins its partition's batch when `send` is called (or, the first time a
-    /// topic is used, once its partition count is known), so records sent one after another
-    /// keep that order within a partition even if their futures are polled in another order.
+    /// The record joins its partition's batch when `send` is called (the first records of a
+    /// topic wait, in order, for its partition count), so records sent one after another keep
+    /// that order within a partition even if their futures are polled in another order.
     ///
     /// # Errors
     ///
@@ -177,36 +180,9 @@ impl Producer {
         topic: &str,
         record: Record,
     ) -> impl Future<Output = Result<RecordMetadata>> + Send + 'static {
-        let shared = Arc::clone(&self.shared);
-        let now = shared.enqueue(topic, record);
-        let topic = match &now {
-            Enqueue::NeedTopic(_) => topic.to_string(),
-            _ => String::new(),
-        };
+        let (tx, rx) = oneshot::channel();
+        self.shared.enqueue(topic, record, tx);
         async move {
-            let rx = match now {
-                Enqueue::Queued(rx) => rx,
-                Enqueue::Failed(e) => return Err(e),
-                Enqueue::NeedTopic(record) => {
-                    let partitions = shared.client.partition_count(&topic).await?;
-                    shared
-                        .state
-                        .lock()
-                        .topics
-                        .entry(topic.clone())
-                        .or_insert_with(|| Topic {
-                            open: (0..partitions).map(|_| Open::default()).collect(),
-                            sticky: None,
-                        });
-                    match shared.enqueue(&topic, record) {
-                        Enqueue::Queued(rx) => rx,
-                        Enqueue::Failed(e) => return Err(e),
-                        Enqueue::NeedTopic(_) => {
-                            return Err(Error::UnknownPartition(PartitionId::new(topic, 0)));
-                        }
-                    }
-                }
-            };
             rx.await.unwrap_or_else(|_| {
                 Err(Error::Remote(
                     "the producer stopped before the batch was sent".into(),
@@ -229,30 +205,84 @@ impl Producer {
     }
 }
 
-/// What `enqueue` did with a record.
-enum Enqueue {
-    Queued(oneshot::Receiver<Result<RecordMetadata>>),
-    Failed(Error),
-    /// The topic's partition count is not known yet.
-    NeedTopic(Record),
-}
-
 impl Shared {
     /// Adds `record` to its partition's open batch, sending the batch when it is full.
-    fn enqueue(self: &Arc<Self>, topic: &str, record: Record) -> Enqueue {
+    ///
+    /// A record of a topic whose partition count is not known yet waits, in order with every
+    /// later record of that topic, until one metadata request (from a task of its own) tells
+    /// it.
+    fn enqueue(self: &Arc<Self>, topic: &str, record: Record, reply: Waiter) {
         let len = match record.encoded_len(self.client.record_bytes_max()) {
             Ok(len) => len,
-            Err(e) => return Enqueue::Failed(e),
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
         };
-        let mut guard = self.state.lock();
-        let state = &mut *guard;
+        let mut state = self.state.lock();
+        if let Some(waiting) = state.waiting.get_mut(topic) {
+            waiting.push((record, len, reply));
+            return;
+        }
+        if !state.topics.contains_key(topic) {
+            state
+                .waiting
+                .insert(topic.to_string(), vec![(record, len, reply)]);
+            self.learn_topic(topic);
+            return;
+        }
+        self.place(&mut state, topic, record, len, reply);
+    }
+
+    /// Asks for `topic`'s partition count, then places the records waiting for it, in order
+    /// (or fails them all).
+    fn learn_topic(self: &Arc<Self>, topic: &str) {
+        let shared = Arc::clone(self);
+        let topic = topic.to_string();
+        tokio::spawn(async move {
+            let learned = shared.client.partition_count(&topic).await;
+            let mut state = shared.state.lock();
+            let waiting = state.waiting.remove(&topic).unwrap_or_default();
+            match learned {
+                Ok(partitions) if partitions > 0 => {
+                    state.topics.insert(
+                        topic.clone(),
+                        Topic {
+                            open: (0..partitions).map(|_| Open::default()).collect(),
+                            sticky: None,
+                        },
+                    );
+                    for (record, len, reply) in waiting {
+                        shared.place(&mut state, &topic, record, len, reply);
+                    }
+                }
+                other => {
+                    let e = other
+                        .err()
+                        .unwrap_or_else(|| Error::UnknownPartition(PartitionId::new(&*topic, 0)));
+                    for (_, _, reply) in waiting {
+                        let _ = reply.send(Err(e.clone()));
+                    }
+                }
+            }
+        });
+    }
+
+    /// Adds a record of a known topic to its partition's open batch, sending the batch when
+    /// it is full.
+    fn place(
+        self: &Arc<Self>,
+        state: &mut State,
+        topic: &str,
+        record: Record,
+        len: usize,
+        reply: Waiter,
+    ) {
         let Some(t) = state.topics.get_mut(topic) else {
-            return Enqueue::NeedTopic(record);
+            let _ = reply.send(Err(Error::UnknownPartition(PartitionId::new(topic, 0))));
+            return;
         };
         let partitions = t.open.len() as u32;
-        if partitions == 0 {
-            return Enqueue::Failed(Error::UnknownPartition(PartitionId::new(topic, 0)));
-        }
         let partition = match &record.key {
             Some(key) => partition_for_key(key, partitions),
             None => *t.sticky.get_or_insert_with(|| {
@@ -263,27 +293,31 @@ impl Shared {
             }),
         };
         // A record that does not fit the open batch closes it first.
-        let open = &t.open[partition as usize];
-        if !open.records.is_empty() && open.bytes + len > self.batch_bytes {
+        if t.open
+            .get(partition as usize)
+            .is_some_and(|o| !o.records.is_empty() && o.bytes + len > self.batch_bytes)
+        {
             self.send_open(state, topic, partition);
         }
-        let (tx, rx) = oneshot::channel();
         let Some(open) = state
             .topics
             .get_mut(topic)
             .and_then(|t| t.open.get_mut(partition as usize))
         else {
-            return Enqueue::Failed(Error::UnknownPartition(PartitionId::new(topic, partition)));
+            let _ = reply.send(Err(Error::UnknownPartition(PartitionId::new(
+                topic, partition,
+            ))));
+            return;
         };
         open.records.push(record);
-        open.waiters.push(tx);
+        open.waiters.push(reply);
         open.bytes += len;
+        let generation = open.generation;
         if open.bytes >= self.batch_bytes {
             self.send_open(state, topic, partition);
         } else if open.records.len() == 1 {
-            self.start_linger(topic, partition, open.generation);
+            self.start_linger(topic, partition, generation);
         }
-        Enqueue::Queued(rx)
     }
 
     /// After `linger_ms`, sends the batch of `partition` if it is still generation

@@ -10,8 +10,8 @@
 //!
 //! - the same `(producer, base sequence, count)` as a remembered batch: a duplicate, answered
 //!   with the original offsets;
-//! - the sequence right after the producer's last batch, or any sequence from a producer the
-//!   partition does not know: new, appended;
+//! - the sequence right after the producer's last batch, or 0 from a producer the partition
+//!   does not know: new, appended;
 //! - anything else: out of order, refused (nothing written). A client with at most five batches
 //!   in flight retries it once the batches before it are in.
 //!
@@ -97,9 +97,14 @@ impl ProducerTable {
                 .and_then(|b| b.back())
                 .map(SeqBatch::next_sequence),
         };
-        match expected {
-            Some(expected) if expected != base_sequence => Check::OutOfOrder { expected },
-            _ => Check::New,
+        // A producer the partition does not know starts at 0 (a client that took a fresh
+        // producer id numbers from 0; one the partition forgot renumbers under a fresh id), so
+        // a later batch that overtakes the first one on its way is refused, not taken first.
+        let expected = expected.unwrap_or(0);
+        if expected == base_sequence {
+            Check::New
+        } else {
+            Check::OutOfOrder { expected }
         }
     }
 
@@ -156,9 +161,14 @@ mod tests {
         let mut t = ProducerTable::default();
         let none = VecDeque::new();
         assert_eq!(
-            t.check(7, 42, 3, &none),
+            t.check(7, 0, 3, &none),
             Check::New,
-            "unknown producer: any sequence"
+            "an unknown producer starts at 0"
+        );
+        assert_eq!(
+            t.check(7, 42, 3, &none),
+            Check::OutOfOrder { expected: 0 },
+            "not with a later batch"
         );
         t.record(7, batch(0, 3, 100));
         t.record(7, batch(3, 2, 103));

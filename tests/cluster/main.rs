@@ -457,7 +457,7 @@ async fn an_idempotent_batch_is_written_once_even_across_a_leader_change() {
         }
     }
     // Another producer is independent of this one.
-    let other = append_idempotent_to_leader(&nodes, P + 1, 1000, &[Record::new("x")])
+    let other = append_idempotent_to_leader(&nodes, P + 1, 0, &[Record::new("x")])
         .await
         .unwrap();
     assert_eq!(other.base_offset, Offset(3));

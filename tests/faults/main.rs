@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use history::{Op, Outcome, Replica};
 use replog::{
     Client, ClientConfig, Durability, Error, FaultInjector, FaultPoint, LogConfig, NetFaults, Node,
-    NodeConfig, Offset, Record,
+    NodeConfig, Offset, Producer, ProducerConfig, Record,
 };
 
 const TOPIC: &str = "faults";
@@ -287,6 +287,72 @@ async fn produce_until(
     ops
 }
 
+/// A pipelined producer: `count` records through [`Producer`] (batching, Kafka's key
+/// partitioner), up to `window` outstanding, each record keyed so that it goes to a partition
+/// chosen at random. Its records of one partition must land in the order it sent them.
+async fn produce_pipelined(
+    addrs: Vec<SocketAddr>,
+    producer: u32,
+    count: u64,
+    seed: u64,
+    window: usize,
+) -> Vec<Op> {
+    let mut config = ClientConfig::default();
+    config.request_timeout_ms = 1000;
+    config.delivery_timeout_ms = 4000;
+    let mut rng = Rng::new(seed ^ u64::from(producer) << 32);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let client = loop {
+        match Client::connect(&addrs, config.clone()).await {
+            Ok(c) => break Arc::new(c),
+            Err(e) => {
+                assert!(Instant::now() < deadline, "producer {producer}: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let mut pconfig = ProducerConfig::default();
+    pconfig.linger_ms = 2;
+    let sender = Producer::new(client, pconfig);
+    // Keys that Kafka's partitioner sends to each partition.
+    let keys: Vec<String> = (0..PARTITIONS)
+        .map(|p| {
+            (0u32..)
+                .map(|k| format!("key-{k}"))
+                .find(|k| replog::partitioner::partition_for_key(k.as_bytes(), PARTITIONS) == p)
+                .unwrap()
+        })
+        .collect();
+    let mut pending = std::collections::VecDeque::new();
+    let mut ops = Vec::new();
+    for n in 0..count {
+        let partition = rng.below(u64::from(PARTITIONS)) as u32;
+        let record =
+            Record::new(Op::payload(producer, n)).with_key(keys[partition as usize].clone());
+        pending.push_back((n, partition, sender.send(TOPIC, record)));
+        while pending.len() > window || (n + 1 == count && !pending.is_empty()) {
+            let (n, partition, sent) = pending.pop_front().unwrap();
+            let outcome = match sent.await {
+                Ok(meta) => {
+                    assert_eq!(meta.partition, partition);
+                    Outcome::Ok {
+                        offset: meta.offset.get(),
+                    }
+                }
+                Err(Error::Timeout { .. }) => Outcome::Fail,
+                Err(_) => Outcome::Unknown,
+            };
+            ops.push(Op {
+                producer,
+                n,
+                partition,
+                outcome,
+            });
+        }
+    }
+    ops
+}
+
 /// Runs one schedule and checks its history; panics with the seed on a violation.
 async fn schedule(seed: u64, nodes: usize, appends: u64, durability: Durability) -> Report {
     let mut rng = Rng::new(seed);
@@ -294,7 +360,15 @@ async fn schedule(seed: u64, nodes: usize, appends: u64, durability: Durability)
     let mut report = Report::default();
     let per_producer = appends.div_ceil(u64::from(PRODUCERS));
     let producers: Vec<_> = (0..PRODUCERS)
-        .map(|p| tokio::spawn(produce(cluster.addrs.clone(), p, per_producer, seed)))
+        .map(|p| {
+            let addrs = cluster.addrs.clone();
+            // The last producer pipelines through `Producer`; the others send one at a time.
+            if p + 1 == PRODUCERS {
+                tokio::spawn(produce_pipelined(addrs, p, per_producer, seed, 16))
+            } else {
+                tokio::spawn(produce(addrs, p, per_producer, seed))
+            }
+        })
         .collect();
     let tolerated = (nodes - 1) / 2;
     // Faults while the producers run; bounded by the producers' own deadlines.
@@ -381,6 +455,31 @@ async fn schedule(seed: u64, nodes: usize, appends: u64, durability: Durability)
     let replicas = cluster.read_all();
     let (violations, summary) = history::check(&ops, &replicas);
     for v in violations.iter().take(3) {
+        if let history::Violation::Reordered {
+            producer,
+            partition,
+        } = v
+        {
+            let r = replicas.iter().find(|r| r.partition == *partition).unwrap();
+            let mut last = 0;
+            for (offset, payload) in &r.records {
+                let s = String::from_utf8_lossy(payload);
+                let Some((p, n)) = s.split_once(':') else {
+                    continue;
+                };
+                if p.parse::<u32>().ok() != Some(*producer) {
+                    continue;
+                }
+                let n: u64 = n.parse().unwrap();
+                let op = ops.iter().find(|o| o.producer == *producer && o.n == n);
+                if n < last {
+                    eprintln!("  REORDER at offset {offset}: n {n} after {last}: {op:?}");
+                    let prev = ops.iter().find(|o| o.producer == *producer && o.n == last);
+                    eprintln!("     previous: {prev:?}");
+                }
+                last = last.max(n);
+            }
+        }
         if let history::Violation::Duplicate { producer, n } = v {
             let payload = Op::payload(*producer, *n);
             let op = ops.iter().find(|o| o.producer == *producer && o.n == *n);
