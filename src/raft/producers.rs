@@ -207,6 +207,19 @@ mod tests {
         assert_eq!(t.check(1, 80, 10, &none), Check::New);
     }
 
+    /// Regression (fault schedules with a pipelined producer): a partition took any sequence
+    /// from a producer it did not know, so a producer's second batch that arrived first was
+    /// taken, and the first one was renumbered and landed after it.
+    #[test]
+    fn regression_a_later_batch_cannot_overtake_a_new_producers_first() {
+        let t = ProducerTable::default();
+        let none = VecDeque::new();
+        assert_eq!(t.check(9, 17, 4, &none), Check::OutOfOrder { expected: 0 });
+        assert_eq!(t.check(9, 0, 17, &none), Check::New);
+        let first = VecDeque::from([(0, 17)]);
+        assert_eq!(t.check(9, 17, 4, &first), Check::New);
+    }
+
     #[test]
     fn sequences_wrap() {
         let mut t = ProducerTable::default();

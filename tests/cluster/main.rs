@@ -752,6 +752,20 @@ async fn a_producer_partitions_by_key_batches_and_keeps_each_keys_order() {
         "records travel in batches: {batches} batches"
     );
 
+    // Regression (fault schedules): a new topic's first records waited for its metadata
+    // outside the order, so later ones overtook them. Sent in order to a topic this producer
+    // has not seen, and awaited in reverse, they land in order.
+    let fresh = Producer::new(std::sync::Arc::clone(&client), ProducerConfig::default());
+    let first: Vec<_> = (0..20)
+        .map(|i| fresh.send(TOPIC, Record::new(format!("f{i}")).with_key("fresh")))
+        .collect();
+    let mut offsets = Vec::new();
+    for sent in first.into_iter().rev() {
+        offsets.push(sent.await.unwrap().offset);
+    }
+    offsets.reverse();
+    assert!(offsets.windows(2).all(|w| w[0] < w[1]), "{offsets:?}");
+
     // Records of one key, sent in order and all in flight at once, land in that order.
     let in_order: Vec<_> = (0..20)
         .map(|i| producer.send(TOPIC, Record::new(format!("o{i}")).with_key("ordered")))
