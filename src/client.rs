@@ -338,7 +338,19 @@ impl Client {
 
     /// Asks brokers for metadata until one answers, and caches it.
     async fn refresh(&self, topic: Option<&str>) -> Result<MetadataResponse> {
+        self.refresh_for(topic, None).await
+    }
+
+    /// Asks brokers for metadata, and caches it; with `leader_of`, keeps asking the others
+    /// while the answers name no leader for that partition (a broker that is cut off, or whose
+    /// replica stopped, knows none), and returns the last answer if none does.
+    async fn refresh_for(
+        &self,
+        topic: Option<&str>,
+        leader_of: Option<&PartitionId>,
+    ) -> Result<MetadataResponse> {
         let mut tried = Vec::new();
+        let mut leaderless = None;
         for addr in self.candidates() {
             let request = MetadataRequest {
                 topic: topic.map(str::to_string),
@@ -349,13 +361,21 @@ impl Client {
             {
                 Ok(Ok(meta)) => {
                     self.absorb(&meta);
-                    return Ok(meta);
+                    let names_leader = leader_of.is_none_or(|id| {
+                        meta.partitions
+                            .iter()
+                            .any(|p| &p.partition == id && p.leader.is_some())
+                    });
+                    if names_leader {
+                        return Ok(meta);
+                    }
+                    leaderless = Some(meta);
                 }
                 Ok(Err(e)) => tried.push(format!("{addr} ({e:?})")),
                 Err(e) => tried.push(format!("{addr} ({e})")),
             }
         }
-        Err(Error::NoBrokerReachable {
+        leaderless.ok_or_else(|| Error::NoBrokerReachable {
             tried: tried.join(", "),
         })
     }
@@ -541,7 +561,7 @@ impl Client {
                         tokio::time::sleep(jitter(backoff)).await;
                         backoff = (backoff * 2).min(Duration::from_secs(1));
                     }
-                    match self.refresh(Some(&topic)).await {
+                    match self.refresh_for(Some(&topic), Some(&id)).await {
                         Ok(meta) if !meta.partitions.iter().any(|p| p.partition == id) => {
                             return Err(Error::UnknownPartition(id));
                         }
