@@ -234,6 +234,32 @@ impl Cluster {
     }
 }
 
+/// A producer's client (short timeouts, so faults show), retried while the brokers start.
+async fn producer_client(addrs: &[SocketAddr], producer: u32) -> Client {
+    let mut config = ClientConfig::default();
+    config.request_timeout_ms = 1000;
+    config.delivery_timeout_ms = 4000;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match Client::connect(addrs, config.clone()).await {
+            Ok(c) => return c,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "producer {producer}: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// What a failed send means for the history: the client reports `Timeout` only for a send
+/// that was never applied; any other error leaves the outcome unknown.
+fn outcome_of_error(e: &Error) -> Outcome {
+    match e {
+        Error::Timeout { .. } => Outcome::Fail,
+        _ => Outcome::Unknown,
+    }
+}
+
 /// One producer: `count` sends of one record each, one at a time, to partitions it picks at
 /// random; every outcome recorded.
 async fn produce(addrs: Vec<SocketAddr>, producer: u32, count: u64, seed: u64) -> Vec<Op> {
@@ -248,21 +274,9 @@ async fn produce_until(
     seed: u64,
     until: Option<Instant>,
 ) -> Vec<Op> {
-    let mut config = ClientConfig::default();
-    config.request_timeout_ms = 1000;
-    config.delivery_timeout_ms = 4000;
     let mut rng = Rng::new(seed ^ u64::from(producer) << 32);
     let mut ops = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let client = loop {
-        match Client::connect(&addrs, config.clone()).await {
-            Ok(c) => break c,
-            Err(e) => {
-                assert!(Instant::now() < deadline, "producer {producer}: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    };
+    let client = producer_client(&addrs, producer).await;
     for n in 0..count {
         if until.is_some_and(|u| Instant::now() >= u) {
             break;
@@ -273,9 +287,7 @@ async fn produce_until(
             Ok(d) => Outcome::Ok {
                 offset: d.base_offset.get(),
             },
-            // The client says these were never applied.
-            Err(Error::Timeout { .. }) => Outcome::Fail,
-            Err(_) => Outcome::Unknown,
+            Err(e) => outcome_of_error(&e),
         };
         ops.push(Op {
             producer,
@@ -297,20 +309,8 @@ async fn produce_pipelined(
     seed: u64,
     window: usize,
 ) -> Vec<Op> {
-    let mut config = ClientConfig::default();
-    config.request_timeout_ms = 1000;
-    config.delivery_timeout_ms = 4000;
     let mut rng = Rng::new(seed ^ u64::from(producer) << 32);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let client = loop {
-        match Client::connect(&addrs, config.clone()).await {
-            Ok(c) => break Arc::new(c),
-            Err(e) => {
-                assert!(Instant::now() < deadline, "producer {producer}: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    };
+    let client = Arc::new(producer_client(&addrs, producer).await);
     let mut pconfig = ProducerConfig::default();
     pconfig.linger_ms = 2;
     let sender = Producer::new(client, pconfig);
@@ -339,8 +339,7 @@ async fn produce_pipelined(
                         offset: meta.offset.get(),
                     }
                 }
-                Err(Error::Timeout { .. }) => Outcome::Fail,
-                Err(_) => Outcome::Unknown,
+                Err(e) => outcome_of_error(&e),
             };
             ops.push(Op {
                 producer,
