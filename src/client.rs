@@ -188,9 +188,19 @@ struct ProducerSlot {
 struct Sequencer {
     producer_id: u64,
     next: u32,
-    /// Base sequences of this producer id's batches not yet answered, in the order they were
-    /// numbered.
-    unanswered: std::collections::VecDeque<u32>,
+    /// This producer id's batches not yet answered, in the order they were numbered.
+    unanswered: std::collections::VecDeque<Unanswered>,
+    /// Batches of earlier producer ids renumbered under a later one when it was taken:
+    /// `(old id, old base sequence)` → `(new id, new base sequence)`.
+    renumbered: HashMap<(u64, u32), (u64, u32)>,
+}
+
+#[derive(Debug)]
+struct Unanswered {
+    base_sequence: u32,
+    record_count: u32,
+    /// An attempt's outcome was unknown: it may be in the log under this number.
+    maybe_written: bool,
 }
 
 impl Sequencer {
@@ -199,13 +209,18 @@ impl Sequencer {
             producer_id: new_producer_id(),
             next: 0,
             unanswered: std::collections::VecDeque::new(),
+            renumbered: HashMap::new(),
         }
     }
 
     /// Numbers a batch of `count` records.
     fn take(&mut self, count: u32) -> (u64, u32) {
         let taken = (self.producer_id, self.next);
-        self.unanswered.push_back(self.next);
+        self.unanswered.push_back(Unanswered {
+            base_sequence: self.next,
+            record_count: count,
+            maybe_written: false,
+        });
         self.next = self.next.wrapping_add(count);
         taken
     }
@@ -213,22 +228,53 @@ impl Sequencer {
     /// The batch numbered `(producer_id, base_sequence)` has its answer.
     fn answered(&mut self, producer_id: u64, base_sequence: u32) {
         if self.producer_id == producer_id {
-            self.unanswered.retain(|s| *s != base_sequence);
+            self.unanswered.retain(|u| u.base_sequence != base_sequence);
+        }
+    }
+
+    /// The batch numbered `(producer_id, base_sequence)` may be in the log under that number.
+    fn maybe_written(&mut self, producer_id: u64, base_sequence: u32) {
+        if self.producer_id == producer_id
+            && let Some(u) = self
+                .unanswered
+                .iter_mut()
+                .find(|u| u.base_sequence == base_sequence)
+        {
+            u.maybe_written = true;
         }
     }
 
     /// Whether `(producer_id, base_sequence)` is the oldest batch still waiting for an answer.
     fn is_oldest(&self, producer_id: u64, base_sequence: u32) -> bool {
-        self.producer_id == producer_id && self.unanswered.front() == Some(&base_sequence)
+        self.producer_id == producer_id
+            && self.unanswered.front().map(|u| u.base_sequence) == Some(base_sequence)
     }
 
-    /// Starts over under a new producer id, unless that happened since `(old_id)` was used.
+    /// Starts over under a new producer id, unless that happened since `old_id` was used. The
+    /// old id's unanswered batches that cannot be in the log are renumbered under the new one
+    /// at once, in their order, so that they keep it however their retries interleave.
     fn rotate_from(&mut self, old_id: u64) {
-        if self.producer_id == old_id {
-            self.producer_id = new_producer_id();
-            self.next = 0;
-            self.unanswered.clear();
+        if self.producer_id != old_id {
+            return;
         }
+        self.producer_id = new_producer_id();
+        self.next = 0;
+        for u in std::mem::take(&mut self.unanswered) {
+            if !u.maybe_written {
+                let new = self.take(u.record_count);
+                self.renumbered.insert((old_id, u.base_sequence), new);
+            }
+        }
+    }
+
+    /// Where `(producer_id, base_sequence)` was renumbered to, following later renumberings.
+    fn renumbering_of(&mut self, producer_id: u64, base_sequence: u32) -> Option<(u64, u32)> {
+        let mut at = self.renumbered.remove(&(producer_id, base_sequence))?;
+        // Bounded: each step removes an entry.
+        while let Some(next) = self.renumbered.remove(&at) {
+            at = next;
+        }
+        Some(at)
     }
 }
 
@@ -672,12 +718,15 @@ impl Client {
                         && (!ahead || forgotten || current != request.batch.producer_id)
                     {
                         // Never written, and its place in the sequence is gone (an earlier
-                        // batch failed for good, or the partition forgot the producer):
-                        // number it afresh.
+                        // batch failed for good, or the partition forgot the producer): it
+                        // takes the number it was given under a fresh producer id.
                         let mut sequencer = slot.sequencer.lock();
-                        sequencer.rotate_from(request.batch.producer_id);
-                        let (producer_id, base_sequence) =
-                            sequencer.take(request.batch.record_count);
+                        let (old_id, old_sequence) =
+                            (request.batch.producer_id, request.batch.base_sequence);
+                        sequencer.rotate_from(old_id);
+                        let (producer_id, base_sequence) = sequencer
+                            .renumbering_of(old_id, old_sequence)
+                            .unwrap_or_else(|| sequencer.take(request.batch.record_count));
                         request.batch.producer_id = producer_id;
                         request.batch.base_sequence = base_sequence;
                     } else {
@@ -693,6 +742,9 @@ impl Client {
                 }
                 Ok(Err(WireError::Indeterminate(_))) => {
                     maybe_written = true;
+                    slot.sequencer
+                        .lock()
+                        .maybe_written(request.batch.producer_id, request.batch.base_sequence);
                     self.leaders.lock().remove(&id);
                 }
                 Ok(Err(e)) => return Err(e.into_error(&id, 0)),
@@ -708,6 +760,9 @@ impl Client {
                 Err(_) => {
                     // Sent, and no answer: resend (same sequence) to whoever leads now.
                     maybe_written = true;
+                    slot.sequencer
+                        .lock()
+                        .maybe_written(request.batch.producer_id, request.batch.base_sequence);
                     self.leaders.lock().remove(&id);
                 }
             }
@@ -878,9 +933,12 @@ mod tests {
             producer_id: 7,
             next: u32::MAX - 1,
             unanswered: Default::default(),
+            renumbered: HashMap::new(),
         };
         assert_eq!(s.take(3), (7, u32::MAX - 1));
         assert_eq!(s.take(1), (7, 1), "wraps");
+        s.answered(7, u32::MAX - 1);
+        s.answered(7, 1);
         s.rotate_from(7);
         let fresh = s.producer_id;
         assert_ne!(fresh, 7);
@@ -892,6 +950,33 @@ mod tests {
         assert!(s.is_oldest(fresh, 0));
         s.answered(fresh, 0);
         assert!(s.is_oldest(fresh, 2) && !s.is_oldest(7, 2));
+    }
+
+    /// Regression (fault schedules with a pipelined producer): after a batch failed for good,
+    /// the batches behind it took fresh numbers in whatever order their retries came, and
+    /// landed out of order.
+    #[test]
+    fn regression_a_rotation_renumbers_the_batches_behind_in_their_order() {
+        let mut s = Sequencer::new();
+        let old = s.producer_id;
+        let failed = s.take(10);
+        let (b, c, d) = (s.take(5), s.take(7), s.take(1));
+        s.maybe_written(old, d.1);
+        // The first batch fails for good: the others, never written, are renumbered in order;
+        // the one that may be in the log keeps its number.
+        s.answered(failed.0, failed.1);
+        s.rotate_from(old);
+        let new = s.producer_id;
+        // Asked for in reverse order, they still get their numbers in the original order.
+        assert_eq!(s.renumbering_of(old, c.1), Some((new, 5)));
+        assert_eq!(s.renumbering_of(old, b.1), Some((new, 0)));
+        assert_eq!(s.renumbering_of(old, d.1), None);
+        assert_eq!(s.take(3), (new, 12), "new batches come after them");
+        // A second rotation before a batch looked its number up still finds it.
+        let e = s.take(2);
+        s.rotate_from(new);
+        let newer = s.producer_id;
+        assert_eq!(s.renumbering_of(e.0, e.1).map(|(id, _)| id), Some(newer));
     }
 
     #[test]
