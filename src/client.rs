@@ -12,8 +12,8 @@ use tokio::sync::watch;
 
 use crate::error::{Error, Result};
 use crate::protocol::{
-    FetchRequest, MetadataRequest, MetadataResponse, PartitionMetadata, ProduceRequest,
-    ProduceResponse, WireBatch, WireError,
+    CreateTopicRequest, DeleteTopicRequest, FetchRequest, MetadataRequest, MetadataResponse,
+    PartitionMetadata, ProduceRequest, ProduceResponse, WireBatch, WireError,
 };
 use crate::raft::types::AppendRequest;
 use crate::segment::record::{Batch, Limits, Record, encode_records};
@@ -387,19 +387,22 @@ impl Client {
         self.refresh_for(topic, None).await
     }
 
-    /// Asks brokers for metadata, and caches it; with `leader_of`, keeps asking the others
-    /// while the answers name no leader for that partition (a broker that is cut off, or whose
-    /// replica stopped, knows none), and returns the last answer if none does.
+    /// Asks brokers for metadata, and caches it. Keeps asking the others while the answers
+    /// do not know `topic` (a broker that was down may not have caught up with the catalog
+    /// yet) or, with `leader_of`, name no leader for that partition (a broker that is cut off,
+    /// or whose replica stopped, knows none); returns the last such answer if no broker
+    /// gives a better one.
     async fn refresh_for(
         &self,
         topic: Option<&str>,
         leader_of: Option<&PartitionId>,
     ) -> Result<MetadataResponse> {
         let mut tried = Vec::new();
-        let mut leaderless = None;
+        let mut lacking = None;
         for addr in self.candidates() {
             let request = MetadataRequest {
                 topic: topic.map(str::to_string),
+                local_only: false,
             };
             match self
                 .call::<_, MetadataResponse>(addr, Op::Metadata, &request)
@@ -407,21 +410,31 @@ impl Client {
             {
                 Ok(Ok(meta)) => {
                     self.absorb(&meta);
+                    let knows_topic = topic.is_none() || !meta.partitions.is_empty();
                     let names_leader = leader_of.is_none_or(|id| {
                         meta.partitions
                             .iter()
                             .any(|p| &p.partition == id && p.leader.is_some())
                     });
-                    if names_leader {
+                    if knows_topic && names_leader {
                         return Ok(meta);
                     }
-                    leaderless = Some(meta);
+                    if knows_topic || lacking.is_none() {
+                        lacking = Some(meta);
+                    }
                 }
                 Ok(Err(e)) => tried.push(format!("{addr} ({e:?})")),
                 Err(e) => tried.push(format!("{addr} ({e})")),
             }
         }
-        leaderless.ok_or_else(|| Error::NoBrokerReachable {
+        if let (Some(t), Some(meta)) = (topic, &lacking)
+            && meta.partitions.is_empty()
+        {
+            // No broker knows it: deleted (or never created); forget what was cached of it.
+            self.topics.lock().remove(t);
+            self.leaders.lock().retain(|id, _| id.topic != t);
+        }
+        lacking.ok_or_else(|| Error::NoBrokerReachable {
             tried: tried.join(", "),
         })
     }
@@ -794,6 +807,7 @@ impl Client {
             batch_bytes_max: self.config.batch_bytes_max,
         };
         let mut targets: Vec<SocketAddr> = replica.into_iter().collect();
+        let named = !targets.is_empty();
         if targets.is_empty() {
             if self.leader_addr(&id).is_none() {
                 let _ = self.refresh(Some(topic)).await;
@@ -809,6 +823,10 @@ impl Client {
             {
                 Ok(Ok(batches)) => {
                     return batches.into_iter().map(|b| b.into_batch(&limits)).collect();
+                }
+                // This broker hosts no replica of the partition: try the next.
+                Ok(Err(WireError::NotLeader { .. })) if !named => {
+                    tried.push(format!("{addr} (no replica)"));
                 }
                 Ok(Err(e)) => return Err(e.into_error(&id, offset.get())),
                 Err(e) => tried.push(format!("{addr} ({e})")),
@@ -836,6 +854,7 @@ impl Client {
                 Some(addr) if p.leader != Some(meta.broker) => {
                     let request = MetadataRequest {
                         topic: Some(topic.to_string()),
+                        local_only: false,
                     };
                     match self
                         .call::<_, MetadataResponse>(addr, Op::Metadata, &request)
@@ -853,6 +872,107 @@ impl Client {
             out.push(describe(from_leader.as_ref().unwrap_or(p)));
         }
         Ok(out)
+    }
+
+    /// Creates a topic of `partitions` partitions with `replication_factor` replicas each,
+    /// spread over the brokers as Kafka spreads them, and waits (up to the delivery timeout)
+    /// until every partition has a leader. Any broker takes the request: it forwards it to
+    /// the metadata group's leader.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::TopicExists`]; [`Error::InvalidTopic`] (a bad name, 0 partitions, a
+    /// replication factor above the broker count); [`Error::NoBrokerReachable`];
+    /// [`Error::Timeout`] if the partitions have no leader by the deadline (the topic exists).
+    pub async fn create_topic(
+        &self,
+        topic: &str,
+        partitions: u32,
+        replication_factor: u32,
+    ) -> Result<()> {
+        let request = CreateTopicRequest {
+            name: topic.to_string(),
+            partitions,
+            replication_factor,
+            forwarded: false,
+        };
+        let started = Instant::now();
+        self.admin(Op::CreateTopic, &request, topic).await?;
+        // Bounded by the delivery deadline.
+        let deadline = started + Duration::from_millis(self.config.delivery_timeout_ms);
+        let mut last = String::from("no leader yet");
+        loop {
+            match self.refresh(Some(topic)).await {
+                Ok(meta)
+                    if meta.partitions.len() == partitions as usize
+                        && meta.partitions.iter().all(|p| p.leader.is_some()) =>
+                {
+                    return Ok(());
+                }
+                Ok(_) => {}
+                Err(e) => last = e.to_string(),
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout {
+                    elapsed_ms: elapsed_ms(started),
+                    last: format!("topic {topic} created; waiting for leaders: {last}"),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Deletes a topic created with [`create_topic`](Self::create_topic): every broker stops
+    /// its replicas and removes their data. Topics configured on the brokers cannot be
+    /// deleted.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownPartition`] for an unknown topic; [`Error::InvalidTopic`] for a
+    /// configured one; [`Error::NoBrokerReachable`].
+    pub async fn delete_topic(&self, topic: &str) -> Result<()> {
+        let request = DeleteTopicRequest {
+            name: topic.to_string(),
+            forwarded: false,
+        };
+        self.admin(Op::DeleteTopic, &request, topic).await?;
+        self.topics.lock().remove(topic);
+        self.leaders.lock().retain(|id, _| id.topic != topic);
+        Ok(())
+    }
+
+    /// Sends an admin request to brokers in turn until one answers it. A broker that cannot
+    /// reach the metadata leader, or finds no leader yet, makes the client try again (with
+    /// backoff) until the delivery deadline.
+    async fn admin<Req: Serialize>(&self, op: Op, request: &Req, topic: &str) -> Result<()> {
+        let id = PartitionId::new(topic, 0);
+        let started = Instant::now();
+        let deadline = started + Duration::from_millis(self.config.delivery_timeout_ms);
+        let mut backoff = Duration::from_millis(100);
+        let mut tried = Vec::new();
+        // Bounded by the deadline.
+        loop {
+            for addr in self.candidates() {
+                match self.call::<_, ()>(addr, op, request).await {
+                    Ok(Ok(())) => return Ok(()),
+                    Ok(Err(
+                        e @ (WireError::TopicExists(_)
+                        | WireError::InvalidTopic(_)
+                        | WireError::UnknownPartition),
+                    )) => return Err(e.into_error(&id, 0)),
+                    Ok(Err(e)) => tried.push(format!("{addr} ({e:?})")),
+                    Err(e) => tried.push(format!("{addr} ({e})")),
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::NoBrokerReachable {
+                    tried: tried.join(", "),
+                });
+            }
+            tokio::time::sleep(jitter(backoff)).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+            tried.clear();
+        }
     }
 
     /// Every topic and its partition count, as the cluster reports it.

@@ -27,6 +27,18 @@ pub enum Error {
     #[error("unknown topic or partition {0}")]
     UnknownPartition(PartitionId),
 
+    /// A topic of this name exists already.
+    #[error("topic {0} already exists")]
+    TopicExists(String),
+
+    /// A topic cannot be created or deleted as asked (its name, partition count or
+    /// replication factor, or it is a configured topic).
+    #[error("invalid topic request: {reason}")]
+    InvalidTopic {
+        /// What is wrong.
+        reason: String,
+    },
+
     /// The write was sent but its outcome is unknown (a timeout, or the leader changed after
     /// appending it): it may or may not be committed. Retrying it may duplicate it unless the
     /// producer is idempotent.
@@ -193,6 +205,10 @@ impl Clone for Error {
                 leader: *leader,
             },
             Error::UnknownPartition(p) => Error::UnknownPartition(p.clone()),
+            Error::TopicExists(t) => Error::TopicExists(t.clone()),
+            Error::InvalidTopic { reason } => Error::InvalidTopic {
+                reason: reason.clone(),
+            },
             Error::Indeterminate { partition, reason } => Error::Indeterminate {
                 partition: partition.clone(),
                 reason: reason.clone(),

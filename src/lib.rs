@@ -88,6 +88,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod catalog;
 mod client;
 mod config;
 mod dirlock;

@@ -53,8 +53,9 @@ enum Command {
         /// Data directory.
         #[arg(long)]
         data: PathBuf,
-        /// A topic and its partition count, as NAME:PARTITIONS; repeat for each. Every broker
-        /// must be given the same topics.
+        /// A configured topic and its partition count, as NAME:PARTITIONS, replicated on every
+        /// broker; repeat for each. Every broker must be given the same list. Other topics are
+        /// created with `replog topics --create`.
         #[arg(long = "topic", value_parser = parse_topic)]
         topics: Vec<(String, u32)>,
         /// When a write counts as done.
@@ -64,7 +65,7 @@ enum Command {
         #[arg(long, default_value_t = 1000)]
         election_timeout_ms: u64,
     },
-    /// Describes or lists topics.
+    /// Creates, deletes, describes or lists topics.
     Topics {
         /// Brokers to bootstrap from, comma-separated HOST:PORT.
         #[arg(long)]
@@ -75,18 +76,21 @@ enum Command {
         /// List topic names.
         #[arg(long)]
         list: bool,
-        /// Create a topic (topics are configured on the brokers in this version).
-        #[arg(long)]
+        /// Create the topic named by --topic.
+        #[arg(long, conflicts_with_all = ["describe", "list", "delete"], requires = "topic")]
         create: bool,
+        /// Delete the topic named by --topic (not a topic configured on the brokers).
+        #[arg(long, conflicts_with_all = ["describe", "list"], requires = "topic")]
+        delete: bool,
         /// The topic (default: every topic).
         #[arg(long)]
         topic: Option<String>,
         /// Partitions, with --create.
-        #[arg(long)]
-        partitions: Option<u32>,
-        /// Replication factor, with --create.
-        #[arg(long)]
-        replication_factor: Option<u32>,
+        #[arg(long, default_value_t = 1, requires = "create")]
+        partitions: u32,
+        /// Replicas of each partition (at most the number of brokers), with --create.
+        #[arg(long, default_value_t = 1, requires = "create")]
+        replication_factor: u32,
     },
     /// Sends each line of standard input as a record.
     Produce {
@@ -228,19 +232,28 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             describe,
             list,
             create,
+            delete,
             topic,
             partitions,
             replication_factor,
         } => {
-            if create {
-                let _ = (partitions, replication_factor);
-                return Err(
-                    "topics are configured on the brokers in this version: start each with \
-                            `replog node --topic NAME:PARTITIONS`"
-                        .into(),
-                );
-            }
             let client = connect(&bootstrap_server).await?;
+            if let (true, Some(t)) = (create, &topic) {
+                client
+                    .create_topic(t, partitions, replication_factor)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                println!("Created topic {t}.");
+                return Ok(ExitCode::SUCCESS);
+            }
+            if let (true, Some(t)) = (delete, &topic) {
+                client
+                    .delete_topic(t)
+                    .await
+                    .map_err(|e| describe_error(t, e))?;
+                println!("Deleted topic {t}.");
+                return Ok(ExitCode::SUCCESS);
+            }
             if list || !describe {
                 for (name, n) in client.list_topics().await.map_err(|e| e.to_string())? {
                     if topic.as_deref().is_none_or(|t| t == name) {
@@ -485,7 +498,6 @@ async fn demo() -> Result<(), String> {
             peers,
             dir.path().join(format!("broker-{id}")),
         );
-        c.topics = vec![(topic.to_string(), 1)];
         c.heartbeat_interval_ms = 100;
         c.election_timeout_ms = 500;
         c.log.segment_bytes = 4 << 20;
@@ -505,6 +517,19 @@ async fn demo() -> Result<(), String> {
         println!("   broker {id} listening on {}", node.addr());
         nodes.push(Some(node));
     }
+    println!(
+        "\n$ replog topics --bootstrap-server {} --create --topic {topic} --partitions 1 --replication-factor 3",
+        addrs[1]
+    );
+    let creator = Client::connect(&[addrs[1]], ClientConfig::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    creator
+        .create_topic(topic, 1, 3)
+        .await
+        .map_err(|e| e.to_string())?;
+    println!("Created topic {topic}.");
+    drop(creator);
     let leader = wait_leader(&nodes, topic).await?;
     let bootstrap_id = if leader == 2 { 3 } else { 2 };
     let bootstrap_addr = addrs[(bootstrap_id - 1) as usize];

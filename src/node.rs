@@ -2,18 +2,24 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::RwLock;
 use serde::Serialize;
 use tokio::sync::watch;
 
+use crate::catalog::{
+    CONFIGURED_TOPIC_ID, Catalog, METADATA_TOPIC, MetaCommand, PARTITIONS_MAX, Refused,
+    check_topic_name,
+};
 use crate::config::LogConfig;
 use crate::error::{Error, Result};
 use crate::log::{AppendInfo, PartitionLog};
 use crate::protocol::{
-    FetchRequest, MetadataRequest, ProduceRequest, ProduceResponse, WireBatch, WireError,
+    CreateTopicRequest, DeleteTopicRequest, FetchRequest, MetadataRequest, MetadataResponse,
+    PartitionMetadata, ProduceRequest, ProduceResponse, WireBatch, WireError,
 };
 use crate::raft::replica::{Replica, Timing, WriteError};
 use crate::raft::state_machine::StateMachine;
@@ -37,7 +43,10 @@ pub struct NodeConfig {
     pub peers: BTreeMap<NodeId, SocketAddr>,
     /// Directory holding one subdirectory per partition replica (`{topic}-{partition}`).
     pub data_dir: PathBuf,
-    /// Topics and their partition counts. Every broker hosts a replica of every partition.
+    /// Configured topics and their partition counts: they exist from the start, with a
+    /// replica of every partition on every broker, and cannot be deleted. Every broker must
+    /// be given the same list. Other topics are created at run time
+    /// ([`Client::create_topic`](crate::Client::create_topic)).
     pub topics: Vec<(String, u32)>,
     /// Configuration of each partition's log.
     pub log: LogConfig,
@@ -109,6 +118,8 @@ const ISR_LAG_ENTRIES_MAX: u64 = 1000;
 
 struct Group {
     id: PartitionId,
+    /// The topic's id in the catalog ([`CONFIGURED_TOPIC_ID`] for configured topics).
+    topic_id: u64,
     raft: Replica,
     store: LogStore,
     sm: StateMachine,
@@ -116,7 +127,20 @@ struct Group {
 
 struct Shared {
     config: NodeConfig,
-    groups: HashMap<PartitionId, Arc<Group>>,
+    /// This broker's address, as peers and clients reach it.
+    addr: SocketAddr,
+    timing: Timing,
+    peers: Arc<PeerSet>,
+    /// Every broker's id, sorted (this one included).
+    brokers: Vec<NodeId>,
+    /// The partition replicas this broker hosts.
+    groups: RwLock<HashMap<PartitionId, Arc<Group>>>,
+    /// This broker's member of the metadata group.
+    meta: Arc<Group>,
+    /// The topics, as of the metadata log applied here.
+    catalog: RwLock<Catalog>,
+    /// The catalog's next metadata offset, for requests waiting for their command.
+    catalog_applied: watch::Sender<u64>,
 }
 
 /// A broker: hosts a replica of every configured partition, each its own Raft group, and
@@ -129,6 +153,8 @@ pub struct Node {
     addr: SocketAddr,
     shutdown: watch::Sender<bool>,
     server: tokio::task::JoinHandle<()>,
+    /// The task that follows the metadata log (see `follow_metadata`).
+    follower: tokio::task::JoinHandle<()>,
 }
 
 impl std::fmt::Debug for Node {
@@ -165,38 +191,67 @@ impl Node {
         #[cfg(any(test, feature = "failpoints"))]
         let peers = peers.with_faults(config.net_faults.clone());
         let peers = Arc::new(peers);
+        let mut brokers: Vec<NodeId> = config.peers.keys().copied().collect();
+        brokers.push(config.id);
+        brokers.sort_unstable();
+        brokers.dedup();
+        for (topic, _) in &config.topics {
+            check_topic_name(topic).map_err(|reason| Error::InvalidConfig {
+                field: "topics",
+                reason,
+            })?;
+        }
+        let catalog = Catalog::with_configured(&config.topics, &brokers);
+        remove_deleted_dirs(&config.data_dir);
+        // The metadata log is never purged (the catalog is its replay) and always synced.
+        let mut meta_log = config.log.clone();
+        meta_log.retention_bytes = None;
+        meta_log.retention_ms = None;
+        #[cfg(any(test, feature = "failpoints"))]
+        {
+            meta_log.faults = None;
+        }
+        let open = |id: PartitionId, topic_id: u64, log: LogConfig, durability| {
+            let peers = Arc::clone(&peers);
+            let dir = config
+                .data_dir
+                .join(format!("{}-{}", id.topic, id.partition));
+            open_group(config.id, timing, peers, id, topic_id, dir, log, durability)
+        };
+        let meta = open(
+            PartitionId::new(METADATA_TOPIC, 0),
+            CONFIGURED_TOPIC_ID,
+            meta_log,
+            Durability::Fsync,
+        )
+        .await?;
         let mut groups = HashMap::new();
         for (topic, count) in &config.topics {
             for partition in 0..*count {
                 let id = PartitionId::new(topic.clone(), partition);
-                let dir = config.data_dir.join(format!("{topic}-{partition}"));
-                let log = PartitionLog::open(&dir, config.log.clone())?;
-                let store = LogStore::open(log, config.durability)?;
-                let sm = StateMachine::open(store.clone())?;
-                let raft = Replica::start(
-                    config.id,
+                let group = open(
                     id.clone(),
-                    timing,
-                    Arc::clone(&peers),
-                    store.clone(),
-                    sm.clone(),
+                    CONFIGURED_TOPIC_ID,
+                    config.log.clone(),
+                    config.durability,
                 )
                 .await?;
-                groups.insert(
-                    id.clone(),
-                    Arc::new(Group {
-                        id,
-                        raft,
-                        store,
-                        sm,
-                    }),
-                );
+                groups.insert(id, group);
             }
         }
-        let shared = Arc::new(Shared { config, groups });
+        let shared = Arc::new(Shared {
+            config,
+            addr,
+            timing,
+            peers,
+            brokers,
+            groups: RwLock::new(groups),
+            meta,
+            catalog_applied: watch::Sender::new(catalog.next_offset()),
+            catalog: RwLock::new(catalog),
+        });
         let handler: Arc<dyn Handler> = Arc::new(NodeHandler {
             shared: Arc::clone(&shared),
-            addr: addr.to_string(),
         });
         let shutdown_for_retention = shutdown_rx.clone();
         let server = spawn_server(
@@ -205,34 +260,36 @@ impl Node {
             shared.config.frame_bytes_max,
             shutdown_rx,
         );
+        let follower = tokio::spawn(follow_metadata(
+            Arc::clone(&shared),
+            shutdown_for_retention.clone(),
+        ));
         let node = Node {
             shared,
             addr,
             shutdown,
             server,
+            follower,
         };
         node.initialize_groups().await;
         node.spawn_retention(shutdown_for_retention);
         Ok(node)
     }
 
-    /// Each partition is initialized by one broker, chosen by partition number so that first
-    /// leaders spread over the cluster; the others learn the membership from it.
+    /// Initializes every group this broker starts with (see [`Shared::initialize`]).
     async fn initialize_groups(&self) {
-        let config = &self.shared.config;
-        let mut members: BTreeMap<NodeId, String> = config
-            .peers
-            .iter()
-            .map(|(id, addr)| (*id, addr.to_string()))
-            .collect();
-        members.insert(config.id, self.addr.to_string());
-        let ids: Vec<NodeId> = members.keys().copied().collect();
-        for group in self.shared.groups.values() {
-            let slot = usize::try_from(group.id.partition).unwrap_or(0) % ids.len().max(1);
-            if ids.get(slot) != Some(&config.id) {
-                continue;
-            }
-            group.raft.initialize(&members).await;
+        let shared = &self.shared;
+        let all = shared.brokers.clone();
+        shared.initialize(&shared.meta, &all).await;
+        let groups: Vec<Arc<Group>> = shared.groups.read().values().cloned().collect();
+        for group in groups {
+            let replicas = shared
+                .catalog
+                .read()
+                .topic(&group.id.topic)
+                .and_then(|t| t.assignment.get(group.id.partition as usize).cloned())
+                .unwrap_or_default();
+            shared.initialize(&group, &replicas).await;
         }
     }
 
@@ -370,7 +427,7 @@ impl Node {
 
     /// Every partition this broker hosts.
     pub fn partitions(&self) -> Vec<PartitionId> {
-        let mut ids: Vec<PartitionId> = self.shared.groups.keys().cloned().collect();
+        let mut ids: Vec<PartitionId> = self.shared.groups.read().keys().cloned().collect();
         ids.sort();
         ids
     }
@@ -381,7 +438,11 @@ impl Node {
     ///
     /// [`Error::Io`] if a log could not be flushed.
     pub async fn shutdown(self) -> Result<()> {
-        for group in self.shared.groups.values() {
+        let _ = self.shutdown.send(true);
+        // The metadata follower finishes the round it is in (it may be starting a replica).
+        let _ = self.follower.await;
+        let groups = self.shared.all_groups();
+        for group in &groups {
             group.raft.shutdown().await;
         }
         let _ = self.shutdown.send(true);
@@ -392,15 +453,14 @@ impl Node {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         let busy = |shared: &Arc<Shared>| {
             Arc::strong_count(shared) > 1
-                || shared
-                    .groups
-                    .values()
-                    .any(|g| g.store.syncs_in_flight() > 0)
+                || groups
+                    .iter()
+                    .any(|g| g.store.syncs_in_flight() > 0 || Arc::strong_count(g) > 2)
         };
         while busy(&self.shared) && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        for group in self.shared.groups.values() {
+        for group in &groups {
             group.store.log().flush()?;
         }
         Ok(())
@@ -408,8 +468,61 @@ impl Node {
 }
 
 impl Shared {
+    /// Every group this broker runs, the metadata group included.
+    fn all_groups(&self) -> Vec<Arc<Group>> {
+        let mut groups: Vec<Arc<Group>> = self.groups.read().values().cloned().collect();
+        groups.push(Arc::clone(&self.meta));
+        groups
+    }
+
+    /// Initializes a fresh group whose members are `replicas`. The first replica (the
+    /// preferred leader; the lowest broker id for the metadata group) does it at once and
+    /// usually wins the first election. Each other replica does it later (the k-th after
+    /// k + 1 election timeouts) if by then the group still has no leader and its replica is
+    /// still pristine, so that a group whose preferred leader is down still forms. openraft
+    /// allows several members to initialize with the same membership; on a replica that has
+    /// a log or a vote, initializing does nothing.
+    async fn initialize(&self, group: &Arc<Group>, replicas: &[NodeId]) {
+        let Some(rank) = replicas.iter().position(|id| *id == self.config.id) else {
+            return;
+        };
+        let members = self.members(replicas);
+        if rank == 0 {
+            group.raft.initialize(&members).await;
+            return;
+        }
+        let weak = Arc::downgrade(group);
+        let delay = Duration::from_millis(self.config.election_timeout_ms * (rank as u64 + 1));
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            // A group stopped meanwhile (its topic deleted, the broker shut down) is gone.
+            let Some(group) = weak.upgrade() else { return };
+            let state = group.raft.state();
+            if state.leader.is_none() && state.last_log_index.is_none() {
+                tracing::info!(partition = %group.id, "preferred leader silent: initializing");
+                group.raft.initialize(&members).await;
+            }
+        });
+    }
+
+    /// Brokers' ids and addresses, as a group's initial membership.
+    fn members(&self, ids: &[NodeId]) -> BTreeMap<NodeId, String> {
+        ids.iter()
+            .filter_map(|id| Some((*id, self.broker_addr(*id)?.to_string())))
+            .collect()
+    }
+
+    fn broker_addr(&self, id: NodeId) -> Option<SocketAddr> {
+        if id == self.config.id {
+            Some(self.addr)
+        } else {
+            self.config.peers.get(&id).copied()
+        }
+    }
+
     pub(crate) async fn enforce_retention(&self) -> Result<()> {
-        for group in self.groups.values() {
+        let groups: Vec<Arc<Group>> = self.groups.read().values().cloned().collect();
+        for group in groups {
             let Some(keep_from) = group.store.log().retention_point(crate::log::now_ms()) else {
                 continue;
             };
@@ -429,9 +542,25 @@ impl Shared {
         Ok(())
     }
 
-    fn group(&self, topic: &str, partition: u32) -> Result<&Arc<Group>> {
-        let id = PartitionId::new(topic, partition);
-        self.groups.get(&id).ok_or(Error::UnknownPartition(id))
+    /// The replica of a partition hosted here. A partition of a known topic that is hosted
+    /// elsewhere is [`Error::NotLeader`] without a hint (ask for metadata); an unknown one is
+    /// [`Error::UnknownPartition`].
+    fn group(&self, id: &PartitionId) -> Result<Arc<Group>> {
+        if let Some(group) = self.groups.read().get(id) {
+            return Ok(Arc::clone(group));
+        }
+        let known = self
+            .catalog
+            .read()
+            .topic(&id.topic)
+            .is_some_and(|t| (id.partition as usize) < t.assignment.len());
+        if known {
+            return Err(Error::NotLeader {
+                partition: id.clone(),
+                leader: None,
+            });
+        }
+        Err(Error::UnknownPartition(id.clone()))
     }
 
     /// See [`Node::append`].
@@ -468,10 +597,17 @@ impl Shared {
         request: AppendRequest,
         turn: Option<Turn>,
     ) -> Result<AppendInfo> {
-        let group = self
-            .groups
-            .get(id)
-            .ok_or_else(|| Error::UnknownPartition(id.clone()))?;
+        let group = self.group(id)?;
+        self.append_to(&group, request, turn).await
+    }
+
+    /// [`append_encoded`](Self::append_encoded) to a group of this broker.
+    async fn append_to(
+        &self,
+        group: &Group,
+        request: AppendRequest,
+        turn: Option<Turn>,
+    ) -> Result<AppendInfo> {
         if request.record_count == 0 {
             return Err(Error::EmptyBatch);
         }
@@ -544,27 +680,38 @@ impl Shared {
         offset: Offset,
         max_bytes: usize,
     ) -> Result<Vec<Batch>> {
-        let group = self.group(topic, partition)?;
-        let log = group.store.log();
-        let high_watermark = group.sm.high_watermark().min(log.end_offset().get());
-        if offset.get() > high_watermark {
-            return Err(Error::OffsetOutOfRange {
-                requested: offset,
-                start: log.start_offset(),
-                end: Offset(high_watermark),
-            });
-        }
-        if offset.get() == high_watermark {
-            return Ok(Vec::new());
-        }
-        let mut batches = log.read(offset, max_bytes)?;
-        batches.retain(|b| b.base_offset().get() < high_watermark);
-        Ok(batches)
+        let group = self.group(&PartitionId::new(topic, partition))?;
+        read_committed(&group, offset, max_bytes)
     }
 
     /// See [`Node::status`].
     pub(crate) fn status(&self, topic: &str, partition: u32) -> Result<PartitionStatus> {
-        let group = self.group(topic, partition)?;
+        let group = self.group(&PartitionId::new(topic, partition))?;
+        Ok(self.status_of(&group))
+    }
+}
+
+/// Reads committed batches of `group` from `offset` on, up to about `max_bytes`.
+fn read_committed(group: &Group, offset: Offset, max_bytes: usize) -> Result<Vec<Batch>> {
+    let log = group.store.log();
+    let high_watermark = group.sm.high_watermark().min(log.end_offset().get());
+    if offset.get() > high_watermark {
+        return Err(Error::OffsetOutOfRange {
+            requested: offset,
+            start: log.start_offset(),
+            end: Offset(high_watermark),
+        });
+    }
+    if offset.get() == high_watermark {
+        return Ok(Vec::new());
+    }
+    let mut batches = log.read(offset, max_bytes)?;
+    batches.retain(|b| b.base_offset().get() < high_watermark);
+    Ok(batches)
+}
+
+impl Shared {
+    fn status_of(&self, group: &Group) -> PartitionStatus {
         let state = group.raft.state();
         let last = state.last_log_index.unwrap_or(0);
         let follower_lag = state
@@ -577,69 +724,123 @@ impl Shared {
                     .collect()
             })
             .unwrap_or_default();
-        Ok(PartitionStatus {
+        PartitionStatus {
             leader: state.leader,
             term: state.term,
             log_end: group.store.log().end_offset(),
             high_watermark: Offset(group.sm.high_watermark()),
             log_start: group.store.log().start_offset(),
             follower_lag,
-        })
+        }
     }
 
-    /// What this broker knows of the cluster: brokers and, per partition, the current leader
-    /// (which every replica tracks), replicas and, when this broker leads, the in-sync replicas.
-    pub(crate) fn metadata(
-        &self,
-        topic: Option<&str>,
-        self_addr: &str,
-    ) -> crate::protocol::MetadataResponse {
-        use crate::protocol::{MetadataResponse, PartitionMetadata};
-        let mut brokers: Vec<(NodeId, String)> = self
-            .config
-            .peers
-            .iter()
-            .map(|(id, a)| (*id, a.to_string()))
-            .collect();
-        brokers.push((self.config.id, self_addr.to_string()));
-        brokers.sort();
-        let replicas: Vec<NodeId> = brokers.iter().map(|(id, _)| *id).collect();
-        let mut partitions: Vec<PartitionMetadata> = self
-            .groups
-            .values()
-            .filter(|g| topic.is_none_or(|t| t == g.id.topic))
-            .map(|g| {
-                let state = g.raft.state();
-                let last = state.last_log_index.unwrap_or(0);
-                // In sync: the leader, and followers that are at most ISR_LAG_ENTRIES_MAX
-                // entries behind and acknowledged the leader within two election timeouts.
-                let silence_max = Duration::from_millis(self.config.election_timeout_ms * 2);
-                let isr = state
-                    .members
-                    .map(|members| {
-                        members
-                            .into_iter()
-                            .filter(|(id, m)| {
-                                let behind = last.saturating_sub(m.matched.unwrap_or(0));
-                                let heard = *id == self.config.id
-                                    || m.ack_age.is_some_and(|age| age < silence_max);
-                                behind <= ISR_LAG_ENTRIES_MAX && heard
-                            })
-                            .map(|(id, _)| id)
-                            .collect()
+    /// This broker's view of one replica it hosts.
+    fn partition_metadata(&self, group: &Group, replicas: Vec<NodeId>) -> PartitionMetadata {
+        let state = group.raft.state();
+        let last = state.last_log_index.unwrap_or(0);
+        // In sync: the leader, and followers that are at most ISR_LAG_ENTRIES_MAX entries
+        // behind and acknowledged the leader within two election timeouts.
+        let silence_max = Duration::from_millis(self.config.election_timeout_ms * 2);
+        let isr = state
+            .members
+            .map(|members| {
+                members
+                    .into_iter()
+                    .filter(|(id, m)| {
+                        let behind = last.saturating_sub(m.matched.unwrap_or(0));
+                        let heard =
+                            *id == self.config.id || m.ack_age.is_some_and(|age| age < silence_max);
+                        behind <= ISR_LAG_ENTRIES_MAX && heard
                     })
-                    .unwrap_or_default();
-                PartitionMetadata {
-                    partition: g.id.clone(),
-                    leader: state.leader,
-                    term: state.term,
-                    replicas: replicas.clone(),
-                    isr,
-                    log_start: g.store.log().start_offset().get(),
-                    high_watermark: g.sm.high_watermark(),
-                }
+                    .map(|(id, _)| id)
+                    .collect()
             })
+            .unwrap_or_default();
+        PartitionMetadata {
+            partition: group.id.clone(),
+            leader: state.leader,
+            term: state.term,
+            replicas,
+            isr,
+            log_start: group.store.log().start_offset().get(),
+            high_watermark: group.sm.high_watermark(),
+        }
+    }
+
+    /// What this broker knows of the cluster: every broker and, per partition, the leader,
+    /// its term, the replicas and (from the leader) the in-sync replicas. A partition hosted
+    /// here is described by its local replica, which tracks the leader; one hosted elsewhere
+    /// by asking its replicas (unless `local_only`: then it is left out).
+    pub(crate) async fn metadata(&self, topic: Option<&str>, local_only: bool) -> MetadataResponse {
+        let brokers: Vec<(NodeId, String)> = self
+            .brokers
+            .iter()
+            .filter_map(|id| Some((*id, self.broker_addr(*id)?.to_string())))
             .collect();
+        let wanted: Vec<(PartitionId, Vec<NodeId>)> = {
+            let catalog = self.catalog.read();
+            catalog
+                .topics()
+                .filter(|(name, _)| topic.is_none_or(|t| t == name.as_str()))
+                .flat_map(|(name, t)| {
+                    t.assignment.iter().enumerate().map(|(p, replicas)| {
+                        let p = u32::try_from(p).unwrap_or(u32::MAX);
+                        (PartitionId::new(name.clone(), p), replicas.clone())
+                    })
+                })
+                .collect()
+        };
+        let mut partitions = Vec::with_capacity(wanted.len());
+        let mut remote: BTreeMap<NodeId, Vec<usize>> = BTreeMap::new();
+        for (id, replicas) in wanted {
+            let group = self.groups.read().get(&id).cloned();
+            match group {
+                Some(group) => partitions.push(self.partition_metadata(&group, replicas)),
+                None if local_only => {}
+                None => {
+                    for r in &replicas {
+                        remote.entry(*r).or_default().push(partitions.len());
+                    }
+                    partitions.push(PartitionMetadata {
+                        partition: id,
+                        leader: None,
+                        term: 0,
+                        replicas,
+                        isr: Vec::new(),
+                        log_start: 0,
+                        high_watermark: 0,
+                    });
+                }
+            }
+        }
+        if !remote.is_empty() {
+            // Ask each broker hosting such partitions, at once, and keep, per partition, the
+            // answer that names a leader in the highest term.
+            let asks = remote.keys().map(|broker| {
+                let request = MetadataRequest {
+                    topic: topic.map(str::to_string),
+                    local_only: true,
+                };
+                self.ask::<_, MetadataResponse>(*broker, Op::Metadata, request)
+            });
+            let answers = futures_util::future::join_all(asks).await;
+            for answer in answers.into_iter().flatten() {
+                for theirs in answer.partitions {
+                    let Some(slot) = partitions
+                        .iter_mut()
+                        .find(|p| p.partition == theirs.partition)
+                    else {
+                        continue;
+                    };
+                    let better = theirs.leader.is_some()
+                        && (slot.leader.is_none() || theirs.term > slot.term);
+                    if better {
+                        let replicas = std::mem::take(&mut slot.replicas);
+                        *slot = PartitionMetadata { replicas, ..theirs };
+                    }
+                }
+            }
+        }
         partitions.sort_by(|a, b| a.partition.cmp(&b.partition));
         MetadataResponse {
             broker: self.config.id,
@@ -647,13 +848,512 @@ impl Shared {
             partitions,
         }
     }
+
+    /// Sends a request to broker `to` and decodes its answer; `None` if it did not answer
+    /// within an election timeout or answered an error.
+    async fn ask<Req: Serialize, Resp: serde::de::DeserializeOwned>(
+        &self,
+        to: NodeId,
+        op: Op,
+        request: Req,
+    ) -> Option<Resp> {
+        let timeout = Duration::from_millis(
+            self.config
+                .request_timeout_ms
+                .min(self.config.election_timeout_ms),
+        );
+        let result: std::result::Result<Resp, WireError> =
+            self.forward(to, op, &request, timeout).await.ok()?;
+        result.ok()
+    }
+
+    /// Sends a request to broker `to` and decodes its answer, waiting at most `timeout`.
+    async fn forward<Req: Serialize, Resp: serde::de::DeserializeOwned>(
+        &self,
+        to: NodeId,
+        op: Op,
+        request: &Req,
+        timeout: Duration,
+    ) -> Result<std::result::Result<Resp, WireError>> {
+        let unreachable = |reason: String| Error::NoBrokerReachable {
+            tried: format!("broker {to} ({reason})"),
+        };
+        let peer = self
+            .peers
+            .get(to, true)
+            .ok_or_else(|| unreachable("not a peer".into()))?;
+        let body = postcard::to_stdvec(request).map_err(|e| unreachable(e.to_string()))?;
+        let bytes = self
+            .peers
+            .call(&peer, to, op, &body, timeout)
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
+        postcard::from_bytes(&bytes).map_err(|e| unreachable(format!("bad answer: {e}")))
+    }
+
+    /// Creates a topic through the metadata group: proposed here when this broker leads it,
+    /// otherwise forwarded (once) to its leader.
+    pub(crate) async fn create_topic(&self, request: CreateTopicRequest) -> Result<()> {
+        check_topic_name(&request.name).map_err(|reason| Error::InvalidTopic { reason })?;
+        if request.partitions == 0 || request.partitions > PARTITIONS_MAX {
+            return Err(Error::InvalidTopic {
+                reason: format!("a topic has 1 to {PARTITIONS_MAX} partitions"),
+            });
+        }
+        let factor = usize::try_from(request.replication_factor).unwrap_or(usize::MAX);
+        let created = {
+            let catalog = self.catalog.read();
+            if catalog.topic(&request.name).is_some() {
+                return Err(Error::TopicExists(request.name));
+            }
+            catalog.created()
+        };
+        let assignment = crate::catalog::assign(&self.brokers, request.partitions, factor, created)
+            .map_err(|reason| Error::InvalidTopic { reason })?;
+        let command = MetaCommand::CreateTopic {
+            name: request.name.clone(),
+            assignment,
+        };
+        self.meta_command(command, request.forwarded, Op::CreateTopic, &request)
+            .await
+            .map_err(|e| match e {
+                MetaError::Refused(Refused::TopicExists) => {
+                    Error::TopicExists(request.name.clone())
+                }
+                MetaError::Refused(Refused::UnknownTopic) => {
+                    Error::UnknownPartition(PartitionId::new(request.name.clone(), 0))
+                }
+                MetaError::Refused(Refused::Invalid(reason)) => Error::InvalidTopic { reason },
+                MetaError::Failed(e) => e,
+            })
+    }
+
+    /// Deletes a created topic through the metadata group (see
+    /// [`create_topic`](Self::create_topic)).
+    pub(crate) async fn delete_topic(&self, request: DeleteTopicRequest) -> Result<()> {
+        let unknown = || Error::UnknownPartition(PartitionId::new(request.name.clone(), 0));
+        match self.catalog.read().topic(&request.name) {
+            None => return Err(unknown()),
+            Some(t) if t.id == CONFIGURED_TOPIC_ID => {
+                return Err(Error::InvalidTopic {
+                    reason: format!(
+                        "topic {} is configured on the brokers and cannot be deleted",
+                        request.name
+                    ),
+                });
+            }
+            Some(_) => {}
+        }
+        let command = MetaCommand::DeleteTopic {
+            name: request.name.clone(),
+        };
+        self.meta_command(command, request.forwarded, Op::DeleteTopic, &request)
+            .await
+            .map_err(|e| match e {
+                MetaError::Refused(Refused::UnknownTopic) => unknown(),
+                MetaError::Refused(Refused::TopicExists) => {
+                    Error::TopicExists(request.name.clone())
+                }
+                MetaError::Refused(Refused::Invalid(reason)) => Error::InvalidTopic { reason },
+                MetaError::Failed(e) => e,
+            })
+    }
+
+    /// Commits `command` in the metadata log and waits until this broker applied it: on the
+    /// metadata leader directly; elsewhere by forwarding `request` (marked as forwarded) to
+    /// the leader, unless it was forwarded already.
+    async fn meta_command<Req: Serialize + Clone + Forwardable>(
+        &self,
+        command: MetaCommand,
+        forwarded: bool,
+        op: Op,
+        request: &Req,
+    ) -> std::result::Result<(), MetaError> {
+        let deadline =
+            tokio::time::Instant::now() + Duration::from_millis(self.config.request_timeout_ms);
+        // Wait (boundedly) for the metadata group to have a leader.
+        let leader = loop {
+            if let Some(leader) = self.meta.raft.state().leader {
+                break leader;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(MetaError::Failed(Error::TryAgain {
+                    partition: self.meta.id.clone(),
+                    reason: "the metadata group has no leader yet".into(),
+                }));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        if leader != self.config.id {
+            if forwarded {
+                return Err(MetaError::Failed(Error::NotLeader {
+                    partition: self.meta.id.clone(),
+                    leader: None,
+                }));
+            }
+            let answer: std::result::Result<(), WireError> = self
+                .forward(
+                    leader,
+                    op,
+                    &request.clone().forwarded(),
+                    deadline.saturating_duration_since(tokio::time::Instant::now()),
+                )
+                .await
+                .map_err(MetaError::Failed)?;
+            return answer.map_err(|e| MetaError::Failed(e.into_error(&self.meta.id, 0)));
+        }
+        let value = postcard::to_stdvec(&command)
+            .map_err(|e| MetaError::Failed(Error::Remote(e.to_string())))?;
+        let (records, record_count) =
+            encode_records(&[Record::new(value)], self.config.log.record_bytes_max)
+                .map_err(MetaError::Failed)?;
+        let append = AppendRequest {
+            timestamp_ms: 0,
+            records,
+            record_count,
+            producer_id: 0,
+            base_sequence: 0,
+        };
+        let info = self
+            .append_to(&self.meta, append, None)
+            .await
+            .map_err(MetaError::Failed)?;
+        let offset = info.base_offset.get();
+        let mut applied = self.catalog_applied.subscribe();
+        let waited =
+            tokio::time::timeout_at(deadline, applied.wait_for(|next| *next > offset)).await;
+        if !matches!(waited, Ok(Ok(_))) {
+            return Err(MetaError::Failed(Error::Indeterminate {
+                partition: self.meta.id.clone(),
+                reason: "committed, but not applied here in time".into(),
+            }));
+        }
+        match self.catalog.read().outcome(offset) {
+            Some(Ok(())) => Ok(()),
+            Some(Err(refused)) => Err(MetaError::Refused(refused)),
+            None => Err(MetaError::Failed(Error::Indeterminate {
+                partition: self.meta.id.clone(),
+                reason: "the outcome is no longer remembered".into(),
+            })),
+        }
+    }
+
+    /// Applies the metadata records committed since the last call to the catalog.
+    fn catch_up_catalog(&self) -> Result<bool> {
+        let mut progressed = false;
+        // Bounded: each round consumes at least one record or stops.
+        loop {
+            let next = self.catalog.read().next_offset();
+            let batches = read_committed(&self.meta, Offset(next), 1 << 20)?;
+            if batches.is_empty() {
+                return Ok(progressed);
+            }
+            let mut catalog = self.catalog.write();
+            for batch in &batches {
+                for (offset, record) in batch.records() {
+                    if offset.get() < catalog.next_offset() {
+                        continue;
+                    }
+                    let command = postcard::from_bytes::<MetaCommand>(&record.value).ok();
+                    if command.is_none() {
+                        tracing::warn!(
+                            offset = offset.get(),
+                            "metadata record is not a command; skipped"
+                        );
+                    }
+                    catalog.apply(offset.get(), command.as_ref(), &self.brokers);
+                    progressed = true;
+                }
+            }
+            let next = catalog.next_offset();
+            drop(catalog);
+            self.catalog_applied.send_replace(next);
+        }
+    }
+
+    /// Starts the replicas the catalog assigns to this broker and stops those of deleted
+    /// topics. Errors are logged; the next round retries.
+    async fn reconcile(&self) {
+        let me = self.config.id;
+        let desired: HashMap<PartitionId, (u64, Vec<NodeId>)> = {
+            let catalog = self.catalog.read();
+            catalog
+                .topics()
+                .filter(|(_, t)| t.id != CONFIGURED_TOPIC_ID)
+                .flat_map(|(name, t)| {
+                    t.assignment
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, r)| r.contains(&me))
+                        .map(move |(p, replicas)| {
+                            let p = u32::try_from(p).unwrap_or(u32::MAX);
+                            (PartitionId::new(name.clone(), p), (t.id, replicas.clone()))
+                        })
+                })
+                .collect()
+        };
+        let stale: Vec<Arc<Group>> = {
+            let mut groups = self.groups.write();
+            let ids: Vec<PartitionId> = groups
+                .iter()
+                .filter(|(id, g)| {
+                    g.topic_id != CONFIGURED_TOPIC_ID
+                        && desired.get(*id).is_none_or(|(t, _)| *t != g.topic_id)
+                })
+                .map(|(id, _)| id.clone())
+                .collect();
+            ids.iter().filter_map(|id| groups.remove(id)).collect()
+        };
+        for group in stale {
+            self.remove_replica(group).await;
+        }
+        for (id, (topic_id, replicas)) in desired {
+            if self.groups.read().contains_key(&id) {
+                continue;
+            }
+            let dir = self.partition_dir(&id);
+            let opened = async {
+                prepare_partition_dir(&dir, topic_id)?;
+                open_group(
+                    me,
+                    self.timing,
+                    Arc::clone(&self.peers),
+                    id.clone(),
+                    topic_id,
+                    dir.clone(),
+                    self.config.log.clone(),
+                    self.config.durability,
+                )
+                .await
+            };
+            match opened.await {
+                Ok(group) => {
+                    self.groups.write().insert(id.clone(), Arc::clone(&group));
+                    tracing::info!(partition = %id, topic_id, "replica started");
+                    self.initialize(&group, &replicas).await;
+                }
+                Err(e) => {
+                    tracing::warn!(partition = %id, error = %e, "replica not started; will retry")
+                }
+            }
+        }
+    }
+
+    /// Removes the directories of deleted topics' replicas that never started here (this
+    /// broker was down while the topic was deleted).
+    fn sweep_deleted(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.config.data_dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let dir = entry.path();
+            let Ok(text) = std::fs::read_to_string(dir.join(PARTITION_METADATA)) else {
+                continue;
+            };
+            let Some(topic_id) = parse_topic_id(&text) else {
+                continue;
+            };
+            let running = self.groups.read().values().any(|g| g.topic_id == topic_id);
+            if !running && self.catalog.read().is_deleted(topic_id) {
+                match discard_dir(&dir, topic_id) {
+                    Ok(()) => {
+                        tracing::info!(path = %dir.display(), "data of a deleted topic removed")
+                    }
+                    Err(e) => {
+                        tracing::warn!(path = %dir.display(), error = %e, "could not remove a deleted topic's data")
+                    }
+                }
+            }
+        }
+    }
+
+    fn partition_dir(&self, id: &PartitionId) -> PathBuf {
+        self.config
+            .data_dir
+            .join(format!("{}-{}", id.topic, id.partition))
+    }
+
+    /// Stops a replica of a deleted topic and removes its directory.
+    async fn remove_replica(&self, group: Arc<Group>) {
+        group.raft.shutdown().await;
+        // Requests still being served hold the group for a moment (bounded wait).
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while Arc::strong_count(&group) > 1 || group.store.syncs_in_flight() > 0 {
+            if tokio::time::Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let (id, topic_id) = (group.id.clone(), group.topic_id);
+        drop(group);
+        let dir = self.partition_dir(&id);
+        match discard_dir(&dir, topic_id) {
+            Ok(()) => {
+                tracing::info!(partition = %id, topic_id, "replica of a deleted topic removed")
+            }
+            Err(e) => {
+                tracing::warn!(partition = %id, error = %e, "could not remove a deleted replica")
+            }
+        }
+    }
+}
+
+/// Why a metadata command did not take effect.
+enum MetaError {
+    Refused(Refused),
+    Failed(Error),
+}
+
+/// An admin request that can be marked as forwarded by a broker to the metadata leader.
+trait Forwardable {
+    fn forwarded(self) -> Self;
+}
+
+impl Forwardable for CreateTopicRequest {
+    fn forwarded(self) -> Self {
+        CreateTopicRequest {
+            forwarded: true,
+            ..self
+        }
+    }
+}
+
+impl Forwardable for DeleteTopicRequest {
+    fn forwarded(self) -> Self {
+        DeleteTopicRequest {
+            forwarded: true,
+            ..self
+        }
+    }
+}
+
+/// Follows the metadata log: applies each committed command to the catalog, then starts and
+/// stops replicas to match it. Runs until shutdown.
+async fn follow_metadata(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
+    let mut applied = shared.meta.sm.subscribe();
+    loop {
+        let progressed = match shared.catch_up_catalog() {
+            Ok(progressed) => progressed,
+            Err(e) => {
+                tracing::warn!(error = %e, "metadata log unreadable; will retry");
+                false
+            }
+        };
+        shared.reconcile().await;
+        if progressed {
+            shared.sweep_deleted();
+        }
+        tokio::select! {
+            _ = shutdown.changed() => break,
+            _ = applied.changed() => {}
+            // Retries replicas that failed to start.
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+        if *shutdown.borrow() {
+            break;
+        }
+    }
+}
+
+/// The file in a created topic's partition directory that names the topic's id.
+const PARTITION_METADATA: &str = "partition.metadata";
+
+/// Makes `dir` ready to hold a replica of created topic `topic_id`: a directory left by an
+/// earlier topic of the same name (another id, or none recorded) is discarded first.
+fn prepare_partition_dir(dir: &Path, topic_id: u64) -> Result<()> {
+    let marker = dir.join(PARTITION_METADATA);
+    match std::fs::read_to_string(&marker) {
+        Ok(text) if parse_topic_id(&text) == Some(topic_id) => return Ok(()),
+        Ok(text) => discard_dir(dir, parse_topic_id(&text).unwrap_or(0))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if dir.exists() {
+                discard_dir(dir, 0)?;
+            }
+        }
+        Err(e) => return Err(e.into()),
+    }
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!("{PARTITION_METADATA}.tmp"));
+    std::fs::write(&tmp, format!("version: 0\ntopic_id: {topic_id}\n"))?;
+    std::fs::File::open(&tmp)?.sync_all()?;
+    std::fs::rename(&tmp, &marker)?;
+    crate::segment::sync_dir(dir)?;
+    if let Some(parent) = dir.parent() {
+        crate::segment::sync_dir(parent)?;
+    }
+    Ok(())
+}
+
+fn parse_topic_id(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("topic_id: "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Renames `dir` to `{dir}.{topic_id}-delete` (so that its name is free at once), then
+/// removes it. A crash in between leaves the renamed directory for the next start.
+fn discard_dir(dir: &Path, topic_id: u64) -> Result<()> {
+    let Some(name) = dir.file_name().and_then(|n| n.to_str()) else {
+        return Ok(());
+    };
+    let doomed = dir.with_file_name(format!("{name}.{topic_id}-delete"));
+    match std::fs::rename(dir, &doomed) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e.into()),
+    }
+    std::fs::remove_dir_all(&doomed)?;
+    Ok(())
+}
+
+/// Removes directories of deleted replicas that a crash left behind.
+fn remove_deleted_dirs(data_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(data_dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let doomed = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.ends_with("-delete"));
+        if doomed
+            && path.is_dir()
+            && let Err(e) = std::fs::remove_dir_all(&path)
+        {
+            tracing::warn!(path = %path.display(), error = %e, "could not remove a deleted replica");
+        }
+    }
+}
+
+/// Opens (recovering) one replica's log in `dir` and starts its Raft group member.
+#[allow(clippy::too_many_arguments)]
+async fn open_group(
+    me: NodeId,
+    timing: Timing,
+    peers: Arc<PeerSet>,
+    id: PartitionId,
+    topic_id: u64,
+    dir: PathBuf,
+    log: LogConfig,
+    durability: Durability,
+) -> Result<Arc<Group>> {
+    let log = PartitionLog::open(&dir, log)?;
+    let store = LogStore::open(log, durability)?;
+    let sm = StateMachine::open(store.clone())?;
+    let raft = Replica::start(me, id.clone(), timing, peers, store.clone(), sm.clone()).await?;
+    Ok(Arc::new(Group {
+        id,
+        topic_id,
+        raft,
+        store,
+        sm,
+    }))
 }
 
 /// Serves peers' Raft RPCs by dispatching them to the partition's group.
 struct NodeHandler {
     shared: Arc<Shared>,
-    /// This broker's address, as it tells clients.
-    addr: String,
 }
 
 fn encode_response<T: Serialize>(result: &std::result::Result<T, WireError>) -> Vec<u8> {
@@ -669,7 +1369,11 @@ impl NodeHandler {
         let found = postcard::take_from_bytes::<PartitionId>(body)
             .map_err(|e| format!("bad request: {e}"))
             .and_then(|(id, rest)| {
-                let group = self.shared.groups.get(&id).cloned();
+                let group = if id.topic == METADATA_TOPIC && id.partition == 0 {
+                    Some(Arc::clone(&self.shared.meta))
+                } else {
+                    self.shared.groups.read().get(&id).cloned()
+                };
                 group
                     .map(|g| (g, rest))
                     .ok_or_else(|| format!("unknown partition {id}"))
@@ -683,60 +1387,83 @@ impl NodeHandler {
     }
 }
 
+/// Decodes a client request's body.
+fn decode_request<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+) -> std::result::Result<T, WireError> {
+    postcard::from_bytes(body).map_err(|e| WireError::Other(format!("bad request: {e}")))
+}
+
+fn wire(e: Error) -> WireError {
+    WireError::from_error(&e)
+}
+
 impl Handler for NodeHandler {
     fn handle(self: Arc<Self>, op: Op, body: Vec<u8>, turn: Turn) -> BoxFuture<Vec<u8>> {
         Box::pin(async move {
-            // Only produce requests keep their connection's order (see `Replica::write`).
-            let mut turn = Some(turn);
-            if !matches!(op, Op::Produce) {
-                turn = None;
-            }
+            let shared = &self.shared;
+            // Only produce requests keep their connection's order (see `Replica::write`);
+            // any other passes its turn on at once.
+            let turn = matches!(op, Op::Produce).then_some(turn);
             match op {
                 Op::AppendEntries | Op::Vote | Op::Snapshot => self.raft_rpc(op, &body).await,
-                Op::Produce => {
-                    let result = match postcard::from_bytes::<ProduceRequest>(&body) {
-                        Ok(req) => self
-                            .shared
-                            .append_encoded(&req.partition, req.batch, turn.take())
+                Op::Produce => encode_response(
+                    &async {
+                        let req: ProduceRequest = decode_request(&body)?;
+                        let info = shared
+                            .append_encoded(&req.partition, req.batch, turn)
                             .await
-                            .map(|info| ProduceResponse {
-                                log_index: info.log_index.get(),
-                                base_offset: info.base_offset.get(),
-                                record_count: info.record_count,
-                            })
-                            .map_err(|e| WireError::from_error(&e)),
-                        Err(e) => Err(WireError::Other(format!("bad request: {e}"))),
-                    };
-                    encode_response(&result)
-                }
+                            .map_err(wire)?;
+                        Ok(ProduceResponse {
+                            log_index: info.log_index.get(),
+                            base_offset: info.base_offset.get(),
+                            record_count: info.record_count,
+                        })
+                    }
+                    .await,
+                ),
                 Op::Fetch => {
-                    let result = match postcard::from_bytes::<FetchRequest>(&body) {
-                        Ok(req) => self
-                            .shared
+                    encode_response(&decode_request(&body).and_then(|req: FetchRequest| {
+                        let id = &req.partition;
+                        let batches = shared
                             .read(
-                                &req.partition.topic,
-                                req.partition.partition,
+                                &id.topic,
+                                id.partition,
                                 Offset(req.offset),
                                 req.max_bytes as usize,
                             )
-                            .map(|batches| {
-                                batches
-                                    .iter()
-                                    .map(WireBatch::from_batch)
-                                    .collect::<Vec<_>>()
-                            })
-                            .map_err(|e| WireError::from_error(&e)),
-                        Err(e) => Err(WireError::Other(format!("bad request: {e}"))),
-                    };
-                    encode_response(&result)
+                            .map_err(wire)?;
+                        Ok(batches
+                            .iter()
+                            .map(WireBatch::from_batch)
+                            .collect::<Vec<_>>())
+                    }))
                 }
-                Op::Metadata => {
-                    let result = match postcard::from_bytes::<MetadataRequest>(&body) {
-                        Ok(req) => Ok(self.shared.metadata(req.topic.as_deref(), &self.addr)),
-                        Err(e) => Err(WireError::Other(format!("bad request: {e}"))),
-                    };
-                    encode_response(&result)
-                }
+                Op::Metadata => encode_response(
+                    &async {
+                        let req: MetadataRequest = decode_request(&body)?;
+                        Ok(shared.metadata(req.topic.as_deref(), req.local_only).await)
+                    }
+                    .await,
+                ),
+                Op::CreateTopic => encode_response(
+                    &async {
+                        shared
+                            .create_topic(decode_request(&body)?)
+                            .await
+                            .map_err(wire)
+                    }
+                    .await,
+                ),
+                Op::DeleteTopic => encode_response(
+                    &async {
+                        shared
+                            .delete_topic(decode_request(&body)?)
+                            .await
+                            .map_err(wire)
+                    }
+                    .await,
+                ),
             }
         })
     }

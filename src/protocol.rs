@@ -81,6 +81,27 @@ impl WireBatch {
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct MetadataRequest {
     pub(crate) topic: Option<String>,
+    /// Describe only the partitions the broker hosts (brokers asking each other); otherwise
+    /// the broker asks the hosts of the others.
+    pub(crate) local_only: bool,
+}
+
+/// `Op::CreateTopic` request; answered `Result<(), WireError>` once the topic is in the
+/// catalog of the broker that answers.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct CreateTopicRequest {
+    pub(crate) name: String,
+    pub(crate) partitions: u32,
+    pub(crate) replication_factor: u32,
+    /// Sent by a broker to the metadata leader: not to be forwarded again.
+    pub(crate) forwarded: bool,
+}
+
+/// `Op::DeleteTopic` request; answered `Result<(), WireError>`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct DeleteTopicRequest {
+    pub(crate) name: String,
+    pub(crate) forwarded: bool,
 }
 
 /// `Op::Metadata` response.
@@ -126,6 +147,8 @@ pub(crate) enum WireError {
         expected: u32,
         got: u32,
     },
+    TopicExists(String),
+    InvalidTopic(String),
 }
 
 impl WireError {
@@ -152,6 +175,8 @@ impl WireError {
                 expected: *expected,
                 got: *got,
             },
+            Error::TopicExists(t) => WireError::TopicExists(t.clone()),
+            Error::InvalidTopic { reason } => WireError::InvalidTopic(reason.clone()),
             other => WireError::Other(other.to_string()),
         }
     }
@@ -195,6 +220,8 @@ impl WireError {
                 expected,
                 got,
             },
+            WireError::TopicExists(t) => Error::TopicExists(t),
+            WireError::InvalidTopic(reason) => Error::InvalidTopic { reason },
         }
     }
 }

@@ -44,6 +44,8 @@ pub(crate) struct StateMachine {
     state: Arc<Mutex<PartitionState>>,
     current: Arc<Mutex<Option<CurrentSnapshot>>>,
     snapshot_path: PathBuf,
+    /// The high watermark, for tasks that follow what is applied.
+    applied: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl StateMachine {
@@ -67,8 +69,10 @@ impl StateMachine {
             Err(e) if e.kind() == io::ErrorKind::NotFound => (PartitionState::default(), None),
             Err(e) => return Err(e.into()),
         };
+        let applied = Arc::new(tokio::sync::watch::Sender::new(state.next_offset));
         Ok(StateMachine {
             store,
+            applied,
             state: Arc::new(Mutex::new(state)),
             current: Arc::new(Mutex::new(current)),
             snapshot_path,
@@ -84,6 +88,11 @@ impl StateMachine {
     /// The high watermark: every record below this offset is committed.
     pub(crate) fn high_watermark(&self) -> u64 {
         self.state.lock().next_offset
+    }
+
+    /// Follows the high watermark as entries are applied.
+    pub(crate) fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.applied.subscribe()
     }
 
     /// The id of the last applied entry.
@@ -202,6 +211,7 @@ impl RaftStateMachine<C> for StateMachine {
                 responder.send(response);
             }
         }
+        self.applied.send_replace(self.high_watermark());
         Ok(())
     }
 
@@ -245,6 +255,7 @@ impl RaftStateMachine<C> for StateMachine {
         .await
         .map_err(io::Error::other)??;
         *self.state.lock() = state;
+        self.applied.send_replace(next_offset);
         Ok(())
     }
 

@@ -35,6 +35,10 @@ pub(crate) enum Op {
     Fetch = 5,
     /// Client: brokers, topics, and each partition's leader, replicas and in-sync replicas.
     Metadata = 6,
+    /// Admin: create a topic (through the metadata group).
+    CreateTopic = 7,
+    /// Admin: delete a created topic.
+    DeleteTopic = 8,
 }
 
 impl Op {
@@ -46,6 +50,8 @@ impl Op {
             4 => Some(Op::Produce),
             5 => Some(Op::Fetch),
             6 => Some(Op::Metadata),
+            7 => Some(Op::CreateTopic),
+            8 => Some(Op::DeleteTopic),
             _ => None,
         }
     }

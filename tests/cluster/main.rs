@@ -824,7 +824,9 @@ impl Drop for Broker {
     }
 }
 
-fn spawn_broker(id: u64, addrs: &[SocketAddr], dir: &Path) -> Broker {
+/// Starts `replog node` `id`; with `configured`, the broker is started with the topic
+/// configured (one partition), otherwise topics are created at run time.
+fn spawn_broker(id: u64, addrs: &[SocketAddr], dir: &Path, configured: bool) -> Broker {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_replog"));
     cmd.args([
         "node",
@@ -838,12 +840,10 @@ fn spawn_broker(id: u64, addrs: &[SocketAddr], dir: &Path) -> Broker {
             cmd.args(["--peer", &format!("{}@{a}", i + 1)]);
         }
     }
-    cmd.args([
-        "--topic",
-        &format!("{TOPIC}:1"),
-        "--election-timeout-ms",
-        "500",
-    ]);
+    if configured {
+        cmd.args(["--topic", &format!("{TOPIC}:1")]);
+    }
+    cmd.args(["--election-timeout-ms", "500"]);
     cmd.arg("--data").arg(dir.join(format!("proc-{id}")));
     cmd.stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
@@ -856,7 +856,7 @@ async fn three_broker_processes_survive_sigkill_of_the_leader() {
     let dir = tempfile::tempdir().unwrap();
     let addrs = free_addrs(3);
     let mut brokers: Vec<Option<Broker>> = (1..=3)
-        .map(|id| Some(spawn_broker(id, &addrs, dir.path())))
+        .map(|id| Some(spawn_broker(id, &addrs, dir.path(), true)))
         .collect();
 
     // Connect through broker 2 (retrying while the processes start) and wait for a leader.
@@ -917,7 +917,7 @@ async fn three_broker_processes_survive_sigkill_of_the_leader() {
     }
 
     // Restart it from its directory; every replica converges on the same records.
-    brokers[leader as usize - 1] = Some(spawn_broker(leader, &addrs, dir.path()));
+    brokers[leader as usize - 1] = Some(spawn_broker(leader, &addrs, dir.path(), true));
     for addr in &addrs {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -987,9 +987,32 @@ fn the_tutorial_runs_through_the_cli_against_three_broker_processes() {
     let dir = tempfile::tempdir().unwrap();
     let addrs = free_addrs(3);
     let _brokers: Vec<Broker> = (1..=3)
-        .map(|id| spawn_broker(id, &addrs, dir.path()))
+        .map(|id| spawn_broker(id, &addrs, dir.path(), false))
         .collect();
     let server = |i: usize| addrs[i].to_string();
+
+    // Create the topic through broker 2, retrying while the processes start.
+    let create = [
+        "topics",
+        "--bootstrap-server",
+        &server(1),
+        "--create",
+        "--topic",
+        TOPIC,
+        "--partitions",
+        "1",
+        "--replication-factor",
+        "3",
+    ];
+    let out = retry(Duration::from_secs(20), "the topic to be created", || {
+        let (ok, out, _) = cli(&create, "");
+        ok.then_some(out)
+    });
+    assert_eq!(out.trim(), format!("Created topic {TOPIC}."));
+    let (ok, _, err) = cli(&create, "");
+    assert!(!ok && err.contains("already exists"), "{err}");
+    let (ok, out, _) = cli(&["topics", "--bootstrap-server", &server(2), "--list"], "");
+    assert!(ok && out.contains(TOPIC), "{out}");
 
     // Describe through broker 2 until a leader is elected: Kafka's line format.
     let (leader, line) = retry(Duration::from_secs(20), "a leader", || {
@@ -1096,4 +1119,191 @@ fn the_tutorial_runs_through_the_cli_against_three_broker_processes() {
             "{err}"
         );
     }
+}
+
+/// Brokers without configured topics: `config` with none.
+fn bare(id: u64, addrs: &[SocketAddr], dir: &Path) -> NodeConfig {
+    let mut c = config(id, addrs, dir);
+    c.topics = Vec::new();
+    c
+}
+
+/// The brokers that host a replica of `topic`/`partition`, by asking each node.
+fn hosts(nodes: &[Option<Node>], topic: &str, partition: u32) -> Vec<u64> {
+    nodes
+        .iter()
+        .flatten()
+        .filter(|n| {
+            n.partitions()
+                .contains(&replog::PartitionId::new(topic, partition))
+        })
+        .map(|n| n.id())
+        .collect()
+}
+
+/// Topics created and deleted at run time through the metadata group: Kafka's replica
+/// spread, metadata from a broker that hosts no replica names the real leader, a write
+/// through such a broker reaches the leader, a deleted topic's data is gone on every broker
+/// (one that was down at the time included), and a topic created again under the same name
+/// starts afresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topics_are_created_and_deleted_through_the_metadata_group() {
+    use replog::{Client, ClientConfig};
+    const ORDERS: &str = "orders";
+    let dir = tempfile::tempdir().unwrap();
+    let addrs = free_addrs(3);
+    let mut nodes = start_all(|id| bare(id, &addrs, dir.path())).await;
+    let client = Client::connect(&[addrs[2]], ClientConfig::default())
+        .await
+        .unwrap();
+
+    // Four partitions, two replicas each, spread as Kafka spreads them: every broker leads
+    // at least one partition first and hosts some.
+    client.create_topic(ORDERS, 4, 2).await.unwrap();
+    let described = client.describe(ORDERS).await.unwrap();
+    assert_eq!(described.len(), 4);
+    let mut firsts = Vec::new();
+    for d in &described {
+        assert_eq!(d.replicas.len(), 2, "{d}");
+        assert!(d.replicas.contains(&d.leader.unwrap()), "{d}");
+        let p = d.partition.partition;
+        let mut hosted = hosts(&nodes, ORDERS, p);
+        hosted.sort_unstable();
+        let mut replicas = d.replicas.clone();
+        replicas.sort_unstable();
+        assert_eq!(
+            hosted, replicas,
+            "partition {p} runs exactly on its replicas"
+        );
+        firsts.push(d.replicas[0]);
+    }
+    firsts.sort_unstable();
+    firsts.dedup();
+    assert_eq!(
+        firsts,
+        vec![1, 2, 3],
+        "preferred leaders spread over the brokers"
+    );
+
+    // A broker hosting no replica of a partition names its real leader, and a client that
+    // knows only that broker writes to the partition through it.
+    let d = &described[0];
+    let outsider = (1..=3).find(|id| !d.replicas.contains(id)).unwrap();
+    let via_outsider = Client::connect(&[addrs[outsider as usize - 1]], ClientConfig::default())
+        .await
+        .unwrap();
+    let seen = via_outsider.describe(ORDERS).await.unwrap();
+    assert_eq!(seen[0].leader, d.leader, "the outsider names the leader");
+    let delivery = via_outsider
+        .send(ORDERS, 0, &[Record::new("first")])
+        .await
+        .unwrap();
+    assert_eq!(delivery.base_offset, Offset(0));
+    let read = via_outsider
+        .fetch(ORDERS, 0, Offset(0), 1 << 20, None)
+        .await
+        .unwrap();
+    assert_eq!(read[0].records().next().unwrap().1.value, "first");
+    client.send(ORDERS, 1, &[Record::new("old")]).await.unwrap();
+    // Straight to the outsider's node: not hosted here, no leader to name locally.
+    let outsider_node = node_ref(&nodes, outsider);
+    assert!(matches!(
+        outsider_node.append(ORDERS, 0, &[Record::new("x")]).await,
+        Err(Error::NotLeader { leader: None, .. })
+    ));
+
+    // Refusals: the same name again, bad names, too many replicas.
+    assert!(matches!(
+        client.create_topic(ORDERS, 1, 1).await,
+        Err(Error::TopicExists(t)) if t == ORDERS
+    ));
+    for (name, partitions, factor) in [
+        ("bad name", 1, 1),
+        ("__x", 1, 1),
+        ("ok", 0, 1),
+        ("ok", 1, 4),
+    ] {
+        assert!(
+            matches!(
+                client.create_topic(name, partitions, factor).await,
+                Err(Error::InvalidTopic { .. })
+            ),
+            "{name} {partitions} {factor}"
+        );
+    }
+    assert!(matches!(
+        client.delete_topic("missing").await,
+        Err(Error::UnknownPartition(_))
+    ));
+    let mut listed = client.list_topics().await.unwrap();
+    listed.sort();
+    assert_eq!(listed, vec![(ORDERS.to_string(), 4)]);
+
+    // Broker 3 goes down; the topic is deleted and created again with one partition on
+    // every broker while it is down.
+    let stopped_dir = dir.path().join("node-3");
+    nodes[2].take().unwrap().shutdown().await.unwrap();
+    client.delete_topic(ORDERS).await.unwrap();
+    // Every replica stops and its directory goes (broker 3's stays: it is down).
+    let leftovers = |id: u64| -> Vec<String> {
+        std::fs::read_dir(dir.path().join(format!("node-{id}")))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(ORDERS))
+            .collect()
+    };
+    wait_for(
+        Duration::from_secs(10),
+        "the deleted topic's replicas to go",
+        || {
+            let stopped = (0..4).all(|p| hosts(&nodes, ORDERS, p).is_empty());
+            (stopped && leftovers(1).is_empty() && leftovers(2).is_empty()).then_some(())
+        },
+    )
+    .await;
+    assert!(matches!(
+        client.send(ORDERS, 0, &[Record::new("late")]).await,
+        Err(Error::UnknownPartition(_))
+    ));
+    // Brokers 1 and 2 are a quorum of the metadata group and of every partition of the new
+    // topic, which has a replica on each broker, broker 3 included.
+    client.create_topic(ORDERS, 2, 3).await.unwrap();
+    let fresh = client
+        .send(ORDERS, 1, &[Record::new("second life")])
+        .await
+        .unwrap();
+    assert_eq!(
+        fresh.base_offset,
+        Offset(0),
+        "a new topic starts at offset 0"
+    );
+
+    // Broker 3 comes back. Its `orders-1` held the old topic's partition 1 (with "old" in
+    // it): it is replaced by the new topic's, and its other old replicas are removed.
+    assert!(stopped_dir.join(format!("{ORDERS}-1")).exists());
+    nodes[2] = Some(Node::start(bare(3, &addrs, dir.path())).await.unwrap());
+    let node = node_ref(&nodes, 3);
+    wait_for(
+        Duration::from_secs(10),
+        "broker 3 to hold the new topic only",
+        || {
+            let stale = (2..4).any(|p| stopped_dir.join(format!("{ORDERS}-{p}")).exists());
+            let batches = node.read(ORDERS, 1, Offset(0), 1 << 20).ok()?;
+            let values: Vec<_> = batches
+                .iter()
+                .flat_map(|b| b.records())
+                .map(|(_, r)| r.value)
+                .collect();
+            (!stale && values == vec![bytes_of("second life")] && node.partitions().len() == 2)
+                .then_some(())
+        },
+    )
+    .await;
+    drop((client, via_outsider));
+    shutdown_all(nodes).await;
+}
+
+fn bytes_of(s: &str) -> bytes::Bytes {
+    bytes::Bytes::copy_from_slice(s.as_bytes())
 }

@@ -1,0 +1,350 @@
+//! The cluster catalog: which topics exist and which brokers host each partition.
+//!
+//! Topics come from two places:
+//!
+//! - **Configured topics** ([`NodeConfig::topics`](crate::NodeConfig)) exist from the start on
+//!   every broker, with a replica on every broker. Every broker must be given the same list.
+//!   They cannot be deleted.
+//! - **Created topics** come from the metadata group: a Raft group that every broker is a
+//!   member of, whose partition log (`__cluster_metadata-0`) holds one record per command
+//!   ([`MetaCommand`], postcard-encoded in the record's value). Every broker applies the
+//!   committed commands in log order, so every broker reaches the same catalog, and starts
+//!   or stops the replicas assigned to it.
+//!
+//! A created topic's id is the offset of its `CreateTopic` record in the metadata log: unique
+//! for the life of the cluster, so a topic deleted and created again under the same name is
+//! a different topic, and a broker that slept through both never mistakes the old data for
+//! the new (see `partition.metadata` in `node.rs`).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::types::NodeId;
+
+/// The metadata group's topic name (one partition).
+pub(crate) const METADATA_TOPIC: &str = "__cluster_metadata";
+
+/// Longest topic name (Kafka's limit).
+pub(crate) const TOPIC_NAME_BYTES_MAX: usize = 249;
+
+/// Most partitions per created topic.
+pub(crate) const PARTITIONS_MAX: u32 = 10_000;
+
+/// How many recent command outcomes the catalog remembers, for proposers waiting on them.
+const OUTCOMES_KEPT: usize = 1024;
+
+/// The id of every configured topic (created topics take their metadata log offset + 1).
+pub(crate) const CONFIGURED_TOPIC_ID: u64 = 0;
+
+/// A command in the metadata log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum MetaCommand {
+    /// Create a topic with this replica assignment (one broker list per partition, the
+    /// preferred leader first). The proposer computes the assignment; applying it checks it.
+    CreateTopic {
+        name: String,
+        assignment: Vec<Vec<NodeId>>,
+    },
+    /// Delete a created topic.
+    DeleteTopic { name: String },
+}
+
+/// One topic in the catalog.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TopicEntry {
+    /// [`CONFIGURED_TOPIC_ID`], or the creating record's offset + 1.
+    pub(crate) id: u64,
+    /// Per partition, the brokers hosting a replica; the first is the preferred leader.
+    pub(crate) assignment: Vec<Vec<NodeId>>,
+}
+
+/// Why a command did not take effect.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Refused {
+    TopicExists,
+    UnknownTopic,
+    /// Deleting a configured topic, or a malformed command.
+    Invalid(String),
+}
+
+/// The topics of the cluster, as of some prefix of the metadata log.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Catalog {
+    topics: BTreeMap<String, TopicEntry>,
+    /// Ids of created topics since deleted.
+    deleted: BTreeSet<u64>,
+    /// The metadata log offset of the next command to apply.
+    next_offset: u64,
+    /// How many topics were ever created (spreads the assignments' starting broker).
+    created: u64,
+    /// The outcomes of the last commands, by offset.
+    outcomes: BTreeMap<u64, Result<(), Refused>>,
+}
+
+impl Catalog {
+    /// A catalog of the configured topics, each replicated on every one of `brokers`.
+    pub(crate) fn with_configured(topics: &[(String, u32)], brokers: &[NodeId]) -> Self {
+        let mut catalog = Catalog::default();
+        for (name, partitions) in topics {
+            // Partition p is led first by the broker at p modulo the broker count.
+            let assignment = assign(brokers, *partitions, brokers.len(), 0).unwrap_or_default();
+            catalog.topics.insert(
+                name.clone(),
+                TopicEntry {
+                    id: CONFIGURED_TOPIC_ID,
+                    assignment,
+                },
+            );
+        }
+        catalog
+    }
+
+    /// The metadata log offset of the next command to apply.
+    pub(crate) fn next_offset(&self) -> u64 {
+        self.next_offset
+    }
+
+    /// How many topics were ever created.
+    pub(crate) fn created(&self) -> u64 {
+        self.created
+    }
+
+    /// A topic, if it exists.
+    pub(crate) fn topic(&self, name: &str) -> Option<&TopicEntry> {
+        self.topics.get(name)
+    }
+
+    /// Every topic, by name.
+    pub(crate) fn topics(&self) -> impl Iterator<Item = (&String, &TopicEntry)> {
+        self.topics.iter()
+    }
+
+    /// Whether the created topic `id` was deleted.
+    pub(crate) fn is_deleted(&self, id: u64) -> bool {
+        self.deleted.contains(&id)
+    }
+
+    /// The outcome of the command at `offset`, if it is applied and still remembered.
+    pub(crate) fn outcome(&self, offset: u64) -> Option<Result<(), Refused>> {
+        self.outcomes.get(&offset).cloned()
+    }
+
+    /// Applies the command at `offset` (`None`: a record that is not a command, which is
+    /// skipped so that every broker skips it alike). `brokers` are the cluster's brokers.
+    pub(crate) fn apply(&mut self, offset: u64, command: Option<&MetaCommand>, brokers: &[NodeId]) {
+        let outcome = match command {
+            None => Err(Refused::Invalid("not a metadata command".into())),
+            Some(MetaCommand::CreateTopic { name, assignment }) => {
+                if self.topics.contains_key(name) {
+                    Err(Refused::TopicExists)
+                } else if let Err(reason) = check_assignment(name, assignment, brokers) {
+                    Err(Refused::Invalid(reason))
+                } else {
+                    self.created += 1;
+                    self.topics.insert(
+                        name.clone(),
+                        TopicEntry {
+                            id: offset + 1,
+                            assignment: assignment.clone(),
+                        },
+                    );
+                    Ok(())
+                }
+            }
+            Some(MetaCommand::DeleteTopic { name }) => match self.topics.get(name) {
+                None => Err(Refused::UnknownTopic),
+                Some(t) if t.id == CONFIGURED_TOPIC_ID => Err(Refused::Invalid(format!(
+                    "topic {name} is configured on the brokers and cannot be deleted"
+                ))),
+                Some(t) => {
+                    self.deleted.insert(t.id);
+                    self.topics.remove(name);
+                    Ok(())
+                }
+            },
+        };
+        self.next_offset = offset + 1;
+        self.outcomes.insert(offset, outcome);
+        while self.outcomes.len() > OUTCOMES_KEPT {
+            self.outcomes.pop_first();
+        }
+    }
+}
+
+/// Checks a topic name: 1 to 249 bytes of ASCII letters, digits, `.`, `_` and `-`, not `.`
+/// or `..`, and not starting with `__` (reserved for replog's own topics).
+pub(crate) fn check_topic_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > TOPIC_NAME_BYTES_MAX {
+        return Err(format!(
+            "a topic name has 1 to {TOPIC_NAME_BYTES_MAX} characters"
+        ));
+    }
+    if name == "." || name == ".." {
+        return Err(format!("{name:?} is not a topic name"));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(format!(
+            "topic names use ASCII letters, digits, '.', '_' and '-', not {c:?}"
+        ));
+    }
+    if name.starts_with("__") {
+        return Err("topic names starting with \"__\" are reserved".into());
+    }
+    Ok(())
+}
+
+fn check_assignment(
+    name: &str,
+    assignment: &[Vec<NodeId>],
+    brokers: &[NodeId],
+) -> Result<(), String> {
+    check_topic_name(name)?;
+    let partitions = u32::try_from(assignment.len()).unwrap_or(u32::MAX);
+    if partitions == 0 || partitions > PARTITIONS_MAX {
+        return Err(format!("a topic has 1 to {PARTITIONS_MAX} partitions"));
+    }
+    for replicas in assignment {
+        let distinct: BTreeSet<&NodeId> = replicas.iter().collect();
+        if replicas.is_empty() || distinct.len() != replicas.len() {
+            return Err("each partition needs distinct replicas".into());
+        }
+        if let Some(unknown) = replicas.iter().find(|b| !brokers.contains(b)) {
+            return Err(format!("broker {unknown} is not in the cluster"));
+        }
+    }
+    Ok(())
+}
+
+/// Assigns `partitions` partitions of `replication_factor` replicas each over `brokers`, the
+/// way Kafka does without racks (`AdminUtils.assignReplicasToBrokers`): the first replicas go
+/// round-robin from broker `start`, and the followers of each partition are shifted so that
+/// the replicas of one broker's partitions spread over all the others.
+pub(crate) fn assign(
+    brokers: &[NodeId],
+    partitions: u32,
+    replication_factor: usize,
+    start: u64,
+) -> Result<Vec<Vec<NodeId>>, String> {
+    let mut sorted = brokers.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let n = sorted.len();
+    if replication_factor == 0 || replication_factor > n {
+        return Err(format!(
+            "replication factor {replication_factor} is not between 1 and the {n} brokers"
+        ));
+    }
+    let n64 = n as u64;
+    let start = start % n64;
+    let mut shift = start;
+    let mut out = Vec::with_capacity(partitions as usize);
+    for p in 0..u64::from(partitions) {
+        if p > 0 && p % n64 == 0 {
+            shift += 1;
+        }
+        let first = (p + start) % n64;
+        let mut replicas = vec![sorted[first as usize]];
+        for j in 0..(replication_factor as u64 - 1) {
+            let step = 1 + (shift + j) % (n64 - 1);
+            replicas.push(sorted[((first + step) % n64) as usize]);
+        }
+        out.push(replicas);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Kafka's own expectation (`AdminZkClientTest.testReplicaAssignment`): five brokers, ten
+    /// partitions, three replicas, start index 0.
+    #[test]
+    fn assignment_matches_kafka() {
+        let got = assign(&[0, 1, 2, 3, 4], 10, 3, 0).unwrap();
+        let want: Vec<Vec<NodeId>> = vec![
+            vec![0, 1, 2],
+            vec![1, 2, 3],
+            vec![2, 3, 4],
+            vec![3, 4, 0],
+            vec![4, 0, 1],
+            vec![0, 2, 3],
+            vec![1, 3, 4],
+            vec![2, 4, 0],
+            vec![3, 0, 1],
+            vec![4, 1, 2],
+        ];
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn assignment_spreads_leaders_and_bounds_the_factor() {
+        let got = assign(&[3, 1, 2], 3, 3, 1).unwrap();
+        let leaders: Vec<NodeId> = got.iter().map(|r| r[0]).collect();
+        assert_eq!(leaders, vec![2, 3, 1]);
+        assert!(got.iter().all(|r| r.len() == 3));
+        assert_eq!(assign(&[1], 4, 1, 7).unwrap(), vec![vec![1]; 4]);
+        assert!(assign(&[1, 2], 1, 3, 0).is_err());
+        assert!(assign(&[1, 2], 1, 0, 0).is_err());
+    }
+
+    #[test]
+    fn topic_names_follow_kafkas_rules() {
+        for ok in ["email.send", "a", "A-b_c.9", &"x".repeat(249)] {
+            assert_eq!(check_topic_name(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            "a b",
+            "é",
+            "a/b",
+            "__internal",
+            &"x".repeat(250),
+        ] {
+            assert!(check_topic_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn commands_apply_in_order_and_report_outcomes() {
+        let brokers = [1, 2, 3];
+        let mut c = Catalog::with_configured(&[("fixed".into(), 2)], &brokers);
+        let create = |name: &str| MetaCommand::CreateTopic {
+            name: name.into(),
+            assignment: assign(&brokers, 2, 2, 0).unwrap(),
+        };
+        c.apply(0, Some(&create("t")), &brokers);
+        assert_eq!(c.outcome(0), Some(Ok(())));
+        assert_eq!(c.topic("t").unwrap().id, 1);
+        c.apply(1, Some(&create("t")), &brokers);
+        assert_eq!(c.outcome(1), Some(Err(Refused::TopicExists)));
+        c.apply(2, None, &brokers);
+        assert!(matches!(c.outcome(2), Some(Err(Refused::Invalid(_)))));
+        let delete = |name: &str| MetaCommand::DeleteTopic { name: name.into() };
+        c.apply(3, Some(&delete("fixed")), &brokers);
+        assert!(matches!(c.outcome(3), Some(Err(Refused::Invalid(_)))));
+        c.apply(4, Some(&delete("t")), &brokers);
+        assert_eq!(c.outcome(4), Some(Ok(())));
+        assert!(c.topic("t").is_none() && c.is_deleted(1));
+        c.apply(5, Some(&delete("t")), &brokers);
+        assert_eq!(c.outcome(5), Some(Err(Refused::UnknownTopic)));
+        // Created again: a new id.
+        c.apply(6, Some(&create("t")), &brokers);
+        assert_eq!(c.topic("t").unwrap().id, 7);
+        assert_eq!((c.next_offset(), c.created()), (7, 2));
+        // A broker outside the cluster is refused.
+        let stray = MetaCommand::CreateTopic {
+            name: "u".into(),
+            assignment: vec![vec![1, 9]],
+        };
+        c.apply(7, Some(&stray), &brokers);
+        assert!(matches!(c.outcome(7), Some(Err(Refused::Invalid(_)))));
+        assert!(c.topic("u").is_none());
+    }
+}
