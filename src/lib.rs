@@ -6,7 +6,8 @@
 //!   retention and group-committed syncs. Usable on its own.
 //! - [`Node`]: a broker that hosts partition replicas, each one Raft group (openraft) whose Raft
 //!   log *is* the partition log. Only a partition's leader takes writes; any other broker
-//!   answers [`Error::NotLeader`] with a [`LeaderHint`].
+//!   answers [`Error::NotLeader`] with a [`LeaderHint`]. Topics are created and deleted at run
+//!   time through a metadata Raft group every broker belongs to.
 //! - [`Client`]: takes a bootstrap list, learns each partition's leader from metadata, sends
 //!   writes there and follows redirects and leader changes, like a Kafka producer.
 //! - [`Producer`]: one record at a time in, batches out: Kafka's key partitioner (murmur2)
@@ -31,14 +32,15 @@
 //!         .filter(|p| *p != id)
 //!         .map(|p| (p, addrs[p as usize - 1]))
 //!         .collect();
-//!     let mut config =
+//!     let config =
 //!         NodeConfig::new(id, addrs[id as usize - 1], peers, dir.path().join(id.to_string()));
-//!     config.topics = vec![("email.send".into(), 1)];
 //!     nodes.push(Node::start(config).await?);
 //! }
 //!
-//! // Bootstrap from broker 2 only: the client asks it who leads and writes there.
+//! // Bootstrap from broker 2 only: it creates the topic through the metadata group (one
+//! // partition, three replicas); then the client asks it who leads and writes there.
 //! let client = Client::connect(&[addrs[1]], ClientConfig::default()).await?;
+//! client.create_topic("email.send", 1, 3).await?;
 //! let delivery = client.send("email.send", 0, &[Record::new("follower-message-1")]).await?;
 //! assert_eq!(delivery.base_offset, Offset(0));
 //!
