@@ -662,8 +662,8 @@ impl Client {
             let outcome = match &answer {
                 Ok(Ok(_)) => "ok".to_string(),
                 Ok(Err(WireError::NotLeader {
-                    leader: Some((node, a)),
-                })) => format!("not leader; leader is {node} at {a}"),
+                    leader: Some((node, a, term)),
+                })) => format!("not leader; leader is {node} at {a} (term {term})"),
                 Ok(Err(WireError::NotLeader { leader: None })) => {
                     "not leader; election in progress".into()
                 }
@@ -688,15 +688,38 @@ impl Client {
                     });
                 }
                 Ok(Err(WireError::NotLeader { leader })) => {
-                    let hint =
-                        leader.and_then(|(node, a)| Some((node, a.parse::<SocketAddr>().ok()?)));
-                    self.leaders.lock().remove(&id);
-                    if let Some((node, a)) = hint
-                        && hops < self.config.redirect_hops_max
-                    {
-                        hops += 1;
-                        self.brokers.lock().insert(node, a);
-                        target = Some(a);
+                    let hint = leader.and_then(|(node, a, term)| {
+                        Some(Hint {
+                            node,
+                            addr: a.parse().ok()?,
+                            term,
+                        })
+                    });
+                    let cached = self
+                        .cached_leader(&id.topic, id.partition)
+                        .map(|(node, a)| {
+                            let term = self.leaders.lock().get(&id).map_or(0, |(_, t)| *t);
+                            Hint {
+                                node,
+                                addr: a,
+                                term,
+                            }
+                        });
+                    // (Locks one at a time: `absorb` takes `brokers` before `leaders`.)
+                    match redirect(addr, cached, hint) {
+                        Redirect::Follow(h) if hops < self.config.redirect_hops_max => {
+                            hops += 1;
+                            self.brokers.lock().insert(h.node, h.addr);
+                            self.leaders.lock().insert(id.clone(), (h.node, h.term));
+                            target = Some(h.addr);
+                        }
+                        Redirect::KeepCache(a) if hops < self.config.redirect_hops_max => {
+                            hops += 1;
+                            target = Some(a);
+                        }
+                        _ => {
+                            self.leaders.lock().remove(&id);
+                        }
                     }
                 }
                 Ok(Err(WireError::TryAgain(_))) => {
@@ -1017,6 +1040,39 @@ impl Client {
     }
 }
 
+/// A leader as a hint or the cache names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Hint {
+    node: NodeId,
+    addr: SocketAddr,
+    term: u64,
+}
+
+/// Where to go after `refused_by` answered `NotLeader`.
+#[derive(Debug, PartialEq, Eq)]
+enum Redirect {
+    /// To the hinted leader, which becomes the cached one.
+    Follow(Hint),
+    /// To the cached leader: the hint is older than what the cache knows.
+    KeepCache(SocketAddr),
+    /// Nowhere known: refresh metadata (forgetting the cached leader).
+    Refresh,
+}
+
+/// Decides where a refused request goes next. A hint is followed unless the cache names
+/// another broker in a newer term (the refusing broker has not heard of the newer leader
+/// yet: a hint is only as fresh as its term); a cached leader that itself refused is never
+/// trusted again.
+fn redirect(refused_by: SocketAddr, cached: Option<Hint>, hint: Option<Hint>) -> Redirect {
+    let cached = cached.filter(|c| c.addr != refused_by);
+    match (hint, cached) {
+        (Some(h), Some(c)) if c.term > h.term => Redirect::KeepCache(c.addr),
+        (Some(h), _) if h.addr != refused_by => Redirect::Follow(h),
+        (_, Some(c)) => Redirect::KeepCache(c.addr),
+        _ => Redirect::Refresh,
+    }
+}
+
 fn describe(p: &PartitionMetadata) -> PartitionDescription {
     let mut isr = p.isr.clone();
     isr.sort_unstable();
@@ -1097,6 +1153,31 @@ mod tests {
         s.rotate_from(new);
         let newer = s.producer_id;
         assert_eq!(s.renumbering_of(e.0, e.1).map(|(id, _)| id), Some(newer));
+    }
+
+    #[test]
+    fn not_leader_hints_are_followed_only_when_at_least_as_new_as_the_cache() {
+        let addr = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+        let hint = |node: NodeId, term: u64| Hint {
+            node,
+            addr: addr(9090 + node as u16),
+            term,
+        };
+        let (a, b, c) = (addr(9091), hint(2, 7), hint(3, 5));
+        // A newer hint than the cache: follow it.
+        assert_eq!(redirect(a, Some(c), Some(b)), Redirect::Follow(b));
+        // An older hint than the cache (the refusing broker lags): go to the cached leader.
+        assert_eq!(redirect(a, Some(b), Some(c)), Redirect::KeepCache(b.addr));
+        // The same term: the hint, from a broker in that term, wins.
+        assert_eq!(redirect(a, Some(hint(3, 7)), Some(b)), Redirect::Follow(b));
+        // No hint (an election runs): the cache, unless the cached leader is who refused.
+        assert_eq!(redirect(a, Some(b), None), Redirect::KeepCache(b.addr));
+        assert_eq!(redirect(b.addr, Some(b), None), Redirect::Refresh);
+        assert_eq!(redirect(a, None, None), Redirect::Refresh);
+        // The cached leader refused and names a newer one: follow.
+        assert_eq!(redirect(c.addr, Some(c), Some(b)), Redirect::Follow(b));
+        // A hint naming the refusing broker itself is no hint.
+        assert_eq!(redirect(b.addr, None, Some(b)), Redirect::Refresh);
     }
 
     #[test]

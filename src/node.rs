@@ -644,11 +644,16 @@ impl Shared {
                 record_count,
             }),
             Ok(Err(WriteError::NotLeader(leader))) => {
+                let term = group.raft.state().term;
                 let leader = leader.and_then(|(node_id, addr)| {
                     let addr = addr
                         .and_then(|a| a.parse().ok())
                         .or_else(|| self.config.peers.get(&node_id).copied())?;
-                    Some(LeaderHint { node_id, addr })
+                    Some(LeaderHint {
+                        node_id,
+                        addr,
+                        term,
+                    })
                 });
                 Err(Error::NotLeader {
                     partition: group.id.clone(),

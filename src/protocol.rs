@@ -131,7 +131,8 @@ pub(crate) struct PartitionMetadata {
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) enum WireError {
     NotLeader {
-        leader: Option<(NodeId, String)>,
+        /// The leader's id and address, and the term the refusing broker was in.
+        leader: Option<(NodeId, String, u64)>,
     },
     UnknownPartition,
     Indeterminate(String),
@@ -155,7 +156,7 @@ impl WireError {
     pub(crate) fn from_error(e: &Error) -> Self {
         match e {
             Error::NotLeader { leader, .. } => WireError::NotLeader {
-                leader: leader.map(|h| (h.node_id, h.addr.to_string())),
+                leader: leader.map(|h| (h.node_id, h.addr.to_string(), h.term)),
             },
             Error::UnknownPartition(_) => WireError::UnknownPartition,
             Error::Indeterminate { reason, .. } => WireError::Indeterminate(reason.clone()),
@@ -185,10 +186,11 @@ impl WireError {
         match self {
             WireError::NotLeader { leader } => Error::NotLeader {
                 partition: partition.clone(),
-                leader: leader.and_then(|(node_id, addr)| {
+                leader: leader.and_then(|(node_id, addr, term)| {
                     Some(LeaderHint {
                         node_id,
                         addr: addr.parse().ok()?,
+                        term,
                     })
                 }),
             },

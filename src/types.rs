@@ -79,4 +79,7 @@ pub struct LeaderHint {
     pub node_id: NodeId,
     /// The leader's address.
     pub addr: std::net::SocketAddr,
+    /// The Raft term the refusing broker was in: of two hints, the one with the higher term
+    /// is the newer.
+    pub term: u64,
 }

@@ -1307,3 +1307,58 @@ async fn topics_are_created_and_deleted_through_the_metadata_group() {
 fn bytes_of(s: &str) -> bytes::Bytes {
     bytes::Bytes::copy_from_slice(s.as_bytes())
 }
+
+/// Stale metadata: a client whose cached leader has since been deposed (it went down and came
+/// back as a follower) sends there, gets `NotLeader` naming the new leader in a newer term,
+/// and follows it at once, without a metadata refresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_with_a_stale_leader_follows_the_newer_hint() {
+    use replog::{Client, ClientConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let addrs = free_addrs(3);
+    let mut nodes = start_all(|id| single_partition(id, &addrs, dir.path())).await;
+    let old = leader_of(&nodes, 0).await;
+    let stale = Client::connect(&addrs, ClientConfig::default())
+        .await
+        .unwrap();
+    stale.send(TOPIC, 0, &[Record::new("one")]).await.unwrap();
+    assert_eq!(stale.cached_leader(TOPIC, 0).unwrap().0, old);
+
+    // The leader goes down; another is elected; the old one returns as a follower.
+    nodes[old as usize - 1]
+        .take()
+        .unwrap()
+        .shutdown()
+        .await
+        .unwrap();
+    let new = leader_of(&nodes, 0).await;
+    assert_ne!(new, old);
+    nodes[old as usize - 1] = Some(
+        Node::start(single_partition(old, &addrs, dir.path()))
+            .await
+            .unwrap(),
+    );
+    wait_for(Duration::from_secs(10), "the old leader to follow", || {
+        (node_ref(&nodes, old).status(TOPIC, 0).ok()?.leader == Some(new)).then_some(())
+    })
+    .await;
+
+    let d = stale.send(TOPIC, 0, &[Record::new("two")]).await.unwrap();
+    assert_eq!(d.base_offset, Offset(1));
+    let route: Vec<SocketAddr> = d.route.iter().map(|s| s.addr).collect();
+    assert_eq!(
+        route,
+        vec![addrs[old as usize - 1], addrs[new as usize - 1]],
+        "{:?}",
+        d.route
+    );
+    assert!(
+        d.route[0].outcome.contains("not leader; leader is"),
+        "{:?}",
+        d.route
+    );
+    assert_eq!(stale.cached_leader(TOPIC, 0).unwrap().0, new);
+    drop(stale);
+    assert_every_replica_holds(&nodes, &["one", "two"]).await;
+    shutdown_all(nodes).await;
+}
