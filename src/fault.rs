@@ -4,6 +4,9 @@
 //! parallel do not see each other's faults.
 
 use std::io;
+use std::path::Path;
+#[cfg(any(test, feature = "failpoints"))]
+use std::path::PathBuf;
 #[cfg(any(test, feature = "failpoints"))]
 use std::sync::Arc;
 
@@ -30,6 +33,58 @@ pub enum FaultPoint {
 #[derive(Debug, Default)]
 pub struct FaultInjector {
     armed: parking_lot::Mutex<Vec<(FaultPoint, io::ErrorKind, Remaining)>>,
+    unsynced: parking_lot::Mutex<Unsynced>,
+}
+
+/// Frames written to segment files and not yet synced, for [`FaultInjector::lose_power`].
+#[cfg(any(test, feature = "failpoints"))]
+#[derive(Debug, Default)]
+struct Unsynced {
+    /// Numbers writes, so that a sync forgets only the writes made before it began.
+    next: u64,
+    /// Per file: (write number, position, length).
+    writes: std::collections::HashMap<PathBuf, Vec<(u64, u64, u64)>>,
+}
+
+/// What a simulated power loss takes away: the bytes written to segment files since their
+/// last sync. See [`FaultInjector::lose_power`].
+#[cfg(any(test, feature = "failpoints"))]
+#[derive(Debug)]
+#[must_use = "a power loss takes nothing away until it is applied"]
+pub struct PowerLoss {
+    writes: Vec<(PathBuf, u64, u64)>,
+}
+
+#[cfg(any(test, feature = "failpoints"))]
+impl PowerLoss {
+    /// Zeroes every byte written but not synced before the loss (segment files are
+    /// preallocated with zeros, so this is what the disk held). Run it once the logs are
+    /// closed. Returns the number of bytes taken away.
+    ///
+    /// # Errors
+    ///
+    /// Any I/O error but a file that no longer exists.
+    pub fn apply(self) -> io::Result<u64> {
+        use std::os::unix::fs::FileExt;
+        let mut lost = 0;
+        for (path, pos, len) in self.writes {
+            let file = match std::fs::OpenOptions::new().write(true).open(&path) {
+                Ok(f) => f,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            let zeros = vec![0u8; usize::try_from(len).map_err(io::Error::other)?];
+            file.write_all_at(&zeros, pos)?;
+            file.sync_data()?;
+            lost += len;
+        }
+        Ok(lost)
+    }
+
+    /// Bytes this loss takes away.
+    pub fn bytes(&self) -> u64 {
+        self.writes.iter().map(|(_, _, len)| len).sum()
+    }
 }
 
 #[cfg(any(test, feature = "failpoints"))]
@@ -61,6 +116,56 @@ impl FaultInjector {
     /// Disarms every fault.
     pub fn clear(&self) {
         self.armed.lock().clear();
+    }
+
+    /// Simulates a power loss now: from here on every write, sync, preallocation, segment
+    /// creation and index write of the logs sharing this injector fails (as the machine is
+    /// off), and the returned [`PowerLoss`] knows which bytes were written since their file's
+    /// last sync. Close the logs (a broker's shutdown fails to flush them, as intended), apply
+    /// the loss, [`clear`](Self::clear) the injector, and reopen: recovery finds the logs as
+    /// a machine that lost power would. Writes outside segment files (Raft's vote, snapshots,
+    /// the metadata log) are synced before they count, so they are kept.
+    pub fn lose_power(&self) -> PowerLoss {
+        for point in [
+            FaultPoint::Write,
+            FaultPoint::Sync,
+            FaultPoint::Preallocate,
+            FaultPoint::CreateSegment,
+            FaultPoint::WriteIndex,
+            FaultPoint::SyncDir,
+        ] {
+            self.fail_always(point, io::ErrorKind::Other);
+        }
+        let writes = std::mem::take(&mut self.unsynced.lock().writes);
+        PowerLoss {
+            writes: writes
+                .into_iter()
+                .flat_map(|(path, w)| {
+                    w.into_iter()
+                        .map(move |(_, pos, len)| (path.clone(), pos, len))
+                })
+                .collect(),
+        }
+    }
+
+    fn wrote(&self, path: &Path, pos: u64, len: u64) {
+        let mut u = self.unsynced.lock();
+        let n = u.next;
+        u.next += 1;
+        u.writes
+            .entry(path.to_path_buf())
+            .or_default()
+            .push((n, pos, len));
+    }
+
+    fn sync_token(&self) -> u64 {
+        self.unsynced.lock().next
+    }
+
+    fn synced(&self, path: &Path, token: u64) {
+        if let Some(w) = self.unsynced.lock().writes.get_mut(path) {
+            w.retain(|(n, _, _)| *n >= token);
+        }
     }
 
     fn check(&self, point: FaultPoint) -> io::Result<()> {
@@ -95,6 +200,31 @@ impl Faults {
         Faults {
             #[cfg(any(test, feature = "failpoints"))]
             injector: _config.faults.clone(),
+        }
+    }
+
+    /// Notes a write of `len` bytes at `pos` of the segment file `path` (for power losses).
+    pub(crate) fn wrote(&self, _path: &Path, _pos: u64, _len: u64) {
+        #[cfg(any(test, feature = "failpoints"))]
+        if let Some(injector) = &self.injector {
+            injector.wrote(_path, _pos, _len);
+        }
+    }
+
+    /// A token to pass to [`synced`](Self::synced) once a sync that starts now returns.
+    pub(crate) fn sync_token(&self) -> u64 {
+        #[cfg(any(test, feature = "failpoints"))]
+        if let Some(injector) = &self.injector {
+            return injector.sync_token();
+        }
+        0
+    }
+
+    /// Notes that `path` was synced: every write noted before `token` was taken is durable.
+    pub(crate) fn synced(&self, _path: &Path, _token: u64) {
+        #[cfg(any(test, feature = "failpoints"))]
+        if let Some(injector) = &self.injector {
+            injector.synced(_path, _token);
         }
     }
 

@@ -74,8 +74,9 @@
 //! # Durability
 //!
 //! [`Durability::Fsync`] (the default) acknowledges a write once it is on disk on a quorum;
-//! [`Durability::Replicated`] once it is in the page cache of a quorum (faster; a power loss
-//! that takes down a quorum at once can lose acknowledged writes).
+//! [`Durability::Replicated`] once it is in the page cache of a quorum (faster; it survives
+//! any process crash, but a write acknowledged before a power loss can be lost: see the
+//! variant's documentation).
 //!
 //! # Cargo features
 //!
@@ -115,7 +116,7 @@ pub use config::{LogConfig, Preallocate};
 pub use error::{CorruptKind, Error, Result};
 pub use fault::FaultPoint;
 #[cfg(any(test, feature = "failpoints"))]
-pub use fault::{FaultInjector, NetFaults};
+pub use fault::{FaultInjector, NetFaults, PowerLoss};
 pub use log::{AppendInfo, LogIter, PartitionLog};
 pub use node::{Node, NodeConfig, PartitionStatus};
 pub use producer::{Producer, ProducerConfig, RecordMetadata};

@@ -154,9 +154,14 @@ impl RaftSnapshotBuilder<C> for StateMachine {
         };
         let this = self.clone();
         let saved = snap.clone();
-        tokio::task::spawn_blocking(move || this.save_snapshot(&saved))
-            .await
-            .map_err(io::Error::other)??;
+        // A snapshot never gets ahead of the durable log: under `Replicated` the log's tail
+        // may not be synced yet, and a power loss would leave a snapshot past the log's end.
+        tokio::task::spawn_blocking(move || {
+            this.store.log().flush().map_err(io::Error::other)?;
+            this.save_snapshot(&saved)
+        })
+        .await
+        .map_err(io::Error::other)??;
         *self.current.lock() = Some(snap.clone());
         Ok(snap)
     }

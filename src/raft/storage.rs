@@ -38,8 +38,13 @@ pub enum Durability {
     /// After `fdatasync`: an acknowledged write is on disk on a quorum.
     #[default]
     Fsync,
-    /// As soon as it is in the page cache: an acknowledged write is in memory on a quorum. A
-    /// power loss that takes down a quorum at once can lose acknowledged writes.
+    /// As soon as it is in the page cache: an acknowledged write is in memory on a quorum.
+    /// Any number of process crashes lose nothing. Appends are synced only at segment rolls,
+    /// before the vote changes, before snapshots and at shutdown, so a broker that loses power
+    /// comes back without its unsynced writes; an acknowledged write is lost if the brokers
+    /// still holding it are outvoted (with three replicas: a follower that acknowledged it
+    /// loses power, then the leader fails before the third replica has it). A lost write is
+    /// lost on every replica alike.
     Replicated,
 }
 
@@ -110,6 +115,11 @@ impl LogStore {
 
     /// How many syncs run detached from openraft's task. Each holds the log (and so its
     /// directory lock) until it ends.
+    /// When this store counts an append as written.
+    pub(crate) fn durability(&self) -> Durability {
+        self.inner.durability
+    }
+
     pub(crate) fn syncs_in_flight(&self) -> usize {
         self.inner
             .syncs_in_flight

@@ -607,7 +607,10 @@ impl Segment {
     /// Durably writes bytes `[from, data_len)` of the map.
     pub(crate) fn sync(&self, faults: &Faults) -> io::Result<()> {
         faults.check(FaultPoint::Sync)?;
-        self.file.sync_data()
+        let token = faults.sync_token();
+        self.file.sync_data()?;
+        faults.synced(&self.path, token);
+        Ok(())
     }
 
     /// Writes the index file (temporary name, sync, rename). The segment's bytes it describes

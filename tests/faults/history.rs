@@ -14,6 +14,11 @@ use std::fmt;
 pub enum Outcome {
     /// Acknowledged at this offset.
     Ok { offset: u64 },
+    /// Acknowledged at this offset under `Durability::Replicated`, but sent before a broker
+    /// lost power (its unsynced writes). The contract allows such a record to be lost: it is
+    /// then absent from every replica, and its offset may hold a later record. If it is
+    /// anywhere, it must be where an acknowledged record must be.
+    OkLossy { offset: u64 },
     /// Definitely not applied (the client says nothing was written).
     Fail,
     /// Unknown: may or may not have been applied.
@@ -80,6 +85,8 @@ pub struct Summary {
     pub unknown: usize,
     /// Unknown sends that turned out to be applied.
     pub unknown_applied: usize,
+    /// Acknowledged sends lost as the `Replicated` contract allows (see [`Outcome::OkLossy`]).
+    pub lost_as_allowed: usize,
     /// Records read back, over all replicas.
     pub records_read: usize,
 }
@@ -98,7 +105,7 @@ pub fn check(ops: &[Op], replicas: &[Replica]) -> (Vec<Violation>, Summary) {
     let by_id: HashMap<(u32, u64), &Op> = ops.iter().map(|o| ((o.producer, o.n), o)).collect();
     for op in ops {
         match op.outcome {
-            Outcome::Ok { .. } => summary.acknowledged += 1,
+            Outcome::Ok { .. } | Outcome::OkLossy { .. } => summary.acknowledged += 1,
             Outcome::Fail => summary.failed += 1,
             Outcome::Unknown => summary.unknown += 1,
         }
@@ -155,7 +162,7 @@ pub fn check(ops: &[Op], replicas: &[Replica]) -> (Vec<Violation>, Summary) {
                     n: op.n,
                 }),
                 Outcome::Unknown => summary.unknown_applied += 1,
-                Outcome::Ok { .. } => {}
+                Outcome::Ok { .. } | Outcome::OkLossy { .. } => {}
             }
             if let Some(prev) = last_by_producer.insert(op.producer, op.n)
                 && prev > op.n
@@ -169,8 +176,16 @@ pub fn check(ops: &[Op], replicas: &[Replica]) -> (Vec<Violation>, Summary) {
         }));
         // Every acknowledged record at its offset on every replica.
         for op in ops.iter().filter(|o| o.partition == partition) {
-            let Outcome::Ok { offset } = op.outcome else {
-                continue;
+            let offset = match op.outcome {
+                Outcome::Ok { offset } => offset,
+                Outcome::OkLossy { offset } => {
+                    if !seen.contains_key(&(op.producer, op.n)) {
+                        summary.lost_as_allowed += 1;
+                        continue;
+                    }
+                    offset
+                }
+                Outcome::Fail | Outcome::Unknown => continue,
             };
             let want = Op::payload(op.producer, op.n);
             for r in reps {
@@ -300,6 +315,41 @@ mod tests {
             records: vec![(0, b"not an op".to_vec())],
         };
         assert_eq!(check(&[], &[garbage]).0.len(), 1);
+    }
+
+    #[test]
+    fn a_lossy_acknowledgement_may_be_lost_whole_but_not_moved_or_split() {
+        let lossy = |offset| Outcome::OkLossy { offset };
+        let ops = [op(1, 0, ok(0)), op(1, 1, lossy(1)), op(2, 0, ok(1))];
+        // Lost on every replica, its offset taken by a later record: allowed, and counted.
+        let log = [(1, 0), (2, 0)];
+        let (v, s) = check(&ops, &[replica(1, &log), replica(2, &log)]);
+        assert_eq!(v, vec![]);
+        assert_eq!(s.lost_as_allowed, 1);
+        // Kept on one replica only: not allowed.
+        let ops = [op(1, 0, ok(0)), op(1, 1, lossy(1))];
+        let (v, _) = check(
+            &ops,
+            &[replica(1, &[(1, 0), (1, 1)]), replica(2, &[(1, 0)])],
+        );
+        assert_eq!(
+            v,
+            vec![Violation::LostAck {
+                producer: 1,
+                n: 1,
+                node: 2,
+                offset: 1
+            }]
+        );
+        // Present, at another offset: not allowed.
+        let ops = [op(1, 0, lossy(0))];
+        let (v, _) = check(&ops, &[replica(1, &[(2, 0), (1, 0)])]);
+        assert!(v.contains(&Violation::LostAck {
+            producer: 1,
+            n: 0,
+            node: 1,
+            offset: 0
+        }));
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod history;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use history::{Op, Outcome, Replica};
@@ -57,6 +58,10 @@ struct Report {
     one_way_cuts: usize,
     lossy_periods: usize,
     heals: usize,
+    /// Stops that were power losses (`Replicated` schedules): unsynced writes taken away.
+    power_losses: usize,
+    /// Bytes the power losses took away.
+    bytes_lost: u64,
     summary: history::Summary,
 }
 
@@ -70,6 +75,8 @@ struct Cluster {
     disks: Vec<Arc<FaultInjector>>,
     /// Brokers cut off (wholly or one way) by the current network faults.
     impaired: Vec<u64>,
+    /// How many power losses happened so far; producers note it when they send.
+    power_losses: Arc<AtomicU64>,
 }
 
 impl Cluster {
@@ -87,6 +94,7 @@ impl Cluster {
             net: NetFaults::new(),
             disks: (0..n).map(|_| FaultInjector::new()).collect(),
             impaired: Vec::new(),
+            power_losses: Arc::new(AtomicU64::new(0)),
         };
         for id in 1..=n as u64 {
             let node = cluster.boot(id).await;
@@ -150,6 +158,23 @@ impl Cluster {
         if let Some(node) = self.nodes[id as usize - 1].take() {
             node.shutdown().await.unwrap();
         }
+    }
+
+    /// Stops broker `id` as a power loss would: its logs lose every write not yet synced.
+    /// Returns the bytes lost.
+    async fn lose_power(&mut self, id: u64) -> u64 {
+        let Some(node) = self.nodes[id as usize - 1].take() else {
+            return 0;
+        };
+        let disk = &self.disks[id as usize - 1];
+        let loss = disk.lose_power();
+        // Sends from here on were not in flight when the power went.
+        self.power_losses.fetch_add(1, Ordering::SeqCst);
+        // Its last flush fails: the machine is off.
+        let _ = node.shutdown().await;
+        let lost = loss.apply().unwrap();
+        disk.clear();
+        lost
     }
 
     async fn restart(&mut self, id: u64) {
@@ -262,8 +287,14 @@ fn outcome_of_error(e: &Error) -> Outcome {
 
 /// One producer: `count` sends of one record each, one at a time, to partitions it picks at
 /// random; every outcome recorded.
-async fn produce(addrs: Vec<SocketAddr>, producer: u32, count: u64, seed: u64) -> Vec<Op> {
-    produce_until(addrs, producer, count, seed, None).await
+async fn produce(
+    addrs: Vec<SocketAddr>,
+    producer: u32,
+    count: u64,
+    seed: u64,
+    losses: Arc<AtomicU64>,
+) -> Vec<(Op, u64)> {
+    produce_until(addrs, producer, count, seed, None, losses).await
 }
 
 /// [`produce`], stopping early at `until` if given.
@@ -273,7 +304,8 @@ async fn produce_until(
     count: u64,
     seed: u64,
     until: Option<Instant>,
-) -> Vec<Op> {
+    losses: Arc<AtomicU64>,
+) -> Vec<(Op, u64)> {
     let mut rng = Rng::new(seed ^ u64::from(producer) << 32);
     let mut ops = Vec::new();
     let client = producer_client(&addrs, producer).await;
@@ -283,18 +315,22 @@ async fn produce_until(
         }
         let partition = rng.below(u64::from(PARTITIONS)) as u32;
         let record = Record::new(Op::payload(producer, n));
+        let sent_after = losses.load(Ordering::SeqCst);
         let outcome = match client.send(TOPIC, partition, &[record]).await {
             Ok(d) => Outcome::Ok {
                 offset: d.base_offset.get(),
             },
             Err(e) => outcome_of_error(&e),
         };
-        ops.push(Op {
-            producer,
-            n,
-            partition,
-            outcome,
-        });
+        ops.push((
+            Op {
+                producer,
+                n,
+                partition,
+                outcome,
+            },
+            sent_after,
+        ));
     }
     ops
 }
@@ -308,7 +344,8 @@ async fn produce_pipelined(
     count: u64,
     seed: u64,
     window: usize,
-) -> Vec<Op> {
+    losses: Arc<AtomicU64>,
+) -> Vec<(Op, u64)> {
     let mut rng = Rng::new(seed ^ u64::from(producer) << 32);
     let client = Arc::new(producer_client(&addrs, producer).await);
     let mut pconfig = ProducerConfig::default();
@@ -329,9 +366,10 @@ async fn produce_pipelined(
         let partition = rng.below(u64::from(PARTITIONS)) as u32;
         let record =
             Record::new(Op::payload(producer, n)).with_key(keys[partition as usize].clone());
-        pending.push_back((n, partition, sender.send(TOPIC, record)));
+        let sent_after = losses.load(Ordering::SeqCst);
+        pending.push_back((n, partition, sent_after, sender.send(TOPIC, record)));
         while pending.len() > window || (n + 1 == count && !pending.is_empty()) {
-            let (n, partition, sent) = pending.pop_front().unwrap();
+            let (n, partition, sent_after, sent) = pending.pop_front().unwrap();
             let outcome = match sent.await {
                 Ok(meta) => {
                     assert_eq!(meta.partition, partition);
@@ -341,12 +379,15 @@ async fn produce_pipelined(
                 }
                 Err(e) => outcome_of_error(&e),
             };
-            ops.push(Op {
-                producer,
-                n,
-                partition,
-                outcome,
-            });
+            ops.push((
+                Op {
+                    producer,
+                    n,
+                    partition,
+                    outcome,
+                },
+                sent_after,
+            ));
         }
     }
     ops
@@ -361,11 +402,12 @@ async fn schedule(seed: u64, nodes: usize, appends: u64, durability: Durability)
     let producers: Vec<_> = (0..PRODUCERS)
         .map(|p| {
             let addrs = cluster.addrs.clone();
+            let losses = Arc::clone(&cluster.power_losses);
             // The last producer pipelines through `Producer`; the others send one at a time.
             if p + 1 == PRODUCERS {
-                tokio::spawn(produce_pipelined(addrs, p, per_producer, seed, 16))
+                tokio::spawn(produce_pipelined(addrs, p, per_producer, seed, 16, losses))
             } else {
-                tokio::spawn(produce(addrs, p, per_producer, seed))
+                tokio::spawn(produce(addrs, p, per_producer, seed, losses))
             }
         })
         .collect();
@@ -398,7 +440,13 @@ async fn schedule(seed: u64, nodes: usize, appends: u64, durability: Durability)
                     .filter(|id| !impaired.contains(id))
                     .collect();
                 let victim = victim.unwrap_or_else(|| live[rng.below(live.len() as u64) as usize]);
-                cluster.stop(victim).await;
+                // Under `Replicated`, half the stops are power losses.
+                if durability == Durability::Replicated && rng.below(2) == 0 {
+                    report.bytes_lost += cluster.lose_power(victim).await;
+                    report.power_losses += 1;
+                } else {
+                    cluster.stop(victim).await;
+                }
                 report.stops += 1;
             }
             2 if may_impair => {
@@ -439,9 +487,18 @@ async fn schedule(seed: u64, nodes: usize, appends: u64, durability: Durability)
             }
         }
     }
+    // An acknowledged send made before the last power loss may have been lost with it.
+    let losses = cluster.power_losses.load(Ordering::SeqCst);
     let mut ops = Vec::new();
     for p in producers {
-        ops.extend(p.await.unwrap());
+        ops.extend(p.await.unwrap().into_iter().map(|(mut op, sent_after)| {
+            if let Outcome::Ok { offset } = op.outcome
+                && sent_after < losses
+            {
+                op.outcome = Outcome::OkLossy { offset };
+            }
+            op
+        }));
     }
     // Heal, converge, read everything back, check.
     cluster.net.heal();
@@ -544,6 +601,9 @@ async fn run_schedules(first_seed: u64, count: u64) {
         total.one_way_cuts += r.one_way_cuts;
         total.lossy_periods += r.lossy_periods;
         total.heals += r.heals;
+        total.power_losses += r.power_losses;
+        total.bytes_lost += r.bytes_lost;
+        total.summary.lost_as_allowed += r.summary.lost_as_allowed;
         total.summary.acknowledged += r.summary.acknowledged;
         total.summary.failed += r.summary.failed;
         total.summary.unknown += r.summary.unknown;
@@ -806,7 +866,17 @@ async fn broker_processes_killed_and_paused_at_random_lose_and_duplicate_nothing
         .collect();
     let end = Instant::now() + Duration::from_secs(secs);
     let producers: Vec<_> = (0..PRODUCERS)
-        .map(|p| tokio::spawn(produce_until(addrs.clone(), p, u64::MAX, seed, Some(end))))
+        .map(|p| {
+            let losses = Arc::new(AtomicU64::new(0));
+            tokio::spawn(produce_until(
+                addrs.clone(),
+                p,
+                u64::MAX,
+                seed,
+                Some(end),
+                losses,
+            ))
+        })
         .collect();
     let (mut kills, mut pauses) = (0, 0);
     while Instant::now() < end {
@@ -840,7 +910,7 @@ async fn broker_processes_killed_and_paused_at_random_lose_and_duplicate_nothing
     }
     let mut ops = Vec::new();
     for p in producers {
-        ops.extend(p.await.unwrap());
+        ops.extend(p.await.unwrap().into_iter().map(|(op, _)| op));
     }
 
     // Converge: every replica holds as many committed records as the leader's high watermark.
