@@ -623,6 +623,52 @@ async fn fault_schedules_lose_and_duplicate_nothing_b() {
     run_schedules(1_000_001, env_u64("FAULT_SCHEDULES", 25)).await;
 }
 
+/// Regression (fault schedules, `Replicated`): a follower back from a power loss has a shorter
+/// log than it acknowledged. openraft treats that as a bug unless `allow_log_reversion` is on
+/// (its leader asserted and stopped replicating); with it on, the leader resends what the
+/// follower lost, and nothing acknowledged is lost, since the leader and the other follower
+/// still hold it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_back_from_a_power_loss_is_brought_up_to_date() {
+    let mut cluster = Cluster::start(3, Durability::Replicated).await;
+    let losses = Arc::clone(&cluster.power_losses);
+    let ops = produce(cluster.addrs.clone(), 0, 100, 1, Arc::clone(&losses)).await;
+    // A broker that leads neither partition: each partition keeps a leader holding
+    // everything acknowledged.
+    let leaders = [
+        wait_leader_of(&cluster, 0).await,
+        wait_leader_of(&cluster, 1).await,
+    ];
+    let follower = (1..=3).find(|id| !leaders.contains(id)).unwrap();
+    let lost = cluster.lose_power(follower).await;
+    assert!(lost > 0, "the follower had unsynced writes");
+    cluster.restart(follower).await;
+    let mut ops: Vec<Op> = ops.into_iter().map(|(op, _)| op).collect();
+    ops.extend(
+        produce(cluster.addrs.clone(), 1, 100, 2, losses)
+            .await
+            .into_iter()
+            .map(|(op, _)| op),
+    );
+    cluster.converge(Duration::from_secs(30)).await;
+    let (violations, summary) = history::check(&ops, &cluster.read_all());
+    assert_eq!(violations, vec![], "{summary:?}");
+    assert_eq!(summary.acknowledged, 200);
+    cluster.shutdown().await;
+}
+
+/// The leader of `partition`, waiting (at most 10 s) for one.
+async fn wait_leader_of(cluster: &Cluster, partition: u32) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(l) = cluster.leader(partition) {
+            return l;
+        }
+        assert!(Instant::now() < deadline, "no leader");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_whose_disk_fails_to_sync_stops_leading_and_writes_go_on_elsewhere() {
     let mut cluster = Cluster::start(3, Durability::Fsync).await;
