@@ -461,7 +461,9 @@ impl Node {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         for group in &groups {
-            group.store.log().flush()?;
+            // Flushes the log and records how far it is committed, so that a restart
+            // re-applies it at once (the catalog included) without waiting for a leader.
+            group.store.persist_committed()?;
         }
         Ok(())
     }

@@ -57,6 +57,11 @@ const CONTROL_MEMBERSHIP: u8 = 1;
 pub(crate) struct RaftMeta {
     pub(crate) vote: Option<Vote>,
     pub(crate) last_purged: Option<LogId>,
+    /// The last committed entry this replica knew of when the file was written (absent in
+    /// files of replog 0.1). A hint for restarts: openraft re-applies the log up to it at once
+    /// instead of waiting to hear from a leader.
+    #[serde(default)]
+    pub(crate) committed: Option<LogId>,
 }
 
 /// The log store handed to openraft; cheap to clone (readers are clones).
@@ -70,6 +75,9 @@ struct Inner {
     log: PartitionLog,
     meta_path: PathBuf,
     meta: Mutex<RaftMeta>,
+    /// The committed entry as openraft last reported it; written to `raft-meta` with the
+    /// vote and at shutdown ([`LogStore::persist_committed`]), never on its own hot path.
+    committed: Mutex<Option<LogId>>,
     durability: Durability,
     /// Syncs running detached from openraft's task (each holds a handle to the store).
     syncs_in_flight: std::sync::atomic::AtomicUsize,
@@ -107,19 +115,28 @@ impl LogStore {
                 log,
                 meta_path,
                 meta: Mutex::new(meta),
+                committed: Mutex::new(None),
                 durability,
                 syncs_in_flight: std::sync::atomic::AtomicUsize::new(0),
             }),
         })
     }
 
-    /// How many syncs run detached from openraft's task. Each holds the log (and so its
-    /// directory lock) until it ends.
     /// When this store counts an append as written.
     pub(crate) fn durability(&self) -> Durability {
         self.inner.durability
     }
 
+    /// Syncs the log, then records the committed entry in `raft-meta`, so that a restart
+    /// re-applies the log up to it at once. Called at shutdown.
+    pub(crate) fn persist_committed(&self) -> Result<()> {
+        self.inner.log.flush()?;
+        self.save_meta(|_| {})?;
+        Ok(())
+    }
+
+    /// How many syncs run detached from openraft's task. Each holds the log (and so its
+    /// directory lock) until it ends.
     pub(crate) fn syncs_in_flight(&self) -> usize {
         self.inner
             .syncs_in_flight
@@ -145,6 +162,8 @@ impl LogStore {
     fn save_meta(&self, update: impl FnOnce(&mut RaftMeta)) -> io::Result<()> {
         let mut meta = self.inner.meta.lock();
         let mut next = meta.clone();
+        // Callers sync the log first: the committed entry written here is durable.
+        next.committed = *self.inner.committed.lock();
         update(&mut next);
         write_meta(&self.inner.meta_path, &next)?;
         *meta = next;
@@ -291,6 +310,31 @@ impl RaftLogStorage<C> for LogStore {
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
         self.clone()
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> io::Result<()> {
+        *self.inner.committed.lock() = committed;
+        Ok(())
+    }
+
+    /// The committed entry `raft-meta` recorded, if this log still holds that very entry (a
+    /// power loss under `Replicated` can take it; a purge can pass it): otherwise `None`,
+    /// and openraft recovers from the snapshot and waits for a leader, as without a record.
+    async fn read_committed(&mut self) -> io::Result<Option<LogId>> {
+        let Some(saved) = self.inner.meta.lock().committed else {
+            return Ok(None);
+        };
+        let index = saved.index;
+        let log = &self.inner.log;
+        if index < self.first_readable() || index >= log.next_log_index().get() {
+            return Ok(None);
+        }
+        let batches = log.read_entries(index, index + 1, 0).map_err(to_io)?;
+        let held = batches
+            .first()
+            .map(|b| LogId::new_term_index(b.term.get(), b.log_index.get()));
+        *self.inner.committed.lock() = held.filter(|h| *h == saved);
+        Ok(held.filter(|h| *h == saved))
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> io::Result<()> {
@@ -477,6 +521,7 @@ mod tests {
         let meta = RaftMeta {
             vote: None,
             last_purged: Some(LogId::new_term_index(3, 9)),
+            committed: Some(LogId::new_term_index(4, 12)),
         };
         write_meta(&path, &meta).unwrap();
         assert_eq!(read_meta(&path).unwrap(), meta);

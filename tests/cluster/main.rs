@@ -1362,3 +1362,65 @@ async fn a_client_with_a_stale_leader_follows_the_newer_hint() {
     assert_every_replica_holds(&nodes, &["one", "two"]).await;
     shutdown_all(nodes).await;
 }
+
+/// A broker restarted alone (no quorum for any group) knows its created topics and serves
+/// what was committed before it stopped: each replica records how far it was committed when
+/// it shut down, and re-applies its own log up to there at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_restarted_alone_rebuilds_its_topics_and_serves_committed_records() {
+    use replog::{Client, ClientConfig, PartitionId};
+    let dir = tempfile::tempdir().unwrap();
+    let addrs = free_addrs(3);
+    let nodes = start_all(|id| bare(id, &addrs, dir.path())).await;
+    let client = Client::connect(&addrs, ClientConfig::default())
+        .await
+        .unwrap();
+    client.create_topic("audit", 2, 3).await.unwrap();
+    for i in 0..10 {
+        client
+            .send("audit", i % 2, &[Record::new(format!("r{i}"))])
+            .await
+            .unwrap();
+    }
+    // Every replica has applied everything before the brokers stop.
+    for node in &nodes {
+        let node = node.as_ref().unwrap();
+        wait_for(Duration::from_secs(10), "replicas to apply", || {
+            let hw = |p| node.status("audit", p).ok().map(|s| s.high_watermark);
+            (hw(0)? == Offset(5) && hw(1)? == Offset(5)).then_some(())
+        })
+        .await;
+    }
+    drop(client);
+    shutdown_all(nodes).await;
+
+    let node = Node::start(bare(2, &addrs, dir.path())).await.unwrap();
+    wait_for(
+        Duration::from_secs(5),
+        "the catalog and the replicas",
+        || {
+            let parts = node.partitions();
+            let want = [PartitionId::new("audit", 0), PartitionId::new("audit", 1)];
+            (parts == want).then_some(())
+        },
+    )
+    .await;
+    for p in 0..2 {
+        let values: Vec<String> = wait_for(Duration::from_secs(5), "committed records", || {
+            let batches = node.read("audit", p, Offset(0), 1 << 20).ok()?;
+            let v: Vec<String> = batches
+                .iter()
+                .flat_map(|b| b.records())
+                .map(|(_, r)| String::from_utf8_lossy(&r.value).into_owned())
+                .collect();
+            (v.len() == 5).then_some(v)
+        })
+        .await;
+        let want: Vec<String> = (0..10)
+            .filter(|i| i % 2 == p)
+            .map(|i| format!("r{i}"))
+            .collect();
+        assert_eq!(values, want);
+    }
+    node.shutdown().await.unwrap();
+}
