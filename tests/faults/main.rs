@@ -77,10 +77,22 @@ struct Cluster {
     impaired: Vec<u64>,
     /// How many power losses happened so far; producers note it when they send.
     power_losses: Arc<AtomicU64>,
+    /// Whether the topic is created at run time (through the metadata group) rather than
+    /// configured on every broker.
+    created: bool,
+    /// Per partition, the brokers hosting a replica.
+    replicas: Vec<Vec<u64>>,
 }
 
 impl Cluster {
     async fn start(n: usize, durability: Durability) -> Cluster {
+        Cluster::start_with(n, durability, None).await
+    }
+
+    /// [`start`](Self::start); with `created: Some(factor)`, the brokers start without topics
+    /// and the topic is created through the metadata group with `factor` replicas per
+    /// partition.
+    async fn start_with(n: usize, durability: Durability, created: Option<u32>) -> Cluster {
         let listeners: Vec<_> = (0..n)
             .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
             .collect();
@@ -95,10 +107,21 @@ impl Cluster {
             disks: (0..n).map(|_| FaultInjector::new()).collect(),
             impaired: Vec::new(),
             power_losses: Arc::new(AtomicU64::new(0)),
+            created: created.is_some(),
+            replicas: vec![(1..=n as u64).collect(); PARTITIONS as usize],
         };
         for id in 1..=n as u64 {
             let node = cluster.boot(id).await;
             cluster.nodes.push(Some(node));
+        }
+        if let Some(factor) = created {
+            let client = producer_client(&cluster.addrs, 0).await;
+            client
+                .create_topic(TOPIC, PARTITIONS, factor)
+                .await
+                .unwrap();
+            let described = client.describe(TOPIC).await.unwrap();
+            cluster.replicas = described.into_iter().map(|d| d.replicas).collect();
         }
         cluster
     }
@@ -114,7 +137,9 @@ impl Cluster {
             peers,
             self.dir.path().join(id.to_string()),
         );
-        c.topics = vec![(TOPIC.into(), PARTITIONS)];
+        if !self.created {
+            c.topics = vec![(TOPIC.into(), PARTITIONS)];
+        }
         c.heartbeat_interval_ms = 100;
         c.election_timeout_ms = 500;
         c.request_timeout_ms = 2000;
@@ -198,12 +223,14 @@ impl Cluster {
         let deadline = Instant::now() + limit;
         loop {
             let settled = (0..PARTITIONS).all(|p| {
-                let status: Vec<_> = self
-                    .nodes
-                    .iter()
-                    .flatten()
-                    .map(|n| n.status(TOPIC, p).unwrap())
-                    .collect();
+                // A restarted broker starts the replicas of a created topic a moment later.
+                let Some(status) = self
+                    .hosts(p)
+                    .map(|n| n.status(TOPIC, p).ok())
+                    .collect::<Option<Vec<_>>>()
+                else {
+                    return false;
+                };
                 let first = &status[0];
                 first.leader.is_some()
                     && status.iter().all(|s| {
@@ -220,11 +247,20 @@ impl Cluster {
         }
     }
 
+    /// The live brokers hosting a replica of `partition`.
+    fn hosts(&self, partition: u32) -> impl Iterator<Item = &Node> {
+        let replicas = &self.replicas[partition as usize];
+        self.nodes
+            .iter()
+            .flatten()
+            .filter(move |n| replicas.contains(&n.id()))
+    }
+
     /// Every record of every replica.
     fn read_all(&self) -> Vec<Replica> {
         let mut out = Vec::new();
-        for node in self.nodes.iter().flatten() {
-            for partition in 0..PARTITIONS {
+        for partition in 0..PARTITIONS {
+            for node in self.hosts(partition) {
                 let mut records = Vec::new();
                 let mut next = node.status(TOPIC, partition).unwrap().log_start;
                 // Bounded: every pass moves `next` forward or ends.
@@ -394,9 +430,15 @@ async fn produce_pipelined(
 }
 
 /// Runs one schedule and checks its history; panics with the seed on a violation.
-async fn schedule(seed: u64, nodes: usize, appends: u64, durability: Durability) -> Report {
+async fn schedule(
+    seed: u64,
+    nodes: usize,
+    appends: u64,
+    durability: Durability,
+    created: Option<u32>,
+) -> Report {
     let mut rng = Rng::new(seed);
-    let mut cluster = Cluster::start(nodes, durability).await;
+    let mut cluster = Cluster::start_with(nodes, durability, created).await;
     let mut report = Report::default();
     let per_producer = appends.div_ceil(u64::from(PRODUCERS));
     let producers: Vec<_> = (0..PRODUCERS)
@@ -589,9 +631,12 @@ async fn run_schedules(first_seed: u64, count: u64) {
         } else {
             Durability::Fsync
         };
-        let r = schedule(seed, nodes, 500, durability).await;
+        // Every other schedule creates its topic through the metadata group, with three
+        // replicas per partition (on five brokers, each partition on three of them).
+        let created = (seed % 2 == 0).then_some(3);
+        let r = schedule(seed, nodes, 500, durability, created).await;
         eprintln!(
-            "seed {seed}: {nodes} nodes, {durability:?}, {r:?} in {:?}",
+            "seed {seed}: {nodes} nodes, {durability:?}, topic created: {created:?}, {r:?} in {:?}",
             t.elapsed()
         );
         total.stops += r.stops;
