@@ -714,8 +714,24 @@ async fn wait_leader_of(cluster: &Cluster, partition: u32) -> u64 {
     }
 }
 
+/// An I/O error on sync (EIO, and the kernel may have dropped the pages): the leader's log
+/// latches read-only, its group stops, and another broker leads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_whose_disk_fails_to_sync_stops_leading_and_writes_go_on_elsewhere() {
+    a_leader_whose_disk_fails(FaultPoint::Sync, std::io::ErrorKind::Other).await;
+}
+
+/// A full disk (ENOSPC on the leader's next write): as a failed sync, the leader stops
+/// leading with nothing written, and writes go on elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_disk_is_full_stops_leading_and_writes_go_on_elsewhere() {
+    a_leader_whose_disk_fails(FaultPoint::Write, std::io::ErrorKind::StorageFull).await;
+}
+
+/// Every operation at `point` on the leader's disk fails with `kind` from some moment on: the
+/// write in flight is not acknowledged, the others elect a leader and take writes, and the
+/// failed broker, restarted on a healthy disk, rejoins; nothing acknowledged is lost.
+async fn a_leader_whose_disk_fails(point: FaultPoint, kind: std::io::ErrorKind) {
     let mut cluster = Cluster::start(3, Durability::Fsync).await;
     let wait_leader = async |cluster: &Cluster, not: Option<u64>| {
         let deadline = Instant::now() + Duration::from_secs(15);
@@ -743,14 +759,18 @@ async fn a_leader_whose_disk_fails_to_sync_stops_leading_and_writes_go_on_elsewh
         .await
         .unwrap();
 
-    // Every sync on the leader's disk fails from now on: the write is not acknowledged.
-    cluster.disks[leader as usize - 1].fail_always(FaultPoint::Sync, std::io::ErrorKind::Other);
+    // Every such operation on the leader's disk fails from now on: the write is not
+    // acknowledged (its outcome is unknown, or it was refused outright).
+    cluster.disks[leader as usize - 1].fail_always(point, kind);
     let refused = node
         .append(TOPIC, 0, &[Record::new(Op::payload(0, 1))])
         .await;
     assert!(
-        matches!(refused, Err(Error::Indeterminate { .. })),
-        "an unsynced write is not acknowledged: {refused:?}"
+        matches!(
+            refused,
+            Err(Error::Indeterminate { .. } | Error::NotLeader { .. })
+        ),
+        "a write the disk failed is not acknowledged: {refused:?}"
     );
 
     // The others elect a leader among themselves and take writes.
@@ -768,9 +788,12 @@ async fn a_leader_whose_disk_fails_to_sync_stops_leading_and_writes_go_on_elsewh
     // The failed broker is restarted on a healthy disk and rejoins as a follower.
     let failed = cluster.nodes[leader as usize - 1].take().unwrap();
     let stopped = failed.shutdown().await;
+    // A failed sync leaves unsynced bytes behind: shutdown reports the latched log. A failed
+    // write leaves nothing to flush.
+    let latched = matches!(stopped, Err(Error::PreviousIo));
     assert!(
-        matches!(stopped, Err(Error::PreviousIo)),
-        "shutdown reports the failed log: {stopped:?}"
+        latched || (point == FaultPoint::Write && stopped.is_ok()),
+        "shutdown after a failed {point:?}: {stopped:?}"
     );
     cluster.disks[leader as usize - 1].clear();
     cluster.restart(leader).await;
