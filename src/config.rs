@@ -20,8 +20,14 @@ pub enum Preallocate {
     /// and makes later syncs cheaper because they overwrite blocks that already exist. The
     /// next segment is prepared on a background thread while the current one fills, so appends
     /// do not wait for it.
-    #[default]
     Zeros,
+    /// `Zeros` for a log on its own and for a broker with
+    /// [`Durability::Fsync`](crate::Durability::Fsync), whose every acknowledgement waits for
+    /// a sync; `Fallocate` for a broker with
+    /// [`Durability::Replicated`](crate::Durability::Replicated), which syncs rarely and would
+    /// only pay for the zeros (one more write of every byte, page cache and disk).
+    #[default]
+    Auto,
 }
 
 /// Configuration of a [`PartitionLog`](crate::PartitionLog).
@@ -48,7 +54,7 @@ pub struct LogConfig {
     pub retention_bytes: Option<u64>,
     /// Delete segments whose newest batch is older than this. Default: no limit.
     pub retention_ms: Option<u64>,
-    /// How segment files are preallocated. Default [`Preallocate::Zeros`].
+    /// How segment files are preallocated. Default [`Preallocate::Auto`].
     pub preallocate: Preallocate,
     /// Fault injection for tests (`failpoints` feature).
     #[cfg(any(test, feature = "failpoints"))]

@@ -113,6 +113,12 @@ pub struct PartitionStatus {
     pub follower_lag: BTreeMap<NodeId, u64>,
 }
 
+/// Segment size of the metadata log.
+const META_SEGMENT_BYTES: u64 = 4 << 20;
+
+/// Largest metadata command (a topic of 10,000 partitions of 5 replicas takes about 60 KiB).
+const META_RECORD_BYTES_MAX: u32 = 1 << 20;
+
 /// A follower at most this many entries behind the leader counts as in sync.
 const ISR_LAG_ENTRIES_MAX: u64 = 1000;
 
@@ -174,7 +180,12 @@ impl Node {
     ///
     /// Anything [`PartitionLog::open`] returns, and [`Error::Io`] if the address cannot be
     /// bound.
-    pub async fn start(config: NodeConfig) -> Result<Node> {
+    pub async fn start(mut config: NodeConfig) -> Result<Node> {
+        if config.log.preallocate == crate::config::Preallocate::Auto
+            && config.durability == Durability::Replicated
+        {
+            config.log.preallocate = crate::config::Preallocate::Fallocate;
+        }
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
         let (shutdown, shutdown_rx) = watch::channel(false);
@@ -203,10 +214,15 @@ impl Node {
         }
         let catalog = Catalog::with_configured(&config.topics, &brokers);
         remove_deleted_dirs(&config.data_dir);
-        // The metadata log is never purged (the catalog is its replay) and always synced.
+        // The metadata log is never purged (the catalog is its replay) and always synced. Its
+        // records are a few topic commands: small segments, preallocated without writing.
         let mut meta_log = config.log.clone();
         meta_log.retention_bytes = None;
         meta_log.retention_ms = None;
+        meta_log.segment_bytes = META_SEGMENT_BYTES;
+        meta_log.record_bytes_max = META_RECORD_BYTES_MAX;
+        meta_log.batch_bytes_max = META_RECORD_BYTES_MAX;
+        meta_log.preallocate = crate::config::Preallocate::Fallocate;
         #[cfg(any(test, feature = "failpoints"))]
         {
             meta_log.faults = None;
@@ -1011,9 +1027,8 @@ impl Shared {
         }
         let value = postcard::to_stdvec(&command)
             .map_err(|e| MetaError::Failed(Error::Remote(e.to_string())))?;
-        let (records, record_count) =
-            encode_records(&[Record::new(value)], self.config.log.record_bytes_max)
-                .map_err(MetaError::Failed)?;
+        let (records, record_count) = encode_records(&[Record::new(value)], META_RECORD_BYTES_MAX)
+            .map_err(MetaError::Failed)?;
         let append = AppendRequest {
             timestamp_ms: 0,
             records,

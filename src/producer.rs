@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 use crate::client::{Client, PreparedBatch};
 use crate::error::{Error, Result};
@@ -48,11 +48,60 @@ pub struct RecordMetadata {
 
 type Waiter = oneshot::Sender<Result<RecordMetadata>>;
 
+/// A batch's outcome, shared by its records: the base offset, or the error. `None` until the
+/// batch is answered.
+type BatchOutcome = Option<Result<Offset>>;
+
+/// What a record's future waits on.
+enum Ticket {
+    /// Known at once (the record was refused).
+    Done(Result<RecordMetadata>),
+    /// Record `index` of a batch of `partition`: one channel per batch, not one per record.
+    Batch {
+        outcome: watch::Receiver<BatchOutcome>,
+        partition: u32,
+        index: u64,
+    },
+    /// A record that waited for its topic's partition count: told on its own.
+    Single(oneshot::Receiver<Result<RecordMetadata>>),
+}
+
+fn stopped() -> Error {
+    Error::Remote("the producer stopped before the batch was sent".into())
+}
+
+impl Ticket {
+    async fn wait(self) -> Result<RecordMetadata> {
+        match self {
+            Ticket::Done(result) => result,
+            Ticket::Single(rx) => rx.await.unwrap_or_else(|_| Err(stopped())),
+            Ticket::Batch {
+                mut outcome,
+                partition,
+                index,
+            } => match outcome.wait_for(Option::is_some).await {
+                Ok(answer) => match &*answer {
+                    Some(Ok(base)) => Ok(RecordMetadata {
+                        partition,
+                        offset: Offset(base.get() + index),
+                    }),
+                    Some(Err(e)) => Err(e.clone()),
+                    None => Err(stopped()),
+                },
+                Err(_) => Err(stopped()),
+            },
+        }
+    }
+}
+
 /// Records of one partition waiting to be sent as a batch.
 #[derive(Default)]
 struct Open {
     records: Vec<Record>,
-    waiters: Vec<Waiter>,
+    /// The batch's outcome, for its records' futures (made with the first record).
+    outcome: Option<watch::Sender<BatchOutcome>>,
+    /// Records that waited for the topic's partition count, by index in the batch.
+    waiters: Vec<(u64, Waiter)>,
     bytes: usize,
     /// Counts batches of this partition, so a linger timer flushes only the batch it was
     /// started for.
@@ -180,15 +229,7 @@ impl Producer {
         topic: &str,
         record: Record,
     ) -> impl Future<Output = Result<RecordMetadata>> + Send + 'static {
-        let (tx, rx) = oneshot::channel();
-        self.shared.enqueue(topic, record, tx);
-        async move {
-            rx.await.unwrap_or_else(|_| {
-                Err(Error::Remote(
-                    "the producer stopped before the batch was sent".into(),
-                ))
-            })
-        }
+        self.shared.enqueue(topic, record).wait()
     }
 
     /// Sends every open batch now.
@@ -211,27 +252,26 @@ impl Shared {
     /// A record of a topic whose partition count is not known yet waits, in order with every
     /// later record of that topic, until one metadata request (from a task of its own) tells
     /// it.
-    fn enqueue(self: &Arc<Self>, topic: &str, record: Record, reply: Waiter) {
+    fn enqueue(self: &Arc<Self>, topic: &str, record: Record) -> Ticket {
         let len = match record.encoded_len(self.client.record_bytes_max()) {
             Ok(len) => len,
-            Err(e) => {
-                let _ = reply.send(Err(e));
-                return;
-            }
+            Err(e) => return Ticket::Done(Err(e)),
         };
         let mut state = self.state.lock();
-        if let Some(waiting) = state.waiting.get_mut(topic) {
-            waiting.push((record, len, reply));
-            return;
+        if state.topics.contains_key(topic) {
+            return self.place(&mut state, topic, record, len, None);
         }
-        if !state.topics.contains_key(topic) {
-            state
-                .waiting
-                .insert(topic.to_string(), vec![(record, len, reply)]);
-            self.learn_topic(topic);
-            return;
+        let (reply, rx) = oneshot::channel();
+        match state.waiting.get_mut(topic) {
+            Some(waiting) => waiting.push((record, len, reply)),
+            None => {
+                state
+                    .waiting
+                    .insert(topic.to_string(), vec![(record, len, reply)]);
+                self.learn_topic(topic);
+            }
         }
-        self.place(&mut state, topic, record, len, reply);
+        Ticket::Single(rx)
     }
 
     /// Asks for `topic`'s partition count, then places the records waiting for it, in order
@@ -253,7 +293,7 @@ impl Shared {
                         },
                     );
                     for (record, len, reply) in waiting {
-                        shared.place(&mut state, &topic, record, len, reply);
+                        shared.place(&mut state, &topic, record, len, Some(reply));
                     }
                 }
                 other => {
@@ -269,18 +309,24 @@ impl Shared {
     }
 
     /// Adds a record of a known topic to its partition's open batch, sending the batch when
-    /// it is full.
+    /// it is full. `reply`, if given, is told the record's outcome (a record that waited for
+    /// the partition count); the returned ticket also waits for it.
     fn place(
         self: &Arc<Self>,
         state: &mut State,
         topic: &str,
         record: Record,
         len: usize,
-        reply: Waiter,
-    ) {
+        reply: Option<Waiter>,
+    ) -> Ticket {
+        let refuse = |reply: Option<Waiter>, e: Error| {
+            if let Some(reply) = reply {
+                let _ = reply.send(Err(e.clone()));
+            }
+            Ticket::Done(Err(e))
+        };
         let Some(t) = state.topics.get_mut(topic) else {
-            let _ = reply.send(Err(Error::UnknownPartition(PartitionId::new(topic, 0))));
-            return;
+            return refuse(reply, Error::UnknownPartition(PartitionId::new(topic, 0)));
         };
         let partitions = t.open.len() as u32;
         let partition = match &record.key {
@@ -304,19 +350,31 @@ impl Shared {
             .get_mut(topic)
             .and_then(|t| t.open.get_mut(partition as usize))
         else {
-            let _ = reply.send(Err(Error::UnknownPartition(PartitionId::new(
-                topic, partition,
-            ))));
-            return;
+            return refuse(
+                reply,
+                Error::UnknownPartition(PartitionId::new(topic, partition)),
+            );
         };
+        let index = open.records.len() as u64;
         open.records.push(record);
-        open.waiters.push(reply);
+        if let Some(reply) = reply {
+            open.waiters.push((index, reply));
+        }
+        let outcome = open
+            .outcome
+            .get_or_insert_with(|| watch::Sender::new(None))
+            .subscribe();
         open.bytes += len;
         let generation = open.generation;
         if open.bytes >= self.batch_bytes {
             self.send_open(state, topic, partition);
         } else if open.records.len() == 1 {
             self.start_linger(topic, partition, generation);
+        }
+        Ticket::Batch {
+            outcome,
+            partition,
+            index,
         }
     }
 
@@ -361,22 +419,26 @@ impl Shared {
         open.bytes = 0;
         let records = std::mem::take(&mut open.records);
         let waiters = std::mem::take(&mut open.waiters);
+        let outcome_tx = open.outcome.take();
         let prepared: Result<PreparedBatch> = self.client.prepare(topic, partition, &records);
         let client = Arc::clone(&self.client);
         tokio::spawn(async move {
             let outcome = match prepared {
-                Ok(batch) => client.send_prepared(batch).await,
+                Ok(batch) => client.send_prepared(batch).await.map(|d| d.base_offset),
                 Err(e) => Err(e),
             };
-            for (i, waiter) in (0u64..).zip(waiters) {
+            for (i, waiter) in waiters {
                 let result = match &outcome {
-                    Ok(d) => Ok(RecordMetadata {
+                    Ok(base) => Ok(RecordMetadata {
                         partition,
-                        offset: Offset(d.base_offset.get() + i),
+                        offset: Offset(base.get() + i),
                     }),
                     Err(e) => Err(e.clone()),
                 };
                 let _ = waiter.send(result);
+            }
+            if let Some(tx) = outcome_tx {
+                tx.send_replace(Some(outcome));
             }
         });
     }
