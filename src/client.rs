@@ -364,7 +364,7 @@ impl Client {
             .map_err(|e| CallError::Unreachable(format!("cannot encode request: {e}")))?;
         let bytes = self
             .peer(addr)
-            .call_with(op, &body, self.timeout(), enqueued)
+            .call_with(op, body, self.timeout(), enqueued)
             .await?;
         postcard::from_bytes(&bytes)
             .map_err(|e| CallError::Unreachable(format!("bad response from {addr}: {e}")))

@@ -908,7 +908,7 @@ impl Shared {
         let body = postcard::to_stdvec(request).map_err(|e| unreachable(e.to_string()))?;
         let bytes = self
             .peers
-            .call(&peer, to, op, &body, timeout)
+            .call(&peer, to, op, body, timeout)
             .await
             .map_err(|e| unreachable(e.to_string()))?;
         postcard::from_bytes(&bytes).map_err(|e| unreachable(format!("bad answer: {e}")))

@@ -69,7 +69,7 @@ impl GroupNet {
         };
         let body = postcard::to_stdvec(&(&self.group, request))
             .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        match self.peers.call(peer, self.target, op, &body, timeout).await {
+        match self.peers.call(peer, self.target, op, body, timeout).await {
             Ok(bytes) => {
                 let response: Result<Resp, String> = postcard::from_bytes(&bytes)
                     .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;

@@ -89,16 +89,33 @@ pub(crate) enum FrameError {
     Truncated,
 }
 
-/// Encodes a whole frame.
+/// A frame to send: its header and its body, written together without being copied into
+/// one buffer (a body can be a whole record batch).
+#[derive(Debug)]
+pub(crate) struct OutFrame {
+    pub(crate) head: [u8; FRAME_HEADER_LEN],
+    pub(crate) body: Vec<u8>,
+}
+
+impl OutFrame {
+    pub(crate) fn new(kind: Kind, op: Op, request_id: u64, body: Vec<u8>) -> Self {
+        let len = u32::try_from(body.len()).expect("bodies are bounded by frame_bytes_max, a u32");
+        let mut head = [0u8; FRAME_HEADER_LEN];
+        head[0..4].copy_from_slice(&len.to_le_bytes());
+        head[4] = kind as u8;
+        head[5] = op as u8;
+        // Bytes 6..8: reserved, zero.
+        head[8..16].copy_from_slice(&request_id.to_le_bytes());
+        OutFrame { head, body }
+    }
+}
+
+/// Encodes a whole frame into one buffer.
+#[cfg(test)]
 pub(crate) fn encode(kind: Kind, op: Op, request_id: u64, body: &[u8]) -> Vec<u8> {
-    let len = u32::try_from(body.len()).expect("bodies are bounded by frame_bytes_max, a u32");
-    let mut out = Vec::with_capacity(FRAME_HEADER_LEN + body.len());
-    out.extend_from_slice(&len.to_le_bytes());
-    out.push(kind as u8);
-    out.push(op as u8);
-    out.extend_from_slice(&0u16.to_le_bytes());
-    out.extend_from_slice(&request_id.to_le_bytes());
-    out.extend_from_slice(body);
+    let frame = OutFrame::new(kind, op, request_id, body.to_vec());
+    let mut out = frame.head.to_vec();
+    out.extend_from_slice(&frame.body);
     out
 }
 

@@ -21,7 +21,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use frame::{FrameReadError, Kind, Op, encode, read_frame};
+use frame::{FrameReadError, Kind, Op, OutFrame, read_frame};
 pub(crate) use turns::{Turn, Turns};
 
 /// A boxed, sendable future.
@@ -67,11 +67,14 @@ pub(crate) fn spawn_server(
 /// or a write fails; the task's end tells which connection half died.
 fn spawn_writer(
     mut wr: tokio::net::tcp::OwnedWriteHalf,
-) -> (mpsc::Sender<Vec<u8>>, tokio::task::JoinHandle<()>) {
-    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(1024);
+) -> (mpsc::Sender<OutFrame>, tokio::task::JoinHandle<()>) {
+    use bytes::Buf;
+    let (tx, mut rx) = mpsc::channel::<OutFrame>(1024);
     let writer = tokio::spawn(async move {
         while let Some(frame) = rx.recv().await {
-            if wr.write_all(&frame).await.is_err() {
+            // Header and body in one vectored write where the socket takes it.
+            let mut bytes = (&frame.head[..]).chain(&frame.body[..]);
+            if wr.write_all_buf(&mut bytes).await.is_err() {
                 break;
             }
         }
@@ -102,7 +105,12 @@ async fn serve_conn(
                 tokio::spawn(async move {
                     let response = handler.handle(head.op, body, turn).await;
                     let _ = tx
-                        .send(encode(Kind::Response, head.op, head.request_id, &response))
+                        .send(OutFrame::new(
+                            Kind::Response,
+                            head.op,
+                            head.request_id,
+                            response,
+                        ))
                         .await;
                 });
             }
@@ -149,7 +157,7 @@ type Pending = Arc<parking_lot::Mutex<HashMap<u64, oneshot::Sender<Vec<u8>>>>>;
 
 #[derive(Debug)]
 struct Conn {
-    tx: mpsc::Sender<Vec<u8>>,
+    tx: mpsc::Sender<OutFrame>,
     pending: Pending,
     next_id: AtomicU64,
     alive: Arc<AtomicBool>,
@@ -173,7 +181,7 @@ impl Peer {
     pub(crate) async fn call(
         &self,
         op: Op,
-        body: &[u8],
+        body: Vec<u8>,
         timeout: Duration,
     ) -> Result<Vec<u8>, CallError> {
         self.call_with(op, body, timeout, None).await
@@ -184,7 +192,7 @@ impl Peer {
     pub(crate) async fn call_with(
         &self,
         op: Op,
-        body: &[u8],
+        body: Vec<u8>,
         timeout: Duration,
         enqueued: Option<oneshot::Sender<()>>,
     ) -> Result<Vec<u8>, CallError> {
@@ -194,7 +202,7 @@ impl Peer {
         conn.pending.lock().insert(id, otx);
         if conn
             .tx
-            .send(encode(Kind::Request, op, id, body))
+            .send(OutFrame::new(Kind::Request, op, id, body))
             .await
             .is_err()
         {
@@ -318,7 +326,7 @@ impl PeerSet {
         peer: &Peer,
         to: u64,
         op: Op,
-        body: &[u8],
+        body: Vec<u8>,
         timeout: Duration,
     ) -> Result<Vec<u8>, CallError> {
         #[cfg(any(test, feature = "failpoints"))]
