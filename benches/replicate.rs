@@ -298,9 +298,17 @@ async fn timed_produce(
     start.elapsed()
 }
 
+/// Writes back every dirty page of the machine (`sync(2)`), outside the timed part of a
+/// sample. Without a sync of its own `Replicated` mode leaves hundreds of MiB dirty, and the
+/// kernel throttles whichever case happens to run when its writeback limit is reached: the
+/// second of two cases measured the first one's writeback (runs swung by 3x).
+fn settle_disk() {
+    rustix::fs::sync();
+}
+
 /// Producing through `Producer` and `Client` over loopback, against `Node::append` on the
 /// leader in the same cluster and run: records/s of both, so that the client's cost is a
-/// ratio. One iteration is 100 records either way.
+/// ratio. One iteration is 100 records either way; each sample starts on a settled disk.
 fn produce(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -322,6 +330,7 @@ fn produce(c: &mut Criterion) {
                 b.iter_custom(|iters| {
                     let mut cluster = cluster.borrow_mut();
                     let cluster = cluster.get_or_insert_with(start);
+                    settle_disk();
                     rt.block_on(timed_appends(cluster.leader(), &batch, iters, 64))
                         .0
                 });
@@ -347,6 +356,7 @@ fn produce(c: &mut Criterion) {
                         (client, producer)
                     })
                 });
+                settle_disk();
                 rt.block_on(timed_produce(producer, 100, iters, 10_000))
             });
         });

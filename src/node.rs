@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::log::{AppendInfo, PartitionLog};
 use crate::protocol::{
     CreateTopicRequest, DeleteTopicRequest, FetchRequest, MetadataRequest, MetadataResponse,
-    PartitionMetadata, ProduceRequest, ProduceResponse, WireBatch, WireError,
+    PartitionMetadata, ProduceRequestRef, ProduceResponse, WireBatch, WireError,
 };
 use crate::raft::replica::{Replica, Timing, WriteError};
 use crate::raft::state_machine::StateMachine;
@@ -1431,9 +1431,14 @@ impl Handler for NodeHandler {
                 Op::AppendEntries | Op::Vote | Op::Snapshot => self.raft_rpc(op, &body).await,
                 Op::Produce => encode_response(
                     &async {
-                        let req: ProduceRequest = decode_request(&body)?;
+                        // The records stay in the frame's buffer on their way to the log.
+                        let frame = bytes::Bytes::from(body);
+                        let req: ProduceRequestRef<'_> = postcard::from_bytes(&frame)
+                            .map_err(|e| WireError::Other(format!("bad request: {e}")))?;
+                        let partition = req.partition.clone();
+                        let batch = req.into_request(&frame);
                         let info = shared
-                            .append_encoded(&req.partition, req.batch, turn)
+                            .append_encoded(&partition, batch, turn)
                             .await
                             .map_err(wire)?;
                         Ok(ProduceResponse {
