@@ -906,6 +906,7 @@ impl Client {
     ///
     /// [`Error::TopicExists`]; [`Error::InvalidTopic`] (a bad name, 0 partitions, a
     /// replication factor above the broker count); [`Error::NoBrokerReachable`];
+    /// [`Error::Indeterminate`] if an attempt's outcome stayed unknown (the topic may exist);
     /// [`Error::Timeout`] if the partitions have no leader by the deadline (the topic exists).
     pub async fn create_topic(
         &self,
@@ -967,34 +968,72 @@ impl Client {
     /// Sends an admin request to brokers in turn until one answers it. A broker that cannot
     /// reach the metadata leader, or finds no leader yet, makes the client try again (with
     /// backoff) until the delivery deadline.
+    ///
+    /// An attempt whose outcome is unknown (no answer after sending; the command committed
+    /// but not confirmed in time) may have taken effect: if a later attempt is then refused
+    /// as `TopicExists` or unknown topic, that refusal may be this very request's own doing,
+    /// so the answer is [`Error::Indeterminate`], as it is at the deadline.
     async fn admin<Req: Serialize>(&self, op: Op, request: &Req, topic: &str) -> Result<()> {
         let id = PartitionId::new(topic, 0);
         let started = Instant::now();
         let deadline = started + Duration::from_millis(self.config.delivery_timeout_ms);
         let mut backoff = Duration::from_millis(100);
         let mut tried = Vec::new();
+        let mut maybe_applied = false;
+        let indeterminate = |tried: &[String], now: String| Error::Indeterminate {
+            partition: id.clone(),
+            reason: format!(
+                "an earlier attempt may have taken effect ({}); now: {now}",
+                tried.join(", ")
+            ),
+        };
         // Bounded by the deadline.
         loop {
             for addr in self.candidates() {
                 match self.call::<_, ()>(addr, op, request).await {
                     Ok(Ok(())) => return Ok(()),
+                    Ok(Err(e @ (WireError::TopicExists(_) | WireError::UnknownPartition)))
+                        if maybe_applied =>
+                    {
+                        return Err(indeterminate(&tried, format!("{e:?}")));
+                    }
                     Ok(Err(
                         e @ (WireError::TopicExists(_)
                         | WireError::InvalidTopic(_)
                         | WireError::UnknownPartition),
                     )) => return Err(e.into_error(&id, 0)),
-                    Ok(Err(e)) => tried.push(format!("{addr} ({e:?})")),
-                    Err(e) => tried.push(format!("{addr} ({e})")),
+                    // Refused before anything was proposed.
+                    Ok(Err(e @ (WireError::TryAgain(_) | WireError::NotLeader { .. }))) => {
+                        tried.push(format!("{addr} ({e:?})"));
+                    }
+                    Ok(Err(e)) => {
+                        maybe_applied = true;
+                        tried.push(format!("{addr} ({e:?})"));
+                    }
+                    Err(e @ CallError::Unreachable(_)) => tried.push(format!("{addr} ({e})")),
+                    Err(e) => {
+                        maybe_applied = true;
+                        tried.push(format!("{addr} ({e})"));
+                    }
+                }
+                // The last attempts are enough to say what happened.
+                if tried.len() > 8 {
+                    tried.remove(0);
                 }
             }
             if Instant::now() >= deadline {
+                if maybe_applied {
+                    return Err(indeterminate(&tried, "delivery deadline passed".into()));
+                }
                 return Err(Error::NoBrokerReachable {
                     tried: tried.join(", "),
                 });
             }
             tokio::time::sleep(jitter(backoff)).await;
             backoff = (backoff * 2).min(Duration::from_secs(1));
-            tried.clear();
+            if !maybe_applied {
+                tried.clear();
+            }
         }
     }
 

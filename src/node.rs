@@ -173,8 +173,11 @@ impl std::fmt::Debug for Node {
 }
 
 impl Node {
-    /// Opens and recovers every local partition replica, listens on `config.listen`, and joins
-    /// each partition's Raft group. A fresh cluster elects its leaders by itself.
+    /// Opens and recovers the replicas of the configured topics and the metadata group,
+    /// listens on `config.listen`, and joins each group. Replicas of created topics start a
+    /// moment later, once the metadata log is re-applied (at once, from the local log, up to
+    /// where it was committed at the last shutdown). A fresh cluster elects its leaders by
+    /// itself.
     ///
     /// # Errors
     ///
@@ -229,9 +232,7 @@ impl Node {
         }
         let open = |id: PartitionId, topic_id: u64, log: LogConfig, durability| {
             let peers = Arc::clone(&peers);
-            let dir = config
-                .data_dir
-                .join(format!("{}-{}", id.topic, id.partition));
+            let dir = partition_dir(&config.data_dir, &id);
             open_group(config.id, timing, peers, id, topic_id, dir, log, durability)
         };
         let meta = open(
@@ -461,7 +462,6 @@ impl Node {
         for group in &groups {
             group.raft.shutdown().await;
         }
-        let _ = self.shutdown.send(true);
         let _ = self.server.await;
         // Requests still being served and syncs still in flight hold the logs (and their
         // directory locks) for a moment; wait, boundedly, so that the directories can be
@@ -476,12 +476,16 @@ impl Node {
         while busy(&self.shared) && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        for group in &groups {
-            // Flushes the log and records how far it is committed, so that a restart
-            // re-applies it at once (the catalog included) without waiting for a leader.
-            group.store.persist_committed()?;
+        // Flushes each log and records how far it is committed, so that a restart re-applies
+        // it at once without waiting for a leader: the metadata group first (the catalog the
+        // replicas are started from), and every group even if one fails.
+        let mut first_error = None;
+        for group in groups.iter().rev() {
+            if let Err(e) = group.store.persist_committed() {
+                first_error.get_or_insert(e);
+            }
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
 }
 
@@ -795,11 +799,7 @@ impl Shared {
     /// here is described by its local replica, which tracks the leader; one hosted elsewhere
     /// by asking its replicas (unless `local_only`: then it is left out).
     pub(crate) async fn metadata(&self, topic: Option<&str>, local_only: bool) -> MetadataResponse {
-        let brokers: Vec<(NodeId, String)> = self
-            .brokers
-            .iter()
-            .filter_map(|id| Some((*id, self.broker_addr(*id)?.to_string())))
-            .collect();
+        let brokers: Vec<(NodeId, String)> = self.members(&self.brokers).into_iter().collect();
         let wanted: Vec<(PartitionId, Vec<NodeId>)> = {
             let catalog = self.catalog.read();
             catalog
@@ -814,16 +814,17 @@ impl Shared {
                 .collect()
         };
         let mut partitions = Vec::with_capacity(wanted.len());
-        let mut remote: BTreeMap<NodeId, Vec<usize>> = BTreeMap::new();
+        // Brokers to ask, and where each partition hosted elsewhere sits in `partitions`.
+        let mut remote: std::collections::BTreeSet<NodeId> = Default::default();
+        let mut elsewhere: HashMap<PartitionId, usize> = HashMap::new();
         for (id, replicas) in wanted {
             let group = self.groups.read().get(&id).cloned();
             match group {
                 Some(group) => partitions.push(self.partition_metadata(&group, replicas)),
                 None if local_only => {}
                 None => {
-                    for r in &replicas {
-                        remote.entry(*r).or_default().push(partitions.len());
-                    }
+                    remote.extend(replicas.iter().copied());
+                    elsewhere.insert(id.clone(), partitions.len());
                     partitions.push(PartitionMetadata {
                         partition: id,
                         leader: None,
@@ -839,7 +840,7 @@ impl Shared {
         if !remote.is_empty() {
             // Ask each broker hosting such partitions, at once, and keep, per partition, the
             // answer that names a leader in the highest term.
-            let asks = remote.keys().map(|broker| {
+            let asks = remote.iter().map(|broker| {
                 let request = MetadataRequest {
                     topic: topic.map(str::to_string),
                     local_only: true,
@@ -849,9 +850,9 @@ impl Shared {
             let answers = futures_util::future::join_all(asks).await;
             for answer in answers.into_iter().flatten() {
                 for theirs in answer.partitions {
-                    let Some(slot) = partitions
-                        .iter_mut()
-                        .find(|p| p.partition == theirs.partition)
+                    let Some(slot) = elsewhere
+                        .get(&theirs.partition)
+                        .and_then(|i| partitions.get_mut(*i))
                     else {
                         continue;
                     };
@@ -982,9 +983,10 @@ impl Shared {
             })
     }
 
-    /// Commits `command` in the metadata log and waits until this broker applied it: on the
-    /// metadata leader directly; elsewhere by forwarding `request` (marked as forwarded) to
-    /// the leader, unless it was forwarded already.
+    /// Commits `command` in the metadata log and answers once the metadata leader has applied
+    /// it: on the leader directly; elsewhere by forwarding `request` (marked as forwarded) to
+    /// the leader, unless it was forwarded already (a broker that forwarded applies it a
+    /// moment later, as every broker does).
     async fn meta_command<Req: Serialize + Clone + Forwardable>(
         &self,
         command: MetaCommand,
@@ -1135,7 +1137,10 @@ impl Shared {
             }
             let dir = self.partition_dir(&id);
             let opened = async {
-                prepare_partition_dir(&dir, topic_id)?;
+                let prepared = dir.clone();
+                tokio::task::spawn_blocking(move || prepare_partition_dir(&prepared, topic_id))
+                    .await
+                    .map_err(|e| Error::Io(std::io::Error::other(e)))??;
                 open_group(
                     me,
                     self.timing,
@@ -1190,9 +1195,7 @@ impl Shared {
     }
 
     fn partition_dir(&self, id: &PartitionId) -> PathBuf {
-        self.config
-            .data_dir
-            .join(format!("{}-{}", id.topic, id.partition))
+        partition_dir(&self.config.data_dir, id)
     }
 
     /// Stops a replica of a deleted topic and removes its directory.
@@ -1277,16 +1280,35 @@ async fn follow_metadata(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool
     }
 }
 
+/// A replica's directory: `{topic}-{partition}` in the broker's data directory.
+fn partition_dir(data_dir: &Path, id: &PartitionId) -> PathBuf {
+    data_dir.join(format!("{}-{}", id.topic, id.partition))
+}
+
 /// The file in a created topic's partition directory that names the topic's id.
 const PARTITION_METADATA: &str = "partition.metadata";
 
 /// Makes `dir` ready to hold a replica of created topic `topic_id`: a directory left by an
-/// earlier topic of the same name (another id, or none recorded) is discarded first.
+/// earlier topic of the same name (a lower id, or none recorded) is discarded first.
+///
+/// A directory of a *later* topic of that name (a higher id: ids only grow) is never touched:
+/// after a crash the catalog is rebuilt from an older committed point and may still name the
+/// earlier topic for a moment; discarding the later one's data would lose acknowledged
+/// records and this replica's Raft vote. The caller retries once the catalog caught up.
 fn prepare_partition_dir(dir: &Path, topic_id: u64) -> Result<()> {
     let marker = dir.join(PARTITION_METADATA);
     match std::fs::read_to_string(&marker) {
-        Ok(text) if parse_topic_id(&text) == Some(topic_id) => return Ok(()),
-        Ok(text) => discard_dir(dir, parse_topic_id(&text).unwrap_or(0))?,
+        Ok(text) => match parse_topic_id(&text) {
+            Some(found) if found == topic_id => return Ok(()),
+            Some(found) if found > topic_id => {
+                return Err(Error::Io(std::io::Error::other(format!(
+                    "{} holds topic id {found}, newer than {topic_id}: waiting for the \
+                     catalog to catch up",
+                    dir.display()
+                ))));
+            }
+            found => discard_dir(dir, found.unwrap_or(0))?,
+        },
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             if dir.exists() {
                 discard_dir(dir, 0)?;
@@ -1319,6 +1341,10 @@ fn discard_dir(dir: &Path, topic_id: u64) -> Result<()> {
         return Ok(());
     };
     let doomed = dir.with_file_name(format!("{name}.{topic_id}-delete"));
+    // Left by an earlier discard that crashed between its rename and its removal.
+    if doomed.exists() {
+        std::fs::remove_dir_all(&doomed)?;
+    }
     match std::fs::rename(dir, &doomed) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -1360,9 +1386,15 @@ async fn open_group(
     log: LogConfig,
     durability: Durability,
 ) -> Result<Arc<Group>> {
-    let log = PartitionLog::open(&dir, log)?;
-    let store = LogStore::open(log, durability)?;
-    let sm = StateMachine::open(store.clone())?;
+    // Recovery reads (and may repair) files: off the runtime's threads.
+    let (store, sm) = tokio::task::spawn_blocking(move || -> Result<(LogStore, StateMachine)> {
+        let log = PartitionLog::open(&dir, log)?;
+        let store = LogStore::open(log, durability)?;
+        let sm = StateMachine::open(store.clone())?;
+        Ok((store, sm))
+    })
+    .await
+    .map_err(|e| Error::Io(std::io::Error::other(e)))??;
     let raft = Replica::start(me, id.clone(), timing, peers, store.clone(), sm.clone()).await?;
     Ok(Arc::new(Group {
         id,
@@ -1493,5 +1525,43 @@ impl Handler for NodeHandler {
                 ),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// After a crash the catalog can name an earlier topic of a name for a moment: the
+    /// directory of the later topic is never discarded for it; an earlier one, or one without
+    /// a marker, is.
+    #[test]
+    fn a_partition_directory_of_a_later_topic_is_never_discarded() {
+        let data = tempfile::tempdir().unwrap();
+        let dir = data.path().join("t-0");
+        prepare_partition_dir(&dir, 9).unwrap();
+        std::fs::write(dir.join("data"), b"acknowledged").unwrap();
+        assert!(
+            prepare_partition_dir(&dir, 5).is_err(),
+            "id 9 is newer than 5"
+        );
+        assert_eq!(std::fs::read(dir.join("data")).unwrap(), b"acknowledged");
+        prepare_partition_dir(&dir, 9).unwrap();
+        assert!(dir.join("data").exists(), "its own id: kept");
+        prepare_partition_dir(&dir, 12).unwrap();
+        assert!(!dir.join("data").exists(), "an earlier topic's data goes");
+        // A directory without a marker, and a leftover `-delete` of the same name.
+        let bare = data.path().join("u-0");
+        std::fs::create_dir_all(&bare).unwrap();
+        std::fs::create_dir_all(data.path().join("u-0.0-delete")).unwrap();
+        std::fs::write(bare.join("stray"), b"x").unwrap();
+        prepare_partition_dir(&bare, 3).unwrap();
+        assert!(!bare.join("stray").exists());
+        let names: Vec<String> = std::fs::read_dir(data.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(!names.iter().any(|n| n.ends_with("-delete")), "{names:?}");
     }
 }

@@ -121,7 +121,7 @@ pub(crate) struct MetadataRequest {
 }
 
 /// `Op::CreateTopic` request; answered `Result<(), WireError>` once the topic is in the
-/// catalog of the broker that answers.
+/// catalog of the metadata leader.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct CreateTopicRequest {
     pub(crate) name: String,

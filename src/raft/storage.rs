@@ -162,7 +162,7 @@ impl LogStore {
     fn save_meta(&self, update: impl FnOnce(&mut RaftMeta)) -> io::Result<()> {
         let mut meta = self.inner.meta.lock();
         let mut next = meta.clone();
-        // Callers sync the log first: the committed entry written here is durable.
+        // A hint only: `read_committed` uses it if the log still holds that very entry.
         next.committed = *self.inner.committed.lock();
         update(&mut next);
         write_meta(&self.inner.meta_path, &next)?;
