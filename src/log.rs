@@ -1048,6 +1048,11 @@ impl PartitionLog {
         &self.recovery
     }
 
+    /// The record and batch limits this log enforces.
+    pub(crate) fn limits(&self) -> &Limits {
+        &self.opts.limits
+    }
+
     /// Flushes, writes the active segment's index, and releases the directory. Dropping the log
     /// does the same, ignoring errors.
     ///

@@ -633,11 +633,9 @@ impl Shared {
         if request.record_count == 0 {
             return Err(Error::EmptyBatch);
         }
-        let limits = crate::segment::record::Limits {
-            record_bytes_max: self.config.log.record_bytes_max,
-            batch_bytes_max: self.config.log.batch_bytes_max,
-        };
-        crate::segment::record::validate_records(&request.records, request.record_count, &limits)
+        // The group's own limits: the metadata log's differ from the partitions'.
+        let limits = group.store.log().limits();
+        crate::segment::record::validate_records(&request.records, request.record_count, limits)
             .map_err(|kind| Error::InvalidBatch { kind })?;
         let (record_count, producer_id, got) = (
             request.record_count,

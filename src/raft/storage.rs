@@ -43,8 +43,9 @@ pub enum Durability {
     /// before the vote changes, before snapshots and at shutdown, so a broker that loses power
     /// comes back without its unsynced writes; an acknowledged write is lost if the brokers
     /// still holding it are outvoted (with three replicas: a follower that acknowledged it
-    /// loses power, then the leader fails before the third replica has it). A lost write is
-    /// lost on every replica alike.
+    /// loses power, then the leader fails before the third replica has it). A replica that
+    /// still holds a lost write then cannot follow the new leader until it is rebuilt: Raft
+    /// (openraft) never truncates an entry it believes committed.
     Replicated,
 }
 
