@@ -46,7 +46,9 @@ pub struct RecordMetadata {
     pub offset: Offset,
 }
 
-type Waiter = oneshot::Sender<Result<RecordMetadata>>;
+/// Hands a record that waited for its topic's partition count the ticket of the batch it
+/// joined (or its refusal).
+type Waiter = oneshot::Sender<Ticket>;
 
 /// A batch's outcome, shared by its records: the base offset, or the error. `None` until the
 /// batch is answered.
@@ -62,8 +64,9 @@ enum Ticket {
         partition: u32,
         index: u64,
     },
-    /// A record that waited for its topic's partition count: told on its own.
-    Single(oneshot::Receiver<Result<RecordMetadata>>),
+    /// A record that waited for its topic's partition count: its ticket comes when it is
+    /// placed.
+    Deferred(oneshot::Receiver<Ticket>),
 }
 
 fn stopped() -> Error {
@@ -74,7 +77,10 @@ impl Ticket {
     async fn wait(self) -> Result<RecordMetadata> {
         match self {
             Ticket::Done(result) => result,
-            Ticket::Single(rx) => rx.await.unwrap_or_else(|_| Err(stopped())),
+            Ticket::Deferred(rx) => match rx.await {
+                Ok(ticket) => Box::pin(ticket.wait()).await,
+                Err(_) => Err(stopped()),
+            },
             Ticket::Batch {
                 mut outcome,
                 partition,
@@ -100,8 +106,6 @@ struct Open {
     records: Vec<Record>,
     /// The batch's outcome, for its records' futures (made with the first record).
     outcome: Option<watch::Sender<BatchOutcome>>,
-    /// Records that waited for the topic's partition count, by index in the batch.
-    waiters: Vec<(u64, Waiter)>,
     bytes: usize,
     /// Counts batches of this partition, so a linger timer flushes only the batch it was
     /// started for.
@@ -259,7 +263,7 @@ impl Shared {
         };
         let mut state = self.state.lock();
         if state.topics.contains_key(topic) {
-            return self.place(&mut state, topic, record, len, None);
+            return self.place(&mut state, topic, record, len);
         }
         let (reply, rx) = oneshot::channel();
         match state.waiting.get_mut(topic) {
@@ -271,7 +275,7 @@ impl Shared {
                 self.learn_topic(topic);
             }
         }
-        Ticket::Single(rx)
+        Ticket::Deferred(rx)
     }
 
     /// Asks for `topic`'s partition count, then places the records waiting for it, in order
@@ -293,7 +297,7 @@ impl Shared {
                         },
                     );
                     for (record, len, reply) in waiting {
-                        shared.place(&mut state, &topic, record, len, Some(reply));
+                        let _ = reply.send(shared.place(&mut state, &topic, record, len));
                     }
                 }
                 other => {
@@ -301,7 +305,7 @@ impl Shared {
                         .err()
                         .unwrap_or_else(|| Error::UnknownPartition(PartitionId::new(&*topic, 0)));
                     for (_, _, reply) in waiting {
-                        let _ = reply.send(Err(e.clone()));
+                        let _ = reply.send(Ticket::Done(Err(e.clone())));
                     }
                 }
             }
@@ -309,24 +313,16 @@ impl Shared {
     }
 
     /// Adds a record of a known topic to its partition's open batch, sending the batch when
-    /// it is full. `reply`, if given, is told the record's outcome (a record that waited for
-    /// the partition count); the returned ticket also waits for it.
+    /// it is full; the ticket says where the record landed.
     fn place(
         self: &Arc<Self>,
         state: &mut State,
         topic: &str,
         record: Record,
         len: usize,
-        reply: Option<Waiter>,
     ) -> Ticket {
-        let refuse = |reply: Option<Waiter>, e: Error| {
-            if let Some(reply) = reply {
-                let _ = reply.send(Err(e.clone()));
-            }
-            Ticket::Done(Err(e))
-        };
         let Some(t) = state.topics.get_mut(topic) else {
-            return refuse(reply, Error::UnknownPartition(PartitionId::new(topic, 0)));
+            return Ticket::Done(Err(Error::UnknownPartition(PartitionId::new(topic, 0))));
         };
         let partitions = t.open.len() as u32;
         let partition = match &record.key {
@@ -350,16 +346,12 @@ impl Shared {
             .get_mut(topic)
             .and_then(|t| t.open.get_mut(partition as usize))
         else {
-            return refuse(
-                reply,
-                Error::UnknownPartition(PartitionId::new(topic, partition)),
-            );
+            return Ticket::Done(Err(Error::UnknownPartition(PartitionId::new(
+                topic, partition,
+            ))));
         };
         let index = open.records.len() as u64;
         open.records.push(record);
-        if let Some(reply) = reply {
-            open.waiters.push((index, reply));
-        }
         let outcome = open
             .outcome
             .get_or_insert_with(|| watch::Sender::new(None))
@@ -418,7 +410,6 @@ impl Shared {
         open.generation += 1;
         open.bytes = 0;
         let records = std::mem::take(&mut open.records);
-        let waiters = std::mem::take(&mut open.waiters);
         let outcome_tx = open.outcome.take();
         let prepared: Result<PreparedBatch> = self.client.prepare(topic, partition, &records);
         let client = Arc::clone(&self.client);
@@ -427,16 +418,6 @@ impl Shared {
                 Ok(batch) => client.send_prepared(batch).await.map(|d| d.base_offset),
                 Err(e) => Err(e),
             };
-            for (i, waiter) in waiters {
-                let result = match &outcome {
-                    Ok(base) => Ok(RecordMetadata {
-                        partition,
-                        offset: Offset(base.get() + i),
-                    }),
-                    Err(e) => Err(e.clone()),
-                };
-                let _ = waiter.send(result);
-            }
             if let Some(tx) = outcome_tx {
                 tx.send_replace(Some(outcome));
             }

@@ -352,23 +352,32 @@ async fn produce_until(
         let partition = rng.below(u64::from(PARTITIONS)) as u32;
         let record = Record::new(Op::payload(producer, n));
         let sent_after = losses.load(Ordering::SeqCst);
-        let outcome = match client.send(TOPIC, partition, &[record]).await {
-            Ok(d) => Outcome::Ok {
-                offset: d.base_offset.get(),
-            },
-            Err(e) => outcome_of_error(&e),
-        };
-        ops.push((
-            Op {
-                producer,
-                n,
-                partition,
-                outcome,
-            },
-            sent_after,
-        ));
+        let sent = client.send(TOPIC, partition, &[record]).await;
+        let offset = sent.map(|d| d.base_offset.get());
+        ops.push(sent_op(producer, n, partition, offset, sent_after));
     }
     ops
+}
+
+/// The history entry of one send (`sent_after`: the power losses before it was sent).
+fn sent_op(
+    producer: u32,
+    n: u64,
+    partition: u32,
+    offset: Result<u64, Error>,
+    sent_after: u64,
+) -> (Op, u64) {
+    let outcome = match offset {
+        Ok(offset) => Outcome::Ok { offset },
+        Err(e) => outcome_of_error(&e),
+    };
+    let op = Op {
+        producer,
+        n,
+        partition,
+        outcome,
+    };
+    (op, sent_after)
 }
 
 /// A pipelined producer: `count` records through [`Producer`] (batching, Kafka's key
@@ -406,24 +415,11 @@ async fn produce_pipelined(
         pending.push_back((n, partition, sent_after, sender.send(TOPIC, record)));
         while pending.len() > window || (n + 1 == count && !pending.is_empty()) {
             let (n, partition, sent_after, sent) = pending.pop_front().unwrap();
-            let outcome = match sent.await {
-                Ok(meta) => {
-                    assert_eq!(meta.partition, partition);
-                    Outcome::Ok {
-                        offset: meta.offset.get(),
-                    }
-                }
-                Err(e) => outcome_of_error(&e),
-            };
-            ops.push((
-                Op {
-                    producer,
-                    n,
-                    partition,
-                    outcome,
-                },
-                sent_after,
-            ));
+            let offset = sent.await.map(|meta| {
+                assert_eq!(meta.partition, partition);
+                meta.offset.get()
+            });
+            ops.push(sent_op(producer, n, partition, offset, sent_after));
         }
     }
     ops
