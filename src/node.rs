@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use parking_lot::RwLock;
@@ -21,10 +22,11 @@ use crate::protocol::{
     CreateTopicRequest, DeleteTopicRequest, FetchRequest, MetadataRequest, MetadataResponse,
     PartitionMetadata, ProduceRequestRef, ProduceResponse, WireBatch, WireError,
 };
+use crate::raft::network::Served;
 use crate::raft::replica::{Replica, Timing, WriteError};
 use crate::raft::state_machine::StateMachine;
 use crate::raft::storage::{Durability, LogStore};
-use crate::raft::types::AppendRequest;
+use crate::raft::types::{AppendRequest, Vote};
 use crate::segment::record::{Batch, Record, encode_records};
 use crate::transport::frame::Op;
 use crate::transport::{BoxFuture, Handler, PeerSet, Turn, spawn_server};
@@ -129,6 +131,8 @@ struct Group {
     raft: Replica,
     store: LogStore,
     sm: StateMachine,
+    /// Set once a rebuild of this replica was asked for (see [`Shared::rebuild_replica`]).
+    rebuilding: AtomicBool,
 }
 
 struct Shared {
@@ -147,6 +151,10 @@ struct Shared {
     catalog: RwLock<Catalog>,
     /// The catalog's next metadata offset, for requests waiting for their command.
     catalog_applied: watch::Sender<u64>,
+    /// Held while replicas start, stop or are rebuilt, and by shutdown.
+    replicas_changing: tokio::sync::Mutex<()>,
+    /// Set by shutdown: no replica starts any more.
+    closing: AtomicBool,
 }
 
 /// A broker: hosts a replica of every configured partition, each its own Raft group, and
@@ -266,6 +274,8 @@ impl Node {
             meta,
             catalog_applied: watch::Sender::new(catalog.next_offset()),
             catalog: RwLock::new(catalog),
+            replicas_changing: tokio::sync::Mutex::new(()),
+            closing: AtomicBool::new(false),
         });
         let handler: Arc<dyn Handler> = Arc::new(NodeHandler {
             shared: Arc::clone(&shared),
@@ -458,6 +468,10 @@ impl Node {
         let _ = self.shutdown.send(true);
         // The metadata follower finishes the round it is in (it may be starting a replica).
         let _ = self.follower.await;
+        // A replica being rebuilt finishes first; none starts after this.
+        let changing = self.shared.replicas_changing.lock().await;
+        self.shared.closing.store(true, Ordering::Release);
+        drop(changing);
         let groups = self.shared.all_groups();
         for group in &groups {
             group.raft.shutdown().await;
@@ -1096,6 +1110,10 @@ impl Shared {
     /// Starts the replicas the catalog assigns to this broker and stops those of deleted
     /// topics. Errors are logged; the next round retries.
     async fn reconcile(&self) {
+        let _changing = self.replicas_changing.lock().await;
+        if self.closing.load(Ordering::Acquire) {
+            return;
+        }
         let me = self.config.id;
         let desired: HashMap<PartitionId, (u64, Vec<NodeId>)> = {
             let catalog = self.catalog.read();
@@ -1196,17 +1214,66 @@ impl Shared {
         partition_dir(&self.config.data_dir, id)
     }
 
+    /// Rebuilds a replica whose committed entries the leader's log contradicts (at log index
+    /// `index`): the cluster lost entries it had committed, which `Replicated` durability
+    /// allows (a power loss on a quorum) and which a damaged disk can cause. Raft cannot undo a
+    /// committed entry, so the replica starts over, empty but for its vote (it must never
+    /// vote twice in a term), and copies the leader's log. Its old directory is discarded.
+    ///
+    /// A no-op if the replica was stopped or replaced meanwhile, or the broker is closing.
+    async fn rebuild_replica(self: Arc<Self>, old: Arc<Group>, index: u64) {
+        let _changing = self.replicas_changing.lock().await;
+        let id = old.id.clone();
+        let current = self.groups.read().get(&id).cloned();
+        if self.closing.load(Ordering::Acquire) || !current.is_some_and(|g| Arc::ptr_eq(&g, &old)) {
+            return;
+        }
+        tracing::error!(
+            partition = %id,
+            index,
+            "the leader's log contradicts an entry this replica holds as committed: the \
+             cluster lost committed entries (possible under Replicated durability after power \
+             losses, or with a damaged disk); rebuilding this replica from the leader"
+        );
+        self.groups.write().remove(&id);
+        // This task and the map held it; the map let go.
+        stop_group(&old, 1).await;
+        let (topic_id, vote) = (old.topic_id, old.store.vote());
+        drop(old);
+        let dir = self.partition_dir(&id);
+        let rebuilt = async {
+            let target = dir.clone();
+            tokio::task::spawn_blocking(move || {
+                replace_with_empty_replica(&target, topic_id, vote)
+            })
+            .await
+            .map_err(|e| Error::Io(std::io::Error::other(e)))??;
+            open_group(
+                self.config.id,
+                self.timing,
+                Arc::clone(&self.peers),
+                id.clone(),
+                topic_id,
+                dir,
+                self.config.log.clone(),
+                self.config.durability,
+            )
+            .await
+        };
+        match rebuilt.await {
+            Ok(group) => {
+                self.groups.write().insert(id.clone(), group);
+                tracing::info!(partition = %id, "replica rebuilt empty; copying the leader's log");
+            }
+            // A created topic's replica is started again by the metadata follower; a
+            // configured topic's stays down until the broker restarts.
+            Err(e) => tracing::error!(partition = %id, error = %e, "replica rebuild failed"),
+        }
+    }
+
     /// Stops a replica of a deleted topic and removes its directory.
     async fn remove_replica(&self, group: Arc<Group>) {
-        group.raft.shutdown().await;
-        // Requests still being served hold the group for a moment (bounded wait).
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        while Arc::strong_count(&group) > 1 || group.store.syncs_in_flight() > 0 {
-            if tokio::time::Instant::now() >= deadline {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        stop_group(&group, 1).await;
         let (id, topic_id) = (group.id.clone(), group.topic_id);
         drop(group);
         let dir = self.partition_dir(&id);
@@ -1218,6 +1285,19 @@ impl Shared {
                 tracing::warn!(partition = %id, error = %e, "could not remove a deleted replica")
             }
         }
+    }
+}
+
+/// Stops a group's Raft member, then waits (at most 5 s) until requests still being served
+/// and syncs still in flight let go of it: only `holders` handles are left.
+async fn stop_group(group: &Arc<Group>, holders: usize) {
+    group.raft.shutdown().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while Arc::strong_count(group) > holders || group.store.syncs_in_flight() > 0 {
+        if tokio::time::Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 
@@ -1315,14 +1395,21 @@ fn prepare_partition_dir(dir: &Path, topic_id: u64) -> Result<()> {
         Err(e) => return Err(e.into()),
     }
     std::fs::create_dir_all(dir)?;
+    write_partition_metadata(dir, topic_id)?;
+    if let Some(parent) = dir.parent() {
+        crate::segment::sync_dir(parent)?;
+    }
+    Ok(())
+}
+
+/// Writes `partition.metadata` (the topic id) into `dir` durably.
+fn write_partition_metadata(dir: &Path, topic_id: u64) -> Result<()> {
+    let marker = dir.join(PARTITION_METADATA);
     let tmp = dir.join(format!("{PARTITION_METADATA}.tmp"));
     std::fs::write(&tmp, format!("version: 0\ntopic_id: {topic_id}\n"))?;
     std::fs::File::open(&tmp)?.sync_all()?;
     std::fs::rename(&tmp, &marker)?;
     crate::segment::sync_dir(dir)?;
-    if let Some(parent) = dir.parent() {
-        crate::segment::sync_dir(parent)?;
-    }
     Ok(())
 }
 
@@ -1352,22 +1439,74 @@ fn discard_dir(dir: &Path, topic_id: u64) -> Result<()> {
     Ok(())
 }
 
-/// Removes directories of deleted replicas that a crash left behind.
+/// Replaces the replica directory `dir` with an empty one that holds only its topic id and
+/// `vote`. The new directory is made complete beside the old one first (`{dir}.rebuild`), then
+/// the old one is discarded and the new one renamed into place; a crash in between leaves
+/// either the old directory (the rebuild never happened) or only the new one, which
+/// [`remove_deleted_dirs`] moves into place at the next start.
+fn replace_with_empty_replica(dir: &Path, topic_id: u64, vote: Option<Vote>) -> Result<()> {
+    let staging = rebuild_staging(dir);
+    if staging.exists() {
+        std::fs::remove_dir_all(&staging)?;
+    }
+    std::fs::create_dir_all(&staging)?;
+    write_partition_metadata(&staging, topic_id)?;
+    crate::raft::storage::write_meta(
+        &staging.join(crate::raft::storage::RAFT_META),
+        &crate::raft::storage::RaftMeta {
+            vote,
+            ..Default::default()
+        },
+    )?;
+    discard_dir(dir, topic_id)?;
+    std::fs::rename(&staging, dir)?;
+    if let Some(parent) = dir.parent() {
+        crate::segment::sync_dir(parent)?;
+    }
+    Ok(())
+}
+
+/// Where a replica directory's replacement is built.
+fn rebuild_staging(dir: &Path) -> PathBuf {
+    let mut name = dir.file_name().unwrap_or_default().to_os_string();
+    name.push(REBUILD_SUFFIX);
+    dir.with_file_name(name)
+}
+
+/// Suffix of a replica directory's replacement under construction.
+const REBUILD_SUFFIX: &str = ".rebuild";
+
+/// Finishes what a crash interrupted in the data directory: removes directories of deleted
+/// replicas, and completes replica rebuilds (a finished replacement whose old directory is
+/// gone is moved into place; one whose old directory is still there was never used).
 fn remove_deleted_dirs(data_dir: &Path) {
     let Ok(entries) = std::fs::read_dir(data_dir) else {
         return;
     };
     for entry in entries.flatten() {
         let path = entry.path();
-        let doomed = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.ends_with("-delete"));
-        if doomed
-            && path.is_dir()
-            && let Err(e) = std::fs::remove_dir_all(&path)
-        {
-            tracing::warn!(path = %path.display(), error = %e, "could not remove a deleted replica");
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        if !path.is_dir() {
+            continue;
+        }
+        let done = if name.ends_with("-delete") {
+            std::fs::remove_dir_all(&path)
+        } else if let Some(target) = name.strip_suffix(REBUILD_SUFFIX) {
+            let target = path.with_file_name(target);
+            if target.exists() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::rename(&path, &target).and_then(|()| {
+                    crate::segment::sync_dir(data_dir).map_err(std::io::Error::other)
+                })
+            }
+        } else {
+            Ok(())
+        };
+        if let Err(e) = done {
+            tracing::warn!(path = %path.display(), error = %e, "could not finish an interrupted replica change");
         }
     }
 }
@@ -1400,6 +1539,7 @@ async fn open_group(
         raft,
         store,
         sm,
+        rebuilding: AtomicBool::new(false),
     }))
 }
 
@@ -1430,10 +1570,32 @@ impl NodeHandler {
                     .map(|g| (g, rest))
                     .ok_or_else(|| format!("unknown partition {id}"))
             });
-        match found {
-            Ok((group, rest)) => group.raft.serve(op, rest).await,
-            Err(e) => {
-                postcard::to_stdvec(&std::result::Result::<(), String>::Err(e)).unwrap_or_default()
+        let refuse = |e: String| {
+            postcard::to_stdvec(&std::result::Result::<(), String>::Err(e)).unwrap_or_default()
+        };
+        let (group, rest) = match found {
+            Ok(found) => found,
+            Err(e) => return refuse(e),
+        };
+        match group.raft.serve(op, rest).await {
+            Served::Reply(reply) => reply,
+            Served::ContradictsCommitted(index) => {
+                let metadata = Arc::ptr_eq(&group, &self.shared.meta);
+                if !metadata && !group.rebuilding.swap(true, Ordering::AcqRel) {
+                    tokio::spawn(Arc::clone(&self.shared).rebuild_replica(group, index));
+                } else if metadata && !group.rebuilding.swap(true, Ordering::AcqRel) {
+                    // Always synced, so only a damaged disk gets here; the catalog cannot be
+                    // rebuilt under a running broker. Fenced: it refuses the leader.
+                    tracing::error!(
+                        index,
+                        "the metadata leader's log contradicts an entry this broker holds as \
+                         committed: its metadata replica is fenced until an operator restores it"
+                    );
+                }
+                refuse(format!(
+                    "this replica's committed log contradicts the request at index {index}: \
+                     replica rebuilding"
+                ))
             }
         }
     }
@@ -1561,5 +1723,59 @@ mod tests {
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
         assert!(!names.iter().any(|n| n.ends_with("-delete")), "{names:?}");
+    }
+
+    /// A rebuilt replica directory holds its topic id and vote and nothing else; a rebuild a
+    /// crash interrupted is finished (or dropped, if it never replaced the old directory) at
+    /// the next start.
+    #[test]
+    fn a_rebuilt_replica_keeps_only_its_vote_and_an_interrupted_rebuild_is_finished() {
+        use crate::raft::storage::{RAFT_META, RaftMeta, read_meta, write_meta};
+        let data = tempfile::tempdir().unwrap();
+        let dir = data.path().join("t-0");
+        prepare_partition_dir(&dir, 7).unwrap();
+        let vote = Vote::new(4, 2);
+        let meta = RaftMeta {
+            vote: Some(vote),
+            last_purged: Some(openraft::LogId::new_term_index(3, 10)),
+            committed: Some(openraft::LogId::new_term_index(4, 40)),
+        };
+        write_meta(&dir.join(RAFT_META), &meta).unwrap();
+        std::fs::write(dir.join("00000000000000000011.log"), b"entries").unwrap();
+        replace_with_empty_replica(&dir, 7, Some(vote)).unwrap();
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, [PARTITION_METADATA, RAFT_META]);
+        let rebuilt = read_meta(&dir.join(RAFT_META)).unwrap();
+        assert_eq!(
+            rebuilt,
+            RaftMeta {
+                vote: Some(vote),
+                ..Default::default()
+            }
+        );
+        assert_eq!(
+            parse_topic_id(&std::fs::read_to_string(dir.join(PARTITION_METADATA)).unwrap()),
+            Some(7)
+        );
+        assert_eq!(std::fs::read_dir(data.path()).unwrap().count(), 1);
+
+        // Interrupted before the old directory went: the replacement is dropped.
+        let staging = rebuild_staging(&dir);
+        std::fs::create_dir_all(&staging).unwrap();
+        std::fs::write(dir.join("kept"), b"x").unwrap();
+        remove_deleted_dirs(data.path());
+        assert!(!staging.exists() && dir.join("kept").exists());
+        // Interrupted after it went: the replacement moves into place.
+        std::fs::rename(&dir, data.path().join("t-0.7-delete")).unwrap();
+        std::fs::create_dir_all(&staging).unwrap();
+        std::fs::write(staging.join("new"), b"y").unwrap();
+        remove_deleted_dirs(data.path());
+        assert!(!staging.exists() && dir.join("new").exists());
+        assert_eq!(std::fs::read_dir(data.path()).unwrap().count(), 1);
     }
 }

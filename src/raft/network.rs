@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::raft::state_machine::StateMachine;
-use crate::raft::types::{BrokerNode, C, Vote};
+use crate::raft::types::{BrokerNode, C, LogId, Vote};
 use crate::transport::frame::Op;
 use crate::transport::{CallError, Peer, PeerSet};
 use crate::types::{NodeId, PartitionId};
@@ -122,14 +122,33 @@ fn respond<T: Serialize>(result: Result<T, String>) -> Vec<u8> {
     })
 }
 
+/// What serving a peer RPC came to.
+pub(crate) enum Served {
+    /// The response to send back.
+    Reply(Vec<u8>),
+    /// Not served: the request contradicts an entry this replica holds as committed, at this
+    /// log index. Raft cannot truncate a committed entry; the cluster lost it (possible only
+    /// under `Replicated`, or with a damaged disk) and the replica must be rebuilt.
+    ContradictsCommitted(u64),
+}
+
 /// Serves one peer RPC (`body` is the request after the partition id) on `raft`.
-pub(crate) async fn serve(raft: &openraft::Raft<C, StateMachine>, op: Op, body: &[u8]) -> Vec<u8> {
+pub(crate) async fn serve(raft: &openraft::Raft<C, StateMachine>, op: Op, body: &[u8]) -> Served {
     fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
         postcard::from_bytes(body).map_err(|e| format!("bad request: {e}"))
     }
-    match op {
+    let reply = match op {
         Op::AppendEntries => match decode::<AppendEntriesRequest<C>>(body) {
-            Ok(rpc) => respond(raft.append_entries(rpc).await.map_err(|e| e.to_string())),
+            Ok(rpc) => {
+                let ids = rpc
+                    .prev_log_id
+                    .into_iter()
+                    .chain(rpc.entries.iter().map(|e| e.log_id));
+                if let Some(index) = contradicted_committed(raft, ids.collect()).await {
+                    return Served::ContradictsCommitted(index);
+                }
+                respond(raft.append_entries(rpc).await.map_err(|e| e.to_string()))
+            }
             Err(e) => respond::<AppendEntriesResponse<C>>(Err(e)),
         },
         Op::Vote => match decode::<VoteRequest<C>>(body) {
@@ -138,6 +157,11 @@ pub(crate) async fn serve(raft: &openraft::Raft<C, StateMachine>, op: Op, body: 
         },
         Op::Snapshot => match decode::<(Vote, SnapshotMetaOf<C>, Vec<u8>)>(body) {
             Ok((vote, meta, data)) => {
+                if let Some(last) = meta.last_log_id
+                    && let Some(index) = snapshot_contradicts_committed(raft, last).await
+                {
+                    return Served::ContradictsCommitted(index);
+                }
                 let snapshot = Snapshot {
                     meta,
                     snapshot: data,
@@ -151,5 +175,52 @@ pub(crate) async fn serve(raft: &openraft::Raft<C, StateMachine>, op: Op, body: 
             Err(e) => respond::<SnapshotResponse<C>>(Err(e)),
         },
         other => respond::<()>(Err(format!("{other:?} is not a Raft RPC"))),
+    };
+    Served::Reply(reply)
+}
+
+/// The first of `ids` (a replication request's log ids, in index order) that differs from the
+/// entry this replica holds as committed at its index, if any.
+///
+/// openraft takes an entry at or below its committed index to match the local one without
+/// looking (a debug assertion aside), so a leader whose log lost committed entries would leave
+/// this replica silently diverged. The check runs on openraft's own task
+/// (`with_raft_state`), so it sees the committed index the request will meet. A group that
+/// stopped has nothing to check.
+async fn contradicted_committed(
+    raft: &openraft::Raft<C, StateMachine>,
+    ids: Vec<LogId>,
+) -> Option<u64> {
+    if ids.is_empty() {
+        return None;
     }
+    raft.with_raft_state(move |st| {
+        let committed = st.local_committed()?.index;
+        let purged = st.log_ids.purged().map(|p| p.index);
+        ids.iter()
+            .take_while(|id| id.index <= committed)
+            // Purged entries were committed and matched the leader's when applied.
+            .filter(|id| purged.is_none_or(|p| id.index > p))
+            .find(|id| st.log_ids.get(id.index).as_ref() != Some(*id))
+            .map(|id| id.index)
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+/// Whether a snapshot ending at `last` contradicts this replica's committed entries: it is
+/// newer than the committed entry but ends at or before its index, so the two logs disagree
+/// at or before it. openraft asserts this never happens; returns the index to report.
+async fn snapshot_contradicts_committed(
+    raft: &openraft::Raft<C, StateMachine>,
+    last: LogId,
+) -> Option<u64> {
+    raft.with_raft_state(move |st| {
+        let committed = st.local_committed()?;
+        (last > *committed && last.index <= committed.index).then_some(last.index)
+    })
+    .await
+    .ok()
+    .flatten()
 }

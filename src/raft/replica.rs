@@ -11,7 +11,7 @@ use openraft::impls::ProgressResponder;
 use openraft::raft::ClientWriteResult;
 
 use crate::error::{Error, Result};
-use crate::raft::network::{GroupNetFactory, serve};
+use crate::raft::network::{GroupNetFactory, Served, serve};
 use crate::raft::producers::{BATCHES_PER_PRODUCER, Check, PendingBatch};
 use crate::raft::state_machine::StateMachine;
 use crate::raft::storage::{Durability, LogStore};
@@ -322,7 +322,7 @@ impl Replica {
     }
 
     /// Serves a peer's Raft RPC.
-    pub(crate) async fn serve(&self, op: Op, body: &[u8]) -> Vec<u8> {
+    pub(crate) async fn serve(&self, op: Op, body: &[u8]) -> Served {
         serve(&self.raft, op, body).await
     }
 

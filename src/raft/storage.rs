@@ -44,10 +44,14 @@ pub enum Durability {
     /// comes back without its unsynced writes; an acknowledged write is lost if the brokers
     /// still holding it are outvoted (with three replicas: a follower that acknowledged it
     /// loses power, then the leader fails before the third replica has it). A replica that
-    /// still holds a lost write then cannot follow the new leader until it is rebuilt: Raft
-    /// (openraft) never truncates an entry it believes committed.
+    /// still holds a lost write holds it as committed, which Raft never truncates: it
+    /// notices when the new leader's log contradicts it, and rebuilds itself empty from the
+    /// leader.
     Replicated,
 }
+
+/// The file holding a replica's [`RaftMeta`], in its partition directory.
+pub(crate) const RAFT_META: &str = "raft-meta";
 
 /// Control-entry tags (first payload byte of a control frame).
 const CONTROL_BLANK: u8 = 0;
@@ -109,7 +113,7 @@ impl Drop for SyncInFlight {
 impl LogStore {
     /// Opens (or creates) the store over `log`, reading `raft-meta` from the log's directory.
     pub(crate) fn open(log: PartitionLog, durability: Durability) -> Result<Self> {
-        let meta_path = log.dir().join("raft-meta");
+        let meta_path = log.dir().join(RAFT_META);
         let meta = read_meta(&meta_path)?;
         Ok(LogStore {
             inner: Arc::new(Inner {
@@ -142,6 +146,11 @@ impl LogStore {
         self.inner
             .syncs_in_flight
             .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The vote this replica last made durable.
+    pub(crate) fn vote(&self) -> Option<Vote> {
+        self.inner.meta.lock().vote
     }
 
     /// The partition log.
