@@ -16,6 +16,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::raft::state_machine::StateMachine;
+use crate::raft::storage::LogStore;
 use crate::raft::types::{BrokerNode, C, LogId, Vote};
 use crate::transport::frame::Op;
 use crate::transport::{CallError, Peer, PeerSet};
@@ -133,18 +134,30 @@ pub(crate) enum Served {
 }
 
 /// Serves one peer RPC (`body` is the request after the partition id) on `raft`.
-pub(crate) async fn serve(raft: &openraft::Raft<C, StateMachine>, op: Op, body: &[u8]) -> Served {
+pub(crate) async fn serve(
+    raft: &openraft::Raft<C, StateMachine>,
+    store: &LogStore,
+    op: Op,
+    body: &[u8],
+) -> Served {
     fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
         postcard::from_bytes(body).map_err(|e| format!("bad request: {e}"))
     }
     let reply = match op {
         Op::AppendEntries => match decode::<AppendEntriesRequest<C>>(body) {
             Ok(rpc) => {
+                // A heartbeat whose previous entry this log holds as it is contradicts nothing
+                // (committed entries are never truncated, so the log holds the committed ones
+                // as openraft knows them): no trip to openraft's task for it.
+                let heartbeat_matches =
+                    rpc.entries.is_empty() && rpc.prev_log_id.is_none_or(|p| store.holds(&p));
                 let ids = rpc
                     .prev_log_id
                     .into_iter()
                     .chain(rpc.entries.iter().map(|e| e.log_id));
-                if let Some(index) = contradicted_committed(raft, ids.collect()).await {
+                if !heartbeat_matches
+                    && let Some(index) = contradicted_committed(raft, ids.collect()).await
+                {
                     return Served::ContradictsCommitted(index);
                 }
                 respond(raft.append_entries(rpc).await.map_err(|e| e.to_string()))

@@ -70,6 +70,7 @@ pub(crate) struct Member {
 /// One partition replica's Raft group member.
 pub(crate) struct Replica {
     raft: openraft::Raft<C, StateMachine>,
+    store: LogStore,
     sm: StateMachine,
     /// Serializes the check-and-propose of idempotent batches, so that the log holds them in
     /// the order they were checked in.
@@ -123,11 +124,12 @@ impl Replica {
             reason: e.to_string(),
         })?;
         let network = GroupNetFactory { group, peers };
-        let raft = openraft::Raft::new(id, Arc::new(config), network, store, sm.clone())
+        let raft = openraft::Raft::new(id, Arc::new(config), network, store.clone(), sm.clone())
             .await
             .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?;
         Ok(Replica {
             raft,
+            store,
             sm,
             gate: tokio::sync::Mutex::default(),
         })
@@ -323,7 +325,7 @@ impl Replica {
 
     /// Serves a peer's Raft RPC.
     pub(crate) async fn serve(&self, op: Op, body: &[u8]) -> Served {
-        serve(&self.raft, op, body).await
+        serve(&self.raft, &self.store, op, body).await
     }
 
     /// Stops the group member.

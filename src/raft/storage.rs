@@ -148,6 +148,18 @@ impl LogStore {
             .load(std::sync::atomic::Ordering::Acquire)
     }
 
+    /// Whether the log holds exactly this entry (same index and term).
+    pub(crate) fn holds(&self, id: &LogId) -> bool {
+        let log = &self.inner.log;
+        if id.index < self.first_readable() || id.index >= log.next_log_index().get() {
+            return false;
+        }
+        log.read_entries(id.index, id.index + 1, 0)
+            .ok()
+            .and_then(|b| b.first().map(|b| b.term.get()))
+            == Some(id.leader_id.term)
+    }
+
     /// The vote this replica last made durable.
     pub(crate) fn vote(&self) -> Option<Vote> {
         self.inner.meta.lock().vote
