@@ -360,7 +360,7 @@ impl Client {
         request: &Req,
         enqueued: Option<tokio::sync::oneshot::Sender<()>>,
     ) -> std::result::Result<std::result::Result<Resp, WireError>, CallError> {
-        let body = postcard::to_stdvec(request)
+        let body = crate::protocol::encode(request)
             .map_err(|e| CallError::Unreachable(format!("cannot encode request: {e}")))?;
         let bytes = self
             .peer(addr)

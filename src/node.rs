@@ -918,7 +918,7 @@ impl Shared {
             .peers
             .get(to, true)
             .ok_or_else(|| unreachable("not a peer".into()))?;
-        let body = postcard::to_stdvec(request).map_err(|e| unreachable(e.to_string()))?;
+        let body = crate::protocol::encode(request).map_err(|e| unreachable(e.to_string()))?;
         let bytes = self
             .peers
             .call(&peer, to, op, body, timeout)

@@ -68,7 +68,7 @@ impl GroupNet {
         let Some(peer) = &self.peer else {
             return Err(Unreachable::from_string(format!("unknown broker {}", self.target)).into());
         };
-        let body = postcard::to_stdvec(&(&self.group, request))
+        let body = crate::protocol::encode(&(&self.group, request))
             .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         match self.peers.call(peer, self.target, op, body, timeout).await {
             Ok(bytes) => {
