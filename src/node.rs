@@ -238,10 +238,23 @@ impl Node {
         {
             meta_log.faults = None;
         }
+        // Partition replicas with damaged files are rebuilt from their leaders; the metadata
+        // replica (the catalog every replica is started from) is not.
         let open = |id: PartitionId, topic_id: u64, log: LogConfig, durability| {
             let peers = Arc::clone(&peers);
             let dir = partition_dir(&config.data_dir, &id);
-            open_group(config.id, timing, peers, id, topic_id, dir, log, durability)
+            let me = config.id;
+            let others = config.peers.keys().filter(|p| **p != me).count();
+            async move {
+                if id.topic == METADATA_TOPIC {
+                    open_group(me, timing, peers, id, topic_id, dir, log, durability).await
+                } else {
+                    open_replica(
+                        others, me, timing, peers, id, topic_id, dir, log, durability,
+                    )
+                    .await
+                }
+            }
         };
         let meta = open(
             PartitionId::new(METADATA_TOPIC, 0),
@@ -1157,7 +1170,8 @@ impl Shared {
                 tokio::task::spawn_blocking(move || prepare_partition_dir(&prepared, topic_id))
                     .await
                     .map_err(|e| Error::Io(std::io::Error::other(e)))??;
-                open_group(
+                open_replica(
+                    replicas.iter().filter(|r| **r != me).count(),
                     me,
                     self.timing,
                     Arc::clone(&self.peers),
@@ -1244,7 +1258,7 @@ impl Shared {
         let rebuilt = async {
             let target = dir.clone();
             tokio::task::spawn_blocking(move || {
-                replace_with_empty_replica(&target, topic_id, vote)
+                replace_with_empty_replica(&target, topic_id, vote, None)
             })
             .await
             .map_err(|e| Error::Io(std::io::Error::other(e)))??;
@@ -1444,7 +1458,12 @@ fn discard_dir(dir: &Path, topic_id: u64) -> Result<()> {
 /// the old one is discarded and the new one renamed into place; a crash in between leaves
 /// either the old directory (the rebuild never happened) or only the new one, which
 /// [`remove_deleted_dirs`] moves into place at the next start.
-fn replace_with_empty_replica(dir: &Path, topic_id: u64, vote: Option<Vote>) -> Result<()> {
+fn replace_with_empty_replica(
+    dir: &Path,
+    topic_id: u64,
+    vote: Option<Vote>,
+    rebuilt_below: Option<u64>,
+) -> Result<()> {
     let staging = rebuild_staging(dir);
     if staging.exists() {
         std::fs::remove_dir_all(&staging)?;
@@ -1455,6 +1474,7 @@ fn replace_with_empty_replica(dir: &Path, topic_id: u64, vote: Option<Vote>) -> 
         &staging.join(crate::raft::storage::RAFT_META),
         &crate::raft::storage::RaftMeta {
             vote,
+            rebuilt_below,
             ..Default::default()
         },
     )?;
@@ -1532,7 +1552,11 @@ async fn open_group(
     })
     .await
     .map_err(|e| Error::Io(std::io::Error::other(e)))??;
-    let raft = Replica::start(me, id.clone(), timing, peers, store.clone(), sm.clone()).await?;
+    // openraft reads the log as it starts; damage it found is reported as such, not as the
+    // text openraft makes of it.
+    let raft = Replica::start(me, id.clone(), timing, peers, store.clone(), sm.clone())
+        .await
+        .map_err(|e| store.take_damage().unwrap_or(e))?;
     Ok(Arc::new(Group {
         id,
         topic_id,
@@ -1541,6 +1565,63 @@ async fn open_group(
         sm,
         rebuilding: AtomicBool::new(false),
     }))
+}
+
+/// [`open_group`] for a partition replica. A replica whose files fail validation (a damaged
+/// sealed segment, a bad snapshot) is rebuilt empty and copies the leader's log, instead of
+/// keeping the broker from starting: it keeps its vote, and gives none until it holds again
+/// what it had known committed (`RaftMeta::rebuilt_below`). A replica whose `raft-meta` is
+/// unreadable cannot keep its vote and is not rebuilt, nor is the only replica of a
+/// partition (`others`: how many other brokers host one): the error stands.
+#[allow(clippy::too_many_arguments)]
+async fn open_replica(
+    others: usize,
+    me: NodeId,
+    timing: Timing,
+    peers: Arc<PeerSet>,
+    id: PartitionId,
+    topic_id: u64,
+    dir: PathBuf,
+    log: LogConfig,
+    durability: Durability,
+) -> Result<Arc<Group>> {
+    let open = || {
+        open_group(
+            me,
+            timing,
+            Arc::clone(&peers),
+            id.clone(),
+            topic_id,
+            dir.clone(),
+            log.clone(),
+            durability,
+        )
+    };
+    let damage = match open().await {
+        Err(e @ Error::Corrupt { .. }) if others > 0 => e,
+        other => return other,
+    };
+    let meta_path = dir.join(crate::raft::storage::RAFT_META);
+    let Ok(meta) = crate::raft::storage::read_meta(&meta_path) else {
+        return Err(damage);
+    };
+    tracing::error!(
+        partition = %id,
+        error = %damage,
+        "replica's files are damaged; rebuilding it from the leader (it votes again once it \
+         holds what it had committed)"
+    );
+    let below = meta
+        .rebuilt_below
+        .or(meta.committed.map(|c| c.index + 1))
+        .filter(|b| *b > 0);
+    let target = dir.clone();
+    tokio::task::spawn_blocking(move || {
+        replace_with_empty_replica(&target, topic_id, meta.vote, below)
+    })
+    .await
+    .map_err(|e| Error::Io(std::io::Error::other(e)))??;
+    open().await
 }
 
 /// Serves peers' Raft RPCs by dispatching them to the partition's group.
@@ -1577,6 +1658,13 @@ impl NodeHandler {
             Ok(found) => found,
             Err(e) => return refuse(e),
         };
+        if op == Op::Vote && group.store.abstains(group.sm.last_applied()) {
+            return refuse(
+                "this replica was rebuilt after damage and votes again once it holds what it \
+                 had committed"
+                    .into(),
+            );
+        }
         match group.raft.serve(op, rest).await {
             Served::Reply(reply) => reply,
             Served::ContradictsCommitted(index) => {
@@ -1739,10 +1827,11 @@ mod tests {
             vote: Some(vote),
             last_purged: Some(openraft::LogId::new_term_index(3, 10)),
             committed: Some(openraft::LogId::new_term_index(4, 40)),
+            rebuilt_below: None,
         };
         write_meta(&dir.join(RAFT_META), &meta).unwrap();
         std::fs::write(dir.join("00000000000000000011.log"), b"entries").unwrap();
-        replace_with_empty_replica(&dir, 7, Some(vote)).unwrap();
+        replace_with_empty_replica(&dir, 7, Some(vote), Some(40)).unwrap();
         let mut names: Vec<String> = std::fs::read_dir(&dir)
             .unwrap()
             .flatten()
@@ -1755,6 +1844,7 @@ mod tests {
             rebuilt,
             RaftMeta {
                 vote: Some(vote),
+                rebuilt_below: Some(40),
                 ..Default::default()
             }
         );

@@ -67,6 +67,11 @@ pub(crate) struct RaftMeta {
     /// instead of waiting to hear from a leader.
     #[serde(default)]
     pub(crate) committed: Option<LogId>,
+    /// Set when the replica was rebuilt empty after its log was found damaged: the log index
+    /// it had known committed. Until it holds that much again it gives no vote, so that it
+    /// never helps elect a leader that lacks entries it had acknowledged.
+    #[serde(default)]
+    pub(crate) rebuilt_below: Option<u64>,
 }
 
 /// The log store handed to openraft; cheap to clone (readers are clones).
@@ -86,6 +91,8 @@ struct Inner {
     durability: Durability,
     /// Syncs running detached from openraft's task (each holds a handle to the store).
     syncs_in_flight: std::sync::atomic::AtomicUsize,
+    /// The first damage a read found ([`LogStore::take_damage`]).
+    damage: Mutex<Option<Error>>,
 }
 
 /// Counts a detached sync for as long as it lives.
@@ -123,6 +130,7 @@ impl LogStore {
                 committed: Mutex::new(None),
                 durability,
                 syncs_in_flight: std::sync::atomic::AtomicUsize::new(0),
+                damage: Mutex::new(None),
             }),
         })
     }
@@ -158,6 +166,45 @@ impl LogStore {
             .ok()
             .and_then(|b| b.first().map(|b| b.term.get()))
             == Some(id.leader_id.term)
+    }
+
+    /// Whether this replica, rebuilt after damage, must still refuse votes: it holds less
+    /// than it had known committed (`applied` is its last applied entry). Once it caught up,
+    /// the mark is cleared for good.
+    pub(crate) fn abstains(&self, applied: Option<LogId>) -> bool {
+        let Some(below) = self.inner.meta.lock().rebuilt_below else {
+            return false;
+        };
+        if applied.is_none_or(|a| a.index < below) {
+            return true;
+        }
+        if let Err(e) = self.save_meta(|m| m.rebuilt_below = None) {
+            tracing::warn!(error = %e, "could not clear the rebuilt replica's mark");
+        }
+        false
+    }
+
+    /// Converts a read error for openraft, first keeping a copy of it if it is damage (a
+    /// frame that failed validation), which openraft would reduce to text.
+    fn note_damage(&self, e: Error) -> io::Error {
+        if let Error::Corrupt {
+            file,
+            position,
+            kind,
+        } = &e
+        {
+            self.inner.damage.lock().get_or_insert(Error::Corrupt {
+                file: file.clone(),
+                position: *position,
+                kind: kind.clone(),
+            });
+        }
+        to_io(e)
+    }
+
+    /// The first damage a read of this log found, if any.
+    pub(crate) fn take_damage(&self) -> Option<Error> {
+        self.inner.damage.lock().take()
     }
 
     /// The vote this replica last made durable.
@@ -297,7 +344,9 @@ impl RaftLogReader<C> for LogStore {
         if start >= end {
             return Ok(Vec::new());
         }
-        let batches = log.read_entries(start, end, usize::MAX).map_err(to_io)?;
+        let batches = log
+            .read_entries(start, end, usize::MAX)
+            .map_err(|e| self.note_damage(e))?;
         batches.iter().map(entry_from_batch).collect()
     }
 
@@ -544,6 +593,7 @@ mod tests {
             vote: None,
             last_purged: Some(LogId::new_term_index(3, 9)),
             committed: Some(LogId::new_term_index(4, 12)),
+            rebuilt_below: Some(13),
         };
         write_meta(&path, &meta).unwrap();
         assert_eq!(read_meta(&path).unwrap(), meta);
