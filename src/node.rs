@@ -245,14 +245,22 @@ impl Node {
             let dir = partition_dir(&config.data_dir, &id);
             let me = config.id;
             let others = config.peers.keys().filter(|p| **p != me).count();
+            let metadata = id.topic == METADATA_TOPIC;
+            let spec = ReplicaSpec {
+                me,
+                timing,
+                peers,
+                id,
+                topic_id,
+                dir,
+                log,
+                durability,
+            };
             async move {
-                if id.topic == METADATA_TOPIC {
-                    open_group(me, timing, peers, id, topic_id, dir, log, durability).await
+                if metadata {
+                    open_group(spec).await
                 } else {
-                    open_replica(
-                        others, me, timing, peers, id, topic_id, dir, log, durability,
-                    )
-                    .await
+                    open_replica(others, spec).await
                 }
             }
         };
@@ -1170,18 +1178,8 @@ impl Shared {
                 tokio::task::spawn_blocking(move || prepare_partition_dir(&prepared, topic_id))
                     .await
                     .map_err(|e| Error::Io(std::io::Error::other(e)))??;
-                open_replica(
-                    replicas.iter().filter(|r| **r != me).count(),
-                    me,
-                    self.timing,
-                    Arc::clone(&self.peers),
-                    id.clone(),
-                    topic_id,
-                    dir.clone(),
-                    self.config.log.clone(),
-                    self.config.durability,
-                )
-                .await
+                let others = replicas.iter().filter(|r| **r != me).count();
+                open_replica(others, self.replica_spec(&id, topic_id)).await
             };
             match opened.await {
                 Ok(group) => {
@@ -1228,6 +1226,20 @@ impl Shared {
         partition_dir(&self.config.data_dir, id)
     }
 
+    /// How to open this broker's replica of partition `id` of topic `topic_id`.
+    fn replica_spec(&self, id: &PartitionId, topic_id: u64) -> ReplicaSpec {
+        ReplicaSpec {
+            me: self.config.id,
+            timing: self.timing,
+            peers: Arc::clone(&self.peers),
+            id: id.clone(),
+            topic_id,
+            dir: self.partition_dir(id),
+            log: self.config.log.clone(),
+            durability: self.config.durability,
+        }
+    }
+
     /// Rebuilds a replica whose committed entries the leader's log contradicts (at log index
     /// `index`): the cluster lost entries it had committed, which `Replicated` durability
     /// allows (a power loss on a quorum) and which a damaged disk can cause. Raft cannot undo a
@@ -1262,17 +1274,7 @@ impl Shared {
             })
             .await
             .map_err(|e| Error::Io(std::io::Error::other(e)))??;
-            open_group(
-                self.config.id,
-                self.timing,
-                Arc::clone(&self.peers),
-                id.clone(),
-                topic_id,
-                dir,
-                self.config.log.clone(),
-                self.config.durability,
-            )
-            .await
+            open_group(self.replica_spec(&id, topic_id)).await
         };
         match rebuilt.await {
             Ok(group) => {
@@ -1531,9 +1533,9 @@ fn remove_deleted_dirs(data_dir: &Path) {
     }
 }
 
-/// Opens (recovering) one replica's log in `dir` and starts its Raft group member.
-#[allow(clippy::too_many_arguments)]
-async fn open_group(
+/// What opening one replica takes.
+#[derive(Clone)]
+struct ReplicaSpec {
     me: NodeId,
     timing: Timing,
     peers: Arc<PeerSet>,
@@ -1542,8 +1544,12 @@ async fn open_group(
     dir: PathBuf,
     log: LogConfig,
     durability: Durability,
-) -> Result<Arc<Group>> {
+}
+
+/// Opens (recovering) one replica's log in its directory and starts its Raft group member.
+async fn open_group(spec: ReplicaSpec) -> Result<Arc<Group>> {
     // Recovery reads (and may repair) files: off the runtime's threads.
+    let (dir, log, durability) = (spec.dir, spec.log, spec.durability);
     let (store, sm) = tokio::task::spawn_blocking(move || -> Result<(LogStore, StateMachine)> {
         let log = PartitionLog::open(&dir, log)?;
         let store = LogStore::open(log, durability)?;
@@ -1554,12 +1560,20 @@ async fn open_group(
     .map_err(|e| Error::Io(std::io::Error::other(e)))??;
     // openraft reads the log as it starts; damage it found is reported as such, not as the
     // text openraft makes of it.
-    let raft = Replica::start(me, id.clone(), timing, peers, store.clone(), sm.clone())
-        .await
-        .map_err(|e| store.take_damage().unwrap_or(e))?;
+    let (me, id, timing) = (spec.me, spec.id, spec.timing);
+    let raft = Replica::start(
+        me,
+        id.clone(),
+        timing,
+        spec.peers,
+        store.clone(),
+        sm.clone(),
+    )
+    .await
+    .map_err(|e| store.take_damage().unwrap_or(e))?;
     Ok(Arc::new(Group {
         id,
-        topic_id,
+        topic_id: spec.topic_id,
         raft,
         store,
         sm,
@@ -1573,34 +1587,12 @@ async fn open_group(
 /// what it had known committed (`RaftMeta::rebuilt_below`). A replica whose `raft-meta` is
 /// unreadable cannot keep its vote and is not rebuilt, nor is the only replica of a
 /// partition (`others`: how many other brokers host one): the error stands.
-#[allow(clippy::too_many_arguments)]
-async fn open_replica(
-    others: usize,
-    me: NodeId,
-    timing: Timing,
-    peers: Arc<PeerSet>,
-    id: PartitionId,
-    topic_id: u64,
-    dir: PathBuf,
-    log: LogConfig,
-    durability: Durability,
-) -> Result<Arc<Group>> {
-    let open = || {
-        open_group(
-            me,
-            timing,
-            Arc::clone(&peers),
-            id.clone(),
-            topic_id,
-            dir.clone(),
-            log.clone(),
-            durability,
-        )
-    };
-    let damage = match open().await {
+async fn open_replica(others: usize, spec: ReplicaSpec) -> Result<Arc<Group>> {
+    let damage = match open_group(spec.clone()).await {
         Err(e @ Error::Corrupt { .. }) if others > 0 => e,
         other => return other,
     };
+    let (id, topic_id, dir) = (&spec.id, spec.topic_id, spec.dir.clone());
     let meta_path = dir.join(crate::raft::storage::RAFT_META);
     let Ok(meta) = crate::raft::storage::read_meta(&meta_path) else {
         return Err(damage);
@@ -1621,7 +1613,7 @@ async fn open_replica(
     })
     .await
     .map_err(|e| Error::Io(std::io::Error::other(e)))??;
-    open().await
+    open_group(spec).await
 }
 
 /// Serves peers' Raft RPCs by dispatching them to the partition's group.
