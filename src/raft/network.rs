@@ -149,8 +149,10 @@ pub(crate) async fn serve(
                 // A heartbeat whose previous entry this log holds as it is contradicts nothing
                 // (committed entries are never truncated, so the log holds the committed ones
                 // as openraft knows them): no trip to openraft's task for it.
-                let heartbeat_matches =
-                    rpc.entries.is_empty() && rpc.prev_log_id.is_none_or(|p| store.holds(&p));
+                let heartbeat_matches = rpc.entries.is_empty()
+                    && rpc
+                        .prev_log_id
+                        .is_none_or(|p| store.holds(&p).unwrap_or(false));
                 let ids = rpc
                     .prev_log_id
                     .into_iter()

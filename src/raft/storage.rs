@@ -67,9 +67,10 @@ pub(crate) struct RaftMeta {
     /// instead of waiting to hear from a leader.
     #[serde(default)]
     pub(crate) committed: Option<LogId>,
-    /// Set when the replica was rebuilt empty after its log was found damaged: the log index
-    /// it had known committed. Until it holds that much again it gives no vote, so that it
-    /// never helps elect a leader that lacks entries it had acknowledged.
+    /// Set when the replica was rebuilt empty after its log was found damaged: one past the
+    /// last log index it had known committed. Until it has applied every entry below it
+    /// again it gives no vote, so that it never helps elect a leader that lacks entries it
+    /// had acknowledged.
     #[serde(default)]
     pub(crate) rebuilt_below: Option<u64>,
 }
@@ -157,15 +158,17 @@ impl LogStore {
     }
 
     /// Whether the log holds exactly this entry (same index and term).
-    pub(crate) fn holds(&self, id: &LogId) -> bool {
+    ///
+    /// # Errors
+    ///
+    /// As [`PartitionLog::read_entries`] (a frame that fails validation).
+    pub(crate) fn holds(&self, id: &LogId) -> Result<bool> {
         let log = &self.inner.log;
         if id.index < self.first_readable() || id.index >= log.next_log_index().get() {
-            return false;
+            return Ok(false);
         }
-        log.read_entries(id.index, id.index + 1, 0)
-            .ok()
-            .and_then(|b| b.first().map(|b| b.term.get()))
-            == Some(id.leader_id.term)
+        let batches = log.read_entries(id.index, id.index + 1, 0)?;
+        Ok(batches.first().map(|b| b.term.get()) == Some(id.leader_id.term))
     }
 
     /// Whether this replica, rebuilt after damage, must still refuse votes: it holds less
@@ -175,7 +178,7 @@ impl LogStore {
         let Some(below) = self.inner.meta.lock().rebuilt_below else {
             return false;
         };
-        if applied.is_none_or(|a| a.index < below) {
+        if applied.map_or(0, |a| a.index + 1) < below {
             return true;
         }
         if let Err(e) = self.save_meta(|m| m.rebuilt_below = None) {
@@ -395,17 +398,12 @@ impl RaftLogStorage<C> for LogStore {
         let Some(saved) = self.inner.meta.lock().committed else {
             return Ok(None);
         };
-        let index = saved.index;
-        let log = &self.inner.log;
-        if index < self.first_readable() || index >= log.next_log_index().get() {
-            return Ok(None);
-        }
-        let batches = log.read_entries(index, index + 1, 0).map_err(to_io)?;
-        let held = batches
-            .first()
-            .map(|b| LogId::new_term_index(b.term.get(), b.log_index.get()));
-        *self.inner.committed.lock() = held.filter(|h| *h == saved);
-        Ok(held.filter(|h| *h == saved))
+        let held = self
+            .holds(&saved)
+            .map_err(|e| self.note_damage(e))?
+            .then_some(saved);
+        *self.inner.committed.lock() = held;
+        Ok(held)
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> io::Result<()> {
