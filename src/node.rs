@@ -734,14 +734,29 @@ impl Shared {
 
     /// See [`Node::read`].
     pub(crate) fn read(
-        &self,
+        self: &Arc<Self>,
         topic: &str,
         partition: u32,
         offset: Offset,
         max_bytes: usize,
     ) -> Result<Vec<Batch>> {
         let group = self.group(&PartitionId::new(topic, partition))?;
-        read_committed(&group, offset, max_bytes)
+        let read = read_committed(&group, offset, max_bytes);
+        // Never served: the reader gets the error, and the replica is rebuilt from the leader.
+        if let Err(Error::Corrupt {
+            file,
+            position,
+            kind,
+        }) = &read
+        {
+            let damage = Error::Corrupt {
+                file: file.clone(),
+                position: *position,
+                kind: kind.clone(),
+            };
+            self.request_rebuild(group, RebuildCause::Damaged(damage));
+        }
+        read
     }
 
     /// See [`Node::status`].
@@ -1240,6 +1255,28 @@ impl Shared {
         }
     }
 
+    /// Has `group` rebuilt from its leader ([`rebuild_replica`](Self::rebuild_replica)), once;
+    /// the metadata replica is fenced instead (it refuses its leader from then on; the
+    /// catalog cannot be rebuilt under a running broker). Needs a tokio runtime; outside one
+    /// the replica is rebuilt when it is next found damaged inside one, or at the next start.
+    fn request_rebuild(self: &Arc<Self>, group: Arc<Group>, cause: RebuildCause) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if group.rebuilding.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if Arc::ptr_eq(&group, &self.meta) {
+            tracing::error!(
+                cause = ?cause,
+                "the metadata replica's log is damaged or contradicts its leader: it is fenced \
+                 until an operator restores it"
+            );
+            return;
+        }
+        runtime.spawn(Arc::clone(self).rebuild_replica(group, cause));
+    }
+
     /// Rebuilds a replica whose committed entries the leader's log contradicts (at log index
     /// `index`): the cluster lost entries it had committed, which `Replicated` durability
     /// allows (a power loss on a quorum) and which a damaged disk can cause. Raft cannot undo a
@@ -1247,20 +1284,36 @@ impl Shared {
     /// vote twice in a term), and copies the leader's log. Its old directory is discarded.
     ///
     /// A no-op if the replica was stopped or replaced meanwhile, or the broker is closing.
-    async fn rebuild_replica(self: Arc<Self>, old: Arc<Group>, index: u64) {
+    async fn rebuild_replica(self: Arc<Self>, old: Arc<Group>, cause: RebuildCause) {
         let _changing = self.replicas_changing.lock().await;
         let id = old.id.clone();
         let current = self.groups.read().get(&id).cloned();
         if self.closing.load(Ordering::Acquire) || !current.is_some_and(|g| Arc::ptr_eq(&g, &old)) {
             return;
         }
-        tracing::error!(
-            partition = %id,
-            index,
-            "the leader's log contradicts an entry this replica holds as committed: the \
-             cluster lost committed entries (possible under Replicated durability after power \
-             losses, or with a damaged disk); rebuilding this replica from the leader"
-        );
+        // A damaged replica may have lost entries it acknowledged: it gives no vote until it
+        // holds again what it had known committed. One whose entries the cluster lost has
+        // nothing the others could miss.
+        let below = match &cause {
+            RebuildCause::Contradicted(index) => {
+                tracing::error!(
+                    partition = %id,
+                    index,
+                    "the leader's log contradicts an entry this replica holds as committed: \
+                     the cluster lost committed entries (possible under Replicated durability \
+                     after power losses); rebuilding this replica from the leader"
+                );
+                None
+            }
+            RebuildCause::Damaged(e) => {
+                tracing::error!(
+                    partition = %id,
+                    error = %e,
+                    "this replica's files are damaged; rebuilding it from the leader"
+                );
+                old.store.committed_hint().map(|c| c.index + 1)
+            }
+        };
         self.groups.write().remove(&id);
         // This task and the map held it; the map let go.
         stop_group(&old, 1).await;
@@ -1270,7 +1323,7 @@ impl Shared {
         let rebuilt = async {
             let target = dir.clone();
             tokio::task::spawn_blocking(move || {
-                replace_with_empty_replica(&target, topic_id, vote, None)
+                replace_with_empty_replica(&target, topic_id, vote, below)
             })
             .await
             .map_err(|e| Error::Io(std::io::Error::other(e)))??;
@@ -1302,6 +1355,16 @@ impl Shared {
             }
         }
     }
+}
+
+/// Why a replica is rebuilt from its leader.
+#[derive(Debug)]
+enum RebuildCause {
+    /// The leader's log contradicts the entry at this index, which the replica holds as
+    /// committed.
+    Contradicted(u64),
+    /// A read found this damage in the replica's files.
+    Damaged(Error),
 }
 
 /// Stops a group's Raft member, then waits (at most 5 s) until requests still being served
@@ -1650,6 +1713,12 @@ impl NodeHandler {
             Ok(found) => found,
             Err(e) => return refuse(e),
         };
+        // openraft stopped this group on a read that failed validation (replicating from a
+        // damaged segment): the replica is rebuilt from the new leader.
+        if let Some(damage) = group.store.take_damage() {
+            self.shared
+                .request_rebuild(Arc::clone(&group), RebuildCause::Damaged(damage));
+        }
         if op == Op::Vote && group.store.abstains(group.sm.last_applied()) {
             return refuse(
                 "this replica was rebuilt after damage and votes again once it holds what it \
@@ -1660,18 +1729,8 @@ impl NodeHandler {
         match group.raft.serve(op, rest).await {
             Served::Reply(reply) => reply,
             Served::ContradictsCommitted(index) => {
-                let metadata = Arc::ptr_eq(&group, &self.shared.meta);
-                if !metadata && !group.rebuilding.swap(true, Ordering::AcqRel) {
-                    tokio::spawn(Arc::clone(&self.shared).rebuild_replica(group, index));
-                } else if metadata && !group.rebuilding.swap(true, Ordering::AcqRel) {
-                    // Always synced, so only a damaged disk gets here; the catalog cannot be
-                    // rebuilt under a running broker. Fenced: it refuses the leader.
-                    tracing::error!(
-                        index,
-                        "the metadata leader's log contradicts an entry this broker holds as \
-                         committed: its metadata replica is fenced until an operator restores it"
-                    );
-                }
+                self.shared
+                    .request_rebuild(group, RebuildCause::Contradicted(index));
                 refuse(format!(
                     "this replica's committed log contradicts the request at index {index}: \
                      replica rebuilding"

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::raft::network::{GroupNetFactory, Served, serve};
 use crate::raft::producers::{BATCHES_PER_PRODUCER, Check, PendingBatch};
 use crate::raft::state_machine::StateMachine;
-use crate::raft::storage::{Durability, LogStore};
+use crate::raft::storage::LogStore;
 use crate::raft::types::{AppendRequest, AppendResponse, BrokerNode, C};
 use crate::transport::frame::Op;
 use crate::transport::{PeerSet, Turn};
@@ -113,9 +113,11 @@ impl Replica {
             // before the restart, and could append a resent one twice (found by the fault
             // schedules, seed 8).
             enable_leader_restore: Some(false),
-            // Under `Replicated` a follower that lost power comes back with a shorter log than
-            // it acknowledged: the leader must accept that and resend, not treat it as a bug.
-            allow_log_reversion: Some(store.durability() == Durability::Replicated),
+            // A follower can come back with a shorter log than it acknowledged: under
+            // `Replicated` after a power loss, and under either mode once it was rebuilt from
+            // the leader (its files were damaged, or its committed entries were lost by the
+            // cluster). The leader must accept that and resend, not treat it as a bug.
+            allow_log_reversion: Some(true),
             ..Default::default()
         }
         .validate()

@@ -136,11 +136,6 @@ impl LogStore {
         })
     }
 
-    /// When this store counts an append as written.
-    pub(crate) fn durability(&self) -> Durability {
-        self.inner.durability
-    }
-
     /// Syncs the log, then records the committed entry in `raft-meta`, so that a restart
     /// re-applies the log up to it at once. Called at shutdown.
     pub(crate) fn persist_committed(&self) -> Result<()> {
@@ -208,6 +203,11 @@ impl LogStore {
     /// The first damage a read of this log found, if any.
     pub(crate) fn take_damage(&self) -> Option<Error> {
         self.inner.damage.lock().take()
+    }
+
+    /// The committed entry as openraft last reported it.
+    pub(crate) fn committed_hint(&self) -> Option<LogId> {
+        *self.inner.committed.lock()
     }
 
     /// The vote this replica last made durable.

@@ -1030,6 +1030,72 @@ async fn a_bit_flip_in_a_followers_sealed_segment_is_repaired_from_the_leader() 
     cluster.shutdown().await;
 }
 
+/// A bit flipped in a follower's sealed segment while it runs is caught by the CRC on the
+/// next read of it: the reader gets `Error::Corrupt`, never the bad bytes, and the replica
+/// rebuilds itself from the leader; reads from it then succeed and match the leader's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bit_flip_found_while_running_is_repaired_from_the_leader() {
+    use std::os::unix::fs::FileExt;
+    let cluster = Cluster::start(3, Durability::Fsync).await;
+    let client = Client::connect(&cluster.addrs, ClientConfig::default())
+        .await
+        .unwrap();
+    for i in 0..120u64 {
+        let batch: Vec<Record> = (0..4)
+            .map(|j| Record::new(format!("{i}-{j}-{}", "x".repeat(1000))))
+            .collect();
+        client.send(TOPIC, 0, &batch).await.unwrap();
+    }
+    cluster.converge(Duration::from_secs(20)).await;
+    let leader = cluster.leader(0).unwrap();
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let node = cluster.nodes[follower as usize - 1].as_ref().unwrap();
+    let first = cluster
+        .dir
+        .path()
+        .join(follower.to_string())
+        .join(format!("{TOPIC}-0"))
+        .join(format!("{:020}.log", 0));
+    // Through the page cache the mapping shares, as a failing disk or a stray write would.
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .read(true)
+        .open(&first)
+        .unwrap();
+    let mut byte = [0u8];
+    file.read_exact_at(&mut byte, 128 << 10).unwrap();
+    file.write_all_at(&[byte[0] ^ 0x10], 128 << 10).unwrap();
+    drop(file);
+    match node.read(TOPIC, 0, Offset(0), 1 << 20) {
+        Err(Error::Corrupt { .. }) => {}
+        other => panic!("a damaged segment was read: {:?}", other.map(|b| b.len())),
+    }
+    // Rebuilt and caught up: reads from offset 0 succeed again, byte for byte the leader's.
+    // (Until the rebuild starts the replica still answers with the damage; while it runs the
+    // broker hosts no replica of the partition.)
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !node
+        .read(TOPIC, 0, Offset(0), 1 << 20)
+        .is_ok_and(|b| !b.is_empty())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the damaged replica was never rebuilt"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cluster.converge(Duration::from_secs(30)).await;
+    let replicas = cluster.read_all();
+    let copies: Vec<&Replica> = replicas.iter().filter(|r| r.partition == 0).collect();
+    assert_eq!(copies.len(), 3);
+    assert_eq!(copies[0].records.len(), 480);
+    for copy in &copies[1..] {
+        assert_eq!(copy.records, copies[0].records, "broker {}", copy.node);
+    }
+    drop(client);
+    cluster.shutdown().await;
+}
+
 /// A `replog node` process; SIGKILLed when dropped.
 struct Process {
     child: std::process::Child,
