@@ -944,6 +944,22 @@ async fn a_leader_whose_disk_fails(point: FaultPoint, kind: std::io::ErrorKind) 
     cluster.shutdown().await;
 }
 
+/// Writes 480 records of 1 KiB to partition 0 through a client (enough to seal several
+/// 256 KiB segments) and waits until every replica has them. Returns the client.
+async fn fill_sealed_segments(cluster: &Cluster) -> Client {
+    let client = Client::connect(&cluster.addrs, ClientConfig::default())
+        .await
+        .unwrap();
+    for i in 0..120u64 {
+        let batch: Vec<Record> = (0..4)
+            .map(|j| Record::new(format!("{i}-{j}-{}", "x".repeat(1000))))
+            .collect();
+        client.send(TOPIC, 0, &batch).await.unwrap();
+    }
+    cluster.converge(Duration::from_secs(20)).await;
+    client
+}
+
 /// A bit flipped in a follower's sealed segment (while it was down) is caught by the CRC when
 /// it restarts: the broker starts anyway, and that replica is rebuilt empty and copies the
 /// leader's log, so the bad bytes are never served. Until it holds again what it had
@@ -953,17 +969,7 @@ async fn a_leader_whose_disk_fails(point: FaultPoint, kind: std::io::ErrorKind) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bit_flip_in_a_followers_sealed_segment_is_repaired_from_the_leader() {
     let mut cluster = Cluster::start(3, Durability::Fsync).await;
-    let client = Client::connect(&cluster.addrs, ClientConfig::default())
-        .await
-        .unwrap();
-    // Enough 1 KiB records to seal several 256 KiB segments of partition 0.
-    for i in 0..120u64 {
-        let batch: Vec<Record> = (0..4)
-            .map(|j| Record::new(format!("{i}-{j}-{}", "x".repeat(1000))))
-            .collect();
-        client.send(TOPIC, 0, &batch).await.unwrap();
-    }
-    cluster.converge(Duration::from_secs(20)).await;
+    let client = fill_sealed_segments(&cluster).await;
     let leader = cluster.leader(0).unwrap();
     let follower = (1..=3).find(|id| *id != leader).unwrap();
     let third = (1..=3).find(|id| *id != leader && *id != follower).unwrap();
@@ -1037,16 +1043,7 @@ async fn a_bit_flip_in_a_followers_sealed_segment_is_repaired_from_the_leader() 
 async fn a_bit_flip_found_while_running_is_repaired_from_the_leader() {
     use std::os::unix::fs::FileExt;
     let cluster = Cluster::start(3, Durability::Fsync).await;
-    let client = Client::connect(&cluster.addrs, ClientConfig::default())
-        .await
-        .unwrap();
-    for i in 0..120u64 {
-        let batch: Vec<Record> = (0..4)
-            .map(|j| Record::new(format!("{i}-{j}-{}", "x".repeat(1000))))
-            .collect();
-        client.send(TOPIC, 0, &batch).await.unwrap();
-    }
-    cluster.converge(Duration::from_secs(20)).await;
+    let client = fill_sealed_segments(&cluster).await;
     let leader = cluster.leader(0).unwrap();
     let follower = (1..=3).find(|id| *id != leader).unwrap();
     let node = cluster.nodes[follower as usize - 1].as_ref().unwrap();
