@@ -960,6 +960,18 @@ async fn fill_sealed_segments(cluster: &Cluster) -> Client {
     client
 }
 
+/// Every replica of partition 0 holds the 480 records of [`fill_sealed_segments`], byte for
+/// byte the same.
+fn assert_partition_0_holds_the_same_480_records_everywhere(cluster: &Cluster) {
+    let replicas = cluster.read_all();
+    let copies: Vec<&Replica> = replicas.iter().filter(|r| r.partition == 0).collect();
+    assert_eq!(copies.len(), 3);
+    assert_eq!(copies[0].records.len(), 480);
+    for copy in &copies[1..] {
+        assert_eq!(copy.records, copies[0].records, "broker {}", copy.node);
+    }
+}
+
 /// A bit flipped in a follower's sealed segment (while it was down) is caught by the CRC when
 /// it restarts: the broker starts anyway, and that replica is rebuilt empty and copies the
 /// leader's log, so the bad bytes are never served. Until it holds again what it had
@@ -1021,13 +1033,7 @@ async fn a_bit_flip_in_a_followers_sealed_segment_is_repaired_from_the_leader() 
     cluster.net.heal();
     cluster.restart(leader).await;
     cluster.converge(Duration::from_secs(30)).await;
-    let replicas = cluster.read_all();
-    let copies: Vec<&Replica> = replicas.iter().filter(|r| r.partition == 0).collect();
-    assert_eq!(copies.len(), 3);
-    assert_eq!(copies[0].records.len(), 480);
-    for copy in &copies[1..] {
-        assert_eq!(copy.records, copies[0].records, "broker {}", copy.node);
-    }
+    assert_partition_0_holds_the_same_480_records_everywhere(&cluster);
     client
         .send(TOPIC, 0, &[Record::new("after the flip")])
         .await
@@ -1082,13 +1088,7 @@ async fn a_bit_flip_found_while_running_is_repaired_from_the_leader() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     cluster.converge(Duration::from_secs(30)).await;
-    let replicas = cluster.read_all();
-    let copies: Vec<&Replica> = replicas.iter().filter(|r| r.partition == 0).collect();
-    assert_eq!(copies.len(), 3);
-    assert_eq!(copies[0].records.len(), 480);
-    for copy in &copies[1..] {
-        assert_eq!(copy.records, copies[0].records, "broker {}", copy.node);
-    }
+    assert_partition_0_holds_the_same_480_records_everywhere(&cluster);
     drop(client);
     cluster.shutdown().await;
 }
