@@ -743,18 +743,8 @@ impl Shared {
         let group = self.group(&PartitionId::new(topic, partition))?;
         let read = read_committed(&group, offset, max_bytes);
         // Never served: the reader gets the error, and the replica is rebuilt from the leader.
-        if let Err(Error::Corrupt {
-            file,
-            position,
-            kind,
-        }) = &read
-        {
-            let damage = Error::Corrupt {
-                file: file.clone(),
-                position: *position,
-                kind: kind.clone(),
-            };
-            self.request_rebuild(group, RebuildCause::Damaged(damage));
+        if let Err(damage @ Error::Corrupt { .. }) = &read {
+            self.request_rebuild(group, RebuildCause::Damaged(damage.clone()));
         }
         read
     }
@@ -1277,11 +1267,12 @@ impl Shared {
         runtime.spawn(Arc::clone(self).rebuild_replica(group, cause));
     }
 
-    /// Rebuilds a replica whose committed entries the leader's log contradicts (at log index
-    /// `index`): the cluster lost entries it had committed, which `Replicated` durability
-    /// allows (a power loss on a quorum) and which a damaged disk can cause. Raft cannot undo a
-    /// committed entry, so the replica starts over, empty but for its vote (it must never
-    /// vote twice in a term), and copies the leader's log. Its old directory is discarded.
+    /// Rebuilds a replica from its leader: one whose committed entries the leader's log
+    /// contradicts (the cluster lost entries it had committed, which `Replicated` durability
+    /// allows: Raft cannot undo a committed entry), or one whose files a read found damaged.
+    /// The replica starts over, empty but for its vote (it must never vote twice in a term),
+    /// and copies the leader's log; a damaged one also gives no vote until it has applied
+    /// what it had known committed. Its old directory is discarded.
     ///
     /// A no-op if the replica was stopped or replaced meanwhile, or the broker is closing.
     async fn rebuild_replica(self: Arc<Self>, old: Arc<Group>, cause: RebuildCause) {
@@ -1311,7 +1302,7 @@ impl Shared {
                     error = %e,
                     "this replica's files are damaged; rebuilding it from the leader"
                 );
-                old.store.committed_hint().map(|c| c.index + 1)
+                old.store.rebuild_mark()
             }
         };
         self.groups.write().remove(&id);
@@ -1666,10 +1657,7 @@ async fn open_replica(others: usize, spec: ReplicaSpec) -> Result<Arc<Group>> {
         "replica's files are damaged; rebuilding it from the leader (it votes again once it \
          holds what it had committed)"
     );
-    let below = meta
-        .rebuilt_below
-        .or(meta.committed.map(|c| c.index + 1))
-        .filter(|b| *b > 0);
+    let below = meta.rebuild_mark(meta.committed);
     let target = dir.clone();
     tokio::task::spawn_blocking(move || {
         replace_with_empty_replica(&target, topic_id, meta.vote, below)

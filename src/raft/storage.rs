@@ -75,6 +75,15 @@ pub(crate) struct RaftMeta {
     pub(crate) rebuilt_below: Option<u64>,
 }
 
+impl RaftMeta {
+    /// The `rebuilt_below` mark of a replica rebuilt after damage, given the last entry it
+    /// knew committed: an earlier mark it has not yet caught up to stands; otherwise one past
+    /// that entry.
+    pub(crate) fn rebuild_mark(&self, committed: Option<LogId>) -> Option<u64> {
+        self.rebuilt_below.or(committed.map(|c| c.index + 1))
+    }
+}
+
 /// The log store handed to openraft; cheap to clone (readers are clones).
 #[derive(Clone, Debug)]
 pub(crate) struct LogStore {
@@ -185,17 +194,8 @@ impl LogStore {
     /// Converts a read error for openraft, first keeping a copy of it if it is damage (a
     /// frame that failed validation), which openraft would reduce to text.
     fn note_damage(&self, e: Error) -> io::Error {
-        if let Error::Corrupt {
-            file,
-            position,
-            kind,
-        } = &e
-        {
-            self.inner.damage.lock().get_or_insert(Error::Corrupt {
-                file: file.clone(),
-                position: *position,
-                kind: kind.clone(),
-            });
+        if matches!(e, Error::Corrupt { .. }) {
+            self.inner.damage.lock().get_or_insert_with(|| e.clone());
         }
         to_io(e)
     }
@@ -205,9 +205,11 @@ impl LogStore {
         self.inner.damage.lock().take()
     }
 
-    /// The committed entry as openraft last reported it.
-    pub(crate) fn committed_hint(&self) -> Option<LogId> {
-        *self.inner.committed.lock()
+    /// The `rebuilt_below` mark this replica gets if it is rebuilt after damage now (see
+    /// [`RaftMeta::rebuild_mark`]), from the committed entry as openraft last reported it.
+    pub(crate) fn rebuild_mark(&self) -> Option<u64> {
+        let committed = *self.inner.committed.lock();
+        self.inner.meta.lock().rebuild_mark(committed)
     }
 
     /// The vote this replica last made durable.
