@@ -25,34 +25,61 @@ fn open(dir: &std::path::Path, config: LogConfig) -> PartitionLog {
     PartitionLog::open(dir, config).expect("open log")
 }
 
+/// A log in its steady state: retention keeps 128 MiB (two 64 MiB segments besides the
+/// active one), so rolls reuse the synced files retention deleted.
+fn steady() -> LogConfig {
+    let mut config = LogConfig::default();
+    config.retention_bytes = Some(128 << 20);
+    config
+}
+
+/// A log that only grows, every segment a new file (`recycle_segments` 0).
+fn growing(preallocate: Preallocate) -> LogConfig {
+    let mut config = LogConfig::default();
+    config.recycle_segments = 0;
+    config.preallocate = preallocate;
+    config
+}
+
 fn append(c: &mut Criterion) {
     let mut g = group(c, "append", 20, 4);
+    let mut case = |name: String, config: LogConfig, batch: &[Record], sync: bool| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = open(dir.path(), config);
+        g.throughput(Throughput::Elements(batch.len() as u64));
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| timed_local_appends(&log, batch, iters, sync));
+        });
+    };
     for (value_len, label) in SIZES {
         for (per_call, sync) in [(1usize, false), (100, false), (100, true)] {
-            let batch = records(value_len, per_call);
-            let dir = tempfile::tempdir().expect("tempdir");
-            let log = open(dir.path(), LogConfig::default());
             let name = format!(
                 "{label}/batch{per_call}/{}",
                 if sync { "sync" } else { "nosync" }
             );
-            g.throughput(Throughput::Elements(per_call as u64));
-            g.bench_function(name, |b| {
-                b.iter_custom(|iters| timed_local_appends(&log, &batch, iters, sync));
-            });
+            case(
+                name,
+                LogConfig::default(),
+                &records(value_len, per_call),
+                sync,
+            );
         }
     }
-    // The same synced load on segments preallocated by writing zeros instead of fallocate(2)
-    // (whose unwritten extents make the first sync of each block convert it).
-    let batch = records(100, 100);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut config = LogConfig::default();
-    config.preallocate = Preallocate::Zeros;
-    let log = open(dir.path(), config);
-    g.throughput(Throughput::Elements(100));
-    g.bench_function("100B/batch100/sync_zeros", |b| {
-        b.iter_custom(|iters| timed_local_appends(&log, &batch, iters, true));
-    });
+    // The synced load under retention, on recycled files, and on a log that only grows, with
+    // segments preallocated by fallocate(2) (whose unwritten extents make the first sync of
+    // each block convert it) or by writing zeros.
+    for (config, name) in [
+        (steady(), "sync_steady"),
+        (growing(Preallocate::Fallocate), "sync_growing_fallocate"),
+        (growing(Preallocate::Zeros), "sync_growing_zeros"),
+    ] {
+        case(
+            format!("100B/batch100/{name}"),
+            config,
+            &records(100, 100),
+            true,
+        );
+    }
     g.finish();
 }
 

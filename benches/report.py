@@ -42,8 +42,9 @@ for size in ["100B", "1KiB"]:
           f"append/{size}/batch100/sync", f"append/{size}/batch100/nosync")
 ratio("append 100B batch100 sync / pwrite+fdatasync floor",
       "append/100B/batch100/sync", "baseline/write_fdatasync/100B/batch100")
-ratio("append 100B batch100 sync (zeros) / pwrite+fdatasync floor",
-      "append/100B/batch100/sync_zeros", "baseline/write_fdatasync/100B/batch100")
+for case in ["sync_steady", "sync_growing_zeros", "sync_growing_fallocate"]:
+    ratio(f"append 100B batch100 {case} / pwrite+fdatasync floor",
+          f"append/100B/batch100/{case}", "baseline/write_fdatasync/100B/batch100")
 for kind in ["clean", "crash"]:
     a, b = f"reopen/{kind}/1GiB_in_8x128MiB", f"reopen/{kind}/128MiB_in_1x128MiB"
     if a in times and b in times:

@@ -56,6 +56,20 @@ pub struct LogConfig {
     pub retention_ms: Option<u64>,
     /// How segment files are preallocated. Default [`Preallocate::Auto`].
     pub preallocate: Preallocate,
+    /// How many segment files that retention or [`purge_to`](crate::PartitionLog::purge_to)
+    /// deleted are kept to become later segments, instead of being unlinked. Default 2; 0
+    /// turns recycling off.
+    ///
+    /// A recycled file's blocks are already allocated and written, and its pages are usually
+    /// still in the page cache, so a log under retention writes into warm pages instead of
+    /// allocating new ones, and preallocates nothing (the same effect as
+    /// [`Preallocate::Zeros`] without writing the zeros). Recycling costs disk space
+    /// (`recycle_segments × segment_bytes` beyond the log), and old record bytes stay in the
+    /// file until they are overwritten: they are never readable through the log (the format
+    /// tells them apart, see [`format`](mod@crate::format) §7), but they are on disk, as the
+    /// blocks of an unlinked file are. A file is recycled only when no reader still holds a
+    /// view of it.
+    pub recycle_segments: usize,
     /// Fault injection for tests (`failpoints` feature).
     #[cfg(any(test, feature = "failpoints"))]
     pub faults: Option<std::sync::Arc<crate::fault::FaultInjector>>,
@@ -71,6 +85,7 @@ impl Default for LogConfig {
             retention_bytes: None,
             retention_ms: None,
             preallocate: Preallocate::default(),
+            recycle_segments: 2,
             #[cfg(any(test, feature = "failpoints"))]
             faults: None,
         }

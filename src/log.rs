@@ -13,13 +13,16 @@ use crate::dirlock::DirLock;
 use crate::error::{Error, Result};
 use crate::fault::{FaultPoint, Faults};
 use crate::segment::format::{
-    EntryKind, SEGMENT_HEADER_LEN, index_file_name, parse_segment_file_name, segment_file_name,
+    END_MARK, EntryKind, SEGMENT_HEADER_LEN, index_file_name, parse_segment_file_name,
+    segment_file_name,
 };
 use crate::segment::mmap::WriteHandle;
 use crate::segment::record::{
     Batch, FrameHeader, Limits, Payload, Record, body_len_for, encode_frame,
 };
-use crate::segment::{Cursor, RecoveryEvent, Sealed, Segment, SegmentOptions, SpareFile, sync_dir};
+use crate::segment::{
+    Cursor, RecoveryEvent, Recycled, Sealed, Segment, SegmentOptions, SpareFile, sync_dir,
+};
 use crate::types::{LogIndex, Offset, Term};
 
 /// What a caller of the crate-internal append path decides about a new entry; anything left
@@ -139,6 +142,9 @@ struct Writer {
     buf: Vec<u8>,
     /// The next segment's file, being preallocated on a background thread.
     spare: Option<std::thread::JoinHandle<std::io::Result<SpareFile>>>,
+    /// Files of deleted segments kept to become new ones (`LogConfig::recycle_segments`);
+    /// rolls take these before `spare`.
+    recycled: Vec<SpareFile>,
 }
 
 /// How many sealed segments may wait unsynced before a roll starts syncing the oldest in the
@@ -252,6 +258,7 @@ impl PartitionLog {
                 pending_seal: None,
                 buf: Vec::new(),
                 spare: None,
+                recycled: Vec::new(),
             }),
             sync: Mutex::new(()),
             durable_next_log_index: AtomicU64::new(cursor.next_log_index),
@@ -394,18 +401,29 @@ impl PartitionLog {
         }
         let w = &mut *w;
         // Encode into the reused buffer (every byte of the frame is written, so stale bytes in
-        // it do not matter), then write it after the published bytes in one pwrite.
-        if w.buf.len() < frame_len {
-            w.buf.resize(frame_len, 0);
+        // it do not matter), then write it after the published bytes in one pwrite, followed
+        // by the end-of-data mark where it fits (FORMAT.md §7: the bytes after a segment's
+        // data may be a recycled file's old frames).
+        let trailer = if w.handle.free_len() - frame_len >= END_MARK.len() {
+            END_MARK.len()
+        } else {
+            0
+        };
+        if w.buf.len() < frame_len + trailer {
+            w.buf.resize(frame_len + trailer, 0);
         }
         let frame = w.buf.get_mut(..frame_len).expect("sized above");
         let written = encode_frame(frame, &header, payload);
         debug_assert_eq!(written, frame_len);
+        if let Some(mark) = w.buf.get_mut(frame_len..frame_len + trailer) {
+            mark.fill(0);
+        }
+        let bytes = w.buf.get(..frame_len + trailer).expect("sized above");
         let pos = match self
             .opts
             .faults
             .check(FaultPoint::Write)
-            .and_then(|()| w.handle.append(frame))
+            .and_then(|()| w.handle.append(bytes, trailer))
         {
             Ok(pos) => {
                 self.opts
@@ -446,7 +464,9 @@ impl PartitionLog {
     /// order. Recovery treats the sealed segments after the last one with an index as a
     /// possibly torn tail (FORMAT.md §7).
     fn roll_locked(&self, w: &mut Writer) -> Result<()> {
-        let spare = self.take_spare(w);
+        let recycled = w.recycled.pop();
+        let from_pool = recycled.is_some();
+        let spare = recycled.or_else(|| self.take_spare(w));
         let (seg, handle) = match Segment::create(&self.dir, w.cursor, &self.opts, spare, false) {
             Ok(created) => created,
             Err(e) => {
@@ -463,7 +483,9 @@ impl PartitionLog {
         self.segments.write().push(Arc::clone(&seg));
         let old = std::mem::replace(&mut w.active, seg);
         w.handle = handle;
-        self.start_spare(w);
+        if !from_pool {
+            self.start_spare(w);
+        }
         w.unsynced.push_back(old);
         if w.unsynced.len() > UNSYNCED_SEALED_MAX {
             self.join_pending_seal(w)?;
@@ -498,6 +520,16 @@ impl PartitionLog {
                 None
             }
             Err(_) => None,
+        }
+    }
+
+    /// Deletes the spare files: the one made in the background and the recycled ones.
+    fn discard_spares(&self, w: &mut Writer) {
+        if let Some(spare) = self.take_spare(w) {
+            spare.discard();
+        }
+        for spare in w.recycled.drain(..) {
+            spare.discard();
         }
     }
 
@@ -957,23 +989,50 @@ impl PartitionLog {
     ) -> Result<usize> {
         let mut w = self.writer.lock();
         self.check_writable()?;
-        self.join_pending_seal(&mut w)?;
-        let removed: Vec<Arc<Segment>> = {
-            let mut segs = self.segments.write();
+        // The list only changes under the writer lock, held here: the count stays right.
+        let n = {
+            let segs = self.segments.read();
             let mut n = 0;
             while n + 1 < segs.len() && remove(&segs, n) {
                 n += 1;
             }
-            segs.drain(..n).collect()
+            n
         };
+        if n == 0 {
+            // Nothing to delete: never wait for a background sync for nothing.
+            return Ok(0);
+        }
+        self.join_pending_seal(&mut w)?;
+        let removed: Vec<Arc<Segment>> = self.segments.write().drain(..n).collect();
+        // Only a synced segment is recycled: its pages are clean, so making the new header
+        // durable writes one page, not the old data the file still holds.
+        let synced: Vec<bool> = removed
+            .iter()
+            .map(|r| !w.unsynced.iter().any(|s| Arc::ptr_eq(r, s)))
+            .collect();
         w.unsynced
             .retain(|s| !removed.iter().any(|r| Arc::ptr_eq(r, s)));
-        // Oldest first, each deletion durable before the next: a crash leaves a suffix.
-        for s in &removed {
+        // Oldest first, each deletion durable before the next: a crash leaves a suffix. A
+        // recycled file leaves the log the same way, by a rename to a temporary name.
+        let count = removed.len();
+        for (s, synced) in removed.into_iter().zip(synced) {
+            let s = if synced && w.recycled.len() < self.config.recycle_segments {
+                let to = self.dir.join(format!("recycled-{}.tmp", s.base_log_index));
+                match s.recycle(to, self.opts.capacity)? {
+                    Recycled::Spare(spare) => {
+                        w.recycled.push(spare);
+                        sync_dir(&self.dir)?;
+                        continue;
+                    }
+                    Recycled::No(s) => s,
+                }
+            } else {
+                s
+            };
             s.remove_files()?;
             sync_dir(&self.dir)?;
         }
-        Ok(removed.len())
+        Ok(count)
     }
 
     /// The first offset in the log.
@@ -1080,9 +1139,7 @@ impl PartitionLog {
     pub fn abandon(self) {
         self.closed.store(true, Ordering::Release);
         let mut w = self.writer.lock();
-        if let Some(spare) = self.take_spare(&mut w) {
-            spare.discard();
-        }
+        self.discard_spares(&mut w);
         if let Some(pending) = w.pending_seal.take() {
             // A crash would stop the background sync wherever it is; stop it before its index.
             pending.cancel.store(true, Ordering::Release);
@@ -1109,10 +1166,7 @@ impl Drop for PartitionLog {
         if let Some(pending) = self.writer.lock().pending_seal.take() {
             let _ = pending.thread.join();
         }
-        let spare = self.take_spare(&mut self.writer.lock());
-        if let Some(spare) = spare {
-            spare.discard();
-        }
+        self.discard_spares(&mut self.writer.lock());
         if self.failed.load(Ordering::Acquire) {
             return;
         }
@@ -1493,6 +1547,113 @@ mod tests {
         let log = PartitionLog::open(dir.path(), log_ms).unwrap();
         log.enforce_retention(now_ms() + 10_000).unwrap();
         assert_eq!(log.segment_count(), 1, "only the active segment is left");
+    }
+
+    /// Segments of exactly four 80-byte frames (one record of a 6-byte value each).
+    fn four_frame_segments(recycle_segments: usize) -> LogConfig {
+        LogConfig {
+            segment_bytes: (SEGMENT_HEADER_LEN + 4 * 80) as u64,
+            index_interval_bytes: 64,
+            record_bytes_max: 64,
+            batch_bytes_max: 256,
+            preallocate: crate::Preallocate::Fallocate,
+            recycle_segments,
+            ..LogConfig::default()
+        }
+    }
+
+    fn append_numbered(log: &PartitionLog, range: std::ops::Range<u64>) {
+        for i in range {
+            let info = log.append(&[Record::new(format!("{i:06}"))]).unwrap();
+            assert_eq!(info.base_offset, Offset(i));
+        }
+    }
+
+    fn numbered(range: std::ops::RangeInclusive<u64>) -> Vec<(u64, Vec<u8>)> {
+        range.map(|i| (i, format!("{i:06}").into_bytes())).collect()
+    }
+
+    fn recycled_files(dir: &Path) -> usize {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter(|e| {
+                let name = e.as_ref().unwrap().file_name();
+                name.to_string_lossy().starts_with("recycled-")
+            })
+            .count()
+    }
+
+    #[test]
+    fn a_recycled_segments_old_frames_never_come_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = PartitionLog::open(dir.path(), four_frame_segments(1)).unwrap();
+        append_numbered(&log, 0..9); // [0, 4) [4, 8) and the active [8, 9)
+        log.flush().unwrap();
+        let old = std::fs::read(dir.path().join(segment_file_name(0))).unwrap();
+        assert_eq!(log.purge_to(Offset(4)).unwrap(), Offset(4));
+        assert_eq!(
+            recycled_files(dir.path()),
+            1,
+            "the synced segment is kept for reuse"
+        );
+        append_numbered(&log, 9..14); // fills [8, 12); the roll at 12 takes the old file
+        assert_eq!(recycled_files(dir.path()), 0);
+        let path = dir.path().join(segment_file_name(12));
+        let new = std::fs::read(&path).unwrap();
+        // Frames 12 and 13, the end mark, then the old file's third frame.
+        let end = SEGMENT_HEADER_LEN + 2 * 80;
+        assert_eq!(new[end..end + 4], END_MARK);
+        assert_eq!(new[end + 4..end + 80], old[end + 4..end + 80]);
+        assert_eq!(values(&log, 4), numbered(4..=13));
+
+        // A crash loses the write of the end mark: a whole, valid old frame follows the data.
+        log.abandon();
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&file, &old[end..end + 4], end as u64).unwrap();
+        drop(file);
+        let log = PartitionLog::open(dir.path(), four_frame_segments(1)).unwrap();
+        assert_eq!(
+            values(&log, 4),
+            numbered(4..=13),
+            "the old frame is not the log's"
+        );
+        append_numbered(&log, 14..15);
+        drop(log);
+        let log = PartitionLog::open(dir.path(), four_frame_segments(1)).unwrap();
+        assert_eq!(
+            log.recovery().reason,
+            None,
+            "a clean close ends at the end mark"
+        );
+        assert_eq!(values(&log, 4), numbered(4..=14));
+    }
+
+    #[test]
+    fn only_synced_segments_nobody_reads_are_recycled() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = PartitionLog::open(dir.path(), four_frame_segments(2)).unwrap();
+        append_numbered(&log, 0..9);
+        // Not synced yet: deleting it is cheaper than syncing bytes nobody wants.
+        log.purge_to(Offset(4)).unwrap();
+        assert_eq!(recycled_files(dir.path()), 0);
+        append_numbered(&log, 9..13);
+        log.flush().unwrap();
+        // A reader still holds a view of [4, 8): its bytes must never change under it.
+        let view = log.read(Offset(4), 1).unwrap(); // at least one batch: record 4
+        log.purge_to(Offset(12)).unwrap();
+        assert_eq!(
+            recycled_files(dir.path()),
+            1,
+            "[8, 12) is recycled, [4, 8) deleted"
+        );
+        append_numbered(&log, 13..40);
+        let held: Vec<(u64, Vec<u8>)> = view
+            .iter()
+            .flat_map(Batch::records)
+            .map(|(o, r)| (o.0, r.value.to_vec()))
+            .collect();
+        assert_eq!(held, numbered(4..=4));
+        assert_eq!(values(&log, 12), numbered(12..=39));
     }
 
     #[test]

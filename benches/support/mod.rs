@@ -7,8 +7,10 @@ use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion};
 use replog::{PartitionLog, Record};
 
-/// Appends `iters` batches to a local log (flushing each if `sync`), timing only the appends;
-/// purges all but the active segment afterwards so disk use stays bounded.
+/// Appends `iters` batches to a local log (flushing each if `sync`), timing the appends and,
+/// every 64 batches, the log's retention (`LogConfig::retention_bytes`, if set: a log in its
+/// steady state deletes, or recycles, old segments as it writes); purges all but the active
+/// segment afterwards so disk use stays bounded.
 pub fn timed_local_appends(
     log: &PartitionLog,
     batch: &[Record],
@@ -16,10 +18,13 @@ pub fn timed_local_appends(
     sync: bool,
 ) -> Duration {
     let start = Instant::now();
-    for _ in 0..iters {
+    for i in 0..iters {
         black_box(log.append(batch).expect("append"));
         if sync {
             log.flush().expect("flush");
+        }
+        if i % 64 == 63 {
+            log.enforce_retention(0).expect("retention");
         }
     }
     let elapsed = start.elapsed();

@@ -45,6 +45,9 @@ pub(crate) const FRAME_HEADER_LEN: usize = FRAME_RESERVED2_POS + size_of::<u32>(
 /// The smallest legal `body_len`: the fixed fields after the CRC.
 pub(crate) const FRAME_BODY_FIXED_LEN: usize = FRAME_HEADER_LEN - FRAME_LOG_INDEX_POS;
 const _: () = assert!(FRAME_HEADER_LEN == 64, "FORMAT.md §4 says 64 bytes");
+/// The end-of-data mark the writer keeps after a segment's last frame when it fits: a zero
+/// `body_len` (FORMAT.md §7).
+pub(crate) const END_MARK: [u8; size_of::<u32>()] = [0; size_of::<u32>()];
 const _: () = assert!(FRAME_BODY_FIXED_LEN == 56, "FORMAT.md §4: body_len >= 56");
 
 // ---- Record (FORMAT.md §4.1) ----

@@ -137,19 +137,21 @@ impl WriteHandle {
         self.map.raw.len() - self.map.published.load(Ordering::Relaxed)
     }
 
-    /// Writes `bytes` right after the published bytes and then publishes them, returning the
-    /// position they were written at. `bytes` must fit in [`free_len`](Self::free_len).
-    pub(crate) fn append(&mut self, bytes: &[u8]) -> io::Result<usize> {
+    /// Writes `bytes` right after the published bytes and then publishes all but the last
+    /// `trailer` of them, returning the position they were written at. `bytes` must fit in
+    /// [`free_len`](Self::free_len). The trailer (the log's end-of-data mark) stays
+    /// unpublished, so the next append writes over it.
+    pub(crate) fn append(&mut self, bytes: &[u8], trailer: usize) -> io::Result<usize> {
         let pos = self.map.published.load(Ordering::Relaxed);
         let end = pos + bytes.len();
         assert!(
-            end <= self.map.raw.len(),
+            end <= self.map.raw.len() && trailer <= bytes.len(),
             "append of {} at {pos} past the map",
             bytes.len()
         );
         self.file.write_all_at(bytes, pos as u64)?;
         // Release: a reader that sees the new length sees the bytes written above.
-        self.map.published.store(end, Ordering::Release);
+        self.map.published.store(end - trailer, Ordering::Release);
         Ok(pos)
     }
 
@@ -178,10 +180,11 @@ mod tests {
         let mut w = WriteHandle::new(Arc::clone(&map), file.try_clone().unwrap());
         assert!(map.published().is_empty());
         assert!(map.bytes(0, 5).is_none());
-        assert_eq!(w.append(b"hello").unwrap(), 0);
+        assert_eq!(w.append(b"hello\0\0", 2).unwrap(), 0);
+        assert!(map.bytes(0, 6).is_none(), "the trailer is not published");
         let view = map.bytes(0, 5).unwrap();
         assert_eq!(&view[..], b"hello");
-        assert_eq!(w.append(b"!").unwrap(), 5);
+        assert_eq!(w.append(b"!", 0).unwrap(), 5);
         assert_eq!(w.free_len(), 4096 - 6);
         assert_eq!(map.published_len(), 6);
         drop(w);

@@ -24,8 +24,8 @@ use crate::error::{CorruptKind, Error, Result};
 use crate::fault::{FaultPoint, Faults};
 use crate::types::{LogIndex, Offset, Term};
 use format::{
-    FRAME_HEADER_LEN, SEGMENT_BYTES_LIMIT, SEGMENT_HEADER_LEN, SegmentHeader, index_file_name,
-    segment_file_name,
+    END_MARK, FRAME_HEADER_LEN, SEGMENT_BYTES_LIMIT, SEGMENT_HEADER_LEN, SegmentHeader,
+    index_file_name, segment_file_name,
 };
 use index::{IndexEntry, IndexFile};
 use mmap::{MappedFile, WriteHandle};
@@ -183,9 +183,11 @@ pub(crate) struct SegmentOptions {
     pub(crate) faults: Faults,
 }
 
-/// A preallocated, synced file of zeros under a temporary name, waiting to become a segment.
-/// Rolls use one made ahead of time on a background thread, so that preallocating (which
-/// writes the whole file when `Preallocate::Zeros`) is off the append path.
+/// A preallocated, synced file under a temporary name, waiting to become a segment: either
+/// new (zeros, or `fallocate`d extents), or a recycled segment that retention deleted (old
+/// frames, FORMAT.md §7). Rolls use one made ahead of time on a background thread, or a
+/// recycled one, so that preallocating (which writes the whole file when
+/// `Preallocate::Zeros`) is off the append path.
 #[derive(Debug)]
 pub(crate) struct SpareFile {
     file: File,
@@ -226,6 +228,16 @@ impl SpareFile {
     pub(crate) fn discard(self) {
         let _ = std::fs::remove_file(&self.path);
     }
+}
+
+/// What [`Segment::recycle`] did.
+#[derive(Debug)]
+pub(crate) enum Recycled {
+    /// The segment's file, renamed to a spare.
+    Spare(SpareFile),
+    /// Someone still holds the segment or a view of its bytes, or its file is not a full
+    /// segment of the current capacity: delete it instead.
+    No(Arc<Segment>),
 }
 
 /// What opening a sealed segment found.
@@ -291,7 +303,13 @@ impl Segment {
                 base_offset: base.next_offset,
                 restart,
             };
-            spare.file.write_all_at(&header.encode(), 0)?;
+            // The header and, right after it, the end-of-data mark: a recycled file still
+            // holds old frames there (FORMAT.md §7).
+            let mut start = [0u8; SEGMENT_HEADER_LEN + END_MARK.len()];
+            if let Some(h) = start.get_mut(..SEGMENT_HEADER_LEN) {
+                h.copy_from_slice(&header.encode());
+            }
+            spare.file.write_all_at(&start, 0)?;
             opts.faults.check(FaultPoint::Sync)?;
             spare.file.sync_all()?;
             std::fs::rename(&spare.path, &path)?;
@@ -646,6 +664,31 @@ impl Segment {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
         }
+    }
+
+    /// Takes a segment that was just removed from the log for reuse: if nothing else holds it
+    /// (no other `Arc`, no reader's view of its map, which could otherwise see the bytes
+    /// change) and its file has `capacity` bytes, deletes its index and renames the file to
+    /// `to`. The caller syncs the directory.
+    pub(crate) fn recycle(self: Arc<Self>, to: PathBuf, capacity: u64) -> io::Result<Recycled> {
+        if self.file.metadata()?.len() != capacity {
+            return Ok(Recycled::No(self));
+        }
+        let seg = match Arc::try_unwrap(self) {
+            Ok(seg) => seg,
+            Err(shared) => return Ok(Recycled::No(shared)),
+        };
+        // Views of the bytes hold the map; with the segment owned here, no new one can appear.
+        if Arc::strong_count(&seg.map) != 1 || Arc::weak_count(&seg.map) != 0 {
+            return Ok(Recycled::No(Arc::new(seg)));
+        }
+        seg.remove_index_file()?;
+        std::fs::rename(&seg.path, &to)?;
+        Ok(Recycled::Spare(SpareFile {
+            file: seg.file,
+            path: to,
+            capacity,
+        }))
     }
 
     /// Deletes the segment's files. Existing maps stay valid until their last user drops them.
