@@ -48,6 +48,11 @@ pub(crate) enum MetaCommand {
     },
     /// Delete a created topic.
     DeleteTopic { name: String },
+    /// Broker `id` serves at `addr` (a socket address): every broker sends it Raft traffic
+    /// there, and metadata responses name it. Each broker registers itself when it starts
+    /// wherever its address differs from the catalog's, so a broker that comes back on another
+    /// address is found again without changing the others' configuration.
+    RegisterBroker { id: NodeId, addr: String },
 }
 
 /// One topic in the catalog.
@@ -80,6 +85,8 @@ pub(crate) struct Catalog {
     created: u64,
     /// The outcomes of the last commands, by offset.
     outcomes: BTreeMap<u64, Result<(), Refused>>,
+    /// Brokers' registered addresses.
+    addrs: BTreeMap<NodeId, std::net::SocketAddr>,
 }
 
 impl Catalog {
@@ -118,6 +125,11 @@ impl Catalog {
     /// Every topic, by name.
     pub(crate) fn topics(&self) -> impl Iterator<Item = (&String, &TopicEntry)> {
         self.topics.iter()
+    }
+
+    /// The address broker `id` registered, if it did.
+    pub(crate) fn broker_addr(&self, id: NodeId) -> Option<std::net::SocketAddr> {
+        self.addrs.get(&id).copied()
     }
 
     /// Whether the created topic `id` was deleted.
@@ -163,6 +175,20 @@ impl Catalog {
                     Ok(())
                 }
             },
+            Some(MetaCommand::RegisterBroker { id, addr }) => {
+                match addr.parse::<std::net::SocketAddr>() {
+                    Err(_) => Err(Refused::Invalid(format!(
+                        "{addr:?} is not a socket address"
+                    ))),
+                    Ok(_) if !brokers.contains(id) => Err(Refused::Invalid(format!(
+                        "broker {id} is not in the cluster"
+                    ))),
+                    Ok(addr) => {
+                        self.addrs.insert(*id, addr);
+                        Ok(())
+                    }
+                }
+            }
         };
         self.next_offset = offset + 1;
         self.outcomes.insert(offset, outcome);
@@ -346,5 +372,28 @@ mod tests {
         c.apply(7, Some(&stray), &brokers);
         assert!(matches!(c.outcome(7), Some(Err(Refused::Invalid(_)))));
         assert!(c.topic("u").is_none());
+    }
+
+    #[test]
+    fn brokers_register_their_addresses_and_the_latest_one_counts() {
+        let brokers = [1, 2, 3];
+        let mut c = Catalog::with_configured(&[], &brokers);
+        let register = |id, addr: &str| MetaCommand::RegisterBroker {
+            id,
+            addr: addr.into(),
+        };
+        assert_eq!(c.broker_addr(2), None);
+        c.apply(0, Some(&register(2, "127.0.0.1:19092")), &brokers);
+        assert_eq!(c.outcome(0), Some(Ok(())));
+        c.apply(1, Some(&register(2, "127.0.0.1:19093")), &brokers);
+        assert_eq!(c.broker_addr(2), Some("127.0.0.1:19093".parse().unwrap()));
+        c.apply(2, Some(&register(9, "127.0.0.1:1")), &brokers);
+        assert!(matches!(c.outcome(2), Some(Err(Refused::Invalid(_)))));
+        c.apply(3, Some(&register(3, "localhost")), &brokers);
+        assert!(matches!(c.outcome(3), Some(Err(Refused::Invalid(_)))));
+        assert_eq!((c.broker_addr(9), c.broker_addr(3)), (None, None));
+        // The command keeps its place in the encoding: older logs still decode.
+        let bytes = postcard::to_allocvec(&register(1, "127.0.0.1:9092")).unwrap();
+        assert_eq!(bytes[0], 2, "the third variant");
     }
 }

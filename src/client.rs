@@ -1037,6 +1037,21 @@ impl Client {
         }
     }
 
+    /// Every broker of the cluster and its address, as the metadata group records them (a
+    /// broker that came back on another address is named at the new one).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoBrokerReachable`].
+    pub async fn brokers(&self) -> Result<Vec<(NodeId, SocketAddr)>> {
+        let meta = self.refresh(None).await?;
+        Ok(meta
+            .brokers
+            .iter()
+            .filter_map(|(id, addr)| Some((*id, addr.parse().ok()?)))
+            .collect())
+    }
+
     /// Every topic and its partition count, as the cluster reports it.
     ///
     /// # Errors

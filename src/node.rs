@@ -20,7 +20,8 @@ use crate::error::{Error, Result};
 use crate::log::{AppendInfo, PartitionLog};
 use crate::protocol::{
     CreateTopicRequest, DeleteTopicRequest, FetchRequest, MetadataRequest, MetadataResponse,
-    PartitionMetadata, ProduceRequestRef, ProduceResponse, WireBatch, WireError,
+    PartitionMetadata, ProduceRequestRef, ProduceResponse, RegisterBrokerRequest, WireBatch,
+    WireError,
 };
 use crate::raft::network::Served;
 use crate::raft::replica::{Replica, Timing, WriteError};
@@ -569,12 +570,41 @@ impl Shared {
             .collect()
     }
 
+    /// Where broker `id` is: this broker's own address, or the one it registered in the
+    /// metadata log, or else the configured one.
     fn broker_addr(&self, id: NodeId) -> Option<SocketAddr> {
         if id == self.config.id {
             Some(self.addr)
         } else {
-            self.config.peers.get(&id).copied()
+            let registered = self.catalog.read().broker_addr(id);
+            registered.or_else(|| self.config.peers.get(&id).copied())
         }
+    }
+
+    /// Records this broker's address in the metadata log (see [`MetaCommand::RegisterBroker`]).
+    async fn register(&self) -> Result<()> {
+        let request = RegisterBrokerRequest {
+            id: self.config.id,
+            addr: self.addr.to_string(),
+            forwarded: false,
+        };
+        self.register_broker(request).await
+    }
+
+    async fn register_broker(&self, request: RegisterBrokerRequest) -> Result<()> {
+        let command = MetaCommand::RegisterBroker {
+            id: request.id,
+            addr: request.addr.clone(),
+        };
+        self.meta_command(command, request.forwarded, Op::RegisterBroker, &request)
+            .await
+            .map_err(|e| match e {
+                MetaError::Refused(refused) => Error::InvalidConfig {
+                    field: "listen",
+                    reason: format!("the metadata group refused the address: {refused:?}"),
+                },
+                MetaError::Failed(e) => e,
+            })
     }
 
     pub(crate) async fn enforce_retention(&self) -> Result<()> {
@@ -701,9 +731,11 @@ impl Shared {
             Ok(Err(WriteError::NotLeader(leader))) => {
                 let term = group.raft.state().term;
                 let leader = leader.and_then(|(node_id, addr)| {
-                    let addr = addr
-                        .and_then(|a| a.parse().ok())
-                        .or_else(|| self.config.peers.get(&node_id).copied())?;
+                    // Where the catalog says the broker is now; the group's membership keeps
+                    // the address the broker had when it joined.
+                    let addr = self
+                        .broker_addr(node_id)
+                        .or_else(|| addr.and_then(|a| a.parse().ok()))?;
                     Some(LeaderHint {
                         node_id,
                         addr,
@@ -1124,6 +1156,11 @@ impl Shared {
                         );
                     }
                     catalog.apply(offset.get(), command.as_ref(), &self.brokers);
+                    if let Some(MetaCommand::RegisterBroker { id, .. }) = &command
+                        && let Some(addr) = catalog.broker_addr(*id)
+                    {
+                        self.peers.set_addr(*id, addr);
+                    }
                     progressed = true;
                 }
             }
@@ -1391,6 +1428,15 @@ impl Forwardable for CreateTopicRequest {
     }
 }
 
+impl Forwardable for RegisterBrokerRequest {
+    fn forwarded(self) -> Self {
+        RegisterBrokerRequest {
+            forwarded: true,
+            ..self
+        }
+    }
+}
+
 impl Forwardable for DeleteTopicRequest {
     fn forwarded(self) -> Self {
         DeleteTopicRequest {
@@ -1404,6 +1450,7 @@ impl Forwardable for DeleteTopicRequest {
 /// stops replicas to match it. Runs until shutdown.
 async fn follow_metadata(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
     let mut applied = shared.meta.sm.subscribe();
+    let mut registering: Option<tokio::task::JoinHandle<()>> = None;
     loop {
         let progressed = match shared.catch_up_catalog() {
             Ok(progressed) => progressed,
@@ -1416,6 +1463,22 @@ async fn follow_metadata(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool
         if progressed {
             shared.sweep_deleted();
         }
+        // Until the catalog has this broker's address, one registration at a time is in
+        // flight; a failed one is tried again on the next round (at least a second later).
+        let me = shared.config.id;
+        if shared.catalog.read().broker_addr(me) != Some(shared.addr)
+            && registering
+                .as_ref()
+                .is_none_or(tokio::task::JoinHandle::is_finished)
+        {
+            let shared = Arc::clone(&shared);
+            registering = Some(tokio::spawn(async move {
+                if let Err(e) = shared.register().await {
+                    tracing::debug!(error = %e, "registering this broker's address failed; will retry");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }));
+        }
         tokio::select! {
             _ = shutdown.changed() => break,
             _ = applied.changed() => {}
@@ -1425,6 +1488,9 @@ async fn follow_metadata(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool
         if *shutdown.borrow() {
             break;
         }
+    }
+    if let Some(registration) = registering {
+        registration.abort();
     }
 }
 
@@ -1796,6 +1862,15 @@ impl Handler for NodeHandler {
                     &async {
                         shared
                             .create_topic(decode_request(&body)?)
+                            .await
+                            .map_err(wire)
+                    }
+                    .await,
+                ),
+                Op::RegisterBroker => encode_response(
+                    &async {
+                        shared
+                            .register_broker(decode_request(&body)?)
                             .await
                             .map_err(wire)
                     }

@@ -163,6 +163,15 @@ pub(crate) struct CreateTopicRequest {
     pub(crate) forwarded: bool,
 }
 
+/// `Op::RegisterBroker` request, from a broker to the metadata leader; answered
+/// `Result<(), WireError>` once the address is in the leader's catalog.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct RegisterBrokerRequest {
+    pub(crate) id: u64,
+    pub(crate) addr: String,
+    pub(crate) forwarded: bool,
+}
+
 /// `Op::DeleteTopic` request; answered `Result<(), WireError>`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct DeleteTopicRequest {

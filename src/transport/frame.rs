@@ -39,6 +39,8 @@ pub(crate) enum Op {
     CreateTopic = 7,
     /// Admin: delete a created topic.
     DeleteTopic = 8,
+    /// Broker: record this broker's address in the metadata log.
+    RegisterBroker = 9,
 }
 
 impl Op {
@@ -52,6 +54,7 @@ impl Op {
             6 => Some(Op::Metadata),
             7 => Some(Op::CreateTopic),
             8 => Some(Op::DeleteTopic),
+            9 => Some(Op::RegisterBroker),
             _ => None,
         }
     }

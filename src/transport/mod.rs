@@ -147,7 +147,8 @@ pub(crate) enum CallError {
 /// Outbound connection to one peer address, made on first use and remade after a failure.
 #[derive(Debug)]
 pub(crate) struct Peer {
-    addr: SocketAddr,
+    /// Where the peer is; a registration in the metadata log can move it.
+    addr: parking_lot::Mutex<SocketAddr>,
     frame_bytes_max: u32,
     shutdown: watch::Receiver<bool>,
     conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
@@ -157,6 +158,8 @@ type Pending = Arc<parking_lot::Mutex<HashMap<u64, oneshot::Sender<Vec<u8>>>>>;
 
 #[derive(Debug)]
 struct Conn {
+    /// The address it connects to: a connection to a peer's old address is not reused.
+    addr: SocketAddr,
     tx: mpsc::Sender<OutFrame>,
     pending: Pending,
     next_id: AtomicU64,
@@ -170,7 +173,7 @@ impl Peer {
         shutdown: watch::Receiver<bool>,
     ) -> Self {
         Peer {
-            addr,
+            addr: parking_lot::Mutex::new(addr),
             frame_bytes_max,
             shutdown,
             conn: tokio::sync::Mutex::new(None),
@@ -223,13 +226,22 @@ impl Peer {
         }
     }
 
+    /// Sends later requests to `addr`; requests already sent finish on the old connection.
+    pub(crate) fn set_addr(&self, addr: SocketAddr) {
+        *self.addr.lock() = addr;
+    }
+
     async fn connection(&self, timeout: Duration) -> Result<Arc<Conn>, CallError> {
         let mut guard = self.conn.lock().await;
-        if let Some(conn) = guard.as_ref().filter(|c| c.alive.load(Ordering::Acquire)) {
+        let addr = *self.addr.lock();
+        if let Some(conn) = guard
+            .as_ref()
+            .filter(|c| c.alive.load(Ordering::Acquire) && c.addr == addr)
+        {
             return Ok(Arc::clone(conn));
         }
         *guard = None;
-        let stream = match tokio::time::timeout(timeout, TcpStream::connect(self.addr)).await {
+        let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => return Err(CallError::Unreachable(e.to_string())),
             Err(_) => return Err(CallError::Unreachable("connect timed out".into())),
@@ -270,6 +282,7 @@ impl Peer {
             });
         }
         let conn = Arc::new(Conn {
+            addr,
             tx,
             pending,
             next_id: AtomicU64::new(1),
@@ -309,6 +322,15 @@ impl PeerSet {
             control: others.map(|(id, a)| (*id, make(a))).collect(),
             #[cfg(any(test, feature = "failpoints"))]
             faults: None,
+        }
+    }
+
+    /// Sends later requests for broker `id` to `addr` (a broker that came back elsewhere).
+    pub(crate) fn set_addr(&self, id: u64, addr: SocketAddr) {
+        for peers in [&self.bulk, &self.control] {
+            if let Some(peer) = peers.get(&id) {
+                peer.set_addr(addr);
+            }
         }
     }
 

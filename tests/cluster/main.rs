@@ -1424,3 +1424,51 @@ async fn a_broker_restarted_alone_rebuilds_its_topics_and_serves_committed_recor
     }
     node.shutdown().await.unwrap();
 }
+
+/// A broker that comes back on another address registers it in the metadata log: the others,
+/// still configured with its old address, replicate to it at the new one, and metadata from
+/// every broker names the new address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_back_on_another_address_is_found_through_the_metadata_log() {
+    use replog::{Client, ClientConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let addrs = free_addrs(3);
+    let mut nodes = start_all(|id| single_partition(id, &addrs, dir.path())).await;
+    append_to_leader(&nodes, &[Record::new("before")]).await;
+    let leader = leader_of(&nodes, 0).await;
+    let moved = if leader == 3 { 2 } else { 3 };
+    let other = 6 - leader - moved;
+    let slot = |id: u64| id as usize - 1;
+    nodes[slot(moved)].take().unwrap().shutdown().await.unwrap();
+    let new_addr = free_addrs(1)[0];
+    let mut config = single_partition(moved, &addrs, dir.path());
+    config.listen = new_addr;
+    nodes[slot(moved)] = Some(Node::start(config).await.unwrap());
+
+    // Every broker names the new address, the two that were never told of it included.
+    for via in [addrs[slot(leader)], addrs[slot(other)], new_addr] {
+        let client = Client::connect(&[via], ClientConfig::default())
+            .await
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let brokers = client.brokers().await.unwrap();
+            if brokers.contains(&(moved, new_addr)) {
+                assert_eq!(brokers.len(), 3, "{brokers:?}");
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{via} still names {brokers:?} for broker {moved} at {new_addr}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    // With the third broker stopped, a write commits only once the moved broker acknowledges
+    // it: the leader reaches it at its new address.
+    nodes[slot(other)].take().unwrap().shutdown().await.unwrap();
+    append_to_leader(&nodes, &[Record::new("after")]).await;
+    assert_every_replica_holds(&nodes, &["before", "after"]).await;
+    shutdown_all(nodes).await;
+}
