@@ -38,6 +38,8 @@ for size in ["100B", "1KiB"]:
           f"append/{size}/batch100/nosync", f"baseline/memcpy_crc/{size}/batch100")
     ratio(f"append {size} batch100 nosync / memcpy+CRC (new pages)",
           f"append/{size}/batch100/nosync", f"baseline/memcpy_crc_cold/{size}/batch100")
+    ratio(f"append {size} batch100 nosync, under retention / memcpy+CRC (warm pages)",
+          f"append/{size}/batch100/nosync_steady", f"baseline/memcpy_crc/{size}/batch100")
     ratio(f"append {size} batch100 sync / nosync",
           f"append/{size}/batch100/sync", f"append/{size}/batch100/nosync")
 ratio("append 100B batch100 sync / pwrite+fdatasync floor",

@@ -1004,19 +1004,15 @@ impl PartitionLog {
         }
         self.join_pending_seal(&mut w)?;
         let removed: Vec<Arc<Segment>> = self.segments.write().drain(..n).collect();
-        // Only a synced segment is recycled: its pages are clean, so making the new header
-        // durable writes one page, not the old data the file still holds.
-        let synced: Vec<bool> = removed
-            .iter()
-            .map(|r| !w.unsynced.iter().any(|s| Arc::ptr_eq(r, s)))
-            .collect();
         w.unsynced
             .retain(|s| !removed.iter().any(|r| Arc::ptr_eq(r, s)));
         // Oldest first, each deletion durable before the next: a crash leaves a suffix. A
-        // recycled file leaves the log the same way, by a rename to a temporary name.
+        // recycled file leaves the log the same way, by a rename to a temporary name. (An
+        // unsynced one keeps its dirty pages: rewriting them costs no more than clean ones,
+        // and its new header is made durable without syncing them.)
         let count = removed.len();
-        for (s, synced) in removed.into_iter().zip(synced) {
-            let s = if synced && w.recycled.len() < self.config.recycle_segments {
+        for s in removed {
+            let s = if w.recycled.len() < self.config.recycle_segments {
                 let to = self.dir.join(format!("recycled-{}.tmp", s.base_log_index));
                 match s.recycle(to, self.opts.capacity)? {
                     Recycled::Spare(spare) => {
@@ -1629,15 +1625,15 @@ mod tests {
     }
 
     #[test]
-    fn only_synced_segments_nobody_reads_are_recycled() {
+    fn only_segments_nobody_reads_are_recycled() {
         let dir = tempfile::tempdir().unwrap();
         let log = PartitionLog::open(dir.path(), four_frame_segments(2)).unwrap();
         append_numbered(&log, 0..9);
-        // Not synced yet: deleting it is cheaper than syncing bytes nobody wants.
+        // Never synced: recycled all the same (the roll that takes it does not sync it).
         log.purge_to(Offset(4)).unwrap();
-        assert_eq!(recycled_files(dir.path()), 0);
+        assert_eq!(recycled_files(dir.path()), 1);
         append_numbered(&log, 9..13);
-        log.flush().unwrap();
+        assert_eq!(recycled_files(dir.path()), 0, "the roll at 12 took it");
         // A reader still holds a view of [4, 8): its bytes must never change under it.
         let view = log.read(Offset(4), 1).unwrap(); // at least one batch: record 4
         log.purge_to(Offset(12)).unwrap();
