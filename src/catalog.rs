@@ -51,8 +51,14 @@ pub(crate) enum MetaCommand {
     /// Broker `id` serves at `addr` (a socket address): every broker sends it Raft traffic
     /// there, and metadata responses name it. Each broker registers itself when it starts
     /// wherever its address differs from the catalog's, so a broker that comes back on another
-    /// address is found again without changing the others' configuration.
-    RegisterBroker { id: NodeId, addr: String },
+    /// address is found again without changing the others' configuration. With `join`, a
+    /// broker the cluster does not have yet becomes one of its brokers (without, it is
+    /// refused: a mistyped id must not add a broker nobody runs).
+    RegisterBroker {
+        id: NodeId,
+        addr: String,
+        join: bool,
+    },
 }
 
 /// One topic in the catalog.
@@ -87,12 +93,19 @@ pub(crate) struct Catalog {
     outcomes: BTreeMap<u64, Result<(), Refused>>,
     /// Brokers' registered addresses.
     addrs: BTreeMap<NodeId, std::net::SocketAddr>,
+    /// The cluster's brokers: the founding ones (every broker's configuration names the same),
+    /// and those that joined since.
+    brokers: BTreeSet<NodeId>,
 }
 
 impl Catalog {
-    /// A catalog of the configured topics, each replicated on every one of `brokers`.
+    /// A catalog of the founding `brokers` and the configured topics, each replicated on every
+    /// one of them.
     pub(crate) fn with_configured(topics: &[(String, u32)], brokers: &[NodeId]) -> Self {
-        let mut catalog = Catalog::default();
+        let mut catalog = Catalog {
+            brokers: brokers.iter().copied().collect(),
+            ..Catalog::default()
+        };
         for (name, partitions) in topics {
             // Partition p is led first by the broker at p modulo the broker count.
             let assignment = assign(brokers, *partitions, brokers.len(), 0).unwrap_or_default();
@@ -127,6 +140,11 @@ impl Catalog {
         self.topics.iter()
     }
 
+    /// The cluster's brokers, sorted.
+    pub(crate) fn brokers(&self) -> Vec<NodeId> {
+        self.brokers.iter().copied().collect()
+    }
+
     /// The address broker `id` registered, if it did.
     pub(crate) fn broker_addr(&self, id: NodeId) -> Option<std::net::SocketAddr> {
         self.addrs.get(&id).copied()
@@ -143,14 +161,14 @@ impl Catalog {
     }
 
     /// Applies the command at `offset` (`None`: a record that is not a command, which is
-    /// skipped so that every broker skips it alike). `brokers` are the cluster's brokers.
-    pub(crate) fn apply(&mut self, offset: u64, command: Option<&MetaCommand>, brokers: &[NodeId]) {
+    /// skipped so that every broker skips it alike).
+    pub(crate) fn apply(&mut self, offset: u64, command: Option<&MetaCommand>) {
         let outcome = match command {
             None => Err(Refused::Invalid("not a metadata command".into())),
             Some(MetaCommand::CreateTopic { name, assignment }) => {
                 if self.topics.contains_key(name) {
                     Err(Refused::TopicExists)
-                } else if let Err(reason) = check_assignment(name, assignment, brokers) {
+                } else if let Err(reason) = check_assignment(name, assignment, &self.brokers) {
                     Err(Refused::Invalid(reason))
                 } else {
                     self.created += 1;
@@ -175,15 +193,16 @@ impl Catalog {
                     Ok(())
                 }
             },
-            Some(MetaCommand::RegisterBroker { id, addr }) => {
+            Some(MetaCommand::RegisterBroker { id, addr, join }) => {
                 match addr.parse::<std::net::SocketAddr>() {
                     Err(_) => Err(Refused::Invalid(format!(
                         "{addr:?} is not a socket address"
                     ))),
-                    Ok(_) if !brokers.contains(id) => Err(Refused::Invalid(format!(
-                        "broker {id} is not in the cluster"
+                    Ok(_) if !join && !self.brokers.contains(id) => Err(Refused::Invalid(format!(
+                        "broker {id} is not in the cluster (a new broker joins with --join)"
                     ))),
                     Ok(addr) => {
+                        self.brokers.insert(*id);
                         self.addrs.insert(*id, addr);
                         Ok(())
                     }
@@ -226,7 +245,7 @@ pub(crate) fn check_topic_name(name: &str) -> Result<(), String> {
 fn check_assignment(
     name: &str,
     assignment: &[Vec<NodeId>],
-    brokers: &[NodeId],
+    brokers: &BTreeSet<NodeId>,
 ) -> Result<(), String> {
     check_topic_name(name)?;
     let partitions = u32::try_from(assignment.len()).unwrap_or(u32::MAX);
@@ -345,23 +364,23 @@ mod tests {
             name: name.into(),
             assignment: assign(&brokers, 2, 2, 0).unwrap(),
         };
-        c.apply(0, Some(&create("t")), &brokers);
+        c.apply(0, Some(&create("t")));
         assert_eq!(c.outcome(0), Some(Ok(())));
         assert_eq!(c.topic("t").unwrap().id, 1);
-        c.apply(1, Some(&create("t")), &brokers);
+        c.apply(1, Some(&create("t")));
         assert_eq!(c.outcome(1), Some(Err(Refused::TopicExists)));
-        c.apply(2, None, &brokers);
+        c.apply(2, None);
         assert!(matches!(c.outcome(2), Some(Err(Refused::Invalid(_)))));
         let delete = |name: &str| MetaCommand::DeleteTopic { name: name.into() };
-        c.apply(3, Some(&delete("fixed")), &brokers);
+        c.apply(3, Some(&delete("fixed")));
         assert!(matches!(c.outcome(3), Some(Err(Refused::Invalid(_)))));
-        c.apply(4, Some(&delete("t")), &brokers);
+        c.apply(4, Some(&delete("t")));
         assert_eq!(c.outcome(4), Some(Ok(())));
         assert!(c.topic("t").is_none() && c.is_deleted(1));
-        c.apply(5, Some(&delete("t")), &brokers);
+        c.apply(5, Some(&delete("t")));
         assert_eq!(c.outcome(5), Some(Err(Refused::UnknownTopic)));
         // Created again: a new id.
-        c.apply(6, Some(&create("t")), &brokers);
+        c.apply(6, Some(&create("t")));
         assert_eq!(c.topic("t").unwrap().id, 7);
         assert_eq!((c.next_offset(), c.created()), (7, 2));
         // A broker outside the cluster is refused.
@@ -369,7 +388,7 @@ mod tests {
             name: "u".into(),
             assignment: vec![vec![1, 9]],
         };
-        c.apply(7, Some(&stray), &brokers);
+        c.apply(7, Some(&stray));
         assert!(matches!(c.outcome(7), Some(Err(Refused::Invalid(_)))));
         assert!(c.topic("u").is_none());
     }
@@ -381,17 +400,38 @@ mod tests {
         let register = |id, addr: &str| MetaCommand::RegisterBroker {
             id,
             addr: addr.into(),
+            join: false,
         };
         assert_eq!(c.broker_addr(2), None);
-        c.apply(0, Some(&register(2, "127.0.0.1:19092")), &brokers);
+        c.apply(0, Some(&register(2, "127.0.0.1:19092")));
         assert_eq!(c.outcome(0), Some(Ok(())));
-        c.apply(1, Some(&register(2, "127.0.0.1:19093")), &brokers);
+        c.apply(1, Some(&register(2, "127.0.0.1:19093")));
         assert_eq!(c.broker_addr(2), Some("127.0.0.1:19093".parse().unwrap()));
-        c.apply(2, Some(&register(9, "127.0.0.1:1")), &brokers);
+        c.apply(2, Some(&register(9, "127.0.0.1:1")));
         assert!(matches!(c.outcome(2), Some(Err(Refused::Invalid(_)))));
-        c.apply(3, Some(&register(3, "localhost")), &brokers);
+        c.apply(3, Some(&register(3, "localhost")));
         assert!(matches!(c.outcome(3), Some(Err(Refused::Invalid(_)))));
         assert_eq!((c.broker_addr(9), c.broker_addr(3)), (None, None));
+        assert_eq!(c.brokers(), vec![1, 2, 3], "no join, no new broker");
+        // A broker that joins is one of the cluster's from then on: topics may use it.
+        let join = MetaCommand::RegisterBroker {
+            id: 4,
+            addr: "127.0.0.1:39092".into(),
+            join: true,
+        };
+        let on_4 = MetaCommand::CreateTopic {
+            name: "t".into(),
+            assignment: vec![vec![4, 1]],
+        };
+        c.apply(4, Some(&on_4));
+        assert!(
+            matches!(c.outcome(4), Some(Err(Refused::Invalid(_)))),
+            "not a broker yet"
+        );
+        c.apply(5, Some(&join));
+        assert_eq!(c.brokers(), vec![1, 2, 3, 4]);
+        c.apply(6, Some(&on_4));
+        assert_eq!(c.outcome(6), Some(Ok(())));
         // The command keeps its place in the encoding: older logs still decode.
         let bytes = postcard::to_allocvec(&register(1, "127.0.0.1:9092")).unwrap();
         assert_eq!(bytes[0], 2, "the third variant");

@@ -64,6 +64,10 @@ enum Command {
         /// Raft election timeout.
         #[arg(long, default_value_t = 1000)]
         election_timeout_ms: u64,
+        /// Join a running cluster whose founding brokers are the `--peer`s; this broker's id
+        /// is new. Topics created from then on are spread over it too.
+        #[arg(long)]
+        join: bool,
     },
     /// Creates, deletes, describes or lists topics.
     Topics {
@@ -212,9 +216,11 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             topics,
             durability,
             election_timeout_ms,
+            join,
         } => {
             let mut config = NodeConfig::new(id, listen, peers.into_iter().collect(), data);
             config.topics = topics;
+            config.join = join;
             config.election_timeout_ms = election_timeout_ms;
             config.heartbeat_interval_ms = (election_timeout_ms / 4).max(20);
             config.durability = match durability {

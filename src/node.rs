@@ -42,7 +42,9 @@ pub struct NodeConfig {
     pub id: NodeId,
     /// Address to listen on for peers and clients.
     pub listen: SocketAddr,
-    /// Every other broker: id and address.
+    /// Every other broker: id and address. The ids are the cluster's brokers; an address is
+    /// where to find a broker until the metadata log says otherwise (each broker registers
+    /// its `listen` address there when it starts, so a broker that moved is found again).
     pub peers: BTreeMap<NodeId, SocketAddr>,
     /// Directory holding one subdirectory per partition replica (`{topic}-{partition}`).
     pub data_dir: PathBuf,
@@ -66,6 +68,12 @@ pub struct NodeConfig {
     /// How often the broker applies retention by itself (see [`Node::enforce_retention`]).
     /// Default 60 s; 0 turns the background task off.
     pub retention_check_ms: u64,
+    /// This broker joins a running cluster instead of founding one (`replog node --join`).
+    /// Its `peers` are the cluster's founding brokers, as they were started (the same ids), and
+    /// its id is new. It registers itself through them; the metadata group makes it a learner
+    /// (it replicates the catalog without voting on it), and topics created from then on are
+    /// spread over it too. It hosts no replica of the configured topics. Default false.
+    pub join: bool,
     /// Network fault injection between brokers, for tests (`failpoints` feature).
     #[cfg(any(test, feature = "failpoints"))]
     pub net_faults: Option<std::sync::Arc<crate::fault::NetFaults>>,
@@ -92,6 +100,7 @@ impl NodeConfig {
             request_timeout_ms: 5000,
             frame_bytes_max: 16 << 20,
             retention_check_ms: 60_000,
+            join: false,
             #[cfg(any(test, feature = "failpoints"))]
             net_faults: None,
         }
@@ -142,8 +151,9 @@ struct Shared {
     addr: SocketAddr,
     timing: Timing,
     peers: Arc<PeerSet>,
-    /// Every broker's id, sorted (this one included).
-    brokers: Vec<NodeId>,
+    /// The founding brokers' ids, sorted: this one's and its peers', or only its peers' when
+    /// it joined. The cluster's brokers are the catalog's.
+    founders: Vec<NodeId>,
     /// The partition replicas this broker hosts.
     groups: RwLock<HashMap<PartitionId, Arc<Group>>>,
     /// This broker's member of the metadata group.
@@ -214,17 +224,28 @@ impl Node {
         #[cfg(any(test, feature = "failpoints"))]
         let peers = peers.with_faults(config.net_faults.clone());
         let peers = Arc::new(peers);
-        let mut brokers: Vec<NodeId> = config.peers.keys().copied().collect();
-        brokers.push(config.id);
-        brokers.sort_unstable();
-        brokers.dedup();
+        let mut founders: Vec<NodeId> = config.peers.keys().copied().collect();
+        if !config.join {
+            founders.push(config.id);
+        }
+        founders.sort_unstable();
+        founders.dedup();
+        if config.join && founders.contains(&config.id) {
+            return Err(Error::InvalidConfig {
+                field: "join",
+                reason: format!(
+                    "broker {} joins, so it cannot be one of its peers",
+                    config.id
+                ),
+            });
+        }
         for (topic, _) in &config.topics {
             check_topic_name(topic).map_err(|reason| Error::InvalidConfig {
                 field: "topics",
                 reason,
             })?;
         }
-        let catalog = Catalog::with_configured(&config.topics, &brokers);
+        let catalog = Catalog::with_configured(&config.topics, &founders);
         remove_deleted_dirs(&config.data_dir);
         // The metadata log is never purged (the catalog is its replay) and always synced. Its
         // records are a few topic commands: small segments, preallocated without writing.
@@ -273,7 +294,13 @@ impl Node {
         )
         .await?;
         let mut groups = HashMap::new();
-        for (topic, count) in &config.topics {
+        // Configured topics have a replica on every founding broker, and only there.
+        let configured = if config.join {
+            &[][..]
+        } else {
+            &config.topics[..]
+        };
+        for (topic, count) in configured {
             for partition in 0..*count {
                 let id = PartitionId::new(topic.clone(), partition);
                 let group = open(
@@ -291,7 +318,7 @@ impl Node {
             addr,
             timing,
             peers,
-            brokers,
+            founders,
             groups: RwLock::new(groups),
             meta,
             catalog_applied: watch::Sender::new(catalog.next_offset()),
@@ -328,8 +355,11 @@ impl Node {
     /// Initializes every group this broker starts with (see [`Shared::initialize`]).
     async fn initialize_groups(&self) {
         let shared = &self.shared;
-        let all = shared.brokers.clone();
-        shared.initialize(&shared.meta, &all).await;
+        // A joining broker's metadata replica is made a learner by the group's leader.
+        if !shared.config.join {
+            let all = shared.founders.clone();
+            shared.initialize(&shared.meta, &all).await;
+        }
         let groups: Vec<Arc<Group>> = shared.groups.read().values().cloned().collect();
         for group in groups {
             let replicas = shared
@@ -586,15 +616,43 @@ impl Shared {
         let request = RegisterBrokerRequest {
             id: self.config.id,
             addr: self.addr.to_string(),
+            join: self.config.join,
             forwarded: false,
         };
-        self.register_broker(request).await
+        if self.meta.raft.state().leader.is_some() {
+            return self.register_broker(request).await;
+        }
+        // No metadata leader known here (a joining broker is nobody's follower yet): any
+        // founding broker takes the registration to its leader.
+        let timeout = Duration::from_millis(self.config.request_timeout_ms);
+        let mut tried = Vec::new();
+        for peer in self.config.peers.keys() {
+            let answer: Result<std::result::Result<(), WireError>> = self
+                .forward(*peer, Op::RegisterBroker, &request, timeout)
+                .await;
+            match answer {
+                Ok(Ok(())) => return Ok(()),
+                Ok(Err(e)) => tried.push(format!("broker {peer} ({e:?})")),
+                Err(e) => tried.push(format!("broker {peer} ({e})")),
+            }
+        }
+        Err(Error::NoBrokerReachable {
+            tried: tried.join(", "),
+        })
     }
 
     async fn register_broker(&self, request: RegisterBrokerRequest) -> Result<()> {
+        // Reach the broker at its new address at once: the metadata group may need its vote
+        // or acknowledgement to commit this very registration (the catalog confirms it).
+        if request.id != self.config.id
+            && let Ok(addr) = request.addr.parse()
+        {
+            self.peers.set_addr(request.id, addr);
+        }
         let command = MetaCommand::RegisterBroker {
             id: request.id,
             addr: request.addr.clone(),
+            join: request.join,
         };
         self.meta_command(command, request.forwarded, Op::RegisterBroker, &request)
             .await
@@ -869,7 +927,8 @@ impl Shared {
     /// here is described by its local replica, which tracks the leader; one hosted elsewhere
     /// by asking its replicas (unless `local_only`: then it is left out).
     pub(crate) async fn metadata(&self, topic: Option<&str>, local_only: bool) -> MetadataResponse {
-        let brokers: Vec<(NodeId, String)> = self.members(&self.brokers).into_iter().collect();
+        let all = self.catalog.read().brokers();
+        let brokers: Vec<(NodeId, String)> = self.members(&all).into_iter().collect();
         let wanted: Vec<(PartitionId, Vec<NodeId>)> = {
             let catalog = self.catalog.read();
             catalog
@@ -995,14 +1054,14 @@ impl Shared {
             });
         }
         let factor = usize::try_from(request.replication_factor).unwrap_or(usize::MAX);
-        let created = {
+        let (created, brokers) = {
             let catalog = self.catalog.read();
             if catalog.topic(&request.name).is_some() {
                 return Err(Error::TopicExists(request.name));
             }
-            catalog.created()
+            (catalog.created(), catalog.brokers())
         };
-        let assignment = crate::catalog::assign(&self.brokers, request.partitions, factor, created)
+        let assignment = crate::catalog::assign(&brokers, request.partitions, factor, created)
             .map_err(|reason| Error::InvalidTopic { reason })?;
         let command = MetaCommand::CreateTopic {
             name: request.name.clone(),
@@ -1155,7 +1214,7 @@ impl Shared {
                             "metadata record is not a command; skipped"
                         );
                     }
-                    catalog.apply(offset.get(), command.as_ref(), &self.brokers);
+                    catalog.apply(offset.get(), command.as_ref());
                     if let Some(MetaCommand::RegisterBroker { id, .. }) = &command
                         && let Some(addr) = catalog.broker_addr(*id)
                     {
@@ -1451,6 +1510,7 @@ impl Forwardable for DeleteTopicRequest {
 async fn follow_metadata(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
     let mut applied = shared.meta.sm.subscribe();
     let mut registering: Option<tokio::task::JoinHandle<()>> = None;
+    let mut adding: Option<tokio::task::JoinHandle<()>> = None;
     loop {
         let progressed = match shared.catch_up_catalog() {
             Ok(progressed) => progressed,
@@ -1479,6 +1539,35 @@ async fn follow_metadata(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool
                 }
             }));
         }
+        // The metadata leader makes every broker that joined a learner of the metadata group,
+        // one at a time (a membership change waits for the previous one).
+        if shared.meta.raft.state().leader == Some(me)
+            && adding
+                .as_ref()
+                .is_none_or(tokio::task::JoinHandle::is_finished)
+        {
+            let members = shared.meta.raft.member_ids();
+            let missing = shared
+                .catalog
+                .read()
+                .brokers()
+                .into_iter()
+                .find(|id| !members.contains(id));
+            if let Some(id) = missing
+                && let Some(addr) = shared.broker_addr(id)
+            {
+                let shared = Arc::clone(&shared);
+                adding = Some(tokio::spawn(async move {
+                    match shared.meta.raft.add_learner(id, addr.to_string()).await {
+                        Ok(()) => tracing::info!(broker = id, "broker joined the metadata group"),
+                        Err(e) => {
+                            tracing::debug!(broker = id, error = %e, "adding a learner failed; will retry");
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                        }
+                    }
+                }));
+            }
+        }
         tokio::select! {
             _ = shutdown.changed() => break,
             _ = applied.changed() => {}
@@ -1489,8 +1578,8 @@ async fn follow_metadata(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool
             break;
         }
     }
-    if let Some(registration) = registering {
-        registration.abort();
+    for task in [registering, adding].into_iter().flatten() {
+        task.abort();
     }
 }
 

@@ -169,6 +169,8 @@ pub(crate) struct CreateTopicRequest {
 pub(crate) struct RegisterBrokerRequest {
     pub(crate) id: u64,
     pub(crate) addr: String,
+    /// A broker the cluster does not have yet, joining it.
+    pub(crate) join: bool,
     pub(crate) forwarded: bool,
 }
 

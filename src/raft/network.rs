@@ -35,6 +35,7 @@ impl RaftNetworkFactory<C> for GroupNetFactory {
         GroupNet {
             group: self.group.clone(),
             target,
+            control: false,
             peer: self.peers.get(target, false),
             peers: Arc::clone(&self.peers),
         }
@@ -44,6 +45,7 @@ impl RaftNetworkFactory<C> for GroupNetFactory {
         GroupNet {
             group: self.group.clone(),
             target,
+            control: true,
             peer: self.peers.get(target, true),
             peers: Arc::clone(&self.peers),
         }
@@ -54,6 +56,9 @@ impl RaftNetworkFactory<C> for GroupNetFactory {
 pub(crate) struct GroupNet {
     group: PartitionId,
     target: NodeId,
+    control: bool,
+    /// `None` for a broker this one does not know yet (one that joined, before the metadata
+    /// log told this broker where it is): looked up again on every call until known.
     peer: Option<Arc<Peer>>,
     peers: Arc<PeerSet>,
 }
@@ -65,8 +70,15 @@ impl GroupNet {
         request: &Req,
         timeout: Duration,
     ) -> Result<Resp, RPCError<C>> {
-        let Some(peer) = &self.peer else {
-            return Err(Unreachable::from_string(format!("unknown broker {}", self.target)).into());
+        let found;
+        let peer = match &self.peer {
+            Some(peer) => peer,
+            None => {
+                found = self.peers.get(self.target, self.control).ok_or_else(|| {
+                    Unreachable::from_string(format!("unknown broker {}", self.target))
+                })?;
+                &found
+            }
         };
         let body = crate::protocol::encode(&(&self.group, request))
             .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;

@@ -268,6 +268,26 @@ impl Replica {
     }
 
     /// The group as this replica sees it now.
+    /// Every member of the group as of its latest membership: voters and learners.
+    pub(crate) fn member_ids(&self) -> std::collections::BTreeSet<NodeId> {
+        let m = self.raft.metrics().borrow_watched().clone();
+        m.membership_config
+            .membership()
+            .nodes()
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// Adds broker `id` (at `addr`) to the group as a learner: it replicates the log but does
+    /// not vote. Returns once the membership change is committed; leader only.
+    pub(crate) async fn add_learner(&self, id: NodeId, addr: String) -> Result<(), String> {
+        self.raft
+            .add_learner(id, BrokerNode { addr }, false)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
     pub(crate) fn state(&self) -> ReplicaState {
         let m = self.raft.metrics().borrow_watched().clone();
         let members = m.replication.as_ref().map(|r| {

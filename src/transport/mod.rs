@@ -293,13 +293,22 @@ impl Peer {
     }
 }
 
+/// The two connections to one broker.
+#[derive(Debug)]
+struct Connections {
+    bulk: Arc<Peer>,
+    control: Arc<Peer>,
+}
+
 /// Connections to the other brokers: a bulk one and a control one each, so that heartbeats and
 /// votes never queue behind large appends.
 #[derive(Debug)]
 pub(crate) struct PeerSet {
     self_id: u64,
-    bulk: HashMap<u64, Arc<Peer>>,
-    control: HashMap<u64, Arc<Peer>>,
+    frame_bytes_max: u32,
+    shutdown: watch::Receiver<bool>,
+    /// Per broker. Grows when a broker joins.
+    peers: parking_lot::RwLock<HashMap<u64, Connections>>,
     #[cfg(any(test, feature = "failpoints"))]
     faults: Option<Arc<crate::fault::NetFaults>>,
 }
@@ -313,23 +322,37 @@ impl PeerSet {
         frame_bytes_max: u32,
         shutdown: &watch::Receiver<bool>,
     ) -> Self {
-        let make =
-            |addr: &SocketAddr| Arc::new(Peer::new(*addr, frame_bytes_max, shutdown.clone()));
-        let others = peers.iter().filter(|(id, _)| **id != self_id);
-        PeerSet {
+        let set = PeerSet {
             self_id,
-            bulk: others.clone().map(|(id, a)| (*id, make(a))).collect(),
-            control: others.map(|(id, a)| (*id, make(a))).collect(),
+            frame_bytes_max,
+            shutdown: shutdown.clone(),
+            peers: parking_lot::RwLock::default(),
             #[cfg(any(test, feature = "failpoints"))]
             faults: None,
+        };
+        for (id, addr) in peers {
+            set.set_addr(*id, *addr);
         }
+        set
     }
 
-    /// Sends later requests for broker `id` to `addr` (a broker that came back elsewhere).
+    /// Sends later requests for broker `id` to `addr`: a broker that came back elsewhere, or
+    /// one that joined (its connections are made here). Never this broker itself.
     pub(crate) fn set_addr(&self, id: u64, addr: SocketAddr) {
-        for peers in [&self.bulk, &self.control] {
-            if let Some(peer) = peers.get(&id) {
-                peer.set_addr(addr);
+        if id == self.self_id {
+            return;
+        }
+        let make = || Arc::new(Peer::new(addr, self.frame_bytes_max, self.shutdown.clone()));
+        match self.peers.write().entry(id) {
+            std::collections::hash_map::Entry::Occupied(c) => {
+                c.get().bulk.set_addr(addr);
+                c.get().control.set_addr(addr);
+            }
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(Connections {
+                    bulk: make(),
+                    control: make(),
+                });
             }
         }
     }
@@ -375,7 +398,8 @@ impl PeerSet {
 
     /// The connection to broker `id`, for bulk or control traffic.
     pub(crate) fn get(&self, id: u64, control: bool) -> Option<Arc<Peer>> {
-        let map = if control { &self.control } else { &self.bulk };
-        map.get(&id).cloned()
+        let peers = self.peers.read();
+        let c = peers.get(&id)?;
+        Some(Arc::clone(if control { &c.control } else { &c.bulk }))
     }
 }

@@ -1425,9 +1425,9 @@ async fn a_broker_restarted_alone_rebuilds_its_topics_and_serves_committed_recor
     node.shutdown().await.unwrap();
 }
 
-/// A broker that comes back on another address registers it in the metadata log: the others,
-/// still configured with its old address, replicate to it at the new one, and metadata from
-/// every broker names the new address.
+/// A broker that comes back on another address registers it in the metadata log. The others,
+/// still configured with its old address, reach it at the new one, even when a quorum needs it
+/// to commit that very registration, and a broker that slept through it learns it from the log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_back_on_another_address_is_found_through_the_metadata_log() {
     use replog::{Client, ClientConfig};
@@ -1439,13 +1439,23 @@ async fn a_broker_back_on_another_address_is_found_through_the_metadata_log() {
     let moved = if leader == 3 { 2 } else { 3 };
     let other = 6 - leader - moved;
     let slot = |id: u64| id as usize - 1;
+    // Both followers stop; one comes back elsewhere: nothing commits without it now.
+    nodes[slot(other)].take().unwrap().shutdown().await.unwrap();
     nodes[slot(moved)].take().unwrap().shutdown().await.unwrap();
     let new_addr = free_addrs(1)[0];
     let mut config = single_partition(moved, &addrs, dir.path());
     config.listen = new_addr;
     nodes[slot(moved)] = Some(Node::start(config).await.unwrap());
+    append_to_leader(&nodes, &[Record::new("after")]).await;
+    assert_every_replica_holds(&nodes, &["before", "after"]).await;
 
-    // Every broker names the new address, the two that were never told of it included.
+    // The broker that slept through it comes back at its old address and catches up.
+    nodes[slot(other)] = Some(
+        Node::start(single_partition(other, &addrs, dir.path()))
+            .await
+            .unwrap(),
+    );
+    assert_every_replica_holds(&nodes, &["before", "after"]).await;
     for via in [addrs[slot(leader)], addrs[slot(other)], new_addr] {
         let client = Client::connect(&[via], ClientConfig::default())
             .await
@@ -1464,11 +1474,110 @@ async fn a_broker_back_on_another_address_is_found_through_the_metadata_log() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+    shutdown_all(nodes).await;
+}
 
-    // With the third broker stopped, a write commits only once the moved broker acknowledges
-    // it: the leader reaches it at its new address.
-    nodes[slot(other)].take().unwrap().shutdown().await.unwrap();
-    append_to_leader(&nodes, &[Record::new("after")]).await;
-    assert_every_replica_holds(&nodes, &["before", "after"]).await;
+/// Waits until a client bootstrapped at `via` names broker `id` at `addr`, and returns every
+/// broker it names then.
+async fn wait_for_broker(via: SocketAddr, id: u64, addr: SocketAddr) -> Vec<(u64, SocketAddr)> {
+    use replog::{Client, ClientConfig};
+    let client = Client::connect(&[via], ClientConfig::default())
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let brokers = client.brokers().await.unwrap();
+        if brokers.contains(&(id, addr)) {
+            return brokers;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{via} still names {brokers:?}, not broker {id} at {addr}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A broker that joins a running cluster registers through the founding brokers; the
+/// metadata group makes it a learner; every broker names it; topics created afterwards are
+/// spread over it as Kafka spreads them over four brokers; it answers metadata for a topic it
+/// does not host with the real leader; and it keeps all of that across a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_joins_a_running_cluster_and_takes_partitions_of_new_topics() {
+    use replog::{Client, ClientConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let addrs = free_addrs(4);
+    let founders = &addrs[..3];
+    let mut nodes = start_all(|id| bare(id, founders, dir.path())).await;
+    let client = Client::connect(&founders[..1], ClientConfig::default())
+        .await
+        .unwrap();
+    client.create_topic("before", 1, 3).await.unwrap();
+    client
+        .send("before", 0, &[Record::new("b0")])
+        .await
+        .unwrap();
+
+    let joiner = || {
+        let mut c = bare(4, &addrs, dir.path());
+        c.join = true;
+        c
+    };
+    nodes.push(Some(Node::start(joiner()).await.unwrap()));
+    for via in addrs.iter().copied() {
+        let brokers = wait_for_broker(via, 4, addrs[3]).await;
+        assert_eq!(brokers.len(), 4, "{brokers:?}");
+    }
+    // A topic it does not host: it still names the real leader.
+    let at_4 = Client::connect(&addrs[3..], ClientConfig::default())
+        .await
+        .unwrap();
+    let before = at_4.describe("before").await.unwrap();
+    assert!(matches!(before[0].leader, Some(1..=3)), "{before:?}");
+    assert_eq!(before[0].replicas.len(), 3);
+
+    // Four partitions of two replicas over four brokers: each broker leads one (Kafka's
+    // spread), so the joiner hosts some of them and leads one.
+    client.create_topic("after", 4, 2).await.unwrap();
+    let described = at_4.describe("after").await.unwrap();
+    let on_4: Vec<u32> = described
+        .iter()
+        .filter(|p| p.replicas.contains(&4))
+        .map(|p| p.partition.partition)
+        .collect();
+    assert!(on_4.len() >= 2, "{described:?}");
+    let mut preferred: Vec<u64> = described.iter().map(|p| p.replicas[0]).collect();
+    preferred.sort_unstable();
+    assert_eq!(preferred, vec![1, 2, 3, 4], "{described:?}");
+    for p in 0..4 {
+        at_4.send("after", p, &[Record::new(format!("a{p}"))])
+            .await
+            .unwrap();
+    }
+
+    // Restarted, it still belongs: it serves its replicas and takes writes through them.
+    nodes[3].take().unwrap().shutdown().await.unwrap();
+    nodes[3] = Some(Node::start(joiner()).await.unwrap());
+    let node4 = nodes[3].as_ref().unwrap();
+    for &p in &on_4 {
+        let values: Vec<String> =
+            wait_for(Duration::from_secs(10), "the joiner's replicas", || {
+                let batches = node4.read("after", p, Offset(0), 1 << 20).ok()?;
+                let v: Vec<String> = batches
+                    .iter()
+                    .flat_map(|b| b.records())
+                    .map(|(_, r)| String::from_utf8_lossy(&r.value).into_owned())
+                    .collect();
+                (!v.is_empty()).then_some(v)
+            })
+            .await;
+        assert_eq!(values, vec![format!("a{p}")]);
+    }
+    for p in 0..4 {
+        at_4.send("after", p, &[Record::new(format!("a{p}-again"))])
+            .await
+            .unwrap();
+    }
+    drop((client, at_4));
     shutdown_all(nodes).await;
 }
