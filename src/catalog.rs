@@ -1,15 +1,20 @@
-//! The cluster catalog: which topics exist and which brokers host each partition.
+//! The cluster catalog: which brokers there are and where, which topics exist, and which
+//! brokers host each partition.
 //!
 //! Topics come from two places:
 //!
 //! - **Configured topics** ([`NodeConfig::topics`](crate::NodeConfig)) exist from the start on
-//!   every broker, with a replica on every broker. Every broker must be given the same list.
+//!   every founding broker, with a replica on each. Every broker must be given the same list.
 //!   They cannot be deleted.
 //! - **Created topics** come from the metadata group: a Raft group that every broker is a
-//!   member of, whose partition log (`__cluster_metadata-0`) holds one record per command
+//!   member of (the founding brokers vote, brokers that joined later are learners), whose partition log (`__cluster_metadata-0`) holds one record per command
 //!   ([`MetaCommand`], postcard-encoded in the record's value). Every broker applies the
 //!   committed commands in log order, so every broker reaches the same catalog, and starts
 //!   or stops the replicas assigned to it.
+//!
+//! The brokers come from the same two places: the founding brokers are every broker's
+//! configuration (the same on all of them), and the metadata log adds each broker's registered
+//! address and the brokers that joined since ([`MetaCommand::RegisterBroker`]).
 //!
 //! A created topic's id is the offset of its `CreateTopic` record in the metadata log: unique
 //! for the life of the cluster, so a topic deleted and created again under the same name is
