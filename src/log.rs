@@ -1590,7 +1590,7 @@ mod tests {
         assert_eq!(
             recycled_files(dir.path()),
             1,
-            "the synced segment is kept for reuse"
+            "the deleted segment is kept for reuse"
         );
         append_numbered(&log, 9..14); // fills [8, 12); the roll at 12 takes the old file
         assert_eq!(recycled_files(dir.path()), 0);

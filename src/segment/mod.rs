@@ -183,8 +183,8 @@ pub(crate) struct SegmentOptions {
     pub(crate) faults: Faults,
 }
 
-/// A preallocated, synced file under a temporary name, waiting to become a segment: either
-/// new (zeros, or `fallocate`d extents), or a recycled segment that retention deleted (old
+/// A preallocated file under a temporary name, waiting to become a segment: either new
+/// (zeros, or `fallocate`d extents, synced), or a recycled segment that retention deleted (old
 /// frames, FORMAT.md §7). Rolls use one made ahead of time on a background thread, or a
 /// recycled one, so that preallocating (which writes the whole file when
 /// `Preallocate::Zeros`) is off the append path.

@@ -1407,12 +1407,7 @@ async fn a_broker_restarted_alone_rebuilds_its_topics_and_serves_committed_recor
     .await;
     for p in 0..2 {
         let values: Vec<String> = wait_for(Duration::from_secs(5), "committed records", || {
-            let batches = node.read("audit", p, Offset(0), 1 << 20).ok()?;
-            let v: Vec<String> = batches
-                .iter()
-                .flat_map(|b| b.records())
-                .map(|(_, r)| String::from_utf8_lossy(&r.value).into_owned())
-                .collect();
+            let v = committed_values(&node, "audit", p)?;
             (v.len() == 5).then_some(v)
         })
         .await;
@@ -1430,7 +1425,6 @@ async fn a_broker_restarted_alone_rebuilds_its_topics_and_serves_committed_recor
 /// to commit that very registration, and a broker that slept through it learns it from the log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_back_on_another_address_is_found_through_the_metadata_log() {
-    use replog::{Client, ClientConfig};
     let dir = tempfile::tempdir().unwrap();
     let addrs = free_addrs(3);
     let mut nodes = start_all(|id| single_partition(id, &addrs, dir.path())).await;
@@ -1457,24 +1451,23 @@ async fn a_broker_back_on_another_address_is_found_through_the_metadata_log() {
     );
     assert_every_replica_holds(&nodes, &["before", "after"]).await;
     for via in [addrs[slot(leader)], addrs[slot(other)], new_addr] {
-        let client = Client::connect(&[via], ClientConfig::default())
-            .await
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let brokers = client.brokers().await.unwrap();
-            if brokers.contains(&(moved, new_addr)) {
-                assert_eq!(brokers.len(), 3, "{brokers:?}");
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{via} still names {brokers:?} for broker {moved} at {new_addr}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let brokers = wait_for_broker(via, moved, new_addr).await;
+        assert_eq!(brokers.len(), 3, "{brokers:?}");
     }
     shutdown_all(nodes).await;
+}
+
+/// The committed values of a partition's local replica, from offset 0 (`None` while it
+/// cannot be read).
+fn committed_values(node: &Node, topic: &str, partition: u32) -> Option<Vec<String>> {
+    let batches = node.read(topic, partition, Offset(0), 1 << 20).ok()?;
+    Some(
+        batches
+            .iter()
+            .flat_map(|b| b.records())
+            .map(|(_, r)| String::from_utf8_lossy(&r.value).into_owned())
+            .collect(),
+    )
 }
 
 /// Waits until a client bootstrapped at `via` names broker `id` at `addr`, and returns every
@@ -1562,13 +1555,7 @@ async fn a_broker_joins_a_running_cluster_and_takes_partitions_of_new_topics() {
     for &p in &on_4 {
         let values: Vec<String> =
             wait_for(Duration::from_secs(10), "the joiner's replicas", || {
-                let batches = node4.read("after", p, Offset(0), 1 << 20).ok()?;
-                let v: Vec<String> = batches
-                    .iter()
-                    .flat_map(|b| b.records())
-                    .map(|(_, r)| String::from_utf8_lossy(&r.value).into_owned())
-                    .collect();
-                (!v.is_empty()).then_some(v)
+                committed_values(node4, "after", p).filter(|v| !v.is_empty())
             })
             .await;
         assert_eq!(values, vec![format!("a{p}")]);
