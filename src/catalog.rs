@@ -206,6 +206,10 @@ impl Catalog {
                     Ok(_) if !join && !self.brokers.contains(id) => Err(Refused::Invalid(format!(
                         "broker {id} is not in the cluster (a new broker joins with --join)"
                     ))),
+                    // A second broker given a taken id must not take over its address.
+                    Ok(_) if *join && self.brokers.contains(id) => Err(Refused::Invalid(format!(
+                        "broker {id} is in the cluster already: a joining broker needs a new id"
+                    ))),
                     Ok(addr) => {
                         self.brokers.insert(*id);
                         self.addrs.insert(*id, addr);
@@ -437,6 +441,12 @@ mod tests {
         assert_eq!(c.brokers(), vec![1, 2, 3, 4]);
         c.apply(6, Some(&on_4));
         assert_eq!(c.outcome(6), Some(Ok(())));
+        // Joining again under a taken id is refused; the broker itself re-registers without
+        // `join` when it moves.
+        c.apply(7, Some(&join));
+        assert!(matches!(c.outcome(7), Some(Err(Refused::Invalid(_)))));
+        c.apply(8, Some(&register(4, "127.0.0.1:49092")));
+        assert_eq!(c.broker_addr(4), Some("127.0.0.1:49092".parse().unwrap()));
         // The command keeps its place in the encoding: older logs still decode.
         let bytes = postcard::to_allocvec(&register(1, "127.0.0.1:9092")).unwrap();
         assert_eq!(bytes[0], 2, "the third variant");

@@ -613,10 +613,14 @@ impl Shared {
 
     /// Records this broker's address in the metadata log (see [`MetaCommand::RegisterBroker`]).
     async fn register(&self) -> Result<()> {
+        // A broker that joined once is in the catalog (its own replica replays the metadata
+        // log); from then on it only moves.
+        let me = self.config.id;
+        let join = self.config.join && !self.catalog.read().brokers().contains(&me);
         let request = RegisterBrokerRequest {
-            id: self.config.id,
+            id: me,
             addr: self.addr.to_string(),
-            join: self.config.join,
+            join,
             forwarded: false,
         };
         if self.meta.raft.state().leader.is_some() {
