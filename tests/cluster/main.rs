@@ -827,6 +827,17 @@ impl Drop for Broker {
 /// Starts `replog node` `id`; with `configured`, the broker is started with the topic
 /// configured (one partition), otherwise topics are created at run time.
 fn spawn_broker(id: u64, addrs: &[SocketAddr], dir: &Path, configured: bool) -> Broker {
+    spawn_broker_with(id, addrs, dir, configured, &[])
+}
+
+/// [`spawn_broker`] with more arguments.
+fn spawn_broker_with(
+    id: u64,
+    addrs: &[SocketAddr],
+    dir: &Path,
+    configured: bool,
+    more: &[&str],
+) -> Broker {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_replog"));
     cmd.args([
         "node",
@@ -844,6 +855,7 @@ fn spawn_broker(id: u64, addrs: &[SocketAddr], dir: &Path, configured: bool) -> 
         cmd.args(["--topic", &format!("{TOPIC}:1")]);
     }
     cmd.args(["--election-timeout-ms", "500"]);
+    cmd.args(more);
     cmd.arg("--data").arg(dir.join(format!("proc-{id}")));
     cmd.stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
@@ -1091,6 +1103,45 @@ fn the_tutorial_runs_through_the_cli_against_three_broker_processes() {
         );
         assert_eq!(out.trim(), "follower-message-1");
     }
+
+    // A fourth broker joins; a topic created afterwards is spread over all four.
+    let mut with_joiner = addrs.clone();
+    with_joiner.extend(free_addrs(1));
+    let _joiner = spawn_broker_with(4, &with_joiner, dir.path(), false, &["--join"]);
+    let joiner = with_joiner[3].to_string();
+    // It knows the topics once it replicates the metadata log, which it does once it is in.
+    retry(Duration::from_secs(20), "the joiner to be in", || {
+        let (ok, out, _) = cli(&["topics", "--bootstrap-server", &joiner, "--list"], "");
+        (ok && out.contains(TOPIC)).then_some(())
+    });
+    let spread = [
+        "topics",
+        "--bootstrap-server",
+        &server(0),
+        "--create",
+        "--topic",
+        "spread",
+        "--partitions",
+        "4",
+        "--replication-factor",
+        "2",
+    ];
+    let described = retry(Duration::from_secs(20), "a topic spread over four", || {
+        let _ = cli(&spread, "");
+        let (ok, out, _) = cli(
+            &[
+                "topics",
+                "--bootstrap-server",
+                &joiner,
+                "--describe",
+                "--topic",
+                "spread",
+            ],
+            "",
+        );
+        (ok && out.contains("Replicas: 4,")).then_some(out)
+    });
+    assert_eq!(described.lines().count(), 4, "{described}");
 
     // Errors are one line and a non-zero exit, never a panic.
     for args in [
