@@ -64,6 +64,22 @@ pub(crate) enum MetaCommand {
         addr: String,
         join: bool,
     },
+    /// Move a created topic's partition to `replicas` (Kafka's partition reassignment). The
+    /// brokers it leaves keep their replica until [`ReassignDone`](Self::ReassignDone): the
+    /// partition's leader adds the new replicas as learners, changes the group's voters to
+    /// `replicas`, and then proposes that.
+    ReassignPartition {
+        name: String,
+        partition: u32,
+        replicas: Vec<NodeId>,
+    },
+    /// The group of partition `partition` of topic `topic_id` has exactly `replicas` as its
+    /// voters: the brokers it left may drop their replicas.
+    ReassignDone {
+        topic_id: u64,
+        partition: u32,
+        replicas: Vec<NodeId>,
+    },
 }
 
 /// One topic in the catalog.
@@ -73,6 +89,25 @@ pub(crate) struct TopicEntry {
     pub(crate) id: u64,
     /// Per partition, the brokers hosting a replica; the first is the preferred leader.
     pub(crate) assignment: Vec<Vec<NodeId>>,
+    /// Per partition, the brokers a reassignment moves it away from: they keep their replica
+    /// until the group no longer counts them ([`MetaCommand::ReassignDone`]).
+    pub(crate) leaving: Vec<Vec<NodeId>>,
+    /// Per partition, whether it was ever reassigned. Such a group is never initialized
+    /// again: a replica made afresh for it (a broker it comes back to) must wait for the
+    /// leader, not found a group of its own.
+    pub(crate) moved: Vec<bool>,
+}
+
+impl TopicEntry {
+    fn new(id: u64, assignment: Vec<Vec<NodeId>>) -> Self {
+        let n = assignment.len();
+        TopicEntry {
+            id,
+            assignment,
+            leaving: vec![Vec::new(); n],
+            moved: vec![false; n],
+        }
+    }
 }
 
 /// Why a command did not take effect.
@@ -116,10 +151,7 @@ impl Catalog {
             let assignment = assign(brokers, *partitions, brokers.len(), 0).unwrap_or_default();
             catalog.topics.insert(
                 name.clone(),
-                TopicEntry {
-                    id: CONFIGURED_TOPIC_ID,
-                    assignment,
-                },
+                TopicEntry::new(CONFIGURED_TOPIC_ID, assignment),
             );
         }
         catalog
@@ -179,10 +211,7 @@ impl Catalog {
                     self.created += 1;
                     self.topics.insert(
                         name.clone(),
-                        TopicEntry {
-                            id: offset + 1,
-                            assignment: assignment.clone(),
-                        },
+                        TopicEntry::new(offset + 1, assignment.clone()),
                     );
                     Ok(())
                 }
@@ -215,6 +244,29 @@ impl Catalog {
                         self.addrs.insert(*id, addr);
                         Ok(())
                     }
+                }
+            }
+            Some(MetaCommand::ReassignPartition {
+                name,
+                partition,
+                replicas,
+            }) => self.reassign(name, *partition, replicas),
+            Some(MetaCommand::ReassignDone {
+                topic_id,
+                partition,
+                replicas,
+            }) => {
+                let entry = self.topics.values_mut().find(|t| t.id == *topic_id);
+                let p = *partition as usize;
+                match entry {
+                    Some(t) if t.assignment.get(p) == Some(replicas) => {
+                        if let Some(leaving) = t.leaving.get_mut(p) {
+                            leaving.clear();
+                        }
+                        Ok(())
+                    }
+                    // Another reassignment came in between, or the topic is gone.
+                    _ => Err(Refused::Invalid("a stale reassignment".into())),
                 }
             }
         };
@@ -251,6 +303,59 @@ pub(crate) fn check_topic_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+impl Catalog {
+    fn reassign(&mut self, name: &str, partition: u32, replicas: &[NodeId]) -> Result<(), Refused> {
+        let Some(t) = self.topics.get_mut(name) else {
+            return Err(Refused::UnknownTopic);
+        };
+        if t.id == CONFIGURED_TOPIC_ID {
+            return Err(Refused::Invalid(format!(
+                "topic {name} is configured on the brokers: its replicas cannot move"
+            )));
+        }
+        let p = partition as usize;
+        let (Some(current), Some(leaving), Some(moved)) = (
+            t.assignment.get_mut(p),
+            t.leaving.get_mut(p),
+            t.moved.get_mut(p),
+        ) else {
+            return Err(Refused::Invalid(format!(
+                "topic {name} has no partition {partition}"
+            )));
+        };
+        check_replicas(replicas, &self.brokers).map_err(Refused::Invalid)?;
+        if current.as_slice() == replicas {
+            // Already there, or on its way (a retried request): nothing to change.
+            return Ok(());
+        }
+        if !leaving.is_empty() {
+            return Err(Refused::Invalid(format!(
+                "partition {partition} of {name} is still moving"
+            )));
+        }
+        *leaving = current
+            .iter()
+            .copied()
+            .filter(|b| !replicas.contains(b))
+            .collect();
+        *current = replicas.to_vec();
+        *moved = true;
+        Ok(())
+    }
+}
+
+/// Checks one partition's replica list: distinct brokers of the cluster, at least one.
+fn check_replicas(replicas: &[NodeId], brokers: &BTreeSet<NodeId>) -> Result<(), String> {
+    let distinct: BTreeSet<&NodeId> = replicas.iter().collect();
+    if replicas.is_empty() || distinct.len() != replicas.len() {
+        return Err("each partition needs distinct replicas".into());
+    }
+    if let Some(unknown) = replicas.iter().find(|b| !brokers.contains(b)) {
+        return Err(format!("broker {unknown} is not in the cluster"));
+    }
+    Ok(())
+}
+
 fn check_assignment(
     name: &str,
     assignment: &[Vec<NodeId>],
@@ -262,13 +367,7 @@ fn check_assignment(
         return Err(format!("a topic has 1 to {PARTITIONS_MAX} partitions"));
     }
     for replicas in assignment {
-        let distinct: BTreeSet<&NodeId> = replicas.iter().collect();
-        if replicas.is_empty() || distinct.len() != replicas.len() {
-            return Err("each partition needs distinct replicas".into());
-        }
-        if let Some(unknown) = replicas.iter().find(|b| !brokers.contains(b)) {
-            return Err(format!("broker {unknown} is not in the cluster"));
-        }
+        check_replicas(replicas, brokers)?;
     }
     Ok(())
 }
@@ -450,5 +549,66 @@ mod tests {
         // The command keeps its place in the encoding: older logs still decode.
         let bytes = postcard::to_allocvec(&register(1, "127.0.0.1:9092")).unwrap();
         assert_eq!(bytes[0], 2, "the third variant");
+    }
+
+    #[test]
+    fn a_partition_moves_and_the_brokers_it_leaves_keep_their_replica_until_done() {
+        let brokers = [1, 2, 3, 4];
+        let mut c = Catalog::with_configured(&[("fixed".into(), 1)], &brokers);
+        let create = MetaCommand::CreateTopic {
+            name: "t".into(),
+            assignment: vec![vec![1, 2, 3], vec![2, 3, 4]],
+        };
+        c.apply(0, Some(&create));
+        let id = c.topic("t").unwrap().id;
+        let reassign =
+            |name: &str, partition, replicas: Vec<NodeId>| MetaCommand::ReassignPartition {
+                name: name.into(),
+                partition,
+                replicas,
+            };
+        c.apply(1, Some(&reassign("t", 0, vec![4, 2, 3])));
+        assert_eq!(c.outcome(1), Some(Ok(())));
+        let t = c.topic("t").unwrap();
+        assert_eq!(t.assignment[0], vec![4, 2, 3]);
+        assert_eq!(t.leaving[0], vec![1]);
+        assert_eq!(t.moved, vec![true, false]);
+        // A second move of the partition waits for the first.
+        c.apply(2, Some(&reassign("t", 0, vec![1, 2, 3])));
+        assert!(matches!(c.outcome(2), Some(Err(Refused::Invalid(_)))));
+        // The same move again (a retried request) is no change.
+        c.apply(2, Some(&reassign("t", 0, vec![4, 2, 3])));
+        assert_eq!(c.outcome(2), Some(Ok(())));
+        assert_eq!(c.topic("t").unwrap().leaving[0], vec![1]);
+        // A Done naming other replicas is stale; the right one ends the move.
+        let done = |replicas| MetaCommand::ReassignDone {
+            topic_id: id,
+            partition: 0,
+            replicas,
+        };
+        c.apply(3, Some(&done(vec![1, 2, 3])));
+        assert!(matches!(c.outcome(3), Some(Err(Refused::Invalid(_)))));
+        assert_eq!(c.topic("t").unwrap().leaving[0], vec![1]);
+        c.apply(4, Some(&done(vec![4, 2, 3])));
+        assert_eq!(c.outcome(4), Some(Ok(())));
+        assert!(c.topic("t").unwrap().leaving[0].is_empty());
+        // What is refused: a configured topic, a partition or broker that does not exist,
+        // a broker twice, an unknown topic.
+        let bad = [
+            reassign("fixed", 0, vec![1]),
+            reassign("t", 5, vec![1]),
+            reassign("t", 1, vec![9]),
+            reassign("t", 1, vec![2, 2]),
+        ];
+        for (offset, command) in (5..).zip(&bad) {
+            c.apply(offset, Some(command));
+            assert!(
+                matches!(c.outcome(offset), Some(Err(Refused::Invalid(_)))),
+                "{command:?}"
+            );
+        }
+        c.apply(9, Some(&reassign("nope", 0, vec![1])));
+        assert_eq!(c.outcome(9), Some(Err(Refused::UnknownTopic)));
+        assert_eq!(c.topic("t").unwrap().assignment[1], vec![2, 3, 4]);
     }
 }

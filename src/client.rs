@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use crate::error::{Error, Result};
 use crate::protocol::{
     CreateTopicRequest, DeleteTopicRequest, FetchRequest, MetadataRequest, MetadataResponse,
-    PartitionMetadata, ProduceRequest, ProduceResponse, WireBatch, WireError,
+    PartitionMetadata, ProduceRequest, ProduceResponse, ProposeRequest, WireBatch, WireError,
 };
 use crate::raft::types::AppendRequest;
 use crate::segment::record::{Batch, Limits, Record, encode_records};
@@ -1035,6 +1035,36 @@ impl Client {
                 tried.clear();
             }
         }
+    }
+
+    /// Moves partition `partition` of a created topic to the brokers `replicas` (the first is
+    /// its preferred leader), as Kafka's partition reassignment does. Returns once the move is
+    /// recorded in the metadata log; the partition's leader then adds the new replicas, lets
+    /// them copy the log, and changes the group's voters, after which the brokers it left
+    /// remove their replicas. [`describe`](Self::describe) shows the new replicas at once
+    /// and the in-sync ones as they catch up.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownPartition`] for an unknown topic; [`Error::InvalidTopic`] for a
+    /// configured topic, a partition or broker that does not exist, a broker named twice, or
+    /// a partition that is still moving; [`Error::NoBrokerReachable`];
+    /// [`Error::Indeterminate`] if an attempt's outcome stayed unknown.
+    pub async fn reassign_partition(
+        &self,
+        topic: &str,
+        partition: u32,
+        replicas: &[NodeId],
+    ) -> Result<()> {
+        let request = ProposeRequest {
+            command: crate::catalog::MetaCommand::ReassignPartition {
+                name: topic.to_string(),
+                partition,
+                replicas: replicas.to_vec(),
+            },
+            forwarded: false,
+        };
+        self.admin(Op::Propose, &request, topic).await
     }
 
     /// Every broker of the cluster and its address, as the metadata group records them (a

@@ -95,6 +95,17 @@ enum Command {
         /// Replicas of each partition (at most the number of brokers), with --create.
         #[arg(long, default_value_t = 1, requires = "create")]
         replication_factor: u32,
+        /// Move partition --partition of the topic named by --topic to the brokers
+        /// --replicas (Kafka's partition reassignment).
+        #[arg(long, conflicts_with_all = ["describe", "list", "delete", "create"], requires_all = ["topic", "replicas"])]
+        reassign: bool,
+        /// The partition to move, with --reassign.
+        #[arg(long, default_value_t = 0, requires = "reassign")]
+        partition: u32,
+        /// Where to move it, with --reassign: broker ids, comma-separated, the preferred
+        /// leader first.
+        #[arg(long, value_delimiter = ',', requires = "reassign")]
+        replicas: Vec<u64>,
     },
     /// Sends each line of standard input as a record.
     Produce {
@@ -242,8 +253,20 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             topic,
             partitions,
             replication_factor,
+            reassign,
+            partition,
+            replicas,
         } => {
             let client = connect(&bootstrap_server).await?;
+            if let (true, Some(t)) = (reassign, &topic) {
+                client
+                    .reassign_partition(t, partition, &replicas)
+                    .await
+                    .map_err(|e| describe_error(t, e))?;
+                let list: Vec<String> = replicas.iter().map(u64::to_string).collect();
+                println!("Moving {t}-{partition} to {}.", list.join(","));
+                return Ok(ExitCode::SUCCESS);
+            }
             if let (true, Some(t)) = (create, &topic) {
                 client
                     .create_topic(t, partitions, replication_factor)

@@ -20,8 +20,8 @@ use crate::error::{Error, Result};
 use crate::log::{AppendInfo, PartitionLog};
 use crate::protocol::{
     CreateTopicRequest, DeleteTopicRequest, FetchRequest, MetadataRequest, MetadataResponse,
-    PartitionMetadata, ProduceRequestRef, ProduceResponse, RegisterBrokerRequest, WireBatch,
-    WireError,
+    PartitionMetadata, ProduceRequestRef, ProduceResponse, ProposeRequest, RegisterBrokerRequest,
+    WireBatch, WireError,
 };
 use crate::raft::network::Served;
 use crate::raft::replica::{Replica, Timing, WriteError};
@@ -504,6 +504,15 @@ impl Node {
         self.shared.enforce_retention().await
     }
 
+    /// The cluster's brokers and their addresses, as this broker's copy of the metadata log
+    /// has them so far (founding brokers, registered addresses, brokers that joined).
+    pub fn brokers(&self) -> Vec<(NodeId, SocketAddr)> {
+        let all = self.shared.catalog.read().brokers();
+        all.into_iter()
+            .filter_map(|id| Some((id, self.shared.broker_addr(id)?)))
+            .collect()
+    }
+
     /// Every partition this broker hosts.
     pub fn partitions(&self) -> Vec<PartitionId> {
         let mut ids: Vec<PartitionId> = self.shared.groups.read().keys().cloned().collect();
@@ -667,6 +676,121 @@ impl Shared {
                 },
                 MetaError::Failed(e) => e,
             })
+    }
+
+    /// Commits a metadata command through the metadata group (see [`Op::Propose`]).
+    pub(crate) async fn propose(&self, request: ProposeRequest) -> Result<()> {
+        let unknown = || match &request.command {
+            MetaCommand::ReassignPartition {
+                name, partition, ..
+            } => Error::UnknownPartition(PartitionId::new(name.clone(), *partition)),
+            _ => Error::UnknownPartition(PartitionId::new(METADATA_TOPIC, 0)),
+        };
+        self.meta_command(
+            request.command.clone(),
+            request.forwarded,
+            Op::Propose,
+            &request,
+        )
+        .await
+        .map_err(|e| match e {
+            MetaError::Refused(Refused::UnknownTopic) => unknown(),
+            MetaError::Refused(Refused::TopicExists) => Error::InvalidTopic {
+                reason: "the topic exists".into(),
+            },
+            MetaError::Refused(Refused::Invalid(reason)) => Error::InvalidTopic { reason },
+            MetaError::Failed(e) => e,
+        })
+    }
+
+    /// Moves the partitions this broker leads whose group's voters are not yet the
+    /// catalog's replicas (a reassignment; see [`MetaCommand::ReassignPartition`]), one task
+    /// per partition at a time.
+    fn drive_moves(
+        self: &Arc<Self>,
+        moving: &mut HashMap<PartitionId, tokio::task::JoinHandle<()>>,
+    ) {
+        moving.retain(|_, task| !task.is_finished());
+        let me = self.config.id;
+        // Only partitions ever reassigned are looked at: the others' voters are their
+        // replicas from the start.
+        let due: Vec<(Arc<Group>, Vec<NodeId>, bool)> = {
+            let catalog = self.catalog.read();
+            let groups = self.groups.read();
+            groups
+                .values()
+                .filter_map(|g| {
+                    let t = catalog.topic(&g.id.topic).filter(|t| t.id == g.topic_id)?;
+                    let p = g.id.partition as usize;
+                    let leaving = !t.leaving.get(p)?.is_empty();
+                    let target = t.assignment.get(p)?.clone();
+                    t.moved.get(p)?.then(|| (Arc::clone(g), target, leaving))
+                })
+                .collect()
+        };
+        for (group, target, leaving) in due {
+            if moving.contains_key(&group.id) || group.raft.state().leader != Some(me) {
+                continue;
+            }
+            let (voters, joint) = group.raft.voters();
+            let settled = !joint && voters == target.iter().copied().collect();
+            if settled && !leaving {
+                continue;
+            }
+            let shared = Arc::clone(self);
+            let id = group.id.clone();
+            let task = tokio::spawn(async move {
+                if let Err(e) = shared.move_partition(&group, target, leaving).await {
+                    tracing::debug!(partition = %group.id, error = %e, "moving the partition; will retry");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            });
+            moving.insert(id, task);
+        }
+    }
+
+    /// On the partition's leader: adds the replicas in `target` that the group lacks as
+    /// learners, makes `target` the voters, and, if the move left brokers (`leaving`), records
+    /// in the metadata log that it is done (those brokers then drop their replicas).
+    async fn move_partition(
+        &self,
+        group: &Group,
+        target: Vec<NodeId>,
+        leaving: bool,
+    ) -> Result<()> {
+        let failed = |e: String| Error::TryAgain {
+            partition: group.id.clone(),
+            reason: e,
+        };
+        let wanted: std::collections::BTreeSet<NodeId> = target.iter().copied().collect();
+        let (voters, joint) = group.raft.voters();
+        if voters != wanted || joint {
+            let members = group.raft.member_ids();
+            for id in target.iter().filter(|id| !members.contains(id)) {
+                let addr = self
+                    .broker_addr(*id)
+                    .ok_or_else(|| failed(format!("no address for broker {id}")))?;
+                group
+                    .raft
+                    .add_learner(*id, addr.to_string())
+                    .await
+                    .map_err(failed)?;
+            }
+            group.raft.change_voters(wanted).await.map_err(failed)?;
+            tracing::info!(partition = %group.id, voters = ?target, "partition moved");
+        }
+        if !leaving {
+            return Ok(());
+        }
+        let request = ProposeRequest {
+            command: MetaCommand::ReassignDone {
+                topic_id: group.topic_id,
+                partition: group.id.partition,
+                replicas: target,
+            },
+            forwarded: false,
+        };
+        self.propose(request).await
     }
 
     pub(crate) async fn enforce_retention(&self) -> Result<()> {
@@ -1241,20 +1365,27 @@ impl Shared {
             return;
         }
         let me = self.config.id;
-        let desired: HashMap<PartitionId, (u64, Vec<NodeId>)> = {
+        // Per partition hosted here: the topic id, its replicas (those a move leaves
+        // included: they keep theirs until the move is done), and the replicas that may
+        // initialize its group (none once it was moved).
+        type Desired = (u64, Vec<NodeId>, Option<Vec<NodeId>>);
+        let desired: HashMap<PartitionId, Desired> = {
             let catalog = self.catalog.read();
             catalog
                 .topics()
                 .filter(|(_, t)| t.id != CONFIGURED_TOPIC_ID)
                 .flat_map(|(name, t)| {
-                    t.assignment
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, r)| r.contains(&me))
-                        .map(move |(p, replicas)| {
-                            let p = u32::try_from(p).unwrap_or(u32::MAX);
-                            (PartitionId::new(name.clone(), p), (t.id, replicas.clone()))
-                        })
+                    (0..t.assignment.len()).filter_map(move |p| {
+                        let assigned = t.assignment.get(p)?;
+                        let leaving = t.leaving.get(p)?;
+                        if !assigned.contains(&me) && !leaving.contains(&me) {
+                            return None;
+                        }
+                        let hosts: Vec<NodeId> = assigned.iter().chain(leaving).copied().collect();
+                        let founders = (!t.moved.get(p)?).then(|| assigned.clone());
+                        let p = u32::try_from(p).unwrap_or(u32::MAX);
+                        Some((PartitionId::new(name.clone(), p), (t.id, hosts, founders)))
+                    })
                 })
                 .collect()
         };
@@ -1264,7 +1395,7 @@ impl Shared {
                 .iter()
                 .filter(|(id, g)| {
                     g.topic_id != CONFIGURED_TOPIC_ID
-                        && desired.get(*id).is_none_or(|(t, _)| *t != g.topic_id)
+                        && desired.get(*id).is_none_or(|(t, _, _)| *t != g.topic_id)
                 })
                 .map(|(id, _)| id.clone())
                 .collect();
@@ -1273,7 +1404,7 @@ impl Shared {
         for group in stale {
             self.remove_replica(group).await;
         }
-        for (id, (topic_id, replicas)) in desired {
+        for (id, (topic_id, replicas, founders)) in desired {
             if self.groups.read().contains_key(&id) {
                 continue;
             }
@@ -1290,7 +1421,9 @@ impl Shared {
                 Ok(group) => {
                     self.groups.write().insert(id.clone(), Arc::clone(&group));
                     tracing::info!(partition = %id, topic_id, "replica started");
-                    self.initialize(&group, &replicas).await;
+                    if let Some(founders) = founders {
+                        self.initialize(&group, &founders).await;
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(partition = %id, error = %e, "replica not started; will retry")
@@ -1491,6 +1624,15 @@ impl Forwardable for CreateTopicRequest {
     }
 }
 
+impl Forwardable for ProposeRequest {
+    fn forwarded(self) -> Self {
+        ProposeRequest {
+            forwarded: true,
+            ..self
+        }
+    }
+}
+
 impl Forwardable for RegisterBrokerRequest {
     fn forwarded(self) -> Self {
         RegisterBrokerRequest {
@@ -1515,6 +1657,7 @@ async fn follow_metadata(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool
     let mut applied = shared.meta.sm.subscribe();
     let mut registering: Option<tokio::task::JoinHandle<()>> = None;
     let mut adding: Option<tokio::task::JoinHandle<()>> = None;
+    let mut moving: HashMap<PartitionId, tokio::task::JoinHandle<()>> = HashMap::new();
     loop {
         let progressed = match shared.catch_up_catalog() {
             Ok(progressed) => progressed,
@@ -1543,6 +1686,7 @@ async fn follow_metadata(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool
                 }
             }));
         }
+        shared.drive_moves(&mut moving);
         // The metadata leader makes every broker that joined a learner of the metadata group,
         // one at a time (a membership change waits for the previous one).
         if shared.meta.raft.state().leader == Some(me)
@@ -1582,7 +1726,11 @@ async fn follow_metadata(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool
             break;
         }
     }
-    for task in [registering, adding].into_iter().flatten() {
+    for task in [registering, adding]
+        .into_iter()
+        .flatten()
+        .chain(moving.into_values())
+    {
         task.abort();
     }
 }
@@ -1959,6 +2107,9 @@ impl Handler for NodeHandler {
                             .map_err(wire)
                     }
                     .await,
+                ),
+                Op::Propose => encode_response(
+                    &async { shared.propose(decode_request(&body)?).await.map_err(wire) }.await,
                 ),
                 Op::RegisterBroker => encode_response(
                     &async {

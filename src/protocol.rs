@@ -174,6 +174,14 @@ pub(crate) struct RegisterBrokerRequest {
     pub(crate) forwarded: bool,
 }
 
+/// `Op::Propose` request: a metadata command to commit; answered `Result<(), WireError>` once
+/// the metadata leader has applied it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct ProposeRequest {
+    pub(crate) command: crate::catalog::MetaCommand,
+    pub(crate) forwarded: bool,
+}
+
 /// `Op::DeleteTopic` request; answered `Result<(), WireError>`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct DeleteTopicRequest {

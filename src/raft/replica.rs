@@ -278,6 +278,28 @@ impl Replica {
             .collect()
     }
 
+    /// The group's voters, and whether a membership change is half done (joint: the old and
+    /// the new voters both count).
+    pub(crate) fn voters(&self) -> (std::collections::BTreeSet<NodeId>, bool) {
+        let m = self.raft.metrics().borrow_watched().clone();
+        let membership = m.membership_config.membership();
+        let joint = membership.get_joint_config().len() > 1;
+        (membership.voter_ids().collect(), joint)
+    }
+
+    /// Makes `voters` the group's voters (through a joint configuration), removing the
+    /// others. Returns once the change is committed; leader only.
+    pub(crate) async fn change_voters(
+        &self,
+        voters: std::collections::BTreeSet<NodeId>,
+    ) -> Result<(), String> {
+        self.raft
+            .change_membership(voters, false)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
     /// Adds broker `id` (at `addr`) to the group as a learner: it replicates the log but does
     /// not vote. Returns once the membership change is committed; leader only.
     pub(crate) async fn add_learner(&self, id: NodeId, addr: String) -> Result<(), String> {

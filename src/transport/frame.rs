@@ -41,6 +41,8 @@ pub(crate) enum Op {
     DeleteTopic = 8,
     /// Broker: record this broker's address in the metadata log.
     RegisterBroker = 9,
+    /// Admin or broker: commit a metadata command (a partition's reassignment, its end).
+    Propose = 10,
 }
 
 impl Op {
@@ -55,6 +57,7 @@ impl Op {
             7 => Some(Op::CreateTopic),
             8 => Some(Op::DeleteTopic),
             9 => Some(Op::RegisterBroker),
+            10 => Some(Op::Propose),
             _ => None,
         }
     }

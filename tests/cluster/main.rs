@@ -1109,11 +1109,8 @@ fn the_tutorial_runs_through_the_cli_against_three_broker_processes() {
     with_joiner.extend(free_addrs(1));
     let _joiner = spawn_broker_with(4, &with_joiner, dir.path(), false, &["--join"]);
     let joiner = with_joiner[3].to_string();
-    // It knows the topics once it replicates the metadata log, which it does once it is in.
-    retry(Duration::from_secs(20), "the joiner to be in", || {
-        let (ok, out, _) = cli(&["topics", "--bootstrap-server", &joiner, "--list"], "");
-        (ok && out.contains(TOPIC)).then_some(())
-    });
+    // Until its registration is through, a new topic is spread over the three founders only:
+    // such a topic is deleted and created again.
     let spread = [
         "topics",
         "--bootstrap-server",
@@ -1126,22 +1123,111 @@ fn the_tutorial_runs_through_the_cli_against_three_broker_processes() {
         "--replication-factor",
         "2",
     ];
-    let described = retry(Duration::from_secs(20), "a topic spread over four", || {
-        let _ = cli(&spread, "");
-        let (ok, out, _) = cli(
-            &[
-                "topics",
-                "--bootstrap-server",
-                &joiner,
-                "--describe",
-                "--topic",
-                "spread",
-            ],
-            "",
+    let describe_spread = [
+        "topics",
+        "--bootstrap-server",
+        &joiner,
+        "--describe",
+        "--topic",
+        "spread",
+    ];
+    let delete_spread = [
+        "topics",
+        "--bootstrap-server",
+        &joiner,
+        "--delete",
+        "--topic",
+        "spread",
+    ];
+    let on_4 = |line: &str| {
+        line.split("Replicas: ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .is_some_and(|r| r.split(',').any(|b| b == "4"))
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let described = loop {
+        let (_, created, create_err) = cli(&spread, "");
+        let (ok, out, err) = cli(&describe_spread, "");
+        let lines: Vec<&str> = out.lines().filter(|l| l.contains("Replicas:")).collect();
+        if ok && lines.len() == 4 {
+            // Four brokers, four partitions: each broker is the first replica of one.
+            if lines.iter().any(|l| l.contains("Replicas: 4,")) {
+                break out;
+            }
+            if !lines.iter().any(|l| on_4(l)) {
+                let _ = cli(&delete_spread, "");
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no topic spread over four: create said {created}{create_err}; describe said {out}{err}"
         );
-        (ok && out.contains("Replicas: 4,")).then_some(out)
-    });
+        std::thread::sleep(Duration::from_millis(200));
+    };
     assert_eq!(described.lines().count(), 4, "{described}");
+
+    // Partition 0 moves to the two brokers that do not host it.
+    let field = |line: &str, name: &str| -> String {
+        line.split_whitespace()
+            .skip_while(|w| *w != name)
+            .nth(1)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let line0 = described
+        .lines()
+        .find(|l| field(l, "Partition:") == "0")
+        .unwrap_or_default()
+        .to_string();
+    let hosts = field(&line0, "Replicas:");
+    let target: Vec<String> = (1..=4)
+        .map(|b: u64| b.to_string())
+        .filter(|b| !hosts.split(',').any(|h| h == b))
+        .collect();
+    assert_eq!(target.len(), 2, "{line0}");
+    let target = target.join(",");
+    let (ok, out, err) = cli(
+        &[
+            "topics",
+            "--bootstrap-server",
+            &server(2),
+            "--reassign",
+            "--topic",
+            "spread",
+            "--partition",
+            "0",
+            "--replicas",
+            &target,
+        ],
+        "",
+    );
+    assert!(ok, "{out}{err}");
+    let moved = |l: &str| {
+        let mut isr: Vec<&str> = l
+            .split_whitespace()
+            .skip_while(|w| *w != "Isr:")
+            .nth(1)
+            .unwrap_or_default()
+            .split(',')
+            .collect();
+        isr.sort_unstable();
+        let mut want: Vec<&str> = target.split(',').collect();
+        want.sort_unstable();
+        field(l, "Partition:") == "0" && field(l, "Replicas:") == target && isr == want
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (ok, out, err) = cli(&describe_spread, "");
+        if ok && out.lines().any(moved) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "partition 0 not moved to {target}: {out}{err}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 
     // Errors are one line and a non-zero exit, never a panic.
     for args in [
@@ -1501,6 +1587,7 @@ async fn a_broker_back_on_another_address_is_found_through_the_metadata_log() {
             .unwrap(),
     );
     assert_every_replica_holds(&nodes, &["before", "after"]).await;
+    wait_for_broker_everywhere(&nodes, moved, new_addr).await;
     for via in [addrs[slot(leader)], addrs[slot(other)], new_addr] {
         let brokers = wait_for_broker(via, moved, new_addr).await;
         assert_eq!(brokers.len(), 3, "{brokers:?}");
@@ -1519,6 +1606,22 @@ fn committed_values(node: &Node, topic: &str, partition: u32) -> Option<Vec<Stri
             .map(|(_, r)| String::from_utf8_lossy(&r.value).into_owned())
             .collect(),
     )
+}
+
+/// Waits until every running broker's catalog has broker `id` at `addr`.
+async fn wait_for_broker_everywhere(nodes: &[Option<Node>], id: u64, addr: SocketAddr) {
+    wait_for(
+        Duration::from_secs(10),
+        "every broker to know the broker",
+        || {
+            nodes
+                .iter()
+                .flatten()
+                .all(|n| n.brokers().contains(&(id, addr)))
+                .then_some(())
+        },
+    )
+    .await;
 }
 
 /// Waits until a client bootstrapped at `via` names broker `id` at `addr`, and returns every
@@ -1568,6 +1671,7 @@ async fn a_broker_joins_a_running_cluster_and_takes_partitions_of_new_topics() {
         c
     };
     nodes.push(Some(Node::start(joiner()).await.unwrap()));
+    wait_for_broker_everywhere(&nodes, 4, addrs[3]).await;
     for via in addrs.iter().copied() {
         let brokers = wait_for_broker(via, 4, addrs[3]).await;
         assert_eq!(brokers.len(), 4, "{brokers:?}");
@@ -1617,5 +1721,89 @@ async fn a_broker_joins_a_running_cluster_and_takes_partitions_of_new_topics() {
             .unwrap();
     }
     drop((client, at_4));
+    shutdown_all(nodes).await;
+}
+
+/// A partition moves to other brokers (Kafka's reassignment), here away from its own leader
+/// and onto a broker that joined: the new replica copies the log, the group's voters change,
+/// the broker it left removes its replica, and writes go on with nothing lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_moves_off_its_leader_onto_a_joined_broker() {
+    use replog::{Client, ClientConfig, PartitionId};
+    let dir = tempfile::tempdir().unwrap();
+    let addrs = free_addrs(4);
+    let mut nodes = start_all(|id| bare(id, &addrs[..3], dir.path())).await;
+    let client = Client::connect(&addrs[..3], ClientConfig::default())
+        .await
+        .unwrap();
+    client.create_topic("moving", 1, 3).await.unwrap();
+    for i in 0..10 {
+        client
+            .send("moving", 0, &[Record::new(format!("m{i}"))])
+            .await
+            .unwrap();
+    }
+    let mut joiner = bare(4, &addrs, dir.path());
+    joiner.join = true;
+    nodes.push(Some(Node::start(joiner).await.unwrap()));
+    wait_for_broker_everywhere(&nodes, 4, addrs[3]).await;
+
+    let leader = client.describe("moving").await.unwrap()[0].leader.unwrap();
+    let mut target: Vec<u64> = vec![4];
+    target.extend((1..=3).filter(|b| *b != leader));
+    client
+        .reassign_partition("moving", 0, &target)
+        .await
+        .unwrap();
+    // The same move again (a retried request) is no error.
+    client
+        .reassign_partition("moving", 0, &target)
+        .await
+        .unwrap();
+
+    let id = PartitionId::new("moving", 0);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let described = loop {
+        let d = client.describe("moving").await.unwrap().remove(0);
+        let mut isr = d.isr.clone();
+        isr.sort_unstable();
+        let mut want = target.clone();
+        want.sort_unstable();
+        let gone = !node_ref(&nodes, leader).partitions().contains(&id);
+        if d.replicas == target && isr == want && gone {
+            break d;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the move did not finish: {d:?}, left: {gone}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(target.contains(&described.leader.unwrap()), "{described:?}");
+    assert!(
+        !dir.path()
+            .join(format!("node-{leader}"))
+            .join("moving-0")
+            .exists(),
+        "the broker the partition left removed its replica"
+    );
+    for i in 10..15 {
+        client
+            .send("moving", 0, &[Record::new(format!("m{i}"))])
+            .await
+            .unwrap();
+    }
+    let want: Vec<String> = (0..15).map(|i| format!("m{i}")).collect();
+    for b in &target {
+        let node = node_ref(&nodes, *b);
+        let got = wait_for(
+            Duration::from_secs(10),
+            "every record on the new replicas",
+            || committed_values(node, "moving", 0).filter(|v| v.len() == want.len()),
+        )
+        .await;
+        assert_eq!(got, want, "broker {b}");
+    }
+    drop(client);
     shutdown_all(nodes).await;
 }
