@@ -714,11 +714,11 @@ impl Shared {
         let me = self.config.id;
         // Only partitions ever reassigned are looked at: the others' voters are their
         // replicas from the start.
+        let groups: Vec<Arc<Group>> = self.groups.read().values().cloned().collect();
         let due: Vec<(Arc<Group>, Vec<NodeId>, bool)> = {
             let catalog = self.catalog.read();
-            let groups = self.groups.read();
             groups
-                .values()
+                .iter()
                 .filter_map(|g| {
                     let t = catalog.topic(&g.id.topic).filter(|t| t.id == g.topic_id)?;
                     let p = g.id.partition as usize;
