@@ -577,8 +577,8 @@ mod tests {
         c.apply(2, Some(&reassign("t", 0, vec![1, 2, 3])));
         assert!(matches!(c.outcome(2), Some(Err(Refused::Invalid(_)))));
         // The same move again (a retried request) is no change.
-        c.apply(2, Some(&reassign("t", 0, vec![4, 2, 3])));
-        assert_eq!(c.outcome(2), Some(Ok(())));
+        c.apply(3, Some(&reassign("t", 0, vec![4, 2, 3])));
+        assert_eq!(c.outcome(3), Some(Ok(())));
         assert_eq!(c.topic("t").unwrap().leaving[0], vec![1]);
         // A Done naming other replicas is stale; the right one ends the move.
         let done = |replicas| MetaCommand::ReassignDone {
@@ -586,11 +586,11 @@ mod tests {
             partition: 0,
             replicas,
         };
-        c.apply(3, Some(&done(vec![1, 2, 3])));
-        assert!(matches!(c.outcome(3), Some(Err(Refused::Invalid(_)))));
+        c.apply(4, Some(&done(vec![1, 2, 3])));
+        assert!(matches!(c.outcome(4), Some(Err(Refused::Invalid(_)))));
         assert_eq!(c.topic("t").unwrap().leaving[0], vec![1]);
-        c.apply(4, Some(&done(vec![4, 2, 3])));
-        assert_eq!(c.outcome(4), Some(Ok(())));
+        c.apply(5, Some(&done(vec![4, 2, 3])));
+        assert_eq!(c.outcome(5), Some(Ok(())));
         assert!(c.topic("t").unwrap().leaving[0].is_empty());
         // What is refused: a configured topic, a partition or broker that does not exist,
         // a broker twice, an unknown topic.
@@ -600,15 +600,15 @@ mod tests {
             reassign("t", 1, vec![9]),
             reassign("t", 1, vec![2, 2]),
         ];
-        for (offset, command) in (5..).zip(&bad) {
+        for (offset, command) in (6..).zip(&bad) {
             c.apply(offset, Some(command));
             assert!(
                 matches!(c.outcome(offset), Some(Err(Refused::Invalid(_)))),
                 "{command:?}"
             );
         }
-        c.apply(9, Some(&reassign("nope", 0, vec![1])));
-        assert_eq!(c.outcome(9), Some(Err(Refused::UnknownTopic)));
+        c.apply(10, Some(&reassign("nope", 0, vec![1])));
+        assert_eq!(c.outcome(10), Some(Err(Refused::UnknownTopic)));
         assert_eq!(c.topic("t").unwrap().assignment[1], vec![2, 3, 4]);
     }
 }

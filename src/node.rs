@@ -20,8 +20,7 @@ use crate::error::{Error, Result};
 use crate::log::{AppendInfo, PartitionLog};
 use crate::protocol::{
     CreateTopicRequest, DeleteTopicRequest, FetchRequest, MetadataRequest, MetadataResponse,
-    PartitionMetadata, ProduceRequestRef, ProduceResponse, ProposeRequest, RegisterBrokerRequest,
-    WireBatch, WireError,
+    PartitionMetadata, ProduceRequestRef, ProduceResponse, ProposeRequest, WireBatch, WireError,
 };
 use crate::raft::network::Served;
 use crate::raft::replica::{Replica, Timing, WriteError};
@@ -626,23 +625,24 @@ impl Shared {
         // log); from then on it only moves.
         let me = self.config.id;
         let join = self.config.join && !self.catalog.read().brokers().contains(&me);
-        let request = RegisterBrokerRequest {
-            id: me,
-            addr: self.addr.to_string(),
-            join,
+        let request = ProposeRequest {
+            command: MetaCommand::RegisterBroker {
+                id: me,
+                addr: self.addr.to_string(),
+                join,
+            },
             forwarded: false,
         };
         if self.meta.raft.state().leader.is_some() {
-            return self.register_broker(request).await;
+            return self.propose(request).await;
         }
         // No metadata leader known here (a joining broker is nobody's follower yet): any
         // founding broker takes the registration to its leader.
         let timeout = Duration::from_millis(self.config.request_timeout_ms);
         let mut tried = Vec::new();
         for peer in self.config.peers.keys() {
-            let answer: Result<std::result::Result<(), WireError>> = self
-                .forward(*peer, Op::RegisterBroker, &request, timeout)
-                .await;
+            let answer: Result<std::result::Result<(), WireError>> =
+                self.forward(*peer, Op::Propose, &request, timeout).await;
             match answer {
                 Ok(Ok(())) => return Ok(()),
                 Ok(Err(e)) => tried.push(format!("broker {peer} ({e:?})")),
@@ -654,32 +654,17 @@ impl Shared {
         })
     }
 
-    async fn register_broker(&self, request: RegisterBrokerRequest) -> Result<()> {
-        // Reach the broker at its new address at once: the metadata group may need its vote
-        // or acknowledgement to commit this very registration (the catalog confirms it).
-        if request.id != self.config.id
-            && let Ok(addr) = request.addr.parse()
-        {
-            self.peers.set_addr(request.id, addr);
-        }
-        let command = MetaCommand::RegisterBroker {
-            id: request.id,
-            addr: request.addr.clone(),
-            join: request.join,
-        };
-        self.meta_command(command, request.forwarded, Op::RegisterBroker, &request)
-            .await
-            .map_err(|e| match e {
-                MetaError::Refused(refused) => Error::InvalidConfig {
-                    field: "listen",
-                    reason: format!("the metadata group refused the address: {refused:?}"),
-                },
-                MetaError::Failed(e) => e,
-            })
-    }
-
     /// Commits a metadata command through the metadata group (see [`Op::Propose`]).
     pub(crate) async fn propose(&self, request: ProposeRequest) -> Result<()> {
+        // A broker registering an address is reached there at once: the metadata group may
+        // need its vote or acknowledgement to commit this very registration (the catalog
+        // confirms it).
+        if let MetaCommand::RegisterBroker { id, addr, .. } = &request.command
+            && *id != self.config.id
+            && let Ok(addr) = addr.parse()
+        {
+            self.peers.set_addr(*id, addr);
+        }
         let unknown = || match &request.command {
             MetaCommand::ReassignPartition {
                 name, partition, ..
@@ -1633,15 +1618,6 @@ impl Forwardable for ProposeRequest {
     }
 }
 
-impl Forwardable for RegisterBrokerRequest {
-    fn forwarded(self) -> Self {
-        RegisterBrokerRequest {
-            forwarded: true,
-            ..self
-        }
-    }
-}
-
 impl Forwardable for DeleteTopicRequest {
     fn forwarded(self) -> Self {
         DeleteTopicRequest {
@@ -2110,15 +2086,6 @@ impl Handler for NodeHandler {
                 ),
                 Op::Propose => encode_response(
                     &async { shared.propose(decode_request(&body)?).await.map_err(wire) }.await,
-                ),
-                Op::RegisterBroker => encode_response(
-                    &async {
-                        shared
-                            .register_broker(decode_request(&body)?)
-                            .await
-                            .map_err(wire)
-                    }
-                    .await,
                 ),
                 Op::DeleteTopic => encode_response(
                     &async {

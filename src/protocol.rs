@@ -163,19 +163,8 @@ pub(crate) struct CreateTopicRequest {
     pub(crate) forwarded: bool,
 }
 
-/// `Op::RegisterBroker` request, from a broker to the metadata leader; answered
-/// `Result<(), WireError>` once the address is in the leader's catalog.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct RegisterBrokerRequest {
-    pub(crate) id: u64,
-    pub(crate) addr: String,
-    /// A broker the cluster does not have yet, joining it.
-    pub(crate) join: bool,
-    pub(crate) forwarded: bool,
-}
-
-/// `Op::Propose` request: a metadata command to commit; answered `Result<(), WireError>` once
-/// the metadata leader has applied it.
+/// `Op::Propose` request: a metadata command to commit (a broker's registration, a partition's
+/// move or its end); answered `Result<(), WireError>` once the metadata leader has applied it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct ProposeRequest {
     pub(crate) command: crate::catalog::MetaCommand,

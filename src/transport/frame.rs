@@ -39,10 +39,9 @@ pub(crate) enum Op {
     CreateTopic = 7,
     /// Admin: delete a created topic.
     DeleteTopic = 8,
-    /// Broker: record this broker's address in the metadata log.
-    RegisterBroker = 9,
-    /// Admin or broker: commit a metadata command (a partition's reassignment, its end).
-    Propose = 10,
+    /// Admin or broker: commit a metadata command (a broker's registration, a partition's
+    /// reassignment, its end).
+    Propose = 9,
 }
 
 impl Op {
@@ -56,8 +55,7 @@ impl Op {
             6 => Some(Op::Metadata),
             7 => Some(Op::CreateTopic),
             8 => Some(Op::DeleteTopic),
-            9 => Some(Op::RegisterBroker),
-            10 => Some(Op::Propose),
+            9 => Some(Op::Propose),
             _ => None,
         }
     }
