@@ -76,6 +76,21 @@ pub enum Error {
         got: u32,
     },
 
+    /// An idempotent batch came from an earlier epoch of its producer than a batch the
+    /// partition has already taken; nothing was written, and nothing of that epoch ever will be
+    /// (Kafka's fencing by producer epoch).
+    #[error("{partition}: producer {producer_id} epoch {epoch} is fenced by its epoch {current}")]
+    ProducerFenced {
+        /// The partition written to.
+        partition: PartitionId,
+        /// The producer.
+        producer_id: u64,
+        /// The batch's epoch.
+        epoch: u16,
+        /// The producer's latest epoch the partition has taken.
+        current: u16,
+    },
+
     /// The requested offset is not in the log: below its start (purged) or past its end.
     #[error("offset {requested} is outside the log [{start}, {end})")]
     OffsetOutOfRange {
@@ -227,6 +242,17 @@ impl Clone for Error {
                 producer_id: *producer_id,
                 expected: *expected,
                 got: *got,
+            },
+            Error::ProducerFenced {
+                partition,
+                producer_id,
+                epoch,
+                current,
+            } => Error::ProducerFenced {
+                partition: partition.clone(),
+                producer_id: *producer_id,
+                epoch: *epoch,
+                current: *current,
             },
             Error::OffsetOutOfRange {
                 requested,

@@ -123,7 +123,7 @@ pub use producer::{Producer, ProducerConfig, RecordMetadata};
 pub use raft::storage::Durability;
 pub use segment::RecoveryEvent;
 pub use segment::record::{Batch, Header, Record, RecordIter};
-pub use types::{LeaderHint, LogIndex, NodeId, Offset, PartitionId, Term};
+pub use types::{LeaderHint, LogIndex, NodeId, Offset, PartitionId, ProducerSeq, Term};
 
 /// Helpers for the `replog` binary's inspection tools. Not part of the API.
 #[doc(hidden)]

@@ -32,6 +32,7 @@ pub(crate) struct EntrySpec {
     pub(crate) log_index: Option<u64>,
     pub(crate) term: Option<u64>,
     pub(crate) producer_id: u64,
+    pub(crate) producer_epoch: u16,
     pub(crate) base_sequence: u32,
     /// The frame's timestamp; `None` for now. A Raft replica writes the leader's, so that
     /// replicas hold identical frames.
@@ -372,7 +373,7 @@ impl PartitionLog {
                 requested: Term(term),
             });
         }
-        if spec.producer_id == 0 && spec.base_sequence != 0 {
+        if spec.producer_id == 0 && (spec.base_sequence != 0 || spec.producer_epoch != 0) {
             return Err(Error::InvalidBatch {
                 kind: crate::error::CorruptKind::NonZeroReserved,
             });
@@ -386,6 +387,7 @@ impl PartitionLog {
             kind,
             timestamp_ms,
             producer_id: spec.producer_id,
+            producer_epoch: spec.producer_epoch,
             base_sequence: spec.base_sequence,
         };
         let frame_len = header.frame_len();
@@ -2053,6 +2055,7 @@ mod tests {
             kind: EntryKind::Data,
             timestamp_ms: 0,
             producer_id: 0,
+            producer_epoch: 0,
             base_sequence: 0,
         };
         let mut buf = vec![0u8; h.frame_len()];

@@ -30,7 +30,7 @@ use crate::raft::types::{AppendRequest, Vote};
 use crate::segment::record::{Batch, Record, encode_records};
 use crate::transport::frame::Op;
 use crate::transport::{BoxFuture, Handler, PeerSet, Turn, spawn_server};
-use crate::types::{LeaderHint, LogIndex, NodeId, Offset, PartitionId};
+use crate::types::{LeaderHint, LogIndex, NodeId, Offset, PartitionId, ProducerSeq};
 
 /// Configuration of a [`Node`].
 #[derive(Clone, Debug)]
@@ -427,38 +427,31 @@ impl Node {
     /// does, except that a batch the partition already holds is not written again: the call
     /// returns the offsets it got the first time.
     ///
-    /// `producer_id` (not 0) names the producer; `base_sequence` numbers the batch's first
-    /// record, counting every record the producer sent to this partition (Kafka's sequence
-    /// numbers, wrapping at `u32::MAX`). The partition remembers each producer's last five
-    /// batches; a batch must start where the producer's previous one ended, and a producer the
-    /// partition does not know starts at 0.
+    /// `producer` names the producer (its id is not 0), its epoch, and the sequence number of
+    /// the batch's first record (see [`ProducerSeq`]). The partition remembers each producer's
+    /// last five batches; a batch must start where the producer's previous one of the same
+    /// epoch ended, and the first batch of a producer or of a later epoch starts at 0.
     ///
     /// # Errors
     ///
-    /// As [`append`](Self::append), plus [`Error::OutOfOrderSequence`] (nothing written) and
-    /// [`Error::TryAgain`] (nothing written; a moment later the batch is either taken or
-    /// answered as a duplicate).
+    /// As [`append`](Self::append), plus [`Error::OutOfOrderSequence`] and
+    /// [`Error::ProducerFenced`] (nothing written), and [`Error::TryAgain`] (nothing written; a
+    /// moment later the batch is either taken or answered as a duplicate).
     pub async fn append_idempotent(
         &self,
         topic: &str,
         partition: u32,
-        producer_id: u64,
-        base_sequence: u32,
+        producer: ProducerSeq,
         records: &[Record],
     ) -> Result<AppendInfo> {
-        if producer_id == 0 {
+        if producer.producer_id == 0 {
             return Err(Error::InvalidConfig {
                 field: "producer_id",
                 reason: "0 means no producer".into(),
             });
         }
         self.shared
-            .append(
-                topic,
-                partition,
-                records,
-                Some((producer_id, base_sequence)),
-            )
+            .append(topic, partition, records, Some(producer))
             .await
     }
 
@@ -827,19 +820,20 @@ impl Shared {
         topic: &str,
         partition: u32,
         records: &[Record],
-        producer: Option<(u64, u32)>,
+        producer: Option<ProducerSeq>,
     ) -> Result<AppendInfo> {
         if records.is_empty() {
             return Err(Error::EmptyBatch);
         }
         let (payload, record_count) = encode_records(records, self.config.log.record_bytes_max)?;
-        let (producer_id, base_sequence) = producer.unwrap_or((0, 0));
+        let producer = producer.unwrap_or(ProducerSeq::new(0, 0));
         let request = AppendRequest {
             timestamp_ms: 0,
             records: payload,
             record_count,
-            producer_id,
-            base_sequence,
+            producer_id: producer.producer_id,
+            producer_epoch: producer.epoch,
+            base_sequence: producer.base_sequence,
         };
         self.append_encoded(&PartitionId::new(topic, partition), request, None)
             .await
@@ -873,9 +867,10 @@ impl Shared {
         let limits = group.store.log().limits();
         crate::segment::record::validate_records(&request.records, request.record_count, limits)
             .map_err(|kind| Error::InvalidBatch { kind })?;
-        let (record_count, producer_id, got) = (
+        let (record_count, producer_id, epoch, got) = (
             request.record_count,
             request.producer_id,
+            request.producer_epoch,
             request.base_sequence,
         );
         // The leader's clock stamps the batch (Kafka's LogAppendTime); replicas store it as is.
@@ -931,6 +926,12 @@ impl Shared {
                 producer_id,
                 expected,
                 got,
+            }),
+            Ok(Err(WriteError::Fenced { current })) => Err(Error::ProducerFenced {
+                partition: group.id.clone(),
+                producer_id,
+                epoch,
+                current,
             }),
         }
     }
@@ -1278,6 +1279,7 @@ impl Shared {
             records,
             record_count,
             producer_id: 0,
+            producer_epoch: 0,
             base_sequence: 0,
         };
         let info = self

@@ -64,6 +64,7 @@ struct AppendRequestRef<'a> {
     records: &'a [u8],
     record_count: u32,
     producer_id: u64,
+    producer_epoch: u16,
     base_sequence: u32,
     timestamp_ms: u64,
 }
@@ -76,6 +77,7 @@ impl ProduceRequestRef<'_> {
             records: frame.slice_ref(b.records),
             record_count: b.record_count,
             producer_id: b.producer_id,
+            producer_epoch: b.producer_epoch,
             base_sequence: b.base_sequence,
             timestamp_ms: b.timestamp_ms,
         }
@@ -107,6 +109,7 @@ pub(crate) struct WireBatch {
     pub(crate) record_count: u32,
     pub(crate) timestamp_ms: u64,
     pub(crate) producer_id: u64,
+    pub(crate) producer_epoch: u16,
     pub(crate) base_sequence: u32,
     pub(crate) records: Bytes,
 }
@@ -120,6 +123,7 @@ impl WireBatch {
             record_count: b.record_count,
             timestamp_ms: b.timestamp_ms,
             producer_id: b.producer_id,
+            producer_epoch: b.producer_epoch,
             base_sequence: b.base_sequence,
             records: b.payload.clone(),
         }
@@ -137,6 +141,7 @@ impl WireBatch {
             timestamp_ms: self.timestamp_ms,
             kind: EntryKind::Data,
             producer_id: self.producer_id,
+            producer_epoch: self.producer_epoch,
             base_sequence: self.base_sequence,
             payload: self.records,
         })
@@ -224,6 +229,11 @@ pub(crate) enum WireError {
     },
     TopicExists(String),
     InvalidTopic(String),
+    ProducerFenced {
+        producer_id: u64,
+        epoch: u16,
+        current: u16,
+    },
 }
 
 impl WireError {
@@ -249,6 +259,16 @@ impl WireError {
                 producer_id: *producer_id,
                 expected: *expected,
                 got: *got,
+            },
+            Error::ProducerFenced {
+                producer_id,
+                epoch,
+                current,
+                ..
+            } => WireError::ProducerFenced {
+                producer_id: *producer_id,
+                epoch: *epoch,
+                current: *current,
             },
             Error::TopicExists(t) => WireError::TopicExists(t.clone()),
             Error::InvalidTopic { reason } => WireError::InvalidTopic(reason.clone()),
@@ -296,6 +316,16 @@ impl WireError {
                 expected,
                 got,
             },
+            WireError::ProducerFenced {
+                producer_id,
+                epoch,
+                current,
+            } => Error::ProducerFenced {
+                partition: partition.clone(),
+                producer_id,
+                epoch,
+                current,
+            },
             WireError::TopicExists(t) => Error::TopicExists(t),
             WireError::InvalidTopic(reason) => Error::InvalidTopic { reason },
         }
@@ -329,6 +359,7 @@ mod tests {
                 records: Bytes::from_static(b"some encoded records"),
                 record_count: 2,
                 producer_id: 9,
+                producer_epoch: 3,
                 base_sequence: 77,
                 timestamp_ms: 1234,
             },

@@ -83,3 +83,38 @@ pub struct LeaderHint {
     /// is the newer.
     pub term: u64,
 }
+
+/// How an idempotent producer numbers one batch: the producer, its epoch, and the sequence
+/// number of the batch's first record (Kafka's producer id, epoch and base sequence).
+///
+/// A partition takes a producer's batches only in sequence order, answers a batch it already
+/// holds with its original offsets, and once it has taken a batch of some epoch refuses every
+/// earlier epoch of that producer ([`Error::ProducerFenced`](crate::Error::ProducerFenced)), so
+/// that a batch given up on can never land after the batches sent in its place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ProducerSeq {
+    /// The producer (never 0).
+    pub producer_id: u64,
+    /// The producer's epoch.
+    pub epoch: u16,
+    /// The sequence number of the batch's first record, counting every record the producer
+    /// sent to the partition in this epoch (wrapping at `u32::MAX`).
+    pub base_sequence: u32,
+}
+
+impl ProducerSeq {
+    /// Batch `base_sequence` of `producer_id`, in epoch 0.
+    pub const fn new(producer_id: u64, base_sequence: u32) -> ProducerSeq {
+        ProducerSeq {
+            producer_id,
+            epoch: 0,
+            base_sequence,
+        }
+    }
+
+    /// The same numbers in `epoch`.
+    #[must_use]
+    pub const fn with_epoch(self, epoch: u16) -> ProducerSeq {
+        ProducerSeq { epoch, ..self }
+    }
+}

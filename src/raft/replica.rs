@@ -43,6 +43,11 @@ pub(crate) enum WriteError {
         /// The sequence the producer's next batch must start at.
         expected: u32,
     },
+    /// Refused, nothing written: a later epoch of the producer has written to the partition.
+    Fenced {
+        /// The producer's latest epoch the partition has taken.
+        current: u16,
+    },
     /// Anything else (shutdown, storage failure).
     Other(String),
 }
@@ -182,7 +187,11 @@ impl Replica {
         turn: Option<Turn>,
     ) -> std::result::Result<(u64, AppendResponse), WriteError> {
         let producer = request.producer_id;
-        let batch: PendingBatch = (request.base_sequence, request.record_count);
+        let batch: PendingBatch = (
+            request.producer_epoch,
+            request.base_sequence,
+            request.record_count,
+        );
         let rx = {
             if let Some(turn) = &turn {
                 turn.wait().await;
@@ -210,7 +219,7 @@ impl Replica {
                 {
                     pending.pop_front();
                 }
-                Ok(table.check(producer, batch.0, batch.1, pending))
+                Ok(table.check(producer, batch, pending))
             });
             match check? {
                 Check::Duplicate(b) => {
@@ -228,6 +237,7 @@ impl Replica {
                     ));
                 }
                 Check::OutOfOrder { expected } => return Err(WriteError::OutOfOrder { expected }),
+                Check::Fenced { current } => return Err(WriteError::Fenced { current }),
                 Check::New if pending.len() >= BATCHES_PER_PRODUCER => {
                     return Err(WriteError::TryAgain(
                         "the producer has too many batches in flight",

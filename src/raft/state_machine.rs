@@ -193,6 +193,7 @@ impl RaftStateMachine<C> for StateMachine {
                             state.producers.record(
                                 req.producer_id,
                                 SeqBatch {
+                                    epoch: req.producer_epoch,
                                     base_sequence: req.base_sequence,
                                     record_count: req.record_count,
                                     base_offset,

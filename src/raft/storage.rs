@@ -254,10 +254,11 @@ impl LogStore {
             log.reset(index, log.end_offset().get())?;
         }
         // Every replica writes the same frame: the leader's timestamp for data, 0 for control.
-        let spec = |producer_id, base_sequence, timestamp_ms| EntrySpec {
+        let spec = |producer_id, producer_epoch, base_sequence, timestamp_ms| EntrySpec {
             log_index: Some(index),
             term: Some(entry.log_id.leader_id.term),
             producer_id,
+            producer_epoch,
             base_sequence,
             timestamp_ms: Some(timestamp_ms),
         };
@@ -267,18 +268,23 @@ impl LogStore {
                     return Err(Error::EmptyBatch);
                 }
                 log.append_entry(
-                    spec(req.producer_id, req.base_sequence, req.timestamp_ms),
+                    spec(
+                        req.producer_id,
+                        req.producer_epoch,
+                        req.base_sequence,
+                        req.timestamp_ms,
+                    ),
                     req.record_count,
                     &req.records,
                 )?;
             }
             EntryPayload::Blank => {
-                log.append_entry(spec(0, 0, 0), 0, &[CONTROL_BLANK])?;
+                log.append_entry(spec(0, 0, 0, 0), 0, &[CONTROL_BLANK])?;
             }
             EntryPayload::Membership(m) => {
                 let mut payload = vec![CONTROL_MEMBERSHIP];
                 serde_json::to_writer(&mut payload, m).map_err(io::Error::other)?;
-                log.append_entry(spec(0, 0, 0), 0, &payload)?;
+                log.append_entry(spec(0, 0, 0, 0), 0, &payload)?;
             }
         }
         Ok(())
@@ -293,6 +299,7 @@ pub(crate) fn entry_from_batch(b: &Batch) -> io::Result<Entry> {
             records: b.payload.clone(),
             record_count: b.record_count,
             producer_id: b.producer_id,
+            producer_epoch: b.producer_epoch,
             base_sequence: b.base_sequence,
             timestamp_ms: b.timestamp_ms,
         }),
@@ -696,6 +703,7 @@ mod tests {
                 records: payload,
                 record_count: count,
                 producer_id: 0,
+                producer_epoch: 0,
                 base_sequence: 0,
                 timestamp_ms: 0,
             }

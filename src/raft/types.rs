@@ -35,6 +35,8 @@ pub struct AppendRequest {
     pub record_count: u32,
     /// Idempotent producer id; 0 for none.
     pub producer_id: u64,
+    /// The producer's epoch (0 without a producer); a later epoch fences the earlier ones.
+    pub producer_epoch: u16,
     /// The producer's sequence number of the first record.
     pub base_sequence: u32,
     /// When the leader accepted the batch (milliseconds since the Unix epoch), stored in the

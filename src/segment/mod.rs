@@ -606,6 +606,7 @@ impl Segment {
             timestamp_ms: h.timestamp_ms,
             kind: h.kind,
             producer_id: h.producer_id,
+            producer_epoch: h.producer_epoch,
             base_sequence: h.base_sequence,
             payload,
         })

@@ -10,7 +10,7 @@ use crate::error::{CorruptKind, Error};
 use crate::segment::format::{
     EntryKind, FRAME_BASE_OFFSET_POS, FRAME_BASE_SEQUENCE_POS, FRAME_BODY_FIXED_LEN,
     FRAME_BODY_LEN_POS, FRAME_CRC_POS, FRAME_FLAGS_POS, FRAME_HEADER_LEN, FRAME_KIND_POS,
-    FRAME_LOG_INDEX_POS, FRAME_PRODUCER_ID_POS, FRAME_RECORD_COUNT_POS, FRAME_RESERVED_POS,
+    FRAME_LOG_INDEX_POS, FRAME_PRODUCER_EPOCH_POS, FRAME_PRODUCER_ID_POS, FRAME_RECORD_COUNT_POS,
     FRAME_RESERVED2_POS, FRAME_TERM_POS, FRAME_TIMESTAMP_POS, NULL_KEY_LEN, RECORD_FIXED_LEN,
     RECORD_HEADER_COUNT_POS, RECORD_HEADER_FIXED_LEN, RECORD_KEY_LEN_POS, RECORD_VALUE_LEN_POS,
     get_u16, get_u32, get_u64, put,
@@ -190,6 +190,8 @@ pub(crate) struct FrameHeader {
     pub(crate) timestamp_ms: u64,
     /// Idempotent producer that wrote the batch; 0 for none.
     pub(crate) producer_id: u64,
+    /// That producer's epoch (0 without a producer): a later epoch fences the earlier ones.
+    pub(crate) producer_epoch: u16,
     /// That producer's sequence number of the batch's first record (0 without a producer).
     pub(crate) base_sequence: u32,
 }
@@ -234,7 +236,11 @@ pub(crate) fn encode_frame(dst: &mut [u8], header: &FrameHeader, payload: &Paylo
     );
     put(dst, FRAME_KIND_POS, &[header.kind as u8]);
     put(dst, FRAME_FLAGS_POS, &[0]);
-    put(dst, FRAME_RESERVED_POS, &0u16.to_le_bytes());
+    put(
+        dst,
+        FRAME_PRODUCER_EPOCH_POS,
+        &header.producer_epoch.to_le_bytes(),
+    );
     put(dst, FRAME_TIMESTAMP_POS, &header.timestamp_ms.to_le_bytes());
     put(
         dst,
@@ -320,10 +326,7 @@ pub(crate) fn decode_frame(
         return Err(CorruptKind::ChecksumMismatch { expected, actual });
     }
     let kind = EntryKind::from_u8(*frame.get(FRAME_KIND_POS).ok_or(CorruptKind::Truncated)?)?;
-    if frame.get(FRAME_FLAGS_POS) != Some(&0)
-        || get_u16(frame, FRAME_RESERVED_POS) != Some(0)
-        || get_u32(frame, FRAME_RESERVED2_POS) != Some(0)
-    {
+    if frame.get(FRAME_FLAGS_POS) != Some(&0) || get_u32(frame, FRAME_RESERVED2_POS) != Some(0) {
         return Err(CorruptKind::NonZeroReserved);
     }
     let header = FrameHeader {
@@ -335,9 +338,10 @@ pub(crate) fn decode_frame(
         kind,
         timestamp_ms: get_u64(frame, FRAME_TIMESTAMP_POS).ok_or(CorruptKind::Truncated)?,
         producer_id: get_u64(frame, FRAME_PRODUCER_ID_POS).ok_or(CorruptKind::Truncated)?,
+        producer_epoch: get_u16(frame, FRAME_PRODUCER_EPOCH_POS).ok_or(CorruptKind::Truncated)?,
         base_sequence: get_u32(frame, FRAME_BASE_SEQUENCE_POS).ok_or(CorruptKind::Truncated)?,
     };
-    if header.producer_id == 0 && header.base_sequence != 0 {
+    if header.producer_id == 0 && (header.base_sequence != 0 || header.producer_epoch != 0) {
         return Err(CorruptKind::NonZeroReserved);
     }
     // Counters that would overflow after this frame cannot come from a writer.
@@ -437,6 +441,7 @@ pub struct Batch {
     pub(crate) timestamp_ms: u64,
     pub(crate) kind: EntryKind,
     pub(crate) producer_id: u64,
+    pub(crate) producer_epoch: u16,
     pub(crate) base_sequence: u32,
     /// The frame's payload: validated records (data) or opaque bytes (control).
     pub(crate) payload: Bytes,
@@ -477,6 +482,13 @@ impl Batch {
     /// record, if it was written by one.
     pub fn producer(&self) -> Option<(u64, u32)> {
         (self.producer_id != 0).then_some((self.producer_id, self.base_sequence))
+    }
+
+    /// The epoch of the producer that wrote this batch (0 without one). A producer moves to a
+    /// later epoch when it gives up on a batch, and the partition then refuses its earlier
+    /// epochs.
+    pub fn producer_epoch(&self) -> u16 {
+        self.producer_epoch
     }
 
     /// The records with their offsets. No record bytes are copied.
@@ -592,6 +604,7 @@ pub fn fuzz_decode_frame(data: &[u8]) -> Result<usize, CorruptKind> {
         timestamp_ms: header.timestamp_ms,
         kind: header.kind,
         producer_id: header.producer_id,
+        producer_epoch: header.producer_epoch,
         base_sequence: header.base_sequence,
         payload: Bytes::copy_from_slice(
             data.get(FRAME_HEADER_LEN..header.frame_len())
@@ -632,6 +645,7 @@ mod tests {
             kind: EntryKind::Data,
             timestamp_ms: 1_700_000_000_000,
             producer_id: 0,
+            producer_epoch: 0,
             base_sequence: 0,
         }
     }
@@ -668,6 +682,7 @@ mod tests {
             timestamp_ms: 0,
             kind: EntryKind::Data,
             producer_id: 0,
+            producer_epoch: 0,
             base_sequence: 0,
             payload: Bytes::copy_from_slice(&buf[FRAME_HEADER_LEN..]),
         };
@@ -765,7 +780,8 @@ mod tests {
             Err(CorruptKind::NonZeroReserved)
         );
         let mut bad = buf;
-        bad[FRAME_RESERVED_POS + 1] = 1;
+        // A producer epoch without a producer.
+        bad[FRAME_PRODUCER_EPOCH_POS + 1] = 1;
         reseal(&mut bad);
         assert_eq!(
             decode_frame(&bad, 0, &LIMITS),
@@ -842,11 +858,17 @@ mod tests {
             kind: EntryKind::Control,
             timestamp_ms: 0,
             producer_id: 9,
+            producer_epoch: 0x0102,
             base_sequence: 4,
         };
         let mut buf = vec![0u8; h.frame_len()];
         encode_frame(&mut buf, &h, &Payload::Raw(b"abc"));
         assert_eq!(decode_frame(&buf, 0, &LIMITS), Ok(Some(h)));
+        assert_eq!(
+            buf[FRAME_PRODUCER_EPOCH_POS..FRAME_PRODUCER_EPOCH_POS + 2],
+            [0x02, 0x01],
+            "the producer epoch is little-endian at bytes 38..40"
+        );
         buf[FRAME_RECORD_COUNT_POS] = 1;
         reseal(&mut buf);
         assert_eq!(decode_frame(&buf, 0, &LIMITS), Err(CorruptKind::BadRecord));

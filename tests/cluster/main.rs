@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use replog::{Error, LogConfig, Node, NodeConfig, Offset, Record};
+use replog::{Error, LogConfig, Node, NodeConfig, Offset, ProducerSeq, Record};
 
 const TOPIC: &str = "email.send";
 const PARTITIONS: u32 = 3;
@@ -407,11 +407,20 @@ async fn append_idempotent_to_leader(
     sequence: u32,
     records: &[Record],
 ) -> replog::Result<replog::AppendInfo> {
+    append_numbered_to_leader(nodes, ProducerSeq::new(producer, sequence), records).await
+}
+
+/// [`append_idempotent_to_leader`] with the batch's epoch too.
+async fn append_numbered_to_leader(
+    nodes: &[Option<Node>],
+    numbers: ProducerSeq,
+    records: &[Record],
+) -> replog::Result<replog::AppendInfo> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let leader = leader_of(nodes, 0).await;
         match node_ref(nodes, leader)
-            .append_idempotent(TOPIC, 0, producer, sequence, records)
+            .append_idempotent(TOPIC, 0, numbers, records)
             .await
         {
             Err(Error::NotLeader { .. } | Error::TryAgain { .. }) => {
@@ -488,6 +497,64 @@ async fn an_idempotent_batch_is_written_once_even_across_a_leader_change() {
     shutdown_all(nodes).await;
 }
 
+/// Regression (D0): once a partition has taken a batch of a producer's later epoch, it refuses
+/// the earlier epochs, on every leader after it too, so that a batch a client gave up on can
+/// never land after the batches it sent in its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_producer_epoch_fences_the_earlier_ones_across_a_leader_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let addrs = free_addrs(3);
+    let one_partition = |id| single_partition(id, &addrs, dir.path());
+    let mut nodes = start_all(one_partition).await;
+    const P: u64 = 0xe90c;
+    let epoch = |e: u16, sequence: u32| ProducerSeq::new(P, sequence).with_epoch(e);
+    let a = append_numbered_to_leader(&nodes, epoch(0, 0), &[Record::new("a")])
+        .await
+        .unwrap();
+    // The client gives up on its batch at sequence 1 and moves to epoch 1, from 0.
+    match append_numbered_to_leader(&nodes, epoch(1, 5), &[Record::new("x")]).await {
+        Err(Error::OutOfOrderSequence { expected: 0, .. }) => {}
+        other => panic!("a new epoch starts at 0, got {other:?}"),
+    }
+    let b = append_numbered_to_leader(&nodes, epoch(1, 0), &[Record::new("b")])
+        .await
+        .unwrap();
+    assert_eq!(b.base_offset, Offset(1));
+    let fenced = |got: replog::Result<replog::AppendInfo>| match got {
+        Err(Error::ProducerFenced {
+            producer_id: P,
+            epoch: 0,
+            current: 1,
+            ..
+        }) => {}
+        other => panic!("expected epoch 0 to be fenced, got {other:?}"),
+    };
+    // The batch given up on arrives after all: refused, nothing written.
+    fenced(append_numbered_to_leader(&nodes, epoch(0, 1), &[Record::new("late")]).await);
+    // A batch of the old epoch the partition holds is still answered with its offsets.
+    let again = append_numbered_to_leader(&nodes, epoch(0, 0), &[Record::new("a")])
+        .await
+        .unwrap();
+    assert_eq!(again, a);
+
+    // A new leader learned the epoch from the log.
+    let leader = leader_of(&nodes, 0).await;
+    nodes[leader as usize - 1]
+        .take()
+        .unwrap()
+        .shutdown()
+        .await
+        .unwrap();
+    fenced(append_numbered_to_leader(&nodes, epoch(0, 1), &[Record::new("late")]).await);
+    let c = append_numbered_to_leader(&nodes, epoch(1, 1), &[Record::new("c")])
+        .await
+        .unwrap();
+    assert_eq!(c.base_offset, Offset(2));
+    nodes[leader as usize - 1] = Some(Node::start(one_partition(leader)).await.unwrap());
+    assert_every_replica_holds(&nodes, &["a", "b", "c"]).await;
+    shutdown_all(nodes).await;
+}
+
 /// Regression (fault schedules, seed 8): a leader restarted in its old term took a resent
 /// batch as new although its log already held it, uncommitted, from before the restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -509,7 +576,12 @@ async fn a_restarted_leader_does_not_append_a_resent_batch_twice() {
     // The leader appends the batch but cannot commit it; then it stops too.
     let stuck = tokio::time::timeout(
         Duration::from_millis(500),
-        node_ref(&nodes, leader).append_idempotent(TOPIC, 0, P, 1, &[Record::new("x")]),
+        node_ref(&nodes, leader).append_idempotent(
+            TOPIC,
+            0,
+            ProducerSeq::new(P, 1),
+            &[Record::new("x")],
+        ),
     )
     .await;
     assert!(stuck.is_err(), "nothing commits without a quorum");

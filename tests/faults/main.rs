@@ -8,6 +8,9 @@
 //! Every schedule prints its seed; `FAULT_SEED=<seed> cargo test --all-features --test faults
 //! replay -- --nocapture` replays one. `FAULT_SCHEDULES` sets how many schedules CI runs per
 //! test (default 25, in each of two tests); the ignored `soak` test runs `FAULT_SOAK` (default 1000).
+//! `FAULT_CPU_HOG=<threads>` runs the schedules beside spinning threads (timing bugs show on a
+//! loaded machine). A schedule that fails writes its fault timeline, every operation and every
+//! replica's records to the file its panic names.
 
 mod history;
 
@@ -458,6 +461,7 @@ async fn schedule(
     let tolerated = (nodes - 1) / 2;
     // Faults while the producers run; bounded by the producers' own deadlines.
     let started = Instant::now();
+    let mut timeline = Timeline::new(started);
     while !producers.iter().all(|p| p.is_finished()) {
         assert!(
             started.elapsed() < Duration::from_secs(120),
@@ -494,6 +498,7 @@ async fn schedule(
                 if durability == Durability::Replicated && rng.below(2) == 0 {
                     report.bytes_lost += cluster.lose_power(victim).await;
                     report.power_losses += 1;
+                    timeline.note(format!("power loss of {victim}, heal, converge, restart"));
                     cluster.net.heal();
                     cluster.impaired.clear();
                     cluster.converge(Duration::from_secs(30)).await;
@@ -502,6 +507,7 @@ async fn schedule(
                     cluster.converge(Duration::from_secs(30)).await;
                 } else {
                     cluster.stop(victim).await;
+                    timeline.note(format!("stop {victim}"));
                 }
                 report.stops += 1;
             }
@@ -514,6 +520,7 @@ async fn schedule(
                 .unwrap_or_else(|| ids[rng.below(ids.len() as u64) as usize]);
                 let others: Vec<u64> = ids.iter().copied().filter(|i| *i != victim).collect();
                 cluster.net.partition(&[victim], &others);
+                timeline.note(format!("isolate {victim}"));
                 cluster.impaired.push(victim);
                 report.isolations += 1;
             }
@@ -523,22 +530,27 @@ async fn schedule(
                 let to =
                     ids[(from as usize + rng.below(ids.len() as u64 - 1) as usize) % ids.len()];
                 cluster.net.cut(from, to);
+                timeline.note(format!("cut {from} -> {to}"));
                 cluster.impaired.push(to);
                 report.one_way_cuts += 1;
             }
             4 => {
-                cluster.net.set_loss(rng.below(200) as u32);
-                cluster.net.set_delay(0, rng.below(30));
+                let (loss, delay) = (rng.below(200) as u32, rng.below(30));
+                cluster.net.set_loss(loss);
+                cluster.net.set_delay(0, delay);
+                timeline.note(format!("loss {loss}/1000, delay up to {delay} ms"));
                 report.lossy_periods += 1;
             }
             5 | 6 if !down.is_empty() => {
                 let id = down[rng.below(down.len() as u64) as usize];
                 cluster.restart(id).await;
+                timeline.note(format!("restart {id}"));
                 report.restarts += 1;
             }
             _ => {
                 cluster.net.heal();
                 cluster.impaired.clear();
+                timeline.note("heal".into());
                 report.heals += 1;
             }
         }
@@ -563,9 +575,12 @@ async fn schedule(
         cluster.restart(id).await;
         report.restarts += 1;
     }
+    timeline.note("producers done; heal, restart every stopped broker, converge".into());
     cluster.converge(Duration::from_secs(30)).await;
     let replicas = cluster.read_all();
     let (violations, summary) = history::check(&ops, &replicas);
+    let written = (!violations.is_empty())
+        .then(|| write_history(seed, &timeline, &ops, &replicas, &violations));
     for v in violations.iter().take(3) {
         if let history::Violation::Reordered {
             producer,
@@ -612,13 +627,115 @@ async fn schedule(
     }
     assert!(
         violations.is_empty(),
-        "seed {seed} ({nodes} nodes): {} violations, first: {:?}",
+        "seed {seed} ({nodes} nodes): {} violations, first: {:?}; history, faults and replicas \
+         in {}",
         violations.len(),
-        &violations[..violations.len().min(10)]
+        &violations[..violations.len().min(10)],
+        written.map_or("(not written)".into(), |p| p.display().to_string())
     );
     report.summary = summary;
     cluster.shutdown().await;
     report
+}
+
+/// Threads that keep the CPU busy until dropped.
+struct CpuHog {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl CpuHog {
+    fn start(threads: usize) -> CpuHog {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let threads = (0..threads)
+            .map(|_| {
+                let stop = Arc::clone(&stop);
+                std::thread::spawn(move || {
+                    let mut x = 1u64;
+                    // Bounded by the flag, which `drop` sets.
+                    while !stop.load(Ordering::Relaxed) {
+                        for _ in 0..10_000 {
+                            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                        }
+                        std::hint::black_box(x);
+                    }
+                })
+            })
+            .collect();
+        CpuHog { stop, threads }
+    }
+}
+
+impl Drop for CpuHog {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// What a schedule did to the cluster, and when.
+struct Timeline {
+    started: Instant,
+    lines: Vec<String>,
+}
+
+impl Timeline {
+    fn new(started: Instant) -> Timeline {
+        Timeline {
+            started,
+            lines: Vec::new(),
+        }
+    }
+
+    fn note(&mut self, what: String) {
+        let ms = self.started.elapsed().as_millis();
+        self.lines.push(format!("{ms:>7} ms  {what}"));
+    }
+}
+
+/// Writes everything needed to understand a failed schedule (the fault timeline, every
+/// operation and its outcome, every replica's records) to a file, and returns its path.
+fn write_history(
+    seed: u64,
+    timeline: &Timeline,
+    ops: &[Op],
+    replicas: &[Replica],
+    violations: &[history::Violation],
+) -> std::path::PathBuf {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(out, "seed {seed}\n\n# violations");
+    for v in violations {
+        let _ = writeln!(out, "{v:?}");
+    }
+    let _ = writeln!(out, "\n# faults");
+    for line in &timeline.lines {
+        let _ = writeln!(out, "{line}");
+    }
+    let _ = writeln!(out, "\n# operations (producer, n, partition, outcome)");
+    for op in ops {
+        let _ = writeln!(
+            out,
+            "{} {} {} {:?}",
+            op.producer, op.n, op.partition, op.outcome
+        );
+    }
+    let _ = writeln!(out, "\n# replicas (broker, partition: offset=payload ...)");
+    for r in replicas {
+        let _ = write!(out, "broker {} partition {}:", r.node, r.partition);
+        for (offset, payload) in &r.records {
+            let _ = write!(out, " {offset}={}", String::from_utf8_lossy(payload));
+        }
+        let _ = writeln!(out);
+    }
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("fault-histories");
+    let path = dir.join(format!("seed-{seed}.txt"));
+    match std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, out)) {
+        Ok(()) => path,
+        Err(e) => std::path::PathBuf::from(format!("(could not write {}: {e})", path.display())),
+    }
 }
 
 fn env_u64(name: &str, default: u64) -> u64 {
@@ -633,6 +750,9 @@ fn env_u64(name: &str, default: u64) -> u64 {
 async fn run_schedules(first_seed: u64, count: u64) {
     let mut total = Report::default();
     let started = Instant::now();
+    // `FAULT_CPU_HOG=<threads>` runs the schedules beside that many spinning threads: D0 (a
+    // pipelined producer's records reordered) showed only on a loaded machine.
+    let _hog = CpuHog::start(env_u64("FAULT_CPU_HOG", 0) as usize);
     for seed in first_seed..first_seed + count {
         let nodes = if seed % 3 == 2 { 5 } else { 3 };
         let t = Instant::now();

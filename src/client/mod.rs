@@ -1,5 +1,7 @@
 //! [`Client`]: bootstrap list → metadata → the partition's leader, following `NotLeader`.
 
+mod sequencer;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -19,7 +21,8 @@ use crate::raft::types::AppendRequest;
 use crate::segment::record::{Batch, Limits, Record, encode_records};
 use crate::transport::frame::Op;
 use crate::transport::{CallError, Peer, Turn, Turns};
-use crate::types::{NodeId, Offset, PartitionId};
+use crate::types::{NodeId, Offset, PartitionId, ProducerSeq};
+use sequencer::{Attempt, Sequencer};
 
 /// Configuration of a [`Client`].
 #[derive(Clone, Debug)]
@@ -147,9 +150,12 @@ impl std::fmt::Display for PartitionDescription {
 /// the order `send` was called, with at most [`ClientConfig::in_flight_per_partition`] in
 /// flight.
 ///
-/// If a batch fails for good (its delivery deadline passes), the client takes a fresh producer
-/// id for that partition, so that later batches do not wait for the sequence number it leaves
-/// out. Without idempotence, a batch whose outcome is unknown fails with
+/// If a batch fails for good (its delivery deadline passes), the client moves that partition
+/// to the producer's next epoch and renumbers the batches behind it, in their order, so that
+/// later batches do not wait for the sequence number it leaves out; the partition refuses the
+/// earlier epoch from then on ([`Error::ProducerFenced`]), so nothing still on its way under the
+/// old numbers can land after them. A batch that was on its way when that happened, and is then
+/// refused, fails too (the batches behind it may already be written). Without idempotence, a batch whose outcome is unknown fails with
 /// [`Error::Indeterminate`] instead of being resent.
 #[derive(Debug)]
 pub struct Client {
@@ -184,102 +190,8 @@ struct ProducerSlot {
     turns: Arc<Turns>,
 }
 
-#[derive(Debug)]
-struct Sequencer {
-    producer_id: u64,
-    next: u32,
-    /// This producer id's batches not yet answered, in the order they were numbered.
-    unanswered: std::collections::VecDeque<Unanswered>,
-    /// Batches of earlier producer ids renumbered under a later one when it was taken:
-    /// `(old id, old base sequence)` → `(new id, new base sequence)`.
-    renumbered: HashMap<(u64, u32), (u64, u32)>,
-}
-
-#[derive(Debug)]
-struct Unanswered {
-    base_sequence: u32,
-    record_count: u32,
-    /// An attempt's outcome was unknown: it may be in the log under this number.
-    maybe_written: bool,
-}
-
-impl Sequencer {
-    fn new() -> Sequencer {
-        Sequencer {
-            producer_id: new_producer_id(),
-            next: 0,
-            unanswered: std::collections::VecDeque::new(),
-            renumbered: HashMap::new(),
-        }
-    }
-
-    /// Numbers a batch of `count` records.
-    fn take(&mut self, count: u32) -> (u64, u32) {
-        let taken = (self.producer_id, self.next);
-        self.unanswered.push_back(Unanswered {
-            base_sequence: self.next,
-            record_count: count,
-            maybe_written: false,
-        });
-        self.next = self.next.wrapping_add(count);
-        taken
-    }
-
-    /// The batch numbered `(producer_id, base_sequence)` has its answer.
-    fn answered(&mut self, producer_id: u64, base_sequence: u32) {
-        if self.producer_id == producer_id {
-            self.unanswered.retain(|u| u.base_sequence != base_sequence);
-        }
-    }
-
-    /// The batch numbered `(producer_id, base_sequence)` may be in the log under that number.
-    fn maybe_written(&mut self, producer_id: u64, base_sequence: u32) {
-        if self.producer_id == producer_id
-            && let Some(u) = self
-                .unanswered
-                .iter_mut()
-                .find(|u| u.base_sequence == base_sequence)
-        {
-            u.maybe_written = true;
-        }
-    }
-
-    /// Whether `(producer_id, base_sequence)` is the oldest batch still waiting for an answer.
-    fn is_oldest(&self, producer_id: u64, base_sequence: u32) -> bool {
-        self.producer_id == producer_id
-            && self.unanswered.front().map(|u| u.base_sequence) == Some(base_sequence)
-    }
-
-    /// Starts over under a new producer id, unless that happened since `old_id` was used. The
-    /// old id's unanswered batches that cannot be in the log are renumbered under the new one
-    /// at once, in their order, so that they keep it however their retries interleave.
-    fn rotate_from(&mut self, old_id: u64) {
-        if self.producer_id != old_id {
-            return;
-        }
-        self.producer_id = new_producer_id();
-        self.next = 0;
-        for u in std::mem::take(&mut self.unanswered) {
-            if !u.maybe_written {
-                let new = self.take(u.record_count);
-                self.renumbered.insert((old_id, u.base_sequence), new);
-            }
-        }
-    }
-
-    /// Where `(producer_id, base_sequence)` was renumbered to, following later renumberings.
-    fn renumbering_of(&mut self, producer_id: u64, base_sequence: u32) -> Option<(u64, u32)> {
-        let mut at = self.renumbered.remove(&(producer_id, base_sequence))?;
-        // Bounded: each step removes an entry.
-        while let Some(next) = self.renumbered.remove(&at) {
-            at = next;
-        }
-        Some(at)
-    }
-}
-
 /// A random, non-zero producer id.
-fn new_producer_id() -> u64 {
+pub(crate) fn new_producer_id() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -476,7 +388,7 @@ impl Client {
         let permits = self.config.in_flight_per_partition.clamp(1, 5) as usize;
         Arc::clone(self.producers.lock().entry(id.clone()).or_insert_with(|| {
             Arc::new(ProducerSlot {
-                sequencer: Mutex::new(Sequencer::new()),
+                sequencer: Mutex::new(Sequencer::new(new_producer_id())),
                 in_flight: tokio::sync::Semaphore::new(permits),
                 turns: Turns::new(),
             })
@@ -512,12 +424,12 @@ impl Client {
         let id = PartitionId::new(topic, partition);
         let started = Instant::now();
         let slot = self.producer_slot(&id);
-        let ((producer_id, base_sequence), turn) = {
+        let (numbers, turn) = {
             let sequencer = &mut slot.sequencer.lock();
             let numbers = if self.config.idempotent {
                 sequencer.take(record_count)
             } else {
-                (0, 0)
+                ProducerSeq::new(0, 0)
             };
             (numbers, slot.turns.issue())
         };
@@ -529,8 +441,9 @@ impl Client {
                     timestamp_ms: 0,
                     records: payload,
                     record_count,
-                    producer_id,
-                    base_sequence,
+                    producer_id: numbers.producer_id,
+                    producer_epoch: numbers.epoch,
+                    base_sequence: numbers.base_sequence,
                 },
             },
             slot,
@@ -567,12 +480,11 @@ impl Client {
             }),
         };
         if request.batch.producer_id != 0 {
-            let mut sequencer = slot.sequencer.lock();
-            sequencer.answered(request.batch.producer_id, request.batch.base_sequence);
-            if outcome.is_err() {
-                // The batch may leave its sequence numbers unused: later batches start afresh.
-                sequencer.rotate_from(request.batch.producer_id);
-            }
+            // A failed batch may leave its sequence numbers unused: the partition moves to the
+            // next epoch (see `sequencer`).
+            slot.sequencer
+                .lock()
+                .finished(numbers_of(&request.batch), outcome.is_err());
         }
         outcome
     }
@@ -656,9 +568,27 @@ impl Client {
                 });
                 tx
             });
+            if idempotent {
+                let mut numbers = numbers_of(&request.batch);
+                slot.sequencer.lock().begin_attempt(&mut numbers);
+                set_numbers(&mut request.batch, numbers);
+            }
             let answer = self
                 .call_with::<_, ProduceResponse>(addr, Op::Produce, &*request, enqueued)
                 .await;
+            if idempotent {
+                let attempt = match &answer {
+                    // Written, or perhaps written.
+                    Ok(Ok(_) | Err(WireError::Indeterminate(_) | WireError::Other(_))) => {
+                        Attempt::MayHaveLanded
+                    }
+                    Ok(Err(_)) | Err(CallError::Unreachable(_)) => Attempt::Refused,
+                    Err(_) => Attempt::MayHaveLanded,
+                };
+                slot.sequencer
+                    .lock()
+                    .end_attempt(numbers_of(&request.batch), attempt);
+            }
             let outcome = match &answer {
                 Ok(Ok(_)) => "ok".to_string(),
                 Ok(Err(WireError::NotLeader {
@@ -728,12 +658,12 @@ impl Client {
                     target = Some(addr);
                 }
                 Ok(Err(WireError::OutOfOrderSequence { expected, got, .. })) => {
-                    let (current, oldest) = {
+                    let numbers = numbers_of(&request.batch);
+                    let (current_epoch, oldest) = {
                         let sequencer = slot.sequencer.lock();
-                        let batch = &request.batch;
                         (
-                            sequencer.producer_id,
-                            sequencer.is_oldest(batch.producer_id, batch.base_sequence),
+                            sequencer.is_current_epoch(numbers),
+                            sequencer.is_oldest(numbers),
                         )
                     };
                     // `got` ahead of `expected`: an earlier batch has not arrived yet, unless
@@ -750,23 +680,51 @@ impl Client {
                             ),
                         });
                     }
-                    if !maybe_written
-                        && (!ahead || forgotten || current != request.batch.producer_id)
-                    {
+                    if !maybe_written && (!ahead || forgotten || !current_epoch) {
                         // Never written, and its place in the sequence is gone (an earlier
                         // batch failed for good, or the partition forgot the producer): it
-                        // takes the number it was given under a fresh producer id.
-                        let mut sequencer = slot.sequencer.lock();
-                        let (old_id, old_sequence) =
-                            (request.batch.producer_id, request.batch.base_sequence);
-                        sequencer.rotate_from(old_id);
-                        let (producer_id, base_sequence) = sequencer
-                            .renumbering_of(old_id, old_sequence)
-                            .unwrap_or_else(|| sequencer.take(request.batch.record_count));
-                        request.batch.producer_id = producer_id;
-                        request.batch.base_sequence = base_sequence;
+                        // takes new numbers in the next epoch, or fails if batches behind it
+                        // may already have landed under that epoch.
+                        let renumbered = slot.sequencer.lock().renumber_refused(numbers);
+                        match renumbered {
+                            Some(new) => set_numbers(&mut request.batch, new),
+                            None => {
+                                return Err(Error::OutOfOrderSequence {
+                                    partition: id,
+                                    producer_id: numbers.producer_id,
+                                    expected,
+                                    got,
+                                });
+                            }
+                        }
                     } else {
                         tokio::time::sleep(jitter(Duration::from_millis(5))).await;
+                    }
+                    target = Some(addr);
+                }
+                Ok(Err(WireError::ProducerFenced { epoch, current, .. })) => {
+                    // A later epoch of this producer has written: these numbers never will.
+                    let numbers = numbers_of(&request.batch);
+                    if maybe_written {
+                        return Err(Error::Indeterminate {
+                            partition: id,
+                            reason: format!(
+                                "epoch {epoch} was fenced by epoch {current} after an attempt \
+                                 whose outcome is unknown"
+                            ),
+                        });
+                    }
+                    let renumbered = slot.sequencer.lock().renumber_refused(numbers);
+                    match renumbered {
+                        Some(new) => set_numbers(&mut request.batch, new),
+                        None => {
+                            return Err(Error::ProducerFenced {
+                                partition: id,
+                                producer_id: numbers.producer_id,
+                                epoch,
+                                current,
+                            });
+                        }
                     }
                     target = Some(addr);
                 }
@@ -778,9 +736,6 @@ impl Client {
                 }
                 Ok(Err(WireError::Indeterminate(_))) => {
                     maybe_written = true;
-                    slot.sequencer
-                        .lock()
-                        .maybe_written(request.batch.producer_id, request.batch.base_sequence);
                     self.leaders.lock().remove(&id);
                 }
                 Ok(Err(e)) => return Err(e.into_error(&id, 0)),
@@ -796,9 +751,6 @@ impl Client {
                 Err(_) => {
                     // Sent, and no answer: resend (same sequence) to whoever leads now.
                     maybe_written = true;
-                    slot.sequencer
-                        .lock()
-                        .maybe_written(request.batch.producer_id, request.batch.base_sequence);
                     self.leaders.lock().remove(&id);
                 }
             }
@@ -1171,6 +1123,21 @@ fn describe(p: &PartitionMetadata) -> PartitionDescription {
     }
 }
 
+/// The numbers an idempotent batch carries.
+fn numbers_of(batch: &AppendRequest) -> ProducerSeq {
+    ProducerSeq {
+        producer_id: batch.producer_id,
+        epoch: batch.producer_epoch,
+        base_sequence: batch.base_sequence,
+    }
+}
+
+fn set_numbers(batch: &mut AppendRequest, numbers: ProducerSeq) {
+    batch.producer_id = numbers.producer_id;
+    batch.producer_epoch = numbers.epoch;
+    batch.base_sequence = numbers.base_sequence;
+}
+
 fn elapsed_ms(since: Instant) -> u64 {
     u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
@@ -1186,58 +1153,6 @@ fn jitter(d: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sequences_count_records_and_a_rotation_starts_over_once() {
-        let mut s = Sequencer {
-            producer_id: 7,
-            next: u32::MAX - 1,
-            unanswered: Default::default(),
-            renumbered: HashMap::new(),
-        };
-        assert_eq!(s.take(3), (7, u32::MAX - 1));
-        assert_eq!(s.take(1), (7, 1), "wraps");
-        s.answered(7, u32::MAX - 1);
-        s.answered(7, 1);
-        s.rotate_from(7);
-        let fresh = s.producer_id;
-        assert_ne!(fresh, 7);
-        assert_eq!(s.take(2), (fresh, 0));
-        // A second batch that failed under the old id does not rotate again.
-        s.rotate_from(7);
-        assert_eq!(s.take(1), (fresh, 2));
-        // The oldest unanswered batch is tracked per producer id.
-        assert!(s.is_oldest(fresh, 0));
-        s.answered(fresh, 0);
-        assert!(s.is_oldest(fresh, 2) && !s.is_oldest(7, 2));
-    }
-
-    /// Regression (fault schedules with a pipelined producer): after a batch failed for good,
-    /// the batches behind it took fresh numbers in whatever order their retries came, and
-    /// landed out of order.
-    #[test]
-    fn regression_a_rotation_renumbers_the_batches_behind_in_their_order() {
-        let mut s = Sequencer::new();
-        let old = s.producer_id;
-        let failed = s.take(10);
-        let (b, c, d) = (s.take(5), s.take(7), s.take(1));
-        s.maybe_written(old, d.1);
-        // The first batch fails for good: the others, never written, are renumbered in order;
-        // the one that may be in the log keeps its number.
-        s.answered(failed.0, failed.1);
-        s.rotate_from(old);
-        let new = s.producer_id;
-        // Asked for in reverse order, they still get their numbers in the original order.
-        assert_eq!(s.renumbering_of(old, c.1), Some((new, 5)));
-        assert_eq!(s.renumbering_of(old, b.1), Some((new, 0)));
-        assert_eq!(s.renumbering_of(old, d.1), None);
-        assert_eq!(s.take(3), (new, 12), "new batches come after them");
-        // A second rotation before a batch looked its number up still finds it.
-        let e = s.take(2);
-        s.rotate_from(new);
-        let newer = s.producer_id;
-        assert_eq!(s.renumbering_of(e.0, e.1).map(|(id, _)| id), Some(newer));
-    }
 
     #[test]
     fn not_leader_hints_are_followed_only_when_at_least_as_new_as_the_cache() {
