@@ -19,7 +19,7 @@
 //! A created topic's id is the offset of its `CreateTopic` record in the metadata log: unique
 //! for the life of the cluster, so a topic deleted and created again under the same name is
 //! a different topic, and a broker that slept through both never mistakes the old data for
-//! the new (see `partition.metadata` in `node.rs`).
+//! the new (see `partition.metadata` in `node/replica_dir.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -1,0 +1,160 @@
+//! What a broker tells about partitions: [`PartitionStatus`], the ISR, and metadata answers
+//! that name every partition's current leader.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::error::Result;
+use crate::protocol::{MetadataRequest, MetadataResponse, PartitionMetadata};
+use crate::transport::frame::Op;
+use crate::types::{NodeId, Offset, PartitionId};
+
+use super::{Broker, HostedReplica, ISR_LAG_ENTRIES_MAX, PartitionStatus};
+
+impl Broker {
+    /// See [`Node::status`].
+    pub(crate) fn status(&self, topic: &str, partition: u32) -> Result<PartitionStatus> {
+        let group = self.group(&PartitionId::new(topic, partition))?;
+        Ok(self.status_of(&group))
+    }
+
+    fn status_of(&self, group: &HostedReplica) -> PartitionStatus {
+        let state = group.raft.state();
+        let last = state.last_log_index.unwrap_or(0);
+        let follower_lag = state
+            .members
+            .map(|members| {
+                members
+                    .into_iter()
+                    .filter(|(id, _)| *id != self.config.id)
+                    .map(|(id, m)| (id, last.saturating_sub(m.matched.map_or(0, |i| i + 1))))
+                    .collect()
+            })
+            .unwrap_or_default();
+        PartitionStatus {
+            leader: state.leader,
+            term: state.term,
+            log_end: group.store.log().end_offset(),
+            high_watermark: Offset(group.sm.high_watermark()),
+            log_start: group.store.log().start_offset(),
+            follower_lag,
+        }
+    }
+
+    /// This broker's view of one replica it hosts.
+    fn partition_metadata(
+        &self,
+        group: &HostedReplica,
+        replicas: Vec<NodeId>,
+    ) -> PartitionMetadata {
+        let state = group.raft.state();
+        let last = state.last_log_index.unwrap_or(0);
+        // In sync: the leader, and followers that are at most ISR_LAG_ENTRIES_MAX entries
+        // behind and acknowledged the leader within two election timeouts.
+        let silence_max = Duration::from_millis(self.config.election_timeout_ms * 2);
+        let isr = state
+            .members
+            .map(|members| {
+                members
+                    .into_iter()
+                    .filter(|(id, m)| {
+                        let behind = last.saturating_sub(m.matched.unwrap_or(0));
+                        let heard =
+                            *id == self.config.id || m.ack_age.is_some_and(|age| age < silence_max);
+                        behind <= ISR_LAG_ENTRIES_MAX && heard
+                    })
+                    .map(|(id, _)| id)
+                    .collect()
+            })
+            .unwrap_or_default();
+        PartitionMetadata {
+            partition: group.id.clone(),
+            leader: state.leader,
+            term: state.term,
+            replicas,
+            isr,
+            log_start: group.store.log().start_offset().get(),
+            high_watermark: group.sm.high_watermark(),
+        }
+    }
+
+    /// What this broker knows of the cluster: every broker and, per partition, the leader,
+    /// its term, the replicas and (from the leader) the in-sync replicas. A partition hosted
+    /// here is described by its local replica, which tracks the leader; one hosted elsewhere
+    /// by asking its replicas (unless `local_only`: then it is left out).
+    pub(crate) async fn metadata(&self, topic: Option<&str>, local_only: bool) -> MetadataResponse {
+        let all = self.catalog.read().brokers();
+        let brokers: Vec<(NodeId, String)> = self.members(&all).into_iter().collect();
+        let wanted: Vec<(PartitionId, Vec<NodeId>)> = {
+            let catalog = self.catalog.read();
+            catalog
+                .topics()
+                .filter(|(name, _)| topic.is_none_or(|t| t == name.as_str()))
+                .flat_map(|(name, t)| {
+                    t.assignment.iter().enumerate().map(|(p, replicas)| {
+                        let p = u32::try_from(p).unwrap_or(u32::MAX);
+                        (PartitionId::new(name.clone(), p), replicas.clone())
+                    })
+                })
+                .collect()
+        };
+        let mut partitions = Vec::with_capacity(wanted.len());
+        // Brokers to ask, and where each partition hosted elsewhere sits in `partitions`.
+        let mut remote: std::collections::BTreeSet<NodeId> = Default::default();
+        let mut elsewhere: HashMap<PartitionId, usize> = HashMap::new();
+        for (id, replicas) in wanted {
+            let group = self.groups.read().get(&id).cloned();
+            match group {
+                Some(group) => partitions.push(self.partition_metadata(&group, replicas)),
+                None if local_only => {}
+                None => {
+                    remote.extend(replicas.iter().copied());
+                    elsewhere.insert(id.clone(), partitions.len());
+                    partitions.push(PartitionMetadata {
+                        partition: id,
+                        leader: None,
+                        term: 0,
+                        replicas,
+                        isr: Vec::new(),
+                        log_start: 0,
+                        high_watermark: 0,
+                    });
+                }
+            }
+        }
+        if !remote.is_empty() {
+            // Ask each broker hosting such partitions, at once, and keep, per partition, the
+            // answer that names a leader in the highest term.
+            let asks = remote.iter().map(|broker| {
+                let request = MetadataRequest {
+                    topic: topic.map(str::to_string),
+                    local_only: true,
+                };
+                self.ask::<_, MetadataResponse>(*broker, Op::Metadata, request)
+            });
+            let answers = futures_util::future::join_all(asks).await;
+            for answer in answers.into_iter().flatten() {
+                for theirs in answer.partitions {
+                    let Some(slot) = elsewhere
+                        .get(&theirs.partition)
+                        .and_then(|i| partitions.get_mut(*i))
+                    else {
+                        continue;
+                    };
+                    let better = theirs.leader.is_some()
+                        && (slot.leader.is_none() || theirs.term > slot.term);
+                    if better {
+                        let replicas = std::mem::take(&mut slot.replicas);
+                        *slot = PartitionMetadata { replicas, ..theirs };
+                    }
+                }
+            }
+        }
+        partitions.sort_by(|a, b| a.partition.cmp(&b.partition));
+        MetadataResponse {
+            broker: self.config.id,
+            brokers,
+            partitions,
+        }
+    }
+}

@@ -1,0 +1,456 @@
+//! The metadata group from a broker's side: proposing commands (topics created and deleted,
+//! brokers registered, moves), forwarding them to the metadata leader, and following the
+//! metadata log into the catalog.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::catalog::{
+    CONFIGURED_TOPIC_ID, METADATA_TOPIC, MetaCommand, PARTITIONS_MAX, Refused, check_topic_name,
+};
+use crate::error::{Error, Result};
+use crate::protocol::{CreateTopicRequest, DeleteTopicRequest, ProposeRequest, WireError};
+use crate::raft::types::AppendRequest;
+use crate::segment::record::{Record, encode_records};
+use crate::transport::frame::Op;
+use crate::types::{NodeId, Offset, PartitionId};
+
+use super::write::read_committed;
+use super::{Broker, META_RECORD_BYTES_MAX};
+
+impl Broker {
+    /// Where broker `id` is: this broker's own address, or the one it registered in the
+    /// metadata log, or else the configured one.
+    pub(super) fn broker_addr(&self, id: NodeId) -> Option<SocketAddr> {
+        if id == self.config.id {
+            Some(self.addr)
+        } else {
+            let registered = self.catalog.read().broker_addr(id);
+            registered.or_else(|| self.config.peers.get(&id).copied())
+        }
+    }
+
+    /// Records this broker's address in the metadata log (see [`MetaCommand::RegisterBroker`]).
+    async fn register(&self) -> Result<()> {
+        // A broker that joined once is in the catalog (its own replica replays the metadata
+        // log); from then on it only moves.
+        let me = self.config.id;
+        let join = self.config.join && !self.catalog.read().brokers().contains(&me);
+        let request = ProposeRequest {
+            command: MetaCommand::RegisterBroker {
+                id: me,
+                addr: self.addr.to_string(),
+                join,
+            },
+            forwarded: false,
+        };
+        if self.meta.raft.state().leader.is_some() {
+            return self.propose(request).await;
+        }
+        // No metadata leader known here (a joining broker is nobody's follower yet): any
+        // founding broker takes the registration to its leader.
+        let timeout = Duration::from_millis(self.config.request_timeout_ms);
+        let mut tried = Vec::new();
+        for peer in self.config.peers.keys() {
+            let answer: Result<std::result::Result<(), WireError>> =
+                self.forward(*peer, Op::Propose, &request, timeout).await;
+            match answer {
+                Ok(Ok(())) => return Ok(()),
+                Ok(Err(e)) => tried.push(format!("broker {peer} ({e:?})")),
+                Err(e) => tried.push(format!("broker {peer} ({e})")),
+            }
+        }
+        Err(Error::NoBrokerReachable {
+            tried: tried.join(", "),
+        })
+    }
+
+    /// Commits a metadata command through the metadata group (see [`Op::Propose`]).
+    pub(crate) async fn propose(&self, request: ProposeRequest) -> Result<()> {
+        // A broker registering an address is reached there at once: the metadata group may
+        // need its vote or acknowledgement to commit this very registration (the catalog
+        // confirms it).
+        if let MetaCommand::RegisterBroker { id, addr, .. } = &request.command
+            && *id != self.config.id
+            && let Ok(addr) = addr.parse()
+        {
+            self.peers.set_addr(*id, addr);
+        }
+        let unknown = || match &request.command {
+            MetaCommand::ReassignPartition {
+                name, partition, ..
+            } => Error::UnknownPartition(PartitionId::new(name.clone(), *partition)),
+            _ => Error::UnknownPartition(PartitionId::new(METADATA_TOPIC, 0)),
+        };
+        self.meta_command(
+            request.command.clone(),
+            request.forwarded,
+            Op::Propose,
+            &request,
+        )
+        .await
+        .map_err(|e| match e {
+            MetaError::Refused(Refused::UnknownTopic) => unknown(),
+            MetaError::Refused(Refused::TopicExists) => Error::InvalidTopic {
+                reason: "the topic exists".into(),
+            },
+            MetaError::Refused(Refused::Invalid(reason)) => Error::InvalidTopic { reason },
+            MetaError::Failed(e) => e,
+        })
+    }
+
+    /// Sends a request to broker `to` and decodes its answer; `None` if it did not answer
+    /// within an election timeout or answered an error.
+    pub(super) async fn ask<Req: Serialize, Resp: serde::de::DeserializeOwned>(
+        &self,
+        to: NodeId,
+        op: Op,
+        request: Req,
+    ) -> Option<Resp> {
+        let timeout = Duration::from_millis(
+            self.config
+                .request_timeout_ms
+                .min(self.config.election_timeout_ms),
+        );
+        let result: std::result::Result<Resp, WireError> =
+            self.forward(to, op, &request, timeout).await.ok()?;
+        result.ok()
+    }
+
+    /// Sends a request to broker `to` and decodes its answer, waiting at most `timeout`.
+    async fn forward<Req: Serialize, Resp: serde::de::DeserializeOwned>(
+        &self,
+        to: NodeId,
+        op: Op,
+        request: &Req,
+        timeout: Duration,
+    ) -> Result<std::result::Result<Resp, WireError>> {
+        let unreachable = |reason: String| Error::NoBrokerReachable {
+            tried: format!("broker {to} ({reason})"),
+        };
+        let peer = self
+            .peers
+            .get(to, true)
+            .ok_or_else(|| unreachable("not a peer".into()))?;
+        let body = crate::protocol::encode(request).map_err(|e| unreachable(e.to_string()))?;
+        let bytes = self
+            .peers
+            .call(&peer, to, op, body, timeout)
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
+        postcard::from_bytes(&bytes).map_err(|e| unreachable(format!("bad answer: {e}")))
+    }
+
+    /// Creates a topic through the metadata group: proposed here when this broker leads it,
+    /// otherwise forwarded (once) to its leader.
+    pub(crate) async fn create_topic(&self, request: CreateTopicRequest) -> Result<()> {
+        check_topic_name(&request.name).map_err(|reason| Error::InvalidTopic { reason })?;
+        if request.partitions == 0 || request.partitions > PARTITIONS_MAX {
+            return Err(Error::InvalidTopic {
+                reason: format!("a topic has 1 to {PARTITIONS_MAX} partitions"),
+            });
+        }
+        let factor = usize::try_from(request.replication_factor).unwrap_or(usize::MAX);
+        let (created, brokers) = {
+            let catalog = self.catalog.read();
+            if catalog.topic(&request.name).is_some() {
+                return Err(Error::TopicExists(request.name));
+            }
+            (catalog.created(), catalog.brokers())
+        };
+        let assignment = crate::catalog::assign(&brokers, request.partitions, factor, created)
+            .map_err(|reason| Error::InvalidTopic { reason })?;
+        let command = MetaCommand::CreateTopic {
+            name: request.name.clone(),
+            assignment,
+        };
+        self.meta_command(command, request.forwarded, Op::CreateTopic, &request)
+            .await
+            .map_err(|e| match e {
+                MetaError::Refused(Refused::TopicExists) => {
+                    Error::TopicExists(request.name.clone())
+                }
+                MetaError::Refused(Refused::UnknownTopic) => {
+                    Error::UnknownPartition(PartitionId::new(request.name.clone(), 0))
+                }
+                MetaError::Refused(Refused::Invalid(reason)) => Error::InvalidTopic { reason },
+                MetaError::Failed(e) => e,
+            })
+    }
+
+    /// Deletes a created topic through the metadata group (see
+    /// [`create_topic`](Self::create_topic)).
+    pub(crate) async fn delete_topic(&self, request: DeleteTopicRequest) -> Result<()> {
+        let unknown = || Error::UnknownPartition(PartitionId::new(request.name.clone(), 0));
+        match self.catalog.read().topic(&request.name) {
+            None => return Err(unknown()),
+            Some(t) if t.id == CONFIGURED_TOPIC_ID => {
+                return Err(Error::InvalidTopic {
+                    reason: format!(
+                        "topic {} is configured on the brokers and cannot be deleted",
+                        request.name
+                    ),
+                });
+            }
+            Some(_) => {}
+        }
+        let command = MetaCommand::DeleteTopic {
+            name: request.name.clone(),
+        };
+        self.meta_command(command, request.forwarded, Op::DeleteTopic, &request)
+            .await
+            .map_err(|e| match e {
+                MetaError::Refused(Refused::UnknownTopic) => unknown(),
+                MetaError::Refused(Refused::TopicExists) => {
+                    Error::TopicExists(request.name.clone())
+                }
+                MetaError::Refused(Refused::Invalid(reason)) => Error::InvalidTopic { reason },
+                MetaError::Failed(e) => e,
+            })
+    }
+
+    /// Commits `command` in the metadata log and answers once the metadata leader has applied
+    /// it: on the leader directly; elsewhere by forwarding `request` (marked as forwarded) to
+    /// the leader, unless it was forwarded already (a broker that forwarded applies it a
+    /// moment later, as every broker does).
+    async fn meta_command<Req: Serialize + Clone + Forwardable>(
+        &self,
+        command: MetaCommand,
+        forwarded: bool,
+        op: Op,
+        request: &Req,
+    ) -> std::result::Result<(), MetaError> {
+        let deadline =
+            tokio::time::Instant::now() + Duration::from_millis(self.config.request_timeout_ms);
+        // Wait (boundedly) for the metadata group to have a leader.
+        let leader = loop {
+            if let Some(leader) = self.meta.raft.state().leader {
+                break leader;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(MetaError::Failed(Error::TryAgain {
+                    partition: self.meta.id.clone(),
+                    reason: "the metadata group has no leader yet".into(),
+                }));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        if leader != self.config.id {
+            if forwarded {
+                return Err(MetaError::Failed(Error::NotLeader {
+                    partition: self.meta.id.clone(),
+                    leader: None,
+                }));
+            }
+            let answer: std::result::Result<(), WireError> = self
+                .forward(
+                    leader,
+                    op,
+                    &request.clone().forwarded(),
+                    deadline.saturating_duration_since(tokio::time::Instant::now()),
+                )
+                .await
+                .map_err(MetaError::Failed)?;
+            return answer.map_err(|e| MetaError::Failed(e.into_error(&self.meta.id, 0)));
+        }
+        let value = postcard::to_stdvec(&command)
+            .map_err(|e| MetaError::Failed(Error::Remote(e.to_string())))?;
+        let (records, record_count) = encode_records(&[Record::new(value)], META_RECORD_BYTES_MAX)
+            .map_err(MetaError::Failed)?;
+        let append = AppendRequest {
+            timestamp_ms: 0,
+            records,
+            record_count,
+            producer_id: 0,
+            producer_epoch: 0,
+            base_sequence: 0,
+        };
+        let info = self
+            .append_to(&self.meta, append, None)
+            .await
+            .map_err(MetaError::Failed)?;
+        let offset = info.base_offset.get();
+        let mut applied = self.catalog_applied.subscribe();
+        let waited =
+            tokio::time::timeout_at(deadline, applied.wait_for(|next| *next > offset)).await;
+        if !matches!(waited, Ok(Ok(_))) {
+            return Err(MetaError::Failed(Error::Indeterminate {
+                partition: self.meta.id.clone(),
+                reason: "committed, but not applied here in time".into(),
+            }));
+        }
+        match self.catalog.read().outcome(offset) {
+            Some(Ok(())) => Ok(()),
+            Some(Err(refused)) => Err(MetaError::Refused(refused)),
+            None => Err(MetaError::Failed(Error::Indeterminate {
+                partition: self.meta.id.clone(),
+                reason: "the outcome is no longer remembered".into(),
+            })),
+        }
+    }
+
+    /// Applies the metadata records committed since the last call to the catalog.
+    fn catch_up_catalog(&self) -> Result<bool> {
+        let mut progressed = false;
+        // Bounded: each round consumes at least one record or stops.
+        loop {
+            let next = self.catalog.read().next_offset();
+            let batches = read_committed(&self.meta, Offset(next), 1 << 20)?;
+            if batches.is_empty() {
+                return Ok(progressed);
+            }
+            let mut catalog = self.catalog.write();
+            for batch in &batches {
+                for (offset, record) in batch.records() {
+                    if offset.get() < catalog.next_offset() {
+                        continue;
+                    }
+                    let command = postcard::from_bytes::<MetaCommand>(&record.value).ok();
+                    if command.is_none() {
+                        tracing::warn!(
+                            offset = offset.get(),
+                            "metadata record is not a command; skipped"
+                        );
+                    }
+                    catalog.apply(offset.get(), command.as_ref());
+                    if let Some(MetaCommand::RegisterBroker { id, .. }) = &command
+                        && let Some(addr) = catalog.broker_addr(*id)
+                    {
+                        self.peers.set_addr(*id, addr);
+                    }
+                    progressed = true;
+                }
+            }
+            let next = catalog.next_offset();
+            drop(catalog);
+            self.catalog_applied.send_replace(next);
+        }
+    }
+}
+
+/// Why a metadata command did not take effect.
+enum MetaError {
+    Refused(Refused),
+    Failed(Error),
+}
+
+/// An admin request that can be marked as forwarded by a broker to the metadata leader.
+trait Forwardable {
+    fn forwarded(self) -> Self;
+}
+
+impl Forwardable for CreateTopicRequest {
+    fn forwarded(self) -> Self {
+        CreateTopicRequest {
+            forwarded: true,
+            ..self
+        }
+    }
+}
+
+impl Forwardable for ProposeRequest {
+    fn forwarded(self) -> Self {
+        ProposeRequest {
+            forwarded: true,
+            ..self
+        }
+    }
+}
+
+impl Forwardable for DeleteTopicRequest {
+    fn forwarded(self) -> Self {
+        DeleteTopicRequest {
+            forwarded: true,
+            ..self
+        }
+    }
+}
+
+/// Follows the metadata log: applies each committed command to the catalog, then starts and
+/// stops replicas to match it. Runs until shutdown.
+pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+    let mut applied = broker.meta.sm.subscribe();
+    let mut registering: Option<tokio::task::JoinHandle<()>> = None;
+    let mut adding: Option<tokio::task::JoinHandle<()>> = None;
+    let mut moving: HashMap<PartitionId, tokio::task::JoinHandle<()>> = HashMap::new();
+    loop {
+        let progressed = match broker.catch_up_catalog() {
+            Ok(progressed) => progressed,
+            Err(e) => {
+                tracing::warn!(error = %e, "metadata log unreadable; will retry");
+                false
+            }
+        };
+        broker.reconcile().await;
+        if progressed {
+            broker.sweep_deleted();
+        }
+        // Until the catalog has this broker's address, one registration at a time is in
+        // flight; a failed one is tried again on the next round (at least a second later).
+        let me = broker.config.id;
+        if broker.catalog.read().broker_addr(me) != Some(broker.addr)
+            && registering
+                .as_ref()
+                .is_none_or(tokio::task::JoinHandle::is_finished)
+        {
+            let broker = Arc::clone(&broker);
+            registering = Some(tokio::spawn(async move {
+                if let Err(e) = broker.register().await {
+                    tracing::debug!(error = %e, "registering this broker's address failed; will retry");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }));
+        }
+        broker.drive_moves(&mut moving);
+        // The metadata leader makes every broker that joined a learner of the metadata group,
+        // one at a time (a membership change waits for the previous one).
+        if broker.meta.raft.state().leader == Some(me)
+            && adding
+                .as_ref()
+                .is_none_or(tokio::task::JoinHandle::is_finished)
+        {
+            let members = broker.meta.raft.member_ids();
+            let missing = broker
+                .catalog
+                .read()
+                .brokers()
+                .into_iter()
+                .find(|id| !members.contains(id));
+            if let Some(id) = missing
+                && let Some(addr) = broker.broker_addr(id)
+            {
+                let broker = Arc::clone(&broker);
+                adding = Some(tokio::spawn(async move {
+                    match broker.meta.raft.add_learner(id, addr.to_string()).await {
+                        Ok(()) => tracing::info!(broker = id, "broker joined the metadata group"),
+                        Err(e) => {
+                            tracing::debug!(broker = id, error = %e, "adding a learner failed; will retry");
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                        }
+                    }
+                }));
+            }
+        }
+        tokio::select! {
+            _ = shutdown.changed() => break,
+            _ = applied.changed() => {}
+            // Retries replicas that failed to start.
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+        if *shutdown.borrow() {
+            break;
+        }
+    }
+    for task in [registering, adding]
+        .into_iter()
+        .flatten()
+        .chain(moving.into_values())
+    {
+        task.abort();
+    }
+}

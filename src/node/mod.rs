@@ -1,0 +1,490 @@
+//! [`Node`]: a broker that hosts partition replicas, one Raft group each, over TCP.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use parking_lot::RwLock;
+use tokio::sync::watch;
+
+use crate::catalog::{CONFIGURED_TOPIC_ID, Catalog, METADATA_TOPIC, check_topic_name};
+use crate::config::LogConfig;
+use crate::error::{Error, Result};
+use crate::log::AppendInfo;
+use crate::raft::replica::{Replica, Timing};
+use crate::raft::state_machine::StateMachine;
+use crate::raft::storage::{Durability, LogStore};
+use crate::segment::record::{Batch, Record};
+use crate::transport::{Handler, PeerSet, spawn_server};
+use crate::types::{NodeId, Offset, PartitionId, ProducerSeq};
+
+mod config;
+mod describe;
+mod handler;
+mod metadata;
+mod reassign;
+mod replica_dir;
+mod replicas;
+mod retention;
+mod write;
+
+pub use config::NodeConfig;
+use handler::NodeHandler;
+use metadata::follow_metadata;
+use replica_dir::{partition_dir, remove_deleted_dirs};
+use replicas::{ReplicaSpec, open_group, open_replica};
+
+/// A snapshot of one partition replica's state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PartitionStatus {
+    /// The leader this replica knows of.
+    pub leader: Option<NodeId>,
+    /// The current Raft term.
+    pub term: u64,
+    /// The offset after the last record in this replica's log (committed or not).
+    pub log_end: Offset,
+    /// The offset below which records are committed (and applied here).
+    pub high_watermark: Offset,
+    /// The first offset still in this replica's log.
+    pub log_start: Offset,
+    /// On the leader: how many entries each follower is behind the leader's log.
+    pub follower_lag: BTreeMap<NodeId, u64>,
+}
+
+/// Segment size of the metadata log.
+const META_SEGMENT_BYTES: u64 = 4 << 20;
+
+/// Largest metadata command (a topic of 10,000 partitions of 5 replicas takes about 60 KiB).
+const META_RECORD_BYTES_MAX: u32 = 1 << 20;
+
+/// A follower at most this many entries behind the leader counts as in sync.
+const ISR_LAG_ENTRIES_MAX: u64 = 1000;
+
+/// This broker's replica of one partition's Raft group (or of the metadata group): the group's
+/// Raft handle, its log store and state machine.
+struct HostedReplica {
+    id: PartitionId,
+    /// The topic's id in the catalog ([`CONFIGURED_TOPIC_ID`] for configured topics).
+    topic_id: u64,
+    raft: Replica,
+    store: LogStore,
+    sm: StateMachine,
+    /// Set once a rebuild of this replica was asked for (see [`Broker::rebuild_replica`]).
+    rebuilding: AtomicBool,
+}
+
+/// A broker's state, shared by [`Node`] and every task it runs.
+struct Broker {
+    config: NodeConfig,
+    /// This broker's address, as peers and clients reach it.
+    addr: SocketAddr,
+    timing: Timing,
+    peers: Arc<PeerSet>,
+    /// The founding brokers' ids, sorted: this one's and its peers', or only its peers' when
+    /// it joined. The cluster's brokers are the catalog's.
+    founders: Vec<NodeId>,
+    /// The partition replicas this broker hosts.
+    groups: RwLock<HashMap<PartitionId, Arc<HostedReplica>>>,
+    /// This broker's member of the metadata group.
+    meta: Arc<HostedReplica>,
+    /// The topics, as of the metadata log applied here.
+    catalog: RwLock<Catalog>,
+    /// The catalog's next metadata offset, for requests waiting for their command.
+    catalog_applied: watch::Sender<u64>,
+    /// Held while replicas start, stop or are rebuilt, and by shutdown.
+    replicas_changing: tokio::sync::Mutex<()>,
+    /// Set by shutdown: no replica starts any more.
+    closing: AtomicBool,
+}
+
+/// A broker: hosts a replica of every configured partition, each its own Raft group, and
+/// serves peers over TCP. Writes are accepted only on a partition's leader; anywhere else they
+/// fail with [`Error::NotLeader`] and a hint that names the leader.
+///
+/// `Node` runs inside the caller's tokio runtime; it starts no runtime of its own.
+pub struct Node {
+    broker: Arc<Broker>,
+    addr: SocketAddr,
+    shutdown: watch::Sender<bool>,
+    server: tokio::task::JoinHandle<()>,
+    /// The task that follows the metadata log (see `follow_metadata`).
+    follower: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("id", &self.broker.config.id)
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl Node {
+    /// Opens and recovers the replicas of the configured topics and the metadata group,
+    /// listens on `config.listen`, and joins each group. Replicas of created topics start a
+    /// moment later, once the metadata log is re-applied (at once, from the local log, up to
+    /// where it was committed at the last shutdown). A fresh cluster elects its leaders by
+    /// itself.
+    ///
+    /// # Errors
+    ///
+    /// Anything [`PartitionLog::open`] returns, and [`Error::Io`] if the address cannot be
+    /// bound.
+    pub async fn start(mut config: NodeConfig) -> Result<Node> {
+        if config.log.preallocate == crate::config::Preallocate::Auto
+            && config.durability == Durability::Replicated
+        {
+            config.log.preallocate = crate::config::Preallocate::Fallocate;
+        }
+        let listener = tokio::net::TcpListener::bind(config.listen).await?;
+        let addr = listener.local_addr()?;
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let timing = Timing {
+            heartbeat_ms: config.heartbeat_interval_ms,
+            election_timeout_ms: config.election_timeout_ms,
+        };
+        let peers = PeerSet::new(
+            &config.peers,
+            config.id,
+            config.frame_bytes_max,
+            &shutdown_rx,
+        );
+        #[cfg(any(test, feature = "failpoints"))]
+        let peers = peers.with_faults(config.net_faults.clone());
+        let peers = Arc::new(peers);
+        let mut founders: Vec<NodeId> = config.peers.keys().copied().collect();
+        if !config.join {
+            founders.push(config.id);
+        }
+        founders.sort_unstable();
+        founders.dedup();
+        if config.join && founders.contains(&config.id) {
+            return Err(Error::InvalidConfig {
+                field: "join",
+                reason: format!(
+                    "broker {} joins, so it cannot be one of its peers",
+                    config.id
+                ),
+            });
+        }
+        for (topic, _) in &config.topics {
+            check_topic_name(topic).map_err(|reason| Error::InvalidConfig {
+                field: "topics",
+                reason,
+            })?;
+        }
+        let catalog = Catalog::with_configured(&config.topics, &founders);
+        remove_deleted_dirs(&config.data_dir);
+        // The metadata log is never purged (the catalog is its replay) and always synced. Its
+        // records are a few topic commands: small segments, preallocated without writing.
+        let mut meta_log = config.log.clone();
+        meta_log.retention_bytes = None;
+        meta_log.retention_ms = None;
+        meta_log.segment_bytes = META_SEGMENT_BYTES;
+        meta_log.record_bytes_max = META_RECORD_BYTES_MAX;
+        meta_log.batch_bytes_max = META_RECORD_BYTES_MAX;
+        meta_log.preallocate = crate::config::Preallocate::Fallocate;
+        #[cfg(any(test, feature = "failpoints"))]
+        {
+            meta_log.faults = None;
+        }
+        // Partition replicas with damaged files are rebuilt from their leaders; the metadata
+        // replica (the catalog every replica is started from) is not.
+        let open = |id: PartitionId, topic_id: u64, log: LogConfig, durability| {
+            let peers = Arc::clone(&peers);
+            let dir = partition_dir(&config.data_dir, &id);
+            let me = config.id;
+            let others = config.peers.keys().filter(|p| **p != me).count();
+            let metadata = id.topic == METADATA_TOPIC;
+            let spec = ReplicaSpec {
+                me,
+                timing,
+                peers,
+                id,
+                topic_id,
+                dir,
+                log,
+                durability,
+            };
+            async move {
+                if metadata {
+                    open_group(spec).await
+                } else {
+                    open_replica(others, spec).await
+                }
+            }
+        };
+        let meta = open(
+            PartitionId::new(METADATA_TOPIC, 0),
+            CONFIGURED_TOPIC_ID,
+            meta_log,
+            Durability::Fsync,
+        )
+        .await?;
+        let mut groups = HashMap::new();
+        // Configured topics have a replica on every founding broker, and only there.
+        let configured = if config.join {
+            &[][..]
+        } else {
+            &config.topics[..]
+        };
+        for (topic, count) in configured {
+            for partition in 0..*count {
+                let id = PartitionId::new(topic.clone(), partition);
+                let group = open(
+                    id.clone(),
+                    CONFIGURED_TOPIC_ID,
+                    config.log.clone(),
+                    config.durability,
+                )
+                .await?;
+                groups.insert(id, group);
+            }
+        }
+        let broker = Arc::new(Broker {
+            config,
+            addr,
+            timing,
+            peers,
+            founders,
+            groups: RwLock::new(groups),
+            meta,
+            catalog_applied: watch::Sender::new(catalog.next_offset()),
+            catalog: RwLock::new(catalog),
+            replicas_changing: tokio::sync::Mutex::new(()),
+            closing: AtomicBool::new(false),
+        });
+        let handler: Arc<dyn Handler> = Arc::new(NodeHandler {
+            broker: Arc::clone(&broker),
+        });
+        let shutdown_for_retention = shutdown_rx.clone();
+        let server = spawn_server(
+            listener,
+            handler,
+            broker.config.frame_bytes_max,
+            shutdown_rx,
+        );
+        let follower = tokio::spawn(follow_metadata(
+            Arc::clone(&broker),
+            shutdown_for_retention.clone(),
+        ));
+        let node = Node {
+            broker,
+            addr,
+            shutdown,
+            server,
+            follower,
+        };
+        node.initialize_groups().await;
+        node.spawn_retention(shutdown_for_retention);
+        Ok(node)
+    }
+
+    /// Initializes every group this broker starts with (see [`Broker::initialize`]).
+    async fn initialize_groups(&self) {
+        let broker = &self.broker;
+        // A joining broker's metadata replica is made a learner by the group's leader.
+        if !broker.config.join {
+            let all = broker.founders.clone();
+            broker.initialize(&broker.meta, &all).await;
+        }
+        let groups: Vec<Arc<HostedReplica>> = broker.groups.read().values().cloned().collect();
+        for group in groups {
+            let replicas = broker
+                .catalog
+                .read()
+                .topic(&group.id.topic)
+                .and_then(|t| t.assignment.get(group.id.partition as usize).cloned())
+                .unwrap_or_default();
+            broker.initialize(&group, &replicas).await;
+        }
+    }
+
+    /// Applies retention every `retention_check_ms` until shutdown.
+    fn spawn_retention(&self, mut shutdown: watch::Receiver<bool>) {
+        let period = self.broker.config.retention_check_ms;
+        if period == 0 {
+            return;
+        }
+        let broker = Arc::clone(&self.broker);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(period));
+            tick.tick().await;
+            loop {
+                tokio::select! {
+                    _ = shutdown.changed() => break,
+                    _ = tick.tick() => {
+                        if let Err(e) = broker.enforce_retention().await {
+                            tracing::warn!(error = %e, "retention postponed");
+                        }
+                    }
+                }
+            }
+        });
+    }
+
+    /// This broker's id.
+    pub fn id(&self) -> NodeId {
+        self.broker.config.id
+    }
+
+    /// The address this broker listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Appends `records` as one batch to a partition this broker leads, and returns where the
+    /// batch landed once it is committed (durable on a quorum under [`Durability::Fsync`]).
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::NotLeader`] if this broker does not lead the partition (nothing was
+    ///   written; safe to send to the hinted leader).
+    /// - [`Error::Indeterminate`] if the outcome is unknown (timed out, or the leader lost its
+    ///   leadership after appending): the batch may or may not be committed.
+    /// - [`Error::UnknownPartition`], [`Error::EmptyBatch`], [`Error::RecordTooLarge`].
+    pub async fn append(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: &[Record],
+    ) -> Result<AppendInfo> {
+        self.broker.append(topic, partition, records, None).await
+    }
+
+    /// Appends `records` as one batch of an idempotent producer, as [`append`](Self::append)
+    /// does, except that a batch the partition already holds is not written again: the call
+    /// returns the offsets it got the first time.
+    ///
+    /// `producer` names the producer (its id is not 0), its epoch, and the sequence number of
+    /// the batch's first record (see [`ProducerSeq`]). The partition remembers each producer's
+    /// last five batches; a batch must start where the producer's previous one of the same
+    /// epoch ended, and the first batch of a producer or of a later epoch starts at 0.
+    ///
+    /// # Errors
+    ///
+    /// As [`append`](Self::append), plus [`Error::OutOfOrderSequence`] and
+    /// [`Error::ProducerFenced`] (nothing written), and [`Error::TryAgain`] (nothing written; a
+    /// moment later the batch is either taken or answered as a duplicate).
+    pub async fn append_idempotent(
+        &self,
+        topic: &str,
+        partition: u32,
+        producer: ProducerSeq,
+        records: &[Record],
+    ) -> Result<AppendInfo> {
+        if producer.producer_id == 0 {
+            return Err(Error::InvalidConfig {
+                field: "producer_id",
+                reason: "0 means no producer".into(),
+            });
+        }
+        self.broker
+            .append(topic, partition, records, Some(producer))
+            .await
+    }
+
+    /// Reads committed batches of a partition from this replica, from `offset` on, up to about
+    /// `max_bytes` (see [`PartitionLog::read`]). Works on any replica, leader or not; a
+    /// follower serves what it knows is committed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OffsetOutOfRange`] past the high watermark or below the log start;
+    /// [`Error::UnknownPartition`]; [`Error::Corrupt`].
+    pub fn read(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: Offset,
+        max_bytes: usize,
+    ) -> Result<Vec<Batch>> {
+        self.broker.read(topic, partition, offset, max_bytes)
+    }
+
+    /// The state of this broker's replica of a partition.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownPartition`].
+    pub fn status(&self, topic: &str, partition: u32) -> Result<PartitionStatus> {
+        self.broker.status(topic, partition)
+    }
+
+    /// Applies each partition's retention (`LogConfig::retention_bytes` / `retention_ms`)
+    /// through Raft: snapshots the partition if needed, then lets openraft purge the log up to
+    /// the last segment retention would delete. A follower that later needs purged entries
+    /// gets the snapshot instead and continues from the new log start, as a Kafka follower
+    /// jumps to the leader's log start offset.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Indeterminate`] if a snapshot did not cover the purge point within the request
+    /// timeout (nothing was purged then).
+    pub async fn enforce_retention(&self) -> Result<()> {
+        self.broker.enforce_retention().await
+    }
+
+    /// The cluster's brokers and their addresses, as this broker's copy of the metadata log
+    /// has them so far (founding brokers, registered addresses, brokers that joined).
+    pub fn brokers(&self) -> Vec<(NodeId, SocketAddr)> {
+        let all = self.broker.catalog.read().brokers();
+        all.into_iter()
+            .filter_map(|id| Some((id, self.broker.broker_addr(id)?)))
+            .collect()
+    }
+
+    /// Every partition this broker hosts.
+    pub fn partitions(&self) -> Vec<PartitionId> {
+        let mut ids: Vec<PartitionId> = self.broker.groups.read().keys().cloned().collect();
+        ids.sort();
+        ids
+    }
+
+    /// Stops every Raft group and the listener, and flushes every log.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] if a log could not be flushed.
+    pub async fn shutdown(self) -> Result<()> {
+        let _ = self.shutdown.send(true);
+        // The metadata follower finishes the round it is in (it may be starting a replica).
+        let _ = self.follower.await;
+        // A replica being rebuilt finishes first; none starts after this.
+        let changing = self.broker.replicas_changing.lock().await;
+        self.broker.closing.store(true, Ordering::Release);
+        drop(changing);
+        let groups = self.broker.all_groups();
+        for group in &groups {
+            group.raft.shutdown().await;
+        }
+        let _ = self.server.await;
+        // Requests still being served and syncs still in flight hold the logs (and their
+        // directory locks) for a moment; wait, boundedly, so that the directories can be
+        // reopened as soon as this returns.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let busy = |broker: &Arc<Broker>| {
+            Arc::strong_count(broker) > 1
+                || groups
+                    .iter()
+                    .any(|g| g.store.syncs_in_flight() > 0 || Arc::strong_count(g) > 2)
+        };
+        while busy(&self.broker) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // Flushes each log and records how far it is committed, so that a restart re-applies
+        // it at once without waiting for a leader: the metadata group first (the catalog the
+        // replicas are started from), and every group even if one fails.
+        let mut first_error = None;
+        for group in groups.iter().rev() {
+            if let Err(e) = group.store.persist_committed() {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}

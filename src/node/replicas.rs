@@ -1,0 +1,421 @@
+//! The replicas a broker hosts: finding, opening, initializing, reconciling with the catalog,
+//! removing, and rebuilding a damaged one from the leader.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use crate::catalog::CONFIGURED_TOPIC_ID;
+use crate::config::LogConfig;
+use crate::error::{Error, Result};
+use crate::log::PartitionLog;
+use crate::raft::replica::{Replica, Timing};
+use crate::raft::state_machine::StateMachine;
+use crate::raft::storage::{Durability, LogStore};
+use crate::transport::PeerSet;
+use crate::types::{NodeId, PartitionId};
+
+use super::replica_dir::{
+    PARTITION_METADATA, discard_dir, parse_topic_id, partition_dir, prepare_partition_dir,
+    replace_with_empty_replica,
+};
+use super::{Broker, HostedReplica};
+
+impl Broker {
+    /// Every group this broker runs, the metadata group included.
+    pub(super) fn all_groups(&self) -> Vec<Arc<HostedReplica>> {
+        let mut groups: Vec<Arc<HostedReplica>> = self.groups.read().values().cloned().collect();
+        groups.push(Arc::clone(&self.meta));
+        groups
+    }
+
+    /// Initializes a fresh group whose members are `replicas`. The first replica (the
+    /// preferred leader; the lowest broker id for the metadata group) does it at once and
+    /// usually wins the first election. Each other replica does it later (the k-th after
+    /// k + 1 election timeouts) if by then the group still has no leader and its replica is
+    /// still pristine, so that a group whose preferred leader is down still forms. openraft
+    /// allows several members to initialize with the same membership; on a replica that has
+    /// a log or a vote, initializing does nothing.
+    pub(super) async fn initialize(&self, group: &Arc<HostedReplica>, replicas: &[NodeId]) {
+        let Some(rank) = replicas.iter().position(|id| *id == self.config.id) else {
+            return;
+        };
+        let members = self.members(replicas);
+        if rank == 0 {
+            group.raft.initialize(&members).await;
+            return;
+        }
+        let weak = Arc::downgrade(group);
+        let delay = Duration::from_millis(self.config.election_timeout_ms * (rank as u64 + 1));
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            // A group stopped meanwhile (its topic deleted, the broker shut down) is gone.
+            let Some(group) = weak.upgrade() else { return };
+            let state = group.raft.state();
+            if state.leader.is_none() && state.last_log_index.is_none() {
+                tracing::info!(partition = %group.id, "preferred leader silent: initializing");
+                group.raft.initialize(&members).await;
+            }
+        });
+    }
+
+    /// Brokers' ids and addresses, as a group's initial membership.
+    pub(super) fn members(&self, ids: &[NodeId]) -> BTreeMap<NodeId, String> {
+        ids.iter()
+            .filter_map(|id| Some((*id, self.broker_addr(*id)?.to_string())))
+            .collect()
+    }
+
+    /// The replica of a partition hosted here. A partition of a known topic that is hosted
+    /// elsewhere is [`Error::NotLeader`] without a hint (ask for metadata); an unknown one is
+    /// [`Error::UnknownPartition`].
+    pub(super) fn group(&self, id: &PartitionId) -> Result<Arc<HostedReplica>> {
+        if let Some(group) = self.groups.read().get(id) {
+            return Ok(Arc::clone(group));
+        }
+        let known = self
+            .catalog
+            .read()
+            .topic(&id.topic)
+            .is_some_and(|t| (id.partition as usize) < t.assignment.len());
+        if known {
+            return Err(Error::NotLeader {
+                partition: id.clone(),
+                leader: None,
+            });
+        }
+        Err(Error::UnknownPartition(id.clone()))
+    }
+
+    /// Starts the replicas the catalog assigns to this broker and stops those of deleted
+    /// topics. Errors are logged; the next round retries.
+    pub(super) async fn reconcile(&self) {
+        let _changing = self.replicas_changing.lock().await;
+        if self.closing.load(Ordering::Acquire) {
+            return;
+        }
+        let me = self.config.id;
+        // Per partition hosted here: the topic id, its replicas (those a move leaves
+        // included: they keep theirs until the move is done), and the replicas that may
+        // initialize its group (none once it was moved).
+        type Desired = (u64, Vec<NodeId>, Option<Vec<NodeId>>);
+        let desired: HashMap<PartitionId, Desired> = {
+            let catalog = self.catalog.read();
+            catalog
+                .topics()
+                .filter(|(_, t)| t.id != CONFIGURED_TOPIC_ID)
+                .flat_map(|(name, t)| {
+                    (0..t.assignment.len()).filter_map(move |p| {
+                        let assigned = t.assignment.get(p)?;
+                        let leaving = t.leaving.get(p)?;
+                        if !assigned.contains(&me) && !leaving.contains(&me) {
+                            return None;
+                        }
+                        let hosts: Vec<NodeId> = assigned.iter().chain(leaving).copied().collect();
+                        let founders = (!t.moved.get(p)?).then(|| assigned.clone());
+                        let p = u32::try_from(p).unwrap_or(u32::MAX);
+                        Some((PartitionId::new(name.clone(), p), (t.id, hosts, founders)))
+                    })
+                })
+                .collect()
+        };
+        let stale: Vec<Arc<HostedReplica>> = {
+            let mut groups = self.groups.write();
+            let ids: Vec<PartitionId> = groups
+                .iter()
+                .filter(|(id, g)| {
+                    g.topic_id != CONFIGURED_TOPIC_ID
+                        && desired.get(*id).is_none_or(|(t, _, _)| *t != g.topic_id)
+                })
+                .map(|(id, _)| id.clone())
+                .collect();
+            ids.iter().filter_map(|id| groups.remove(id)).collect()
+        };
+        for group in stale {
+            self.remove_replica(group).await;
+        }
+        for (id, (topic_id, replicas, founders)) in desired {
+            if self.groups.read().contains_key(&id) {
+                continue;
+            }
+            let dir = self.partition_dir(&id);
+            let opened = async {
+                let prepared = dir.clone();
+                tokio::task::spawn_blocking(move || prepare_partition_dir(&prepared, topic_id))
+                    .await
+                    .map_err(|e| Error::Io(std::io::Error::other(e)))??;
+                let others = replicas.iter().filter(|r| **r != me).count();
+                open_replica(others, self.replica_spec(&id, topic_id)).await
+            };
+            match opened.await {
+                Ok(group) => {
+                    self.groups.write().insert(id.clone(), Arc::clone(&group));
+                    tracing::info!(partition = %id, topic_id, "replica started");
+                    if let Some(founders) = founders {
+                        self.initialize(&group, &founders).await;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(partition = %id, error = %e, "replica not started; will retry")
+                }
+            }
+        }
+    }
+
+    /// Removes the directories of deleted topics' replicas that never started here (this
+    /// broker was down while the topic was deleted).
+    pub(super) fn sweep_deleted(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.config.data_dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let dir = entry.path();
+            let Ok(text) = std::fs::read_to_string(dir.join(PARTITION_METADATA)) else {
+                continue;
+            };
+            let Some(topic_id) = parse_topic_id(&text) else {
+                continue;
+            };
+            let running = self.groups.read().values().any(|g| g.topic_id == topic_id);
+            if !running && self.catalog.read().is_deleted(topic_id) {
+                match discard_dir(&dir, topic_id) {
+                    Ok(()) => {
+                        tracing::info!(path = %dir.display(), "data of a deleted topic removed")
+                    }
+                    Err(e) => {
+                        tracing::warn!(path = %dir.display(), error = %e, "could not remove a deleted topic's data")
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) fn partition_dir(&self, id: &PartitionId) -> PathBuf {
+        partition_dir(&self.config.data_dir, id)
+    }
+
+    /// How to open this broker's replica of partition `id` of topic `topic_id`.
+    fn replica_spec(&self, id: &PartitionId, topic_id: u64) -> ReplicaSpec {
+        ReplicaSpec {
+            me: self.config.id,
+            timing: self.timing,
+            peers: Arc::clone(&self.peers),
+            id: id.clone(),
+            topic_id,
+            dir: self.partition_dir(id),
+            log: self.config.log.clone(),
+            durability: self.config.durability,
+        }
+    }
+
+    /// Has `group` rebuilt from its leader ([`rebuild_replica`](Self::rebuild_replica)), once;
+    /// the metadata replica is fenced instead (it refuses its leader from then on; the
+    /// catalog cannot be rebuilt under a running broker). Needs a tokio runtime; outside one
+    /// the replica is rebuilt when it is next found damaged inside one, or at the next start.
+    pub(super) fn request_rebuild(
+        self: &Arc<Self>,
+        group: Arc<HostedReplica>,
+        cause: RebuildCause,
+    ) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if group.rebuilding.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if Arc::ptr_eq(&group, &self.meta) {
+            tracing::error!(
+                cause = ?cause,
+                "the metadata replica's log is damaged or contradicts its leader: it is fenced \
+                 until an operator restores it"
+            );
+            return;
+        }
+        runtime.spawn(Arc::clone(self).rebuild_replica(group, cause));
+    }
+
+    /// Rebuilds a replica from its leader: one whose committed entries the leader's log
+    /// contradicts (the cluster lost entries it had committed, which `Replicated` durability
+    /// allows: Raft cannot undo a committed entry), or one whose files a read found damaged.
+    /// The replica starts over, empty but for its vote (it must never vote twice in a term),
+    /// and copies the leader's log; a damaged one also gives no vote until it has applied
+    /// what it had known committed. Its old directory is discarded.
+    ///
+    /// A no-op if the replica was stopped or replaced meanwhile, or the broker is closing.
+    async fn rebuild_replica(self: Arc<Self>, old: Arc<HostedReplica>, cause: RebuildCause) {
+        let _changing = self.replicas_changing.lock().await;
+        let id = old.id.clone();
+        let current = self.groups.read().get(&id).cloned();
+        if self.closing.load(Ordering::Acquire) || !current.is_some_and(|g| Arc::ptr_eq(&g, &old)) {
+            return;
+        }
+        // A damaged replica may have lost entries it acknowledged: it gives no vote until it
+        // holds again what it had known committed. One whose entries the cluster lost has
+        // nothing the others could miss.
+        let below = match &cause {
+            RebuildCause::Contradicted(index) => {
+                tracing::error!(
+                    partition = %id,
+                    index,
+                    "the leader's log contradicts an entry this replica holds as committed: \
+                     the cluster lost committed entries (possible under Replicated durability \
+                     after power losses); rebuilding this replica from the leader"
+                );
+                None
+            }
+            RebuildCause::Damaged(e) => {
+                tracing::error!(
+                    partition = %id,
+                    error = %e,
+                    "this replica's files are damaged; rebuilding it from the leader"
+                );
+                old.store.rebuild_mark()
+            }
+        };
+        self.groups.write().remove(&id);
+        // This task and the map held it; the map let go.
+        stop_group(&old, 1).await;
+        let (topic_id, vote) = (old.topic_id, old.store.vote());
+        drop(old);
+        let dir = self.partition_dir(&id);
+        let rebuilt = async {
+            let target = dir.clone();
+            tokio::task::spawn_blocking(move || {
+                replace_with_empty_replica(&target, topic_id, vote, below)
+            })
+            .await
+            .map_err(|e| Error::Io(std::io::Error::other(e)))??;
+            open_group(self.replica_spec(&id, topic_id)).await
+        };
+        match rebuilt.await {
+            Ok(group) => {
+                self.groups.write().insert(id.clone(), group);
+                tracing::info!(partition = %id, "replica rebuilt empty; copying the leader's log");
+            }
+            // A created topic's replica is started again by the metadata follower; a
+            // configured topic's stays down until the broker restarts.
+            Err(e) => tracing::error!(partition = %id, error = %e, "replica rebuild failed"),
+        }
+    }
+
+    /// Stops a replica of a deleted topic and removes its directory.
+    async fn remove_replica(&self, group: Arc<HostedReplica>) {
+        stop_group(&group, 1).await;
+        let (id, topic_id) = (group.id.clone(), group.topic_id);
+        drop(group);
+        let dir = self.partition_dir(&id);
+        match discard_dir(&dir, topic_id) {
+            Ok(()) => {
+                tracing::info!(partition = %id, topic_id, "replica of a deleted topic removed")
+            }
+            Err(e) => {
+                tracing::warn!(partition = %id, error = %e, "could not remove a deleted replica")
+            }
+        }
+    }
+}
+
+/// Why a replica is rebuilt from its leader.
+#[derive(Debug)]
+pub(super) enum RebuildCause {
+    /// The leader's log contradicts the entry at this index, which the replica holds as
+    /// committed.
+    Contradicted(u64),
+    /// A read found this damage in the replica's files.
+    Damaged(Error),
+}
+
+/// Stops a group's Raft member, then waits (at most 5 s) until requests still being served
+/// and syncs still in flight let go of it: only `holders` handles are left.
+async fn stop_group(group: &Arc<HostedReplica>, holders: usize) {
+    group.raft.shutdown().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while Arc::strong_count(group) > holders || group.store.syncs_in_flight() > 0 {
+        if tokio::time::Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// What opening one replica takes.
+#[derive(Clone)]
+pub(super) struct ReplicaSpec {
+    pub(super) me: NodeId,
+    pub(super) timing: Timing,
+    pub(super) peers: Arc<PeerSet>,
+    pub(super) id: PartitionId,
+    pub(super) topic_id: u64,
+    pub(super) dir: PathBuf,
+    pub(super) log: LogConfig,
+    pub(super) durability: Durability,
+}
+
+/// Opens (recovering) one replica's log in its directory and starts its Raft group member.
+pub(super) async fn open_group(spec: ReplicaSpec) -> Result<Arc<HostedReplica>> {
+    // Recovery reads (and may repair) files: off the runtime's threads.
+    let (dir, log, durability) = (spec.dir, spec.log, spec.durability);
+    let (store, sm) = tokio::task::spawn_blocking(move || -> Result<(LogStore, StateMachine)> {
+        let log = PartitionLog::open(&dir, log)?;
+        let store = LogStore::open(log, durability)?;
+        let sm = StateMachine::open(store.clone())?;
+        Ok((store, sm))
+    })
+    .await
+    .map_err(|e| Error::Io(std::io::Error::other(e)))??;
+    // openraft reads the log as it starts; damage it found is reported as such, not as the
+    // text openraft makes of it.
+    let (me, id, timing) = (spec.me, spec.id, spec.timing);
+    let raft = Replica::start(
+        me,
+        id.clone(),
+        timing,
+        spec.peers,
+        store.clone(),
+        sm.clone(),
+    )
+    .await
+    .map_err(|e| store.take_damage().unwrap_or(e))?;
+    Ok(Arc::new(HostedReplica {
+        id,
+        topic_id: spec.topic_id,
+        raft,
+        store,
+        sm,
+        rebuilding: AtomicBool::new(false),
+    }))
+}
+
+/// [`open_group`] for a partition replica. A replica whose files fail validation (a damaged
+/// sealed segment, a bad snapshot) is rebuilt empty and copies the leader's log, instead of
+/// keeping the broker from starting: it keeps its vote, and gives none until it holds again
+/// what it had known committed (`RaftMeta::rebuilt_below`). A replica whose `raft-meta` is
+/// unreadable cannot keep its vote and is not rebuilt, nor is the only replica of a
+/// partition (`others`: how many other brokers host one): the error stands.
+pub(super) async fn open_replica(others: usize, spec: ReplicaSpec) -> Result<Arc<HostedReplica>> {
+    let damage = match open_group(spec.clone()).await {
+        Err(e @ Error::Corrupt { .. }) if others > 0 => e,
+        other => return other,
+    };
+    let (id, topic_id, dir) = (&spec.id, spec.topic_id, spec.dir.clone());
+    let meta_path = dir.join(crate::raft::storage::RAFT_META);
+    let Ok(meta) = crate::raft::storage::read_meta(&meta_path) else {
+        return Err(damage);
+    };
+    tracing::error!(
+        partition = %id,
+        error = %damage,
+        "replica's files are damaged; rebuilding it from the leader (it votes again once it \
+         holds what it had committed)"
+    );
+    let below = meta.rebuild_mark(meta.committed);
+    let target = dir.clone();
+    tokio::task::spawn_blocking(move || {
+        replace_with_empty_replica(&target, topic_id, meta.vote, below)
+    })
+    .await
+    .map_err(|e| Error::Io(std::io::Error::other(e)))??;
+    open_group(spec).await
+}

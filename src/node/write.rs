@@ -1,0 +1,181 @@
+//! The write and read paths: a batch validated and proposed to its partition's group, the
+//! answer mapped to `NotLeader`, `TryAgain`, `Indeterminate` or the offsets it got; committed
+//! reads from any replica.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::log::AppendInfo;
+use crate::raft::replica::WriteError;
+use crate::raft::types::AppendRequest;
+use crate::segment::record::{Batch, Record, encode_records};
+use crate::transport::Turn;
+use crate::types::{LeaderHint, LogIndex, Offset, PartitionId, ProducerSeq};
+
+use super::replicas::RebuildCause;
+use super::{Broker, HostedReplica};
+
+impl Broker {
+    /// See [`Node::append`].
+    pub(crate) async fn append(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: &[Record],
+        producer: Option<ProducerSeq>,
+    ) -> Result<AppendInfo> {
+        if records.is_empty() {
+            return Err(Error::EmptyBatch);
+        }
+        let (payload, record_count) = encode_records(records, self.config.log.record_bytes_max)?;
+        let producer = producer.unwrap_or(ProducerSeq::new(0, 0));
+        let request = AppendRequest {
+            timestamp_ms: 0,
+            records: payload,
+            record_count,
+            producer_id: producer.producer_id,
+            producer_epoch: producer.epoch,
+            base_sequence: producer.base_sequence,
+        };
+        self.append_encoded(&PartitionId::new(topic, partition), request, None)
+            .await
+    }
+
+    /// Appends an encoded batch: validated here, before it is proposed, so that no replica
+    /// is ever asked to store a malformed one.
+    /// `turn`, if given, is the request's place among its connection's requests; batches of
+    /// one producer are checked in that order.
+    pub(crate) async fn append_encoded(
+        &self,
+        id: &PartitionId,
+        request: AppendRequest,
+        turn: Option<Turn>,
+    ) -> Result<AppendInfo> {
+        let group = self.group(id)?;
+        self.append_to(&group, request, turn).await
+    }
+
+    /// [`append_encoded`](Self::append_encoded) to a group of this broker.
+    pub(super) async fn append_to(
+        &self,
+        group: &HostedReplica,
+        request: AppendRequest,
+        turn: Option<Turn>,
+    ) -> Result<AppendInfo> {
+        if request.record_count == 0 {
+            return Err(Error::EmptyBatch);
+        }
+        // The group's own limits: the metadata log's differ from the partitions'.
+        let limits = group.store.log().limits();
+        crate::segment::record::validate_records(&request.records, request.record_count, limits)
+            .map_err(|kind| Error::InvalidBatch { kind })?;
+        let (record_count, producer_id, epoch, got) = (
+            request.record_count,
+            request.producer_id,
+            request.producer_epoch,
+            request.base_sequence,
+        );
+        // The leader's clock stamps the batch (Kafka's LogAppendTime); replicas store it as is.
+        let request = AppendRequest {
+            timestamp_ms: crate::log::now_ms(),
+            ..request
+        };
+        let timeout = Duration::from_millis(self.config.request_timeout_ms);
+        let outcome = tokio::time::timeout(timeout, group.raft.write(request, turn)).await;
+        let indeterminate = |reason: String| Error::Indeterminate {
+            partition: group.id.clone(),
+            reason,
+        };
+        match outcome {
+            Err(_) => Err(indeterminate(format!(
+                "not committed within {} ms",
+                timeout.as_millis()
+            ))),
+            Ok(Ok((log_index, response))) => Ok(AppendInfo {
+                log_index: LogIndex(log_index),
+                base_offset: Offset(response.base_offset),
+                record_count,
+            }),
+            Ok(Err(WriteError::NotLeader(leader))) => {
+                let term = group.raft.state().term;
+                let leader = leader.and_then(|(node_id, addr)| {
+                    // Where the catalog says the broker is now; the group's membership keeps
+                    // the address the broker had when it joined.
+                    let addr = self
+                        .broker_addr(node_id)
+                        .or_else(|| addr.and_then(|a| a.parse().ok()))?;
+                    Some(LeaderHint {
+                        node_id,
+                        addr,
+                        term,
+                    })
+                });
+                Err(Error::NotLeader {
+                    partition: group.id.clone(),
+                    leader,
+                })
+            }
+            Ok(Err(WriteError::Discarded)) => Err(indeterminate(
+                "leadership changed after the batch was appended".into(),
+            )),
+            Ok(Err(WriteError::Other(reason))) => Err(indeterminate(reason)),
+            Ok(Err(WriteError::TryAgain(reason))) => Err(Error::TryAgain {
+                partition: group.id.clone(),
+                reason: reason.into(),
+            }),
+            Ok(Err(WriteError::OutOfOrder { expected })) => Err(Error::OutOfOrderSequence {
+                partition: group.id.clone(),
+                producer_id,
+                expected,
+                got,
+            }),
+            Ok(Err(WriteError::Fenced { current })) => Err(Error::ProducerFenced {
+                partition: group.id.clone(),
+                producer_id,
+                epoch,
+                current,
+            }),
+        }
+    }
+
+    /// See [`Node::read`].
+    pub(crate) fn read(
+        self: &Arc<Self>,
+        topic: &str,
+        partition: u32,
+        offset: Offset,
+        max_bytes: usize,
+    ) -> Result<Vec<Batch>> {
+        let group = self.group(&PartitionId::new(topic, partition))?;
+        let read = read_committed(&group, offset, max_bytes);
+        // Never served: the reader gets the error, and the replica is rebuilt from the leader.
+        if let Err(damage @ Error::Corrupt { .. }) = &read {
+            self.request_rebuild(group, RebuildCause::Damaged(damage.clone()));
+        }
+        read
+    }
+}
+
+/// Reads committed batches of `group` from `offset` on, up to about `max_bytes`.
+pub(super) fn read_committed(
+    group: &HostedReplica,
+    offset: Offset,
+    max_bytes: usize,
+) -> Result<Vec<Batch>> {
+    let log = group.store.log();
+    let high_watermark = group.sm.high_watermark().min(log.end_offset().get());
+    if offset.get() > high_watermark {
+        return Err(Error::OffsetOutOfRange {
+            requested: offset,
+            start: log.start_offset(),
+            end: Offset(high_watermark),
+        });
+    }
+    if offset.get() == high_watermark {
+        return Ok(Vec::new());
+    }
+    let mut batches = log.read(offset, max_bytes)?;
+    batches.retain(|b| b.base_offset().get() < high_watermark);
+    Ok(batches)
+}
