@@ -32,7 +32,7 @@ pub(crate) struct ConsumeArgs {
     from_replica: bool,
 }
 
-/// One partition being read: what [`print_records`] needs.
+/// One partition being read: what [`Reader::print_records`] needs.
 struct Reader<'a> {
     client: &'a Client,
     topic: &'a str,
