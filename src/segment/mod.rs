@@ -1054,13 +1054,11 @@ pub struct SegmentReport {
     pub next: (u64, u64, u64),
 }
 
-/// Scans a segment file's bytes without changing anything, for the `replog check` tool.
+/// Scans a segment file's bytes without changing anything, for the `replog check` tool: with
+/// the format's limits, as recovery does (FORMAT.md §4), not the configured ones.
 #[doc(hidden)]
-pub fn inspect_segment(data: &[u8], record_bytes_max: u32, batch_bytes_max: u32) -> SegmentReport {
-    let limits = Limits {
-        record_bytes_max,
-        batch_bytes_max,
-    };
+pub fn inspect_segment(data: &[u8]) -> SegmentReport {
+    let limits = Limits::ON_DISK;
     let header = SegmentHeader::decode(data);
     let (base, header) = match header {
         Ok(h) => (h, Ok((h.base_log_index, h.base_offset))),

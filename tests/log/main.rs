@@ -662,6 +662,58 @@ fn replog_check_reports_clean_and_damaged_directories() {
     assert!(text.contains("checksum mismatch"), "{text}");
 }
 
+/// `replog check` reads segment files as recovery does, with the format's limits: records and
+/// batches larger than its `--record-bytes-max`/`--batch-bytes-max` (or than the limits the
+/// log is opened with later) are valid data, not invalid frames.
+#[test]
+fn replog_check_calls_frames_above_its_limit_flags_valid_as_recovery_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut big = tiny();
+    big.segment_bytes = 4096;
+    big.record_bytes_max = 1024;
+    big.batch_bytes_max = 2048;
+    let log = PartitionLog::open(dir.path(), big).unwrap();
+    for i in 0..20u32 {
+        log.append(&[Record::new(vec![b'a' + (i % 26) as u8; 600])])
+            .unwrap();
+    }
+    drop(log);
+    let segments = segment_files(dir.path()).len();
+    assert!(segments >= 3, "some segments are sealed");
+    // Recovery, with limits lower than the frames: every record is still there.
+    let log = PartitionLog::open(dir.path(), tiny()).unwrap();
+    assert_eq!(contents(&log).len(), 20);
+    drop(log);
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_replog"))
+        .args([
+            "check",
+            "--record-bytes-max",
+            "128",
+            "--batch-bytes-max",
+            "256",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert_eq!(text.lines().count(), segments, "{text}");
+    assert!(text.lines().all(|l| l.contains("clean end")), "{text}");
+    let records: u64 = text
+        .lines()
+        .filter_map(|l| {
+            l.split(" records")
+                .next()?
+                .rsplit(' ')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    assert_eq!(records, 20, "{text}");
+}
+
 #[cfg(feature = "failpoints")]
 #[test]
 fn a_torn_segment_before_the_active_one_ends_the_log_there() {

@@ -1,0 +1,111 @@
+//! `CliError`: everything a subcommand can fail with. Subcommands return it; `main` renders
+//! it once, as `replog: error: {error}` on standard error, and exits with status 1.
+//!
+//! Errors in the command line itself (a missing argument, a bad value, two actions that
+//! cannot go together) never get here: clap reports them, with a usage line, and exits 2.
+
+use std::io;
+use std::path::PathBuf;
+
+/// What went wrong, rendered once by `main`. Each variant's text is the one line printed
+/// after `replog: error: `.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CliError {
+    /// The arguments parse but make no sense, e.g. an empty bootstrap list.
+    #[error("{0}")]
+    Usage(&'static str),
+    /// A broker, the client or the library refused or failed.
+    #[error(transparent)]
+    Broker(#[from] replog::Error),
+    /// No broker hosts the topic (the library's `UnknownPartition`, named by topic, for the
+    /// commands that take a topic rather than one partition).
+    #[error("unknown topic {0:?}")]
+    UnknownTopic(String),
+    /// A bootstrap server's name did not resolve.
+    #[error("{server}: {source}")]
+    Resolve {
+        /// The `HOST:PORT` as given.
+        server: String,
+        /// Why it did not resolve.
+        source: io::Error,
+    },
+    /// A file or directory could not be read.
+    #[error("{}: {source}", .path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// What failed.
+        source: io::Error,
+    },
+    /// Standard input could not be read.
+    #[error(transparent)]
+    Stdin(io::Error),
+    /// The demo's temporary directory could not be made.
+    #[error(transparent)]
+    TempDir(io::Error),
+    /// The tokio runtime could not be started.
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(io::Error),
+    /// The demo's embedded cluster did not come up or behave as the tutorial needs.
+    #[error("{0}")]
+    Demo(&'static str),
+}
+
+impl CliError {
+    /// `e`, from a request about `topic`: an unknown partition is reported as an unknown
+    /// topic.
+    pub(crate) fn about_topic(topic: &str, e: replog::Error) -> CliError {
+        match e {
+            replog::Error::UnknownPartition(_) => CliError::UnknownTopic(topic.to_string()),
+            other => CliError::Broker(other),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_error_renders_as_one_line() {
+        let io = || io::Error::from(io::ErrorKind::NotFound);
+        let cases = [
+            (
+                CliError::Usage("no bootstrap server given"),
+                "no bootstrap server given",
+            ),
+            (
+                CliError::about_topic(
+                    "t",
+                    replog::Error::UnknownPartition(replog::PartitionId::new("t", 3)),
+                ),
+                "unknown topic \"t\"",
+            ),
+            (
+                CliError::about_topic("t", replog::Error::TopicExists("t".into())),
+                "topic t already exists",
+            ),
+            (
+                CliError::Io {
+                    path: PathBuf::from("/x/y"),
+                    source: io(),
+                },
+                "/x/y: entity not found",
+            ),
+            (
+                CliError::Resolve {
+                    server: "h:1".into(),
+                    source: io(),
+                },
+                "h:1: entity not found",
+            ),
+            (
+                CliError::Runtime(io()),
+                "cannot start the async runtime: entity not found",
+            ),
+        ];
+        for (e, text) in cases {
+            assert_eq!(e.to_string(), text);
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! The `replog` command line, shaped like Kafka's tools: run a broker, describe topics,
+//! produce, consume, inspect segment files, and `demo`, which plays the whole tutorial on an
+//! embedded three-broker cluster.
+//!
+//! This file owns the command line's shape ([`Cli`], [`Command`]), the dispatch to each
+//! subcommand's module, and the exit codes: 0 on success, 1 after an error (printed once,
+//! here, as `replog: error: ...`) or when `check` finds damage, 2 for a bad command line
+//! (clap's). Each subcommand's arguments and work live in its own module.
+
+mod check;
+mod connect;
+mod consume;
+mod demo;
+mod error;
+mod node;
+mod produce;
+mod topics;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::error::CliError;
+
+/// The command line.
+#[derive(Parser)]
+#[command(
+    name = "replog",
+    version,
+    about = "A Raft-replicated, mmap-backed partition log"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The subcommands.
+#[derive(Subcommand)]
+enum Command {
+    /// Runs a broker until interrupted (Ctrl-C or SIGTERM).
+    Node(node::NodeArgs),
+    /// Creates, deletes, describes or lists topics.
+    Topics(topics::TopicsArgs),
+    /// Sends each line of standard input as a record.
+    Produce(produce::ProduceArgs),
+    /// Prints the records of a partition.
+    Consume(consume::ConsumeArgs),
+    /// Plays the tutorial on an embedded three-broker cluster (ports 9092, 19092, 29092, or
+    /// free ports when those are taken), in a temporary directory.
+    Demo,
+    /// Checks every segment file in a partition directory without changing anything, and
+    /// prints what each holds and where (and why) its valid data ends.
+    Check(check::CheckArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("replog: error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Runs the subcommand on a tokio runtime.
+fn run(cli: Cli) -> Result<ExitCode, CliError> {
+    let runtime = tokio::runtime::Runtime::new().map_err(CliError::Runtime)?;
+    let done = |r: Result<(), CliError>| r.map(|()| ExitCode::SUCCESS);
+    runtime.block_on(async {
+        match cli.command {
+            Command::Node(args) => done(node::run(args).await),
+            Command::Topics(args) => done(topics::run(args).await),
+            Command::Produce(args) => done(produce::run(args).await),
+            Command::Consume(args) => done(consume::run(args).await),
+            Command::Demo => done(demo::run().await),
+            Command::Check(args) => check::run(&args),
+        }
+    })
+}

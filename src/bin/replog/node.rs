@@ -1,0 +1,124 @@
+//! `replog node`: its arguments (and the parsers for `--peer` and `--topic`), running a
+//! broker until Ctrl-C or SIGTERM, then shutting it down.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::ValueEnum;
+use replog::{Durability, Node, NodeConfig};
+
+use crate::error::CliError;
+
+/// The arguments of `replog node`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct NodeArgs {
+    /// This broker's id.
+    #[arg(long)]
+    id: u64,
+    /// Address to listen on, e.g. 127.0.0.1:9092.
+    #[arg(long)]
+    listen: SocketAddr,
+    /// Another broker, as ID@HOST:PORT; repeat for each.
+    #[arg(long = "peer", value_parser = parse_peer)]
+    peers: Vec<(u64, SocketAddr)>,
+    /// Data directory.
+    #[arg(long)]
+    data: PathBuf,
+    /// A configured topic and its partition count, as NAME:PARTITIONS, replicated on every
+    /// broker; repeat for each. Every broker must be given the same list. Other topics are
+    /// created with `replog topics --create`.
+    #[arg(long = "topic", value_parser = parse_topic)]
+    topics: Vec<(String, u32)>,
+    /// When a write counts as done.
+    #[arg(long, value_enum, default_value_t = DurabilityArg::Fsync)]
+    durability: DurabilityArg,
+    /// Raft election timeout.
+    #[arg(long, default_value_t = 1000)]
+    election_timeout_ms: u64,
+    /// Join a running cluster whose founding brokers are the `--peer`s; this broker's id
+    /// is new. Topics created from then on are spread over it too.
+    #[arg(long)]
+    join: bool,
+}
+
+/// `--durability`: [`Durability`] on the command line.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum DurabilityArg {
+    Fsync,
+    Replicated,
+}
+
+impl From<DurabilityArg> for Durability {
+    fn from(d: DurabilityArg) -> Durability {
+        match d {
+            DurabilityArg::Fsync => Durability::Fsync,
+            DurabilityArg::Replicated => Durability::Replicated,
+        }
+    }
+}
+
+/// Parses `--peer ID@HOST:PORT`.
+fn parse_peer(s: &str) -> Result<(u64, SocketAddr), String> {
+    let (id, addr) = s.split_once('@').ok_or("expected ID@HOST:PORT")?;
+    let id = id.parse().map_err(|_| format!("bad broker id {id:?}"))?;
+    let addr = addr
+        .parse()
+        .map_err(|_| format!("bad address {addr:?} (use IP:PORT)"))?;
+    Ok((id, addr))
+}
+
+/// Parses `--topic NAME:PARTITIONS` (`NAME` alone means one partition).
+fn parse_topic(s: &str) -> Result<(String, u32), String> {
+    let (name, n) = s.split_once(':').unwrap_or((s, "1"));
+    let n = n
+        .parse()
+        .map_err(|_| format!("bad partition count {n:?}"))?;
+    if name.is_empty() || n == 0 {
+        return Err("expected NAME:PARTITIONS with at least one partition".into());
+    }
+    Ok((name.to_string(), n))
+}
+
+impl NodeArgs {
+    /// The broker's configuration.
+    fn config(self) -> NodeConfig {
+        let mut config = NodeConfig::new(
+            self.id,
+            self.listen,
+            self.peers.into_iter().collect(),
+            self.data,
+        );
+        config.topics = self.topics;
+        config.join = self.join;
+        config.election_timeout_ms = self.election_timeout_ms;
+        config.heartbeat_interval_ms = (self.election_timeout_ms / 4).max(20);
+        config.durability = self.durability.into();
+        config
+    }
+}
+
+/// Runs the broker until Ctrl-C or SIGTERM, then shuts it down.
+pub(crate) async fn run(args: NodeArgs) -> Result<(), CliError> {
+    let id = args.id;
+    let node = Node::start(args.config()).await?;
+    eprintln!("replog: broker {id} listening on {}", node.addr());
+    wait_for_signal().await;
+    node.shutdown().await?;
+    Ok(())
+}
+
+/// Returns on Ctrl-C, or (on Unix) SIGTERM.
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}

@@ -1,0 +1,264 @@
+//! `replog topics`: its flags, which name one [`Action`] (create, delete, reassign, list or
+//! describe), and carrying that action out against the cluster.
+
+use replog::Client;
+
+use crate::connect::connect;
+use crate::error::CliError;
+
+/// The arguments of `replog topics`, as Kafka's `kafka-topics` spells them: the action is a
+/// flag. [`TopicsArgs::action`] turns the flags into an [`Action`].
+///
+/// The flags that cannot go together are declared with `conflicts_with_all`, not with an
+/// `ArgGroup` of all five, because two combinations have always been accepted: no action
+/// at all (`--list`), and `--describe --list` (`--list` wins).
+#[derive(Debug, clap::Args)]
+pub(crate) struct TopicsArgs {
+    /// Brokers to bootstrap from, comma-separated HOST:PORT.
+    #[arg(long)]
+    bootstrap_server: String,
+    /// Print partition, leader, replicas and in-sync replicas.
+    #[arg(long)]
+    describe: bool,
+    /// List topic names.
+    #[arg(long)]
+    list: bool,
+    /// Create the topic named by --topic.
+    #[arg(long, conflicts_with_all = ["describe", "list", "delete"], requires = "topic")]
+    create: bool,
+    /// Delete the topic named by --topic (not a topic configured on the brokers).
+    #[arg(long, conflicts_with_all = ["describe", "list"], requires = "topic")]
+    delete: bool,
+    /// The topic (default: every topic).
+    #[arg(long)]
+    topic: Option<String>,
+    /// Partitions, with --create.
+    #[arg(long, default_value_t = 1, requires = "create")]
+    partitions: u32,
+    /// Replicas of each partition (at most the number of brokers), with --create.
+    #[arg(long, default_value_t = 1, requires = "create")]
+    replication_factor: u32,
+    /// Move partition --partition of the topic named by --topic to the brokers
+    /// --replicas (Kafka's partition reassignment).
+    #[arg(long, conflicts_with_all = ["describe", "list", "delete", "create"], requires_all = ["topic", "replicas"])]
+    reassign: bool,
+    /// The partition to move, with --reassign.
+    #[arg(long, default_value_t = 0, requires = "reassign")]
+    partition: u32,
+    /// Where to move it, with --reassign: broker ids, comma-separated, the preferred
+    /// leader first.
+    #[arg(long, value_delimiter = ',', requires = "reassign")]
+    replicas: Vec<u64>,
+}
+
+/// What `replog topics` does: exactly one of these.
+#[derive(Debug, PartialEq, Eq)]
+enum Action {
+    /// `--create`: a new topic.
+    Create {
+        topic: String,
+        partitions: u32,
+        replication_factor: u32,
+    },
+    /// `--delete`: a topic created at run time.
+    Delete { topic: String },
+    /// `--reassign`: move one partition to other brokers.
+    Reassign {
+        topic: String,
+        partition: u32,
+        replicas: Vec<u64>,
+    },
+    /// `--list`, or no action: topic names and partition counts, of `topic` only if given.
+    List { topic: Option<String> },
+    /// `--describe` (without `--list`): a line per partition, of `topic` or of every topic.
+    Describe { topic: Option<String> },
+}
+
+impl TopicsArgs {
+    /// The action the flags name. clap has already refused the combinations that conflict,
+    /// and `--create`, `--delete` and `--reassign` without `--topic`.
+    fn action(self) -> Action {
+        let TopicsArgs {
+            bootstrap_server: _,
+            describe,
+            list,
+            create,
+            delete,
+            topic,
+            partitions,
+            replication_factor,
+            reassign,
+            partition,
+            replicas,
+        } = self;
+        match topic {
+            Some(topic) if reassign => Action::Reassign {
+                topic,
+                partition,
+                replicas,
+            },
+            Some(topic) if create => Action::Create {
+                topic,
+                partitions,
+                replication_factor,
+            },
+            Some(topic) if delete => Action::Delete { topic },
+            topic if list || !describe => Action::List { topic },
+            topic => Action::Describe { topic },
+        }
+    }
+}
+
+/// Connects to the cluster and carries out the action.
+pub(crate) async fn run(args: TopicsArgs) -> Result<(), CliError> {
+    let client = connect(&args.bootstrap_server).await?;
+    match args.action() {
+        Action::Create {
+            topic,
+            partitions,
+            replication_factor,
+        } => {
+            client
+                .create_topic(&topic, partitions, replication_factor)
+                .await?;
+            println!("Created topic {topic}.");
+        }
+        Action::Delete { topic } => {
+            client
+                .delete_topic(&topic)
+                .await
+                .map_err(|e| CliError::about_topic(&topic, e))?;
+            println!("Deleted topic {topic}.");
+        }
+        Action::Reassign {
+            topic,
+            partition,
+            replicas,
+        } => {
+            client
+                .reassign_partition(&topic, partition, &replicas)
+                .await
+                .map_err(|e| CliError::about_topic(&topic, e))?;
+            let list: Vec<String> = replicas.iter().map(u64::to_string).collect();
+            println!("Moving {topic}-{partition} to {}.", list.join(","));
+        }
+        Action::List { topic } => {
+            for (name, n) in client.list_topics().await? {
+                if topic.as_deref().is_none_or(|t| t == name) {
+                    println!("{name}\t({n} partitions)");
+                }
+            }
+        }
+        Action::Describe { topic } => describe(&client, topic).await?,
+    }
+    Ok(())
+}
+
+/// Prints a line per partition of `topic`, or of every topic.
+async fn describe(client: &Client, topic: Option<String>) -> Result<(), CliError> {
+    let topics: Vec<String> = match topic {
+        Some(t) => vec![t],
+        None => client
+            .list_topics()
+            .await?
+            .into_iter()
+            .map(|(t, _)| t)
+            .collect(),
+    };
+    for t in topics {
+        for p in client
+            .describe(&t)
+            .await
+            .map_err(|e| CliError::about_topic(&t, e))?
+        {
+            println!("{p}");
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    /// `replog topics ARGS`, parsed.
+    #[derive(Parser)]
+    struct Topics {
+        #[command(flatten)]
+        args: TopicsArgs,
+    }
+
+    fn action(args: &[&str]) -> Action {
+        let argv = ["topics", "--bootstrap-server", "b:1"].iter().chain(args);
+        Topics::parse_from(argv).args.action()
+    }
+
+    fn refused(args: &[&str]) -> bool {
+        let argv = ["topics", "--bootstrap-server", "b:1"].iter().chain(args);
+        Topics::try_parse_from(argv).is_err()
+    }
+
+    #[test]
+    fn each_flag_names_its_action() {
+        let t = || "t".to_string();
+        assert_eq!(action(&[]), Action::List { topic: None });
+        assert_eq!(action(&["--list"]), Action::List { topic: None });
+        assert_eq!(action(&["--topic", "t"]), Action::List { topic: Some(t()) });
+        assert_eq!(
+            action(&["--describe", "--list"]),
+            Action::List { topic: None }
+        );
+        assert_eq!(action(&["--describe"]), Action::Describe { topic: None });
+        assert_eq!(
+            action(&["--describe", "--topic", "t"]),
+            Action::Describe { topic: Some(t()) }
+        );
+        assert_eq!(
+            action(&["--create", "--topic", "t", "--partitions", "3"]),
+            Action::Create {
+                topic: t(),
+                partitions: 3,
+                replication_factor: 1
+            }
+        );
+        assert_eq!(
+            action(&["--delete", "--topic", "t"]),
+            Action::Delete { topic: t() }
+        );
+        assert_eq!(
+            action(&[
+                "--reassign",
+                "--topic",
+                "t",
+                "--partition",
+                "2",
+                "--replicas",
+                "3,1"
+            ]),
+            Action::Reassign {
+                topic: t(),
+                partition: 2,
+                replicas: vec![3, 1]
+            }
+        );
+    }
+
+    #[test]
+    fn conflicting_or_incomplete_flags_are_refused() {
+        for args in [
+            &["--create"][..],
+            &["--delete"],
+            &["--reassign", "--topic", "t"],
+            &["--create", "--delete", "--topic", "t"],
+            &["--create", "--describe", "--topic", "t"],
+            &["--delete", "--list", "--topic", "t"],
+            &["--reassign", "--create", "--topic", "t", "--replicas", "1"],
+            &["--partitions", "3", "--topic", "t"],
+            &["--replicas", "1", "--topic", "t"],
+        ] {
+            assert!(refused(args), "{args:?}");
+        }
+    }
+}
