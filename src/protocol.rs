@@ -210,8 +210,8 @@ pub(crate) struct PartitionMetadata {
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) enum WireError {
     NotLeader {
-        /// The leader's id and address, and the term the refusing broker was in.
-        leader: Option<(NodeId, String, u64)>,
+        /// The leader, if the refusing broker knows one.
+        leader: Option<LeaderHint>,
     },
     UnknownPartition,
     Indeterminate(String),
@@ -239,9 +239,7 @@ pub(crate) enum WireError {
 impl WireError {
     pub(crate) fn from_error(e: &Error) -> Self {
         match e {
-            Error::NotLeader { leader, .. } => WireError::NotLeader {
-                leader: leader.map(|h| (h.node_id, h.addr.to_string(), h.term)),
-            },
+            Error::NotLeader { leader, .. } => WireError::NotLeader { leader: *leader },
             Error::UnknownPartition(_) => WireError::UnknownPartition,
             Error::Indeterminate { reason, .. } => WireError::Indeterminate(reason.clone()),
             Error::OffsetOutOfRange { start, end, .. } => WireError::OffsetOutOfRange {
@@ -280,13 +278,7 @@ impl WireError {
         match self {
             WireError::NotLeader { leader } => Error::NotLeader {
                 partition: partition.clone(),
-                leader: leader.and_then(|(node_id, addr, term)| {
-                    Some(LeaderHint {
-                        node_id,
-                        addr: addr.parse().ok()?,
-                        term,
-                    })
-                }),
+                leader,
             },
             WireError::UnknownPartition => Error::UnknownPartition(partition.clone()),
             WireError::Indeterminate(reason) => Error::Indeterminate {

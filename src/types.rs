@@ -5,7 +5,10 @@ use std::fmt;
 macro_rules! number_newtype {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
-        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        #[derive(
+            Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash,
+            serde::Serialize, serde::Deserialize,
+        )]
         pub struct $name(pub u64);
 
         impl $name {
@@ -73,7 +76,13 @@ impl fmt::Display for PartitionId {
 }
 
 /// Where to send a request that reached a broker that does not lead the partition.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+///
+/// The one shape of a leader hint, from openraft's `ForwardToLeader` (with the address the
+/// catalog has for the broker) through the wire's `NotLeader`, [`Error::NotLeader`] and the
+/// client's leader cache.
+///
+/// [`Error::NotLeader`]: crate::Error::NotLeader
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LeaderHint {
     /// The leader's broker id.
     pub node_id: NodeId,
@@ -81,7 +90,7 @@ pub struct LeaderHint {
     pub addr: std::net::SocketAddr,
     /// The Raft term the refusing broker was in: of two hints, the one with the higher term
     /// is the newer.
-    pub term: u64,
+    pub term: Term,
 }
 
 /// How an idempotent producer numbers one batch: the producer, its epoch, and the sequence

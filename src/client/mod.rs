@@ -21,7 +21,7 @@ use crate::raft::types::AppendRequest;
 use crate::segment::record::{Batch, Limits, Record, encode_records};
 use crate::transport::frame::Op;
 use crate::transport::{CallError, Peer, Turn, Turns};
-use crate::types::{NodeId, Offset, PartitionId, ProducerSeq};
+use crate::types::{LeaderHint, NodeId, Offset, PartitionId, ProducerSeq, Term};
 use sequencer::{Attempt, Sequencer};
 
 /// Configuration of a [`Client`].
@@ -162,7 +162,8 @@ pub struct Client {
     config: ClientConfig,
     bootstrap: Vec<SocketAddr>,
     brokers: Mutex<HashMap<NodeId, SocketAddr>>,
-    leaders: Mutex<HashMap<PartitionId, (NodeId, u64)>>,
+    /// Each partition's leader and the term it leads in, as metadata and hints named them.
+    leaders: Mutex<HashMap<PartitionId, (NodeId, Term)>>,
     peers: Mutex<HashMap<SocketAddr, Arc<Peer>>>,
     producers: Mutex<HashMap<PartitionId, Arc<ProducerSlot>>>,
     /// Partition count of each topic seen in metadata.
@@ -369,11 +370,10 @@ impl Client {
         let mut leaders = self.leaders.lock();
         for p in &meta.partitions {
             if let Some(l) = p.leader {
-                let newer = leaders
-                    .get(&p.partition)
-                    .is_none_or(|(_, term)| p.term >= *term);
+                let term = Term(p.term);
+                let newer = leaders.get(&p.partition).is_none_or(|(_, t)| term >= *t);
                 if newer {
-                    leaders.insert(p.partition.clone(), (l, p.term));
+                    leaders.insert(p.partition.clone(), (l, term));
                 }
             }
         }
@@ -591,9 +591,10 @@ impl Client {
             }
             let outcome = match &answer {
                 Ok(Ok(_)) => "ok".to_string(),
-                Ok(Err(WireError::NotLeader {
-                    leader: Some((node, a, term)),
-                })) => format!("not leader; leader is {node} at {a} (term {term})"),
+                Ok(Err(WireError::NotLeader { leader: Some(h) })) => format!(
+                    "not leader; leader is {} at {} (term {})",
+                    h.node_id, h.addr, h.term
+                ),
                 Ok(Err(WireError::NotLeader { leader: None })) => {
                     "not leader; election in progress".into()
                 }
@@ -617,30 +618,14 @@ impl Client {
                         route,
                     });
                 }
-                Ok(Err(WireError::NotLeader { leader })) => {
-                    let hint = leader.and_then(|(node, a, term)| {
-                        Some(Hint {
-                            node,
-                            addr: a.parse().ok()?,
-                            term,
-                        })
-                    });
-                    let cached = self
-                        .cached_leader(&id.topic, id.partition)
-                        .map(|(node, a)| {
-                            let term = self.leaders.lock().get(&id).map_or(0, |(_, t)| *t);
-                            Hint {
-                                node,
-                                addr: a,
-                                term,
-                            }
-                        });
+                Ok(Err(WireError::NotLeader { leader: hint })) => {
+                    let cached = self.cached_hint(&id);
                     // (Locks one at a time: `absorb` takes `brokers` before `leaders`.)
                     match redirect(addr, cached, hint) {
                         Redirect::Follow(h) if hops < self.config.redirect_hops_max => {
                             hops += 1;
-                            self.brokers.lock().insert(h.node, h.addr);
-                            self.leaders.lock().insert(id.clone(), (h.node, h.term));
+                            self.brokers.lock().insert(h.node_id, h.addr);
+                            self.leaders.lock().insert(id.clone(), (h.node_id, h.term));
                             target = Some(h.addr);
                         }
                         Redirect::KeepCache(a) if hops < self.config.redirect_hops_max => {
@@ -1074,21 +1059,25 @@ impl Client {
         let (leader, _) = *self.leaders.lock().get(&id)?;
         Some((leader, self.brokers.lock().get(&leader).copied()?))
     }
-}
 
-/// A leader as a hint or the cache names it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Hint {
-    node: NodeId,
-    addr: SocketAddr,
-    term: u64,
+    /// The cached leader of `id` as a hint. (Locks one at a time: `absorb` takes `brokers`
+    /// before `leaders`.)
+    fn cached_hint(&self, id: &PartitionId) -> Option<LeaderHint> {
+        let (node_id, term) = *self.leaders.lock().get(id)?;
+        let addr = self.brokers.lock().get(&node_id).copied()?;
+        Some(LeaderHint {
+            node_id,
+            addr,
+            term,
+        })
+    }
 }
 
 /// Where to go after `refused_by` answered `NotLeader`.
 #[derive(Debug, PartialEq, Eq)]
 enum Redirect {
     /// To the hinted leader, which becomes the cached one.
-    Follow(Hint),
+    Follow(LeaderHint),
     /// To the cached leader: the hint is older than what the cache knows.
     KeepCache(SocketAddr),
     /// Nowhere known: refresh metadata (forgetting the cached leader).
@@ -1099,7 +1088,11 @@ enum Redirect {
 /// another broker in a newer term (the refusing broker has not heard of the newer leader
 /// yet: a hint is only as fresh as its term); a cached leader that itself refused is never
 /// trusted again.
-fn redirect(refused_by: SocketAddr, cached: Option<Hint>, hint: Option<Hint>) -> Redirect {
+fn redirect(
+    refused_by: SocketAddr,
+    cached: Option<LeaderHint>,
+    hint: Option<LeaderHint>,
+) -> Redirect {
     let cached = cached.filter(|c| c.addr != refused_by);
     match (hint, cached) {
         (Some(h), Some(c)) if c.term > h.term => Redirect::KeepCache(c.addr),
@@ -1157,10 +1150,10 @@ mod tests {
     #[test]
     fn not_leader_hints_are_followed_only_when_at_least_as_new_as_the_cache() {
         let addr = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
-        let hint = |node: NodeId, term: u64| Hint {
-            node,
-            addr: addr(9090 + node as u16),
-            term,
+        let hint = |node_id: NodeId, term: u64| LeaderHint {
+            node_id,
+            addr: addr(9090 + node_id as u16),
+            term: Term(term),
         };
         let (a, b, c) = (addr(9091), hint(2, 7), hint(3, 5));
         // A newer hint than the cache: follow it.

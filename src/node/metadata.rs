@@ -94,13 +94,10 @@ impl Broker {
             &request,
         )
         .await
-        .map_err(|e| match e {
-            MetaError::Refused(Refused::UnknownTopic) => unknown(),
-            MetaError::Refused(Refused::TopicExists) => Error::InvalidTopic {
+        .map_err(|e| {
+            e.into_error(unknown, || Error::InvalidTopic {
                 reason: "the topic exists".into(),
-            },
-            MetaError::Refused(Refused::Invalid(reason)) => Error::InvalidTopic { reason },
-            MetaError::Failed(e) => e,
+            })
         })
     }
 
@@ -171,15 +168,11 @@ impl Broker {
         };
         self.meta_command(command, request.forwarded, Op::CreateTopic, &request)
             .await
-            .map_err(|e| match e {
-                MetaError::Refused(Refused::TopicExists) => {
-                    Error::TopicExists(request.name.clone())
-                }
-                MetaError::Refused(Refused::UnknownTopic) => {
-                    Error::UnknownPartition(PartitionId::new(request.name.clone(), 0))
-                }
-                MetaError::Refused(Refused::Invalid(reason)) => Error::InvalidTopic { reason },
-                MetaError::Failed(e) => e,
+            .map_err(|e| {
+                e.into_error(
+                    || Error::UnknownPartition(PartitionId::new(request.name.clone(), 0)),
+                    || Error::TopicExists(request.name.clone()),
+                )
             })
     }
 
@@ -204,14 +197,7 @@ impl Broker {
         };
         self.meta_command(command, request.forwarded, Op::DeleteTopic, &request)
             .await
-            .map_err(|e| match e {
-                MetaError::Refused(Refused::UnknownTopic) => unknown(),
-                MetaError::Refused(Refused::TopicExists) => {
-                    Error::TopicExists(request.name.clone())
-                }
-                MetaError::Refused(Refused::Invalid(reason)) => Error::InvalidTopic { reason },
-                MetaError::Failed(e) => e,
-            })
+            .map_err(|e| e.into_error(unknown, || Error::TopicExists(request.name.clone())))
     }
 
     /// Commits `command` in the metadata log and answers once the metadata leader has applied
@@ -337,6 +323,19 @@ impl Broker {
 enum MetaError {
     Refused(Refused),
     Failed(Error),
+}
+
+impl MetaError {
+    /// The caller's error: `unknown` and `exists` say what an unknown or an existing topic
+    /// means for its command.
+    fn into_error(self, unknown: impl FnOnce() -> Error, exists: impl FnOnce() -> Error) -> Error {
+        match self {
+            MetaError::Refused(Refused::UnknownTopic) => unknown(),
+            MetaError::Refused(Refused::TopicExists) => exists(),
+            MetaError::Refused(Refused::Invalid(reason)) => Error::InvalidTopic { reason },
+            MetaError::Failed(e) => e,
+        }
+    }
 }
 
 /// An admin request that can be marked as forwarded by a broker to the metadata leader.

@@ -97,25 +97,15 @@ impl Broker {
                 base_offset: Offset(response.base_offset),
                 record_count,
             }),
-            Ok(Err(WriteError::NotLeader(leader))) => {
-                let term = group.raft.state().term;
-                let leader = leader.and_then(|(node_id, addr)| {
-                    // Where the catalog says the broker is now; the group's membership keeps
-                    // the address the broker had when it joined.
-                    let addr = self
-                        .broker_addr(node_id)
-                        .or_else(|| addr.and_then(|a| a.parse().ok()))?;
-                    Some(LeaderHint {
-                        node_id,
-                        addr,
-                        term,
-                    })
-                });
-                Err(Error::NotLeader {
-                    partition: group.id.clone(),
-                    leader,
-                })
-            }
+            Ok(Err(WriteError::NotLeader(leader))) => Err(Error::NotLeader {
+                partition: group.id.clone(),
+                // Where the catalog says the broker is now; the group's membership keeps the
+                // address the broker had when it joined.
+                leader: leader.map(|hint| LeaderHint {
+                    addr: self.broker_addr(hint.node_id).unwrap_or(hint.addr),
+                    ..hint
+                }),
+            }),
             Ok(Err(WriteError::Discarded)) => Err(indeterminate(
                 "leadership changed after the batch was appended".into(),
             )),

@@ -18,7 +18,7 @@ use crate::raft::storage::LogStore;
 use crate::raft::types::{AppendRequest, AppendResponse, BrokerNode, C};
 use crate::transport::frame::Op;
 use crate::transport::{PeerSet, Turn};
-use crate::types::{NodeId, PartitionId};
+use crate::types::{LeaderHint, NodeId, PartitionId, Term};
 
 /// Raft timing for every replica of a node.
 #[derive(Clone, Copy, Debug)]
@@ -31,8 +31,9 @@ pub(crate) struct Timing {
 /// Why a write was not committed.
 #[derive(Debug)]
 pub(crate) enum WriteError {
-    /// Refused before appending: not the leader. The leader's id and address, if known.
-    NotLeader(Option<(NodeId, Option<String>)>),
+    /// Refused before appending: not the leader. The leader, if known, at the address its
+    /// group membership names, in this replica's term.
+    NotLeader(Option<LeaderHint>),
     /// Appended, then dropped by a leadership change: the outcome is unknown.
     Discarded,
     /// Refused for now, nothing written: the new leader has not yet applied its predecessors'
@@ -91,12 +92,21 @@ struct Proposed {
     by_producer: HashMap<u64, VecDeque<PendingBatch>>,
 }
 
-fn not_leader(f: ForwardToLeader<C>) -> WriteError {
-    let addr = f.leader_node.map(|n| n.addr);
-    WriteError::NotLeader(f.leader_id.map(|id| (id, addr)))
-}
-
 impl Replica {
+    /// openraft's refusal as a hint: the leader it names, at its membership address, in this
+    /// replica's term.
+    fn not_leader(&self, f: ForwardToLeader<C>) -> WriteError {
+        let term = Term(self.raft.metrics().borrow_watched().current_term);
+        let hint = f.leader_id.zip(f.leader_node).and_then(|(node_id, node)| {
+            Some(LeaderHint {
+                node_id,
+                addr: node.addr.parse().ok()?,
+                term,
+            })
+        });
+        WriteError::NotLeader(hint)
+    }
+
     /// Starts the group member `id` of partition `group` over `store` and `sm`.
     pub(crate) async fn start(
         id: NodeId,
@@ -173,7 +183,9 @@ impl Replica {
         drop(turn);
         match self.raft.client_write(request).await {
             Ok(response) => Ok((response.log_id.index, response.data)),
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(not_leader(f)),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                Err(self.not_leader(f))
+            }
             Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(_))) => {
                 Err(WriteError::Discarded)
             }
@@ -198,7 +210,7 @@ impl Replica {
             }
             let mut gate = self.gate.lock().await;
             drop(turn);
-            let leader = self.raft.as_leader().map_err(not_leader)?;
+            let leader = self.raft.as_leader().map_err(|f| self.not_leader(f))?;
             let term = leader.term();
             if gate.term != term {
                 gate.by_producer.clear();
@@ -269,7 +281,7 @@ impl Replica {
                 if let Some(pending) = gate.by_producer.get_mut(&producer) {
                     pending.retain(|b| *b != batch);
                 }
-                Err(not_leader(f))
+                Err(self.not_leader(f))
             }
             Ok(Err(ClientWriteError::LogEntryDiscarded(_))) => Err(WriteError::Discarded),
             Ok(Err(e)) => Err(WriteError::Other(e.to_string())),

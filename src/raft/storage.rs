@@ -686,10 +686,21 @@ mod tests {
             .unwrap(),
         );
         let start = |config: std::sync::Arc<openraft::Config>| {
-            let log = PartitionLog::open(dir.path(), small_config()).unwrap();
-            let store = LogStore::open(log, durability).unwrap();
-            let sm = StateMachine::open(store.clone()).unwrap();
+            let path = dir.path().to_path_buf();
             async move {
+                // The last instance's tasks (openraft's, the seal thread) may hold the log, and
+                // its directory lock, a moment after shutdown returned.
+                let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+                let log = loop {
+                    match PartitionLog::open(&path, small_config()) {
+                        Err(crate::Error::Locked { .. }) if std::time::Instant::now() < until => {
+                            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                        }
+                        other => break other.unwrap(),
+                    }
+                };
+                let store = LogStore::open(log, durability).unwrap();
+                let sm = StateMachine::open(store.clone()).unwrap();
                 let raft = openraft::Raft::new(1, config, NoPeers, store.clone(), sm.clone())
                     .await
                     .unwrap();
