@@ -4,9 +4,18 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use crate::catalog::{PARTITIONS_MAX, check_topic_name};
 use crate::config::LogConfig;
+use crate::error::{Error, Result};
 use crate::raft::storage::Durability;
 use crate::types::NodeId;
+
+use super::META_RECORD_BYTES_MAX;
+
+/// What a request carries beside its batch, at most: the frame header, the partition's name
+/// and the encoded fields of a produce or replication request (a few hundred bytes), rounded
+/// up generously.
+pub(crate) const REQUEST_OVERHEAD_BYTES_MAX: u32 = 4096;
 
 /// Configuration of a [`Node`].
 #[derive(Clone, Debug)]
@@ -79,5 +88,156 @@ impl NodeConfig {
             #[cfg(any(test, feature = "failpoints"))]
             net_faults: None,
         }
+    }
+
+    /// Checks every limit and every relation between them, naming the field at fault; what
+    /// [`Node::start`](super::Node::start) does first.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] naming the field: the log's limits ([`LogConfig::validate`]);
+    /// a heartbeat interval that is 0 or not below the election timeout (a follower would
+    /// call elections against a live leader); a zero request timeout; a `frame_bytes_max` that
+    /// cannot carry a full batch (of a partition's log or of the metadata log) with its request
+    /// overhead; a broker among its own peers, or one that joins with no peer to join through;
+    /// a configured topic with a bad name, a repeated name, or a partition count outside
+    /// 1..=10,000.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |field, reason: String| Err(Error::InvalidConfig { field, reason });
+        self.log.validate()?;
+        if self.election_timeout_ms == 0 {
+            return bad("election_timeout_ms", "must be positive".into());
+        }
+        if self.heartbeat_interval_ms == 0 || self.heartbeat_interval_ms >= self.election_timeout_ms
+        {
+            return bad(
+                "heartbeat_interval_ms",
+                format!(
+                    "must be positive and below election_timeout_ms ({})",
+                    self.election_timeout_ms
+                ),
+            );
+        }
+        if self.request_timeout_ms == 0 {
+            return bad("request_timeout_ms", "must be positive".into());
+        }
+        let batch = self.log.batch_bytes_max.max(META_RECORD_BYTES_MAX);
+        let needed = u64::from(batch) + u64::from(REQUEST_OVERHEAD_BYTES_MAX);
+        if u64::from(self.frame_bytes_max) < needed {
+            return bad(
+                "frame_bytes_max",
+                format!(
+                    "must carry a full batch ({batch} bytes) and its request overhead \
+                     ({REQUEST_OVERHEAD_BYTES_MAX}): at least {needed}"
+                ),
+            );
+        }
+        if self.peers.contains_key(&self.id) {
+            return bad(
+                "peers",
+                format!("broker {} cannot be one of its own peers", self.id),
+            );
+        }
+        if self.join && self.peers.is_empty() {
+            return bad(
+                "join",
+                "a broker that joins needs a peer to join through".into(),
+            );
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for (topic, partitions) in &self.topics {
+            check_topic_name(topic).map_err(|reason| Error::InvalidConfig {
+                field: "topics",
+                reason,
+            })?;
+            if !names.insert(topic.as_str()) {
+                return bad("topics", format!("topic {topic} is configured twice"));
+            }
+            if *partitions == 0 || *partitions > PARTITIONS_MAX {
+                return bad(
+                    "topics",
+                    format!(
+                        "topic {topic} has {partitions} partitions: a topic has 1 to {PARTITIONS_MAX}"
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> NodeConfig {
+        let addr = SocketAddr::from(([127, 0, 0, 1], 9092));
+        let peers = BTreeMap::from([(2, SocketAddr::from(([127, 0, 0, 1], 19092)))]);
+        let mut c = NodeConfig::new(1, addr, peers, "/nonexistent");
+        c.topics = vec![("email.send".into(), 3)];
+        c
+    }
+
+    #[test]
+    fn the_defaults_are_valid() {
+        config().validate().unwrap();
+    }
+
+    #[test]
+    fn each_broken_relation_names_its_field() {
+        let field = |change: &dyn Fn(&mut NodeConfig)| {
+            let mut c = config();
+            change(&mut c);
+            match c.validate() {
+                Err(Error::InvalidConfig { field, .. }) => field,
+                other => panic!("expected InvalidConfig, got {other:?}"),
+            }
+        };
+        assert_eq!(field(&|c| c.log.record_bytes_max = 3), "record_bytes_max");
+        assert_eq!(
+            field(&|c| c.heartbeat_interval_ms = c.election_timeout_ms),
+            "heartbeat_interval_ms"
+        );
+        assert_eq!(
+            field(&|c| c.heartbeat_interval_ms = 0),
+            "heartbeat_interval_ms"
+        );
+        assert_eq!(field(&|c| c.election_timeout_ms = 0), "election_timeout_ms");
+        assert_eq!(field(&|c| c.request_timeout_ms = 0), "request_timeout_ms");
+        assert_eq!(
+            field(&|c| c.frame_bytes_max = c.log.batch_bytes_max),
+            "frame_bytes_max",
+            "a full batch plus its request must fit a frame"
+        );
+        assert_eq!(
+            field(&|c| {
+                c.log.batch_bytes_max = 32 << 20;
+                c.log.segment_bytes = 64 << 20;
+            }),
+            "frame_bytes_max"
+        );
+        assert_eq!(
+            field(&|c| {
+                c.peers.insert(1, c.listen);
+            }),
+            "peers"
+        );
+        assert_eq!(
+            field(&|c| {
+                c.join = true;
+                c.peers.clear();
+            }),
+            "join"
+        );
+        assert_eq!(
+            field(&|c| c.topics.push(("email.send".into(), 1))),
+            "topics"
+        );
+        assert_eq!(field(&|c| c.topics.push(("bad/name".into(), 1))), "topics");
+        assert_eq!(field(&|c| c.topics.push(("empty".into(), 0))), "topics");
+        // The smallest frame that carries a full batch is enough.
+        let mut c = config();
+        c.frame_bytes_max = (4 << 20) + REQUEST_OVERHEAD_BYTES_MAX;
+        c.validate().unwrap();
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use parking_lot::RwLock;
 use tokio::sync::watch;
 
-use crate::catalog::{CONFIGURED_TOPIC_ID, Catalog, METADATA_TOPIC, check_topic_name};
+use crate::catalog::{CONFIGURED_TOPIC_ID, Catalog, METADATA_TOPIC};
 use crate::config::LogConfig;
 use crate::error::{Error, Result};
 use crate::log::AppendInfo;
@@ -135,6 +135,7 @@ impl Node {
     /// Anything [`PartitionLog::open`] returns, and [`Error::Io`] if the address cannot be
     /// bound.
     pub async fn start(mut config: NodeConfig) -> Result<Node> {
+        config.validate()?;
         if config.log.preallocate == crate::config::Preallocate::Auto
             && config.durability == Durability::Replicated
         {
@@ -162,21 +163,6 @@ impl Node {
         }
         founders.sort_unstable();
         founders.dedup();
-        if config.join && founders.contains(&config.id) {
-            return Err(Error::InvalidConfig {
-                field: "join",
-                reason: format!(
-                    "broker {} joins, so it cannot be one of its peers",
-                    config.id
-                ),
-            });
-        }
-        for (topic, _) in &config.topics {
-            check_topic_name(topic).map_err(|reason| Error::InvalidConfig {
-                field: "topics",
-                reason,
-            })?;
-        }
         let catalog = Catalog::with_configured(&config.topics, &founders);
         remove_deleted_dirs(&config.data_dir);
         // The metadata log is never purged (the catalog is its replay) and always synced. Its
