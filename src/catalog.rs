@@ -16,7 +16,8 @@
 //! configuration (the same on all of them), and the metadata log adds each broker's registered
 //! address and the brokers that joined since ([`MetaCommand::RegisterBroker`]).
 //!
-//! A created topic's id is the offset of its `CreateTopic` record in the metadata log: unique
+//! A created topic's id is the offset of its `CreateTopic` record in the metadata log plus one
+//! (0 is [`CONFIGURED_TOPIC_ID`]): unique
 //! for the life of the cluster, so a topic deleted and created again under the same name is
 //! a different topic, and a broker that slept through both never mistakes the old data for
 //! the new (see `partition.metadata` in `node/replica_dir.rs`).
@@ -413,6 +414,57 @@ pub(crate) fn assign(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// FORMAT.md §6.2: a metadata record's value is the command in postcard. The variant order
+    /// and the field order are the format: pinned here, byte by byte.
+    #[test]
+    fn metadata_commands_are_pinned_byte_by_byte() {
+        let bytes = |c: &MetaCommand| postcard::to_stdvec(c).unwrap();
+        let cases: Vec<(MetaCommand, Vec<u8>)> = vec![
+            (
+                MetaCommand::CreateTopic {
+                    name: "t".into(),
+                    assignment: vec![vec![1, 2], vec![300]],
+                },
+                vec![0, 1, b't', 2, 2, 1, 2, 1, 0xAC, 0x02],
+            ),
+            (
+                MetaCommand::DeleteTopic { name: "ab".into() },
+                vec![1, 2, b'a', b'b'],
+            ),
+            (
+                MetaCommand::RegisterBroker {
+                    id: 4,
+                    addr: "h:1".into(),
+                    join: true,
+                },
+                vec![2, 4, 3, b'h', b':', b'1', 1],
+            ),
+            (
+                MetaCommand::ReassignPartition {
+                    name: "t".into(),
+                    partition: 2,
+                    replicas: vec![3],
+                },
+                vec![3, 1, b't', 2, 1, 3],
+            ),
+            (
+                MetaCommand::ReassignDone {
+                    topic_id: 129,
+                    partition: 0,
+                    replicas: vec![],
+                },
+                vec![4, 0x81, 0x01, 0, 0],
+            ),
+        ];
+        for (command, golden) in cases {
+            assert_eq!(bytes(&command), golden, "{command:?}");
+            assert_eq!(
+                postcard::from_bytes::<MetaCommand>(&golden).unwrap(),
+                command
+            );
+        }
+    }
 
     /// Kafka's own expectation (`AdminZkClientTest.testReplicaAssignment`): five brokers, ten
     /// partitions, three replicas, start index 0.

@@ -554,6 +554,50 @@ mod tests {
     use crate::LogConfig;
     use crate::raft::state_machine::StateMachine;
 
+    /// FORMAT.md §6.1: a membership entry is the byte `01` and the membership as openraft's
+    /// serde writes it in JSON. Pinned, because these bytes are in every log.
+    #[test]
+    fn the_membership_payload_is_pinned() {
+        let nodes = std::collections::BTreeMap::from([
+            (
+                1,
+                crate::raft::types::BrokerNode {
+                    addr: "127.0.0.1:9092".into(),
+                },
+            ),
+            (
+                2,
+                crate::raft::types::BrokerNode {
+                    addr: "127.0.0.1:19092".into(),
+                },
+            ),
+        ]);
+        let m = openraft::Membership::<u64, crate::raft::types::BrokerNode>::new(
+            vec![std::collections::BTreeSet::from([1, 2])],
+            nodes,
+        )
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let log = PartitionLog::open(dir.path(), LogConfig::default()).unwrap();
+        let store = LogStore::open(log, Durability::Replicated).unwrap();
+        let entry = Entry {
+            log_id: LogId::new_term_index(1, 1),
+            payload: EntryPayload::Membership(m),
+        };
+        store.append_one(&entry).unwrap();
+        let batch = store
+            .log()
+            .read_entries(1, 2, usize::MAX)
+            .unwrap()
+            .remove(0);
+        assert_eq!(
+            std::str::from_utf8(&batch.payload[1..]).unwrap(),
+            r#"{"configs":[[1,2]],"nodes":{"1":{"addr":"127.0.0.1:9092"},"2":{"addr":"127.0.0.1:19092"}}}"#
+        );
+        assert_eq!(batch.payload[0], CONTROL_MEMBERSHIP);
+        assert_eq!(entry_from_batch(&batch).unwrap(), entry);
+    }
+
     struct Builder;
 
     /// Small segments, so that the suite's purges and truncations cross segment boundaries.
