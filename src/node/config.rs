@@ -17,7 +17,7 @@ use super::META_RECORD_BYTES_MAX;
 /// up generously.
 pub(crate) const REQUEST_OVERHEAD_BYTES_MAX: u32 = 4096;
 
-/// Configuration of a [`Node`].
+/// Configuration of a [`Node`](crate::Node).
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct NodeConfig {
@@ -49,7 +49,7 @@ pub struct NodeConfig {
     pub request_timeout_ms: u64,
     /// Largest network frame accepted. Default 16 MiB.
     pub frame_bytes_max: u32,
-    /// How often the broker applies retention by itself (see [`Node::enforce_retention`]).
+    /// How often the broker applies retention by itself (see [`Node::enforce_retention`](crate::Node::enforce_retention)).
     /// Default 60 s; 0 turns the background task off.
     pub retention_check_ms: u64,
     /// This broker joins a running cluster instead of founding one (`replog node --join`).

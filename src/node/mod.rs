@@ -132,7 +132,7 @@ impl Node {
     ///
     /// # Errors
     ///
-    /// Anything [`PartitionLog::open`] returns, and [`Error::Io`] if the address cannot be
+    /// Anything [`PartitionLog::open`](crate::PartitionLog::open) returns, and [`Error::Io`] if the address cannot be
     /// bound.
     pub async fn start(mut config: NodeConfig) -> Result<Node> {
         config.validate()?;
@@ -375,7 +375,7 @@ impl Node {
     }
 
     /// Reads committed batches of a partition from this replica, from `offset` on, up to about
-    /// `max_bytes` (see [`PartitionLog::read`]). Works on any replica, leader or not; a
+    /// `max_bytes` (see [`PartitionLog::read`](crate::PartitionLog::read)). Works on any replica, leader or not; a
     /// follower serves what it knows is committed.
     ///
     /// # Errors
