@@ -861,4 +861,25 @@ mod tests {
         let (_, buf) = encode(&sample());
         assert_eq!(fuzz_decode_frame(&buf), Ok(3));
     }
+
+    /// A frame whose offsets would overflow made the record iterator overflow (a panic in
+    /// debug and fuzz builds).
+    #[test]
+    fn regression_overflowing_counters_are_corruption() {
+        let (payload, n) = encode_records(&[Record::new("x")], 1024).unwrap();
+        let h = FrameHeader {
+            body_len: body_len_for(payload.len(), &Limits::ON_DISK).unwrap(),
+            log_index: 0,
+            term: 0,
+            base_offset: u64::MAX,
+            record_count: n,
+            kind: EntryKind::Data,
+            timestamp_ms: 0,
+            producer_id: 0,
+            base_sequence: 0,
+        };
+        let mut buf = vec![0u8; h.frame_len()];
+        encode_frame(&mut buf, &h, &Payload::Raw(&payload));
+        assert!(fuzz_decode_frame(&buf).is_err());
+    }
 }
