@@ -29,7 +29,9 @@ impl PartitionLog {
     /// - [`Error::InvalidConfig`] if `config` does not validate.
     /// - [`Error::Locked`] if another open log holds the directory.
     /// - [`Error::Corrupt`] for damage that recovery must not repair silently: a bad segment
-    ///   header, or an invalid frame in any segment but the last.
+    ///   header, or an invalid frame (or missing entries) in a sealed segment known durable,
+    ///   that is, any up to the last sealed segment with an index file. In the sealed segments
+    ///   after it (not synced before a crash), invalid data is a torn tail: the log ends there.
     /// - [`Error::Io`] for operating-system errors.
     pub fn open(dir: impl AsRef<Path>, config: LogConfig) -> Result<Self> {
         config.validate()?;

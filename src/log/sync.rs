@@ -14,7 +14,8 @@ use crate::segment::Segment;
 
 /// How many sealed segments may wait unsynced before a roll starts syncing the oldest in the
 /// background. Appends never wait for the disk below this; a crash recovery scans at most this
-/// many segments plus the active one, whatever the size of the log.
+/// many sealed segments, plus the one the background sync may have been working on, plus the
+/// active one, whatever the size of the log.
 pub(super) const UNSYNCED_SEALED_MAX: usize = 2;
 
 impl PartitionLog {

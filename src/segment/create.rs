@@ -95,9 +95,10 @@ fn write_dsync(file: &File, bytes: &[u8], pos: u64) -> io::Result<()> {
 
 impl Segment {
     /// Creates a new, empty segment at `base` durably: a preallocated file under a temporary
-    /// name (`spare`, made ahead of time, or a new one), given its header, synced, renamed into
-    /// place (replacing any file of that name), and the directory synced. Returns it with its
-    /// write handle.
+    /// name (`spare`, made ahead of time, or a new one) is given its header and an end mark by
+    /// a write that is durable when it returns (`RWF_DSYNC`; the rest of the file is not
+    /// synced), renamed into place (replacing any file of that name), and the directory synced.
+    /// Returns it with its write handle.
     pub(crate) fn create(
         dir: &Path,
         base: Cursor,

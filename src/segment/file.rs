@@ -16,7 +16,8 @@ pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
 }
 
 impl Segment {
-    /// Durably writes bytes `[from, data_len)` of the map.
+    /// Makes everything written to the segment file so far durable: an `fdatasync` of the
+    /// whole file (published frames and the end mark after them alike).
     pub(crate) fn sync(&self, faults: &Faults) -> io::Result<()> {
         faults.check(FaultPoint::Sync)?;
         let token = faults.sync_token();

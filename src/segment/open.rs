@@ -38,7 +38,7 @@ pub(crate) enum Sealed {
 impl Segment {
     /// Opens a sealed segment (any but the last). `next_base` is the next segment's base log
     /// index; `prev` the cursor after the previous segment (its last term and, for checking,
-    /// the offsets), or the header's own base for the first segment.
+    /// the offsets), or `None` for the first segment, which starts at its header's base.
     ///
     /// `may_be_unsynced` is set for the sealed segments after the last one with an index: they
     /// may not have been synced before a crash, so one of them can be torn. For them, valid data

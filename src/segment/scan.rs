@@ -1,5 +1,5 @@
 //! Frame scanning: the [`Cursor`] that checks each frame continues the one before it
-//! (FORMAT.md §6, step 6), the bounded scan over a segment's bytes that recovery, index
+//! (the continuity rules of FORMAT.md §6, step 6), the bounded scan over a segment's bytes that recovery, index
 //! checks and `replog check` share, and the fuzz entry point that drives it.
 
 use super::format::{FRAME_HEADER_LEN, SEGMENT_HEADER_LEN, SegmentHeader};
@@ -17,7 +17,8 @@ pub(crate) struct Cursor {
 }
 
 impl Cursor {
-    /// Checks FORMAT.md §6 step 6 for a frame that should come next.
+    /// Checks the continuity rules of FORMAT.md §6 step 6 (log index, term, offset) for a frame
+    /// that should come next; `decode_frame` checks the step's overflow rule.
     pub(crate) fn check(&self, h: &FrameHeader) -> Result<(), CorruptKind> {
         if h.log_index != self.next_log_index {
             return Err(CorruptKind::LogIndexGap {
