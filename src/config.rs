@@ -49,8 +49,8 @@ pub struct LogConfig {
     /// Largest encoded batch payload (all of its records). Default 4 MiB; at least
     /// `record_bytes_max`.
     pub batch_bytes_max: u32,
-    /// Delete the oldest segments while the log holds more than this many bytes. The active
-    /// segment is never deleted. Default: no limit.
+    /// Delete the oldest segments as long as the rest still hold at least this many bytes (as
+    /// Kafka does). The active segment is never deleted. Default: no limit.
     pub retention_bytes: Option<u64>,
     /// Delete segments whose newest batch is older than this. Default: no limit.
     pub retention_ms: Option<u64>,

@@ -10,8 +10,10 @@
 //!
 //! What the code guarantees, each relied on by a `SAFETY` comment below:
 //!
-//! 1. **Mapped files are never shrunk.** Recovery cuts a damaged tail *before* the file is
-//!    mapped; retention and truncation unlink whole files, which leaves existing maps valid.
+//! 1. **Mapped files are never shrunk.** Recovery cuts a damaged tail only after dropping the
+//!    read-only map it scanned through, and before it maps the file again; retention and
+//!    truncation unlink whole files, which leaves existing maps valid, and retention renames a
+//!    file for reuse only once no map of it is left (`Segment::recycle`).
 //!    Files are preallocated to the mapped length before mapping, so a page of the map always
 //!    has a block behind it (no SIGBUS on a full disk either).
 //! 2. **Bytes below the published length never change.** [`WriteHandle`] is the only writer,

@@ -217,8 +217,9 @@ pub(crate) enum Payload<'a> {
     Raw(&'a [u8]),
 }
 
-/// Writes a whole frame at the start of `dst` and returns its length. `payload_len` is the
-/// encoded payload size computed by the caller, who also sized `dst` to hold it.
+/// Writes a whole frame at the start of `dst` and returns its length. The caller computed
+/// `header.body_len` from the payload's encoded size ([`body_len_for`]) and sized `dst` to
+/// hold `header.frame_len()` bytes.
 pub(crate) fn encode_frame(dst: &mut [u8], header: &FrameHeader, payload: &Payload<'_>) -> usize {
     let frame_len = header.frame_len();
     assert!(dst.len() >= frame_len, "caller sizes dst for the frame");
@@ -290,8 +291,9 @@ pub(crate) fn body_len_for(payload_len: usize, limits: &Limits) -> Result<u32, E
     })
 }
 
-/// Decodes and validates the frame at `data[pos..]` (FORMAT.md §6, steps 1–5 and 7; the caller
-/// checks continuity, step 6). `Ok(None)` means a zero `body_len`: the end of written data.
+/// Decodes and validates the frame at `data[pos..]` (FORMAT.md §6, steps 1–5 and 7, and step 6's
+/// overflow rule; the caller checks step 6's continuity rules). `Ok(None)` means a zero
+/// `body_len`: the end of written data.
 ///
 /// # Panics
 ///
@@ -882,5 +884,27 @@ mod tests {
         }
         let (_, buf) = encode(&sample());
         assert_eq!(fuzz_decode_frame(&buf), Ok(3));
+    }
+
+    /// A frame whose offsets would overflow made the record iterator overflow (a panic in
+    /// debug and fuzz builds).
+    #[test]
+    fn regression_overflowing_counters_are_corruption() {
+        let (payload, n) = encode_records(&[Record::new("x")], 1024).unwrap();
+        let h = FrameHeader {
+            body_len: body_len_for(payload.len(), &Limits::ON_DISK).unwrap(),
+            log_index: 0,
+            term: 0,
+            base_offset: u64::MAX,
+            record_count: n,
+            kind: EntryKind::Data,
+            timestamp_ms: 0,
+            producer_id: 0,
+            producer_epoch: 0,
+            base_sequence: 0,
+        };
+        let mut buf = vec![0u8; h.frame_len()];
+        encode_frame(&mut buf, &h, &Payload::Raw(&payload));
+        assert!(fuzz_decode_frame(&buf).is_err());
     }
 }

@@ -1,0 +1,299 @@
+//! The write path: [`PartitionLog::append`] and the crate-internal
+//! [`append_entry`](PartitionLog::append_entry) turn records (or a Raft entry's payload) into
+//! one frame, check it against the writer's cursor, and write it after the active segment's
+//! published bytes, rolling first if it does not fit.
+
+use super::{PartitionLog, now_ms};
+use crate::error::{Error, Result};
+use crate::fault::FaultPoint;
+use crate::segment::Cursor;
+use crate::segment::format::{END_MARK, EntryKind};
+use crate::segment::record::{FrameHeader, Payload, Record, body_len_for, encode_frame};
+use crate::types::{LogIndex, Offset, Term};
+
+/// What a caller of the crate-internal append path decides about a new entry; anything left
+/// `None` or 0 comes from the log (next log index, last term, no producer).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct EntrySpec {
+    pub(crate) log_index: Option<u64>,
+    pub(crate) term: Option<u64>,
+    pub(crate) producer_id: u64,
+    pub(crate) producer_epoch: u16,
+    pub(crate) base_sequence: u32,
+    /// The frame's timestamp; `None` for now. A Raft replica writes the leader's, so that
+    /// replicas hold identical frames.
+    pub(crate) timestamp_ms: Option<u64>,
+}
+
+/// Where an appended batch landed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AppendInfo {
+    /// The log index of the batch's entry.
+    pub log_index: LogIndex,
+    /// The offset of the batch's first record.
+    pub base_offset: Offset,
+    /// The number of records in the batch.
+    pub record_count: u32,
+}
+
+impl AppendInfo {
+    /// The offset of the batch's last record.
+    pub fn last_offset(&self) -> Offset {
+        Offset(self.base_offset.0 + u64::from(self.record_count.saturating_sub(1)))
+    }
+}
+
+impl PartitionLog {
+    /// Appends `records` as one batch and returns where it landed. The batch is readable when
+    /// this returns, and durable after the next [`flush`](Self::flush).
+    ///
+    /// # Correctness
+    ///
+    /// Offsets are dense: the batch's records get `base_offset .. base_offset + len`, directly
+    /// after the previous batch's. A batch is written whole or, after a crash before it was
+    /// flushed, not at all.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::EmptyBatch`], [`Error::RecordTooLarge`], [`Error::BatchTooLarge`] for input
+    /// outside the configured limits (nothing is written); [`Error::PreviousIo`] after a failed
+    /// sync; [`Error::Io`] if a new segment could not be created.
+    pub fn append(&self, records: &[Record]) -> Result<AppendInfo> {
+        if records.is_empty() {
+            return Err(Error::EmptyBatch);
+        }
+        let max = self.config.record_bytes_max;
+        let mut payload_len = 0usize;
+        for r in records {
+            payload_len = payload_len.saturating_add(r.encoded_len(max)?);
+        }
+        let count = u32::try_from(records.len()).map_err(|_| Error::BatchTooLarge {
+            len: payload_len as u64,
+            max: u64::from(self.config.batch_bytes_max),
+        })?;
+        let spec = EntrySpec::default();
+        self.append_frame(
+            EntryKind::Data,
+            count,
+            payload_len,
+            &Payload::Records(records),
+            spec,
+        )
+    }
+
+    /// Appends an entry whose log index and term the caller decides (a Raft replica writing the
+    /// leader's entries). `payload` is an encoded record payload (validated here) for a data
+    /// entry, or opaque bytes for a control entry (`record_count == 0`).
+    pub(crate) fn append_entry(
+        &self,
+        spec: EntrySpec,
+        record_count: u32,
+        payload: &[u8],
+    ) -> Result<AppendInfo> {
+        let kind = if record_count == 0 {
+            EntryKind::Control
+        } else {
+            EntryKind::Data
+        };
+        if kind == EntryKind::Data {
+            crate::segment::record::validate_records(payload, record_count, &self.opts.limits)
+                .map_err(|kind| Error::InvalidBatch { kind })?;
+        }
+        self.append_frame(
+            kind,
+            record_count,
+            payload.len(),
+            &Payload::Raw(payload),
+            spec,
+        )
+    }
+
+    /// Appends a control entry with the next log index and the last term (for tests).
+    #[cfg(test)]
+    pub(crate) fn append_control(&self, payload: &[u8]) -> Result<AppendInfo> {
+        self.append_entry(EntrySpec::default(), 0, payload)
+    }
+
+    fn append_frame(
+        &self,
+        kind: EntryKind,
+        record_count: u32,
+        payload_len: usize,
+        payload: &Payload<'_>,
+        spec: EntrySpec,
+    ) -> Result<AppendInfo> {
+        let body_len = body_len_for(payload_len, &self.opts.limits)?;
+        let timestamp_ms = spec.timestamp_ms.unwrap_or_else(now_ms);
+        let mut w = self.writer.lock();
+        self.check_writable()?;
+        if let Some(requested) = spec.log_index
+            && requested != w.cursor.next_log_index
+        {
+            return Err(Error::LogIndexOutOfRange {
+                requested: LogIndex(requested),
+                first: self.first_log_index(),
+                next: LogIndex(w.cursor.next_log_index),
+            });
+        }
+        let term = spec.term.unwrap_or(w.cursor.last_term);
+        if term < w.cursor.last_term {
+            return Err(Error::TermRegression {
+                previous: Term(w.cursor.last_term),
+                requested: Term(term),
+            });
+        }
+        if spec.producer_id == 0 && (spec.base_sequence != 0 || spec.producer_epoch != 0) {
+            return Err(Error::InvalidBatch {
+                kind: crate::error::CorruptKind::NonZeroReserved,
+            });
+        }
+        let header = FrameHeader {
+            body_len,
+            log_index: w.cursor.next_log_index,
+            term,
+            base_offset: w.cursor.next_offset,
+            record_count,
+            kind,
+            timestamp_ms,
+            producer_id: spec.producer_id,
+            producer_epoch: spec.producer_epoch,
+            base_sequence: spec.base_sequence,
+        };
+        let frame_len = header.frame_len();
+        if w.handle.free_len() < frame_len {
+            self.roll_locked(&mut w)?;
+        }
+        if w.handle.free_len() < frame_len {
+            // Only possible if a segment larger than the configured size limit was asked for.
+            return Err(Error::BatchTooLarge {
+                len: payload_len as u64,
+                max: u64::from(self.config.batch_bytes_max),
+            });
+        }
+        let w = &mut *w;
+        // Encode into the reused buffer (every byte of the frame is written, so stale bytes in
+        // it do not matter), then write it after the published bytes in one pwrite, followed
+        // by the end-of-data mark where it fits (FORMAT.md §7: the bytes after a segment's
+        // data may be a recycled file's old frames).
+        let trailer = if w.handle.free_len() - frame_len >= END_MARK.len() {
+            END_MARK.len()
+        } else {
+            0
+        };
+        if w.buf.len() < frame_len + trailer {
+            w.buf.resize(frame_len + trailer, 0);
+        }
+        let frame = w.buf.get_mut(..frame_len).expect("sized above");
+        let written = encode_frame(frame, &header, payload);
+        debug_assert_eq!(written, frame_len);
+        if let Some(mark) = w.buf.get_mut(frame_len..frame_len + trailer) {
+            mark.fill(0);
+        }
+        let bytes = w.buf.get(..frame_len + trailer).expect("sized above");
+        let pos = match self
+            .opts
+            .faults
+            .check(FaultPoint::Write)
+            .and_then(|()| w.handle.append(bytes, trailer))
+        {
+            Ok(pos) => {
+                self.opts
+                    .faults
+                    .wrote(&w.active.path, pos as u64, frame_len as u64);
+                pos
+            }
+            Err(e) => {
+                // Unpublished bytes may be half written: harmless, but the device is failing.
+                self.latch();
+                return Err(e.into());
+            }
+        };
+        debug_assert_eq!(
+            crate::segment::record::decode_frame(
+                w.handle.map().published(),
+                pos,
+                &self.opts.limits
+            ),
+            Ok(Some(header)),
+            "a frame must decode to what was encoded"
+        );
+        w.active.note_appended(pos, &header);
+        w.cursor = Cursor::after(&header);
+        self.publish(w);
+        Ok(AppendInfo {
+            log_index: LogIndex(header.log_index),
+            base_offset: Offset(header.base_offset),
+            record_count,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_util::{fill, small, values};
+    use super::*;
+    use crate::config::LogConfig;
+
+    #[test]
+    fn limits_are_enforced_before_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = PartitionLog::open(dir.path(), small()).unwrap();
+        assert!(matches!(log.append(&[]), Err(Error::EmptyBatch)));
+        assert!(matches!(
+            log.append(&[Record::new(vec![0u8; 300])]),
+            Err(Error::RecordTooLarge { .. })
+        ));
+        let r = Record::new(vec![0u8; 200]);
+        assert!(matches!(
+            log.append(&[r.clone(), r.clone(), r]),
+            Err(Error::BatchTooLarge { .. })
+        ));
+        assert_eq!(log.end_offset(), Offset(0));
+        // A batch that exactly fills the batch limit fits.
+        let exact = Record::new(vec![0u8; 256 - 10]);
+        let fill = Record::new(vec![0u8; 512 - 256 - 10]);
+        log.append(&[exact, fill]).unwrap();
+    }
+
+    #[test]
+    fn control_entries_take_a_log_index_but_no_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = PartitionLog::open(dir.path(), small()).unwrap();
+        fill(&log, 2);
+        let c = log.append_control(b"membership").unwrap();
+        assert_eq!((c.log_index, c.base_offset), (LogIndex(2), Offset(2)));
+        let d = log.append(&[Record::new("x")]).unwrap();
+        assert_eq!((d.log_index, d.base_offset), (LogIndex(3), Offset(2)));
+        assert_eq!(values(&log, 0).len(), 3);
+        drop(log);
+        let log = PartitionLog::open(dir.path(), small()).unwrap();
+        assert_eq!(log.next_log_index(), LogIndex(4));
+        assert_eq!(values(&log, 2), vec![(2, b"x".to_vec())]);
+    }
+
+    #[test]
+    fn a_batch_that_exactly_fills_a_segment_stays_in_it() {
+        let dir = tempfile::tempdir().unwrap();
+        // The smallest segment the limits allow: a header and one frame of batch_bytes_max.
+        let cfg = LogConfig {
+            segment_bytes: 32 + 64 + 512,
+            ..small()
+        };
+        let log = PartitionLog::open(dir.path(), cfg.clone()).unwrap();
+        // Frame = 64-byte header + records.
+        let free = usize::try_from(cfg.segment_bytes).unwrap() - 32 - 64;
+        let records = [
+            Record::new(vec![1u8; 256 - 10]),
+            Record::new(vec![2u8; free - 256 - 10]),
+        ];
+        log.append(&records).unwrap();
+        assert_eq!(log.segment_count(), 1, "the batch fits exactly");
+        assert_eq!(log.size_bytes(), cfg.segment_bytes);
+        log.append(&[Record::new("next")]).unwrap();
+        assert_eq!(log.segment_count(), 2, "the next batch rolls");
+        drop(log);
+        let log = PartitionLog::open(dir.path(), cfg).unwrap();
+        assert_eq!(values(&log, 0)[1].1.len(), free - 256 - 10);
+        assert_eq!(values(&log, 2), vec![(2, b"next".to_vec())]);
+    }
+}

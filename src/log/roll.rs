@@ -1,0 +1,209 @@
+//! Rolling: sealing the active segment and starting the next one, whose file comes from the
+//! pool of recycled segment files, else from the spare preallocated on a background thread,
+//! else is created on the spot.
+
+use std::sync::Arc;
+
+use super::{PartitionLog, Writer};
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::Result;
+use crate::segment::{Segment, SpareFile};
+
+impl PartitionLog {
+    /// Seals the active segment and starts a new one.
+    ///
+    /// The new segment is created durably; the old one joins the unsynced sealed segments,
+    /// so appends do not wait for the disk. When more than [`UNSYNCED_SEALED_MAX`](super::sync::UNSYNCED_SEALED_MAX) wait, the
+    /// oldest are synced and indexed on a background thread, one batch at a time and in log
+    /// order. Recovery treats the sealed segments after the last one with an index as a
+    /// possibly torn tail (FORMAT.md §7).
+    pub(super) fn roll_locked(&self, w: &mut Writer) -> Result<()> {
+        let recycled = w.recycled.pop();
+        let from_pool = recycled.is_some();
+        let spare = recycled.or_else(|| self.take_spare(w));
+        let (seg, handle) = match Segment::create(&self.dir, w.cursor, &self.opts, spare, false) {
+            Ok(created) => created,
+            Err(e) => {
+                // A failure before the new file was renamed into place changed nothing on disk:
+                // the log stays writable. After it, the directory may hold a segment whose base
+                // the old segment would later grow past, so the log latches.
+                let name = crate::segment::format::segment_file_name(w.cursor.next_log_index);
+                if self.dir.join(name).exists() {
+                    self.latch();
+                }
+                return Err(e);
+            }
+        };
+        self.segments.write().push(Arc::clone(&seg));
+        let old = std::mem::replace(&mut w.active, seg);
+        w.handle = handle;
+        if !from_pool {
+            self.start_spare(w);
+        }
+        w.unsynced.push_back(old);
+        self.sync_oldest_in_background(w)
+    }
+
+    /// The spare file made in the background, if it is ready and good.
+    fn take_spare(&self, w: &mut Writer) -> Option<SpareFile> {
+        match w.spare.take()?.join() {
+            Ok(Ok(spare)) => Some(spare),
+            Ok(Err(e)) => {
+                tracing::warn!(dir = %self.dir.display(), error = %e,
+                    "preallocating the next segment failed; creating it now");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// Deletes the spare files: the one made in the background and the recycled ones.
+    pub(super) fn discard_spares(&self, w: &mut Writer) {
+        if let Some(spare) = self.take_spare(w) {
+            spare.discard();
+        }
+        for spare in w.recycled.drain(..) {
+            spare.discard();
+        }
+    }
+
+    /// Starts preallocating the next segment's file in the background.
+    pub(super) fn start_spare(&self, w: &mut Writer) {
+        if let Some(old) = self.take_spare(w) {
+            old.discard();
+        }
+        let (dir, opts) = (self.dir.clone(), self.opts.clone());
+        w.spare = std::thread::Builder::new()
+            .name("replog-prealloc".into())
+            .spawn(move || SpareFile::create(&dir, "spare.tmp", &opts))
+            .ok();
+    }
+
+    /// Seals the active segment and starts a new one, if the active segment holds any entry.
+    /// Appends roll by themselves when a segment is full; this is for callers that want a
+    /// boundary now (for example so that retention can delete everything written so far).
+    ///
+    /// # Errors
+    ///
+    /// As [`flush`](Self::flush), and [`Error::Io`] if the new segment could not be created.
+    pub fn roll(&self) -> Result<()> {
+        let mut w = self.writer.lock();
+        self.check_writable()?;
+        if w.cursor.next_log_index == w.active.base_log_index {
+            return Ok(());
+        }
+        self.roll_locked(&mut w)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_util::{
+        append_numbered, four_frame_segments, numbered, recycled_files, small_with_faults, values,
+    };
+    use super::*;
+    use crate::error::Error;
+    use crate::fault::FaultPoint;
+    use crate::segment::format::{END_MARK, SEGMENT_HEADER_LEN, segment_file_name};
+    use crate::segment::record::Record;
+    use crate::types::Offset;
+
+    #[test]
+    fn a_recycled_segments_old_frames_never_come_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = PartitionLog::open(dir.path(), four_frame_segments(1)).unwrap();
+        append_numbered(&log, 0..9); // [0, 4) [4, 8) and the active [8, 9)
+        log.flush().unwrap();
+        let old = std::fs::read(dir.path().join(segment_file_name(0))).unwrap();
+        assert_eq!(log.purge_to(Offset(4)).unwrap(), Offset(4));
+        assert_eq!(
+            recycled_files(dir.path()),
+            1,
+            "the deleted segment is kept for reuse"
+        );
+        append_numbered(&log, 9..14); // fills [8, 12); the roll at 12 takes the old file
+        assert_eq!(recycled_files(dir.path()), 0);
+        let path = dir.path().join(segment_file_name(12));
+        let new = std::fs::read(&path).unwrap();
+        // Frames 12 and 13, the end mark, then the old file's third frame.
+        let end = SEGMENT_HEADER_LEN + 2 * 80;
+        assert_eq!(new[end..end + 4], END_MARK);
+        assert_eq!(new[end + 4..end + 80], old[end + 4..end + 80]);
+        assert_eq!(values(&log, 4), numbered(4..=13));
+
+        // A crash loses the write of the end mark: a whole, valid old frame follows the data.
+        log.abandon();
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&file, &old[end..end + 4], end as u64).unwrap();
+        drop(file);
+        let log = PartitionLog::open(dir.path(), four_frame_segments(1)).unwrap();
+        assert_eq!(
+            values(&log, 4),
+            numbered(4..=13),
+            "the old frame is not the log's"
+        );
+        append_numbered(&log, 14..15);
+        drop(log);
+        let log = PartitionLog::open(dir.path(), four_frame_segments(1)).unwrap();
+        assert_eq!(
+            log.recovery().reason,
+            None,
+            "a clean close ends at the end mark"
+        );
+        assert_eq!(values(&log, 4), numbered(4..=14));
+    }
+
+    #[test]
+    fn failed_roll_keeps_the_log_usable() {
+        let dir = tempfile::tempdir().unwrap();
+        let (faults, cfg) = small_with_faults();
+        let log = PartitionLog::open(dir.path(), cfg).unwrap();
+        faults.fail_always(FaultPoint::Preallocate, std::io::ErrorKind::StorageFull);
+        let mut failed = 0;
+        for i in 0..40 {
+            match log.append(&[Record::new(format!("value-{i}"))]) {
+                Ok(_) => {}
+                Err(Error::Io(e)) => {
+                    assert_eq!(e.kind(), std::io::ErrorKind::StorageFull);
+                    failed += 1;
+                }
+                Err(e) => panic!("unexpected {e}"),
+            }
+        }
+        assert!(failed > 0);
+        faults.clear();
+        let before = log.end_offset();
+        log.append(&[Record::new("after")]).unwrap();
+        log.flush().unwrap();
+        assert_eq!(log.end_offset(), Offset(before.0 + 1));
+        assert_eq!(values(&log, 0).len() as u64, before.0 + 1);
+    }
+
+    #[test]
+    fn a_roll_that_fails_after_creating_the_file_latches() {
+        let dir = tempfile::tempdir().unwrap();
+        let (faults, cfg) = small_with_faults();
+        let log = PartitionLog::open(dir.path(), cfg.clone()).unwrap();
+        faults.fail_times(FaultPoint::SyncDir, std::io::ErrorKind::Other, 1);
+        let mut appended = 0u64;
+        let err = loop {
+            match log.append(&[Record::new(format!("value-{appended}"))]) {
+                Ok(_) => appended += 1,
+                Err(e) => break e,
+            }
+            assert!(appended < 100, "a roll must happen");
+        };
+        assert!(matches!(err, Error::Io(_)), "{err}");
+        // The new segment file exists, so continuing in the old one could be cut off later.
+        assert!(matches!(
+            log.append(&[Record::new("x")]),
+            Err(Error::PreviousIo)
+        ));
+        drop(log);
+        let log = PartitionLog::open(dir.path(), cfg).unwrap();
+        assert_eq!(values(&log, 0).len() as u64, appended);
+        log.append(&[Record::new("after")]).unwrap();
+        assert_eq!(log.end_offset(), Offset(appended + 1));
+    }
+}

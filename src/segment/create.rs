@@ -1,0 +1,221 @@
+//! New segment files: a [`SpareFile`] preallocated under a temporary name (ahead of time, or
+//! a removed segment's file recycled), and [`Segment::create`], which gives one its header
+//! and renames it into place durably.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::format::{END_MARK, SEGMENT_HEADER_LEN, SegmentHeader, segment_file_name};
+use super::mmap::{MappedFile, WriteHandle};
+use super::{Cursor, Segment, SegmentOptions, SegmentState, sync_dir};
+use crate::config::Preallocate;
+use crate::error::Result;
+use crate::fault::{FaultPoint, Faults};
+
+/// A preallocated file under a temporary name, waiting to become a segment: either new
+/// (zeros, or `fallocate`d extents, synced), or a recycled segment that retention deleted (old
+/// frames, FORMAT.md §7). Rolls use one made ahead of time on a background thread, or a
+/// recycled one, so that preallocating (which writes the whole file when
+/// `Preallocate::Zeros`) is off the append path.
+#[derive(Debug)]
+pub(crate) struct SpareFile {
+    file: File,
+    path: PathBuf,
+    capacity: u64,
+}
+
+impl SpareFile {
+    /// Creates `dir/name`, preallocated to `opts.capacity` and synced.
+    pub(crate) fn create(dir: &Path, name: &str, opts: &SegmentOptions) -> io::Result<SpareFile> {
+        let path = dir.join(name);
+        let result = (|| -> io::Result<File> {
+            opts.faults.check(FaultPoint::CreateSegment)?;
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&path)?;
+            preallocate(&file, opts.capacity, opts.preallocate, &opts.faults)?;
+            file.sync_all()?;
+            Ok(file)
+        })();
+        match result {
+            Ok(file) => Ok(SpareFile {
+                file,
+                path,
+                capacity: opts.capacity,
+            }),
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                Err(e)
+            }
+        }
+    }
+
+    /// Deletes the file.
+    pub(crate) fn discard(self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// What [`Segment::recycle`] did.
+#[derive(Debug)]
+pub(crate) enum Recycled {
+    /// The segment's file, renamed to a spare.
+    Spare(SpareFile),
+    /// Someone still holds the segment or a view of its bytes, or its file is not a full
+    /// segment of the current capacity: delete it instead.
+    No(Arc<Segment>),
+}
+
+/// Writes `bytes` at `pos` with `RWF_DSYNC`: durable when it returns, like a write followed by
+/// `fdatasync` of just that range (Linux 4.7 and later).
+fn write_dsync(file: &File, bytes: &[u8], pos: u64) -> io::Result<()> {
+    let written = rustix::io::pwritev2(
+        file,
+        &[io::IoSlice::new(bytes)],
+        pos,
+        rustix::io::ReadWriteFlags::DSYNC,
+    )?;
+    if written != bytes.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::WriteZero,
+            format!(
+                "short synchronous write: {written} of {} bytes",
+                bytes.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl Segment {
+    /// Creates a new, empty segment at `base` durably: a preallocated file under a temporary
+    /// name (`spare`, made ahead of time, or a new one) is given its header and an end mark by
+    /// a write that is durable when it returns (`RWF_DSYNC`; the rest of the file is not
+    /// synced), renamed into place (replacing any file of that name), and the directory synced.
+    /// Returns it with its write handle.
+    pub(crate) fn create(
+        dir: &Path,
+        base: Cursor,
+        opts: &SegmentOptions,
+        spare: Option<SpareFile>,
+        restart: bool,
+    ) -> Result<(Arc<Segment>, WriteHandle)> {
+        let path = dir.join(segment_file_name(base.next_log_index));
+        let spare = match spare {
+            Some(s) if s.capacity == opts.capacity => s,
+            other => {
+                if let Some(s) = other {
+                    s.discard();
+                }
+                let name = format!("{}.tmp", segment_file_name(base.next_log_index));
+                SpareFile::create(dir, &name, opts)?
+            }
+        };
+        let result = (|| -> io::Result<()> {
+            let header = SegmentHeader {
+                base_log_index: base.next_log_index,
+                base_offset: base.next_offset,
+                restart,
+            };
+            // The header and, right after it, the end-of-data mark: a recycled file still
+            // holds old frames there (FORMAT.md §7).
+            let mut start = [0u8; SEGMENT_HEADER_LEN + END_MARK.len()];
+            if let Some(h) = start.get_mut(..SEGMENT_HEADER_LEN) {
+                h.copy_from_slice(&header.encode());
+            }
+            // Durable by a write that syncs only its own bytes: a recycled file may still hold
+            // its old data unsynced, which a whole-file sync would write out for nothing. (The
+            // file's size and blocks were made durable when it was first preallocated.)
+            opts.faults.check(FaultPoint::Sync)?;
+            write_dsync(&spare.file, &start, 0)?;
+            std::fs::rename(&spare.path, &path)?;
+            opts.faults.check(FaultPoint::SyncDir)?;
+            sync_dir(dir)
+        })();
+        if let Err(e) = result {
+            let _ = std::fs::remove_file(&spare.path);
+            return Err(e.into());
+        }
+        let file = spare.file;
+        let capacity = usize::try_from(opts.capacity)
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let map = MappedFile::map_read_only(&file, capacity, SEGMENT_HEADER_LEN)?;
+        let handle = WriteHandle::new(Arc::clone(&map), file.try_clone()?);
+        let state = SegmentState {
+            data_len: SEGMENT_HEADER_LEN,
+            cursor: base,
+            max_timestamp_ms: 0,
+            entries: Vec::new(),
+            last_indexed: 0,
+        };
+        let seg = Segment::new(dir, base, file, map, opts, state);
+        Ok((Arc::new(seg), handle))
+    }
+
+    /// Takes a segment that was just removed from the log for reuse: if nothing else holds it
+    /// (no other `Arc`, no reader's view of its map, which could otherwise see the bytes
+    /// change) and its file has `capacity` bytes, deletes its index and renames the file to
+    /// `to`. The caller syncs the directory.
+    pub(crate) fn recycle(self: Arc<Self>, to: PathBuf, capacity: u64) -> io::Result<Recycled> {
+        if self.file.metadata()?.len() != capacity {
+            return Ok(Recycled::No(self));
+        }
+        let seg = match Arc::try_unwrap(self) {
+            Ok(seg) => seg,
+            Err(shared) => return Ok(Recycled::No(shared)),
+        };
+        // Views of the bytes hold the map; with the segment owned here, no new one can appear.
+        if Arc::strong_count(&seg.map) != 1 || Arc::weak_count(&seg.map) != 0 {
+            return Ok(Recycled::No(Arc::new(seg)));
+        }
+        seg.remove_index_file()?;
+        std::fs::rename(&seg.path, &to)?;
+        Ok(Recycled::Spare(SpareFile {
+            file: seg.file,
+            path: to,
+            capacity,
+        }))
+    }
+}
+
+/// Gives a new file `len` bytes of allocated blocks.
+fn preallocate(file: &File, len: u64, mode: Preallocate, faults: &Faults) -> io::Result<()> {
+    preallocate_from(file, 0, len, mode, faults)
+}
+
+/// Gives bytes `[from, len)` of `file` allocated blocks that read as zeros.
+pub(super) fn preallocate_from(
+    file: &File,
+    from: u64,
+    len: u64,
+    mode: Preallocate,
+    faults: &Faults,
+) -> io::Result<()> {
+    faults.check(FaultPoint::Preallocate)?;
+    if len <= from {
+        return Ok(());
+    }
+    if mode == Preallocate::Fallocate {
+        match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), from, len - from) {
+            Ok(()) => return Ok(()),
+            Err(e) if e == rustix::io::Errno::OPNOTSUPP || e == rustix::io::Errno::NOSYS => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    const CHUNK: usize = 1 << 20;
+    let zeros = vec![0u8; CHUNK];
+    let mut pos = from;
+    // Bounded by len / CHUNK iterations.
+    while pos < len {
+        let n = usize::try_from((len - pos).min(CHUNK as u64)).unwrap_or(CHUNK);
+        file.write_all_at(zeros.get(..n).unwrap_or_default(), pos)?;
+        pos += n as u64;
+    }
+    Ok(())
+}

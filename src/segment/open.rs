@@ -1,0 +1,330 @@
+//! Opening existing segments when a log opens (FORMAT.md §7): checking each file's size and
+//! header, trusting or rebuilding its index, and recovering it: a sealed segment whole, torn
+//! (the log's tail) or corrupt; the active segment cut at the end of its valid data.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::create::preallocate_from;
+use super::format::{
+    FRAME_HEADER_LEN, SEGMENT_BYTES_LIMIT, SEGMENT_HEADER_LEN, SegmentHeader, index_file_name,
+    segment_file_name,
+};
+use super::index::IndexFile;
+use super::mmap::{MappedFile, WriteHandle};
+use super::record::{Limits, decode_frame};
+use super::scan::scan_segment;
+use super::{
+    Cursor, RecoveryEvent, ScanStop, Segment, SegmentOptions, SegmentState, corrupt, format, scan,
+    sync_dir,
+};
+use crate::config::Preallocate;
+use crate::error::{CorruptKind, Result};
+use crate::fault::FaultPoint;
+
+/// What opening a sealed segment found.
+#[derive(Debug)]
+pub(crate) enum Sealed {
+    /// A whole segment.
+    Open(Arc<Segment>),
+    /// A segment that was still being synced when the process stopped, and whose valid data
+    /// ends before the next segment's base: it becomes the log's end.
+    TornTail(RecoveryEvent),
+}
+
+impl Segment {
+    /// Opens a sealed segment (any but the last). `next_base` is the next segment's base log
+    /// index; `prev` the cursor after the previous segment (its last term and, for checking,
+    /// the offsets), or `None` for the first segment, which starts at its header's base.
+    ///
+    /// `may_be_unsynced` is set for the sealed segments after the last one with an index: they
+    /// may not have been synced before a crash, so one of them can be torn. For them, valid data
+    /// that ends before `next_base` is [`Sealed::TornTail`], not corruption.
+    pub(crate) fn open_sealed(
+        dir: &Path,
+        base_log_index: u64,
+        next_base: u64,
+        prev: Option<Cursor>,
+        opts: &SegmentOptions,
+        may_be_unsynced: bool,
+    ) -> Result<Sealed> {
+        let (file, file_len, base) = open_checked(dir, base_log_index, prev)?;
+        let map = MappedFile::map_read_only(&file, file_len, file_len)?;
+        let path = dir.join(segment_file_name(base_log_index));
+        let data = map.published();
+        let from_index = load_index(dir, base, file_len, data).filter(|f| {
+            // An index that ends before the next segment cannot be right: rebuild it.
+            f.next_log_index >= next_base
+        });
+        let state = match from_index {
+            Some(f) if f.next_log_index == next_base => state_from_index(f),
+            _ => {
+                let (state, scan) = scan_segment(data, base, opts, Some(next_base));
+                let reason = match scan.stop {
+                    ScanStop::Limit => None,
+                    ScanStop::Invalid(kind) => Some(kind),
+                    ScanStop::Zero | ScanStop::EndOfData => Some(CorruptKind::MissingEntries {
+                        expected: next_base,
+                        found: scan.cursor.next_log_index,
+                    }),
+                };
+                if let Some(kind) = reason {
+                    if may_be_unsynced {
+                        let event = RecoveryEvent {
+                            file: path,
+                            position: scan.end as u64,
+                            reason: Some(kind),
+                        };
+                        return Ok(Sealed::TornTail(event));
+                    }
+                    return Err(corrupt(&path, scan.end, kind));
+                }
+                let seg = Segment::new(
+                    dir,
+                    base,
+                    file.try_clone()?,
+                    Arc::clone(&map),
+                    opts,
+                    state.clone(),
+                );
+                // An index promises synced data (a tail segment may have come back from the
+                // page cache only): sync first.
+                seg.sync(&opts.faults)?;
+                if let Err(e) = seg.write_index(&opts.faults) {
+                    tracing::warn!(file = %seg.index_path.display(), error = %e,
+                        "could not rewrite segment index; it will be rebuilt on the next open");
+                }
+                state
+            }
+        };
+        Ok(Sealed::Open(Arc::new(Segment::new(
+            dir, base, file, map, opts, state,
+        ))))
+    }
+
+    /// Opens the last segment for appending, recovering it after a crash. Returns the segment,
+    /// its write handle, and what recovery found.
+    pub(crate) fn open_active(
+        dir: &Path,
+        base_log_index: u64,
+        prev: Option<Cursor>,
+        opts: &SegmentOptions,
+    ) -> Result<(Arc<Segment>, WriteHandle, RecoveryEvent)> {
+        let (file, file_len, base) = open_checked(dir, base_log_index, prev)?;
+        let path = dir.join(segment_file_name(base_log_index));
+        let index_path = dir.join(index_file_name(base_log_index));
+        // Scan (or trust a clean-close index) through a read-only map that is dropped before
+        // the file is cut, so no map ever sees the file shrink (mmap.rs, rule 1).
+        let (state, clean, reason) = {
+            let ro = MappedFile::map_read_only(&file, file_len, file_len)?;
+            let data = ro.published();
+            match load_index(dir, base, file_len, data) {
+                // A valid index on the last segment was written by a clean close, or when a
+                // conflict truncation cut this segment (and the segments after it are gone
+                // since): either way nothing past its data_len is part of the log.
+                Some(f) => {
+                    let end = usize::try_from(f.data_len).unwrap_or(usize::MAX);
+                    let clean = matches!(decode_frame(data, end, &Limits::ON_DISK), Ok(None))
+                        || data.len().saturating_sub(end) < FRAME_HEADER_LEN;
+                    (state_from_index(f), clean, None)
+                }
+                None => {
+                    let (state, s) = scan_segment(data, base, opts, None);
+                    let reason = match s.stop {
+                        ScanStop::Invalid(kind) => Some(kind),
+                        _ => None,
+                    };
+                    (state, false, reason)
+                }
+            }
+        };
+        if index_path.exists() {
+            // From here on the index would vouch for bytes it has not seen: remove it durably.
+            std::fs::remove_file(&index_path)?;
+            sync_dir(dir)?;
+        }
+        let capacity = file_len;
+        if !clean {
+            // After a crash, stale bytes may follow the end; cut them off so that no stale frame
+            // can ever line up behind a new one, then give the tail its blocks back.
+            let end = state.data_len as u64;
+            file.set_len(end)?;
+            // fallocate, even where new segments are zero-filled: recovery should be quick, and
+            // only the rest of this one segment pays the slower first sync of unwritten blocks.
+            preallocate_from(
+                &file,
+                end,
+                capacity as u64,
+                Preallocate::Fallocate,
+                &opts.faults,
+            )?;
+            opts.faults.check(FaultPoint::Sync)?;
+            file.sync_all()?;
+        }
+        let event = RecoveryEvent {
+            file: path,
+            position: state.data_len as u64,
+            reason,
+        };
+        if let Some(kind) = &event.reason {
+            tracing::warn!(file = %event.file.display(), position = event.position, reason = %kind,
+                "recovery truncated the log's tail at an invalid frame");
+        }
+        let map = MappedFile::map_read_only(&file, capacity, state.data_len)?;
+        let handle = WriteHandle::new(Arc::clone(&map), file.try_clone()?);
+        Ok((
+            Arc::new(Segment::new(dir, base, file, map, opts, state)),
+            handle,
+            event,
+        ))
+    }
+}
+
+/// Opens a segment file, checks its size and header, and (for any but the first segment) that
+/// it starts where the previous one ended.
+fn open_checked(
+    dir: &Path,
+    base_log_index: u64,
+    prev: Option<Cursor>,
+) -> Result<(File, usize, Cursor)> {
+    let path = dir.join(segment_file_name(base_log_index));
+    let file = OpenOptions::new().read(true).write(true).open(&path)?;
+    let file_len = file.metadata()?.len();
+    if file_len > SEGMENT_BYTES_LIMIT {
+        return Err(corrupt(
+            &path,
+            0,
+            CorruptKind::LengthOutOfRange {
+                len: file_len,
+                max: SEGMENT_BYTES_LIMIT,
+            },
+        ));
+    }
+    let file_len =
+        usize::try_from(file_len).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?;
+    let mut header = [0u8; SEGMENT_HEADER_LEN];
+    let read = read_up_to(&file, &mut header)?;
+    let header = SegmentHeader::decode(header.get(..read).unwrap_or_default())
+        .map_err(|kind| corrupt(&path, 0, kind))?;
+    if header.base_log_index != base_log_index {
+        return Err(corrupt(
+            &path,
+            0,
+            CorruptKind::BaseMismatch {
+                expected: base_log_index,
+                found: header.base_log_index,
+            },
+        ));
+    }
+    let last_term = prev.map_or(0, |p| p.last_term);
+    if let Some(p) = prev
+        && p.next_offset != header.base_offset
+    {
+        return Err(corrupt(
+            &path,
+            format::SEG_BASE_OFFSET_POS,
+            CorruptKind::OffsetGap {
+                expected: p.next_offset,
+                found: header.base_offset,
+            },
+        ));
+    }
+    let base = Cursor {
+        next_log_index: header.base_log_index,
+        next_offset: header.base_offset,
+        last_term,
+    };
+    Ok((file, file_len, base))
+}
+
+/// Reads as many bytes as the file has, up to `buf.len()`.
+fn read_up_to(file: &File, buf: &mut [u8]) -> io::Result<usize> {
+    let mut done = 0;
+    while let Some(rest) = buf.get_mut(done..).filter(|r| !r.is_empty()) {
+        match file.read_at(rest, done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+fn state_from_index(f: IndexFile) -> SegmentState {
+    SegmentState {
+        data_len: usize::try_from(f.data_len).unwrap_or(usize::MAX),
+        cursor: Cursor {
+            next_log_index: f.next_log_index,
+            next_offset: f.next_offset,
+            last_term: f.last_term,
+        },
+        max_timestamp_ms: f.max_timestamp_ms,
+        last_indexed: f.entries.last().map_or(0, |e| e.position as usize),
+        entries: f.entries,
+    }
+}
+
+/// Loads and checks the segment's index file. `None` (rebuild) if it is missing, malformed,
+/// or disagrees with the segment: the frame of its last entry must decode with the log index
+/// and offset the entry claims, and the last frame must end exactly at `data_len`.
+fn load_index(dir: &Path, base: Cursor, file_len: usize, data: &[u8]) -> Option<IndexFile> {
+    let path = dir.join(index_file_name(base.next_log_index));
+    let meta = std::fs::metadata(&path).ok()?;
+    // An index can have at most one entry per frame; refuse to read a larger file.
+    let max_len = format::INDEX_HEADER_LEN as u64
+        + (file_len / FRAME_HEADER_LEN + 1) as u64 * format::INDEX_ENTRY_LEN as u64;
+    if meta.len() > max_len {
+        return None;
+    }
+    let bytes = std::fs::read(&path).ok()?;
+    let f = match IndexFile::decode(&bytes, base.next_log_index, file_len as u64) {
+        Ok(f) => f,
+        Err(kind) => {
+            tracing::info!(file = %path.display(), reason = %kind, "ignoring invalid index");
+            return None;
+        }
+    };
+    if f.next_log_index == base.next_log_index {
+        // An empty segment: its data is exactly the header.
+        return (f.data_len == SEGMENT_HEADER_LEN as u64 && f.next_offset == base.next_offset)
+            .then_some(f);
+    }
+    let last = f.entries.last()?;
+    let data_len = usize::try_from(f.data_len).ok()?;
+    let data = data.get(..data_len)?;
+    // Walk from the last entry to the end: every frame valid and continuous, ending exactly at
+    // data_len with the cursor the index claims.
+    let start = Cursor {
+        next_log_index: base
+            .next_log_index
+            .checked_add(u64::from(last.rel_log_index))?,
+        next_offset: base.next_offset.checked_add(u64::from(last.rel_offset))?,
+        last_term: 0,
+    };
+    let s = scan(
+        data,
+        last.position as usize,
+        start,
+        &Limits::ON_DISK,
+        None,
+        |_, _| {},
+    );
+    let consistent = s.end == data_len
+        && s.cursor.next_log_index == f.next_log_index
+        && s.cursor.next_offset == f.next_offset
+        && s.cursor.last_term == f.last_term
+        && base.last_term <= first_term(data, &Limits::ON_DISK).unwrap_or(u64::MAX);
+    consistent.then_some(f)
+}
+
+/// The term of the segment's first frame, if it has one.
+fn first_term(data: &[u8], limits: &Limits) -> Option<u64> {
+    decode_frame(data, SEGMENT_HEADER_LEN, limits)
+        .ok()
+        .flatten()
+        .map(|h| h.term)
+}

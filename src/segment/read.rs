@@ -1,0 +1,95 @@
+//! Reading an open segment: where to start looking for an offset or a log index (the sparse
+//! index), validating the frame found there, and handing it out as a [`Batch`] that shares the
+//! map.
+
+use super::format::{FRAME_HEADER_LEN, SEGMENT_HEADER_LEN};
+use super::record::{Batch, FrameHeader, Limits, decode_frame};
+use super::{Cursor, Segment, corrupt, index};
+use crate::error::{CorruptKind, Result};
+use crate::types::{LogIndex, Offset, Term};
+
+impl Segment {
+    /// Where to start scanning for the frame holding `offset`.
+    pub(crate) fn seek_offset(&self, offset: u64) -> usize {
+        let s = self.state.read();
+        let rel = offset.saturating_sub(self.base_offset);
+        index::floor_by_offset(&s.entries, rel).map_or(SEGMENT_HEADER_LEN, |e| e.position as usize)
+    }
+
+    /// Where to start scanning for the frame with `log_index`.
+    pub(crate) fn seek_log_index(&self, log_index: u64) -> usize {
+        let s = self.state.read();
+        let rel = log_index.saturating_sub(self.base_log_index);
+        index::floor_by_log_index(&s.entries, rel)
+            .map_or(SEGMENT_HEADER_LEN, |e| e.position as usize)
+    }
+
+    /// Decodes and fully validates the frame at `pos`, which must lie below `data_len`.
+    pub(crate) fn frame_at(
+        &self,
+        pos: usize,
+        data_len: usize,
+        limits: &Limits,
+    ) -> Result<FrameHeader> {
+        let data = self.map.published().get(..data_len).unwrap_or_default();
+        match decode_frame(data, pos, limits) {
+            Ok(Some(h)) => Ok(h),
+            Ok(None) => Err(corrupt(&self.path, pos, CorruptKind::Truncated)),
+            Err(kind) => Err(corrupt(&self.path, pos, kind)),
+        }
+    }
+
+    /// The frame at `pos` as a batch whose payload shares the map (no copy).
+    pub(crate) fn batch(&self, pos: usize, h: &FrameHeader) -> Result<Batch> {
+        let payload = self
+            .map
+            .bytes(pos + FRAME_HEADER_LEN, pos + h.frame_len())
+            .ok_or_else(|| corrupt(&self.path, pos, CorruptKind::Truncated))?;
+        Ok(Batch {
+            log_index: LogIndex(h.log_index),
+            term: Term(h.term),
+            base_offset: Offset(h.base_offset),
+            record_count: h.record_count,
+            timestamp_ms: h.timestamp_ms,
+            kind: h.kind,
+            producer_id: h.producer_id,
+            producer_epoch: h.producer_epoch,
+            base_sequence: h.base_sequence,
+            payload,
+        })
+    }
+
+    /// Finds the frame with `log_index` (which must be in this segment), returning its position
+    /// and the cursor just before it.
+    pub(crate) fn locate(&self, log_index: u64, limits: &Limits) -> Result<(usize, Cursor)> {
+        let ext = self.extent();
+        // Start at or before the frame preceding `log_index`, so that its term is known.
+        let mut pos = self.seek_log_index(log_index.saturating_sub(1).max(self.base_log_index));
+        let mut before = None;
+        // Bounded: each step moves forward by one frame within data_len.
+        while pos < ext.data_len {
+            let h = self.frame_at(pos, ext.data_len, limits)?;
+            if h.log_index == log_index {
+                let cursor = before.unwrap_or(Cursor {
+                    next_log_index: h.log_index,
+                    next_offset: h.base_offset,
+                    last_term: 0,
+                });
+                return Ok((pos, cursor));
+            }
+            before = Some(Cursor::after(&h));
+            pos += h.frame_len();
+        }
+        if log_index == ext.cursor.next_log_index {
+            return Ok((ext.data_len, ext.cursor));
+        }
+        Err(corrupt(
+            &self.path,
+            pos,
+            CorruptKind::LogIndexGap {
+                expected: log_index,
+                found: ext.cursor.next_log_index,
+            },
+        ))
+    }
+}
