@@ -1,34 +1,11 @@
-//! Configuration, with every limit in one place, each with its default and its check.
+//! [`LogConfig`]: a partition log's limits, each with its default and its check. (A broker's
+//! are [`NodeConfig`](crate::NodeConfig)'s, whose `validate` checks them and this one together.)
 
 use crate::error::{Error, Result};
+use crate::segment::Preallocate;
 use crate::segment::format::{
     FRAME_HEADER_LEN, RECORD_FIXED_LEN, SEGMENT_BYTES_LIMIT, SEGMENT_HEADER_LEN,
 };
-
-/// How a new segment file gets its disk blocks before it is memory-mapped.
-///
-/// Either way every page of the map has a block behind it, so a full disk fails segment
-/// creation with an error instead of crashing a later write with SIGBUS.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Preallocate {
-    /// `fallocate(2)`: instant, but the first write to each block later converts an
-    /// "unwritten" extent, which makes each sync after it slower.
-    Fallocate,
-    /// Write zeros over the whole segment once at creation (falls back from `Fallocate` where
-    /// the file system lacks it). Costs one sequential write of `segment_bytes` per segment,
-    /// and makes later syncs cheaper because they overwrite blocks that already exist. The
-    /// next segment is prepared on a background thread while the current one fills, so appends
-    /// do not wait for it.
-    Zeros,
-    /// `Zeros` for a log on its own and for a broker with
-    /// [`Durability::Fsync`](crate::Durability::Fsync), whose every acknowledgement waits for
-    /// a sync; `Fallocate` for a broker with
-    /// [`Durability::Replicated`](crate::Durability::Replicated), which syncs rarely and would
-    /// only pay for the zeros (one more write of every byte, page cache and disk).
-    #[default]
-    Auto,
-}
 
 /// Configuration of a [`PartitionLog`](crate::PartitionLog).
 ///
@@ -72,7 +49,7 @@ pub struct LogConfig {
     pub recycle_segments: usize,
     /// Fault injection for tests (`failpoints` feature).
     #[cfg(any(test, feature = "failpoints"))]
-    pub faults: Option<std::sync::Arc<crate::fault::FaultInjector>>,
+    pub faults: Option<std::sync::Arc<crate::env::FaultInjector>>,
 }
 
 impl Default for LogConfig {

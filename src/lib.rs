@@ -95,8 +95,8 @@ mod catalog;
 mod client;
 mod config;
 mod dirlock;
+mod env;
 mod error;
-mod fault;
 mod log;
 mod node;
 pub mod partitioner;
@@ -112,18 +112,18 @@ pub mod format {
 }
 
 pub use client::{Client, ClientConfig, Delivery, PartitionDescription, RouteStep};
-pub use config::{LogConfig, Preallocate};
-pub use error::{CorruptKind, Error, Result};
-pub use fault::FaultPoint;
+pub use config::LogConfig;
+pub use env::FaultPoint;
 #[cfg(any(test, feature = "failpoints"))]
-pub use fault::{FaultInjector, NetFaults, PowerLoss};
+pub use env::{FaultInjector, NetFaults, PowerLoss};
+pub use error::{CorruptKind, Error, Result};
 pub use log::{AppendInfo, LogIter, PartitionLog};
 pub use node::{Node, NodeConfig, PartitionStatus};
 pub use producer::{Producer, ProducerConfig, RecordMetadata};
-pub use raft::storage::Durability;
-pub use segment::RecoveryEvent;
+
 pub use segment::record::{Batch, Header, Record, RecordIter};
-pub use types::{LeaderHint, LogIndex, NodeId, Offset, PartitionId, ProducerSeq, Term};
+pub use segment::{Preallocate, RecoveryEvent};
+pub use types::{Durability, LeaderHint, LogIndex, NodeId, Offset, PartitionId, ProducerSeq, Term};
 
 /// Helpers for the `replog` binary's inspection tools. Not part of the API.
 #[doc(hidden)]

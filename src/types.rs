@@ -127,3 +127,21 @@ impl ProducerSeq {
         ProducerSeq { epoch, ..self }
     }
 }
+
+/// When an appended entry counts as written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// After `fdatasync`: an acknowledged write is on disk on a quorum.
+    #[default]
+    Fsync,
+    /// As soon as it is in the page cache: an acknowledged write is in memory on a quorum.
+    /// Any number of process crashes lose nothing. Appends are synced only at segment rolls,
+    /// before the vote changes, before snapshots and at shutdown, so a broker that loses power
+    /// comes back without its unsynced writes; an acknowledged write is lost if the brokers
+    /// still holding it are outvoted (with three replicas: a follower that acknowledged it
+    /// loses power, then the leader fails before the third replica has it). A replica that
+    /// still holds a lost write holds it as committed, which Raft never truncates: it
+    /// notices when the new leader's log contradicts it, and rebuilds itself empty from the
+    /// leader.
+    Replicated,
+}

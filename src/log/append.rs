@@ -4,8 +4,8 @@
 //! published bytes, rolling first if it does not fit.
 
 use super::{PartitionLog, now_ms};
+use crate::env::FaultPoint;
 use crate::error::{Error, Result};
-use crate::fault::FaultPoint;
 use crate::segment::Cursor;
 use crate::segment::format::{END_MARK, EntryKind};
 use crate::segment::record::{FrameHeader, Payload, Record, body_len_for, encode_frame};

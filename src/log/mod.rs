@@ -30,7 +30,6 @@ mod truncate;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, RwLock};
 
@@ -145,11 +144,7 @@ struct PendingSeal {
     cancel: Arc<AtomicBool>,
 }
 
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
+pub(crate) use crate::env::now_ms;
 
 impl PartitionLog {
     /// The first offset in the log.

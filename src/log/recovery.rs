@@ -12,13 +12,14 @@ use parking_lot::{Mutex, RwLock};
 use super::{PartitionLog, Writer};
 use crate::config::LogConfig;
 use crate::dirlock::DirLock;
+use crate::env::Faults;
+use crate::env::sync_dir;
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
-use crate::fault::Faults;
 use crate::segment::format::{index_file_name, parse_segment_file_name, segment_file_name};
 use crate::segment::record::Limits;
-use crate::segment::{Cursor, RecoveryEvent, Sealed, Segment, SegmentOptions, sync_dir};
+use crate::segment::{Cursor, RecoveryEvent, Sealed, Segment, SegmentOptions};
 
 impl PartitionLog {
     /// Opens the log in `dir`, creating the directory and an empty log if needed, and recovers
@@ -46,7 +47,7 @@ impl PartitionLog {
                 record_bytes_max: config.record_bytes_max,
                 batch_bytes_max: config.batch_bytes_max,
             },
-            faults: Faults::from_config(&config),
+            faults: log_faults(&config),
         };
         let bases = drop_segments_before_restart(&dir, list_segments(&dir)?)?;
         let (segments, handle, recovery) = match bases.split_last() {
@@ -186,6 +187,14 @@ fn list_segments(dir: &Path) -> Result<Vec<u64>> {
     }
     bases.sort_unstable();
     Ok(bases)
+}
+
+/// The faults a log consults: those its config was given (`failpoints` feature), or none.
+fn log_faults(_config: &LogConfig) -> Faults {
+    #[cfg(any(test, feature = "failpoints"))]
+    return Faults::new(_config.faults.clone());
+    #[cfg(not(any(test, feature = "failpoints")))]
+    Faults::default()
 }
 
 #[cfg(test)]

@@ -5,10 +5,11 @@
 use std::sync::Arc;
 
 use super::PartitionLog;
+use crate::env::sync_dir;
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
-use crate::segment::{Recycled, Segment, sync_dir};
+use crate::segment::{Recycled, Segment};
 use crate::types::Offset;
 
 impl PartitionLog {

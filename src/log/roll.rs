@@ -103,8 +103,8 @@ mod tests {
         append_numbered, four_frame_segments, numbered, recycled_files, small_with_faults, values,
     };
     use super::*;
+    use crate::env::FaultPoint;
     use crate::error::Error;
-    use crate::fault::FaultPoint;
     use crate::segment::format::{END_MARK, SEGMENT_HEADER_LEN, segment_file_name};
     use crate::segment::record::Record;
     use crate::types::Offset;

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::{PartitionLog, PendingSeal, Writer};
+use crate::env::Faults;
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
-use crate::fault::Faults;
 use crate::segment::Segment;
 
 /// How many sealed segments may wait unsynced before a roll starts syncing the oldest in the
@@ -131,8 +131,8 @@ mod tests {
     use super::super::test_util::{fill, small_with_faults, values};
     use super::*;
     use crate::config::LogConfig;
+    use crate::env::FaultPoint;
     use crate::error::Error;
-    use crate::fault::FaultPoint;
     use crate::segment::record::Record;
     use crate::types::Offset;
 

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use super::PartitionLog;
 use crate::config::LogConfig;
+use crate::env::FaultInjector;
 use crate::error::Result;
-use crate::fault::FaultInjector;
 use crate::segment::format::SEGMENT_HEADER_LEN;
 use crate::segment::record::Record;
 use crate::types::Offset;

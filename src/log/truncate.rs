@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::{PartitionLog, segment_index_of};
+use crate::env::sync_dir;
 use crate::error::{Error, Result};
 use crate::segment::mmap::WriteHandle;
 use crate::segment::record::Limits;
-use crate::segment::{Cursor, Segment, sync_dir};
+use crate::segment::{Cursor, Segment};
 use crate::types::LogIndex;
 
 impl PartitionLog {
@@ -159,7 +160,7 @@ mod tests {
     use super::super::EntrySpec;
     use super::super::test_util::{fill, small, small_with_faults, values};
     use super::*;
-    use crate::fault::FaultPoint;
+    use crate::env::FaultPoint;
     use crate::segment::record::Record;
     use crate::types::Offset;
 

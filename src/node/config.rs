@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use crate::catalog::{PARTITIONS_MAX, check_topic_name};
 use crate::config::LogConfig;
 use crate::error::{Error, Result};
-use crate::raft::storage::Durability;
+use crate::types::Durability;
 use crate::types::NodeId;
 
 use super::META_RECORD_BYTES_MAX;
@@ -60,7 +60,7 @@ pub struct NodeConfig {
     pub join: bool,
     /// Network fault injection between brokers, for tests (`failpoints` feature).
     #[cfg(any(test, feature = "failpoints"))]
-    pub net_faults: Option<std::sync::Arc<crate::fault::NetFaults>>,
+    pub net_faults: Option<std::sync::Arc<crate::env::NetFaults>>,
 }
 
 impl NodeConfig {

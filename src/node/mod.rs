@@ -15,9 +15,10 @@ use crate::error::{Error, Result};
 use crate::log::AppendInfo;
 use crate::raft::replica::{Replica, Timing};
 use crate::raft::state_machine::StateMachine;
-use crate::raft::storage::{Durability, LogStore};
+use crate::raft::storage::LogStore;
 use crate::segment::record::{Batch, Record};
 use crate::transport::{Handler, PeerSet, spawn_server};
+use crate::types::Durability;
 use crate::types::{NodeId, Offset, PartitionId, ProducerSeq};
 
 mod config;
@@ -136,10 +137,10 @@ impl Node {
     /// bound.
     pub async fn start(mut config: NodeConfig) -> Result<Node> {
         config.validate()?;
-        if config.log.preallocate == crate::config::Preallocate::Auto
+        if config.log.preallocate == crate::segment::Preallocate::Auto
             && config.durability == Durability::Replicated
         {
-            config.log.preallocate = crate::config::Preallocate::Fallocate;
+            config.log.preallocate = crate::segment::Preallocate::Fallocate;
         }
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
@@ -173,7 +174,7 @@ impl Node {
         meta_log.segment_bytes = META_SEGMENT_BYTES;
         meta_log.record_bytes_max = META_RECORD_BYTES_MAX;
         meta_log.batch_bytes_max = META_RECORD_BYTES_MAX;
-        meta_log.preallocate = crate::config::Preallocate::Fallocate;
+        meta_log.preallocate = crate::segment::Preallocate::Fallocate;
         #[cfg(any(test, feature = "failpoints"))]
         {
             meta_log.faults = None;

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::env::{sync_dir, write_atomic};
 use crate::error::{Error, Result};
 use crate::raft::types::Vote;
 use crate::types::PartitionId;
@@ -47,19 +48,15 @@ pub(super) fn prepare_partition_dir(dir: &Path, topic_id: u64) -> Result<()> {
     std::fs::create_dir_all(dir)?;
     write_partition_metadata(dir, topic_id)?;
     if let Some(parent) = dir.parent() {
-        crate::segment::sync_dir(parent)?;
+        sync_dir(parent)?;
     }
     Ok(())
 }
 
 /// Writes `partition.metadata` (the topic id) into `dir` durably.
 fn write_partition_metadata(dir: &Path, topic_id: u64) -> Result<()> {
-    let marker = dir.join(PARTITION_METADATA);
-    let tmp = dir.join(format!("{PARTITION_METADATA}.tmp"));
-    std::fs::write(&tmp, format!("version: 0\ntopic_id: {topic_id}\n"))?;
-    std::fs::File::open(&tmp)?.sync_all()?;
-    std::fs::rename(&tmp, &marker)?;
-    crate::segment::sync_dir(dir)?;
+    let body = format!("version: 0\ntopic_id: {topic_id}\n");
+    write_atomic(&dir.join(PARTITION_METADATA), body.as_bytes())?;
     Ok(())
 }
 
@@ -117,7 +114,7 @@ pub(super) fn replace_with_empty_replica(
     discard_dir(dir, topic_id)?;
     std::fs::rename(&staging, dir)?;
     if let Some(parent) = dir.parent() {
-        crate::segment::sync_dir(parent)?;
+        sync_dir(parent)?;
     }
     Ok(())
 }
@@ -154,9 +151,8 @@ pub(super) fn remove_deleted_dirs(data_dir: &Path) {
             if target.exists() {
                 std::fs::remove_dir_all(&path)
             } else {
-                std::fs::rename(&path, &target).and_then(|()| {
-                    crate::segment::sync_dir(data_dir).map_err(std::io::Error::other)
-                })
+                std::fs::rename(&path, &target)
+                    .and_then(|()| sync_dir(data_dir).map_err(std::io::Error::other))
             }
         } else {
             Ok(())

@@ -13,8 +13,9 @@ use crate::error::{Error, Result};
 use crate::log::PartitionLog;
 use crate::raft::replica::{Replica, Timing};
 use crate::raft::state_machine::StateMachine;
-use crate::raft::storage::{Durability, LogStore};
+use crate::raft::storage::LogStore;
 use crate::transport::PeerSet;
+use crate::types::Durability;
 use crate::types::{NodeId, PartitionId};
 
 use super::replica_dir::{

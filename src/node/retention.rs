@@ -11,7 +11,7 @@ impl Broker {
     pub(crate) async fn enforce_retention(&self) -> Result<()> {
         let groups: Vec<Arc<HostedReplica>> = self.groups.read().values().cloned().collect();
         for group in groups {
-            let Some(keep_from) = group.store.log().retention_point(crate::log::now_ms()) else {
+            let Some(keep_from) = group.store.log().retention_point(crate::env::now_ms()) else {
                 continue;
             };
             let upto = keep_from.saturating_sub(1);

@@ -78,7 +78,7 @@ impl Broker {
         );
         // The leader's clock stamps the batch (Kafka's LogAppendTime); replicas store it as is.
         let request = AppendRequest {
-            timestamp_ms: crate::log::now_ms(),
+            timestamp_ms: crate::env::now_ms(),
             ..request
         };
         let timeout = Duration::from_millis(self.config.request_timeout_ms);

@@ -80,7 +80,7 @@ impl GroupNet {
                 &found
             }
         };
-        let body = crate::protocol::encode(&(&self.group, request))
+        let body = crate::transport::body::encode(&(&self.group, request))
             .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         match self.peers.call(peer, self.target, op, body, timeout).await {
             Ok(bytes) => {

@@ -110,14 +110,7 @@ impl StateMachine {
     }
 
     fn save_snapshot(&self, snap: &SnapshotOf<C, Vec<u8>>) -> io::Result<()> {
-        let tmp = self.snapshot_path.with_extension("tmp");
-        std::fs::write(&tmp, &snap.snapshot)?;
-        std::fs::File::open(&tmp)?.sync_all()?;
-        std::fs::rename(&tmp, &self.snapshot_path)?;
-        if let Some(dir) = self.snapshot_path.parent() {
-            crate::segment::sync_dir(dir)?;
-        }
-        Ok(())
+        crate::env::write_atomic(&self.snapshot_path, &snap.snapshot)
     }
 }
 

@@ -30,25 +30,8 @@ use crate::log::{EntrySpec, PartitionLog};
 use crate::raft::types::{AppendRequest, C, Entry, LogId, Vote};
 use crate::segment::format::EntryKind;
 use crate::segment::record::Batch;
+use crate::types::Durability;
 use crate::types::LogIndex;
-
-/// When an appended entry counts as written.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Durability {
-    /// After `fdatasync`: an acknowledged write is on disk on a quorum.
-    #[default]
-    Fsync,
-    /// As soon as it is in the page cache: an acknowledged write is in memory on a quorum.
-    /// Any number of process crashes lose nothing. Appends are synced only at segment rolls,
-    /// before the vote changes, before snapshots and at shutdown, so a broker that loses power
-    /// comes back without its unsynced writes; an acknowledged write is lost if the brokers
-    /// still holding it are outvoted (with three replicas: a follower that acknowledged it
-    /// loses power, then the leader fails before the third replica has it). A replica that
-    /// still holds a lost write holds it as committed, which Raft never truncates: it
-    /// notices when the new leader's log contradicts it, and rebuilds itself empty from the
-    /// leader.
-    Replicated,
-}
 
 /// The file holding a replica's [`RaftMeta`], in its partition directory.
 pub(crate) const RAFT_META: &str = "raft-meta";
@@ -538,14 +521,7 @@ pub(crate) fn write_meta(path: &Path, meta: &RaftMeta) -> io::Result<()> {
     let body = serde_json::to_vec(meta).map_err(io::Error::other)?;
     let mut bytes = crc32fast::hash(&body).to_le_bytes().to_vec();
     bytes.extend_from_slice(&body);
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, &bytes)?;
-    std::fs::File::open(&tmp)?.sync_all()?;
-    std::fs::rename(&tmp, path)?;
-    if let Some(dir) = path.parent() {
-        crate::segment::sync_dir(dir)?;
-    }
-    Ok(())
+    crate::env::write_atomic(path, &bytes)
 }
 
 #[cfg(test)]

@@ -10,10 +10,35 @@ use std::sync::Arc;
 
 use super::format::{END_MARK, SEGMENT_HEADER_LEN, SegmentHeader, segment_file_name};
 use super::mmap::{MappedFile, WriteHandle};
-use super::{Cursor, Segment, SegmentOptions, SegmentState, sync_dir};
-use crate::config::Preallocate;
+use super::{Cursor, Segment, SegmentOptions, SegmentState};
+use crate::env::sync_dir;
+use crate::env::{FaultPoint, Faults};
 use crate::error::Result;
-use crate::fault::{FaultPoint, Faults};
+
+/// How a new segment file gets its disk blocks before it is memory-mapped.
+///
+/// Either way every page of the map has a block behind it, so a full disk fails segment
+/// creation with an error instead of crashing a later write with SIGBUS.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Preallocate {
+    /// `fallocate(2)`: instant, but the first write to each block later converts an
+    /// "unwritten" extent, which makes each sync after it slower.
+    Fallocate,
+    /// Write zeros over the whole segment once at creation (falls back from `Fallocate` where
+    /// the file system lacks it). Costs one sequential write of `segment_bytes` per segment,
+    /// and makes later syncs cheaper because they overwrite blocks that already exist. The
+    /// next segment is prepared on a background thread while the current one fills, so appends
+    /// do not wait for it.
+    Zeros,
+    /// `Zeros` for a log on its own and for a broker with
+    /// [`Durability::Fsync`](crate::Durability::Fsync), whose every acknowledgement waits for
+    /// a sync; `Fallocate` for a broker with
+    /// [`Durability::Replicated`](crate::Durability::Replicated), which syncs rarely and would
+    /// only pay for the zeros (one more write of every byte, page cache and disk).
+    #[default]
+    Auto,
+}
 
 /// A preallocated file under a temporary name, waiting to become a segment: either new
 /// (zeros, or `fallocate`d extents, synced), or a recycled segment that retention deleted (old

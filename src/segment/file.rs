@@ -1,19 +1,13 @@
 //! An open segment's files: making its data durable, writing its index once it is, and
-//! deleting both; and syncing the directory that holds them.
+//! deleting both.
 
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
 
 use super::Segment;
 use super::index::IndexFile;
-use crate::fault::{FaultPoint, Faults};
-
-/// Syncs a directory so that creating, renaming or deleting files in it is durable.
-pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
-}
+use crate::env::{FaultPoint, Faults};
 
 impl Segment {
     /// Makes everything written to the segment file so far durable: an `fdatasync` of the

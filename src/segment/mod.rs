@@ -39,16 +39,15 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use crate::config::Preallocate;
+use crate::env::Faults;
 use crate::error::{CorruptKind, Error};
-use crate::fault::Faults;
+pub use create::Preallocate;
 use format::{index_file_name, segment_file_name};
 use index::IndexEntry;
 use mmap::MappedFile;
 use record::{FrameHeader, Limits};
 
 pub(crate) use create::{Recycled, SpareFile};
-pub(crate) use file::sync_dir;
 pub use inspect::{SegmentReport, inspect_segment};
 pub(crate) use open::Sealed;
 pub use scan::fuzz_scan_segment;

@@ -19,11 +19,10 @@ use super::record::{Limits, decode_frame};
 use super::scan::scan_segment;
 use super::{
     Cursor, RecoveryEvent, ScanStop, Segment, SegmentOptions, SegmentState, corrupt, format, scan,
-    sync_dir,
 };
-use crate::config::Preallocate;
+use crate::env::{FaultPoint, sync_dir};
 use crate::error::{CorruptKind, Result};
-use crate::fault::FaultPoint;
+use crate::segment::Preallocate;
 
 /// What opening a sealed segment found.
 #[derive(Debug)]

@@ -6,6 +6,7 @@
 //! behind a large append. Every partition's traffic shares them. A connection that fails is
 //! dropped; the next request reconnects. Nothing here knows about Raft.
 
+pub(crate) mod body;
 pub(crate) mod frame;
 pub(crate) mod turns;
 
@@ -310,7 +311,7 @@ pub(crate) struct PeerSet {
     /// Per broker. Grows when a broker joins.
     peers: parking_lot::RwLock<HashMap<u64, Connections>>,
     #[cfg(any(test, feature = "failpoints"))]
-    faults: Option<Arc<crate::fault::NetFaults>>,
+    faults: Option<Arc<crate::env::NetFaults>>,
 }
 
 impl PeerSet {
@@ -359,7 +360,7 @@ impl PeerSet {
 
     /// Lets `faults` decide the fate of every message between this broker and the others.
     #[cfg(any(test, feature = "failpoints"))]
-    pub(crate) fn with_faults(mut self, faults: Option<Arc<crate::fault::NetFaults>>) -> Self {
+    pub(crate) fn with_faults(mut self, faults: Option<Arc<crate::env::NetFaults>>) -> Self {
         self.faults = faults;
         self
     }
@@ -376,7 +377,7 @@ impl PeerSet {
     ) -> Result<Vec<u8>, CallError> {
         #[cfg(any(test, feature = "failpoints"))]
         if let Some(faults) = &self.faults {
-            use crate::fault::Verdict;
+            use crate::env::Verdict;
             match faults.verdict(self.self_id, to) {
                 Verdict::Lose => {
                     tokio::time::sleep(timeout).await;

@@ -1,7 +1,8 @@
 //! Fault injection for the file layer, for tests (`failpoints` feature).
 //!
 //! A [`FaultInjector`] is attached to one log through `LogConfig::faults`, so tests that run in
-//! parallel do not see each other's faults.
+//! parallel do not see each other's faults. The log consults it through [`Faults`], which is
+//! empty (and free) without the feature.
 
 use std::io;
 use std::path::Path;
@@ -196,11 +197,10 @@ pub(crate) struct Faults {
 }
 
 impl Faults {
-    pub(crate) fn from_config(_config: &crate::config::LogConfig) -> Self {
-        Faults {
-            #[cfg(any(test, feature = "failpoints"))]
-            injector: _config.faults.clone(),
-        }
+    /// The faults of the injector a log was given, if any.
+    #[cfg(any(test, feature = "failpoints"))]
+    pub(crate) fn new(injector: Option<Arc<FaultInjector>>) -> Self {
+        Faults { injector }
     }
 
     /// Notes a write of `len` bytes at `pos` of the segment file `path` (for power losses).
@@ -235,146 +235,5 @@ impl Faults {
             return injector.check(_point);
         }
         Ok(())
-    }
-}
-
-/// Decides which broker-to-broker messages of an in-process cluster are lost or late, for
-/// tests (`failpoints` feature). One injector is shared by every broker of the cluster through
-/// `NodeConfig::net_faults`; it acts on Raft traffic between brokers, not on clients.
-///
-/// A lost request is never delivered; a lost response belongs to a request that *was*
-/// delivered and processed. Either way the sender waits out its timeout, as it would on a real
-/// network.
-#[cfg(any(test, feature = "failpoints"))]
-#[derive(Debug, Default)]
-pub struct NetFaults {
-    state: parking_lot::Mutex<NetState>,
-}
-
-#[cfg(any(test, feature = "failpoints"))]
-#[derive(Debug, Default)]
-struct NetState {
-    /// Directed links `(from, to)` that carry nothing.
-    cut: std::collections::HashSet<(u64, u64)>,
-    /// Chance, in thousandths, that a message on a working link is lost.
-    loss_per_mille: u32,
-    /// Each delivered request waits this long first: `[min, max]` milliseconds.
-    delay_ms: (u64, u64),
-    rng: u64,
-}
-
-/// What happens to one message.
-#[cfg(any(test, feature = "failpoints"))]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Verdict {
-    Deliver(std::time::Duration),
-    Lose,
-}
-
-#[cfg(any(test, feature = "failpoints"))]
-impl NetFaults {
-    /// An injector with a healthy network.
-    pub fn new() -> Arc<Self> {
-        Arc::new(Self::default())
-    }
-
-    /// Cuts the link from `from` to `to` (one way).
-    pub fn cut(&self, from: u64, to: u64) {
-        self.state.lock().cut.insert((from, to));
-    }
-
-    /// Cuts every link between a broker in `a` and one in `b`, both ways.
-    pub fn partition(&self, a: &[u64], b: &[u64]) {
-        let mut s = self.state.lock();
-        for x in a {
-            for y in b {
-                s.cut.insert((*x, *y));
-                s.cut.insert((*y, *x));
-            }
-        }
-    }
-
-    /// Loses each message on a working link with this chance, in thousandths.
-    pub fn set_loss(&self, per_mille: u32) {
-        self.state.lock().loss_per_mille = per_mille.min(1000);
-    }
-
-    /// Delays each delivered request by `min_ms..=max_ms` milliseconds.
-    pub fn set_delay(&self, min_ms: u64, max_ms: u64) {
-        self.state.lock().delay_ms = (min_ms, max_ms.max(min_ms));
-    }
-
-    /// Restores a healthy network: no cuts, no loss, no delay.
-    pub fn heal(&self) {
-        let mut s = self.state.lock();
-        s.cut.clear();
-        s.loss_per_mille = 0;
-        s.delay_ms = (0, 0);
-    }
-
-    /// The fate of one message from `from` to `to`.
-    pub(crate) fn verdict(&self, from: u64, to: u64) -> Verdict {
-        let mut s = self.state.lock();
-        if s.cut.contains(&(from, to)) {
-            return Verdict::Lose;
-        }
-        // xorshift: the sequence is not seeded per test; the schedule's own seed decides when
-        // faults are on, this only spreads them over messages.
-        s.rng = if s.rng == 0 { 0x2545_F491 } else { s.rng };
-        s.rng ^= s.rng << 13;
-        s.rng ^= s.rng >> 7;
-        s.rng ^= s.rng << 17;
-        if s.loss_per_mille > 0 && (s.rng % 1000) < u64::from(s.loss_per_mille) {
-            return Verdict::Lose;
-        }
-        let (lo, hi) = s.delay_ms;
-        let ms = if hi > lo {
-            lo + (s.rng >> 20) % (hi - lo + 1)
-        } else {
-            lo
-        };
-        Verdict::Deliver(std::time::Duration::from_millis(ms))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use super::*;
-
-    #[test]
-    fn cuts_are_directed_partitions_symmetric_and_heal_restores_everything() {
-        let net = NetFaults::new();
-        assert_eq!(net.verdict(1, 2), Verdict::Deliver(Duration::ZERO));
-        net.cut(1, 2);
-        assert_eq!(net.verdict(1, 2), Verdict::Lose);
-        assert_eq!(net.verdict(2, 1), Verdict::Deliver(Duration::ZERO));
-        net.partition(&[3], &[1, 2]);
-        for (a, b) in [(3, 1), (1, 3), (3, 2), (2, 3)] {
-            assert_eq!(net.verdict(a, b), Verdict::Lose);
-        }
-        net.heal();
-        assert_eq!(net.verdict(1, 2), Verdict::Deliver(Duration::ZERO));
-        assert_eq!(net.verdict(3, 1), Verdict::Deliver(Duration::ZERO));
-    }
-
-    #[test]
-    fn loss_and_delay_stay_within_their_settings() {
-        let net = NetFaults::new();
-        net.set_loss(1000);
-        assert!((0..100).all(|_| net.verdict(1, 2) == Verdict::Lose));
-        net.set_loss(200);
-        net.set_delay(5, 9);
-        let mut lost = 0;
-        for _ in 0..10_000 {
-            match net.verdict(1, 2) {
-                Verdict::Lose => lost += 1,
-                Verdict::Deliver(d) => {
-                    assert!((Duration::from_millis(5)..=Duration::from_millis(9)).contains(&d));
-                }
-            }
-        }
-        assert!((1000..3000).contains(&lost), "about a fifth lost: {lost}");
     }
 }
