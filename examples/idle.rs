@@ -8,11 +8,9 @@
 //! the partitions: a process pays some memory once however many replicas it hosts (openraft
 //! builds about 27 MiB of histogram scale tables once per process, tokio its runtime).
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use replog::{Node, NodeConfig, Preallocate};
+use replog::{LocalCluster, Preallocate};
 
 fn cpu_seconds() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
@@ -53,23 +51,9 @@ async fn main() -> replog::Result<()> {
         .and_then(|a| a.parse().ok())
         .unwrap_or(300);
     let dir = tempfile::tempdir()?;
-    let addrs: Vec<SocketAddr> = (0..3)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()))
-        .collect::<Result<_, _>>()?;
     let rss_before = rss_kib();
     let (anon_before, file_before) = (status_kib("RssAnon"), status_kib("RssFile"));
-    let mut nodes = Vec::new();
-    for id in 1..=3u64 {
-        let peers: BTreeMap<u64, SocketAddr> = (1..=3u64)
-            .filter(|p| *p != id)
-            .map(|p| (p, addrs[p as usize - 1]))
-            .collect();
-        let mut c = NodeConfig::new(
-            id,
-            addrs[id as usize - 1],
-            peers,
-            dir.path().join(id.to_string()),
-        );
+    let cluster = LocalCluster::start(3, dir.path(), |c| {
         c.topics = vec![("idle".into(), partitions)];
         c.heartbeat_interval_ms = 250;
         c.election_timeout_ms = 2000;
@@ -77,25 +61,25 @@ async fn main() -> replog::Result<()> {
         c.log.record_bytes_max = 64 << 10;
         c.log.batch_bytes_max = 256 << 10;
         c.log.preallocate = Preallocate::Fallocate;
-        nodes.push(Node::start(c).await?);
-    }
+    })
+    .await?;
     let started = Instant::now();
-    let leaders = |nodes: &[Node]| -> Vec<Option<u64>> {
+    let terms = |cluster: &LocalCluster| -> Vec<u64> {
         (0..partitions)
-            .map(|p| nodes[0].status("idle", p).ok().and_then(|s| s.leader))
+            .map(|p| {
+                cluster
+                    .node(1)
+                    .and_then(|n| n.status("idle", p).ok())
+                    .map_or(0, |s| s.term)
+            })
             .collect()
     };
-    let terms = |nodes: &[Node]| -> Vec<u64> {
-        (0..partitions)
-            .map(|p| nodes[0].status("idle", p).map(|s| s.term).unwrap_or(0))
-            .collect()
-    };
-    while leaders(&nodes).iter().any(Option::is_none) {
-        if started.elapsed() > Duration::from_secs(120) {
-            println!("not every partition elected a leader within 120 s");
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    if cluster
+        .wait_for_leaders("idle", partitions, Duration::from_secs(120))
+        .await
+        .is_err()
+    {
+        println!("not every partition elected a leader within 120 s");
     }
     println!(
         "{} replicas ({partitions} partitions x 3 brokers): all leaders elected after {:.1} s",
@@ -103,11 +87,11 @@ async fn main() -> replog::Result<()> {
         started.elapsed().as_secs_f64()
     );
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let terms_before = terms(&nodes);
+    let terms_before = terms(&cluster);
     let (cpu0, t0) = (cpu_seconds(), Instant::now());
     tokio::time::sleep(Duration::from_secs(20)).await;
     let (cpu1, elapsed) = (cpu_seconds(), t0.elapsed().as_secs_f64());
-    let changes = terms(&nodes)
+    let changes = terms(&cluster)
         .iter()
         .zip(&terms_before)
         .filter(|(a, b)| a != b)
@@ -128,9 +112,7 @@ async fn main() -> replog::Result<()> {
         status_kib("RssFile").saturating_sub(file_before),
     );
     println!("partitions whose term changed while idle: {changes}");
-    for node in nodes {
-        node.shutdown().await?;
-    }
+    cluster.shutdown().await?;
     // The smaller run, for the cost of one more replica (not when this is that run).
     let small = partitions / 10;
     if std::env::var_os(CHILD).is_none() && small > 0 {

@@ -12,6 +12,8 @@
 //!   writes there and follows redirects and leader changes, like a Kafka producer.
 //! - [`Producer`]: one record at a time in, batches out: Kafka's key partitioner (murmur2)
 //!   and sticky partitioner, batching by size and linger, over a [`Client`].
+//! - [`LocalCluster`]: a cluster's brokers in one process on loopback, for tests, benches and
+//!   the demo.
 //!
 //! # Example: a three-broker cluster in one process
 //!
@@ -22,20 +24,25 @@
 //! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 //! # async fn main() -> replog::Result<()> {
 //! let dir = tempfile::tempdir()?;
-//! // Three free loopback addresses.
-//! let addrs: Vec<_> = (0..3)
-//!     .map(|_| std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()))
-//!     .collect::<Result<_, _>>()?;
+//! // Three loopback ports, each bound once and handed to its broker.
+//! let listeners = (0..3)
+//!     .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+//!     .collect::<Result<Vec<_>, _>>()?;
+//! let addrs = listeners
+//!     .iter()
+//!     .map(|l| l.local_addr())
+//!     .collect::<Result<Vec<_>, _>>()?;
 //! let mut nodes = Vec::new();
-//! for id in 1..=3u64 {
+//! for (id, listener) in (1..=3u64).zip(listeners) {
 //!     let peers: BTreeMap<u64, _> = (1..=3u64)
 //!         .filter(|p| *p != id)
 //!         .map(|p| (p, addrs[p as usize - 1]))
 //!         .collect();
 //!     let config =
 //!         NodeConfig::new(id, addrs[id as usize - 1], peers, dir.path().join(id.to_string()));
-//!     nodes.push(Node::start(config).await?);
+//!     nodes.push(Node::start_on(config, listener).await?);
 //! }
+//! // (`LocalCluster` does all of this in one call.)
 //!
 //! // Bootstrap from broker 2 only: it creates the topic through the metadata group (one
 //! // partition, three replicas); then the client asks it who leads and writes there.
@@ -97,6 +104,7 @@ mod config;
 mod dirlock;
 mod env;
 mod error;
+mod local_cluster;
 mod log;
 mod node;
 pub mod partitioner;
@@ -117,6 +125,7 @@ pub use env::FaultPoint;
 #[cfg(any(test, feature = "failpoints"))]
 pub use env::{FaultInjector, NetFaults, PowerLoss};
 pub use error::{CorruptKind, Error, Result};
+pub use local_cluster::LocalCluster;
 pub use log::{AppendInfo, LogIter, PartitionLog};
 pub use node::{Node, NodeConfig, PartitionStatus};
 pub use producer::{Producer, ProducerConfig, RecordMetadata};

@@ -152,25 +152,19 @@ struct Shared {
 ///   batch's outcome.
 ///
 /// ```
-/// # use std::collections::BTreeMap;
 /// # use std::sync::Arc;
-/// # use replog::{Client, ClientConfig, Node, NodeConfig, Producer, ProducerConfig, Record};
+/// # use replog::{Client, ClientConfig, Producer, ProducerConfig, Record};
 /// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 /// # async fn main() -> replog::Result<()> {
 /// # let dir = tempfile::tempdir()?;
-/// # let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
-/// # let mut config = NodeConfig::new(1, addr, BTreeMap::new(), dir.path());
-/// # config.topics = vec![("email.send".into(), 3)];
-/// # let node = Node::start(config).await?;
-/// # let mut ready = false;
-/// # for _ in 0..500 {
-/// #     if (0..3).all(|p| node.status("email.send", p).is_ok_and(|s| s.leader == Some(1))) {
-/// #         ready = true;
-/// #         break;
-/// #     }
-/// #     tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-/// # }
-/// # assert!(ready);
+/// # let cluster = replog::LocalCluster::start(1, dir.path(), |c| {
+/// #     c.topics = vec![("email.send".into(), 3)];
+/// # })
+/// # .await?;
+/// # cluster
+/// #     .wait_for_leaders("email.send", 3, std::time::Duration::from_secs(10))
+/// #     .await?;
+/// # let addr = cluster.addrs()[0];
 /// let client = Arc::new(Client::connect(&[addr], ClientConfig::default()).await?);
 /// let producer = Producer::new(Arc::clone(&client), ProducerConfig::default());
 /// let a = producer.send("email.send", Record::new("hi").with_key("alice")).await?;
@@ -179,7 +173,7 @@ struct Shared {
 /// assert!(b.offset > a.offset);
 /// # drop(producer);
 /// # drop(client);
-/// # node.shutdown().await?;
+/// # cluster.shutdown().await?;
 /// # Ok(())
 /// # }
 /// ```

@@ -133,16 +133,42 @@ impl Node {
     ///
     /// # Errors
     ///
-    /// Anything [`PartitionLog::open`](crate::PartitionLog::open) returns, and [`Error::Io`] if the address cannot be
-    /// bound.
-    pub async fn start(mut config: NodeConfig) -> Result<Node> {
+    /// Anything [`PartitionLog::open`](crate::PartitionLog::open) returns, and [`Error::Io`]
+    /// if the address cannot be bound.
+    pub async fn start(config: NodeConfig) -> Result<Node> {
         config.validate()?;
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| {
+                std::io::Error::new(e.kind(), format!("cannot listen on {}: {e}", config.listen))
+            })?;
+        Node::start_listening(config, listener).await
+    }
+
+    /// [`start`](Self::start) on a listener the caller bound already (`config.listen` becomes
+    /// its address): a caller that binds port 0 to find a free port hands that very socket
+    /// over, so no other process can take the port in between.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    pub async fn start_on(mut config: NodeConfig, listener: std::net::TcpListener) -> Result<Node> {
+        config.listen = listener.local_addr()?;
+        config.validate()?;
+        listener.set_nonblocking(true)?;
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        Node::start_listening(config, listener).await
+    }
+
+    async fn start_listening(
+        mut config: NodeConfig,
+        listener: tokio::net::TcpListener,
+    ) -> Result<Node> {
         if config.log.preallocate == crate::segment::Preallocate::Auto
             && config.durability == Durability::Replicated
         {
             config.log.preallocate = crate::segment::Preallocate::Fallocate;
         }
-        let listener = tokio::net::TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let timing = Timing {

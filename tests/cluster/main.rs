@@ -12,12 +12,38 @@ const TOPIC: &str = "email.send";
 const PARTITIONS: u32 = 3;
 const ELECTION_TIMEOUT_MS: u64 = 1000;
 
-/// Free loopback ports: bind to port 0, note the port, release it.
+/// Listeners bound by [`free_addrs`] and not yet handed to a broker.
+static HELD: std::sync::Mutex<BTreeMap<SocketAddr, std::net::TcpListener>> =
+    std::sync::Mutex::new(BTreeMap::new());
+
+/// Free loopback ports, each bound now and kept bound until [`start_node`] hands its listener
+/// to the broker that listens there (never released and bound again, which a test running
+/// beside this one could take in between).
 fn free_addrs(n: usize) -> Vec<SocketAddr> {
-    let listeners: Vec<_> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    listeners.iter().map(|l| l.local_addr().unwrap()).collect()
+    let mut held = HELD.lock().unwrap();
+    (0..n)
+        .map(|_| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            held.insert(addr, l);
+            addr
+        })
+        .collect()
+}
+
+/// Releases the listener [`free_addrs`] holds for `addr`, for a broker in another process.
+fn release(addr: SocketAddr) {
+    HELD.lock().unwrap().remove(&addr);
+}
+
+/// Starts a broker: on the listener [`free_addrs`] holds for its address if there is one,
+/// else (a restart) on its address.
+async fn start_node(config: NodeConfig) -> replog::Result<Node> {
+    let held = HELD.lock().unwrap().remove(&config.listen);
+    match held {
+        Some(listener) => Node::start_on(config, listener).await,
+        None => Node::start(config).await,
+    }
 }
 
 fn config(id: u64, addrs: &[SocketAddr], dir: &Path) -> NodeConfig {
@@ -84,7 +110,7 @@ async fn shutdown_all(nodes: Vec<Option<Node>>) {
 async fn start_all(config: impl Fn(u64) -> NodeConfig) -> Vec<Option<Node>> {
     let mut nodes = Vec::new();
     for id in 1..=3 {
-        nodes.push(Some(Node::start(config(id)).await.unwrap()));
+        nodes.push(Some(start_node(config(id)).await.unwrap()));
     }
     nodes
 }
@@ -267,7 +293,7 @@ async fn three_brokers_elect_redirect_replicate_and_survive_a_leader_failure() {
     // Restart the killed broker from its directory: it catches up, and its committed log
     // equals the leader's record for record.
     nodes[killed as usize - 1] = Some(
-        Node::start(config(killed, &addrs, dir.path()))
+        start_node(config(killed, &addrs, dir.path()))
             .await
             .unwrap(),
     );
@@ -359,7 +385,7 @@ async fn a_follower_that_missed_purged_segments_catches_up_by_snapshot() {
     .await;
 
     // Back up: the entries it needs are gone, so it installs a snapshot and continues.
-    nodes[down as usize - 1] = Some(Node::start(small(down)).await.unwrap());
+    nodes[down as usize - 1] = Some(start_node(small(down)).await.unwrap());
     let back = node_ref(&nodes, down);
     wait_for(Duration::from_secs(15), "the follower to catch up", || {
         let st = back.status(TOPIC, 0).unwrap();
@@ -492,7 +518,7 @@ async fn an_idempotent_batch_is_written_once_even_across_a_leader_change() {
     assert_eq!(d.base_offset, Offset(4));
 
     // The old leader comes back and learns the same from its log.
-    nodes[leader as usize - 1] = Some(Node::start(one_partition(leader)).await.unwrap());
+    nodes[leader as usize - 1] = Some(start_node(one_partition(leader)).await.unwrap());
     assert_every_replica_holds(&nodes, &["a", "b", "c", "x", "d"]).await;
     shutdown_all(nodes).await;
 }
@@ -550,7 +576,7 @@ async fn a_later_producer_epoch_fences_the_earlier_ones_across_a_leader_change()
         .await
         .unwrap();
     assert_eq!(c.base_offset, Offset(2));
-    nodes[leader as usize - 1] = Some(Node::start(one_partition(leader)).await.unwrap());
+    nodes[leader as usize - 1] = Some(start_node(one_partition(leader)).await.unwrap());
     assert_every_replica_holds(&nodes, &["a", "b", "c"]).await;
     shutdown_all(nodes).await;
 }
@@ -588,7 +614,7 @@ async fn a_restarted_leader_does_not_append_a_resent_batch_twice() {
     let node = nodes[leader as usize - 1].take().unwrap();
     node.shutdown().await.unwrap();
     for id in 1..=3 {
-        nodes[id as usize - 1] = Some(Node::start(one_partition(id)).await.unwrap());
+        nodes[id as usize - 1] = Some(start_node(one_partition(id)).await.unwrap());
     }
     // The producer resends; the batch ends up in the log once.
     append_idempotent_to_leader(&nodes, P, 1, &[Record::new("x")])
@@ -732,10 +758,28 @@ async fn a_batch_resent_after_an_unknown_outcome_is_written_once() {
     }
     let sender = std::sync::Arc::clone(&client);
     let send = tokio::spawn(async move { sender.send(TOPIC, 0, &[Record::new("second")]).await });
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The leader holds the batch, uncommitted; then the client's request (300 ms) times out at
+    // least twice while the followers are away.
+    let holder = node_ref(&nodes, leader);
+    wait_for(
+        Duration::from_secs(10),
+        "the leader to append the batch",
+        || {
+            let s = holder.status(TOPIC, 0).ok()?;
+            (s.log_end > s.high_watermark).then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let status = holder.status(TOPIC, 0).unwrap();
+    assert_eq!(
+        status.high_watermark,
+        Offset(1),
+        "nothing can commit without a quorum"
+    );
     assert!(!send.is_finished(), "nothing can commit without a quorum");
     for id in &followers {
-        nodes[*id as usize - 1] = Some(Node::start(one_partition(*id)).await.unwrap());
+        nodes[*id as usize - 1] = Some(start_node(one_partition(*id)).await.unwrap());
     }
     let d = tokio::time::timeout(Duration::from_secs(25), send)
         .await
@@ -910,6 +954,7 @@ fn spawn_broker_with(
     configured: bool,
     more: &[&str],
 ) -> Broker {
+    release(addrs[id as usize - 1]);
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_replog"));
     cmd.args([
         "node",
@@ -1491,7 +1536,7 @@ async fn topics_are_created_and_deleted_through_the_metadata_group() {
     // Broker 3 comes back. Its `orders-1` held the old topic's partition 1 (with "old" in
     // it): it is replaced by the new topic's, and its other old replicas are removed.
     assert!(stopped_dir.join(format!("{ORDERS}-1")).exists());
-    nodes[2] = Some(Node::start(bare(3, &addrs, dir.path())).await.unwrap());
+    nodes[2] = Some(start_node(bare(3, &addrs, dir.path())).await.unwrap());
     let node = node_ref(&nodes, 3);
     wait_for(
         Duration::from_secs(10),
@@ -1543,7 +1588,7 @@ async fn a_client_with_a_stale_leader_follows_the_newer_hint() {
     let new = leader_of(&nodes, 0).await;
     assert_ne!(new, old);
     nodes[old as usize - 1] = Some(
-        Node::start(single_partition(old, &addrs, dir.path()))
+        start_node(single_partition(old, &addrs, dir.path()))
             .await
             .unwrap(),
     );
@@ -1603,7 +1648,7 @@ async fn a_broker_restarted_alone_rebuilds_its_topics_and_serves_committed_recor
     drop(client);
     shutdown_all(nodes).await;
 
-    let node = Node::start(bare(2, &addrs, dir.path())).await.unwrap();
+    let node = start_node(bare(2, &addrs, dir.path())).await.unwrap();
     wait_for(
         Duration::from_secs(5),
         "the catalog and the replicas",
@@ -1648,13 +1693,13 @@ async fn a_broker_back_on_another_address_is_found_through_the_metadata_log() {
     let new_addr = free_addrs(1)[0];
     let mut config = single_partition(moved, &addrs, dir.path());
     config.listen = new_addr;
-    nodes[slot(moved)] = Some(Node::start(config).await.unwrap());
+    nodes[slot(moved)] = Some(start_node(config).await.unwrap());
     append_to_leader(&nodes, &[Record::new("after")]).await;
     assert_every_replica_holds(&nodes, &["before", "after"]).await;
 
     // The broker that slept through it comes back at its old address and catches up.
     nodes[slot(other)] = Some(
-        Node::start(single_partition(other, &addrs, dir.path()))
+        start_node(single_partition(other, &addrs, dir.path()))
             .await
             .unwrap(),
     );
@@ -1742,7 +1787,7 @@ async fn a_broker_joins_a_running_cluster_and_takes_partitions_of_new_topics() {
         c.join = true;
         c
     };
-    nodes.push(Some(Node::start(joiner()).await.unwrap()));
+    nodes.push(Some(start_node(joiner()).await.unwrap()));
     wait_for_broker_everywhere(&nodes, 4, addrs[3]).await;
     for via in addrs.iter().copied() {
         let brokers = wait_for_broker(via, 4, addrs[3]).await;
@@ -1777,7 +1822,7 @@ async fn a_broker_joins_a_running_cluster_and_takes_partitions_of_new_topics() {
 
     // Restarted, it still belongs: it serves its replicas and takes writes through them.
     nodes[3].take().unwrap().shutdown().await.unwrap();
-    nodes[3] = Some(Node::start(joiner()).await.unwrap());
+    nodes[3] = Some(start_node(joiner()).await.unwrap());
     let node4 = nodes[3].as_ref().unwrap();
     for &p in &on_4 {
         let values: Vec<String> =
@@ -1817,7 +1862,7 @@ async fn a_partition_moves_off_its_leader_onto_a_joined_broker() {
     }
     let mut joiner = bare(4, &addrs, dir.path());
     joiner.join = true;
-    nodes.push(Some(Node::start(joiner).await.unwrap()));
+    nodes.push(Some(start_node(joiner).await.unwrap()));
     wait_for_broker_everywhere(&nodes, 4, addrs[3]).await;
 
     let leader = client.describe("moving").await.unwrap()[0].leader.unwrap();
@@ -1842,7 +1887,10 @@ async fn a_partition_moves_off_its_leader_onto_a_joined_broker() {
         let mut want = target.clone();
         want.sort_unstable();
         let gone = !node_ref(&nodes, leader).partitions().contains(&id);
-        if d.replicas == target && isr == want && gone {
+        // The replicas it moved to may name the broker it left as leader for an election
+        // timeout after the move (until they notice it stepped down).
+        let led_by_target = d.leader.is_some_and(|l| target.contains(&l));
+        if d.replicas == target && isr == want && gone && led_by_target {
             break d;
         }
         assert!(

@@ -4,11 +4,10 @@
 //! follower, a consume from every broker's own replica, then the leader dies, another is
 //! elected, and the same client writes on.
 
-use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
-use replog::{Client, ClientConfig, Delivery, Error, Node, NodeConfig, Offset, Record};
+use replog::{Client, ClientConfig, Delivery, Error, LocalCluster, Node, Offset, Record};
 use tempfile::TempDir;
 
 use crate::error::CliError;
@@ -58,19 +57,21 @@ pub(crate) async fn run() -> Result<(), CliError> {
     cluster.shutdown().await
 }
 
-/// Three brokers in one process, `nodes[id - 1]` listening on `addrs[id - 1]`; a broker
-/// that was killed is `None`.
+/// The tutorial's three brokers: a [`LocalCluster`] in a temporary directory.
 struct Cluster {
     dir: TempDir,
-    addrs: Vec<SocketAddr>,
-    nodes: Vec<Option<Node>>,
+    brokers: LocalCluster,
 }
 
 impl Cluster {
     /// Starts the three brokers in a new temporary directory, printing where.
     async fn start() -> Result<Cluster, CliError> {
         let dir = tempfile::tempdir().map_err(CliError::TempDir)?;
-        let addrs = demo_addrs()?;
+        let listeners = demo_listeners()?;
+        let addrs: Vec<SocketAddr> = listeners
+            .iter()
+            .filter_map(|l| l.local_addr().ok())
+            .collect();
         println!(
             "== three brokers on {}, {}, {} (data in {})",
             addrs[0],
@@ -78,41 +79,23 @@ impl Cluster {
             addrs[2],
             dir.path().display()
         );
-        let mut cluster = Cluster {
-            dir,
-            addrs,
-            nodes: Vec::new(),
-        };
-        for id in 1..=3 {
-            let node = Node::start(cluster.config(id)).await?;
-            println!("   broker {id} listening on {}", node.addr());
-            cluster.nodes.push(Some(node));
+        // Short Raft timings, small segments.
+        let brokers = LocalCluster::start_on(listeners, dir.path(), |c| {
+            c.heartbeat_interval_ms = 100;
+            c.election_timeout_ms = 500;
+            c.log.segment_bytes = 4 << 20;
+            c.log.batch_bytes_max = 1 << 20;
+        })
+        .await?;
+        for node in brokers.nodes() {
+            println!("   broker {} listening on {}", node.id(), node.addr());
         }
-        Ok(cluster)
-    }
-
-    /// Broker `id`'s configuration: short Raft timings, small segments.
-    fn config(&self, id: u64) -> NodeConfig {
-        let peers: BTreeMap<u64, SocketAddr> = (1..=3u64)
-            .filter(|p| *p != id)
-            .map(|p| (p, self.addr(p)))
-            .collect();
-        let mut c = NodeConfig::new(
-            id,
-            self.addr(id),
-            peers,
-            self.dir.path().join(format!("broker-{id}")),
-        );
-        c.heartbeat_interval_ms = 100;
-        c.election_timeout_ms = 500;
-        c.log.segment_bytes = 4 << 20;
-        c.log.batch_bytes_max = 1 << 20;
-        c
+        Ok(Cluster { dir, brokers })
     }
 
     /// Broker `id`'s address.
     fn addr(&self, id: u64) -> SocketAddr {
-        self.addrs[(id - 1) as usize]
+        self.brokers.addrs()[(id - 1) as usize]
     }
 
     /// Creates the topic through broker 2; returns its leader once elected.
@@ -141,8 +124,9 @@ impl Cluster {
     /// Appends straight to follower `id`'s node, which refuses and names the leader.
     async fn append_to_follower(&self, id: u64) -> Result<(), CliError> {
         println!("\n== a write sent straight to follower broker {id} is refused, with a hint:");
-        let follower = self.nodes[(id - 1) as usize]
-            .as_ref()
+        let follower = self
+            .brokers
+            .node(id)
             .ok_or(CliError::Demo("broker missing"))?;
         match follower.append(TOPIC, 0, &[Record::new("x")]).await {
             Err(Error::NotLeader {
@@ -161,14 +145,12 @@ impl Cluster {
     /// `replog consume --from-replica` on every live broker, each once it holds `want`
     /// records.
     async fn consume_everywhere(&self, client: &Client, want: usize) -> Result<(), CliError> {
-        for (node, addr) in self.nodes.iter().zip(&self.addrs) {
-            if node.is_none() {
-                continue;
-            }
+        let live: Vec<SocketAddr> = self.brokers.nodes().map(Node::addr).collect();
+        for addr in live {
             println!(
                 "\n$ replog consume --bootstrap-server {addr} --topic {TOPIC} --from-beginning --from-replica"
             );
-            print_replica(client, *addr, want).await?;
+            print_replica(client, addr, want).await?;
         }
         Ok(())
     }
@@ -177,9 +159,7 @@ impl Cluster {
     /// that took.
     async fn kill(&mut self, leader: u64) -> Result<u64, CliError> {
         println!("\n== broker {leader} (the leader) dies");
-        if let Some(node) = self.nodes[(leader - 1) as usize].take() {
-            node.shutdown().await?;
-        }
+        self.brokers.stop(leader).await?;
         let t = Instant::now();
         let new_leader = self.wait_leader().await?;
         println!(
@@ -189,60 +169,48 @@ impl Cluster {
         Ok(new_leader)
     }
 
-    /// Waits (at most 10 s) until the live brokers agree on a leader.
+    /// Waits (at most 10 s) until a live broker leads the topic's partition.
     async fn wait_leader(&self) -> Result<u64, CliError> {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let leaders: Vec<Option<u64>> = self
-                .nodes
-                .iter()
-                .flatten()
-                .filter_map(|n| n.status(TOPIC, 0).ok())
-                .map(|s| s.leader)
-                .collect();
-            let live: Vec<u64> = self.nodes.iter().flatten().map(Node::id).collect();
-            if let Some(Some(l)) = leaders.first()
-                && live.contains(l)
-                && leaders.iter().all(|x| x == &Some(*l))
-            {
-                return Ok(*l);
-            }
-            if Instant::now() >= deadline {
-                return Err(CliError::Demo("no leader was elected within 10 s"));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let leaders = self
+            .brokers
+            .wait_for_leaders(TOPIC, 1, Duration::from_secs(10))
+            .await
+            .map_err(|_| CliError::Demo("no leader was elected within 10 s"))?;
+        leaders
+            .first()
+            .copied()
+            .ok_or(CliError::Demo("no leader was elected within 10 s"))
     }
 
-    /// Shuts the live brokers down.
+    /// Shuts the live brokers down, then removes their data.
     async fn shutdown(self) -> Result<(), CliError> {
-        for node in self.nodes.into_iter().flatten() {
-            node.shutdown().await?;
-        }
+        self.brokers.shutdown().await?;
+        drop(self.dir);
         Ok(())
     }
 }
 
-/// The tutorial's ports if all three are free, else three free loopback ports.
-fn demo_addrs() -> Result<Vec<SocketAddr>, CliError> {
+/// Listeners on the tutorial's ports if all three are free, else on three free loopback
+/// ports; each is handed to its broker as it is.
+fn demo_listeners() -> Result<Vec<TcpListener>, CliError> {
     let wanted: Vec<SocketAddr> = WANTED.iter().filter_map(|a| a.parse().ok()).collect();
-    let addrs = if wanted.iter().all(|a| TcpListener::bind(a).is_ok()) {
-        wanted
+    let fixed: Vec<TcpListener> = wanted
+        .iter()
+        .filter_map(|a| TcpListener::bind(a).ok())
+        .collect();
+    let listeners = if fixed.len() == wanted.len() {
+        fixed
     } else {
+        drop(fixed);
         println!("(ports 9092/19092/29092 are taken; using free ports instead)");
-        // All three bound at once, so that they differ.
-        let listeners: Vec<TcpListener> = (0..3)
+        (0..3)
             .filter_map(|_| TcpListener::bind("127.0.0.1:0").ok())
-            .collect();
-        listeners
-            .iter()
-            .filter_map(|l| l.local_addr().ok())
             .collect()
     };
-    if addrs.len() != 3 {
+    if listeners.len() != 3 {
         return Err(CliError::Demo("could not find three free loopback ports"));
     }
-    Ok(addrs)
+    Ok(listeners)
 }
 
 /// `echo VALUE | replog produce ...` through the broker at `addr`.

@@ -1,0 +1,219 @@
+//! [`LocalCluster`]: a cluster's brokers in this process, on loopback, for tests, benches,
+//! examples and the demo (and an embedding service's own tests).
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::node::{Node, NodeConfig};
+use crate::types::NodeId;
+
+/// `n` brokers of one cluster in this process, with ids `1..=n`, each listening on a port of
+/// 127.0.0.1 that was bound once and handed to it (never found free, released, and bound
+/// again, which another process could take in between), with its data in `{dir}/{id}`.
+///
+/// ```
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() -> replog::Result<()> {
+/// use std::time::Duration;
+/// use replog::{Client, ClientConfig, LocalCluster, Record};
+///
+/// let dir = tempfile::tempdir()?;
+/// let cluster = LocalCluster::start(3, dir.path(), |config| {
+///     config.topics = vec![("email.send".into(), 1)];
+/// })
+/// .await?;
+/// cluster.wait_for_leaders("email.send", 1, Duration::from_secs(20)).await?;
+/// let client = Client::connect(&cluster.addrs()[1..2], ClientConfig::default()).await?;
+/// client.send("email.send", 0, &[Record::new("hello")]).await?;
+/// # drop(client);
+/// cluster.shutdown().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct LocalCluster {
+    configs: Vec<NodeConfig>,
+    nodes: Vec<Option<Node>>,
+}
+
+impl LocalCluster {
+    /// Starts `n` brokers. `configure` sees each broker's configuration (its id, address, peers
+    /// and data directory already set) before it starts.
+    ///
+    /// # Errors
+    ///
+    /// What [`Node::start_on`] returns for the first broker that does not start (the ones
+    /// started before it are shut down).
+    pub async fn start(
+        n: usize,
+        dir: &Path,
+        configure: impl FnMut(&mut NodeConfig),
+    ) -> Result<LocalCluster> {
+        let listeners = (0..n)
+            .map(|_| TcpListener::bind("127.0.0.1:0"))
+            .collect::<std::io::Result<Vec<_>>>()?;
+        LocalCluster::start_on(listeners, dir, configure).await
+    }
+
+    /// [`start`](Self::start) on listeners the caller bound (broker `i + 1` on
+    /// `listeners[i]`), for fixed ports such as the tutorial's 9092, 19092 and 29092.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    pub async fn start_on(
+        listeners: Vec<TcpListener>,
+        dir: &Path,
+        mut configure: impl FnMut(&mut NodeConfig),
+    ) -> Result<LocalCluster> {
+        let addrs = listeners
+            .iter()
+            .map(TcpListener::local_addr)
+            .collect::<std::io::Result<Vec<_>>>()?;
+        let mut cluster = LocalCluster {
+            configs: Vec::new(),
+            nodes: Vec::new(),
+        };
+        for ((id, addr), listener) in (1u64..).zip(&addrs).zip(listeners) {
+            let peers: BTreeMap<NodeId, SocketAddr> = (1u64..)
+                .zip(&addrs)
+                .filter(|(p, _)| *p != id)
+                .map(|(p, a)| (p, *a))
+                .collect();
+            let mut config = NodeConfig::new(id, *addr, peers, dir.join(id.to_string()));
+            configure(&mut config);
+            match Node::start_on(config.clone(), listener).await {
+                Ok(node) => {
+                    cluster.configs.push(config);
+                    cluster.nodes.push(Some(node));
+                }
+                Err(e) => {
+                    let _ = cluster.shutdown().await;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(cluster)
+    }
+
+    /// Every broker's address, broker 1's first.
+    pub fn addrs(&self) -> Vec<SocketAddr> {
+        self.configs.iter().map(|c| c.listen).collect()
+    }
+
+    /// The running brokers.
+    pub fn nodes(&self) -> impl Iterator<Item = &Node> {
+        self.nodes.iter().flatten()
+    }
+
+    /// Broker `id`, unless it is stopped.
+    pub fn node(&self, id: NodeId) -> Option<&Node> {
+        self.nodes.get(index(id)?)?.as_ref()
+    }
+
+    /// The configuration broker `id` was started with.
+    pub fn config(&self, id: NodeId) -> Option<&NodeConfig> {
+        self.configs.get(index(id)?)
+    }
+
+    /// The directory broker `id` keeps its data in.
+    pub fn data_dir(&self, id: NodeId) -> Option<PathBuf> {
+        Some(self.config(id)?.data_dir.clone())
+    }
+
+    /// Shuts broker `id` down (a no-op if it is stopped).
+    ///
+    /// # Errors
+    ///
+    /// What [`Node::shutdown`] returns.
+    pub async fn stop(&mut self, id: NodeId) -> Result<()> {
+        match index(id).and_then(|i| self.nodes.get_mut(i)?.take()) {
+            Some(node) => node.shutdown().await,
+            None => Ok(()),
+        }
+    }
+
+    /// Starts broker `id` again with its configuration, on its address (a no-op if it runs).
+    ///
+    /// # Errors
+    ///
+    /// What [`Node::start`] returns.
+    pub async fn restart(&mut self, id: NodeId) -> Result<()> {
+        let Some(i) = index(id).filter(|i| *i < self.nodes.len()) else {
+            return Err(unknown(id));
+        };
+        if self.nodes[i].is_none() {
+            self.nodes[i] = Some(Node::start(self.configs[i].clone()).await?);
+        }
+        Ok(())
+    }
+
+    /// Waits until every partition of `topic` has a leader that is running and that the
+    /// leader itself knows of, and returns them (partition 0's first).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] if that does not happen within `timeout`.
+    pub async fn wait_for_leaders(
+        &self,
+        topic: &str,
+        partitions: u32,
+        timeout: Duration,
+    ) -> Result<Vec<NodeId>> {
+        let started = Instant::now();
+        // Bounded by `timeout`.
+        loop {
+            let leaders: Option<Vec<NodeId>> = (0..partitions)
+                .map(|p| {
+                    let claimed = self
+                        .nodes
+                        .iter()
+                        .flatten()
+                        .find_map(|n| n.status(topic, p).ok()?.leader)?;
+                    let leader = self.node(claimed)?;
+                    (leader.status(topic, p).ok()?.leader == Some(claimed)).then_some(claimed)
+                })
+                .collect();
+            if let Some(leaders) = leaders {
+                return Ok(leaders);
+            }
+            if started.elapsed() >= timeout {
+                return Err(Error::Timeout {
+                    elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                    last: format!("waiting for a leader of every partition of {topic}"),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Shuts every running broker down, all of them even if one fails.
+    ///
+    /// # Errors
+    ///
+    /// The first error a broker's [`Node::shutdown`] returned.
+    pub async fn shutdown(mut self) -> Result<()> {
+        let mut first = Ok(());
+        for node in self.nodes.iter_mut().filter_map(Option::take) {
+            let result = node.shutdown().await;
+            if first.is_ok() {
+                first = result;
+            }
+        }
+        first
+    }
+}
+
+fn index(id: NodeId) -> Option<usize> {
+    usize::try_from(id).ok()?.checked_sub(1)
+}
+
+fn unknown(id: NodeId) -> Error {
+    Error::InvalidConfig {
+        field: "id",
+        reason: format!("broker {id} is not in this cluster"),
+    }
+}
