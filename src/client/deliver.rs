@@ -17,7 +17,7 @@ use crate::raft::types::AppendRequest;
 use crate::segment::record::{Record, encode_records};
 use crate::transport::frame::Op;
 use crate::transport::{CallError, Turn, Turns};
-use crate::types::{Offset, PartitionId, ProducerSeq};
+use crate::types::{LeaderHint, Offset, PartitionId, ProducerSeq};
 
 /// Where a batch landed, and how the client got it there.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -178,248 +178,368 @@ impl Client {
         deadline: Instant,
         turn: &mut Option<Turn>,
     ) -> Result<Delivery> {
-        let id = request.partition.clone();
-        let topic = id.topic.clone();
-        let idempotent = request.batch.producer_id != 0;
-        let mut route = Vec::new();
-        let mut hops = 0u32;
-        let mut backoff = Duration::from_millis(100);
-        // Between retries at the same leader (`TryAgain`).
-        let mut pause = Duration::from_millis(10);
-        let mut target = self.leader_addr(&id);
-        let mut last = String::from("no attempt");
-        // Whether an attempt may have been written (its outcome is unknown).
-        let mut maybe_written = false;
+        Delivering::new(self, request, slot, started, deadline, turn)
+            .run()
+            .await
+    }
+}
+
+/// What [`Delivering::run`] does after a step.
+enum Next {
+    /// Send to `target` at once.
+    Retry { target: SocketAddr },
+    /// No leader known: ask for metadata (with backoff), then send to the leader it names.
+    Refresh,
+    /// Delivered, or failed for good.
+    Done(Result<Delivery>),
+}
+
+/// What one attempt got: an answer, or no answer.
+type Answer = std::result::Result<std::result::Result<ProduceResponse, WireError>, CallError>;
+
+/// One batch on its way to its partition's leader: what `deliver` carries from one attempt to
+/// the next.
+struct Delivering<'a> {
+    client: &'a Client,
+    request: &'a mut ProduceRequest,
+    slot: &'a ProducerSlot,
+    /// The batch's turn, passed on once the first attempt is queued on its connection.
+    turn: &'a mut Option<Turn>,
+    id: PartitionId,
+    idempotent: bool,
+    started: Instant,
+    deadline: Instant,
+    /// Every broker asked so far, and what it answered.
+    route: Vec<RouteStep>,
+    /// `NotLeader` redirects followed, at most `redirect_hops_max`.
+    hops: u32,
+    /// Between metadata refreshes.
+    backoff: Duration,
+    /// Between retries at the same leader (`TryAgain`).
+    pause: Duration,
+    /// What the last step got, for the error at the deadline.
+    last: String,
+    /// Whether an attempt may have been written (its outcome is unknown).
+    maybe_written: bool,
+}
+
+impl<'a> Delivering<'a> {
+    fn new(
+        client: &'a Client,
+        request: &'a mut ProduceRequest,
+        slot: &'a ProducerSlot,
+        started: Instant,
+        deadline: Instant,
+        turn: &'a mut Option<Turn>,
+    ) -> Self {
+        Delivering {
+            id: request.partition.clone(),
+            idempotent: request.batch.producer_id != 0,
+            client,
+            request,
+            slot,
+            turn,
+            started,
+            deadline,
+            route: Vec::new(),
+            hops: 0,
+            backoff: Duration::from_millis(100),
+            pause: Duration::from_millis(10),
+            last: String::from("no attempt"),
+            maybe_written: false,
+        }
+    }
+
+    /// Picks a target (the one the last answer named, else the leader metadata names), makes
+    /// one attempt, and lets the handler of the answer's class say what comes next.
+    async fn run(mut self) -> Result<Delivery> {
+        let mut target = self.client.leader_addr(&self.id);
         // Bounded by the delivery deadline and the redirect-hop limit.
         loop {
-            if Instant::now() >= deadline {
-                if maybe_written {
-                    return Err(Error::Indeterminate {
-                        partition: id,
-                        reason: format!("delivery deadline passed; last: {last}"),
-                    });
-                }
-                return Err(Error::Timeout {
-                    elapsed_ms: elapsed_ms(started),
-                    last,
-                });
+            if Instant::now() >= self.deadline {
+                return Err(self.expired());
             }
             let addr = match target.take() {
-                Some(a) => a,
-                None => {
-                    // No known leader: ask for metadata (any broker), with backoff.
-                    if !route.is_empty() {
-                        tokio::time::sleep(jitter(backoff)).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(1));
-                    }
-                    match self.refresh_for(Some(&topic), Some(&id)).await {
-                        Ok(meta) if !meta.partitions.iter().any(|p| p.partition == id) => {
-                            return Err(Error::UnknownPartition(id));
-                        }
-                        Ok(_) => {}
-                        Err(e) => {
-                            last = e.to_string();
-                            route.push(RouteStep {
-                                addr: self.bootstrap[0],
-                                outcome: last.clone(),
-                            });
-                            continue;
-                        }
-                    }
-                    match self.leader_addr(&id) {
-                        Some(a) => a,
-                        None => {
-                            last = "no leader elected yet".into();
-                            route.push(RouteStep {
-                                addr: self.bootstrap[0],
-                                outcome: last.clone(),
-                            });
-                            continue;
-                        }
-                    }
-                }
+                Some(addr) => addr,
+                None => match self.locate().await {
+                    Next::Retry { target } => target,
+                    Next::Refresh => continue,
+                    Next::Done(result) => return result,
+                },
             };
-            // The first attempt passes the turn on once it is queued on its connection.
-            let enqueued = turn.take().map(|turn| {
-                let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-                tokio::spawn(async move {
-                    let _ = rx.await;
-                    drop(turn);
-                });
-                tx
+            let answer = self.attempt(addr).await;
+            target = match self.on_answer(addr, answer).await {
+                Next::Retry { target } => Some(target),
+                Next::Refresh => None,
+                Next::Done(result) => return result,
+            };
+        }
+    }
+
+    /// The delivery deadline passed.
+    fn expired(self) -> Error {
+        if self.maybe_written {
+            return Error::Indeterminate {
+                partition: self.id,
+                reason: format!("delivery deadline passed; last: {}", self.last),
+            };
+        }
+        Error::Timeout {
+            elapsed_ms: elapsed_ms(self.started),
+            last: self.last,
+        }
+    }
+
+    /// No known leader: asks for metadata (any broker), with backoff once anything was tried.
+    async fn locate(&mut self) -> Next {
+        if !self.route.is_empty() {
+            tokio::time::sleep(jitter(self.backoff)).await;
+            self.backoff = (self.backoff * 2).min(Duration::from_secs(1));
+        }
+        let topic = &self.id.topic;
+        match self.client.refresh_for(Some(topic), Some(&self.id)).await {
+            Ok(meta) if !meta.partitions.iter().any(|p| p.partition == self.id) => {
+                return Next::Done(Err(Error::UnknownPartition(self.id.clone())));
+            }
+            Ok(_) => {}
+            Err(e) => return self.no_leader(e.to_string()),
+        }
+        match self.client.leader_addr(&self.id) {
+            Some(target) => Next::Retry { target },
+            None => self.no_leader("no leader elected yet".into()),
+        }
+    }
+
+    /// Records a refresh that found no leader (as a step at the first bootstrap address).
+    fn no_leader(&mut self, last: String) -> Next {
+        self.last = last;
+        self.route.push(RouteStep {
+            addr: self.client.bootstrap[0],
+            outcome: self.last.clone(),
+        });
+        Next::Refresh
+    }
+
+    /// Sends the batch to `addr` once (its numbers marked as being sent meanwhile), and
+    /// records the answer.
+    async fn attempt(&mut self, addr: SocketAddr) -> Answer {
+        // The first attempt passes the turn on once it is queued on its connection.
+        let enqueued = self.turn.take().map(|turn| {
+            let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+            tokio::spawn(async move {
+                let _ = rx.await;
+                drop(turn);
             });
-            if idempotent {
-                let mut numbers = numbers_of(&request.batch);
-                slot.sequencer.lock().begin_attempt(&mut numbers);
-                set_numbers(&mut request.batch, numbers);
-            }
-            let answer = self
-                .call_with::<_, ProduceResponse>(addr, Op::Produce, &*request, enqueued)
-                .await;
-            if idempotent {
-                let attempt = match &answer {
-                    // Written, or perhaps written.
-                    Ok(Ok(_) | Err(WireError::Indeterminate(_) | WireError::Other(_))) => {
-                        Attempt::MayHaveLanded
-                    }
-                    Ok(Err(_)) | Err(CallError::Unreachable(_)) => Attempt::Refused,
-                    Err(_) => Attempt::MayHaveLanded,
-                };
-                slot.sequencer
-                    .lock()
-                    .end_attempt(numbers_of(&request.batch), attempt);
-            }
-            let outcome = match &answer {
-                Ok(Ok(_)) => "ok".to_string(),
-                Ok(Err(WireError::NotLeader { leader: Some(h) })) => format!(
-                    "not leader; leader is {} at {} (term {})",
-                    h.node_id, h.addr, h.term
-                ),
-                Ok(Err(WireError::NotLeader { leader: None })) => {
-                    "not leader; election in progress".into()
+            tx
+        });
+        if self.idempotent {
+            let mut numbers = numbers_of(&self.request.batch);
+            self.slot.sequencer.lock().begin_attempt(&mut numbers);
+            set_numbers(&mut self.request.batch, numbers);
+        }
+        let answer = self
+            .client
+            .call_with::<_, ProduceResponse>(addr, Op::Produce, &*self.request, enqueued)
+            .await;
+        if self.idempotent {
+            let attempt = match &answer {
+                // Written, or perhaps written.
+                Ok(Ok(_) | Err(WireError::Indeterminate(_) | WireError::Other(_))) => {
+                    Attempt::MayHaveLanded
                 }
-                Ok(Err(e)) => format!("{e:?}"),
-                Err(e) => e.to_string(),
+                Ok(Err(_)) | Err(CallError::Unreachable(_)) => Attempt::Refused,
+                Err(_) => Attempt::MayHaveLanded,
             };
-            last = format!("{addr}: {outcome}");
-            // A run of identical answers (waiting out `TryAgain`) is one step.
-            if route
-                .last()
-                .is_none_or(|r: &RouteStep| r.addr != addr || r.outcome != outcome)
-            {
-                route.push(RouteStep { addr, outcome });
+            self.slot
+                .sequencer
+                .lock()
+                .end_attempt(numbers_of(&self.request.batch), attempt);
+        }
+        self.record(addr, &answer);
+        answer
+    }
+
+    /// Notes what `addr` answered, as the last outcome and as a step of the route.
+    fn record(&mut self, addr: SocketAddr, answer: &Answer) {
+        let outcome = match answer {
+            Ok(Ok(_)) => "ok".to_string(),
+            Ok(Err(WireError::NotLeader { leader: Some(h) })) => format!(
+                "not leader; leader is {} at {} (term {})",
+                h.node_id, h.addr, h.term
+            ),
+            Ok(Err(WireError::NotLeader { leader: None })) => {
+                "not leader; election in progress".into()
             }
-            match answer {
-                Ok(Ok(resp)) => {
-                    return Ok(Delivery {
-                        partition: id,
-                        base_offset: Offset(resp.base_offset),
-                        record_count: resp.record_count,
-                        route,
-                    });
-                }
-                Ok(Err(WireError::NotLeader { leader: hint })) => {
-                    let cached = self.cached_hint(&id);
-                    // (Locks one at a time: `absorb` takes `brokers` before `leaders`.)
-                    match redirect(addr, cached, hint) {
-                        Redirect::Follow(h) if hops < self.config.redirect_hops_max => {
-                            hops += 1;
-                            self.brokers.lock().insert(h.node_id, h.addr);
-                            self.leaders.lock().insert(id.clone(), (h.node_id, h.term));
-                            target = Some(h.addr);
-                        }
-                        Redirect::KeepCache(a) if hops < self.config.redirect_hops_max => {
-                            hops += 1;
-                            target = Some(a);
-                        }
-                        _ => {
-                            self.leaders.lock().remove(&id);
-                        }
-                    }
-                }
-                Ok(Err(WireError::TryAgain(_))) => {
-                    tokio::time::sleep(jitter(pause)).await;
-                    pause = (pause * 2).min(Duration::from_millis(250));
-                    target = Some(addr);
-                }
-                Ok(Err(WireError::OutOfOrderSequence { expected, got, .. })) => {
-                    let numbers = numbers_of(&request.batch);
-                    let (current_epoch, oldest) = {
-                        let sequencer = slot.sequencer.lock();
-                        (
-                            sequencer.is_current_epoch(numbers),
-                            sequencer.is_oldest(numbers),
-                        )
-                    };
-                    // `got` ahead of `expected`: an earlier batch has not arrived yet, unless
-                    // this is the oldest one waiting and the partition expects a new producer
-                    // to start at 0 (it forgot this producer).
-                    let ahead = (got.wrapping_sub(expected) as i32) > 0;
-                    let forgotten = expected == 0 && oldest;
-                    if maybe_written && !ahead {
-                        return Err(Error::Indeterminate {
-                            partition: id,
-                            reason: format!(
-                                "sequence {got} was sent before but the partition expects \
-                                 {expected} now"
-                            ),
-                        });
-                    }
-                    if !maybe_written && (!ahead || forgotten || !current_epoch) {
-                        // Never written, and its place in the sequence is gone (an earlier
-                        // batch failed for good, or the partition forgot the producer): it
-                        // takes new numbers in the next epoch, or fails if batches behind it
-                        // may already have landed under that epoch.
-                        let renumbered = slot.sequencer.lock().renumber_refused(numbers);
-                        match renumbered {
-                            Some(new) => set_numbers(&mut request.batch, new),
-                            None => {
-                                return Err(Error::OutOfOrderSequence {
-                                    partition: id,
-                                    producer_id: numbers.producer_id,
-                                    expected,
-                                    got,
-                                });
-                            }
-                        }
-                    } else {
-                        tokio::time::sleep(jitter(Duration::from_millis(5))).await;
-                    }
-                    target = Some(addr);
-                }
-                Ok(Err(WireError::ProducerFenced { epoch, current, .. })) => {
-                    // A later epoch of this producer has written: these numbers never will.
-                    let numbers = numbers_of(&request.batch);
-                    if maybe_written {
-                        return Err(Error::Indeterminate {
-                            partition: id,
-                            reason: format!(
-                                "epoch {epoch} was fenced by epoch {current} after an attempt \
-                                 whose outcome is unknown"
-                            ),
-                        });
-                    }
-                    let renumbered = slot.sequencer.lock().renumber_refused(numbers);
-                    match renumbered {
-                        Some(new) => set_numbers(&mut request.batch, new),
-                        None => {
-                            return Err(Error::ProducerFenced {
-                                partition: id,
-                                producer_id: numbers.producer_id,
-                                epoch,
-                                current,
-                            });
-                        }
-                    }
-                    target = Some(addr);
-                }
-                Ok(Err(WireError::Indeterminate(reason))) if !idempotent => {
-                    return Err(Error::Indeterminate {
-                        partition: id,
-                        reason,
-                    });
-                }
-                Ok(Err(WireError::Indeterminate(_))) => {
-                    maybe_written = true;
-                    self.leaders.lock().remove(&id);
-                }
-                Ok(Err(e)) => return Err(e.into_error(&id, 0)),
-                Err(CallError::Unreachable(_)) => {
-                    self.leaders.lock().remove(&id);
-                }
-                Err(e) if !idempotent => {
-                    return Err(Error::Indeterminate {
-                        partition: id,
-                        reason: format!("{addr}: {e}"),
-                    });
-                }
-                Err(_) => {
-                    // Sent, and no answer: resend (same sequence) to whoever leads now.
-                    maybe_written = true;
-                    self.leaders.lock().remove(&id);
-                }
+            Ok(Err(e)) => format!("{e:?}"),
+            Err(e) => e.to_string(),
+        };
+        self.last = format!("{addr}: {outcome}");
+        // A run of identical answers (waiting out `TryAgain`) is one step.
+        if self
+            .route
+            .last()
+            .is_none_or(|r: &RouteStep| r.addr != addr || r.outcome != outcome)
+        {
+            self.route.push(RouteStep { addr, outcome });
+        }
+    }
+
+    /// Hands what `addr` answered to the handler of its class.
+    async fn on_answer(&mut self, addr: SocketAddr, answer: Answer) -> Next {
+        match answer {
+            Ok(Ok(resp)) => self.on_written(resp),
+            Ok(Err(WireError::NotLeader { leader })) => self.on_not_leader(addr, leader),
+            Ok(Err(WireError::TryAgain(_))) => self.on_try_again(addr).await,
+            Ok(Err(WireError::OutOfOrderSequence { expected, got, .. })) => {
+                self.on_out_of_order(addr, expected, got).await
+            }
+            Ok(Err(WireError::ProducerFenced { epoch, current, .. })) => {
+                self.on_fenced(addr, epoch, current)
+            }
+            Ok(Err(WireError::Indeterminate(reason))) => self.on_unknown_outcome(reason),
+            Ok(Err(e)) => Next::Done(Err(e.into_error(&self.id, 0))),
+            Err(CallError::Unreachable(_)) => self.on_unreachable(),
+            Err(e) => self.on_unknown_outcome(format!("{addr}: {e}")),
+        }
+    }
+
+    /// Written: where, and the way there.
+    fn on_written(&mut self, resp: ProduceResponse) -> Next {
+        Next::Done(Ok(Delivery {
+            partition: self.id.clone(),
+            base_offset: Offset(resp.base_offset),
+            record_count: resp.record_count,
+            route: std::mem::take(&mut self.route),
+        }))
+    }
+
+    /// Refused by a broker that does not lead: to the leader the hint or the cache names
+    /// ([`redirect`]), a bounded number of hops; else refresh, forgetting the cached leader.
+    fn on_not_leader(&mut self, addr: SocketAddr, hint: Option<LeaderHint>) -> Next {
+        let cached = self.client.cached_hint(&self.id);
+        let hops_left = self.hops < self.client.config.redirect_hops_max;
+        match redirect(addr, cached, hint) {
+            Redirect::Follow(h) if hops_left => {
+                self.hops += 1;
+                self.client.learn_leader(&self.id, h);
+                Next::Retry { target: h.addr }
+            }
+            Redirect::KeepCache(a) if hops_left => {
+                self.hops += 1;
+                Next::Retry { target: a }
+            }
+            _ => {
+                self.client.forget_leader(&self.id);
+                Next::Refresh
             }
         }
+    }
+
+    /// The leader cannot take it yet: the same leader again after a pause, doubling up to
+    /// 250 ms.
+    async fn on_try_again(&mut self, addr: SocketAddr) -> Next {
+        tokio::time::sleep(jitter(self.pause)).await;
+        self.pause = (self.pause * 2).min(Duration::from_millis(250));
+        Next::Retry { target: addr }
+    }
+
+    /// The partition expects sequence `expected` of this producer, not `got`.
+    async fn on_out_of_order(&mut self, addr: SocketAddr, expected: u32, got: u32) -> Next {
+        let numbers = numbers_of(&self.request.batch);
+        let (current_epoch, oldest) = {
+            let sequencer = self.slot.sequencer.lock();
+            (
+                sequencer.is_current_epoch(numbers),
+                sequencer.is_oldest(numbers),
+            )
+        };
+        // `got` ahead of `expected`: an earlier batch has not arrived yet, unless this is the
+        // oldest one waiting and the partition expects a new producer to start at 0 (it forgot
+        // this producer).
+        let ahead = (got.wrapping_sub(expected) as i32) > 0;
+        let forgotten = expected == 0 && oldest;
+        if self.maybe_written && !ahead {
+            return Next::Done(Err(Error::Indeterminate {
+                partition: self.id.clone(),
+                reason: format!(
+                    "sequence {got} was sent before but the partition expects {expected} now"
+                ),
+            }));
+        }
+        if !self.maybe_written && (!ahead || forgotten || !current_epoch) {
+            // Never written, and its place in the sequence is gone (an earlier batch failed
+            // for good, or the partition forgot the producer): it takes new numbers in the
+            // next epoch, or fails if batches behind it may already have landed under that
+            // epoch.
+            if !self.renumber(numbers) {
+                return Next::Done(Err(Error::OutOfOrderSequence {
+                    partition: self.id.clone(),
+                    producer_id: numbers.producer_id,
+                    expected,
+                    got,
+                }));
+            }
+        } else {
+            tokio::time::sleep(jitter(Duration::from_millis(5))).await;
+        }
+        Next::Retry { target: addr }
+    }
+
+    /// A later epoch of this producer has written: these numbers never will.
+    fn on_fenced(&mut self, addr: SocketAddr, epoch: u16, current: u16) -> Next {
+        let numbers = numbers_of(&self.request.batch);
+        if self.maybe_written {
+            return Next::Done(Err(Error::Indeterminate {
+                partition: self.id.clone(),
+                reason: format!(
+                    "epoch {epoch} was fenced by epoch {current} after an attempt whose \
+                     outcome is unknown"
+                ),
+            }));
+        }
+        if !self.renumber(numbers) {
+            return Next::Done(Err(Error::ProducerFenced {
+                partition: self.id.clone(),
+                producer_id: numbers.producer_id,
+                epoch,
+                current,
+            }));
+        }
+        Next::Retry { target: addr }
+    }
+
+    /// Gives a refused batch that was never written new numbers in the next epoch; `false` if
+    /// it cannot have any (batches behind it may already have landed under that epoch).
+    fn renumber(&mut self, numbers: ProducerSeq) -> bool {
+        let renumbered = self.slot.sequencer.lock().renumber_refused(numbers);
+        match renumbered {
+            Some(new) => {
+                set_numbers(&mut self.request.batch, new);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The outcome is unknown (sent and no answer, or a leader that lost its leadership after
+    /// appending): resend, with the same numbers, to whoever leads now. Without idempotence a
+    /// resend could write the batch twice: fail with `reason`.
+    fn on_unknown_outcome(&mut self, reason: String) -> Next {
+        if !self.idempotent {
+            return Next::Done(Err(Error::Indeterminate {
+                partition: self.id.clone(),
+                reason,
+            }));
+        }
+        self.maybe_written = true;
+        self.client.forget_leader(&self.id);
+        Next::Refresh
+    }
+
+    /// Never sent (no connection could be made): to whoever leads now.
+    fn on_unreachable(&mut self) -> Next {
+        self.client.forget_leader(&self.id);
+        Next::Refresh
     }
 }
 

@@ -114,6 +114,20 @@ impl Client {
         self.brokers.lock().get(&leader).copied()
     }
 
+    /// Caches a `NotLeader` hint that is followed as the partition's leader.
+    pub(super) fn learn_leader(&self, id: &PartitionId, hint: LeaderHint) {
+        // (Locks one at a time: `absorb` takes `brokers` before `leaders`.)
+        self.brokers.lock().insert(hint.node_id, hint.addr);
+        self.leaders
+            .lock()
+            .insert(id.clone(), (hint.node_id, hint.term));
+    }
+
+    /// Forgets the partition's cached leader: the next attempt asks for metadata.
+    pub(super) fn forget_leader(&self, id: &PartitionId) {
+        self.leaders.lock().remove(id);
+    }
+
     /// The cached leader of a partition: broker id and address.
     pub fn cached_leader(&self, topic: &str, partition: u32) -> Option<(NodeId, SocketAddr)> {
         let id = PartitionId::new(topic, partition);
