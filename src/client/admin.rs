@@ -159,8 +159,7 @@ impl Client {
             forwarded: false,
         };
         self.admin(Op::DeleteTopic, &request, topic).await?;
-        self.topics.lock().remove(topic);
-        self.leaders.lock().retain(|id, _| id.topic != topic);
+        self.forget_topic(topic);
         Ok(())
     }
 

@@ -72,9 +72,8 @@ impl Client {
         if let (Some(t), Some(meta)) = (topic, &lacking)
             && meta.partitions.is_empty()
         {
-            // No broker knows it: deleted (or never created); forget what was cached of it.
-            self.topics.lock().remove(t);
-            self.leaders.lock().retain(|id, _| id.topic != t);
+            // No broker knows it: deleted (or never created).
+            self.forget_topic(t);
         }
         lacking.ok_or_else(|| Error::NoBrokerReachable {
             tried: tried.join(", "),
@@ -126,6 +125,12 @@ impl Client {
     /// Forgets the partition's cached leader: the next attempt asks for metadata.
     pub(super) fn forget_leader(&self, id: &PartitionId) {
         self.leaders.lock().remove(id);
+    }
+
+    /// Forgets what is cached of `topic` (deleted, or never created).
+    pub(super) fn forget_topic(&self, topic: &str) {
+        self.topics.lock().remove(topic);
+        self.leaders.lock().retain(|id, _| id.topic != topic);
     }
 
     /// The cached leader of a partition: broker id and address.
