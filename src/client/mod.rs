@@ -208,6 +208,8 @@ impl Client {
             .map_err(|e| CallError::Unreachable(format!("bad response from {addr}: {e}")))
     }
 }
+
+/// Milliseconds since `since`.
 fn elapsed_ms(since: Instant) -> u64 {
     u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
