@@ -1,0 +1,331 @@
+//! The cluster's administration through a [`Client`]: describing a topic's partitions
+//! ([`PartitionDescription`]), creating and deleting topics, reassigning a partition, listing
+//! brokers and topics, and the retry rule all admin requests share (`admin`).
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::{Client, elapsed_ms, jitter};
+use crate::error::{Error, Result};
+use crate::protocol::{
+    CreateTopicRequest, DeleteTopicRequest, MetadataRequest, MetadataResponse, PartitionMetadata,
+    ProposeRequest, WireError,
+};
+use crate::transport::CallError;
+use crate::transport::frame::Op;
+use crate::types::{NodeId, Offset, PartitionId};
+
+/// How one partition looks: `Topic: t  Partition: 0  Leader: 1  Replicas: 1,2,3  Isr: 1,2,3`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PartitionDescription {
+    /// The partition.
+    pub partition: PartitionId,
+    /// Its leader, if one is elected.
+    pub leader: Option<NodeId>,
+    /// The leader's term.
+    pub term: u64,
+    /// Brokers holding a replica.
+    pub replicas: Vec<NodeId>,
+    /// Replicas caught up with the leader.
+    pub isr: Vec<NodeId>,
+    /// First offset in the leader's log.
+    pub log_start: Offset,
+    /// The committed end of the partition.
+    pub high_watermark: Offset,
+}
+
+impl std::fmt::Display for PartitionDescription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let list = |ids: &[NodeId]| {
+            ids.iter()
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let leader = self.leader.map_or("none".to_string(), |l| l.to_string());
+        write!(
+            f,
+            "Topic: {}\tPartition: {}\tLeader: {}\tReplicas: {}\tIsr: {}",
+            self.partition.topic,
+            self.partition.partition,
+            leader,
+            list(&self.replicas),
+            list(&self.isr)
+        )
+    }
+}
+
+impl Client {
+    /// Describes a topic's partitions as their leaders see them.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoBrokerReachable`]; [`Error::UnknownPartition`] for an unknown topic.
+    pub async fn describe(&self, topic: &str) -> Result<Vec<PartitionDescription>> {
+        let meta = self.refresh(Some(topic)).await?;
+        if meta.partitions.is_empty() {
+            return Err(Error::UnknownPartition(PartitionId::new(topic, 0)));
+        }
+        let mut out = Vec::new();
+        for p in &meta.partitions {
+            // The leader knows who is in sync; ask it when it is not the broker that answered.
+            let from_leader = match self.leader_addr(&p.partition) {
+                Some(addr) if p.leader != Some(meta.broker) => {
+                    let request = MetadataRequest {
+                        topic: Some(topic.to_string()),
+                        local_only: false,
+                    };
+                    match self
+                        .call::<_, MetadataResponse>(addr, Op::Metadata, &request)
+                        .await
+                    {
+                        Ok(Ok(m)) => m
+                            .partitions
+                            .into_iter()
+                            .find(|q| q.partition == p.partition),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            };
+            out.push(describe(from_leader.as_ref().unwrap_or(p)));
+        }
+        Ok(out)
+    }
+
+    /// Creates a topic of `partitions` partitions with `replication_factor` replicas each,
+    /// spread over the brokers as Kafka spreads them, and waits (up to the delivery timeout)
+    /// until every partition has a leader. Any broker takes the request: it forwards it to
+    /// the metadata group's leader.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::TopicExists`]; [`Error::InvalidTopic`] (a bad name, 0 partitions, a
+    /// replication factor above the broker count); [`Error::NoBrokerReachable`];
+    /// [`Error::Indeterminate`] if an attempt's outcome stayed unknown (the topic may exist);
+    /// [`Error::Timeout`] if the partitions have no leader by the deadline (the topic exists).
+    pub async fn create_topic(
+        &self,
+        topic: &str,
+        partitions: u32,
+        replication_factor: u32,
+    ) -> Result<()> {
+        let request = CreateTopicRequest {
+            name: topic.to_string(),
+            partitions,
+            replication_factor,
+            forwarded: false,
+        };
+        let started = Instant::now();
+        self.admin(Op::CreateTopic, &request, topic).await?;
+        // Bounded by the delivery deadline.
+        let deadline = started + Duration::from_millis(self.config.delivery_timeout_ms);
+        let mut last = String::from("no leader yet");
+        loop {
+            match self.refresh(Some(topic)).await {
+                Ok(meta)
+                    if meta.partitions.len() == partitions as usize
+                        && meta.partitions.iter().all(|p| p.leader.is_some()) =>
+                {
+                    return Ok(());
+                }
+                Ok(_) => {}
+                Err(e) => last = e.to_string(),
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout {
+                    elapsed_ms: elapsed_ms(started),
+                    last: format!("topic {topic} created; waiting for leaders: {last}"),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Deletes a topic created with [`create_topic`](Self::create_topic): every broker stops
+    /// its replicas and removes their data. Topics configured on the brokers cannot be
+    /// deleted.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownPartition`] for an unknown topic; [`Error::InvalidTopic`] for a
+    /// configured one; [`Error::NoBrokerReachable`].
+    pub async fn delete_topic(&self, topic: &str) -> Result<()> {
+        let request = DeleteTopicRequest {
+            name: topic.to_string(),
+            forwarded: false,
+        };
+        self.admin(Op::DeleteTopic, &request, topic).await?;
+        self.forget_topic(topic);
+        Ok(())
+    }
+
+    /// Sends an admin request to brokers in turn until one answers it. A broker that cannot
+    /// reach the metadata leader, or finds no leader yet, makes the client try again (with
+    /// backoff) until the delivery deadline.
+    ///
+    /// An attempt whose outcome is unknown (no answer after sending; the command committed
+    /// but not confirmed in time) may have taken effect: if a later attempt is then refused
+    /// as `TopicExists` or unknown topic, that refusal may be this very request's own doing,
+    /// so the answer is [`Error::Indeterminate`], as it is at the deadline.
+    async fn admin<Req: Serialize>(&self, op: Op, request: &Req, topic: &str) -> Result<()> {
+        let id = PartitionId::new(topic, 0);
+        let started = Instant::now();
+        let deadline = started + Duration::from_millis(self.config.delivery_timeout_ms);
+        let mut backoff = Duration::from_millis(100);
+        let mut tried = Vec::new();
+        let mut maybe_applied = false;
+        let indeterminate = |tried: &[String], now: String| Error::Indeterminate {
+            partition: id.clone(),
+            reason: format!(
+                "an earlier attempt may have taken effect ({}); now: {now}",
+                tried.join(", ")
+            ),
+        };
+        // Bounded by the deadline.
+        loop {
+            for addr in self.candidates() {
+                match self.call::<_, ()>(addr, op, request).await {
+                    Ok(Ok(())) => return Ok(()),
+                    Ok(Err(e @ (WireError::TopicExists(_) | WireError::UnknownPartition)))
+                        if maybe_applied =>
+                    {
+                        return Err(indeterminate(&tried, format!("{e:?}")));
+                    }
+                    Ok(Err(
+                        e @ (WireError::TopicExists(_)
+                        | WireError::InvalidTopic(_)
+                        | WireError::UnknownPartition),
+                    )) => return Err(e.into_error(&id, 0)),
+                    // Refused before anything was proposed.
+                    Ok(Err(e @ (WireError::TryAgain(_) | WireError::NotLeader { .. }))) => {
+                        tried.push(format!("{addr} ({e:?})"));
+                    }
+                    Ok(Err(e)) => {
+                        maybe_applied = true;
+                        tried.push(format!("{addr} ({e:?})"));
+                    }
+                    Err(e @ CallError::Unreachable(_)) => tried.push(format!("{addr} ({e})")),
+                    Err(e) => {
+                        maybe_applied = true;
+                        tried.push(format!("{addr} ({e})"));
+                    }
+                }
+                // The last attempts are enough to say what happened.
+                if tried.len() > 8 {
+                    tried.remove(0);
+                }
+            }
+            if Instant::now() >= deadline {
+                if maybe_applied {
+                    return Err(indeterminate(&tried, "delivery deadline passed".into()));
+                }
+                return Err(Error::NoBrokerReachable {
+                    tried: tried.join(", "),
+                });
+            }
+            tokio::time::sleep(jitter(backoff)).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+            if !maybe_applied {
+                tried.clear();
+            }
+        }
+    }
+
+    /// Moves partition `partition` of a created topic to the brokers `replicas` (the first is
+    /// its preferred leader), as Kafka's partition reassignment does. Returns once the move is
+    /// recorded in the metadata log; the partition's leader then adds the new replicas, lets
+    /// them copy the log, and changes the group's voters, after which the brokers it left
+    /// remove their replicas. [`describe`](Self::describe) shows the new replicas at once
+    /// and the in-sync ones as they catch up.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownPartition`] for an unknown topic; [`Error::InvalidTopic`] for a
+    /// configured topic, a partition or broker that does not exist, a broker named twice, or
+    /// a partition that is still moving; [`Error::NoBrokerReachable`];
+    /// [`Error::Indeterminate`] if an attempt's outcome stayed unknown.
+    pub async fn reassign_partition(
+        &self,
+        topic: &str,
+        partition: u32,
+        replicas: &[NodeId],
+    ) -> Result<()> {
+        let request = ProposeRequest {
+            command: crate::catalog::MetaCommand::ReassignPartition {
+                name: topic.to_string(),
+                partition,
+                replicas: replicas.to_vec(),
+            },
+            forwarded: false,
+        };
+        self.admin(Op::Propose, &request, topic).await
+    }
+
+    /// Every broker of the cluster and its address, as the metadata group records them (a
+    /// broker that came back on another address is named at the new one).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoBrokerReachable`].
+    pub async fn brokers(&self) -> Result<Vec<(NodeId, SocketAddr)>> {
+        let meta = self.refresh(None).await?;
+        Ok(meta
+            .brokers
+            .iter()
+            .filter_map(|(id, addr)| Some((*id, addr.parse().ok()?)))
+            .collect())
+    }
+
+    /// Every topic and its partition count, as the cluster reports it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoBrokerReachable`].
+    pub async fn list_topics(&self) -> Result<Vec<(String, u32)>> {
+        let meta = self.refresh(None).await?;
+        let mut topics: Vec<(String, u32)> = Vec::new();
+        for p in &meta.partitions {
+            match topics.iter_mut().find(|(t, _)| *t == p.partition.topic) {
+                Some((_, n)) => *n += 1,
+                None => topics.push((p.partition.topic.clone(), 1)),
+            }
+        }
+        Ok(topics)
+    }
+
+    /// How many partitions `topic` has, from cached metadata (fetched if not cached).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownPartition`] for an unknown topic; [`Error::NoBrokerReachable`].
+    pub async fn partition_count(&self, topic: &str) -> Result<u32> {
+        if let Some(n) = self.topics.lock().get(topic) {
+            return Ok(*n);
+        }
+        self.refresh(Some(topic)).await?;
+        self.topics
+            .lock()
+            .get(topic)
+            .copied()
+            .ok_or_else(|| Error::UnknownPartition(PartitionId::new(topic, 0)))
+    }
+}
+
+/// How `p` is described.
+fn describe(p: &PartitionMetadata) -> PartitionDescription {
+    let mut isr = p.isr.clone();
+    isr.sort_unstable();
+    PartitionDescription {
+        partition: p.partition.clone(),
+        leader: p.leader,
+        term: p.term,
+        replicas: p.replicas.clone(),
+        isr,
+        log_start: Offset(p.log_start),
+        high_watermark: Offset(p.high_watermark),
+    }
+}
