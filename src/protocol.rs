@@ -204,6 +204,16 @@ pub(crate) enum WireError {
         epoch: u16,
         current: u16,
     },
+    /// A record over the broker's `record_bytes_max`: nothing written.
+    RecordTooLarge {
+        len: u64,
+        max: u64,
+    },
+    /// A batch over the broker's `batch_bytes_max`: nothing written.
+    BatchTooLarge {
+        len: u64,
+        max: u64,
+    },
 }
 
 impl WireError {
@@ -237,6 +247,14 @@ impl WireError {
                 producer_id: *producer_id,
                 epoch: *epoch,
                 current: *current,
+            },
+            Error::RecordTooLarge { len, max } => WireError::RecordTooLarge {
+                len: *len,
+                max: *max,
+            },
+            Error::BatchTooLarge { len, max } => WireError::BatchTooLarge {
+                len: *len,
+                max: *max,
             },
             Error::TopicExists(t) => WireError::TopicExists(t.clone()),
             Error::InvalidTopic { reason } => WireError::InvalidTopic(reason.clone()),
@@ -288,6 +306,8 @@ impl WireError {
                 epoch,
                 current,
             },
+            WireError::RecordTooLarge { len, max } => Error::RecordTooLarge { len, max },
+            WireError::BatchTooLarge { len, max } => Error::BatchTooLarge { len, max },
             WireError::TopicExists(t) => Error::TopicExists(t),
             WireError::InvalidTopic(reason) => Error::InvalidTopic { reason },
         }

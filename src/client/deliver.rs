@@ -39,7 +39,7 @@ pub struct Delivery {
 pub struct RouteStep {
     /// The broker's address.
     pub addr: SocketAddr,
-    /// What happened: `"ok"`, `"not leader; leader is 1 at 127.0.0.1:9092"`, `"unreachable"`...
+    /// What happened: `"ok"`, `"not leader; leader is 1 at 127.0.0.1:9092 (term 3)"`, `"unreachable"`...
     pub outcome: String,
 }
 
@@ -83,7 +83,9 @@ impl Client {
     ///   the delivery deadline passes (or at once, if the client is not idempotent).
     /// - [`Error::Timeout`] if no leader accepted it before the delivery deadline (it was never
     ///   applied).
-    /// - [`Error::UnknownPartition`], [`Error::RecordTooLarge`], [`Error::EmptyBatch`].
+    /// - [`Error::UnknownPartition`], [`Error::RecordTooLarge`], [`Error::BatchTooLarge`] (over
+    ///   this client's limits, or refused by the broker for its own: never resent),
+    ///   [`Error::EmptyBatch`].
     pub async fn send(&self, topic: &str, partition: u32, records: &[Record]) -> Result<Delivery> {
         let batch = self.prepare(topic, partition, records)?;
         self.send_prepared(batch).await
@@ -101,6 +103,12 @@ impl Client {
             return Err(Error::EmptyBatch);
         }
         let (payload, record_count) = encode_records(records, self.config.record_bytes_max)?;
+        if payload.len() as u64 > u64::from(self.config.batch_bytes_max) {
+            return Err(Error::BatchTooLarge {
+                len: payload.len() as u64,
+                max: u64::from(self.config.batch_bytes_max),
+            });
+        }
         let id = PartitionId::new(topic, partition);
         let started = Instant::now();
         let slot = self.producer_slot(&id);

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::{Error, Result};
+use crate::error::{CorruptKind, Error, Result};
 use crate::log::AppendInfo;
 use crate::raft::replica::WriteError;
 use crate::raft::types::AppendRequest;
@@ -66,10 +66,22 @@ impl Broker {
         if request.record_count == 0 {
             return Err(Error::EmptyBatch);
         }
-        // The group's own limits: the metadata log's differ from the partitions'.
+        // The group's own limits: the metadata log's differ from the partitions'. Checked here,
+        // before anything reaches Raft: a batch the log would refuse to store must never be
+        // proposed (its storage error would stop the group for good).
         let limits = group.store.log().limits();
+        let len = request.records.len() as u64;
+        if len > u64::from(limits.batch_bytes_max) {
+            return Err(Error::BatchTooLarge {
+                len,
+                max: u64::from(limits.batch_bytes_max),
+            });
+        }
         crate::segment::record::validate_records(&request.records, request.record_count, limits)
-            .map_err(|kind| Error::InvalidBatch { kind })?;
+            .map_err(|kind| match kind {
+                CorruptKind::LengthOutOfRange { len, max } => Error::RecordTooLarge { len, max },
+                kind => Error::InvalidBatch { kind },
+            })?;
         let (record_count, producer_id, epoch, got) = (
             request.record_count,
             request.producer_id,

@@ -1927,3 +1927,76 @@ async fn a_partition_moves_off_its_leader_onto_a_joined_broker() {
     drop(client);
     shutdown_all(nodes).await;
 }
+
+/// Regression (D1b of "2 of 4"): a batch over the partition's `batch_bytes_max` (each record
+/// under `record_bytes_max`) reached openraft's log write, whose storage error stopped the
+/// leader's group for good, and a client retried it into the next leader. It is refused now,
+/// typed, before Raft, and the partition goes on taking writes; a client with larger limits
+/// than the brokers gets the same refusal once, never a resend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_batch_is_refused_before_raft_and_the_partition_keeps_working() {
+    use replog::{Client, ClientConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let addrs = free_addrs(3);
+    let one_partition = |id| single_partition(id, &addrs, dir.path());
+    let nodes = start_all(one_partition).await;
+    let leader = leader_of(&nodes, 0).await;
+    // Five records of 60 KiB: each under the 64 KiB record limit, 300 KiB in all, over the
+    // 256 KiB batch limit.
+    let big: Vec<Record> = (0..5).map(|_| Record::new(vec![7u8; 60 << 10])).collect();
+    match node_ref(&nodes, leader).append(TOPIC, 0, &big).await {
+        Err(Error::BatchTooLarge { len, max }) => {
+            assert!(len > max, "{len} > {max}");
+            assert_eq!(max, 256 << 10);
+        }
+        other => panic!("expected BatchTooLarge, got {other:?}"),
+    }
+    // A record over the record limit is named as such.
+    match node_ref(&nodes, leader)
+        .append(TOPIC, 0, &[Record::new(vec![1u8; 65 << 10])])
+        .await
+    {
+        Err(Error::RecordTooLarge { max, .. }) => assert_eq!(max, 64 << 10),
+        other => panic!("expected RecordTooLarge, got {other:?}"),
+    }
+    // The group still runs: the same leader takes the next write.
+    node_ref(&nodes, leader)
+        .append(TOPIC, 0, &[Record::new("after")])
+        .await
+        .unwrap();
+    assert_eq!(leader_of(&nodes, 0).await, leader);
+
+    // A client configured with larger limits than the brokers: the broker's refusal comes back
+    // typed, at once (far below the delivery timeout), and nothing was written.
+    let mut config = ClientConfig::default();
+    config.record_bytes_max = 1 << 20;
+    config.batch_bytes_max = 4 << 20;
+    config.delivery_timeout_ms = 60_000;
+    let client = Client::connect(&addrs, config).await.unwrap();
+    let started = Instant::now();
+    match client.send(TOPIC, 0, &big).await {
+        Err(Error::BatchTooLarge { max, .. }) => assert_eq!(max, 256 << 10),
+        other => panic!("expected BatchTooLarge from the broker, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "refused, not retried until the delivery deadline"
+    );
+    match client
+        .send(TOPIC, 0, &[Record::new(vec![1u8; 65 << 10])])
+        .await
+    {
+        Err(Error::RecordTooLarge { max, .. }) => assert_eq!(max, 64 << 10),
+        other => panic!("expected RecordTooLarge from the broker, got {other:?}"),
+    }
+    // Over the client's own limit: refused before anything is sent.
+    let huge: Vec<Record> = (0..5).map(|_| Record::new(vec![7u8; 900 << 10])).collect();
+    match client.send(TOPIC, 0, &huge).await {
+        Err(Error::BatchTooLarge { max, .. }) => assert_eq!(max, 4 << 20),
+        other => panic!("expected BatchTooLarge from the client, got {other:?}"),
+    }
+    client.send(TOPIC, 0, &[Record::new("last")]).await.unwrap();
+    drop(client);
+    assert_every_replica_holds(&nodes, &["after", "last"]).await;
+    shutdown_all(nodes).await;
+}
