@@ -31,8 +31,18 @@ use crate::types::NodeId;
 /// The metadata group's topic name (one partition).
 pub(crate) const METADATA_TOPIC: &str = "__cluster_metadata";
 
-/// Longest topic name (Kafka's limit).
-pub(crate) const TOPIC_NAME_BYTES_MAX: usize = 249;
+/// Longest file name the file systems replog runs on take (ext4, xfs, btrfs).
+const FILE_NAME_BYTES_MAX: usize = 255;
+
+/// The longest suffix replog puts after a topic's name in a file name: a deleted replica's
+/// directory, `{topic}-{partition}.{topic id}-delete` (`node/replica_dir.rs`), with a partition
+/// below [`PARTITIONS_MAX`] and a topic id up to `u64::MAX`.
+const LONGEST_NAME_SUFFIX: &str = "-9999.18446744073709551615-delete";
+
+/// Longest topic name: every file name derived from it fits [`FILE_NAME_BYTES_MAX`] (222
+/// bytes; Kafka allows 249, but replog's deletion names are longer than Kafka's, and the
+/// longest names could not be deleted).
+pub(crate) const TOPIC_NAME_BYTES_MAX: usize = FILE_NAME_BYTES_MAX - LONGEST_NAME_SUFFIX.len();
 
 /// Most partitions per created topic.
 pub(crate) const PARTITIONS_MAX: u32 = 10_000;
@@ -279,12 +289,14 @@ impl Catalog {
     }
 }
 
-/// Checks a topic name: 1 to 249 bytes of ASCII letters, digits, `.`, `_` and `-`, not `.`
+/// Checks a topic name: 1 to [`TOPIC_NAME_BYTES_MAX`] bytes of ASCII letters, digits, `.`, `_` and `-`, not `.`
 /// or `..`, and not starting with `__` (reserved for replog's own topics).
 pub(crate) fn check_topic_name(name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() > TOPIC_NAME_BYTES_MAX {
         return Err(format!(
-            "a topic name has 1 to {TOPIC_NAME_BYTES_MAX} characters"
+            "a topic name has 1 to {TOPIC_NAME_BYTES_MAX} characters (so that every file name \
+             made from it fits {FILE_NAME_BYTES_MAX} bytes); this one has {}",
+            name.len()
         ));
     }
     if name == "." || name == ".." {
@@ -415,6 +427,20 @@ pub(crate) fn assign(
 mod tests {
     use super::*;
 
+    /// Regression (D6 of "2 of 4"): names of 245 to 249 bytes were taken, but their replicas'
+    /// deletion names passed 255 bytes, so deleting them failed and left the directory behind.
+    #[test]
+    fn the_longest_topic_name_still_makes_file_names_that_fit() {
+        let longest = "t".repeat(TOPIC_NAME_BYTES_MAX);
+        check_topic_name(&longest).unwrap();
+        let deleted = format!("{longest}-{}.{}-delete", PARTITIONS_MAX - 1, u64::MAX);
+        assert!(deleted.len() <= FILE_NAME_BYTES_MAX, "{}", deleted.len());
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join(&deleted)).unwrap();
+        let err = check_topic_name(&"t".repeat(TOPIC_NAME_BYTES_MAX + 1)).unwrap_err();
+        assert!(err.contains(&TOPIC_NAME_BYTES_MAX.to_string()), "{err}");
+    }
+
     /// FORMAT.md §6.2: a metadata record's value is the command in postcard. The variant order
     /// and the field order are the format: pinned here, byte by byte.
     #[test]
@@ -499,7 +525,12 @@ mod tests {
 
     #[test]
     fn topic_names_follow_kafkas_rules() {
-        for ok in ["email.send", "a", "A-b_c.9", &"x".repeat(249)] {
+        for ok in [
+            "email.send",
+            "a",
+            "A-b_c.9",
+            &"x".repeat(TOPIC_NAME_BYTES_MAX),
+        ] {
             assert_eq!(check_topic_name(ok), Ok(()), "{ok}");
         }
         for bad in [
@@ -511,6 +542,7 @@ mod tests {
             "a/b",
             "__internal",
             &"x".repeat(250),
+            &"x".repeat(TOPIC_NAME_BYTES_MAX + 1),
         ] {
             assert!(check_topic_name(bad).is_err(), "{bad:?}");
         }
