@@ -124,8 +124,9 @@ impl PartitionLog {
         }
     }
 
-    /// Reads entries (data and control) with log indices in `[from, to)`, up to about
-    /// `max_bytes` of frames (at least one entry if any is in range).
+    /// Reads entries (data and control) with log indices in `[from, to)`, at most `max_bytes`
+    /// of frames, except that the first entry is returned whatever its size (at least one entry
+    /// if any is in range).
     ///
     /// # Errors
     ///
@@ -164,9 +165,15 @@ impl PartitionLog {
                 if h.log_index < want {
                     return Ok(true);
                 }
+                // Within the budget, but never fewer than one entry: an entry larger than the
+                // budget goes alone.
+                let len = h.frame_len();
+                if !out.is_empty() && bytes.saturating_add(len) > max_bytes {
+                    return Ok(false);
+                }
                 out.push(s.batch(pos, h)?);
                 expected.set(want + 1);
-                bytes = bytes.saturating_add(h.frame_len());
+                bytes = bytes.saturating_add(len);
                 Ok(bytes < max_bytes && want + 1 < to)
             },
         )?;

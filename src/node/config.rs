@@ -90,6 +90,13 @@ impl NodeConfig {
         }
     }
 
+    /// The most bytes of log frames one replication request carries: `frame_bytes_max` less a
+    /// request's own overhead ([`validate`](Self::validate) guarantees a full batch fits).
+    pub(crate) fn replication_bytes_max(&self) -> usize {
+        self.frame_bytes_max
+            .saturating_sub(REQUEST_OVERHEAD_BYTES_MAX) as usize
+    }
+
     /// Checks every limit and every relation between them, naming the field at fault; what
     /// [`Node::start`](super::Node::start) does first.
     ///

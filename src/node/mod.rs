@@ -222,6 +222,7 @@ impl Node {
                 dir,
                 log,
                 durability,
+                replication_bytes_max: config.replication_bytes_max(),
             };
             async move {
                 if metadata {

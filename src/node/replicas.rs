@@ -208,6 +208,7 @@ impl Broker {
             dir: self.partition_dir(id),
             log: self.config.log.clone(),
             durability: self.config.durability,
+            replication_bytes_max: self.config.replication_bytes_max(),
         }
     }
 
@@ -352,15 +353,23 @@ pub(super) struct ReplicaSpec {
     pub(super) dir: PathBuf,
     pub(super) log: LogConfig,
     pub(super) durability: Durability,
+    /// The most bytes of frames one replication request carries: the receivers' frame limit
+    /// less a request's own overhead.
+    pub(super) replication_bytes_max: usize,
 }
 
 /// Opens (recovering) one replica's log in its directory and starts its Raft group member.
 pub(super) async fn open_group(spec: ReplicaSpec) -> Result<Arc<HostedReplica>> {
     // Recovery reads (and may repair) files: off the runtime's threads.
-    let (dir, log, durability) = (spec.dir, spec.log, spec.durability);
+    let (dir, log, durability, budget) = (
+        spec.dir,
+        spec.log,
+        spec.durability,
+        spec.replication_bytes_max,
+    );
     let (store, sm) = tokio::task::spawn_blocking(move || -> Result<(LogStore, StateMachine)> {
         let log = PartitionLog::open(&dir, log)?;
-        let store = LogStore::open(log, durability)?;
+        let store = LogStore::open(log, durability, budget)?;
         let sm = StateMachine::open(store.clone())?;
         Ok((store, sm))
     })

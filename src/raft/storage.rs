@@ -82,6 +82,8 @@ struct Inner {
     /// vote and at shutdown ([`LogStore::persist_committed`]), never on its own hot path.
     committed: Mutex<Option<LogId>>,
     durability: Durability,
+    /// The most bytes of frames one replication request reads (see [`LogStore::open`]).
+    replication_bytes_max: usize,
     /// Syncs running detached from openraft's task (each holds a handle to the store).
     syncs_in_flight: std::sync::atomic::AtomicUsize,
     /// The first damage a read found ([`LogStore::take_damage`]).
@@ -112,7 +114,15 @@ impl Drop for SyncInFlight {
 
 impl LogStore {
     /// Opens (or creates) the store over `log`, reading `raft-meta` from the log's directory.
-    pub(crate) fn open(log: PartitionLog, durability: Durability) -> Result<Self> {
+    /// A store over `log`. openraft's replication reads at most `replication_bytes_max` of
+    /// frames per request ([`limited_get_log_entries`](RaftLogReader::limited_get_log_entries);
+    /// an entry larger than that goes alone), so that a request always fits the receiver's
+    /// frame limit however far behind the receiver is.
+    pub(crate) fn open(
+        log: PartitionLog,
+        durability: Durability,
+        replication_bytes_max: usize,
+    ) -> Result<Self> {
         let meta_path = log.dir().join(RAFT_META);
         let meta = read_meta(&meta_path)?;
         Ok(LogStore {
@@ -122,6 +132,7 @@ impl LogStore {
                 meta: Mutex::new(meta),
                 committed: Mutex::new(None),
                 durability,
+                replication_bytes_max,
                 syncs_in_flight: std::sync::atomic::AtomicUsize::new(0),
                 damage: Mutex::new(None),
             }),
@@ -318,6 +329,23 @@ async fn blocking<T: Send + 'static>(
         .map_err(io::Error::other)?
 }
 
+impl LogStore {
+    /// Entries `[start, end)`, clamped to what the log holds, at most `max_bytes` of frames
+    /// (at least one entry if any is in range); damage found is noted for a rebuild.
+    fn read_range(&self, start: u64, end: u64, max_bytes: usize) -> io::Result<Vec<Entry>> {
+        let log = &self.inner.log;
+        let start = start.max(self.first_readable());
+        let end = end.min(log.next_log_index().get());
+        if start >= end {
+            return Ok(Vec::new());
+        }
+        let batches = log
+            .read_entries(start, end, max_bytes)
+            .map_err(|e| self.note_damage(e))?;
+        batches.iter().map(entry_from_batch).collect()
+    }
+}
+
 impl RaftLogReader<C> for LogStore {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
@@ -333,16 +361,12 @@ impl RaftLogReader<C> for LogStore {
             Bound::Excluded(&e) => e,
             Bound::Unbounded => u64::MAX,
         };
-        let log = &self.inner.log;
-        let start = start.max(self.first_readable());
-        let end = end.min(log.next_log_index().get());
-        if start >= end {
-            return Ok(Vec::new());
-        }
-        let batches = log
-            .read_entries(start, end, usize::MAX)
-            .map_err(|e| self.note_damage(e))?;
-        batches.iter().map(entry_from_batch).collect()
+        self.read_range(start, end, usize::MAX)
+    }
+
+    async fn limited_get_log_entries(&mut self, start: u64, end: u64) -> io::Result<Vec<Entry>> {
+        let budget = self.inner.replication_bytes_max;
+        self.read_range(start, end, budget)
     }
 
     async fn read_vote(&mut self) -> io::Result<Option<Vote>> {
@@ -555,7 +579,7 @@ mod tests {
         .unwrap();
         let dir = tempfile::tempdir().unwrap();
         let log = PartitionLog::open(dir.path(), LogConfig::default()).unwrap();
-        let store = LogStore::open(log, Durability::Replicated).unwrap();
+        let store = LogStore::open(log, Durability::Replicated, usize::MAX).unwrap();
         let entry = Entry {
             log_id: LogId::new_term_index(1, 1),
             payload: EntryPayload::Membership(m),
@@ -598,7 +622,7 @@ mod tests {
         > {
             let dir = tempfile::tempdir().expect("tempdir");
             let log = PartitionLog::open(dir.path(), small_config()).expect("open log");
-            let store = LogStore::open(log, Durability::Fsync).expect("open store");
+            let store = LogStore::open(log, Durability::Fsync, usize::MAX).expect("open store");
             let sm = StateMachine::open(store.clone()).expect("open state machine");
             Ok((dir, store, sm))
         }
@@ -719,7 +743,7 @@ mod tests {
                         other => break other.unwrap(),
                     }
                 };
-                let store = LogStore::open(log, durability).unwrap();
+                let store = LogStore::open(log, durability, usize::MAX).unwrap();
                 let sm = StateMachine::open(store.clone()).unwrap();
                 let raft = openraft::Raft::new(1, config, NoPeers, store.clone(), sm.clone())
                     .await

@@ -2000,3 +2000,52 @@ async fn an_oversized_batch_is_refused_before_raft_and_the_partition_keeps_worki
     assert_every_replica_holds(&nodes, &["after", "last"]).await;
     shutdown_all(nodes).await;
 }
+
+/// Regression (D1 of "2 of 4"): openraft packs up to 300 entries into one replication request,
+/// and the log store read them with no byte limit, so a follower further behind than its frame
+/// limit got a request it had to refuse, again and again, and never caught up. Each request now
+/// carries at most the receiver's frame limit of entries: here a follower 9 MiB behind a 1 MiB
+/// frame limit catches up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_further_behind_than_a_frame_catches_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let addrs = free_addrs(3);
+    let small_frames = |id| {
+        let mut c = single_partition(id, &addrs, dir.path());
+        c.frame_bytes_max = (1 << 20) + (8 << 10);
+        c.log.segment_bytes = 4 << 20;
+        c
+    };
+    let mut nodes = start_all(small_frames).await;
+    let leader = leader_of(&nodes, 0).await;
+    let behind = (1..=3).find(|id| *id != leader).unwrap();
+    nodes[behind as usize - 1]
+        .take()
+        .unwrap()
+        .shutdown()
+        .await
+        .unwrap();
+    // 40 batches of 4 records of 60 KiB: 9.6 MiB the stopped follower lacks.
+    let batch: Vec<Record> = (0..4).map(|_| Record::new(vec![3u8; 60 << 10])).collect();
+    for _ in 0..40 {
+        node_ref(&nodes, leader)
+            .append(TOPIC, 0, &batch)
+            .await
+            .unwrap();
+    }
+    nodes[behind as usize - 1] = Some(start_node(small_frames(behind)).await.unwrap());
+    let follower = node_ref(&nodes, behind);
+    wait_for(Duration::from_secs(60), "the follower to catch up", || {
+        let s = follower.status(TOPIC, 0).ok()?;
+        (s.high_watermark == Offset(160)).then_some(())
+    })
+    .await;
+    let read = follower
+        .read(TOPIC, 0, Offset(0), usize::MAX)
+        .unwrap()
+        .iter()
+        .map(|b| b.record_count())
+        .sum::<u32>();
+    assert_eq!(read, 160, "the follower holds every record");
+    shutdown_all(nodes).await;
+}
