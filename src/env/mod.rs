@@ -23,6 +23,16 @@ pub use net_faults::NetFaults;
 #[cfg(any(test, feature = "failpoints"))]
 pub(crate) use net_faults::Verdict;
 
+/// Creates `dir` and its parents if missing; an error names the directory.
+pub(crate) fn create_dir_all(dir: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("cannot create directory {}: {e}", dir.display()),
+        )
+    })
+}
+
 /// Syncs a directory so that creating, renaming or deleting files in it is durable.
 pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()

@@ -37,7 +37,7 @@ impl PartitionLog {
     pub fn open(dir: impl AsRef<Path>, config: LogConfig) -> Result<Self> {
         config.validate()?;
         let dir = dir.as_ref().to_path_buf();
-        std::fs::create_dir_all(&dir)?;
+        crate::env::create_dir_all(&dir)?;
         let lock = DirLock::acquire(&dir)?;
         let opts = SegmentOptions {
             capacity: config.segment_bytes,

@@ -164,6 +164,7 @@ impl Node {
         mut config: NodeConfig,
         listener: tokio::net::TcpListener,
     ) -> Result<Node> {
+        crate::env::create_dir_all(&config.data_dir)?;
         if config.log.preallocate == crate::segment::Preallocate::Auto
             && config.durability == Durability::Replicated
         {

@@ -45,7 +45,7 @@ pub(super) fn prepare_partition_dir(dir: &Path, topic_id: u64) -> Result<()> {
         }
         Err(e) => return Err(e.into()),
     }
-    std::fs::create_dir_all(dir)?;
+    crate::env::create_dir_all(dir)?;
     write_partition_metadata(dir, topic_id)?;
     if let Some(parent) = dir.parent() {
         sync_dir(parent)?;
@@ -101,7 +101,7 @@ pub(super) fn replace_with_empty_replica(
     if staging.exists() {
         std::fs::remove_dir_all(&staging)?;
     }
-    std::fs::create_dir_all(&staging)?;
+    crate::env::create_dir_all(&staging)?;
     write_partition_metadata(&staging, topic_id)?;
     crate::raft::storage::write_meta(
         &staging.join(crate::raft::storage::RAFT_META),

@@ -92,6 +92,37 @@ struct Proposed {
     by_producer: HashMap<u64, VecDeque<PendingBatch>>,
 }
 
+/// Logs each leadership this member wins or loses, at `info`, until the group stops. It watches
+/// openraft's server metrics, which change with the vote, the role and the membership only
+/// (never per write).
+fn log_leadership(
+    group: PartitionId,
+    me: NodeId,
+    mut metrics: openraft::type_config::alias::WatchReceiverOf<
+        C,
+        openraft::metrics::RaftServerMetrics<C>,
+    >,
+) {
+    tokio::spawn(async move {
+        let mut leading = false;
+        // Ends when the group stops (the sender is dropped).
+        while metrics.changed().await.is_ok() {
+            let (now, term) = {
+                let m = metrics.borrow_watched();
+                (m.current_leader == Some(me), m.vote.leader_id().term)
+            };
+            if now != leading {
+                leading = now;
+                if now {
+                    tracing::info!(partition = %group, term, "elected leader");
+                } else {
+                    tracing::info!(partition = %group, term, "no longer the leader");
+                }
+            }
+        }
+    });
+}
+
 impl Replica {
     /// openraft's refusal as a hint: the leader it names, at its membership address, in this
     /// replica's term.
@@ -140,10 +171,14 @@ impl Replica {
             field: "raft timing",
             reason: e.to_string(),
         })?;
-        let network = GroupNetFactory { group, peers };
+        let network = GroupNetFactory {
+            group: group.clone(),
+            peers,
+        };
         let raft = openraft::Raft::new(id, Arc::new(config), network, store.clone(), sm.clone())
             .await
             .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?;
+        log_leadership(group, id, raft.server_metrics());
         Ok(Replica {
             raft,
             store,

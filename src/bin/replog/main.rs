@@ -55,6 +55,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    install_logging(matches!(cli.command, Command::Node(_)));
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -62,6 +63,22 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (for example `RUST_LOG=debug`, or
+/// `RUST_LOG=replog=debug,openraft=info`). Without it a broker logs at `info` (elections won and
+/// lost, replicas started, rebuilt or removed, damage found; nothing per request) and the other
+/// subcommands log warnings only, so that their output stays the tool's own. openraft's own lines
+/// start at `warn` either way.
+fn install_logging(broker: bool) {
+    use tracing_subscriber::EnvFilter;
+    let default = if broker { "info,openraft=warn" } else { "warn" };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
 }
 
 /// Runs the subcommand on a tokio runtime.
