@@ -8,6 +8,10 @@ use std::time::{Duration, Instant};
 
 use replog::{Error, LogConfig, Node, NodeConfig, Offset, ProducerSeq, Record};
 
+#[path = "../support/ports.rs"]
+mod ports;
+use ports::process_addrs;
+
 const TOPIC: &str = "email.send";
 const PARTITIONS: u32 = 3;
 const ELECTION_TIMEOUT_MS: u64 = 1000;
@@ -29,11 +33,6 @@ fn free_addrs(n: usize) -> Vec<SocketAddr> {
             addr
         })
         .collect()
-}
-
-/// Releases the listener [`free_addrs`] holds for `addr`, for a broker in another process.
-fn release(addr: SocketAddr) {
-    HELD.lock().unwrap().remove(&addr);
 }
 
 /// Starts a broker: on the listener [`free_addrs`] holds for its address if there is one,
@@ -954,7 +953,6 @@ fn spawn_broker_with(
     configured: bool,
     more: &[&str],
 ) -> Broker {
-    release(addrs[id as usize - 1]);
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_replog"));
     cmd.args([
         "node",
@@ -983,7 +981,7 @@ fn spawn_broker_with(
 async fn three_broker_processes_survive_sigkill_of_the_leader() {
     use replog::{Client, ClientConfig};
     let dir = tempfile::tempdir().unwrap();
-    let addrs = free_addrs(3);
+    let addrs = process_addrs(3);
     let mut brokers: Vec<Option<Broker>> = (1..=3)
         .map(|id| Some(spawn_broker(id, &addrs, dir.path(), true)))
         .collect();
@@ -1114,7 +1112,8 @@ fn retry<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T 
 #[test]
 fn the_tutorial_runs_through_the_cli_against_three_broker_processes() {
     let dir = tempfile::tempdir().unwrap();
-    let addrs = free_addrs(3);
+    let addrs = process_addrs(4);
+    let (addrs, fourth) = (addrs[..3].to_vec(), addrs[3]);
     let _brokers: Vec<Broker> = (1..=3)
         .map(|id| spawn_broker(id, &addrs, dir.path(), false))
         .collect();
@@ -1138,8 +1137,11 @@ fn the_tutorial_runs_through_the_cli_against_three_broker_processes() {
         ok.then_some(out)
     });
     assert_eq!(out.trim(), format!("Created topic {TOPIC}."));
-    let (ok, _, err) = cli(&create, "");
-    assert!(!ok && err.contains("already exists"), "{err}");
+    let (ok, out, err) = cli(&create, "");
+    assert!(
+        !ok && err.contains("already exists"),
+        "a second create: success {ok}, stdout {out:?}, stderr {err:?}"
+    );
     let (ok, out, _) = cli(&["topics", "--bootstrap-server", &server(2), "--list"], "");
     assert!(ok && out.contains(TOPIC), "{out}");
 
@@ -1223,7 +1225,7 @@ fn the_tutorial_runs_through_the_cli_against_three_broker_processes() {
 
     // A fourth broker joins; a topic created afterwards is spread over all four.
     let mut with_joiner = addrs.clone();
-    with_joiner.extend(free_addrs(1));
+    with_joiner.push(fourth);
     let _joiner = spawn_broker_with(4, &with_joiner, dir.path(), false, &["--join"]);
     let joiner = with_joiner[3].to_string();
     // Until its registration is through, a new topic is spread over the three founders only:

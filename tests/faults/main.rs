@@ -13,6 +13,8 @@
 //! replica's records to the file its panic names.
 
 mod history;
+#[path = "../support/ports.rs"]
+mod ports;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -21,6 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use history::{Op, Outcome, Replica};
+use ports::process_addrs;
 use replog::{
     Client, ClientConfig, Durability, Error, FaultInjector, FaultPoint, LogConfig, NetFaults, Node,
     NodeConfig, Offset, Producer, ProducerConfig, Record,
@@ -1295,11 +1298,7 @@ async fn broker_processes_killed_and_paused_at_random_lose_and_duplicate_nothing
     let secs = env_u64("FAULT_PROCESS_SECS", 60);
     let mut rng = Rng::new(seed);
     let dir = tempfile::tempdir().unwrap();
-    let listeners: Vec<_> = (0..3)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    let addrs: Vec<SocketAddr> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
-    drop(listeners);
+    let addrs = process_addrs(3);
     let mut brokers: Vec<Option<Process>> = (1..=3)
         .map(|id| Some(Process::spawn(id, &addrs, dir.path())))
         .collect();
