@@ -97,7 +97,9 @@ impl Handler for NodeHandler {
             // any other passes its turn on at once.
             let turn = matches!(op, Op::Produce).then_some(turn);
             match op {
-                Op::AppendEntries | Op::Vote | Op::Snapshot => self.raft_rpc(op, &body).await,
+                Op::AppendEntries | Op::Vote | Op::Snapshot | Op::TransferLeader => {
+                    self.raft_rpc(op, &body).await
+                }
                 Op::Produce => encode_response(
                     &async {
                         // The records stay in the frame's buffer on their way to the log.

@@ -460,12 +460,39 @@ impl Node {
         ids
     }
 
+    /// Controlled shutdown (Kafka's): every group this broker leads hands its leadership to
+    /// the follower holding the most of its log, all at once, each waiting at most an election
+    /// timeout, so that writes pause for a hand-off instead of an election timeout plus an
+    /// election. The metadata group goes last, so that the partitions' new leaders find it led.
+    async fn hand_off_leadership(&self) {
+        let me = self.broker.config.id;
+        let timeout = Duration::from_millis(self.broker.config.election_timeout_ms);
+        let partitions = self.broker.all_groups();
+        let (meta, partitions): (Vec<_>, Vec<_>) = partitions
+            .into_iter()
+            .partition(|g| Arc::ptr_eq(g, &self.broker.meta));
+        for groups in [partitions, meta] {
+            let handed = futures_util::future::join_all(
+                groups
+                    .iter()
+                    .map(|g| async move { (g.id.clone(), g.raft.hand_off(me, timeout).await) }),
+            )
+            .await;
+            for (partition, to) in handed {
+                if let Some(to) = to {
+                    tracing::info!(%partition, to, "leadership handed off for shutdown");
+                }
+            }
+        }
+    }
+
     /// Stops every Raft group and the listener, and flushes every log.
     ///
     /// # Errors
     ///
     /// [`Error::Io`] if a log could not be flushed.
     pub async fn shutdown(self) -> Result<()> {
+        self.hand_off_leadership().await;
         let _ = self.shutdown.send(true);
         // The metadata follower finishes the round it is in (it may be starting a replica).
         let _ = self.follower.await;

@@ -7,7 +7,8 @@ use std::time::Duration;
 use openraft::errors::{NetworkError, RPCError, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use openraft::storage::Snapshot;
 use openraft::type_config::alias::{SnapshotMetaOf, SnapshotOf};
@@ -113,6 +114,14 @@ impl RaftNetworkV2<C> for GroupNet {
         self.call(Op::Vote, &rpc, option.soft_ttl()).await
     }
 
+    async fn transfer_leader(
+        &mut self,
+        rpc: TransferLeaderRequest<C>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<C>, RPCError<C>> {
+        self.call(Op::TransferLeader, &rpc, option.soft_ttl()).await
+    }
+
     async fn full_snapshot(
         &mut self,
         vote: Vote,
@@ -200,6 +209,14 @@ pub(crate) async fn serve(
                 )
             }
             Err(e) => respond::<SnapshotResponse<C>>(Err(e)),
+        },
+        Op::TransferLeader => match decode::<TransferLeaderRequest<C>>(body) {
+            Ok(rpc) => respond(
+                raft.handle_transfer_leader(rpc)
+                    .await
+                    .map_err(|e| e.to_string()),
+            ),
+            Err(e) => respond::<TransferLeaderResponse<C>>(Err(e)),
         },
         other => respond::<()>(Err(format!("{other:?} is not a Raft RPC"))),
     };

@@ -187,6 +187,55 @@ impl Replica {
         })
     }
 
+    /// Controlled shutdown's step for one group (Kafka's controlled shutdown): if this replica
+    /// leads, hands the leadership to the live voter that holds the most of the log, and waits, at
+    /// most `timeout`, until another member leads. Returns the new leader, or `None` if this
+    /// replica did not lead, had no voter to hand to, or the hand-off did not finish in time
+    /// (the group then elects a leader after an election timeout, as after a crash).
+    pub(crate) async fn hand_off(&self, me: NodeId, timeout: Duration) -> Option<NodeId> {
+        let target = {
+            let m = self.raft.metrics().borrow_watched().clone();
+            if m.current_leader != Some(me) {
+                return None;
+            }
+            let voters: std::collections::BTreeSet<NodeId> =
+                m.membership_config.membership().voter_ids().collect();
+            // A follower that has not acknowledged within the timeout is down or cut off: a
+            // hand-off to it would only wait the timeout out.
+            let live = |id: &NodeId| {
+                m.heartbeat
+                    .as_ref()
+                    .and_then(|h| h.get(id))
+                    .and_then(|t| t.as_ref())
+                    .is_some_and(|t| t.elapsed() < timeout)
+            };
+            m.replication
+                .as_ref()?
+                .iter()
+                .filter(|(id, _)| **id != me && voters.contains(id) && live(id))
+                .max_by_key(|(id, matched)| {
+                    (matched.as_ref().map(|l| l.index), std::cmp::Reverse(**id))
+                })
+                .map(|(id, _)| *id)?
+        };
+        self.raft.trigger().transfer_leader(target).await.ok()?;
+        let mut metrics = self.raft.server_metrics();
+        let moved = tokio::time::timeout(timeout, async {
+            // Bounded by the timeout around it.
+            loop {
+                let leader = metrics.borrow_watched().current_leader;
+                if let Some(l) = leader.filter(|l| *l != me) {
+                    return Some(l);
+                }
+                if metrics.changed().await.is_err() {
+                    return None;
+                }
+            }
+        })
+        .await;
+        moved.ok().flatten()
+    }
+
     /// Initializes a fresh group with these members (id and address). Does nothing if the
     /// group was initialized before.
     pub(crate) async fn initialize(&self, members: &BTreeMap<NodeId, String>) {

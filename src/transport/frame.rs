@@ -42,6 +42,8 @@ pub(crate) enum Op {
     /// Admin or broker: commit a metadata command (a broker's registration, a partition's
     /// reassignment, its end).
     Propose = 9,
+    /// Raft leader transfer: the leader asks a follower to take over (controlled shutdown).
+    TransferLeader = 10,
 }
 
 impl Op {
@@ -56,6 +58,7 @@ impl Op {
             7 => Some(Op::CreateTopic),
             8 => Some(Op::DeleteTopic),
             9 => Some(Op::Propose),
+            10 => Some(Op::TransferLeader),
             _ => None,
         }
     }

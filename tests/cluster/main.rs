@@ -1961,12 +1961,23 @@ async fn an_oversized_batch_is_refused_before_raft_and_the_partition_keeps_worki
         Err(Error::RecordTooLarge { max, .. }) => assert_eq!(max, 64 << 10),
         other => panic!("expected RecordTooLarge, got {other:?}"),
     }
-    // The group still runs: the same leader takes the next write.
-    node_ref(&nodes, leader)
-        .append(TOPIC, 0, &[Record::new("after")])
-        .await
-        .unwrap();
-    assert_eq!(leader_of(&nodes, 0).await, leader);
+    // The group still runs: its leader (the same one, unless an election ran meanwhile) takes
+    // the next write; before, no replica of it ever led again.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let now = leader_of(&nodes, 0).await;
+        match node_ref(&nodes, now)
+            .append(TOPIC, 0, &[Record::new("after")])
+            .await
+        {
+            Ok(_) => break,
+            Err(Error::NotLeader { .. } | Error::TryAgain { .. }) => {
+                assert!(Instant::now() < deadline, "the partition takes no write");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("the write after the refusals failed: {e}"),
+        }
+    }
 
     // A client configured with larger limits than the brokers: the broker's refusal comes back
     // typed, at once (far below the delivery timeout), and nothing was written.
@@ -2049,5 +2060,49 @@ async fn a_follower_further_behind_than_a_frame_catches_up() {
         .map(|b| b.record_count())
         .sum::<u32>();
     assert_eq!(read, 160, "the follower holds every record");
+    shutdown_all(nodes).await;
+}
+
+/// Regression (D8 of "2 of 4"): a clean shutdown was as bad as a crash: the partitions a
+/// leader led had no leader until an election timeout passed. `Node::shutdown` now hands each
+/// of them to a live follower first, so the moment it returns another broker leads them, in a
+/// later term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_shuts_down_hands_its_partitions_over_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let addrs = free_addrs(3);
+    let mut nodes = start_all(|id| config(id, &addrs, dir.path())).await;
+    let mut led: Vec<(u32, u64, u64)> = Vec::new();
+    let mut leader = 0;
+    for p in 0..PARTITIONS {
+        let l = leader_of(&nodes, p).await;
+        if leader == 0 {
+            leader = l;
+        }
+        if l == leader {
+            led.push((p, l, node_ref(&nodes, l).status(TOPIC, p).unwrap().term));
+        }
+    }
+    // Written just before: the hand-off keeps it.
+    node_ref(&nodes, leader)
+        .append(TOPIC, led[0].0, &[Record::new("before")])
+        .await
+        .unwrap();
+    nodes[leader as usize - 1]
+        .take()
+        .unwrap()
+        .shutdown()
+        .await
+        .unwrap();
+    for (p, old, term) in led {
+        let successor = nodes.iter().flatten().find(|n| {
+            n.status(TOPIC, p)
+                .is_ok_and(|s| s.leader == Some(n.id()) && s.term > term)
+        });
+        assert!(
+            successor.is_some(),
+            "partition {p} (led by {old} in term {term}) has a new leader as soon as it shut down"
+        );
+    }
     shutdown_all(nodes).await;
 }
