@@ -25,10 +25,12 @@ mod config;
 mod describe;
 mod handler;
 mod metadata;
+mod peer_rpc;
 mod reassign;
 mod replica_dir;
 mod replicas;
 mod retention;
+mod service;
 mod write;
 
 pub use config::NodeConfig;
@@ -36,6 +38,7 @@ use handler::NodeHandler;
 use metadata::follow_metadata;
 use replica_dir::{partition_dir, remove_deleted_dirs};
 use replicas::{ReplicaSpec, open_group, open_replica};
+use service::BrokerService;
 
 /// A snapshot of one partition replica's state.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -275,6 +278,7 @@ impl Node {
         });
         let handler: Arc<dyn Handler> = Arc::new(NodeHandler {
             broker: Arc::clone(&broker),
+            service: BrokerService::new(Arc::clone(&broker)),
         });
         let shutdown_for_retention = shutdown_rx.clone();
         let server = spawn_server(

@@ -1,0 +1,60 @@
+//! Raft traffic between brokers: a peer's RPC routed to the partition's group, with the
+//! replica-health checks that come first (damage found by a read, a rebuilt replica that may not
+//! vote yet, a request that contradicts what this replica holds as committed).
+
+use std::sync::Arc;
+
+use crate::catalog::METADATA_TOPIC;
+use crate::raft::network::Served;
+use crate::transport::frame::Op;
+use crate::types::PartitionId;
+
+use super::Broker;
+use super::replicas::RebuildCause;
+
+impl Broker {
+    /// Serves a Raft RPC: the body starts with the partition id, then the request.
+    pub(super) async fn serve_raft(self: &Arc<Self>, op: Op, body: &[u8]) -> Vec<u8> {
+        let found = postcard::take_from_bytes::<PartitionId>(body)
+            .map_err(|e| format!("bad request: {e}"))
+            .and_then(|(id, rest)| {
+                let group = if id.topic == METADATA_TOPIC && id.partition == 0 {
+                    Some(Arc::clone(&self.meta))
+                } else {
+                    self.groups.read().get(&id).cloned()
+                };
+                group
+                    .map(|g| (g, rest))
+                    .ok_or_else(|| format!("unknown partition {id}"))
+            });
+        let refuse = |e: String| {
+            postcard::to_stdvec(&std::result::Result::<(), String>::Err(e)).unwrap_or_default()
+        };
+        let (group, rest) = match found {
+            Ok(found) => found,
+            Err(e) => return refuse(e),
+        };
+        // openraft stopped this group on a read that failed validation (replicating from a
+        // damaged segment): the replica is rebuilt from the new leader.
+        if let Some(damage) = group.store.take_damage() {
+            self.request_rebuild(Arc::clone(&group), RebuildCause::Damaged(damage));
+        }
+        if op == Op::Vote && group.store.abstains(group.sm.last_applied()) {
+            return refuse(
+                "this replica was rebuilt after damage and votes again once it holds what it \
+                 had committed"
+                    .into(),
+            );
+        }
+        match group.raft.serve(op, rest).await {
+            Served::Reply(reply) => reply,
+            Served::ContradictsCommitted(index) => {
+                self.request_rebuild(group, RebuildCause::Contradicted(index));
+                refuse(format!(
+                    "this replica's committed log contradicts the request at index {index}: \
+                     replica rebuilding"
+                ))
+            }
+        }
+    }
+}
