@@ -14,7 +14,10 @@ use crate::catalog::{
     CONFIGURED_TOPIC_ID, METADATA_TOPIC, MetaCommand, PARTITIONS_MAX, Refused, check_topic_name,
 };
 use crate::error::{Error, Result};
-use crate::protocol::{CreateTopicRequest, DeleteTopicRequest, ProposeRequest, WireError};
+use crate::protocol::{
+    CreateTopicRequest, DeleteTopicRequest, MetadataRequest, MetadataResponse, ProposeRequest,
+    WireError,
+};
 use crate::raft::types::AppendRequest;
 use crate::segment::record::{Record, encode_records};
 use crate::transport::frame::Op;
@@ -72,12 +75,15 @@ impl Broker {
 
     /// Commits a metadata command through the metadata group (see [`Op::Propose`]).
     pub(crate) async fn propose(&self, request: ProposeRequest) -> Result<()> {
-        // A broker registering an address is reached there at once: the metadata group may
-        // need its vote or acknowledgement to commit this very registration (the catalog
-        // confirms it).
+        // A registration moves a broker's traffic once it is committed (the catalog applies
+        // it). Before that, only if the broker answers at the new address as itself: the
+        // metadata group may need that very broker's vote or acknowledgement to commit its
+        // registration, and a claim nobody verified must not divert traffic meanwhile.
         if let MetaCommand::RegisterBroker { id, addr, .. } = &request.command
             && *id != self.config.id
             && let Ok(addr) = addr.parse()
+            && self.peers.addr_of(*id) != Some(addr)
+            && self.answers_at(*id, addr).await
         {
             self.peers.set_addr(*id, addr);
         }
@@ -99,6 +105,26 @@ impl Broker {
                 reason: "the topic exists".into(),
             })
         })
+    }
+
+    /// Whether the broker listening at `addr` is broker `id`: it answers a metadata request
+    /// (of this broker's own, local only), within an election timeout, naming itself.
+    async fn answers_at(&self, id: NodeId, addr: SocketAddr) -> bool {
+        let request = MetadataRequest {
+            topic: Some(METADATA_TOPIC.to_string()),
+            local_only: true,
+        };
+        let Ok(body) = crate::transport::body::encode(&request) else {
+            return false;
+        };
+        let timeout = Duration::from_millis(self.config.election_timeout_ms);
+        match self.peers.probe(addr, Op::Metadata, body, timeout).await {
+            Ok(bytes) => {
+                postcard::from_bytes::<std::result::Result<MetadataResponse, WireError>>(&bytes)
+                    .is_ok_and(|answer| answer.is_ok_and(|meta| meta.broker == id))
+            }
+            Err(_) => false,
+        }
     }
 
     /// Sends a request to broker `to` and decodes its answer; `None` if it did not answer
@@ -451,5 +477,69 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
         .chain(moving.into_values())
     {
         task.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::LocalCluster;
+    use crate::catalog::MetaCommand;
+    use crate::protocol::ProposeRequest;
+
+    /// A broker is taken to be at an address only if it answers there as itself.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_broker_is_recognized_only_at_its_own_address() {
+        let dir = tempfile::tempdir().unwrap();
+        let cluster = LocalCluster::start(2, dir.path(), |_| {}).await.unwrap();
+        let (one, two) = (cluster.addrs()[0], cluster.addrs()[1]);
+        let broker = &cluster.node(1).unwrap().broker;
+        assert!(broker.answers_at(2, two).await);
+        assert!(!broker.answers_at(2, one).await, "broker 1 is not broker 2");
+        let nobody = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let free = nobody.local_addr().unwrap();
+        drop(nobody);
+        assert!(!broker.answers_at(2, free).await);
+        cluster.shutdown().await.unwrap();
+    }
+
+    /// Regression (D5 of "2 of 4"): a proposed registration moved the broker's traffic to the
+    /// new address at once, before it was committed (or even if it never was). Now only a
+    /// committed registration does, or an address where the broker answers as itself.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_uncommitted_registration_moves_no_traffic() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cluster = LocalCluster::start(3, dir.path(), |c| {
+            c.heartbeat_interval_ms = 100;
+            c.election_timeout_ms = 500;
+            c.request_timeout_ms = 1000;
+        })
+        .await
+        .unwrap();
+        let two = cluster.addrs()[1];
+        // Without brokers 2 and 3 nothing commits in the metadata group.
+        cluster.stop(2).await.unwrap();
+        cluster.stop(3).await.unwrap();
+        let elsewhere = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let request = ProposeRequest {
+            command: MetaCommand::RegisterBroker {
+                id: 2,
+                addr: elsewhere.local_addr().unwrap().to_string(),
+                join: false,
+            },
+            forwarded: false,
+        };
+        let broker = &cluster.node(1).unwrap().broker;
+        let proposed = tokio::time::timeout(Duration::from_secs(30), broker.propose(request))
+            .await
+            .expect("the proposal ends within its timeouts");
+        assert!(proposed.is_err(), "nothing commits without a quorum");
+        assert_eq!(
+            broker.peers.addr_of(2),
+            Some(two),
+            "broker 2's traffic still goes where the catalog says"
+        );
+        cluster.shutdown().await.unwrap();
     }
 }

@@ -397,6 +397,26 @@ impl PeerSet {
         peer.call(op, body, timeout).await
     }
 
+    /// Calls whoever listens at `addr` once, over a connection of its own (not any broker's):
+    /// to ask a broker that claims a new address whether it is there.
+    pub(crate) async fn probe(
+        &self,
+        addr: SocketAddr,
+        op: Op,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, CallError> {
+        Peer::new(addr, self.frame_bytes_max, self.shutdown.clone())
+            .call(op, body, timeout)
+            .await
+    }
+
+    /// Where broker `id`'s traffic goes now, if it is known.
+    pub(crate) fn addr_of(&self, id: u64) -> Option<SocketAddr> {
+        let peers = self.peers.read();
+        Some(*peers.get(&id)?.bulk.addr.lock())
+    }
+
     /// The connection to broker `id`, for bulk or control traffic.
     pub(crate) fn get(&self, id: u64, control: bool) -> Option<Arc<Peer>> {
         let peers = self.peers.read();
