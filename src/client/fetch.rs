@@ -11,7 +11,8 @@ use crate::types::{Offset, PartitionId};
 
 impl Client {
     /// Reads committed batches of a partition from `offset` on, from its leader (or, with
-    /// `replica`, from that broker), up to about `max_bytes`.
+    /// `replica`, from that broker), at most `max_bytes` of them (at least one batch, if any),
+    /// and never more than fits this client's `frame_bytes_max` or the broker's.
     ///
     /// # Errors
     ///
@@ -25,10 +26,15 @@ impl Client {
         replica: Option<SocketAddr>,
     ) -> Result<Vec<Batch>> {
         let id = PartitionId::new(topic, partition);
+        // The answer must fit this client's frames (the broker keeps it within its own).
+        let fits = self
+            .config
+            .frame_bytes_max
+            .saturating_sub(crate::transport::frame::REQUEST_OVERHEAD_BYTES_MAX);
         let request = FetchRequest {
             partition: id.clone(),
             offset: offset.get(),
-            max_bytes,
+            max_bytes: max_bytes.min(fits),
         };
         let limits = Limits {
             record_bytes_max: self.config.record_bytes_max,

@@ -12,10 +12,10 @@ use crate::segment::record::{Batch, FrameHeader, Limits, Record};
 use crate::types::Offset;
 
 impl PartitionLog {
-    /// Reads batches holding records from `from` on, up to about `max_bytes` of frames. The
-    /// first batch may start before `from` (skip its records below `from`); at least one batch
-    /// is returned if `from` is below the end, even if it is larger than `max_bytes`. Returns an
-    /// empty list at the end of the log.
+    /// Reads batches holding records from `from` on, at most `max_bytes` of frames. The first
+    /// batch may start before `from` (skip its records below `from`); at least one batch is
+    /// returned if `from` is below the end, even if it alone is larger than `max_bytes`. Returns
+    /// an empty list at the end of the log.
     ///
     /// Every frame is validated (CRC, layout, continuity) before it is returned.
     ///
@@ -61,8 +61,13 @@ impl PartitionLog {
                 {
                     return Ok(false);
                 }
+                // Within `max_bytes`, but never fewer than one batch.
+                let len = h.frame_len();
+                if !out.is_empty() && bytes.saturating_add(len) > max_bytes {
+                    return Ok(false);
+                }
                 out.push(s.batch(pos, h)?);
-                bytes = bytes.saturating_add(h.frame_len());
+                bytes = bytes.saturating_add(len);
                 Ok(bytes < max_bytes)
             },
         )?;

@@ -12,10 +12,7 @@ use crate::types::NodeId;
 
 use super::META_RECORD_BYTES_MAX;
 
-/// What a request carries beside its batch, at most: the frame header, the partition's name
-/// and the encoded fields of a produce or replication request (a few hundred bytes), rounded
-/// up generously.
-pub(crate) const REQUEST_OVERHEAD_BYTES_MAX: u32 = 4096;
+pub(crate) use crate::transport::frame::REQUEST_OVERHEAD_BYTES_MAX;
 
 /// Configuration of a [`Node`](crate::Node).
 #[derive(Clone, Debug)]
@@ -90,9 +87,10 @@ impl NodeConfig {
         }
     }
 
-    /// The most bytes of log frames one replication request carries: `frame_bytes_max` less a
-    /// request's own overhead ([`validate`](Self::validate) guarantees a full batch fits).
-    pub(crate) fn replication_bytes_max(&self) -> usize {
+    /// The most bytes of log frames one message carries (a replication request, a fetch
+    /// answer): `frame_bytes_max` less a message's own overhead ([`validate`](Self::validate)
+    /// guarantees a full batch fits).
+    pub(crate) fn payload_bytes_max(&self) -> usize {
         self.frame_bytes_max
             .saturating_sub(REQUEST_OVERHEAD_BYTES_MAX) as usize
     }

@@ -226,7 +226,7 @@ impl Node {
                 dir,
                 log,
                 durability,
-                replication_bytes_max: config.replication_bytes_max(),
+                replication_bytes_max: config.payload_bytes_max(),
             };
             async move {
                 if metadata {

@@ -208,7 +208,7 @@ impl Broker {
             dir: self.partition_dir(id),
             log: self.config.log.clone(),
             durability: self.config.durability,
-            replication_bytes_max: self.config.replication_bytes_max(),
+            replication_bytes_max: self.config.payload_bytes_max(),
         }
     }
 

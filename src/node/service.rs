@@ -51,11 +51,16 @@ impl BrokerService {
             .await
     }
 
-    /// Reads committed batches from this broker's replica: [`crate::Node::read`]'s rules.
+    /// Reads committed batches from this broker's replica: [`crate::Node::read`]'s rules, with
+    /// the answer kept within this broker's frame limit whatever the asker allowed (a batch is
+    /// never larger than a frame: `NodeConfig::validate`).
     pub(crate) fn fetch(&self, request: &Fetch) -> Result<Vec<Batch>> {
         let id = &request.partition;
+        let max_bytes = request
+            .max_bytes
+            .min(self.broker.config.payload_bytes_max());
         self.broker
-            .read(&id.topic, id.partition, request.offset, request.max_bytes)
+            .read(&id.topic, id.partition, request.offset, max_bytes)
     }
 
     /// Brokers, topics and every partition's current leader (`local_only`: only the partitions

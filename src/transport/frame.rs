@@ -17,6 +17,12 @@
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// Length of the frame header.
+/// What a message carries beside its log bytes, at most: the frame header, the partition's
+/// name and the encoded fields of a produce, fetch or replication message (a few hundred
+/// bytes; each batch's own fields are fewer bytes than the frame header it is counted with),
+/// rounded up generously.
+pub(crate) const REQUEST_OVERHEAD_BYTES_MAX: u32 = 4096;
+
 pub(crate) const FRAME_HEADER_LEN: usize = 16;
 
 /// What a request asks for.

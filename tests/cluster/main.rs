@@ -2060,6 +2060,27 @@ async fn a_follower_further_behind_than_a_frame_catches_up() {
         .map(|b| b.record_count())
         .sum::<u32>();
     assert_eq!(read, 160, "the follower holds every record");
+
+    // Regression (D3 of "2 of 4"): a fetch that allows any size got an answer over the frame
+    // limit, which the asker then refused. Answers now stay within both ends' frame limits.
+    use replog::{Client, ClientConfig};
+    let mut config = ClientConfig::default();
+    config.frame_bytes_max = (1 << 20) + (8 << 10);
+    let client = Client::connect(&addrs, config).await.unwrap();
+    let batches = client
+        .fetch(TOPIC, 0, Offset(0), u32::MAX, None)
+        .await
+        .unwrap();
+    let bytes: usize = batches
+        .iter()
+        .map(|b| b.records().map(|(_, r)| r.value.len()).sum::<usize>())
+        .sum();
+    assert!(
+        !batches.is_empty() && bytes < 1 << 20,
+        "{} batches, {bytes} bytes",
+        batches.len()
+    );
+    drop(client);
     shutdown_all(nodes).await;
 }
 
