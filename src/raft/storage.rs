@@ -85,30 +85,34 @@ struct Inner {
     /// The most bytes of frames one replication request reads (see [`LogStore::open`]).
     replication_bytes_max: usize,
     /// Syncs running detached from openraft's task (each holds a handle to the store).
-    syncs_in_flight: std::sync::atomic::AtomicUsize,
+    syncs_in_flight: Arc<std::sync::atomic::AtomicUsize>,
     /// The first damage a read found ([`LogStore::take_damage`]).
     damage: Mutex<Option<Error>>,
 }
 
-/// Counts a detached sync for as long as it lives.
-struct SyncInFlight(LogStore);
+/// Counts a detached sync for as long as it lives, and for as long as its handle on the store
+/// (and so the log's directory lock) does: the count drops only after the handle is gone, so
+/// that a shutdown that waits for the count to reach 0 finds the directory free.
+struct SyncInFlight {
+    store: Option<LogStore>,
+    count: Arc<std::sync::atomic::AtomicUsize>,
+}
 
 impl SyncInFlight {
     fn new(store: LogStore) -> Self {
-        store
-            .inner
-            .syncs_in_flight
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        SyncInFlight(store)
+        let count = Arc::clone(&store.inner.syncs_in_flight);
+        count.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        SyncInFlight {
+            store: Some(store),
+            count,
+        }
     }
 }
 
 impl Drop for SyncInFlight {
     fn drop(&mut self) {
-        self.0
-            .inner
-            .syncs_in_flight
-            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        drop(self.store.take());
+        self.count.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
 }
 
@@ -133,7 +137,7 @@ impl LogStore {
                 committed: Mutex::new(None),
                 durability,
                 replication_bytes_max,
-                syncs_in_flight: std::sync::atomic::AtomicUsize::new(0),
+                syncs_in_flight: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
                 damage: Mutex::new(None),
             }),
         })
@@ -472,7 +476,11 @@ impl RaftLogStorage<C> for LogStore {
                 let sync = SyncInFlight::new(self.clone());
                 // The sync runs off the Raft task; concurrent flushes share one sync.
                 tokio::task::spawn_blocking(move || {
-                    callback.io_completed(sync.0.inner.log.flush().map_err(to_io));
+                    let flushed = sync
+                        .store
+                        .as_ref()
+                        .map_or(Ok(()), |s| s.inner.log.flush().map_err(to_io));
+                    callback.io_completed(flushed);
                     drop(sync);
                 });
             }
