@@ -46,6 +46,25 @@ pub struct NodeConfig {
     pub request_timeout_ms: u64,
     /// Largest network frame accepted. Default 16 MiB.
     pub frame_bytes_max: u32,
+    /// Connections this broker keeps open at once, peers' and clients' together (Kafka's
+    /// `max.connections`); one more is closed as soon as it is accepted. Default 4096.
+    pub connections_max: usize,
+    /// A connection that sends nothing for this long is closed (Kafka's
+    /// `connections.max.idle.ms`; a peer or client reconnects when it needs to). Default 10 min.
+    pub connections_max_idle_ms: u64,
+    /// A frame whose first bytes arrived must be whole within this, or its connection is
+    /// closed (a client that starts frames and never finishes them holds no buffer for long).
+    /// Default 30 s.
+    pub frame_read_timeout_ms: u64,
+    /// Client requests one connection may have unanswered, counting answers not yet written
+    /// to it; past it the broker reads no further from that connection until answers drain
+    /// (a client that pipelines without reading holds at most this many answers). Peers' Raft
+    /// traffic is not counted. Default 256.
+    pub requests_in_flight_max: usize,
+    /// Bytes of frame bodies being read, over all connections together (Kafka's
+    /// `queued.max.request.bytes`); a frame waits for its share, within
+    /// `frame_read_timeout_ms`. At least `frame_bytes_max`. Default 256 MiB.
+    pub buffered_request_bytes_max: usize,
     /// How often the broker applies retention by itself (see [`Node::enforce_retention`](crate::Node::enforce_retention)).
     /// Default 60 s; 0 turns the background task off.
     pub retention_check_ms: u64,
@@ -80,6 +99,11 @@ impl NodeConfig {
             election_timeout_ms: 1000,
             request_timeout_ms: 5000,
             frame_bytes_max: 16 << 20,
+            connections_max: 4096,
+            connections_max_idle_ms: 600_000,
+            frame_read_timeout_ms: 30_000,
+            requests_in_flight_max: 256,
+            buffered_request_bytes_max: 256 << 20,
             retention_check_ms: 60_000,
             join: false,
             #[cfg(any(test, feature = "failpoints"))]
@@ -93,6 +117,18 @@ impl NodeConfig {
     pub(crate) fn payload_bytes_max(&self) -> usize {
         self.frame_bytes_max
             .saturating_sub(REQUEST_OVERHEAD_BYTES_MAX) as usize
+    }
+
+    /// The budgets this broker's server holds its connections to.
+    pub(crate) fn server_limits(&self) -> crate::transport::ServerLimits {
+        crate::transport::ServerLimits {
+            frame_bytes_max: self.frame_bytes_max,
+            connections_max: self.connections_max,
+            idle_timeout: std::time::Duration::from_millis(self.connections_max_idle_ms),
+            frame_timeout: std::time::Duration::from_millis(self.frame_read_timeout_ms),
+            in_flight_max: self.requests_in_flight_max,
+            buffered_bytes_max: self.buffered_request_bytes_max,
+        }
     }
 
     /// Checks every limit and every relation between them, naming the field at fault; what
@@ -134,6 +170,37 @@ impl NodeConfig {
                 format!(
                     "must carry a full batch ({batch} bytes) and its request overhead \
                      ({REQUEST_OVERHEAD_BYTES_MAX}): at least {needed}"
+                ),
+            );
+        }
+        if self.connections_max <= 2 * self.peers.len() {
+            return bad(
+                "connections_max",
+                format!(
+                    "must leave room for clients beside the {} connections of the peers",
+                    2 * self.peers.len()
+                ),
+            );
+        }
+        if self.connections_max_idle_ms <= self.heartbeat_interval_ms {
+            return bad(
+                "connections_max_idle_ms",
+                "must be above heartbeat_interval_ms, or peers' connections close between heartbeats"
+                    .into(),
+            );
+        }
+        if self.frame_read_timeout_ms == 0 {
+            return bad("frame_read_timeout_ms", "must be positive".into());
+        }
+        if self.requests_in_flight_max == 0 {
+            return bad("requests_in_flight_max", "must be positive".into());
+        }
+        if self.buffered_request_bytes_max < self.frame_bytes_max as usize {
+            return bad(
+                "buffered_request_bytes_max",
+                format!(
+                    "must hold one frame: at least frame_bytes_max ({})",
+                    self.frame_bytes_max
                 ),
             );
         }

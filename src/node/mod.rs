@@ -284,7 +284,7 @@ impl Node {
         let server = spawn_server(
             listener,
             handler,
-            broker.config.frame_bytes_max,
+            broker.config.server_limits(),
             shutdown_rx,
         );
         let follower = tokio::spawn(follow_metadata(

@@ -22,7 +22,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use frame::{FrameReadError, Kind, Op, OutFrame, read_frame};
+use frame::{FrameError, Kind, Op, OutFrame, read_frame};
 pub(crate) use turns::{Turn, Turns};
 
 /// A boxed, sendable future.
@@ -37,22 +37,66 @@ pub(crate) trait Handler: Send + Sync + 'static {
     fn handle(self: Arc<Self>, op: Op, body: Vec<u8>, turn: Turn) -> BoxFuture<Vec<u8>>;
 }
 
-/// Accepts connections on `listener` until `shutdown` turns true.
+/// What a server holds its connections to (Kafka's `max.connections`,
+/// `connections.max.idle.ms` and `queued.max.request.bytes`, and a cap on requests in flight
+/// per connection). Going over a budget closes the offending connection, never another.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ServerLimits {
+    /// Largest frame accepted.
+    pub(crate) frame_bytes_max: u32,
+    /// Connections open at once; one more is closed as soon as it is accepted.
+    pub(crate) connections_max: usize,
+    /// A connection that sends nothing for this long is closed.
+    pub(crate) idle_timeout: Duration,
+    /// A frame whose first bytes arrived must be whole within this.
+    pub(crate) frame_timeout: Duration,
+    /// Client requests one connection may have unanswered (answers not yet written to it):
+    /// past it the server reads no further from that connection until answers drain. Peers'
+    /// Raft traffic is not counted.
+    pub(crate) in_flight_max: usize,
+    /// Bytes of frame bodies being read, over all connections together.
+    pub(crate) buffered_bytes_max: usize,
+}
+
+/// Accepts connections on `listener` until `shutdown` turns true, within `limits`.
 pub(crate) fn spawn_server(
     listener: TcpListener,
     handler: Arc<dyn Handler>,
-    frame_bytes_max: u32,
+    limits: ServerLimits,
     mut shutdown: watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
+        let open = Arc::new(AtomicU64::new(0));
+        let buffered = Arc::new(tokio::sync::Semaphore::new(limits.buffered_bytes_max));
+        let mut refused_logged: Option<tokio::time::Instant> = None;
         loop {
             tokio::select! {
                 _ = shutdown.changed() => break,
                 accepted = listener.accept() => match accepted {
-                    Ok((stream, _)) => {
+                    Ok((stream, from)) => {
+                        if open.load(Ordering::Acquire) >= limits.connections_max as u64 {
+                            // At most one line a second, however many are refused.
+                            if refused_logged.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                                tracing::warn!(%from, max = limits.connections_max, "connection refused: too many open");
+                                refused_logged = Some(tokio::time::Instant::now());
+                            }
+                            drop(stream);
+                            continue;
+                        }
                         let _ = stream.set_nodelay(true);
-                        let conn = serve_conn(stream, Arc::clone(&handler), frame_bytes_max, shutdown.clone());
-                        tokio::spawn(conn);
+                        open.fetch_add(1, Ordering::AcqRel);
+                        let conn = serve_conn(
+                            stream,
+                            Arc::clone(&handler),
+                            limits,
+                            Arc::clone(&buffered),
+                            shutdown.clone(),
+                        );
+                        let open = Arc::clone(&open);
+                        tokio::spawn(async move {
+                            conn.await;
+                            open.fetch_sub(1, Ordering::AcqRel);
+                        });
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "accept failed");
@@ -83,49 +127,144 @@ fn spawn_writer(
     (tx, writer)
 }
 
+/// Why a server stopped reading a connection.
+enum Closed {
+    /// The peer closed it, or a read failed.
+    Gone,
+    /// Nothing arrived within the idle timeout.
+    Idle,
+    /// A frame was begun and not finished in time.
+    Slow,
+    /// A frame broke the format.
+    Malformed(FrameError),
+}
+
+/// Reads the next request frame of a server connection within `limits`: waits up to the idle
+/// timeout for its first byte, then up to the frame timeout for the rest, holding a share of
+/// the servers' buffered-bytes budget for its body while the body is read.
+async fn read_request(
+    rd: &mut tokio::net::tcp::OwnedReadHalf,
+    limits: &ServerLimits,
+    buffered: &Arc<tokio::sync::Semaphore>,
+) -> Result<(frame::FrameHead, Vec<u8>), Closed> {
+    use tokio::io::AsyncReadExt;
+    let mut head = [0u8; frame::FRAME_HEADER_LEN];
+    let first = match tokio::time::timeout(limits.idle_timeout, rd.read(&mut head)).await {
+        Err(_) => return Err(Closed::Idle),
+        Ok(Err(_) | Ok(0)) => return Err(Closed::Gone),
+        Ok(Ok(n)) => n,
+    };
+    let rest = async {
+        if let Some(rest) = head.get_mut(first..) {
+            rd.read_exact(rest).await.map_err(|_| Closed::Gone)?;
+        }
+        let head = frame::decode_head(&head, limits.frame_bytes_max).map_err(Closed::Malformed)?;
+        let len = head.body_len as usize;
+        if len > limits.buffered_bytes_max {
+            return Err(Closed::Malformed(FrameError::TooLarge {
+                len: u64::from(head.body_len),
+                max: limits.buffered_bytes_max as u64,
+            }));
+        }
+        let permits = u32::try_from(len).unwrap_or(u32::MAX);
+        let _share = buffered
+            .acquire_many(permits)
+            .await
+            .map_err(|_| Closed::Gone)?;
+        let mut body = vec![0u8; len];
+        rd.read_exact(&mut body).await.map_err(|_| Closed::Gone)?;
+        Ok((head, body))
+    };
+    match tokio::time::timeout(limits.frame_timeout, rest).await {
+        Err(_) => Err(Closed::Slow),
+        Ok(result) => result,
+    }
+}
+
+/// Whether `op` is a peer broker's Raft traffic (never held back by the in-flight cap).
+fn is_raft(op: Op) -> bool {
+    matches!(
+        op,
+        Op::Vote | Op::AppendEntries | Op::Snapshot | Op::TransferLeader
+    )
+}
+
 /// Reads requests from one connection, serves each on its own task, writes responses back in
-/// whatever order they finish. A malformed frame closes the connection.
+/// whatever order they finish. A malformed frame, a frame not finished in time, or a
+/// connection idle for too long closes the connection.
 async fn serve_conn(
     stream: TcpStream,
     handler: Arc<dyn Handler>,
-    frame_bytes_max: u32,
+    limits: ServerLimits,
+    buffered: Arc<tokio::sync::Semaphore>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let (mut rd, wr) = stream.into_split();
-    let (tx, writer) = spawn_writer(wr);
+    use bytes::Buf;
+    let from = stream.peer_addr().ok();
+    let (mut rd, mut wr) = stream.into_split();
+    // Answers go out in the order they finish; each holds its request's in-flight slot until
+    // it is written.
+    let (tx, mut rx) =
+        mpsc::unbounded_channel::<(OutFrame, Option<tokio::sync::OwnedSemaphorePermit>)>();
+    let writer = tokio::spawn(async move {
+        while let Some((frame, slot)) = rx.recv().await {
+            let mut bytes = (&frame.head[..]).chain(&frame.body[..]);
+            if wr.write_all_buf(&mut bytes).await.is_err() {
+                break;
+            }
+            drop(slot);
+        }
+    });
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(limits.in_flight_max));
     let turns = Turns::new();
     loop {
         let next = tokio::select! {
             _ = shutdown.changed() => break,
-            f = read_frame(&mut rd, frame_bytes_max) => f,
+            f = read_request(&mut rd, &limits, &buffered) => f,
         };
-        match next {
-            Ok(Some((head, body))) if head.kind == Kind::Request => {
-                let (handler, tx) = (Arc::clone(&handler), tx.clone());
-                let turn = turns.issue();
-                tokio::spawn(async move {
-                    let response = handler.handle(head.op, body, turn).await;
-                    let _ = tx
-                        .send(OutFrame::new(
-                            Kind::Response,
-                            head.op,
-                            head.request_id,
-                            response,
-                        ))
-                        .await;
-                });
-            }
-            Ok(None) => break,
-            Ok(Some(_)) => {
-                tracing::warn!("a response arrived on a server connection; closing it");
+        let (head, body) = match next {
+            Ok(frame) => frame,
+            Err(Closed::Gone) => break,
+            Err(Closed::Idle) => {
+                tracing::debug!(?from, "idle connection closed");
                 break;
             }
-            Err(FrameReadError::Frame(e)) => {
-                tracing::warn!(error = %e, "malformed frame; closing the connection");
+            Err(Closed::Slow) => {
+                tracing::warn!(?from, "connection closed: a frame was not finished in time");
                 break;
             }
-            Err(FrameReadError::Io(_)) => break,
+            Err(Closed::Malformed(e)) => {
+                tracing::warn!(?from, error = %e, "malformed frame; closing the connection");
+                break;
+            }
+        };
+        if head.kind != Kind::Request {
+            tracing::warn!(
+                ?from,
+                "a response arrived on a server connection; closing it"
+            );
+            break;
         }
+        // A client with `in_flight_max` answers unwritten is not read from until one drains.
+        let slot = if is_raft(head.op) {
+            None
+        } else {
+            let acquired = tokio::select! {
+                _ = shutdown.changed() => break,
+                p = Arc::clone(&in_flight).acquire_owned() => p,
+            };
+            match acquired {
+                Ok(slot) => Some(slot),
+                Err(_) => break,
+            }
+        };
+        let (handler, tx) = (Arc::clone(&handler), tx.clone());
+        let turn = turns.issue();
+        tokio::spawn(async move {
+            let response = handler.handle(head.op, body, turn).await;
+            let frame = OutFrame::new(Kind::Response, head.op, head.request_id, response);
+            let _ = tx.send((frame, slot));
+        });
     }
     drop(tx);
     writer.abort();
