@@ -1229,8 +1229,27 @@ fn the_tutorial_runs_through_the_cli_against_three_broker_processes() {
     with_joiner.push(fourth);
     let _joiner = spawn_broker_with(4, &with_joiner, dir.path(), false, &["--join"]);
     let joiner = with_joiner[3].to_string();
-    // Until its registration is through, a new topic is spread over the three founders only:
-    // such a topic is deleted and created again.
+    // Wait for the join: broker 1, which the create below goes to and which spreads the topic
+    // by its own catalog, names broker 4 among the cluster's brokers.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let through_1 = addrs[0];
+    retry(
+        Duration::from_secs(30),
+        "broker 1 to know the joined broker",
+        || {
+            runtime.block_on(async {
+                let client = replog::Client::connect(&[through_1], replog::ClientConfig::default())
+                    .await
+                    .ok()?;
+                let brokers = client.brokers().await.ok()?;
+                brokers.iter().any(|(id, _)| *id == 4).then_some(())
+            })
+        },
+    );
+    drop(runtime);
     let spread = [
         "topics",
         "--bootstrap-server",
@@ -1243,6 +1262,8 @@ fn the_tutorial_runs_through_the_cli_against_three_broker_processes() {
         "--replication-factor",
         "2",
     ];
+    let (ok, created, err) = cli(&spread, "");
+    assert!(ok, "create said {created}{err}");
     let describe_spread = [
         "topics",
         "--bootstrap-server",
@@ -1251,40 +1272,20 @@ fn the_tutorial_runs_through_the_cli_against_three_broker_processes() {
         "--topic",
         "spread",
     ];
-    let delete_spread = [
-        "topics",
-        "--bootstrap-server",
-        &joiner,
-        "--delete",
-        "--topic",
-        "spread",
-    ];
-    let on_4 = |line: &str| {
-        line.split("Replicas: ")
-            .nth(1)
-            .and_then(|r| r.split_whitespace().next())
-            .is_some_and(|r| r.split(',').any(|b| b == "4"))
-    };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let described = loop {
-        let (_, created, create_err) = cli(&spread, "");
-        let (ok, out, err) = cli(&describe_spread, "");
-        let lines: Vec<&str> = out.lines().filter(|l| l.contains("Replicas:")).collect();
-        if ok && lines.len() == 4 {
-            // Four brokers, four partitions: each broker is the first replica of one.
-            if lines.iter().any(|l| l.contains("Replicas: 4,")) {
-                break out;
-            }
-            if !lines.iter().any(|l| on_4(l)) {
-                let _ = cli(&delete_spread, "");
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no topic spread over four: create said {created}{create_err}; describe said {out}{err}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    // The joiner names the topic once it has applied the command.
+    let described = retry(
+        Duration::from_secs(20),
+        "the joiner to describe the topic",
+        || {
+            let (ok, out, _) = cli(&describe_spread, "");
+            (ok && out.lines().filter(|l| l.contains("Replicas:")).count() == 4).then_some(out)
+        },
+    );
+    // Four brokers, four partitions: each broker is the first replica of one.
+    assert!(
+        described.lines().any(|l| l.contains("Replicas: 4,")),
+        "spread over all four: {described}"
+    );
     assert_eq!(described.lines().count(), 4, "{described}");
 
     // Partition 0 moves to the two brokers that do not host it.
