@@ -129,6 +129,32 @@ impl PartitionLog {
         }
     }
 
+    /// The bytes of frames after the entry at `log_index`: what a replica that holds the log up
+    /// to `log_index` lacks. An upper bound, counted from the index point at or before the next
+    /// entry (at most `index_interval_bytes` early); the whole log if `log_index` is below it.
+    pub(crate) fn bytes_after(&self, log_index: u64) -> u64 {
+        let next = log_index.saturating_add(1);
+        if next >= self.next_log_index().get() {
+            return 0;
+        }
+        let segs = self.segments.read();
+        let first = segs
+            .partition_point(|s| s.base_log_index <= next)
+            .saturating_sub(1);
+        segs.iter()
+            .enumerate()
+            .skip(first)
+            .map(|(i, s)| {
+                let from = if i == first {
+                    s.seek_log_index(next)
+                } else {
+                    SEGMENT_HEADER_LEN
+                };
+                s.data_len().saturating_sub(from) as u64
+            })
+            .sum()
+    }
+
     /// Reads entries (data and control) with log indices in `[from, to)`, at most `max_bytes`
     /// of frames, except that the first entry is returned whatever its size (at least one entry
     /// if any is in range).
@@ -233,6 +259,24 @@ impl Iterator for LogIter<'_> {
 mod tests {
     use super::super::test_util::{fill, small, values};
     use super::*;
+
+    #[test]
+    fn bytes_after_counts_what_a_replica_at_an_index_lacks() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = PartitionLog::open(dir.path(), crate::LogConfig::default()).unwrap();
+        // Records over the index interval (4 KiB), so that every frame has an index point.
+        let record = || Record::new(vec![1u8; 10_000]);
+        let a = log.append(&[record()]).unwrap();
+        let b = log.append(&[record(), record()]).unwrap();
+        let end = log.next_log_index().get() - 1;
+        assert_eq!(log.bytes_after(end), 0, "the last entry: nothing lacking");
+        let after_a = log.bytes_after(a.log_index.get());
+        assert!(
+            (20_000..30_000).contains(&after_a),
+            "b's two records lie after a: {after_a}"
+        );
+        assert!(b.log_index.get() == end);
+    }
     use crate::config::LogConfig;
 
     #[test]

@@ -9,7 +9,7 @@ use crate::protocol::{MetadataRequest, MetadataResponse, PartitionMetadata};
 use crate::transport::frame::Op;
 use crate::types::{NodeId, Offset, PartitionId};
 
-use super::{Broker, HostedReplica, ISR_LAG_ENTRIES_MAX, PartitionStatus};
+use super::{Broker, HostedReplica, ISR_LAG_ENTRIES_MAX, ISR_LAG_REQUESTS_MAX, PartitionStatus};
 
 impl Broker {
     /// See [`Node::status`].
@@ -49,19 +49,29 @@ impl Broker {
     ) -> PartitionMetadata {
         let state = group.raft.state();
         let last = state.last_log_index.unwrap_or(0);
-        // In sync: the leader, and followers that are at most ISR_LAG_ENTRIES_MAX entries
-        // behind and acknowledged the leader within two election timeouts.
+        // In sync: the leader, and followers that are at most ISR_LAG_ENTRIES_MAX entries and
+        // ISR_LAG_REQUESTS_MAX full replication requests of bytes behind, and acknowledged the
+        // leader within two election timeouts (a follower far behind in bytes with few large
+        // entries is not in sync, however often it answers).
         let silence_max = Duration::from_millis(self.config.election_timeout_ms * 2);
+        let bytes_max =
+            (self.config.payload_bytes_max() as u64).saturating_mul(ISR_LAG_REQUESTS_MAX);
+        let log = group.store.log();
         let isr = state
             .members
             .map(|members| {
                 members
                     .into_iter()
                     .filter(|(id, m)| {
-                        let behind = last.saturating_sub(m.matched.unwrap_or(0));
-                        let heard =
-                            *id == self.config.id || m.ack_age.is_some_and(|age| age < silence_max);
-                        behind <= ISR_LAG_ENTRIES_MAX && heard
+                        if *id == self.config.id {
+                            return true;
+                        }
+                        let matched = m.matched.unwrap_or(0);
+                        let behind = last.saturating_sub(matched);
+                        let heard = m.ack_age.is_some_and(|age| age < silence_max);
+                        heard
+                            && behind <= ISR_LAG_ENTRIES_MAX
+                            && (behind == 0 || log.bytes_after(matched) <= bytes_max)
                     })
                     .map(|(id, _)| id)
                     .collect()

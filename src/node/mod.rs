@@ -67,6 +67,9 @@ const META_RECORD_BYTES_MAX: u32 = 1 << 20;
 /// A follower at most this many entries behind the leader counts as in sync.
 const ISR_LAG_ENTRIES_MAX: u64 = 1000;
 
+/// ... and at most this many full replication requests of bytes behind it.
+const ISR_LAG_REQUESTS_MAX: u64 = 4;
+
 /// This broker's replica of one partition's Raft group (or of the metadata group): the group's
 /// Raft handle, its log store and state machine.
 struct HostedReplica {
