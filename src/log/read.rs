@@ -61,9 +61,8 @@ impl PartitionLog {
                 {
                     return Ok(false);
                 }
-                // Within `max_bytes`, but never fewer than one batch.
                 let len = h.frame_len();
-                if !out.is_empty() && bytes.saturating_add(len) > max_bytes {
+                if !within(out.len(), bytes, len, max_bytes) {
                     return Ok(false);
                 }
                 out.push(s.batch(pos, h)?);
@@ -196,10 +195,8 @@ impl PartitionLog {
                 if h.log_index < want {
                     return Ok(true);
                 }
-                // Within the budget, but never fewer than one entry: an entry larger than the
-                // budget goes alone.
                 let len = h.frame_len();
-                if !out.is_empty() && bytes.saturating_add(len) > max_bytes {
+                if !within(out.len(), bytes, len, max_bytes) {
                     return Ok(false);
                 }
                 out.push(s.batch(pos, h)?);
@@ -210,6 +207,13 @@ impl PartitionLog {
         )?;
         Ok(out)
     }
+}
+
+/// Whether a frame of `len` bytes joins a read that holds `taken` frames of `bytes` bytes
+/// within `max_bytes`: it does if it fits, and the first frame always does (one larger than the
+/// budget goes alone).
+fn within(taken: usize, bytes: usize, len: usize, max_bytes: usize) -> bool {
+    taken == 0 || bytes.saturating_add(len) <= max_bytes
 }
 
 /// Iterator over a log's records; see [`PartitionLog::iter`].

@@ -110,18 +110,21 @@ pub(crate) fn spawn_server(
 
 /// Writes the frames sent into the returned channel to `wr`, in order, until the channel closes
 /// or a write fails; the task's end tells which connection half died.
-fn spawn_writer(
+/// Each frame comes with a value that is dropped once the frame is written (a server's
+/// in-flight slot for the request it answers).
+fn spawn_writer<T: Send + 'static>(
     mut wr: tokio::net::tcp::OwnedWriteHalf,
-) -> (mpsc::Sender<OutFrame>, tokio::task::JoinHandle<()>) {
+) -> (mpsc::Sender<(OutFrame, T)>, tokio::task::JoinHandle<()>) {
     use bytes::Buf;
-    let (tx, mut rx) = mpsc::channel::<OutFrame>(1024);
+    let (tx, mut rx) = mpsc::channel::<(OutFrame, T)>(1024);
     let writer = tokio::spawn(async move {
-        while let Some(frame) = rx.recv().await {
+        while let Some((frame, held)) = rx.recv().await {
             // Header and body in one vectored write where the socket takes it.
             let mut bytes = (&frame.head[..]).chain(&frame.body[..]);
             if wr.write_all_buf(&mut bytes).await.is_err() {
                 break;
             }
+            drop(held);
         }
     });
     (tx, writer)
@@ -199,22 +202,11 @@ async fn serve_conn(
     buffered: Arc<tokio::sync::Semaphore>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    use bytes::Buf;
     let from = stream.peer_addr().ok();
-    let (mut rd, mut wr) = stream.into_split();
+    let (mut rd, wr) = stream.into_split();
     // Answers go out in the order they finish; each holds its request's in-flight slot until
     // it is written.
-    let (tx, mut rx) =
-        mpsc::unbounded_channel::<(OutFrame, Option<tokio::sync::OwnedSemaphorePermit>)>();
-    let writer = tokio::spawn(async move {
-        while let Some((frame, slot)) = rx.recv().await {
-            let mut bytes = (&frame.head[..]).chain(&frame.body[..]);
-            if wr.write_all_buf(&mut bytes).await.is_err() {
-                break;
-            }
-            drop(slot);
-        }
-    });
+    let (tx, writer) = spawn_writer::<Option<tokio::sync::OwnedSemaphorePermit>>(wr);
     let in_flight = Arc::new(tokio::sync::Semaphore::new(limits.in_flight_max));
     let turns = Turns::new();
     loop {
@@ -263,7 +255,7 @@ async fn serve_conn(
         tokio::spawn(async move {
             let response = handler.handle(head.op, body, turn).await;
             let frame = OutFrame::new(Kind::Response, head.op, head.request_id, response);
-            let _ = tx.send((frame, slot));
+            let _ = tx.send((frame, slot)).await;
         });
     }
     drop(tx);
@@ -300,7 +292,7 @@ type Pending = Arc<parking_lot::Mutex<HashMap<u64, oneshot::Sender<Vec<u8>>>>>;
 struct Conn {
     /// The address it connects to: a connection to a peer's old address is not reused.
     addr: SocketAddr,
-    tx: mpsc::Sender<OutFrame>,
+    tx: mpsc::Sender<(OutFrame, ())>,
     pending: Pending,
     next_id: AtomicU64,
     alive: Arc<AtomicBool>,
@@ -345,7 +337,7 @@ impl Peer {
         conn.pending.lock().insert(id, otx);
         if conn
             .tx
-            .send(OutFrame::new(Kind::Request, op, id, body))
+            .send((OutFrame::new(Kind::Request, op, id, body), ()))
             .await
             .is_err()
         {

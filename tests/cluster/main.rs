@@ -1965,21 +1965,7 @@ async fn an_oversized_batch_is_refused_before_raft_and_the_partition_keeps_worki
     }
     // The group still runs: its leader (the same one, unless an election ran meanwhile) takes
     // the next write; before, no replica of it ever led again.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let now = leader_of(&nodes, 0).await;
-        match node_ref(&nodes, now)
-            .append(TOPIC, 0, &[Record::new("after")])
-            .await
-        {
-            Ok(_) => break,
-            Err(Error::NotLeader { .. } | Error::TryAgain { .. }) => {
-                assert!(Instant::now() < deadline, "the partition takes no write");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            Err(e) => panic!("the write after the refusals failed: {e}"),
-        }
-    }
+    append_to_leader(&nodes, &[Record::new("after")]).await;
 
     // A client configured with larger limits than the brokers: the broker's refusal comes back
     // typed, at once (far below the delivery timeout), and nothing was written.
