@@ -22,15 +22,13 @@
 //! case, prefixed `latency`. A case excluded by a criterion filter neither runs nor prints.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::hint::black_box;
-use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use replog::{
-    Client, ClientConfig, Durability, LogConfig, Node, NodeConfig, PartitionLog, Producer,
+    Client, ClientConfig, Durability, LocalCluster, LogConfig, Node, PartitionLog, Producer,
     ProducerConfig, Record,
 };
 use support::{group, timed_local_appends};
@@ -64,39 +62,19 @@ fn log_config() -> LogConfig {
     log
 }
 
-/// Three nodes in one process, each with its own data directory under one tempdir.
+/// Three nodes in one process ([`LocalCluster`]), each with its own data directory under one
+/// tempdir.
 struct Cluster {
-    nodes: Vec<Arc<Node>>,
-    leader: usize,
+    cluster: LocalCluster,
+    leader: Arc<Node>,
     _dir: tempfile::TempDir,
-}
-
-/// Ports the OS hands out for 127.0.0.1:0, all bound at once (so they differ), then released.
-fn free_addrs(n: usize) -> Vec<SocketAddr> {
-    let listeners: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"))
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().expect("local_addr"))
-        .collect()
 }
 
 impl Cluster {
     /// Starts three brokers; with `retention_bytes`, each applies it twice a second.
     async fn start(durability: Durability, retention_bytes: Option<u64>) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
-        let addrs = free_addrs(3);
-        let ids: Vec<u64> = (1..=3).collect();
-        let mut nodes = Vec::new();
-        for (i, id) in ids.iter().copied().enumerate() {
-            let peers: BTreeMap<u64, SocketAddr> = ids
-                .iter()
-                .copied()
-                .zip(addrs.iter().copied())
-                .filter(|(peer, _)| *peer != id)
-                .collect();
-            let mut c = NodeConfig::new(id, addrs[i], peers, dir.path().join(format!("n{id}")));
+        let cluster = LocalCluster::start(3, dir.path(), |c| {
             c.topics = vec![(TOPIC.into(), 1)];
             c.heartbeat_interval_ms = 100;
             c.election_timeout_ms = 1000;
@@ -106,47 +84,28 @@ impl Cluster {
             if retention_bytes.is_some() {
                 c.retention_check_ms = 500;
             }
-            nodes.push(Arc::new(Node::start(c).await.expect("Node::start")));
-        }
-        let leader = wait_for_leader(&nodes).await;
+        })
+        .await
+        .expect("LocalCluster::start");
+        let leaders = cluster
+            .wait_for_leaders(TOPIC, 1, LEADER_WAIT)
+            .await
+            .expect("a leader");
+        let leader = cluster.shared(leaders[0]).expect("the leader runs");
         Cluster {
-            nodes,
+            cluster,
             leader,
             _dir: dir,
         }
     }
 
     fn leader(&self) -> &Arc<Node> {
-        &self.nodes[self.leader]
+        &self.leader
     }
 
     async fn shutdown(self) {
-        for node in self.nodes {
-            let node = Arc::try_unwrap(node).expect("no append task still holds the node");
-            node.shutdown().await.expect("Node::shutdown");
-        }
-    }
-}
-
-/// Polls every node's status until all of them name the same leader; returns its index.
-async fn wait_for_leader(nodes: &[Arc<Node>]) -> usize {
-    let deadline = Instant::now() + LEADER_WAIT;
-    loop {
-        let leaders: Vec<Option<u64>> = nodes
-            .iter()
-            .map(|n| n.status(TOPIC, 0).expect("status").leader)
-            .collect();
-        if let Some(Some(l)) = leaders.first()
-            && leaders.iter().all(|x| *x == Some(*l))
-            && let Some(i) = nodes.iter().position(|n| n.id() == *l)
-        {
-            return i;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no agreed leader within {LEADER_WAIT:?}: {leaders:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        drop(self.leader);
+        self.cluster.shutdown().await.expect("shutdown");
     }
 }
 
@@ -367,10 +326,8 @@ fn produce(c: &mut Criterion) {
                 let mut producer = producer.borrow_mut();
                 let (_, producer) = producer.get_or_insert_with(|| {
                     rt.block_on(async {
-                        let addrs: Vec<SocketAddr> =
-                            cluster.nodes.iter().map(|n| n.addr()).collect();
                         let client = Arc::new(
-                            Client::connect(&addrs, ClientConfig::default())
+                            Client::connect(&cluster.cluster.addrs(), ClientConfig::default())
                                 .await
                                 .expect("connect"),
                         );

@@ -11,7 +11,7 @@ use crate::segment::format::{
 ///
 /// Build it from [`LogConfig::default`] and set the fields you need; [`LogConfig::validate`]
 /// runs on open.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LogConfig {
     /// Capacity of one segment file, header included. A segment rolls when the next batch does
@@ -47,9 +47,6 @@ pub struct LogConfig {
     /// blocks of an unlinked file are. A file is recycled only when no reader still holds a
     /// view of it.
     pub recycle_segments: usize,
-    /// Fault injection for tests (`failpoints` feature).
-    #[cfg(any(test, feature = "failpoints"))]
-    pub faults: Option<std::sync::Arc<crate::env::FaultInjector>>,
 }
 
 impl Default for LogConfig {
@@ -63,8 +60,6 @@ impl Default for LogConfig {
             retention_ms: None,
             preallocate: Preallocate::default(),
             recycle_segments: 2,
-            #[cfg(any(test, feature = "failpoints"))]
-            faults: None,
         }
     }
 }

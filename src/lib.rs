@@ -87,8 +87,8 @@
 //!
 //! # Cargo features
 //!
-//! - `failpoints`: fault injection for tests: in the file layer (`LogConfig::faults`) and on
-//!   the network between brokers (`NodeConfig::net_faults`).
+//! - `failpoints`: fault injection for tests, passed in through an [`Env`]: in the file layer
+//!   ([`Env::with_disk_faults`]) and on the network between brokers ([`Env::with_net_faults`]).
 //!
 //! # Files
 //!
@@ -121,7 +121,7 @@ pub mod format {
 
 pub use client::{Client, ClientConfig, Delivery, PartitionDescription, RouteStep};
 pub use config::LogConfig;
-pub use env::FaultPoint;
+pub use env::{Env, FaultPoint};
 #[cfg(any(test, feature = "failpoints"))]
 pub use env::{FaultInjector, NetFaults, PowerLoss};
 pub use error::{CorruptKind, Error, Result};

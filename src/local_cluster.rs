@@ -4,8 +4,10 @@
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::env::Env;
 use crate::error::{Error, Result};
 use crate::node::{Node, NodeConfig};
 use crate::types::NodeId;
@@ -36,7 +38,8 @@ use crate::types::NodeId;
 #[derive(Debug)]
 pub struct LocalCluster {
     configs: Vec<NodeConfig>,
-    nodes: Vec<Option<Node>>,
+    envs: Vec<Env>,
+    nodes: Vec<Option<Arc<Node>>>,
 }
 
 impl LocalCluster {
@@ -67,7 +70,23 @@ impl LocalCluster {
     pub async fn start_on(
         listeners: Vec<TcpListener>,
         dir: &Path,
+        configure: impl FnMut(&mut NodeConfig),
+    ) -> Result<LocalCluster> {
+        LocalCluster::start_in(listeners, dir, configure, |_| Env::default()).await
+    }
+
+    /// [`start_on`](Self::start_on) with broker `id` in the environment `env(id)` (for
+    /// tests: each broker's disk faults, the network faults between them). A broker
+    /// [`restart`](Self::restart)ed keeps its environment.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    pub async fn start_in(
+        listeners: Vec<TcpListener>,
+        dir: &Path,
         mut configure: impl FnMut(&mut NodeConfig),
+        mut env: impl FnMut(NodeId) -> Env,
     ) -> Result<LocalCluster> {
         let addrs = listeners
             .iter()
@@ -75,6 +94,7 @@ impl LocalCluster {
             .collect::<std::io::Result<Vec<_>>>()?;
         let mut cluster = LocalCluster {
             configs: Vec::new(),
+            envs: Vec::new(),
             nodes: Vec::new(),
         };
         for ((id, addr), listener) in (1u64..).zip(&addrs).zip(listeners) {
@@ -85,10 +105,12 @@ impl LocalCluster {
                 .collect();
             let mut config = NodeConfig::new(id, *addr, peers, dir.join(id.to_string()));
             configure(&mut config);
-            match Node::start_on(config.clone(), listener).await {
+            let env = env(id);
+            match Node::start_in(config.clone(), env.clone(), Some(listener)).await {
                 Ok(node) => {
                     cluster.configs.push(config);
-                    cluster.nodes.push(Some(node));
+                    cluster.envs.push(env);
+                    cluster.nodes.push(Some(Arc::new(node)));
                 }
                 Err(e) => {
                     let _ = cluster.shutdown().await;
@@ -106,12 +128,20 @@ impl LocalCluster {
 
     /// The running brokers.
     pub fn nodes(&self) -> impl Iterator<Item = &Node> {
-        self.nodes.iter().flatten()
+        self.nodes.iter().flatten().map(|n| &**n)
     }
 
     /// Broker `id`, unless it is stopped.
     pub fn node(&self, id: NodeId) -> Option<&Node> {
-        self.nodes.get(index(id)?)?.as_ref()
+        self.nodes.get(index(id)?)?.as_deref()
+    }
+
+    /// Broker `id` as a handle that tasks spawned on the runtime can own (a borrow from
+    /// [`node`](Self::node) cannot outlive the cluster). Drop every such handle before the
+    /// broker is stopped: [`stop`](Self::stop) and [`shutdown`](Self::shutdown) refuse a
+    /// broker still shared.
+    pub fn shared(&self, id: NodeId) -> Option<Arc<Node>> {
+        self.nodes.get(index(id)?)?.clone()
     }
 
     /// The configuration broker `id` was started with.
@@ -128,11 +158,19 @@ impl LocalCluster {
     ///
     /// # Errors
     ///
-    /// What [`Node::shutdown`] returns.
+    /// What [`Node::shutdown`] returns; [`Error::InvalidConfig`] if a handle from
+    /// [`shared`](Self::shared) is still held (the broker keeps running).
     pub async fn stop(&mut self, id: NodeId) -> Result<()> {
-        match index(id).and_then(|i| self.nodes.get_mut(i)?.take()) {
-            Some(node) => node.shutdown().await,
+        let Some(slot) = index(id).and_then(|i| self.nodes.get_mut(i)) else {
+            return Ok(());
+        };
+        match slot.take().map(Arc::try_unwrap) {
             None => Ok(()),
+            Some(Ok(node)) => node.shutdown().await,
+            Some(Err(node)) => {
+                *slot = Some(node);
+                Err(still_shared(id))
+            }
         }
     }
 
@@ -146,7 +184,8 @@ impl LocalCluster {
             return Err(unknown(id));
         };
         if self.nodes[i].is_none() {
-            self.nodes[i] = Some(Node::start(self.configs[i].clone()).await?);
+            let node = Node::start_in(self.configs[i].clone(), self.envs[i].clone(), None).await?;
+            self.nodes[i] = Some(Arc::new(node));
         }
         Ok(())
     }
@@ -194,11 +233,11 @@ impl LocalCluster {
     ///
     /// # Errors
     ///
-    /// The first error a broker's [`Node::shutdown`] returned.
+    /// The first error [`stop`](Self::stop) returned for a broker.
     pub async fn shutdown(mut self) -> Result<()> {
         let mut first = Ok(());
-        for node in self.nodes.iter_mut().filter_map(Option::take) {
-            let result = node.shutdown().await;
+        for id in (1..).take(self.nodes.len()) {
+            let result = self.stop(id).await;
             if first.is_ok() {
                 first = result;
             }
@@ -209,6 +248,13 @@ impl LocalCluster {
 
 fn index(id: NodeId) -> Option<usize> {
     usize::try_from(id).ok()?.checked_sub(1)
+}
+
+fn still_shared(id: NodeId) -> Error {
+    Error::InvalidConfig {
+        field: "id",
+        reason: format!("broker {id} is still shared: drop its LocalCluster::shared handles first"),
+    }
 }
 
 fn unknown(id: NodeId) -> Error {

@@ -1,7 +1,7 @@
 //! Fault injection for the file layer, for tests (`failpoints` feature).
 //!
-//! A [`FaultInjector`] is attached to one log through `LogConfig::faults`, so tests that run in
-//! parallel do not see each other's faults. The log consults it through [`Faults`], which is
+//! A [`FaultInjector`] is given to the logs of one environment (`Env::with_disk_faults`), so
+//! tests that run in parallel do not see each other's faults. The log consults it through [`Faults`], which is
 //! empty (and free) without the feature.
 
 use std::io;

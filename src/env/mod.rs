@@ -23,6 +23,67 @@ pub use net_faults::NetFaults;
 #[cfg(any(test, feature = "failpoints"))]
 pub(crate) use net_faults::Verdict;
 
+/// What a log or a broker takes from its surroundings besides its configuration: the fault
+/// hooks a test injects (`failpoints` feature), passed in beside the configuration so that a
+/// configuration stays plain data (cloned, compared, printed) and never carries a test's
+/// state. `Env::default()` is the real machine: no faults.
+///
+/// Given to [`PartitionLog::open_in`](crate::PartitionLog::open_in),
+/// [`Node::start_in`](crate::Node::start_in) and
+/// [`LocalCluster::start_in`](crate::LocalCluster::start_in).
+#[derive(Clone, Debug, Default)]
+pub struct Env {
+    #[cfg(any(test, feature = "failpoints"))]
+    disk: Option<std::sync::Arc<FaultInjector>>,
+    #[cfg(any(test, feature = "failpoints"))]
+    net: Option<std::sync::Arc<NetFaults>>,
+}
+
+impl Env {
+    /// This environment with `faults` deciding which file operations of its logs fail and what
+    /// a simulated power loss takes away. Every log opened in it shares the injector.
+    #[cfg(any(test, feature = "failpoints"))]
+    #[must_use]
+    pub fn with_disk_faults(mut self, faults: std::sync::Arc<FaultInjector>) -> Env {
+        self.disk = Some(faults);
+        self
+    }
+
+    /// This environment with `faults` deciding the fate of every Raft message between this
+    /// broker and the others (not of client traffic).
+    #[cfg(any(test, feature = "failpoints"))]
+    #[must_use]
+    pub fn with_net_faults(mut self, faults: std::sync::Arc<NetFaults>) -> Env {
+        self.net = Some(faults);
+        self
+    }
+
+    /// This environment without its disk faults (the broker's metadata log is never
+    /// impaired: it is the catalog every replica starts from).
+    pub(crate) fn without_disk_faults(&self) -> Env {
+        Env {
+            #[cfg(any(test, feature = "failpoints"))]
+            disk: None,
+            #[cfg(any(test, feature = "failpoints"))]
+            net: self.net.clone(),
+        }
+    }
+
+    /// The disk faults a log opened here consults (none without the feature).
+    pub(crate) fn disk_faults(&self) -> Faults {
+        #[cfg(any(test, feature = "failpoints"))]
+        return Faults::new(self.disk.clone());
+        #[cfg(not(any(test, feature = "failpoints")))]
+        Faults::default()
+    }
+
+    /// The network faults between brokers, if any.
+    #[cfg(any(test, feature = "failpoints"))]
+    pub(crate) fn net_faults(&self) -> Option<std::sync::Arc<NetFaults>> {
+        self.net.clone()
+    }
+}
+
 /// Creates `dir` and its parents if missing; an error names the directory.
 pub(crate) fn create_dir_all(dir: &Path) -> io::Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| {

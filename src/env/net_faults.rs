@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 /// Decides which broker-to-broker messages of an in-process cluster are lost or late, for
 /// tests (`failpoints` feature). One injector is shared by every broker of the cluster through
-/// `NodeConfig::net_faults`; it acts on Raft traffic between brokers, not on clients.
+/// `Env::with_net_faults`; it acts on Raft traffic between brokers, not on clients.
 ///
 /// A lost request is never delivered; a lost response belongs to a request that *was*
 /// delivered and processed. Either way the sender waits out its timeout, as it would on a real

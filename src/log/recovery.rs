@@ -12,7 +12,7 @@ use parking_lot::{Mutex, RwLock};
 use super::{PartitionLog, Writer};
 use crate::config::LogConfig;
 use crate::dirlock::DirLock;
-use crate::env::Faults;
+use crate::env::Env;
 use crate::env::sync_dir;
 #[cfg(doc)]
 use crate::error::Error;
@@ -35,6 +35,16 @@ impl PartitionLog {
     ///   after it (not synced before a crash), invalid data is a torn tail: the log ends there.
     /// - [`Error::Io`] for operating-system errors.
     pub fn open(dir: impl AsRef<Path>, config: LogConfig) -> Result<Self> {
+        PartitionLog::open_in(dir, config, &Env::default())
+    }
+
+    /// [`open`](Self::open) in the environment `env` (for tests: the disk faults its file
+    /// operations meet).
+    ///
+    /// # Errors
+    ///
+    /// As [`open`](Self::open).
+    pub fn open_in(dir: impl AsRef<Path>, config: LogConfig, env: &Env) -> Result<Self> {
         config.validate()?;
         let dir = dir.as_ref().to_path_buf();
         crate::env::create_dir_all(&dir)?;
@@ -47,7 +57,7 @@ impl PartitionLog {
                 record_bytes_max: config.record_bytes_max,
                 batch_bytes_max: config.batch_bytes_max,
             },
-            faults: log_faults(&config),
+            faults: env.disk_faults(),
         };
         let bases = drop_segments_before_restart(&dir, list_segments(&dir)?)?;
         let (segments, handle, recovery) = match bases.split_last() {
@@ -189,14 +199,6 @@ fn list_segments(dir: &Path) -> Result<Vec<u64>> {
     Ok(bases)
 }
 
-/// The faults a log consults: those its config was given (`failpoints` feature), or none.
-fn log_faults(_config: &LogConfig) -> Faults {
-    #[cfg(any(test, feature = "failpoints"))]
-    return Faults::new(_config.faults.clone());
-    #[cfg(not(any(test, feature = "failpoints")))]
-    Faults::default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::test_util::{fill, small, small_with_faults, values};
@@ -220,8 +222,8 @@ mod tests {
     #[test]
     fn a_power_loss_takes_what_was_not_synced_and_nothing_else() {
         let dir = tempfile::tempdir().unwrap();
-        let (faults, cfg) = small_with_faults();
-        let log = PartitionLog::open(dir.path(), cfg.clone()).unwrap();
+        let (faults, cfg, env) = small_with_faults();
+        let log = PartitionLog::open_in(dir.path(), cfg.clone(), &env).unwrap();
         fill(&log, 3);
         log.flush().unwrap();
         let kept = log.end_offset();
@@ -234,7 +236,7 @@ mod tests {
         drop(log);
         let lost = loss.apply().unwrap();
         faults.clear();
-        let log = PartitionLog::open(dir.path(), cfg).unwrap();
+        let log = PartitionLog::open_in(dir.path(), cfg, &env).unwrap();
         let end = log.end_offset();
         // Rolls sync sealed segments in the background, so some may have been synced: at
         // least the flushed records survive, and never more than was written.

@@ -157,8 +157,8 @@ mod tests {
     #[test]
     fn failed_roll_keeps_the_log_usable() {
         let dir = tempfile::tempdir().unwrap();
-        let (faults, cfg) = small_with_faults();
-        let log = PartitionLog::open(dir.path(), cfg).unwrap();
+        let (faults, cfg, env) = small_with_faults();
+        let log = PartitionLog::open_in(dir.path(), cfg, &env).unwrap();
         faults.fail_always(FaultPoint::Preallocate, std::io::ErrorKind::StorageFull);
         let mut failed = 0;
         for i in 0..40 {
@@ -183,8 +183,8 @@ mod tests {
     #[test]
     fn a_roll_that_fails_after_creating_the_file_latches() {
         let dir = tempfile::tempdir().unwrap();
-        let (faults, cfg) = small_with_faults();
-        let log = PartitionLog::open(dir.path(), cfg.clone()).unwrap();
+        let (faults, cfg, env) = small_with_faults();
+        let log = PartitionLog::open_in(dir.path(), cfg.clone(), &env).unwrap();
         faults.fail_times(FaultPoint::SyncDir, std::io::ErrorKind::Other, 1);
         let mut appended = 0u64;
         let err = loop {
@@ -201,7 +201,7 @@ mod tests {
             Err(Error::PreviousIo)
         ));
         drop(log);
-        let log = PartitionLog::open(dir.path(), cfg).unwrap();
+        let log = PartitionLog::open_in(dir.path(), cfg, &env).unwrap();
         assert_eq!(values(&log, 0).len() as u64, appended);
         log.append(&[Record::new("after")]).unwrap();
         assert_eq!(log.end_offset(), Offset(appended + 1));

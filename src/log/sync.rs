@@ -139,8 +139,8 @@ mod tests {
     #[test]
     fn failed_sync_latches_until_reopen() {
         let dir = tempfile::tempdir().unwrap();
-        let (faults, cfg) = small_with_faults();
-        let log = PartitionLog::open(dir.path(), cfg.clone()).unwrap();
+        let (faults, cfg, env) = small_with_faults();
+        let log = PartitionLog::open_in(dir.path(), cfg.clone(), &env).unwrap();
         fill(&log, 3);
         log.flush().unwrap();
         log.append(&[Record::new("unsynced")]).unwrap();
@@ -156,7 +156,7 @@ mod tests {
         // Reads still work.
         assert_eq!(values(&log, 0).len(), 4);
         drop(log);
-        let log = PartitionLog::open(dir.path(), cfg).unwrap();
+        let log = PartitionLog::open_in(dir.path(), cfg, &env).unwrap();
         assert!(log.end_offset() >= Offset(3), "everything flushed survives");
         log.append(&[Record::new("ok")]).unwrap();
         log.flush().unwrap();

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::PartitionLog;
 use crate::config::LogConfig;
-use crate::env::FaultInjector;
+use crate::env::{Env, FaultInjector};
 use crate::error::Result;
 use crate::segment::format::SEGMENT_HEADER_LEN;
 use crate::segment::record::Record;
@@ -23,14 +23,11 @@ pub(super) fn small() -> LogConfig {
     }
 }
 
-/// [`small`] with a fault injector attached.
-pub(super) fn small_with_faults() -> (Arc<FaultInjector>, LogConfig) {
+/// [`small`], and an environment with a fault injector to open it in.
+pub(super) fn small_with_faults() -> (Arc<FaultInjector>, LogConfig, Env) {
     let faults = FaultInjector::new();
-    let cfg = LogConfig {
-        faults: Some(Arc::clone(&faults)),
-        ..small()
-    };
-    (faults, cfg)
+    let env = Env::default().with_disk_faults(Arc::clone(&faults));
+    (faults, small(), env)
 }
 
 pub(super) fn values(log: &PartitionLog, from: u64) -> Vec<(u64, Vec<u8>)> {

@@ -203,8 +203,8 @@ mod tests {
     #[test]
     fn regression_truncated_entries_stay_gone_after_a_crash_mid_truncate() {
         let dir = tempfile::tempdir().unwrap();
-        let (faults, cfg) = small_with_faults();
-        let log = PartitionLog::open(dir.path(), cfg).unwrap();
+        let (faults, cfg, env) = small_with_faults();
+        let log = PartitionLog::open_in(dir.path(), cfg, &env).unwrap();
         for i in 0..8 {
             log.append(&[Record::new(format!("old-{i}"))]).unwrap();
         }
@@ -227,8 +227,8 @@ mod tests {
     #[test]
     fn regression_a_crash_mid_truncate_all_keeps_the_log_start() {
         let dir = tempfile::tempdir().unwrap();
-        let (faults, cfg) = small_with_faults();
-        let log = PartitionLog::open(dir.path(), cfg).unwrap();
+        let (faults, cfg, env) = small_with_faults();
+        let log = PartitionLog::open_in(dir.path(), cfg, &env).unwrap();
         fill(&log, 40);
         log.roll().unwrap();
         log.purge_to(Offset(40)).unwrap();

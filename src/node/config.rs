@@ -15,7 +15,7 @@ use super::META_RECORD_BYTES_MAX;
 pub(crate) use crate::transport::frame::REQUEST_OVERHEAD_BYTES_MAX;
 
 /// Configuration of a [`Node`](crate::Node).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct NodeConfig {
     /// This broker's id; also its Raft node id in every partition it hosts. Never reuse an id
@@ -74,9 +74,6 @@ pub struct NodeConfig {
     /// (it replicates the catalog without voting on it), and topics created from then on are
     /// spread over it too. It hosts no replica of the configured topics. Default false.
     pub join: bool,
-    /// Network fault injection between brokers, for tests (`failpoints` feature).
-    #[cfg(any(test, feature = "failpoints"))]
-    pub net_faults: Option<std::sync::Arc<crate::env::NetFaults>>,
 }
 
 impl NodeConfig {
@@ -106,8 +103,6 @@ impl NodeConfig {
             buffered_request_bytes_max: 256 << 20,
             retention_check_ms: 60_000,
             join: false,
-            #[cfg(any(test, feature = "failpoints"))]
-            net_faults: None,
         }
     }
 

@@ -11,6 +11,7 @@ use tokio::sync::watch;
 
 use crate::catalog::{CONFIGURED_TOPIC_ID, Catalog, METADATA_TOPIC};
 use crate::config::LogConfig;
+use crate::env::Env;
 use crate::error::{Error, Result};
 use crate::log::AppendInfo;
 use crate::raft::replica::{Replica, Timing};
@@ -86,6 +87,8 @@ struct HostedReplica {
 /// A broker's state, shared by [`Node`] and every task it runs.
 struct Broker {
     config: NodeConfig,
+    /// What the broker's logs and peer connections take from the machine (test faults).
+    env: Env,
     /// This broker's address, as peers and clients reach it.
     addr: SocketAddr,
     timing: Timing,
@@ -142,13 +145,7 @@ impl Node {
     /// Anything [`PartitionLog::open`](crate::PartitionLog::open) returns, and [`Error::Io`]
     /// if the address cannot be bound.
     pub async fn start(config: NodeConfig) -> Result<Node> {
-        config.validate()?;
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .map_err(|e| {
-                std::io::Error::new(e.kind(), format!("cannot listen on {}: {e}", config.listen))
-            })?;
-        Node::start_listening(config, listener).await
+        Node::start_in(config, Env::default(), None).await
     }
 
     /// [`start`](Self::start) on a listener the caller bound already (`config.listen` becomes
@@ -158,18 +155,41 @@ impl Node {
     /// # Errors
     ///
     /// As [`start`](Self::start).
-    pub async fn start_on(mut config: NodeConfig, listener: std::net::TcpListener) -> Result<Node> {
-        config.listen = listener.local_addr()?;
-        config.validate()?;
-        listener.set_nonblocking(true)?;
-        let listener = tokio::net::TcpListener::from_std(listener)?;
-        Node::start_listening(config, listener).await
+    pub async fn start_on(config: NodeConfig, listener: std::net::TcpListener) -> Result<Node> {
+        Node::start_in(config, Env::default(), Some(listener)).await
     }
 
-    async fn start_listening(
+    /// [`start`](Self::start) in the environment `env` (for tests: the disk faults of its logs,
+    /// the network faults between it and its peers), on `listener` if given (as
+    /// [`start_on`](Self::start_on)) or else on `config.listen`.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    pub async fn start_in(
         mut config: NodeConfig,
-        listener: tokio::net::TcpListener,
+        env: Env,
+        listener: Option<std::net::TcpListener>,
     ) -> Result<Node> {
+        let listener = match listener {
+            Some(listener) => {
+                config.listen = listener.local_addr()?;
+                config.validate()?;
+                listener.set_nonblocking(true)?;
+                tokio::net::TcpListener::from_std(listener)?
+            }
+            None => {
+                config.validate()?;
+                tokio::net::TcpListener::bind(config.listen)
+                    .await
+                    .map_err(|e| {
+                        std::io::Error::new(
+                            e.kind(),
+                            format!("cannot listen on {}: {e}", config.listen),
+                        )
+                    })?
+            }
+        };
         crate::env::create_dir_all(&config.data_dir)?;
         if config.log.preallocate == crate::segment::Preallocate::Auto
             && config.durability == Durability::Replicated
@@ -189,7 +209,7 @@ impl Node {
             &shutdown_rx,
         );
         #[cfg(any(test, feature = "failpoints"))]
-        let peers = peers.with_faults(config.net_faults.clone());
+        let peers = peers.with_faults(env.net_faults());
         let peers = Arc::new(peers);
         let mut founders: Vec<NodeId> = config.peers.keys().copied().collect();
         if !config.join {
@@ -208,10 +228,6 @@ impl Node {
         meta_log.record_bytes_max = META_RECORD_BYTES_MAX;
         meta_log.batch_bytes_max = META_RECORD_BYTES_MAX;
         meta_log.preallocate = crate::segment::Preallocate::Fallocate;
-        #[cfg(any(test, feature = "failpoints"))]
-        {
-            meta_log.faults = None;
-        }
         // Partition replicas with damaged files are rebuilt from their leaders; the metadata
         // replica (the catalog every replica is started from) is not.
         let open = |id: PartitionId, topic_id: u64, log: LogConfig, durability| {
@@ -220,6 +236,11 @@ impl Node {
             let me = config.id;
             let others = config.peers.keys().filter(|p| **p != me).count();
             let metadata = id.topic == METADATA_TOPIC;
+            let env = if metadata {
+                env.without_disk_faults()
+            } else {
+                env.clone()
+            };
             let spec = ReplicaSpec {
                 me,
                 timing,
@@ -228,6 +249,7 @@ impl Node {
                 topic_id,
                 dir,
                 log,
+                env,
                 durability,
                 replication_bytes_max: config.payload_bytes_max(),
             };
@@ -268,6 +290,7 @@ impl Node {
         }
         let broker = Arc::new(Broker {
             config,
+            env,
             addr,
             timing,
             peers,

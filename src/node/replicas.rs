@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::catalog::CONFIGURED_TOPIC_ID;
 use crate::config::LogConfig;
+use crate::env::Env;
 use crate::error::{Error, Result};
 use crate::log::PartitionLog;
 use crate::raft::replica::{Replica, Timing};
@@ -207,6 +208,7 @@ impl Broker {
             topic_id,
             dir: self.partition_dir(id),
             log: self.config.log.clone(),
+            env: self.env.clone(),
             durability: self.config.durability,
             replication_bytes_max: self.config.payload_bytes_max(),
         }
@@ -352,6 +354,7 @@ pub(super) struct ReplicaSpec {
     pub(super) topic_id: u64,
     pub(super) dir: PathBuf,
     pub(super) log: LogConfig,
+    pub(super) env: Env,
     pub(super) durability: Durability,
     /// The most bytes of frames one replication request carries: the receivers' frame limit
     /// less a request's own overhead.
@@ -361,14 +364,15 @@ pub(super) struct ReplicaSpec {
 /// Opens (recovering) one replica's log in its directory and starts its Raft group member.
 pub(super) async fn open_group(spec: ReplicaSpec) -> Result<Arc<HostedReplica>> {
     // Recovery reads (and may repair) files: off the runtime's threads.
-    let (dir, log, durability, budget) = (
+    let (dir, log, env, durability, budget) = (
         spec.dir,
         spec.log,
+        spec.env,
         spec.durability,
         spec.replication_bytes_max,
     );
     let (store, sm) = tokio::task::spawn_blocking(move || -> Result<(LogStore, StateMachine)> {
-        let log = PartitionLog::open(&dir, log)?;
+        let log = PartitionLog::open_in(&dir, log, &env)?;
         let store = LogStore::open(log, durability, budget)?;
         let sm = StateMachine::open(store.clone())?;
         Ok((store, sm))

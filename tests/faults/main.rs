@@ -16,7 +16,6 @@ mod history;
 #[path = "../support/ports.rs"]
 mod ports;
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,8 +24,8 @@ use std::time::{Duration, Instant};
 use history::{Op, Outcome, Replica};
 use ports::process_addrs;
 use replog::{
-    Client, ClientConfig, Durability, Error, FaultInjector, FaultPoint, LogConfig, NetFaults, Node,
-    NodeConfig, Offset, Producer, ProducerConfig, Record,
+    Client, ClientConfig, Durability, Env, Error, FaultInjector, FaultPoint, LocalCluster,
+    LogConfig, NetFaults, Node, Offset, Producer, ProducerConfig, Record,
 };
 
 const TOPIC: &str = "faults";
@@ -74,8 +73,7 @@ struct Report {
 struct Cluster {
     dir: tempfile::TempDir,
     addrs: Vec<SocketAddr>,
-    nodes: Vec<Option<Node>>,
-    durability: Durability,
+    local: LocalCluster,
     net: Arc<NetFaults>,
     /// Each broker's disk faults (shared by its partitions' logs).
     disks: Vec<Arc<FaultInjector>>,
@@ -83,9 +81,6 @@ struct Cluster {
     impaired: Vec<u64>,
     /// How many power losses happened so far; producers note it when they send.
     power_losses: Arc<AtomicU64>,
-    /// Whether the topic is created at run time (through the metadata group) rather than
-    /// configured on every broker.
-    created: bool,
     /// Per partition, the brokers hosting a replica.
     replicas: Vec<Vec<u64>>,
 }
@@ -102,24 +97,44 @@ impl Cluster {
         let listeners: Vec<_> = (0..n)
             .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
             .collect();
-        let addrs: Vec<SocketAddr> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
-        drop(listeners);
+        let dir = tempfile::tempdir().unwrap();
+        let net = NetFaults::new();
+        let disks: Vec<Arc<FaultInjector>> = (0..n).map(|_| FaultInjector::new()).collect();
+        let local = LocalCluster::start_in(
+            listeners,
+            dir.path(),
+            |c| {
+                if created.is_none() {
+                    c.topics = vec![(TOPIC.into(), PARTITIONS)];
+                }
+                c.heartbeat_interval_ms = 100;
+                c.election_timeout_ms = 500;
+                c.request_timeout_ms = 2000;
+                c.durability = durability;
+                let mut log = LogConfig::default();
+                log.segment_bytes = 256 << 10;
+                log.record_bytes_max = 16 << 10;
+                log.batch_bytes_max = 64 << 10;
+                c.log = log;
+            },
+            |id| {
+                Env::default()
+                    .with_disk_faults(Arc::clone(&disks[id as usize - 1]))
+                    .with_net_faults(Arc::clone(&net))
+            },
+        )
+        .await
+        .unwrap();
         let mut cluster = Cluster {
-            dir: tempfile::tempdir().unwrap(),
-            addrs,
-            nodes: Vec::new(),
-            durability,
-            net: NetFaults::new(),
-            disks: (0..n).map(|_| FaultInjector::new()).collect(),
+            dir,
+            addrs: local.addrs(),
+            local,
+            net,
+            disks,
             impaired: Vec::new(),
             power_losses: Arc::new(AtomicU64::new(0)),
-            created: created.is_some(),
             replicas: vec![(1..=n as u64).collect(); PARTITIONS as usize],
         };
-        for id in 1..=n as u64 {
-            let node = cluster.boot(id).await;
-            cluster.nodes.push(Some(node));
-        }
         if let Some(factor) = created {
             // Generous timeouts: two metadata syncs per broker under a loaded machine can
             // outlast a producer's one-second request timeout, and a retry then meets the
@@ -138,40 +153,49 @@ impl Cluster {
         cluster
     }
 
-    fn config(&self, id: u64) -> NodeConfig {
-        let peers: BTreeMap<u64, SocketAddr> = (1..=self.addrs.len() as u64)
-            .filter(|p| *p != id)
-            .map(|p| (p, self.addrs[p as usize - 1]))
-            .collect();
-        let mut c = NodeConfig::new(
-            id,
-            self.addrs[id as usize - 1],
-            peers,
-            self.dir.path().join(id.to_string()),
-        );
-        if !self.created {
-            c.topics = vec![(TOPIC.into(), PARTITIONS)];
-        }
-        c.heartbeat_interval_ms = 100;
-        c.election_timeout_ms = 500;
-        c.request_timeout_ms = 2000;
-        c.durability = self.durability;
-        c.net_faults = Some(Arc::clone(&self.net));
-        let mut log = LogConfig::default();
-        log.segment_bytes = 256 << 10;
-        log.record_bytes_max = 16 << 10;
-        log.batch_bytes_max = 64 << 10;
-        log.faults = Some(Arc::clone(&self.disks[id as usize - 1]));
-        c.log = log;
-        c
+    /// Broker `id`, unless it is stopped.
+    fn node(&self, id: u64) -> Option<&Node> {
+        self.local.node(id)
     }
 
-    async fn boot(&self, id: u64) -> Node {
+    fn live(&self) -> Vec<u64> {
+        self.local.nodes().map(Node::id).collect()
+    }
+
+    fn down(&self) -> Vec<u64> {
+        (1..=self.addrs.len() as u64)
+            .filter(|id| self.node(*id).is_none())
+            .collect()
+    }
+
+    async fn stop(&mut self, id: u64) {
+        self.local.stop(id).await.unwrap();
+    }
+
+    /// Stops broker `id` as a power loss would: its logs lose every write not yet synced.
+    /// Returns the bytes lost.
+    async fn lose_power(&mut self, id: u64) -> u64 {
+        if self.node(id).is_none() {
+            return 0;
+        }
+        let disk = &self.disks[id as usize - 1];
+        let loss = disk.lose_power();
+        // Sends from here on were not in flight when the power went.
+        self.power_losses.fetch_add(1, Ordering::SeqCst);
+        // Its last flush fails: the machine is off.
+        let _ = self.local.stop(id).await;
+        let lost = loss.apply().unwrap();
+        disk.clear();
+        lost
+    }
+
+    /// Starts broker `id` again (a no-op if it runs).
+    async fn restart(&mut self, id: u64) {
         // A stopped broker's directory can stay locked for a moment while its last syncs end.
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            match Node::start(self.config(id)).await {
-                Ok(node) => return node,
+            match self.local.restart(id).await {
+                Ok(()) => return,
                 Err(e) if Instant::now() < deadline => {
                     eprintln!("restart of {id} failed ({e}); retrying");
                     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -181,51 +205,10 @@ impl Cluster {
         }
     }
 
-    fn live(&self) -> Vec<u64> {
-        self.nodes.iter().flatten().map(|n| n.id()).collect()
-    }
-
-    fn down(&self) -> Vec<u64> {
-        (1..=self.nodes.len() as u64)
-            .filter(|id| self.nodes[*id as usize - 1].is_none())
-            .collect()
-    }
-
-    async fn stop(&mut self, id: u64) {
-        if let Some(node) = self.nodes[id as usize - 1].take() {
-            node.shutdown().await.unwrap();
-        }
-    }
-
-    /// Stops broker `id` as a power loss would: its logs lose every write not yet synced.
-    /// Returns the bytes lost.
-    async fn lose_power(&mut self, id: u64) -> u64 {
-        let Some(node) = self.nodes[id as usize - 1].take() else {
-            return 0;
-        };
-        let disk = &self.disks[id as usize - 1];
-        let loss = disk.lose_power();
-        // Sends from here on were not in flight when the power went.
-        self.power_losses.fetch_add(1, Ordering::SeqCst);
-        // Its last flush fails: the machine is off.
-        let _ = node.shutdown().await;
-        let lost = loss.apply().unwrap();
-        disk.clear();
-        lost
-    }
-
-    async fn restart(&mut self, id: u64) {
-        if self.nodes[id as usize - 1].is_none() {
-            let node = self.boot(id).await;
-            self.nodes[id as usize - 1] = Some(node);
-        }
-    }
-
     /// The leader of `partition` as some live broker sees it.
     fn leader(&self, partition: u32) -> Option<u64> {
-        self.nodes
-            .iter()
-            .flatten()
+        self.local
+            .nodes()
             .find_map(|n| n.status(TOPIC, partition).ok()?.leader)
     }
 
@@ -262,9 +245,8 @@ impl Cluster {
     /// The live brokers hosting a replica of `partition`.
     fn hosts(&self, partition: u32) -> impl Iterator<Item = &Node> {
         let replicas = &self.replicas[partition as usize];
-        self.nodes
-            .iter()
-            .flatten()
+        self.local
+            .nodes()
             .filter(move |n| replicas.contains(&n.id()))
     }
 
@@ -301,9 +283,7 @@ impl Cluster {
     }
 
     async fn shutdown(self) {
-        for node in self.nodes.into_iter().flatten() {
-            node.shutdown().await.unwrap();
-        }
+        self.local.shutdown().await.unwrap();
     }
 }
 
@@ -850,7 +830,7 @@ async fn a_follower_back_from_a_power_loss_is_brought_up_to_date() {
 async fn a_replica_holding_a_committed_write_the_cluster_lost_rebuilds_from_the_leader() {
     let mut cluster = Cluster::start(3, Durability::Replicated).await;
     fn node(c: &Cluster, id: u64) -> &Node {
-        c.nodes[id as usize - 1].as_ref().unwrap()
+        c.node(id).unwrap()
     }
     let (leader, _) = append_on_leader(&cluster, &[Record::new(Op::payload(0, 0))], None).await;
     cluster.converge(Duration::from_secs(10)).await;
@@ -933,7 +913,7 @@ async fn append_on_leader(
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if let Some(l) = cluster.leader(0).filter(|l| Some(*l) != not)
-            && let Some(node) = &cluster.nodes[l as usize - 1]
+            && let Some(node) = cluster.node(l)
             && let Ok(info) = node.append(TOPIC, 0, records).await
         {
             return (l, info);
@@ -978,9 +958,8 @@ async fn a_leader_whose_disk_fails(point: FaultPoint, kind: std::io::ErrorKind) 
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
             let leaders: Vec<Option<u64>> = cluster
-                .nodes
-                .iter()
-                .flatten()
+                .local
+                .nodes()
                 .filter(|n| Some(n.id()) != not)
                 .map(|n| n.status(TOPIC, 0).unwrap().leader)
                 .collect();
@@ -995,7 +974,7 @@ async fn a_leader_whose_disk_fails(point: FaultPoint, kind: std::io::ErrorKind) 
         }
     };
     let leader = wait_leader(&cluster, None).await;
-    let node = cluster.nodes[leader as usize - 1].as_ref().unwrap();
+    let node = cluster.node(leader).unwrap();
     node.append(TOPIC, 0, &[Record::new(Op::payload(0, 0))])
         .await
         .unwrap();
@@ -1027,8 +1006,7 @@ async fn a_leader_whose_disk_fails(point: FaultPoint, kind: std::io::ErrorKind) 
         .unwrap();
 
     // The failed broker is restarted on a healthy disk and rejoins as a follower.
-    let failed = cluster.nodes[leader as usize - 1].take().unwrap();
-    let stopped = failed.shutdown().await;
+    let stopped = cluster.local.stop(leader).await;
     // A failed sync leaves unsynced bytes behind: shutdown reports the latched log. A failed
     // write leaves nothing to flush.
     let latched = matches!(stopped, Err(Error::PreviousIo));
@@ -1140,11 +1118,7 @@ async fn a_bit_flip_in_a_followers_sealed_segment_is_repaired_from_the_leader() 
     cluster.stop(leader).await;
     let until = Instant::now() + Duration::from_secs(3);
     while Instant::now() < until {
-        let status = cluster.nodes[third as usize - 1]
-            .as_ref()
-            .unwrap()
-            .status(TOPIC, 0)
-            .unwrap();
+        let status = cluster.node(third).unwrap().status(TOPIC, 0).unwrap();
         assert!(
             status.leader.is_none() || status.leader == Some(leader),
             "elected {:?} with the vote of a replica that had lost its log",
@@ -1175,7 +1149,7 @@ async fn a_bit_flip_found_while_running_is_repaired_from_the_leader() {
     let client = fill_sealed_segments(&cluster).await;
     let leader = cluster.leader(0).unwrap();
     let follower = (1..=3).find(|id| *id != leader).unwrap();
-    let node = cluster.nodes[follower as usize - 1].as_ref().unwrap();
+    let node = cluster.node(follower).unwrap();
     let first = cluster
         .dir
         .path()

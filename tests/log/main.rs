@@ -717,15 +717,15 @@ fn replog_check_calls_frames_above_its_limit_flags_valid_as_recovery_does() {
 #[cfg(feature = "failpoints")]
 #[test]
 fn a_torn_segment_before_the_active_one_ends_the_log_there() {
-    use replog::{FaultInjector, FaultPoint};
+    use replog::{Env, FaultInjector, FaultPoint};
     // The segment sealed by the last roll is synced in the background; here its index never
     // gets written (as if the process died first), then its last frame is torn.
     let dir = tempfile::tempdir().unwrap();
     let faults = FaultInjector::new();
     faults.fail_always(FaultPoint::WriteIndex, std::io::ErrorKind::Other);
-    let mut cfg = tiny();
-    cfg.faults = Some(faults.clone());
-    let log = PartitionLog::open(dir.path(), cfg.clone()).unwrap();
+    let env = Env::default().with_disk_faults(faults.clone());
+    let cfg = tiny();
+    let log = PartitionLog::open_in(dir.path(), cfg.clone(), &env).unwrap();
     log.append(&[Record::new("durable")]).unwrap();
     log.flush().unwrap();
     let segments_before = log.segment_count();
@@ -744,7 +744,7 @@ fn a_torn_segment_before_the_active_one_ends_the_log_there() {
     std::fs::write(torn, bytes).unwrap();
 
     faults.clear();
-    let log = PartitionLog::open(dir.path(), cfg).unwrap();
+    let log = PartitionLog::open_in(dir.path(), cfg, &env).unwrap();
     assert_eq!(
         segment_files(dir.path()).len(),
         segs.len() - 1,
