@@ -190,8 +190,9 @@ impl LocalCluster {
         Ok(())
     }
 
-    /// Waits until every partition of `topic` has a leader that is running and that the
-    /// leader itself knows of, and returns them (partition 0's first).
+    /// Waits until every partition of `topic` has a leader that every running broker hosting
+    /// a replica of it names (the election is settled, not only won somewhere), and that is
+    /// running itself, and returns them (partition 0's first).
     ///
     /// # Errors
     ///
@@ -207,13 +208,13 @@ impl LocalCluster {
         loop {
             let leaders: Option<Vec<NodeId>> = (0..partitions)
                 .map(|p| {
-                    let claimed = self
-                        .nodes
-                        .iter()
-                        .flatten()
-                        .find_map(|n| n.status(topic, p).ok()?.leader)?;
-                    let leader = self.node(claimed)?;
-                    (leader.status(topic, p).ok()?.leader == Some(claimed)).then_some(claimed)
+                    let named: Vec<Option<NodeId>> = self
+                        .nodes()
+                        .filter_map(|n| Some(n.status(topic, p).ok()?.leader))
+                        .collect();
+                    let leader = (*named.first()?)?;
+                    let agreed = named.iter().all(|l| *l == Some(leader));
+                    (agreed && self.node(leader).is_some()).then_some(leader)
                 })
                 .collect();
             if let Some(leaders) = leaders {

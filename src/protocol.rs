@@ -160,6 +160,31 @@ pub(crate) struct MetadataResponse {
     pub(crate) broker: NodeId,
     pub(crate) brokers: Vec<(NodeId, String)>,
     pub(crate) partitions: Vec<PartitionMetadata>,
+    /// The answering broker's size limits, so that a client refuses at once what no broker
+    /// would take (instead of sending it, or resending it until its delivery timeout).
+    pub(crate) limits: BrokerLimits,
+}
+
+/// A broker's size limits, as its configuration sets them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct BrokerLimits {
+    /// `LogConfig::record_bytes_max`.
+    pub(crate) record_bytes_max: u32,
+    /// `LogConfig::batch_bytes_max`.
+    pub(crate) batch_bytes_max: u32,
+    /// `NodeConfig::frame_bytes_max`.
+    pub(crate) frame_bytes_max: u32,
+}
+
+impl BrokerLimits {
+    /// The tighter of two brokers' limits, limit by limit: what both take.
+    pub(crate) fn min(self, other: BrokerLimits) -> BrokerLimits {
+        BrokerLimits {
+            record_bytes_max: self.record_bytes_max.min(other.record_bytes_max),
+            batch_bytes_max: self.batch_bytes_max.min(other.batch_bytes_max),
+            frame_bytes_max: self.frame_bytes_max.min(other.frame_bytes_max),
+        }
+    }
 }
 
 /// What a broker knows of one partition.

@@ -84,7 +84,8 @@ impl Client {
     /// - [`Error::Timeout`] if no leader accepted it before the delivery deadline (it was never
     ///   applied).
     /// - [`Error::UnknownPartition`], [`Error::RecordTooLarge`], [`Error::BatchTooLarge`] (over
-    ///   this client's limits, or refused by the broker for its own: never resent),
+    ///   this client's limits or those of a broker it has metadata from, refused before
+    ///   anything is sent; or refused by the broker for its own: never resent),
     ///   [`Error::EmptyBatch`].
     pub async fn send(&self, topic: &str, partition: u32, records: &[Record]) -> Result<Delivery> {
         let batch = self.prepare(topic, partition, records)?;
@@ -102,11 +103,12 @@ impl Client {
         if records.is_empty() {
             return Err(Error::EmptyBatch);
         }
-        let (payload, record_count) = encode_records(records, self.config.record_bytes_max)?;
-        if payload.len() as u64 > u64::from(self.config.batch_bytes_max) {
+        let limits = self.limits();
+        let (payload, record_count) = encode_records(records, limits.record_bytes_max)?;
+        if payload.len() as u64 > u64::from(limits.batch_bytes_max) {
             return Err(Error::BatchTooLarge {
                 len: payload.len() as u64,
-                max: u64::from(self.config.batch_bytes_max),
+                max: u64::from(limits.batch_bytes_max),
             });
         }
         let id = PartitionId::new(topic, partition);

@@ -23,7 +23,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
 use crate::error::Result;
-use crate::protocol::WireError;
+use crate::protocol::{BrokerLimits, WireError};
 use crate::transport::frame::Op;
 use crate::transport::{CallError, Peer};
 use crate::types::{NodeId, PartitionId, Term};
@@ -44,9 +44,12 @@ pub struct ClientConfig {
     pub redirect_hops_max: u32,
     /// Largest network frame accepted. Default 16 MiB.
     pub frame_bytes_max: u32,
-    /// Largest record accepted (as the brokers are configured). Default 1 MiB.
+    /// Largest record this client sends. The brokers' own limits, which their metadata
+    /// answers carry, tighten it: a record over either is refused before it is sent.
+    /// Default 1 MiB.
     pub record_bytes_max: u32,
-    /// Largest batch accepted. Default 4 MiB.
+    /// Largest batch this client sends, tightened by the brokers' limits as
+    /// `record_bytes_max` is. Default 4 MiB.
     pub batch_bytes_max: u32,
     /// Send batches as an idempotent producer (a random producer id, a sequence number per
     /// partition), so that a batch whose outcome was unknown can be resent without being
@@ -112,6 +115,8 @@ pub struct Client {
     producers: Mutex<HashMap<PartitionId, Arc<ProducerSlot>>>,
     /// Partition count of each topic seen in metadata.
     topics: Mutex<HashMap<String, u32>>,
+    /// Each broker's size limits, as its metadata answers named them.
+    limits: Mutex<HashMap<NodeId, BrokerLimits>>,
     shutdown: watch::Sender<bool>,
 }
 
@@ -151,6 +156,7 @@ impl Client {
             peers: Mutex::default(),
             producers: Mutex::default(),
             topics: Mutex::default(),
+            limits: Mutex::default(),
             shutdown,
         };
         client.refresh(None).await?;
@@ -168,12 +174,23 @@ impl Client {
         }))
     }
 
+    /// The limits a batch must keep to: this client's own, tightened by every broker's it
+    /// has heard of (a batch goes to whichever broker leads, and is copied to the others).
+    pub(crate) fn limits(&self) -> BrokerLimits {
+        let own = BrokerLimits {
+            record_bytes_max: self.config.record_bytes_max,
+            batch_bytes_max: self.config.batch_bytes_max,
+            frame_bytes_max: self.config.frame_bytes_max,
+        };
+        self.limits.lock().values().fold(own, |a, b| a.min(*b))
+    }
+
     pub(crate) fn record_bytes_max(&self) -> u32 {
-        self.config.record_bytes_max
+        self.limits().record_bytes_max
     }
 
     pub(crate) fn batch_bytes_max(&self) -> u32 {
-        self.config.batch_bytes_max
+        self.limits().batch_bytes_max
     }
 
     fn timeout(&self) -> Duration {

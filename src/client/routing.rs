@@ -82,6 +82,7 @@ impl Client {
 
     /// Caches brokers and leaders; a leader is replaced only by one of a term at least as new.
     fn absorb(&self, meta: &MetadataResponse) {
+        self.limits.lock().insert(meta.broker, meta.limits);
         let mut brokers = self.brokers.lock();
         for (id, addr) in &meta.brokers {
             if let Ok(a) = addr.parse() {

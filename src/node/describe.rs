@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::error::Result;
-use crate::protocol::{MetadataRequest, MetadataResponse, PartitionMetadata};
+use crate::protocol::{BrokerLimits, MetadataRequest, MetadataResponse, PartitionMetadata};
 use crate::transport::frame::Op;
 use crate::types::{NodeId, Offset, PartitionId};
 
@@ -14,11 +14,15 @@ use super::{Broker, HostedReplica, ISR_LAG_ENTRIES_MAX, ISR_LAG_REQUESTS_MAX, Pa
 impl Broker {
     /// See [`Node::status`].
     pub(crate) fn status(&self, topic: &str, partition: u32) -> Result<PartitionStatus> {
-        let group = self.group(&PartitionId::new(topic, partition))?;
+        let id = PartitionId::new(topic, partition);
+        if let Some(down) = self.down.lock().get(&id) {
+            return Ok(down.status.clone());
+        }
+        let group = self.group(&id)?;
         Ok(self.status_of(&group))
     }
 
-    fn status_of(&self, group: &HostedReplica) -> PartitionStatus {
+    pub(super) fn status_of(&self, group: &HostedReplica) -> PartitionStatus {
         let state = group.raft.state();
         let last = state.last_log_index.unwrap_or(0);
         let follower_lag = state
@@ -38,6 +42,7 @@ impl Broker {
             high_watermark: Offset(group.sm.high_watermark()),
             log_start: group.store.log().start_offset(),
             follower_lag,
+            stopped: group.raft.stopped().map(|why| why.to_string()),
         }
     }
 
@@ -165,6 +170,11 @@ impl Broker {
             broker: self.config.id,
             brokers,
             partitions,
+            limits: BrokerLimits {
+                record_bytes_max: self.config.log.record_bytes_max,
+                batch_bytes_max: self.config.log.batch_bytes_max,
+                frame_bytes_max: self.config.frame_bytes_max,
+            },
         }
     }
 }

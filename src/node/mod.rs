@@ -32,6 +32,7 @@ mod replica_dir;
 mod replicas;
 mod retention;
 mod service;
+mod supervise;
 mod write;
 
 pub use config::NodeConfig;
@@ -57,6 +58,11 @@ pub struct PartitionStatus {
     pub log_start: Offset,
     /// On the leader: how many entries each follower is behind the leader's log.
     pub follower_lag: BTreeMap<NodeId, u64>,
+    /// `None` while this replica's Raft member runs (with `leader` `None` during an election).
+    /// Otherwise why it is down: its Raft member stopped by itself (a storage error), or it is
+    /// being rebuilt from the leader, and the broker is bringing it back (the other fields
+    /// are then as they were when it stopped).
+    pub stopped: Option<String>,
 }
 
 /// Segment size of the metadata log.
@@ -108,6 +114,8 @@ struct Broker {
     replicas_changing: tokio::sync::Mutex<()>,
     /// Set by shutdown: no replica starts any more.
     closing: AtomicBool,
+    /// Partitions whose replica stopped and is not back yet (see [`supervise`]).
+    down: parking_lot::Mutex<HashMap<PartitionId, supervise::Down>>,
 }
 
 /// A broker: hosts a replica of every configured partition, each its own Raft group, and
@@ -301,6 +309,7 @@ impl Node {
             catalog: RwLock::new(catalog),
             replicas_changing: tokio::sync::Mutex::new(()),
             closing: AtomicBool::new(false),
+            down: parking_lot::Mutex::default(),
         });
         let handler: Arc<dyn Handler> = Arc::new(NodeHandler {
             broker: Arc::clone(&broker),
@@ -325,6 +334,7 @@ impl Node {
             follower,
         };
         node.initialize_groups().await;
+        tokio::spawn(Arc::clone(&node.broker).supervise(shutdown_for_retention.clone()));
         node.spawn_retention(shutdown_for_retention);
         Ok(node)
     }

@@ -23,6 +23,7 @@ use super::replica_dir::{
     PARTITION_METADATA, discard_dir, parse_topic_id, partition_dir, prepare_partition_dir,
     replace_with_empty_replica,
 };
+use super::supervise::{BringBack, Down};
 use super::{Broker, HostedReplica};
 
 impl Broker {
@@ -199,7 +200,7 @@ impl Broker {
     }
 
     /// How to open this broker's replica of partition `id` of topic `topic_id`.
-    fn replica_spec(&self, id: &PartitionId, topic_id: u64) -> ReplicaSpec {
+    pub(super) fn replica_spec(&self, id: &PartitionId, topic_id: u64) -> ReplicaSpec {
         ReplicaSpec {
             me: self.config.id,
             timing: self.timing,
@@ -278,30 +279,19 @@ impl Broker {
                 old.store.rebuild_mark()
             }
         };
+        let mut status = self.status_of(&old);
+        status.stopped = Some(format!("rebuilding from the leader: {cause}"));
+        let others = self.other_members(&old);
         self.groups.write().remove(&id);
         // This task and the map held it; the map let go.
         stop_group(&old, 1).await;
-        let (topic_id, vote) = (old.topic_id, old.store.vote());
-        drop(old);
-        let dir = self.partition_dir(&id);
-        let rebuilt = async {
-            let target = dir.clone();
-            tokio::task::spawn_blocking(move || {
-                replace_with_empty_replica(&target, topic_id, vote, below)
-            })
-            .await
-            .map_err(|e| Error::Io(std::io::Error::other(e)))??;
-            open_group(self.replica_spec(&id, topic_id)).await
+        let how = BringBack::Rebuild {
+            vote: old.store.vote(),
+            below,
         };
-        match rebuilt.await {
-            Ok(group) => {
-                self.groups.write().insert(id.clone(), group);
-                tracing::info!(partition = %id, "replica rebuilt empty; copying the leader's log");
-            }
-            // A created topic's replica is started again by the metadata follower; a
-            // configured topic's stays down until the broker restarts.
-            Err(e) => tracing::error!(partition = %id, error = %e, "replica rebuild failed"),
-        }
+        let down = Down::new(old.topic_id, others, how, status);
+        drop(old);
+        self.bring_back(id, down).await;
     }
 
     /// Stops a replica of a deleted topic and removes its directory.
@@ -331,9 +321,23 @@ pub(super) enum RebuildCause {
     Damaged(Error),
 }
 
+impl std::fmt::Display for RebuildCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RebuildCause::Contradicted(index) => {
+                write!(
+                    f,
+                    "the leader's log contradicts its committed entry {index}"
+                )
+            }
+            RebuildCause::Damaged(e) => write!(f, "its files are damaged: {e}"),
+        }
+    }
+}
+
 /// Stops a group's Raft member, then waits (at most 5 s) until requests still being served
 /// and syncs still in flight let go of it: only `holders` handles are left.
-async fn stop_group(group: &Arc<HostedReplica>, holders: usize) {
+pub(super) async fn stop_group(group: &Arc<HostedReplica>, holders: usize) {
     group.raft.shutdown().await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while Arc::strong_count(group) > holders || group.store.syncs_in_flight() > 0 {

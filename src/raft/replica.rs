@@ -73,9 +73,30 @@ pub(crate) struct Member {
     pub(crate) ack_age: Option<Duration>,
 }
 
+/// Why a group member's Raft core stopped by itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Stopped {
+    /// A storage call failed (a failed sync, a full disk, damage openraft read): the log's
+    /// files may not hold what the page cache showed.
+    Storage(String),
+    /// The core's task ended without a reason (it panicked).
+    Ended,
+}
+
+impl std::fmt::Display for Stopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stopped::Storage(e) => write!(f, "storage error: {e}"),
+            Stopped::Ended => f.write_str("the raft core's task ended (panicked)"),
+        }
+    }
+}
+
 /// One partition replica's Raft group member.
 pub(crate) struct Replica {
     raft: openraft::Raft<C, StateMachine>,
+    /// Set by [`watch_group`] once the core stopped by itself (never by a shutdown).
+    stopped: Arc<parking_lot::Mutex<Option<Stopped>>>,
     store: LogStore,
     sm: StateMachine,
     /// Serializes the check-and-propose of idempotent batches, so that the log holds them in
@@ -92,17 +113,18 @@ struct Proposed {
     by_producer: HashMap<u64, VecDeque<PendingBatch>>,
 }
 
-/// Logs each leadership this member wins or loses, at `info`, until the group stops. It watches
-/// openraft's server metrics, which change with the vote, the role and the membership only
-/// (never per write).
-fn log_leadership(
+/// Logs each leadership this member wins or loses, at `info`, until the group stops, and then
+/// records in `stopped` why it stopped, unless that was a shutdown. It watches openraft's
+/// server metrics, which change with the vote, the role and the membership only (never per
+/// write); their sender is dropped when the core's task ends, however it ends.
+fn watch_group(
     group: PartitionId,
     me: NodeId,
-    mut metrics: openraft::type_config::alias::WatchReceiverOf<
-        C,
-        openraft::metrics::RaftServerMetrics<C>,
-    >,
+    raft: &openraft::Raft<C, StateMachine>,
+    stopped: Arc<parking_lot::Mutex<Option<Stopped>>>,
 ) {
+    let mut metrics = raft.server_metrics();
+    let all = raft.metrics();
     tokio::spawn(async move {
         let mut leading = false;
         // Ends when the group stops (the sender is dropped).
@@ -119,6 +141,15 @@ fn log_leadership(
                     tracing::info!(partition = %group, term, "no longer the leader");
                 }
             }
+        }
+        let why = match &all.borrow_watched().running_state {
+            Err(openraft::errors::Fatal::Stopped) => None,
+            Err(openraft::errors::Fatal::StorageError(e)) => Some(Stopped::Storage(e.to_string())),
+            Err(openraft::errors::Fatal::Panicked) | Ok(()) => Some(Stopped::Ended),
+        };
+        if let Some(why) = why {
+            tracing::error!(partition = %group, reason = %why, "the replica's raft member stopped");
+            *stopped.lock() = Some(why);
         }
     });
 }
@@ -178,9 +209,11 @@ impl Replica {
         let raft = openraft::Raft::new(id, Arc::new(config), network, store.clone(), sm.clone())
             .await
             .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?;
-        log_leadership(group, id, raft.server_metrics());
+        let stopped = Arc::default();
+        watch_group(group, id, &raft, Arc::clone(&stopped));
         Ok(Replica {
             raft,
+            stopped,
             store,
             sm,
             gate: tokio::sync::Mutex::default(),
@@ -476,6 +509,12 @@ impl Replica {
     /// Serves a peer's Raft RPC.
     pub(crate) async fn serve(&self, op: Op, body: &[u8]) -> Served {
         serve(&self.raft, &self.store, op, body).await
+    }
+
+    /// Why the group member's Raft core stopped by itself, once it has (`None` while it runs
+    /// and after a shutdown).
+    pub(crate) fn stopped(&self) -> Option<Stopped> {
+        self.stopped.lock().clone()
     }
 
     /// Stops the group member.

@@ -1967,8 +1967,9 @@ async fn an_oversized_batch_is_refused_before_raft_and_the_partition_keeps_worki
     // the next write; before, no replica of it ever led again.
     append_to_leader(&nodes, &[Record::new("after")]).await;
 
-    // A client configured with larger limits than the brokers: the broker's refusal comes back
-    // typed, at once (far below the delivery timeout), and nothing was written.
+    // A client configured with larger limits than the brokers (D9): it learned theirs from
+    // metadata and refuses the batch itself, typed, naming the brokers' limit, at once (far
+    // below the delivery timeout); nothing was written.
     let mut config = ClientConfig::default();
     config.record_bytes_max = 1 << 20;
     config.batch_bytes_max = 4 << 20;
@@ -1977,7 +1978,7 @@ async fn an_oversized_batch_is_refused_before_raft_and_the_partition_keeps_worki
     let started = Instant::now();
     match client.send(TOPIC, 0, &big).await {
         Err(Error::BatchTooLarge { max, .. }) => assert_eq!(max, 256 << 10),
-        other => panic!("expected BatchTooLarge from the broker, got {other:?}"),
+        other => panic!("expected BatchTooLarge at the brokers' limit, got {other:?}"),
     }
     assert!(
         started.elapsed() < Duration::from_secs(30),
@@ -1988,14 +1989,30 @@ async fn an_oversized_batch_is_refused_before_raft_and_the_partition_keeps_worki
         .await
     {
         Err(Error::RecordTooLarge { max, .. }) => assert_eq!(max, 64 << 10),
-        other => panic!("expected RecordTooLarge from the broker, got {other:?}"),
+        other => panic!("expected RecordTooLarge at the brokers' limit, got {other:?}"),
     }
-    // Over the client's own limit: refused before anything is sent.
-    let huge: Vec<Record> = (0..5).map(|_| Record::new(vec![7u8; 900 << 10])).collect();
-    match client.send(TOPIC, 0, &huge).await {
-        Err(Error::BatchTooLarge { max, .. }) => assert_eq!(max, 4 << 20),
-        other => panic!("expected BatchTooLarge from the client, got {other:?}"),
+    drop(client);
+    // A record over the brokers' frame limit (16 MiB), from a client whose own limits would
+    // let it through: it made the broker drop the connection, and the client resent it until
+    // its delivery timeout and reported an unknown outcome. Now it is refused at once.
+    let mut config = ClientConfig::default();
+    config.record_bytes_max = 128 << 20;
+    config.batch_bytes_max = 128 << 20;
+    config.frame_bytes_max = 256 << 20;
+    config.delivery_timeout_ms = 60_000;
+    let client = Client::connect(&addrs, config).await.unwrap();
+    let started = Instant::now();
+    match client
+        .send(TOPIC, 0, &[Record::new(vec![3u8; 64 << 20])])
+        .await
+    {
+        Err(Error::RecordTooLarge { max, .. }) => assert_eq!(max, 64 << 10),
+        other => panic!("expected RecordTooLarge at the brokers' limit, got {other:?}"),
     }
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "refused, not retried until the delivery deadline"
+    );
     client.send(TOPIC, 0, &[Record::new("last")]).await.unwrap();
     drop(client);
     assert_every_replica_holds(&nodes, &["after", "last"]).await;

@@ -938,22 +938,24 @@ async fn wait_leader_of(cluster: &Cluster, partition: u32) -> u64 {
 /// An I/O error on sync (EIO, and the kernel may have dropped the pages): the leader's log
 /// latches read-only, its group stops, and another broker leads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_leader_whose_disk_fails_to_sync_stops_leading_and_writes_go_on_elsewhere() {
+async fn a_leader_whose_disk_fails_to_sync_stops_leading_writes_go_on_elsewhere_and_it_comes_back()
+{
     a_leader_whose_disk_fails(FaultPoint::Sync, std::io::ErrorKind::Other).await;
 }
 
 /// A full disk (ENOSPC on the leader's next write): as a failed sync, the leader stops
 /// leading with nothing written, and writes go on elsewhere.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_leader_whose_disk_is_full_stops_leading_and_writes_go_on_elsewhere() {
+async fn a_leader_whose_disk_is_full_stops_leading_writes_go_on_elsewhere_and_it_comes_back() {
     a_leader_whose_disk_fails(FaultPoint::Write, std::io::ErrorKind::StorageFull).await;
 }
 
 /// Every operation at `point` on the leader's disk fails with `kind` from some moment on: the
-/// write in flight is not acknowledged, the others elect a leader and take writes, and the
-/// failed broker, restarted on a healthy disk, rejoins; nothing acknowledged is lost.
+/// write in flight is not acknowledged, the others elect a leader and take writes, the failed
+/// broker reports its stopped replica and, once its disk is healthy again, brings it back by
+/// itself (no restart) and catches up; nothing acknowledged is lost.
 async fn a_leader_whose_disk_fails(point: FaultPoint, kind: std::io::ErrorKind) {
-    let mut cluster = Cluster::start(3, Durability::Fsync).await;
+    let cluster = Cluster::start(3, Durability::Fsync).await;
     let wait_leader = async |cluster: &Cluster, not: Option<u64>| {
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
@@ -1005,18 +1007,16 @@ async fn a_leader_whose_disk_fails(point: FaultPoint, kind: std::io::ErrorKind) 
         .await
         .unwrap();
 
-    // The failed broker is restarted on a healthy disk and rejoins as a follower.
-    let stopped = cluster.local.stop(leader).await;
-    // A failed sync leaves unsynced bytes behind: shutdown reports the latched log. A failed
-    // write leaves nothing to flush.
-    let latched = matches!(stopped, Err(Error::PreviousIo));
-    assert!(
-        latched || (point == FaultPoint::Write && stopped.is_ok()),
-        "shutdown after a failed {point:?}: {stopped:?}"
-    );
+    // The failed broker notices that its replica's Raft member stopped and says why in the
+    // replica's status (it keeps trying to bring it back, and the disk keeps failing).
+    wait_reported_stopped(&cluster, leader).await;
+    // Once the disk is healthy again the broker brings the replica back by itself (no
+    // restart), rebuilt from the new leader, and it catches up.
     cluster.disks[leader as usize - 1].clear();
-    cluster.restart(leader).await;
-    cluster.converge(Duration::from_secs(20)).await;
+    cluster.converge(Duration::from_secs(60)).await;
+    let status = cluster.node(leader).unwrap().status(TOPIC, 0).unwrap();
+    assert_eq!(status.stopped, None);
+    assert_eq!(status.leader, Some(next));
     let ops = [
         Op {
             producer: 0,
@@ -1043,6 +1043,77 @@ async fn a_leader_whose_disk_fails(point: FaultPoint, kind: std::io::ErrorKind) 
     assert_eq!(violations, vec![]);
     drop(client);
     cluster.shutdown().await;
+}
+
+/// Item 3 of "2 of 4" (no replica dies silently): a follower's disk fails every sync, so the
+/// Raft members of its replicas stop. The broker finds them within an election timeout, says
+/// why in their status, keeps trying to bring them back (pausing longer after each failure),
+/// and once the disk is healthy brings them back by itself, rebuilt from the leader; they
+/// catch up with what the other two took meanwhile. Before, they stayed stopped until the
+/// broker was restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_whose_disk_fails_comes_back_by_itself_and_catches_up() {
+    let cluster = Cluster::start(3, Durability::Fsync).await;
+    let (leader, _) = append_on_leader(&cluster, &[Record::new(Op::payload(0, 0))], None).await;
+    cluster.converge(Duration::from_secs(10)).await;
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    cluster.disks[follower as usize - 1].fail_always(FaultPoint::Sync, std::io::ErrorKind::Other);
+    let client = Client::connect(&cluster.addrs, ClientConfig::default())
+        .await
+        .unwrap();
+    let mut offsets = vec![0];
+    for n in 1..=40u64 {
+        let d = client
+            .send(TOPIC, 0, &[Record::new(Op::payload(0, n))])
+            .await
+            .unwrap();
+        offsets.push(d.base_offset.get());
+    }
+    wait_reported_stopped(&cluster, follower).await;
+    cluster.disks[follower as usize - 1].clear();
+    cluster.converge(Duration::from_secs(60)).await;
+    assert_eq!(node_status_stopped(&cluster, follower), None);
+    let ops: Vec<Op> = (0u64..)
+        .zip(&offsets)
+        .map(|(n, offset)| Op {
+            producer: 0,
+            n,
+            partition: 0,
+            outcome: Outcome::Ok { offset: *offset },
+        })
+        .collect();
+    let replicas = cluster.read_all();
+    let copies: Vec<&Replica> = replicas.iter().filter(|r| r.partition == 0).collect();
+    assert_eq!(copies.len(), 3, "every broker hosts its replica again");
+    let (violations, _) = history::check(&ops, &replicas);
+    assert_eq!(violations, vec![]);
+    for copy in &copies[1..] {
+        assert_eq!(copy.records, copies[0].records, "broker {}", copy.node);
+    }
+    drop(client);
+    cluster.shutdown().await;
+}
+
+/// Why broker `id`'s replica of partition 0 is down, if it is.
+fn node_status_stopped(cluster: &Cluster, id: u64) -> Option<String> {
+    cluster.node(id).unwrap().status(TOPIC, 0).unwrap().stopped
+}
+
+/// Waits (at most 10 s) until broker `id` reports its replica of partition 0 stopped by a
+/// storage error.
+async fn wait_reported_stopped(cluster: &Cluster, id: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let why = loop {
+        if let Some(why) = node_status_stopped(cluster, id) {
+            break why;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stopped replica is never reported"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(why.contains("storage error"), "{why}");
 }
 
 /// Writes 480 records of 1 KiB to partition 0 through a client (enough to seal several

@@ -1,0 +1,277 @@
+//! No replica dies silently: a replica whose Raft core stopped by itself (a fatal storage
+//! error: a failed sync, a full disk; a core task that panicked) is found within one election
+//! timeout, logged, and brought back without restarting the broker.
+//!
+//! How it comes back depends on why it stopped:
+//!
+//! - **A storage error, with other replicas to copy from: rebuilt from the leader.** After a
+//!   failed `fdatasync` the kernel may have dropped the dirty pages while the page cache still
+//!   shows them, and a later sync can report success for data that never reached the disk
+//!   (PostgreSQL's "fsyncgate"). Reopened from its files, such a replica could acknowledge
+//!   entries the disk never held. Rebuilt, it keeps only its vote, and gives no vote until it
+//!   holds again what it had known committed (the same rebuild as for damaged files).
+//! - **Anything else, or the only replica of its partition: reopened from its files**, which
+//!   recovery validates as at any start (damage found then is rebuilt as at a start).
+//!
+//! A bring-back that fails (the disk still fails) is retried with a doubling pause, from 1 s
+//! up to [`RETRY_PAUSE_MAX`]; meanwhile [`PartitionStatus::stopped`] says why the replica is
+//! down, with the figures it had when it stopped.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::raft::replica::Stopped;
+use crate::raft::types::Vote;
+use crate::types::PartitionId;
+
+use super::replica_dir::replace_with_empty_replica;
+use super::replicas::{open_group, open_replica, stop_group};
+use super::{Broker, HostedReplica, PartitionStatus};
+
+/// The longest pause between two attempts to bring a stopped replica back.
+pub(super) const RETRY_PAUSE_MAX: Duration = Duration::from_secs(30);
+
+/// A replica that stops again within this long of its last stop counts as stopping again.
+const FLAPPING_WINDOW: Duration = Duration::from_secs(300);
+
+/// The pause after `failures` failed attempts (at least one): 1 s, doubling, at most
+/// [`RETRY_PAUSE_MAX`].
+fn retry_pause(failures: u32) -> Duration {
+    Duration::from_secs(1u64 << failures.saturating_sub(1).min(5)).min(RETRY_PAUSE_MAX)
+}
+
+/// A partition whose replica stopped and could not be brought back yet.
+pub(super) struct Down {
+    pub(super) topic_id: u64,
+    /// Other brokers hosting a replica, when it stopped.
+    others: usize,
+    how: BringBack,
+    /// The replica's status when it stopped, `stopped` naming the latest failure.
+    pub(super) status: PartitionStatus,
+    attempts: u32,
+    next_attempt: Instant,
+}
+
+impl Down {
+    /// A replica down from now on, to be brought back `how`.
+    pub(super) fn new(
+        topic_id: u64,
+        others: usize,
+        how: BringBack,
+        status: PartitionStatus,
+    ) -> Down {
+        Down {
+            topic_id,
+            others,
+            how,
+            status,
+            attempts: 0,
+            next_attempt: Instant::now(),
+        }
+    }
+}
+
+/// How a stopped replica is brought back.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum BringBack {
+    /// Reopened from its files.
+    Reopen,
+    /// Rebuilt empty, keeping `vote`, voting again once it holds `below` (see the module
+    /// documentation).
+    Rebuild {
+        vote: Option<Vote>,
+        below: Option<u64>,
+    },
+}
+
+impl Broker {
+    /// Every election timeout until shutdown: brings back the replicas that stopped since, and
+    /// the ones whose earlier bring-back failed once their pause is over.
+    pub(super) async fn supervise(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let period = Duration::from_millis(self.config.election_timeout_ms);
+        let mut metadata_reported = false;
+        // Per partition: how many times in a row its replica stopped, and when it last did. A
+        // replica that stops again soon after it was brought back (its disk still fails)
+        // waits out the pause of a failed attempt before the next one.
+        let mut stops: HashMap<PartitionId, (u32, Instant)> = HashMap::new();
+        // Ends at shutdown.
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                () = tokio::time::sleep(period) => {}
+            }
+            if self.closing.load(Ordering::Acquire) {
+                return;
+            }
+            if let Some(why) = self.meta.raft.stopped()
+                && !std::mem::replace(&mut metadata_reported, true)
+            {
+                tracing::error!(
+                    reason = %why,
+                    "the metadata replica stopped: this broker follows no catalog change until \
+                     it is restarted"
+                );
+            }
+            let stopped: Vec<(Arc<HostedReplica>, Stopped)> = self
+                .groups
+                .read()
+                .values()
+                .filter(|g| !g.rebuilding.load(Ordering::Acquire))
+                .filter_map(|g| Some((Arc::clone(g), g.raft.stopped()?)))
+                .collect();
+            for (group, why) in stopped {
+                let now = Instant::now();
+                let entry = stops.entry(group.id.clone()).or_insert((0, now));
+                if now.duration_since(entry.1) > FLAPPING_WINDOW {
+                    entry.0 = 0;
+                }
+                let before = entry.0;
+                *entry = (before + 1, now);
+                self.replica_stopped(group, why, before).await;
+            }
+            let due: Vec<PartitionId> = self
+                .down
+                .lock()
+                .iter()
+                .filter(|(_, d)| d.next_attempt <= Instant::now())
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in due {
+                self.retry_down(id).await;
+            }
+        }
+    }
+
+    /// Takes a stopped replica out of service and brings it back: at once if it had not
+    /// stopped within [`FLAPPING_WINDOW`], else after the pause of as many failed attempts as
+    /// it stopped `before`.
+    async fn replica_stopped(&self, group: Arc<HostedReplica>, why: Stopped, before: u32) {
+        let _changing = self.replicas_changing.lock().await;
+        let id = group.id.clone();
+        let current = self.groups.read().get(&id).cloned();
+        if self.closing.load(Ordering::Acquire) || !current.is_some_and(|g| Arc::ptr_eq(&g, &group))
+        {
+            return;
+        }
+        let mut status = self.status_of(&group);
+        status.stopped = Some(why.to_string());
+        let others = self.other_members(&group);
+        let how = match why {
+            Stopped::Storage(_) if others > 0 => BringBack::Rebuild {
+                vote: group.store.vote(),
+                below: group.store.rebuild_mark(),
+            },
+            _ => BringBack::Reopen,
+        };
+        tracing::warn!(partition = %id, reason = %why, how = ?how, "bringing a stopped replica back");
+        self.groups.write().remove(&id);
+        // This task and `current`'s clone are gone; only `group` holds it.
+        stop_group(&group, 1).await;
+        let topic_id = group.topic_id;
+        drop(group);
+        let mut down = Down::new(topic_id, others, how, status);
+        if before > 0 {
+            down.attempts = before;
+            down.next_attempt = Instant::now() + retry_pause(before);
+            tracing::warn!(partition = %id, stops = before + 1, "the replica stopped again soon after it was brought back; waiting before the next attempt");
+            self.down.lock().insert(id, down);
+            return;
+        }
+        self.bring_back(id, down).await;
+    }
+
+    /// How many other brokers are members of `group`'s Raft group.
+    pub(super) fn other_members(&self, group: &HostedReplica) -> usize {
+        let me = self.config.id;
+        group.raft.member_ids().iter().filter(|m| **m != me).count()
+    }
+
+    /// Tries again to bring back a replica that is down, unless it was started meanwhile or
+    /// its topic is gone.
+    async fn retry_down(&self, id: PartitionId) {
+        let _changing = self.replicas_changing.lock().await;
+        let Some(down) = self.down.lock().remove(&id) else {
+            return;
+        };
+        let hosted = self.groups.read().contains_key(&id);
+        let wanted = self
+            .catalog
+            .read()
+            .topic(&id.topic)
+            .is_some_and(|t| t.id == down.topic_id);
+        if self.closing.load(Ordering::Acquire) || hosted || !wanted {
+            return;
+        }
+        self.bring_back(id, down).await;
+    }
+
+    /// One attempt to bring `id` back; on failure it stays down until its next attempt.
+    /// Called with `replicas_changing` held.
+    pub(super) async fn bring_back(&self, id: PartitionId, mut down: Down) {
+        down.attempts += 1;
+        match self.reopen(&id, down.topic_id, down.others, down.how).await {
+            Ok(group) => {
+                self.groups.write().insert(id.clone(), group);
+                tracing::info!(partition = %id, attempts = down.attempts, how = ?down.how, "stopped replica brought back");
+            }
+            Err(e) => {
+                let pause = retry_pause(down.attempts);
+                tracing::error!(
+                    partition = %id,
+                    error = %e,
+                    attempts = down.attempts,
+                    retry_in_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
+                    "could not bring a stopped replica back"
+                );
+                down.status.stopped = Some(format!(
+                    "{}; bringing it back failed {} times, last: {e}",
+                    down.status.stopped.as_deref().unwrap_or("stopped"),
+                    down.attempts
+                ));
+                down.next_attempt = Instant::now() + pause;
+                self.down.lock().insert(id, down);
+            }
+        }
+    }
+
+    async fn reopen(
+        &self,
+        id: &PartitionId,
+        topic_id: u64,
+        others: usize,
+        how: BringBack,
+    ) -> Result<Arc<HostedReplica>> {
+        let spec = self.replica_spec(id, topic_id);
+        match how {
+            BringBack::Reopen => open_replica(others, spec).await,
+            BringBack::Rebuild { vote, below } => {
+                let target = spec.dir.clone();
+                tokio::task::spawn_blocking(move || {
+                    replace_with_empty_replica(&target, topic_id, vote, below)
+                })
+                .await
+                .map_err(|e| Error::Io(std::io::Error::other(e)))??;
+                open_group(spec).await
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pause_doubles_from_one_second_up_to_the_cap() {
+        let pauses: Vec<u64> = (1..=8).map(|n| retry_pause(n).as_secs()).collect();
+        assert_eq!(pauses, vec![1, 2, 4, 8, 16, 30, 30, 30]);
+        assert_eq!(retry_pause(0), Duration::from_secs(1));
+        assert_eq!(retry_pause(u32::MAX), RETRY_PAUSE_MAX);
+    }
+}
