@@ -49,6 +49,12 @@ pub struct NodeConfig {
     /// Connections this broker keeps open at once, peers' and clients' together (Kafka's
     /// `max.connections`); one more is closed as soon as it is accepted. Default 4096.
     pub connections_max: usize,
+    /// Of `connections_max`, how many only peer brokers may take, so that clients filling
+    /// the rest never keep a peer's Raft traffic out. A connection accepted into this room
+    /// stays only if its first request, within two election timeouts, is a peer's (Raft
+    /// traffic or a metadata proposal). Default 64; below `connections_max`, and more than
+    /// two per peer.
+    pub peer_connections_reserved: usize,
     /// A connection that sends nothing for this long is closed (Kafka's
     /// `connections.max.idle.ms`; a peer or client reconnects when it needs to). Default 10 min.
     pub connections_max_idle_ms: u64,
@@ -97,6 +103,7 @@ impl NodeConfig {
             request_timeout_ms: 5000,
             frame_bytes_max: 16 << 20,
             connections_max: 4096,
+            peer_connections_reserved: 64,
             connections_max_idle_ms: 600_000,
             frame_read_timeout_ms: 30_000,
             requests_in_flight_max: 256,
@@ -104,6 +111,15 @@ impl NodeConfig {
             retention_check_ms: 60_000,
             join: false,
         }
+    }
+
+    /// Bytes of Raft frame bodies being read at once, apart from the clients'
+    /// `buffered_request_bytes_max` (so that clients filling theirs never hold a peer's
+    /// replication back): two full frames per peer, at least two.
+    pub(crate) fn peer_buffered_bytes_max(&self) -> usize {
+        (self.frame_bytes_max as usize)
+            .saturating_mul(2)
+            .saturating_mul(self.peers.len().max(1))
     }
 
     /// The most bytes of log frames one message carries (a replication request, a fetch
@@ -119,6 +135,11 @@ impl NodeConfig {
         crate::transport::ServerLimits {
             frame_bytes_max: self.frame_bytes_max,
             connections_max: self.connections_max,
+            peer_connections_reserved: self.peer_connections_reserved,
+            first_frame_timeout: std::time::Duration::from_millis(
+                self.election_timeout_ms.saturating_mul(2),
+            ),
+            peer_buffered_bytes_max: self.peer_buffered_bytes_max(),
             idle_timeout: std::time::Duration::from_millis(self.connections_max_idle_ms),
             frame_timeout: std::time::Duration::from_millis(self.frame_read_timeout_ms),
             in_flight_max: self.requests_in_flight_max,
@@ -168,12 +189,21 @@ impl NodeConfig {
                 ),
             );
         }
-        if self.connections_max <= 2 * self.peers.len() {
+        if self.peer_connections_reserved <= 2 * self.peers.len() {
+            return bad(
+                "peer_connections_reserved",
+                format!(
+                    "must hold the {} connections of the peers (two each), with room to spare",
+                    2 * self.peers.len()
+                ),
+            );
+        }
+        if self.connections_max <= self.peer_connections_reserved {
             return bad(
                 "connections_max",
                 format!(
-                    "must leave room for clients beside the {} connections of the peers",
-                    2 * self.peers.len()
+                    "must leave room for clients beside the {} connections kept for peers",
+                    self.peer_connections_reserved
                 ),
             );
         }
@@ -288,6 +318,19 @@ mod tests {
                 c.peers.insert(1, c.listen);
             }),
             "peers"
+        );
+        assert_eq!(
+            field(&|c| c.connections_max = c.peer_connections_reserved),
+            "connections_max",
+            "clients need room beside the peers'"
+        );
+        assert_eq!(
+            field(&|c| c.peer_connections_reserved = 2 * c.peers.len()),
+            "peer_connections_reserved"
+        );
+        assert_eq!(
+            field(&|c| c.buffered_request_bytes_max = c.frame_bytes_max as usize - 1),
+            "buffered_request_bytes_max"
         );
         assert_eq!(
             field(&|c| {

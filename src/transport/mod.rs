@@ -10,7 +10,7 @@ pub(crate) mod body;
 pub(crate) mod frame;
 pub(crate) mod turns;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -46,6 +46,11 @@ pub(crate) struct ServerLimits {
     pub(crate) frame_bytes_max: u32,
     /// Connections open at once; one more is closed as soon as it is accepted.
     pub(crate) connections_max: usize,
+    /// Of those, how many only peers may take: a connection accepted into this room is
+    /// closed unless its first request, within `first_frame_timeout`, is a peer's.
+    pub(crate) peer_connections_reserved: usize,
+    /// See `peer_connections_reserved`.
+    pub(crate) first_frame_timeout: Duration,
     /// A connection that sends nothing for this long is closed.
     pub(crate) idle_timeout: Duration,
     /// A frame whose first bytes arrived must be whole within this.
@@ -54,8 +59,48 @@ pub(crate) struct ServerLimits {
     /// past it the server reads no further from that connection until answers drain. Peers'
     /// Raft traffic is not counted.
     pub(crate) in_flight_max: usize,
-    /// Bytes of frame bodies being read, over all connections together.
+    /// Bytes of client frame bodies being read, over all connections together.
     pub(crate) buffered_bytes_max: usize,
+    /// Bytes of Raft frame bodies being read, over all connections together: a pool of their
+    /// own, which clients cannot drain.
+    pub(crate) peer_buffered_bytes_max: usize,
+}
+
+/// The server's shares of frame-body memory: one for clients' frames, one for Raft frames.
+struct Budgets {
+    clients: tokio::sync::Semaphore,
+    peers: tokio::sync::Semaphore,
+}
+
+/// The connections accepted into the room kept for peers that have not sent their first
+/// request yet, oldest first, each with the means to close it. A connection leaves by
+/// dropping its receiver (its first request came, or it closed).
+#[derive(Default)]
+struct Probation {
+    waiting: VecDeque<oneshot::Sender<()>>,
+}
+
+impl Probation {
+    /// Puts a new connection on probation; returns what closes it.
+    fn admit(&mut self) -> oneshot::Receiver<()> {
+        self.waiting.retain(|w| !w.is_closed());
+        let (tx, rx) = oneshot::channel();
+        self.waiting.push_back(tx);
+        rx
+    }
+
+    /// Closes the oldest connection still on probation, to make room for a new one. A peer
+    /// sends its first request at once, so it is out of probation long before it is the
+    /// oldest; a client holding the peers' room without a word is the one that goes. Returns
+    /// whether there was one.
+    fn evict_oldest(&mut self) -> bool {
+        while let Some(oldest) = self.waiting.pop_front() {
+            if oldest.send(()).is_ok() {
+                return true;
+            }
+        }
+        false
+    }
 }
 
 /// Accepts connections on `listener` until `shutdown` turns true, within `limits`.
@@ -67,14 +112,22 @@ pub(crate) fn spawn_server(
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let open = Arc::new(AtomicU64::new(0));
-        let buffered = Arc::new(tokio::sync::Semaphore::new(limits.buffered_bytes_max));
+        let budgets = Arc::new(Budgets {
+            clients: tokio::sync::Semaphore::new(limits.buffered_bytes_max),
+            peers: tokio::sync::Semaphore::new(limits.peer_buffered_bytes_max),
+        });
+        let clients_max = limits
+            .connections_max
+            .saturating_sub(limits.peer_connections_reserved);
+        let mut probation = Probation::default();
         let mut refused_logged: Option<tokio::time::Instant> = None;
         loop {
             tokio::select! {
                 _ = shutdown.changed() => break,
                 accepted = listener.accept() => match accepted {
                     Ok((stream, from)) => {
-                        if open.load(Ordering::Acquire) >= limits.connections_max as u64 {
+                        let now_open = open.load(Ordering::Acquire);
+                        if now_open >= limits.connections_max as u64 && !probation.evict_oldest() {
                             // At most one line a second, however many are refused.
                             if refused_logged.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
                                 tracing::warn!(%from, max = limits.connections_max, "connection refused: too many open");
@@ -85,11 +138,14 @@ pub(crate) fn spawn_server(
                         }
                         let _ = stream.set_nodelay(true);
                         open.fetch_add(1, Ordering::AcqRel);
+                        // In the room kept for peers: on probation until its first request.
+                        let peers_only = (now_open >= clients_max as u64).then(|| probation.admit());
                         let conn = serve_conn(
                             stream,
                             Arc::clone(&handler),
                             limits,
-                            Arc::clone(&buffered),
+                            Arc::clone(&budgets),
+                            peers_only,
                             shutdown.clone(),
                         );
                         let open = Arc::clone(&open);
@@ -142,17 +198,19 @@ enum Closed {
     Malformed(FrameError),
 }
 
-/// Reads the next request frame of a server connection within `limits`: waits up to the idle
-/// timeout for its first byte, then up to the frame timeout for the rest, holding a share of
-/// the servers' buffered-bytes budget for its body while the body is read.
+/// Reads the next request frame of a server connection within `limits`: waits up to `idle`
+/// for its first byte, then up to the frame timeout for the rest, holding a share of the
+/// server's buffered-bytes budget (the peers' for Raft frames) for its body while the body is
+/// read.
 async fn read_request(
     rd: &mut tokio::net::tcp::OwnedReadHalf,
     limits: &ServerLimits,
-    buffered: &Arc<tokio::sync::Semaphore>,
+    idle: Duration,
+    budgets: &Budgets,
 ) -> Result<(frame::FrameHead, Vec<u8>), Closed> {
     use tokio::io::AsyncReadExt;
     let mut head = [0u8; frame::FRAME_HEADER_LEN];
-    let first = match tokio::time::timeout(limits.idle_timeout, rd.read(&mut head)).await {
+    let first = match tokio::time::timeout(idle, rd.read(&mut head)).await {
         Err(_) => return Err(Closed::Idle),
         Ok(Err(_) | Ok(0)) => return Err(Closed::Gone),
         Ok(Ok(n)) => n,
@@ -163,14 +221,19 @@ async fn read_request(
         }
         let head = frame::decode_head(&head, limits.frame_bytes_max).map_err(Closed::Malformed)?;
         let len = head.body_len as usize;
-        if len > limits.buffered_bytes_max {
+        let (budget, budget_max) = if is_raft(head.op) {
+            (&budgets.peers, limits.peer_buffered_bytes_max)
+        } else {
+            (&budgets.clients, limits.buffered_bytes_max)
+        };
+        if len > budget_max {
             return Err(Closed::Malformed(FrameError::TooLarge {
                 len: u64::from(head.body_len),
-                max: limits.buffered_bytes_max as u64,
+                max: budget_max as u64,
             }));
         }
         let permits = u32::try_from(len).unwrap_or(u32::MAX);
-        let _share = buffered
+        let _share = budget
             .acquire_many(permits)
             .await
             .map_err(|_| Closed::Gone)?;
@@ -184,7 +247,8 @@ async fn read_request(
     }
 }
 
-/// Whether `op` is a peer broker's Raft traffic (never held back by the in-flight cap).
+/// Whether `op` is a peer broker's Raft traffic (never held back by the in-flight cap, read
+/// within the peers' own memory budget).
 fn is_raft(op: Op) -> bool {
     matches!(
         op,
@@ -192,14 +256,25 @@ fn is_raft(op: Op) -> bool {
     )
 }
 
+/// Whether `op` opens a peer broker's connection: its Raft traffic, or a metadata proposal (a
+/// broker registering itself sends one first).
+fn is_peer_first(op: Op) -> bool {
+    is_raft(op) || op == Op::Propose
+}
+
 /// Reads requests from one connection, serves each on its own task, writes responses back in
 /// whatever order they finish. A malformed frame, a frame not finished in time, or a
 /// connection idle for too long closes the connection.
+///
+/// A connection accepted into the room kept for peers (`probation`: what evicts it) is closed
+/// unless its first request comes within `limits.first_frame_timeout`, before it is evicted
+/// for a newer one, and is a peer's.
 async fn serve_conn(
     stream: TcpStream,
     handler: Arc<dyn Handler>,
     limits: ServerLimits,
-    buffered: Arc<tokio::sync::Semaphore>,
+    budgets: Arc<Budgets>,
+    mut probation: Option<oneshot::Receiver<()>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let from = stream.peer_addr().ok();
@@ -210,9 +285,26 @@ async fn serve_conn(
     let in_flight = Arc::new(tokio::sync::Semaphore::new(limits.in_flight_max));
     let turns = Turns::new();
     loop {
+        let idle = if probation.is_some() {
+            limits.first_frame_timeout.min(limits.idle_timeout)
+        } else {
+            limits.idle_timeout
+        };
+        let evicted = async {
+            match probation.as_mut() {
+                Some(evict) => {
+                    let _ = evict.await;
+                }
+                None => std::future::pending().await,
+            }
+        };
         let next = tokio::select! {
             _ = shutdown.changed() => break,
-            f = read_request(&mut rd, &limits, &buffered) => f,
+            () = evicted => {
+                tracing::debug!(?from, "connection closed: a newer one took its place in the room kept for peers");
+                break;
+            }
+            f = read_request(&mut rd, &limits, idle, &budgets) => f,
         };
         let (head, body) = match next {
             Ok(frame) => frame,
@@ -234,6 +326,13 @@ async fn serve_conn(
             tracing::warn!(
                 ?from,
                 "a response arrived on a server connection; closing it"
+            );
+            break;
+        }
+        if probation.take().is_some() && !is_peer_first(head.op) {
+            tracing::debug!(
+                ?from,
+                "connection closed: the room left is kept for peer brokers"
             );
             break;
         }

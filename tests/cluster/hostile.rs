@@ -107,26 +107,64 @@ async fn idle_connections_and_unfinished_frames_are_closed() {
     cluster.shutdown().await.unwrap();
 }
 
+/// Eight connections at most, four of them kept for peer brokers. Clients fill their four;
+/// connections in the peers' room stay only if their first request is a peer's, and a new
+/// one takes the place of the oldest that has not spoken yet. Once the peers' room holds
+/// only peers, one more connection is refused at once; idle ones are closed and make room.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connections_past_the_cap_are_refused_and_idle_ones_make_room() {
+async fn connections_past_the_cap_are_refused_and_the_peers_room_holds_only_peers() {
     let dir = tempfile::tempdir().unwrap();
     let cluster = one_broker(dir.path(), |c| {
         c.connections_max = 8;
-        c.connections_max_idle_ms = 500;
+        c.peer_connections_reserved = 4;
+        c.connections_max_idle_ms = 1500;
     })
     .await;
     let addr = cluster.addrs()[0];
-    let mut held: Vec<TcpStream> = (0..8).map(|_| TcpStream::connect(addr).unwrap()).collect();
-    // Give the broker a moment to accept them all (bounded by the check below).
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let settle = || tokio::time::sleep(Duration::from_millis(100));
+    let mut clients: Vec<TcpStream> = Vec::new();
+    for _ in 0..4 {
+        clients.push(TcpStream::connect(addr).unwrap());
+        settle().await;
+    }
+    // The peers' room: a client request there closes its connection.
+    let mut intruder = TcpStream::connect(addr).unwrap();
+    intruder.write_all(&header(0, 6, 1)).unwrap();
+    assert!(
+        closed_within(&mut intruder, Duration::from_secs(1)),
+        "a client request in the room kept for peers closes its connection"
+    );
+    // Four silent connections there: each newer one, past the cap, evicts the oldest.
+    let mut silent: Vec<TcpStream> = Vec::new();
+    for _ in 0..4 {
+        silent.push(TcpStream::connect(addr).unwrap());
+        settle().await;
+    }
+    let newer = TcpStream::connect(addr).unwrap();
+    assert!(
+        closed_within(&mut silent[0], Duration::from_millis(400)),
+        "the oldest silent connection in the peers' room gives way"
+    );
+    // Peers (their first request is Raft traffic: a vote, undecodable here, answered with an
+    // error) are past probation and are never evicted.
+    drop(newer);
+    drop(silent);
+    settle().await;
+    let mut peers: Vec<TcpStream> = Vec::new();
+    for id in 0..4 {
+        let mut peer = TcpStream::connect(addr).unwrap();
+        peer.write_all(&header(0, 1, id)).unwrap();
+        peers.push(peer);
+        settle().await;
+    }
     let mut extra = TcpStream::connect(addr).unwrap();
     assert!(
         closed_within(&mut extra, Duration::from_millis(400)),
-        "a connection past the cap is closed at once"
+        "with the peers' room full of peers, a connection past the cap is closed at once"
     );
     // The idle ones are closed after the idle timeout, and an honest client gets in.
     honest_write(addr, "served").await;
-    for conn in &mut held {
+    for conn in clients.iter_mut().chain(&mut peers) {
         assert!(closed_within(conn, Duration::from_secs(10)));
     }
     cluster.shutdown().await.unwrap();
@@ -151,5 +189,109 @@ async fn a_client_that_pipelines_without_reading_starves_nobody() {
     // Everyone else is served meanwhile.
     honest_write(addr, "served").await;
     drop(greedy);
+    cluster.shutdown().await.unwrap();
+}
+
+/// Opens connections to `addr` as fast as it can, keeping up to `keep` open (the ones the
+/// broker closes are dropped and replaced), until `stop` is set or 60 s pass.
+fn flood(
+    addr: SocketAddr,
+    keep: usize,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<usize> {
+    std::thread::spawn(move || {
+        let started = Instant::now();
+        let mut open: Vec<TcpStream> = Vec::new();
+        let mut opened = 0;
+        // Bounded by the stop flag and by 60 s.
+        while !stop.load(std::sync::atomic::Ordering::Relaxed)
+            && started.elapsed() < Duration::from_secs(60)
+        {
+            // A closed connection reads as end of file; an open, silent one would block.
+            open.retain(|c| match c.peek(&mut [0u8; 1]) {
+                Ok(0) => false,
+                Ok(_) => true,
+                Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
+            });
+            if open.len() < keep {
+                match TcpStream::connect_timeout(&addr, Duration::from_millis(100)) {
+                    Ok(c) => {
+                        c.set_nonblocking(true).unwrap();
+                        open.push(c);
+                        opened += 1;
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            } else {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        opened
+    })
+}
+
+/// Clients that hold every connection a broker allows, and open a new one as soon as one is
+/// closed, never keep its peers out: a follower restarted under such a flood still gets the
+/// leader's connection (the room kept for peers; a newcomer there takes the place of the
+/// oldest silent one, and the leader speaks at once) and catches up. Before, the flood held
+/// the cap and the follower never heard from the leader again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_flood_never_keeps_a_peer_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = LocalCluster::start(3, dir.path(), |c| {
+        c.topics = vec![(TOPIC.into(), 1)];
+        c.heartbeat_interval_ms = 100;
+        c.election_timeout_ms = 1000;
+        c.connections_max = 32;
+        c.peer_connections_reserved = 8;
+    })
+    .await
+    .unwrap();
+    let leader = cluster
+        .wait_for_leaders(TOPIC, 1, Duration::from_secs(20))
+        .await
+        .unwrap()[0];
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let leader_addr = cluster.config(leader).unwrap().listen;
+    let client = Client::connect(&[leader_addr], ClientConfig::default())
+        .await
+        .unwrap();
+    client
+        .send(TOPIC, 0, &[Record::new("before")])
+        .await
+        .unwrap();
+    cluster.stop(follower).await.unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Twice as many as the broker takes: the cap stays full however fast it closes them.
+    let attack = flood(
+        cluster.config(follower).unwrap().listen,
+        64,
+        std::sync::Arc::clone(&stop),
+    );
+    for i in 0..20 {
+        client
+            .send(TOPIC, 0, &[Record::new(format!("during-{i}"))])
+            .await
+            .unwrap();
+    }
+    cluster.restart(follower).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // Bounded by the deadline.
+    loop {
+        let want = cluster.node(leader).unwrap().status(TOPIC, 0).unwrap();
+        let got = cluster.node(follower).unwrap().status(TOPIC, 0).unwrap();
+        if got.high_watermark == want.high_watermark && got.high_watermark.get() == 21 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the follower never caught up under the flood: {got:?} vs {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let opened = attack.join().unwrap();
+    assert!(opened >= 32, "the flood held the cap: {opened} connections");
+    drop(client);
     cluster.shutdown().await.unwrap();
 }
