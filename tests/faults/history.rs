@@ -39,6 +39,14 @@ impl Op {
     pub fn payload(producer: u32, n: u64) -> Vec<u8> {
         format!("{producer}:{n}").into_bytes()
     }
+
+    /// [`payload`](Self::payload) padded to `len` bytes (at least its own length): the id, a
+    /// `|`, then filler.
+    pub fn payload_sized(producer: u32, n: u64, len: usize) -> Vec<u8> {
+        let mut p = format!("{producer}:{n}|").into_bytes();
+        p.resize(len.max(p.len()), b'.');
+        p
+    }
 }
 
 /// What one replica holds of one partition: `(offset, payload)` in offset order.
@@ -92,7 +100,8 @@ pub struct Summary {
 }
 
 fn parse(payload: &[u8]) -> Option<(u32, u64)> {
-    let s = std::str::from_utf8(payload).ok()?;
+    let id = payload.split(|b| *b == b'|').next()?;
+    let s = std::str::from_utf8(id).ok()?;
     let (p, n) = s.split_once(':')?;
     Some((p.parse().ok()?, n.parse().ok()?))
 }
@@ -187,14 +196,14 @@ pub fn check(ops: &[Op], replicas: &[Replica]) -> (Vec<Violation>, Summary) {
                 }
                 Outcome::Fail | Outcome::Unknown => continue,
             };
-            let want = Op::payload(op.producer, op.n);
+            let want = Some((op.producer, op.n));
             for r in reps {
                 let held = r
                     .records
                     .binary_search_by_key(&offset, |(o, _)| *o)
                     .ok()
-                    .map(|i| &r.records[i].1);
-                if held != Some(&want) {
+                    .and_then(|i| parse(&r.records[i].1));
+                if held != want {
                     violations.push(Violation::LostAck {
                         producer: op.producer,
                         n: op.n,

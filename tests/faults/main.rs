@@ -8,6 +8,8 @@
 //! Every schedule prints its seed; `FAULT_SEED=<seed> cargo test --all-features --test faults
 //! replay -- --nocapture` replays one. `FAULT_SCHEDULES` sets how many schedules CI runs per
 //! test (default 25, in each of two tests); the ignored `soak` test runs `FAULT_SOAK` (default 1000).
+//! `FAULT_BIG_SCHEDULES` (default 2) and `FAULT_BIG_MIB` (default 64) size the schedules at real
+//! record and batch sizes.
 //! `FAULT_CPU_HOG=<threads>` runs the schedules beside spinning threads (timing bugs show on a
 //! loaded machine). A schedule that fails writes its fault timeline, every operation and every
 //! replica's records to the file its panic names.
@@ -94,6 +96,20 @@ impl Cluster {
     /// and the topic is created through the metadata group with `factor` replicas per
     /// partition.
     async fn start_with(n: usize, durability: Durability, created: Option<u32>) -> Cluster {
+        let mut log = LogConfig::default();
+        log.segment_bytes = 256 << 10;
+        log.record_bytes_max = 16 << 10;
+        log.batch_bytes_max = 64 << 10;
+        Cluster::start_sized(n, durability, created, log).await
+    }
+
+    /// [`start_with`](Self::start_with), the brokers' logs configured as `log`.
+    async fn start_sized(
+        n: usize,
+        durability: Durability,
+        created: Option<u32>,
+        log: LogConfig,
+    ) -> Cluster {
         let listeners: Vec<_> = (0..n)
             .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
             .collect();
@@ -111,11 +127,7 @@ impl Cluster {
                 c.election_timeout_ms = 500;
                 c.request_timeout_ms = 2000;
                 c.durability = durability;
-                let mut log = LogConfig::default();
-                log.segment_bytes = 256 << 10;
-                log.record_bytes_max = 16 << 10;
-                log.batch_bytes_max = 64 << 10;
-                c.log = log;
+                c.log = log.clone();
             },
             |id| {
                 Env::default()
@@ -619,6 +631,195 @@ async fn schedule(
     report.summary = summary;
     cluster.shutdown().await;
     report
+}
+
+/// A producer of real sizes: batches of records from 1 KiB up to the brokers'
+/// `record_bytes_max`, each batch up to their `batch_bytes_max`, to partitions at random, one
+/// batch at a time, until `bytes` of them were acknowledged (or three minutes passed).
+async fn produce_big(
+    addrs: Vec<SocketAddr>,
+    producer: u32,
+    bytes: u64,
+    seed: u64,
+    log: LogConfig,
+    losses: Arc<AtomicU64>,
+) -> Vec<(Op, u64)> {
+    // Room for a record's own encoding (lengths, timestamp delta, header count) and a batch's.
+    const RECORD_OVERHEAD: usize = 64;
+    let mut rng = Rng::new(seed ^ u64::from(producer) << 32);
+    let mut config = ClientConfig::default();
+    config.request_timeout_ms = 5000;
+    config.delivery_timeout_ms = 20_000;
+    config.record_bytes_max = log.record_bytes_max;
+    config.batch_bytes_max = log.batch_bytes_max;
+    let client = Client::connect(&addrs, config).await.unwrap();
+    let record_max = log.record_bytes_max as usize - RECORD_OVERHEAD;
+    let batch_max = log.batch_bytes_max as usize;
+    let mut ops = Vec::new();
+    let (mut n, mut acked) = (0u64, 0u64);
+    let started = Instant::now();
+    while acked < bytes && started.elapsed() < Duration::from_secs(180) {
+        let partition = rng.below(u64::from(PARTITIONS)) as u32;
+        let mut records = Vec::new();
+        let mut size = 0;
+        // Half the records as large as allowed, the others anywhere from 1 KiB up; as many as
+        // the batch limit takes.
+        loop {
+            let len = if rng.below(2) == 0 {
+                record_max
+            } else {
+                1024 + rng.below((record_max - 1024) as u64) as usize
+            };
+            if size + len + RECORD_OVERHEAD > batch_max {
+                break;
+            }
+            records.push(Record::new(Op::payload_sized(
+                producer,
+                n + records.len() as u64,
+                len,
+            )));
+            size += len + RECORD_OVERHEAD;
+        }
+        let sent_after = losses.load(Ordering::SeqCst);
+        let sent = client.send(TOPIC, partition, &records).await;
+        if sent.is_ok() {
+            acked += size as u64;
+        }
+        for i in 0..records.len() as u64 {
+            let offset = match &sent {
+                Ok(d) => Ok(d.base_offset.get() + i),
+                Err(e) => Err(e.clone()),
+            };
+            ops.push(sent_op(producer, n + i, partition, offset, sent_after));
+        }
+        n += records.len() as u64;
+    }
+    assert!(
+        acked >= bytes,
+        "producer {producer}: {acked} of {bytes} bytes acknowledged"
+    );
+    ops
+}
+
+/// Item 10 of "2 of 4": a schedule at real sizes, on five brokers. A follower of partition 0
+/// is stopped while a producer writes at least `mib` MiB in records up to `record_bytes_max`
+/// (1 MiB) and batches up to `batch_bytes_max` (4 MiB), beside two small producers; among the
+/// other four, at random, one more broker is stopped (a partition's leader half the time) and
+/// restarted, and the network turns lossy and slow and heals. Then the follower is restarted,
+/// catches up from that far behind, and the history is checked against every replica.
+async fn big_schedule(seed: u64, mib: u64) {
+    let mut log = LogConfig::default();
+    log.segment_bytes = 16 << 20;
+    let mut rng = Rng::new(seed);
+    let mut cluster = Cluster::start_sized(5, Durability::Fsync, None, log.clone()).await;
+    let started = Instant::now();
+    let mut timeline = Timeline::new(started);
+    let leader = wait_leader_of(&cluster, 0).await;
+    let followers: Vec<u64> = (1..=5).filter(|id| *id != leader).collect();
+    let follower = followers[rng.below(4) as usize];
+    cluster.stop(follower).await;
+    timeline.note(format!("stop follower {follower}"));
+    let losses = Arc::clone(&cluster.power_losses);
+    let small: Vec<_> = (0..2)
+        .map(|p| {
+            tokio::spawn(produce(
+                cluster.addrs.clone(),
+                p,
+                100,
+                seed,
+                Arc::clone(&losses),
+            ))
+        })
+        .collect();
+    let big = tokio::spawn(produce_big(
+        cluster.addrs.clone(),
+        2,
+        mib << 20,
+        seed,
+        log,
+        Arc::clone(&losses),
+    ));
+    // Bounded by the producers' own deadlines.
+    while !big.is_finished() {
+        tokio::time::sleep(Duration::from_millis(200 + rng.below(500))).await;
+        let other_down: Vec<u64> = cluster
+            .down()
+            .into_iter()
+            .filter(|id| *id != follower)
+            .collect();
+        match rng.below(4) {
+            0 if other_down.is_empty() => {
+                let leader = cluster.leader(rng.below(u64::from(PARTITIONS)) as u32);
+                let live: Vec<u64> = cluster
+                    .live()
+                    .into_iter()
+                    .filter(|id| *id != follower)
+                    .collect();
+                let victim = leader
+                    .filter(|_| rng.below(2) == 0)
+                    .unwrap_or_else(|| live[rng.below(live.len() as u64) as usize]);
+                cluster.stop(victim).await;
+                timeline.note(format!("stop {victim}"));
+            }
+            1 if !other_down.is_empty() => {
+                cluster.restart(other_down[0]).await;
+                timeline.note(format!("restart {}", other_down[0]));
+            }
+            2 => {
+                let (loss, delay) = (rng.below(100) as u32, rng.below(20));
+                cluster.net.set_loss(loss);
+                cluster.net.set_delay(0, delay);
+                timeline.note(format!("loss {loss}/1000, delay up to {delay} ms"));
+            }
+            _ => {
+                cluster.net.heal();
+                timeline.note("heal".into());
+            }
+        }
+    }
+    let mut ops = Vec::new();
+    for p in small.into_iter().chain(std::iter::once(big)) {
+        ops.extend(p.await.unwrap().into_iter().map(|(op, _)| op));
+    }
+    cluster.net.heal();
+    for id in cluster.down() {
+        cluster.restart(id).await;
+    }
+    timeline.note(format!(
+        "heal, restart {follower} (and any other), converge"
+    ));
+    let behind = Instant::now();
+    cluster.converge(Duration::from_secs(180)).await;
+    eprintln!(
+        "seed {seed}: {mib} MiB written with broker {follower} down; caught up in {:?}",
+        behind.elapsed()
+    );
+    let replicas = cluster.read_all();
+    let (violations, summary) = history::check(&ops, &replicas);
+    let written = (!violations.is_empty())
+        .then(|| write_history(seed, &timeline, &ops, &replicas, &violations));
+    assert!(
+        violations.is_empty(),
+        "seed {seed} at real sizes: {} violations, first: {:?}; history in {}",
+        violations.len(),
+        &violations[..violations.len().min(10)],
+        written.map_or("(not written)".into(), |p| p.display().to_string())
+    );
+    eprintln!(
+        "seed {seed} at real sizes: {summary:?} in {:?}; faults: {}",
+        started.elapsed(),
+        timeline.lines.join("; ")
+    );
+    cluster.shutdown().await;
+}
+
+/// See [`big_schedule`]; `FAULT_BIG_SCHEDULES` (default 2) and `FAULT_BIG_MIB` (default 64).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_schedules_at_real_sizes_lose_and_duplicate_nothing() {
+    let mib = env_u64("FAULT_BIG_MIB", 64);
+    for seed in 1..=env_u64("FAULT_BIG_SCHEDULES", 2) {
+        big_schedule(seed, mib).await;
+    }
 }
 
 /// Threads that keep the CPU busy until dropped.
