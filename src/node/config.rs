@@ -71,6 +71,12 @@ pub struct NodeConfig {
     /// `queued.max.request.bytes`); a frame waits for its share, within
     /// `frame_read_timeout_ms`. At least `frame_bytes_max`. Default 256 MiB.
     pub buffered_request_bytes_max: usize,
+    /// Bytes of answers built and not yet written, over all connections together: a fetch
+    /// reserves the bytes its answer may take before it reads the log, and waits for them.
+    /// One connection holds at most two full frames of them, and a connection whose answers
+    /// are not written within `frame_read_timeout_ms` (a client that never reads) is closed.
+    /// At least two full frames (`2 × frame_bytes_max`). Default 256 MiB.
+    pub buffered_response_bytes_max: usize,
     /// How often the broker applies retention by itself (see [`Node::enforce_retention`](crate::Node::enforce_retention)).
     /// Default 60 s; 0 turns the background task off.
     pub retention_check_ms: u64,
@@ -108,6 +114,7 @@ impl NodeConfig {
             frame_read_timeout_ms: 30_000,
             requests_in_flight_max: 256,
             buffered_request_bytes_max: 256 << 20,
+            buffered_response_bytes_max: 256 << 20,
             retention_check_ms: 60_000,
             join: false,
         }
@@ -120,6 +127,12 @@ impl NodeConfig {
         (self.frame_bytes_max as usize)
             .saturating_mul(2)
             .saturating_mul(self.peers.len().max(1))
+    }
+
+    /// Of `buffered_response_bytes_max`, what one connection's answers may hold: two full
+    /// frames.
+    pub(crate) fn connection_answer_bytes_max(&self) -> usize {
+        (self.frame_bytes_max as usize).saturating_mul(2)
     }
 
     /// The most bytes of log frames one message carries (a replication request, a fetch
@@ -140,6 +153,8 @@ impl NodeConfig {
                 self.election_timeout_ms.saturating_mul(2),
             ),
             peer_buffered_bytes_max: self.peer_buffered_bytes_max(),
+            answer_bytes_max: self.buffered_response_bytes_max,
+            connection_answer_bytes_max: self.connection_answer_bytes_max(),
             idle_timeout: std::time::Duration::from_millis(self.connections_max_idle_ms),
             frame_timeout: std::time::Duration::from_millis(self.frame_read_timeout_ms),
             in_flight_max: self.requests_in_flight_max,
@@ -226,6 +241,15 @@ impl NodeConfig {
                 format!(
                     "must hold one frame: at least frame_bytes_max ({})",
                     self.frame_bytes_max
+                ),
+            );
+        }
+        if self.buffered_response_bytes_max < self.connection_answer_bytes_max() {
+            return bad(
+                "buffered_response_bytes_max",
+                format!(
+                    "must hold one connection's answers: at least two frames ({})",
+                    self.connection_answer_bytes_max()
                 ),
             );
         }
@@ -331,6 +355,10 @@ mod tests {
         assert_eq!(
             field(&|c| c.buffered_request_bytes_max = c.frame_bytes_max as usize - 1),
             "buffered_request_bytes_max"
+        );
+        assert_eq!(
+            field(&|c| c.buffered_response_bytes_max = c.frame_bytes_max as usize),
+            "buffered_response_bytes_max"
         );
         assert_eq!(
             field(&|c| {

@@ -10,7 +10,7 @@ use crate::protocol::{
     FetchRequest, MetadataRequest, ProduceRequestRef, ProduceResponse, WireBatch, WireError,
 };
 use crate::transport::frame::Op;
-use crate::transport::{BoxFuture, Handler, Turn};
+use crate::transport::{Answer, AnswerBudget, BoxFuture, Handler, Turn};
 use crate::types::Offset;
 
 use super::Broker;
@@ -42,13 +42,20 @@ fn wire(e: Error) -> WireError {
 }
 
 impl Handler for NodeHandler {
-    fn handle(self: Arc<Self>, op: Op, body: Vec<u8>, turn: Turn) -> BoxFuture<Vec<u8>> {
+    fn handle(
+        self: Arc<Self>,
+        op: Op,
+        body: Vec<u8>,
+        turn: Turn,
+        answers: AnswerBudget,
+    ) -> BoxFuture<Answer> {
         Box::pin(async move {
             let service = &self.service;
             // Only produce requests keep their connection's order (see `Replica::write`);
             // any other passes its turn on at once.
             let turn = matches!(op, Op::Produce).then_some(turn);
-            match op {
+            let mut held = None;
+            let body = match op {
                 Op::AppendEntries | Op::Vote | Op::Snapshot | Op::TransferLeader => {
                     self.broker.serve_raft(op, &body).await
                 }
@@ -75,12 +82,17 @@ impl Handler for NodeHandler {
                     .await,
                 ),
                 Op::Fetch => {
-                    encode_response(&decode_request(&body).and_then(|req: FetchRequest| {
-                        let fetch = Fetch {
-                            partition: req.partition,
-                            offset: Offset(req.offset),
-                            max_bytes: req.max_bytes as usize,
-                        };
+                    let request = decode_request(&body).map(|req: FetchRequest| Fetch {
+                        partition: req.partition,
+                        offset: Offset(req.offset),
+                        max_bytes: req.max_bytes as usize,
+                    });
+                    // The answer's bytes are reserved before it is read from the log: a client
+                    // that pipelines fetches and never reads holds no more than its share.
+                    if let Ok(fetch) = &request {
+                        held = answers.reserve(service.fetch_answer_bytes(fetch)).await;
+                    }
+                    encode_response(&request.and_then(|fetch| {
                         let batches = service.fetch(&fetch).map_err(wire)?;
                         Ok(batches
                             .iter()
@@ -116,7 +128,8 @@ impl Handler for NodeHandler {
                     }
                     .await,
                 ),
-            }
+            };
+            Answer { body, held }
         })
     }
 }

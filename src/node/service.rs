@@ -56,11 +56,26 @@ impl BrokerService {
     /// never larger than a frame: `NodeConfig::validate`).
     pub(crate) fn fetch(&self, request: &Fetch) -> Result<Vec<Batch>> {
         let id = &request.partition;
-        let max_bytes = request
-            .max_bytes
-            .min(self.broker.config.payload_bytes_max());
+        let max_bytes = self.fetch_bytes_max(request);
         self.broker
             .read(&id.topic, id.partition, request.offset, max_bytes)
+    }
+
+    /// The most bytes of frames a fetch answer carries: what it asked for, within the frame
+    /// limit (a single batch larger than that is still sent, alone: see `PartitionLog::read`).
+    fn fetch_bytes_max(&self, request: &Fetch) -> usize {
+        request
+            .max_bytes
+            .min(self.broker.config.payload_bytes_max())
+    }
+
+    /// The memory a fetch answer may take, for the server's answer budget: its frames and the
+    /// frame's overhead.
+    /// An answer holds at least one batch, however small the fetch's `max_bytes`.
+    pub(crate) fn fetch_answer_bytes(&self, request: &Fetch) -> usize {
+        let one_batch = self.broker.config.log.batch_bytes_max as usize;
+        self.fetch_bytes_max(request).max(one_batch)
+            + crate::transport::frame::REQUEST_OVERHEAD_BYTES_MAX as usize
     }
 
     /// Brokers, topics and every partition's current leader (`local_only`: only the partitions

@@ -33,8 +33,70 @@ pub(crate) trait Handler: Send + Sync + 'static {
     /// Serves one request. `turn` is the request's place among the requests of its
     /// connection: a handler that must keep their order waits for it, and drops it once the
     /// order is fixed (requests are served on tasks of their own, which may start in any
-    /// order).
-    fn handle(self: Arc<Self>, op: Op, body: Vec<u8>, turn: Turn) -> BoxFuture<Vec<u8>>;
+    /// order). A handler about to build a large answer reserves its bytes in `answers` first.
+    fn handle(
+        self: Arc<Self>,
+        op: Op,
+        body: Vec<u8>,
+        turn: Turn,
+        answers: AnswerBudget,
+    ) -> BoxFuture<Answer>;
+}
+
+/// What answers may hold in memory before they are written: a handler reserves the bytes of a
+/// large answer (a fetch's) before it builds it, against its connection's share and the
+/// server's whole budget, and the reservation is released once the answer is written. A
+/// client that never reads its answers holds at most its connection's share, and only until
+/// the write timeout closes its connection.
+#[derive(Clone)]
+pub(crate) struct AnswerBudget {
+    connection: Arc<tokio::sync::Semaphore>,
+    all: Arc<tokio::sync::Semaphore>,
+    connection_max: usize,
+}
+
+/// Bytes reserved for one answer until it is written.
+pub(crate) struct Reservation {
+    _connection: tokio::sync::OwnedSemaphorePermit,
+    _all: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl AnswerBudget {
+    fn new(connection_max: usize, all: Arc<tokio::sync::Semaphore>) -> AnswerBudget {
+        AnswerBudget {
+            connection: Arc::new(tokio::sync::Semaphore::new(connection_max)),
+            all,
+            connection_max,
+        }
+    }
+
+    /// Waits until `bytes` (at most the connection's whole share) are free in the
+    /// connection's share and in the server's budget, and reserves them; `None` if the
+    /// server is closing.
+    pub(crate) async fn reserve(&self, bytes: usize) -> Option<Reservation> {
+        let n = u32::try_from(bytes.min(self.connection_max)).unwrap_or(u32::MAX);
+        let connection = Arc::clone(&self.connection)
+            .acquire_many_owned(n)
+            .await
+            .ok()?;
+        let all = Arc::clone(&self.all).acquire_many_owned(n).await.ok()?;
+        Some(Reservation {
+            _connection: connection,
+            _all: all,
+        })
+    }
+}
+
+/// A handler's answer: its body, and the bytes reserved for it, if any.
+pub(crate) struct Answer {
+    pub(crate) body: Vec<u8>,
+    pub(crate) held: Option<Reservation>,
+}
+
+impl From<Vec<u8>> for Answer {
+    fn from(body: Vec<u8>) -> Answer {
+        Answer { body, held: None }
+    }
 }
 
 /// What a server holds its connections to (Kafka's `max.connections`,
@@ -64,12 +126,17 @@ pub(crate) struct ServerLimits {
     /// Bytes of Raft frame bodies being read, over all connections together: a pool of their
     /// own, which clients cannot drain.
     pub(crate) peer_buffered_bytes_max: usize,
+    /// Bytes reserved for answers not yet written, over all connections together.
+    pub(crate) answer_bytes_max: usize,
+    /// ... and on one connection.
+    pub(crate) connection_answer_bytes_max: usize,
 }
 
 /// The server's shares of frame-body memory: one for clients' frames, one for Raft frames.
 struct Budgets {
     clients: tokio::sync::Semaphore,
     peers: tokio::sync::Semaphore,
+    answers: Arc<tokio::sync::Semaphore>,
 }
 
 /// The connections accepted into the room kept for peers that have not sent their first
@@ -115,6 +182,7 @@ pub(crate) fn spawn_server(
         let budgets = Arc::new(Budgets {
             clients: tokio::sync::Semaphore::new(limits.buffered_bytes_max),
             peers: tokio::sync::Semaphore::new(limits.peer_buffered_bytes_max),
+            answers: Arc::new(tokio::sync::Semaphore::new(limits.answer_bytes_max)),
         });
         let clients_max = limits
             .connections_max
@@ -164,12 +232,14 @@ pub(crate) fn spawn_server(
     })
 }
 
-/// Writes the frames sent into the returned channel to `wr`, in order, until the channel closes
-/// or a write fails; the task's end tells which connection half died.
+/// Writes the frames sent into the returned channel to `wr`, in order, until the channel closes,
+/// a write fails, or a frame is not written within `timeout` (a peer that never reads); the
+/// task's end tells which connection half died.
 /// Each frame comes with a value that is dropped once the frame is written (a server's
-/// in-flight slot for the request it answers).
+/// in-flight slot and answer bytes for the request it answers).
 fn spawn_writer<T: Send + 'static>(
     mut wr: tokio::net::tcp::OwnedWriteHalf,
+    timeout: Option<Duration>,
 ) -> (mpsc::Sender<(OutFrame, T)>, tokio::task::JoinHandle<()>) {
     use bytes::Buf;
     let (tx, mut rx) = mpsc::channel::<(OutFrame, T)>(1024);
@@ -177,7 +247,14 @@ fn spawn_writer<T: Send + 'static>(
         while let Some((frame, held)) = rx.recv().await {
             // Header and body in one vectored write where the socket takes it.
             let mut bytes = (&frame.head[..]).chain(&frame.body[..]);
-            if wr.write_all_buf(&mut bytes).await.is_err() {
+            let written = wr.write_all_buf(&mut bytes);
+            let written = match timeout {
+                Some(limit) => tokio::time::timeout(limit, written)
+                    .await
+                    .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into())),
+                None => written.await,
+            };
+            if written.is_err() {
                 break;
             }
             drop(held);
@@ -281,7 +358,15 @@ async fn serve_conn(
     let (mut rd, wr) = stream.into_split();
     // Answers go out in the order they finish; each holds its request's in-flight slot until
     // it is written.
-    let (tx, writer) = spawn_writer::<Option<tokio::sync::OwnedSemaphorePermit>>(wr);
+    type Held = (
+        Option<tokio::sync::OwnedSemaphorePermit>,
+        Option<Reservation>,
+    );
+    let (tx, mut writer) = spawn_writer::<Held>(wr, Some(limits.frame_timeout));
+    let answers = AnswerBudget::new(
+        limits.connection_answer_bytes_max,
+        Arc::clone(&budgets.answers),
+    );
     let in_flight = Arc::new(tokio::sync::Semaphore::new(limits.in_flight_max));
     let turns = Turns::new();
     loop {
@@ -300,6 +385,10 @@ async fn serve_conn(
         };
         let next = tokio::select! {
             _ = shutdown.changed() => break,
+            _ = &mut writer => {
+                tracing::debug!(?from, "connection closed: its answers are not read");
+                break;
+            }
             () = evicted => {
                 tracing::debug!(?from, "connection closed: a newer one took its place in the room kept for peers");
                 break;
@@ -349,12 +438,12 @@ async fn serve_conn(
                 Err(_) => break,
             }
         };
-        let (handler, tx) = (Arc::clone(&handler), tx.clone());
+        let (handler, tx, answers) = (Arc::clone(&handler), tx.clone(), answers.clone());
         let turn = turns.issue();
         tokio::spawn(async move {
-            let response = handler.handle(head.op, body, turn).await;
-            let frame = OutFrame::new(Kind::Response, head.op, head.request_id, response);
-            let _ = tx.send((frame, slot)).await;
+            let answer = handler.handle(head.op, body, turn, answers).await;
+            let frame = OutFrame::new(Kind::Response, head.op, head.request_id, answer.body);
+            let _ = tx.send((frame, (slot, answer.held))).await;
         });
     }
     drop(tx);
@@ -479,7 +568,7 @@ impl Peer {
         };
         let _ = stream.set_nodelay(true);
         let (mut rd, wr) = stream.into_split();
-        let (tx, writer) = spawn_writer(wr);
+        let (tx, writer) = spawn_writer(wr, None);
         let pending: Pending = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
         {
@@ -652,5 +741,38 @@ impl PeerSet {
         let peers = self.peers.read();
         let c = peers.get(&id)?;
         Some(Arc::clone(if control { &c.control } else { &c.bulk }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn answers_wait_for_their_connections_share_and_the_servers_budget() {
+        let all = Arc::new(tokio::sync::Semaphore::new(3 << 20));
+        let one = AnswerBudget::new(2 << 20, Arc::clone(&all));
+        let other = AnswerBudget::new(2 << 20, Arc::clone(&all));
+        let soon = Duration::from_millis(50);
+        let a = one.reserve(1 << 20).await.unwrap();
+        let b = one.reserve(1 << 20).await.unwrap();
+        // The connection's share is spent: its next answer waits, another connection's not.
+        assert!(tokio::time::timeout(soon, one.reserve(1)).await.is_err());
+        let c = other.reserve(1 << 20).await.unwrap();
+        // The server's budget is spent too.
+        assert!(tokio::time::timeout(soon, other.reserve(1)).await.is_err());
+        // A written answer gives its bytes back.
+        drop(a);
+        let d = tokio::time::timeout(soon, one.reserve(1 << 20))
+            .await
+            .unwrap();
+        // An answer larger than the share takes the whole share, not forever.
+        drop((b, c, d));
+        assert!(
+            tokio::time::timeout(soon, one.reserve(64 << 20))
+                .await
+                .unwrap()
+                .is_some()
+        );
     }
 }

@@ -295,3 +295,89 @@ async fn a_connection_flood_never_keeps_a_peer_out() {
     drop(client);
     cluster.shutdown().await.unwrap();
 }
+
+/// A fetch request's body as the native protocol encodes it (postcard): the topic, the
+/// partition, the offset, the byte limit.
+fn fetch_body(topic: &str, offset: u64, max_bytes: u32) -> Vec<u8> {
+    fn varint(mut v: u64, out: &mut Vec<u8>) {
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+    let mut body = Vec::new();
+    varint(topic.len() as u64, &mut body);
+    body.extend_from_slice(topic.as_bytes());
+    varint(0, &mut body);
+    varint(offset, &mut body);
+    varint(u64::from(max_bytes), &mut body);
+    body
+}
+
+/// D3 of "2 of 4" at its size: 512 pipelined fetches of 1 MiB whose answers are never read.
+/// Each answer's bytes are reserved before the log is read, a connection holds at most two
+/// frames of them, and one whose answers are not written within the frame timeout is
+/// closed; meanwhile an honest client still produces and fetches. Before, the broker built
+/// every answer (447 MiB, linearly more with more requests).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_fetches_without_reading_holds_two_frames_and_is_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = one_broker(dir.path(), |c| {
+        c.frame_read_timeout_ms = 1000;
+        c.requests_in_flight_max = 1024;
+    })
+    .await;
+    let addr = cluster.addrs()[0];
+    let client = Client::connect(&[addr], ClientConfig::default())
+        .await
+        .unwrap();
+    for _ in 0..8 {
+        client
+            .send(TOPIC, 0, &[Record::new(vec![9u8; 1000 << 10])])
+            .await
+            .unwrap();
+    }
+    let mut greedy = TcpStream::connect(addr).unwrap();
+    greedy
+        .set_write_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let body = fetch_body(TOPIC, 0, 1 << 20);
+    for id in 0..512u64 {
+        let mut frame = header(body.len() as u32, 5, id).to_vec();
+        frame.extend_from_slice(&body);
+        if greedy.write_all(&frame).is_err() {
+            break;
+        }
+    }
+    // Everyone else is served meanwhile.
+    honest_write(addr, "served").await;
+    let fetched = client
+        .fetch(TOPIC, 0, replog::Offset(0), 1 << 20, None)
+        .await
+        .unwrap();
+    assert!(!fetched.is_empty());
+    // The greedy connection was closed once its answers went unread past the frame timeout:
+    // what it gets, read now, ends well before 512 answers.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    greedy
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut received = 0usize;
+    let mut buf = vec![0u8; 1 << 20];
+    let ended = loop {
+        match greedy.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(n) => received += n,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
+            Err(_) => break false,
+        }
+    };
+    assert!(ended, "the greedy connection is closed");
+    assert!(
+        received < 64 << 20,
+        "it got {received} bytes: the broker did not build every answer"
+    );
+    drop(client);
+    cluster.shutdown().await.unwrap();
+}
