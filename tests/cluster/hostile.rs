@@ -12,7 +12,7 @@ const TOPIC: &str = "hostile";
 
 /// A frame header as the native protocol has it: body length, kind (1: request), op, two
 /// reserved bytes, request id.
-fn header(body_len: u32, op: u8, request_id: u64) -> [u8; 16] {
+pub(crate) fn header(body_len: u32, op: u8, request_id: u64) -> [u8; 16] {
     let mut h = [0u8; 16];
     h[0..4].copy_from_slice(&body_len.to_le_bytes());
     h[4] = 1;
@@ -298,7 +298,7 @@ async fn a_connection_flood_never_keeps_a_peer_out() {
 
 /// A fetch request's body as the native protocol encodes it (postcard): the topic, the
 /// partition, the offset, the byte limit.
-fn fetch_body(topic: &str, offset: u64, max_bytes: u32) -> Vec<u8> {
+pub(crate) fn fetch_body(topic: &str, offset: u64, max_bytes: u32) -> Vec<u8> {
     fn varint(mut v: u64, out: &mut Vec<u8>) {
         while v >= 0x80 {
             out.push((v as u8) | 0x80);

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use replog::{Error, LogConfig, Node, NodeConfig, Offset, ProducerSeq, Record};
 
+mod attack;
 mod hostile;
 #[path = "../support/ports.rs"]
 mod ports;

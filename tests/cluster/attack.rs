@@ -1,0 +1,209 @@
+//! The attack suite of "2 of 4" at the sizes it names, against a `replog node` process with
+//! its default budgets, measuring the broker's memory: ignored in CI (it opens some twenty
+//! thousand connections and moves gigabytes); run it with
+//! `cargo test --release --test cluster -- --ignored attack --nocapture`.
+//!
+//! - D2: 64 connections each send a 16 MiB frame header and 16 MiB − 1 body bytes.
+//! - D3: 4 connections each pipeline 512 fetches of 1 MiB and never read an answer.
+//! - D4: 19,990 connections opened and left idle.
+//!
+//! After each, the broker's peak resident memory (`VmHWM`) and its anonymous memory now
+//! (`RssAnon`) are printed beside its budgets, and a client connected before the attacks
+//! still produces and fetches. The test fails if the peak passes the budgets plus 64 MiB.
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use replog::{Client, ClientConfig, Offset, Record};
+
+use crate::hostile::{fetch_body, header};
+use crate::ports::process_addrs;
+
+const TOPIC: &str = "attack";
+
+/// A line's value in KiB of the broker's `/proc/{pid}/status`, opened once (so that it can be
+/// read again while the attack holds every file descriptor this process may have).
+fn status_kib(status: &mut std::fs::File, key: &str) -> u64 {
+    use std::io::{Read, Seek};
+    let mut text = String::new();
+    if status.rewind().is_err() || status.read_to_string(&mut text).is_err() {
+        return 0;
+    }
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(key)?
+                .trim()
+                .strip_suffix("kB")?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+/// The broker still serves a client that connected before the attack.
+async fn still_served(client: &Client, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // Bounded by the deadline.
+    loop {
+        let sent = client
+            .send(TOPIC, 0, &[Record::new(what.to_string())])
+            .await;
+        let fetched = client.fetch(TOPIC, 0, Offset(0), 1 << 16, None).await;
+        if sent.is_ok() && fetched.is_ok_and(|b| !b.is_empty()) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: the honest client is not served"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn report(status: &mut std::fs::File, phase: &str, budget_mib: u64) {
+    let peak = status_kib(status, "VmHWM:");
+    let anon = status_kib(status, "RssAnon:");
+    println!(
+        "{phase}: peak RSS {:.0} MiB, anonymous now {:.0} MiB (budgets {budget_mib} MiB + 64)",
+        mib(peak),
+        mib(anon)
+    );
+    assert!(
+        peak <= (budget_mib + 64) << 10,
+        "{phase}: peak RSS {:.0} MiB over the budgets",
+        mib(peak)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the attack suite at full size: minutes, gigabytes, twenty thousand connections"]
+async fn attack_suite_at_full_size_stays_within_the_budgets() {
+    let dir = tempfile::tempdir().unwrap();
+    let addr: SocketAddr = process_addrs(1)[0];
+    let mut broker = std::process::Command::new(env!("CARGO_BIN_EXE_replog"))
+        .args(["node", "--id", "1", "--listen", &addr.to_string(), "--data"])
+        .arg(dir.path())
+        .args(["--topic", &format!("{TOPIC}:1")])
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .unwrap();
+    let mut status = std::fs::File::open(format!("/proc/{}/status", broker.id())).unwrap();
+    // The defaults: 256 MiB of requests, 256 MiB of answers, two frames for peers (none).
+    let budget_mib = 256 + 256 + 32;
+    let mut config = ClientConfig::default();
+    config.request_timeout_ms = 30_000;
+    config.delivery_timeout_ms = 60_000;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let client = loop {
+        match Client::connect(&[addr], config.clone()).await {
+            Ok(c) => break c,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "the broker does not start: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    for _ in 0..8 {
+        client
+            .send(TOPIC, 0, &[Record::new(vec![5u8; 1000 << 10])])
+            .await
+            .unwrap();
+    }
+    still_served(&client, "before").await;
+    report(&mut status, "before the attacks", budget_mib);
+
+    // D2: half-sent frames.
+    let d2 = std::thread::spawn(move || {
+        let body = vec![1u8; (16 << 20) - 1];
+        let conns: Vec<TcpStream> = (0..64)
+            .filter_map(|_| {
+                let mut c = TcpStream::connect(addr).ok()?;
+                c.set_write_timeout(Some(Duration::from_secs(2))).ok()?;
+                c.write_all(&header(16 << 20, 6, 1)).ok()?;
+                // A frame over the budget's free share waits for it (and times out): the
+                // body stops going in when the broker stops reading.
+                let _ = c.write_all(&body);
+                Some(c)
+            })
+            .collect();
+        conns
+    });
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    still_served(&client, "during D2").await;
+    let held = d2.join().unwrap();
+    report(
+        &mut status,
+        "D2: 64 connections x 16 MiB half-sent frames",
+        budget_mib,
+    );
+    drop(held);
+
+    // D3: pipelined fetches never read.
+    let body = fetch_body(TOPIC, 0, 1 << 20);
+    let d3 = std::thread::spawn(move || {
+        (0..4)
+            .filter_map(|_| {
+                let mut c = TcpStream::connect(addr).ok()?;
+                c.set_write_timeout(Some(Duration::from_secs(2))).ok()?;
+                for id in 0..512u64 {
+                    let mut frame = header(body.len() as u32, 5, id).to_vec();
+                    frame.extend_from_slice(&body);
+                    if c.write_all(&frame).is_err() {
+                        break;
+                    }
+                }
+                Some(c)
+            })
+            .collect::<Vec<_>>()
+    });
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    still_served(&client, "during D3").await;
+    let held = d3.join().unwrap();
+    report(
+        &mut status,
+        "D3: 4 x 512 pipelined 1 MiB fetches, never read",
+        budget_mib,
+    );
+    drop(held);
+
+    // D4: idle connections, as many as the file descriptors allow.
+    let d4 = std::thread::spawn(move || {
+        let started = Instant::now();
+        let (mut conns, mut failures) = (Vec::new(), 0);
+        let mut last_error = None;
+        while conns.len() < 19_990 && failures < 100 && started.elapsed() < Duration::from_secs(120)
+        {
+            match TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
+                Ok(c) => conns.push(c),
+                Err(e) => {
+                    failures += 1;
+                    last_error = Some(e);
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        }
+        (conns, failures, last_error)
+    });
+    let (held, failures, last_error) = d4.join().unwrap();
+    println!(
+        "D4: {} idle connections opened ({failures} connects failed, last: {last_error:?})",
+        held.len()
+    );
+    still_served(&client, "during D4").await;
+    report(&mut status, "D4: idle connections", budget_mib);
+    drop(held);
+
+    drop(client);
+    assert!(
+        broker.try_wait().unwrap().is_none(),
+        "the broker survived the attacks"
+    );
+    let _ = broker.kill();
+    let _ = broker.wait();
+}
