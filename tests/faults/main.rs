@@ -698,6 +698,7 @@ async fn produce_big(
         acked >= bytes,
         "producer {producer}: {acked} of {bytes} bytes acknowledged"
     );
+    eprintln!("producer {producer}: {acked} bytes acknowledged in {n} records");
     ops
 }
 
