@@ -119,7 +119,9 @@ pub mod format {
     #![doc = include_str!("segment/FORMAT.md")]
 }
 
-pub use client::{Client, ClientConfig, Delivery, PartitionDescription, RouteStep};
+pub use client::{
+    Client, ClientConfig, Delivery, FetchOptions, Fetched, PartitionDescription, RouteStep,
+};
 pub use config::LogConfig;
 pub use env::{Env, FaultPoint};
 #[cfg(any(test, feature = "failpoints"))]

@@ -68,6 +68,22 @@ pub(crate) struct FetchRequest {
     pub(crate) partition: PartitionId,
     pub(crate) offset: u64,
     pub(crate) max_bytes: u32,
+    /// The longest the broker may wait for `min_bytes` of committed records from `offset` on
+    /// (Kafka's `fetch.max.wait.ms`); 0 answers at once.
+    pub(crate) max_wait_ms: u32,
+    /// Record bytes worth answering for (Kafka's `fetch.min.bytes`); 0 or 1: any.
+    pub(crate) min_bytes: u32,
+}
+
+/// `Op::Fetch` response.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct FetchResponse {
+    pub(crate) batches: Vec<WireBatch>,
+    /// The partition's high watermark on the answering replica: records below it are
+    /// committed.
+    pub(crate) high_watermark: u64,
+    /// The first offset still in the answering replica's log.
+    pub(crate) log_start: u64,
 }
 
 /// One batch in a fetch response: the frame's fields and its record bytes as stored.

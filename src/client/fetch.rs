@@ -1,18 +1,66 @@
 //! [`Client::fetch`]: reading committed batches from a partition's leader or a named replica.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use super::Client;
 use crate::error::{Error, Result};
-use crate::protocol::{FetchRequest, WireBatch, WireError};
+use crate::protocol::{FetchRequest, FetchResponse, WireError};
 use crate::segment::record::{Batch, Limits};
 use crate::transport::frame::Op;
 use crate::types::{Offset, PartitionId};
 
+/// How [`Client::fetch_with`] reads, as a Kafka consumer's fetch settings.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct FetchOptions {
+    /// At most this many bytes of batches (at least one batch, if any). Default 1 MiB.
+    pub max_bytes: u32,
+    /// The longest the broker waits for `min_bytes` of committed records (Kafka's
+    /// `fetch.max.wait.ms`): a fetch at the end of the log returns as soon as a commit brings
+    /// them, or empty when this passes, and costs no CPU meanwhile. At most 60 s. Default 0:
+    /// answer at once.
+    pub max_wait: Duration,
+    /// Record bytes worth answering for (Kafka's `fetch.min.bytes`). Default 1: any record.
+    pub min_bytes: u32,
+    /// Read from this broker instead of the partition's leader (any replica serves
+    /// committed records). Default `None`.
+    pub replica: Option<SocketAddr>,
+}
+
+impl Default for FetchOptions {
+    fn default() -> Self {
+        FetchOptions {
+            max_bytes: 1 << 20,
+            max_wait: Duration::ZERO,
+            min_bytes: 1,
+            replica: None,
+        }
+    }
+}
+
+/// What a fetch returned: committed batches, and where the partition's committed records
+/// end and its log starts on the replica that answered (their difference from a position is
+/// its lag).
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Fetched {
+    /// The batches, in offset order. The first may start before the offset asked for (a
+    /// batch is read whole, as Kafka's fetch answers): its records before that offset are the
+    /// reader's to skip.
+    pub batches: Vec<Batch>,
+    /// Records below this offset are committed (on the answering replica).
+    pub high_watermark: Offset,
+    /// The first offset still in the answering replica's log.
+    pub log_start: Offset,
+}
+
 impl Client {
     /// Reads committed batches of a partition from `offset` on, from its leader (or, with
     /// `replica`, from that broker), at most `max_bytes` of them (at least one batch, if any),
-    /// and never more than fits this client's `frame_bytes_max` or the broker's.
+    /// and never more than fits this client's `frame_bytes_max` or the broker's. The first
+    /// batch may start before `offset` (see [`Fetched::batches`]). Answers at once: see
+    /// [`fetch_with`](Self::fetch_with) to wait for records, and for the high watermark.
     ///
     /// # Errors
     ///
@@ -25,22 +73,49 @@ impl Client {
         max_bytes: u32,
         replica: Option<SocketAddr>,
     ) -> Result<Vec<Batch>> {
+        let options = FetchOptions {
+            max_bytes,
+            replica,
+            ..FetchOptions::default()
+        };
+        Ok(self
+            .fetch_with(topic, partition, offset, &options)
+            .await?
+            .batches)
+    }
+
+    /// [`fetch`](Self::fetch) as `options` say: a long poll that waits for records (at most
+    /// `options.max_wait`), answered with the partition's high watermark and log start.
+    ///
+    /// # Errors
+    ///
+    /// As [`fetch`](Self::fetch).
+    pub async fn fetch_with(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: Offset,
+        options: &FetchOptions,
+    ) -> Result<Fetched> {
         let id = PartitionId::new(topic, partition);
         // The answer must fit this client's frames (the broker keeps it within its own).
         let fits = self
             .config
             .frame_bytes_max
             .saturating_sub(crate::transport::frame::REQUEST_OVERHEAD_BYTES_MAX);
+        let max_wait = options.max_wait.min(Duration::from_secs(60));
         let request = FetchRequest {
             partition: id.clone(),
             offset: offset.get(),
-            max_bytes: max_bytes.min(fits),
+            max_bytes: options.max_bytes.min(fits),
+            max_wait_ms: u32::try_from(max_wait.as_millis()).unwrap_or(u32::MAX),
+            min_bytes: options.min_bytes,
         };
         let limits = Limits {
             record_bytes_max: self.config.record_bytes_max,
             batch_bytes_max: self.config.batch_bytes_max,
         };
-        let mut targets: Vec<SocketAddr> = replica.into_iter().collect();
+        let mut targets: Vec<SocketAddr> = options.replica.into_iter().collect();
         let named = !targets.is_empty();
         if targets.is_empty() {
             if self.leader_addr(&id).is_none() {
@@ -49,14 +124,25 @@ impl Client {
             targets.extend(self.leader_addr(&id));
             targets.extend(self.candidates());
         }
+        // The broker may hold the request for `max_wait` before it answers.
+        let timeout = self.timeout() + max_wait;
         let mut tried = Vec::new();
         for addr in targets {
             match self
-                .call::<_, Vec<WireBatch>>(addr, Op::Fetch, &request)
+                .call_timeout::<_, FetchResponse>(addr, Op::Fetch, &request, timeout)
                 .await
             {
-                Ok(Ok(batches)) => {
-                    return batches.into_iter().map(|b| b.into_batch(&limits)).collect();
+                Ok(Ok(answer)) => {
+                    let batches = answer
+                        .batches
+                        .into_iter()
+                        .map(|b| b.into_batch(&limits))
+                        .collect::<Result<Vec<_>>>()?;
+                    return Ok(Fetched {
+                        batches,
+                        high_watermark: Offset(answer.high_watermark),
+                        log_start: Offset(answer.log_start),
+                    });
                 }
                 // This broker hosts no replica of the partition: try the next.
                 Ok(Err(WireError::NotLeader { .. })) if !named => {

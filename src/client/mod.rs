@@ -9,6 +9,7 @@
 mod admin;
 mod deliver;
 mod fetch;
+pub use fetch::{FetchOptions, Fetched};
 mod routing;
 mod sequencer;
 
@@ -206,6 +207,17 @@ impl Client {
         self.call_with(addr, op, request, None).await
     }
 
+    /// [`call`](Self::call) waiting up to `timeout` for the answer.
+    async fn call_timeout<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        addr: SocketAddr,
+        op: Op,
+        request: &Req,
+        timeout: Duration,
+    ) -> std::result::Result<std::result::Result<Resp, WireError>, CallError> {
+        self.call_within(addr, op, request, timeout, None).await
+    }
+
     /// [`call`](Self::call), signalling `enqueued` once the request is queued on its
     /// connection.
     async fn call_with<Req: Serialize, Resp: DeserializeOwned>(
@@ -215,11 +227,25 @@ impl Client {
         request: &Req,
         enqueued: Option<tokio::sync::oneshot::Sender<()>>,
     ) -> std::result::Result<std::result::Result<Resp, WireError>, CallError> {
+        self.call_within(addr, op, request, self.timeout(), enqueued)
+            .await
+    }
+
+    /// The one call: encodes `request`, sends it to `addr`, waits up to `timeout` for the
+    /// answer, decodes it.
+    async fn call_within<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        addr: SocketAddr,
+        op: Op,
+        request: &Req,
+        timeout: Duration,
+        enqueued: Option<tokio::sync::oneshot::Sender<()>>,
+    ) -> std::result::Result<std::result::Result<Resp, WireError>, CallError> {
         let body = crate::protocol::encode(request)
             .map_err(|e| CallError::Unreachable(format!("cannot encode request: {e}")))?;
         let bytes = self
             .peer(addr)
-            .call_with(op, body, self.timeout(), enqueued)
+            .call_with(op, body, timeout, enqueued)
             .await?;
         postcard::from_bytes(&bytes)
             .map_err(|e| CallError::Unreachable(format!("bad response from {addr}: {e}")))

@@ -7,7 +7,8 @@ use serde::Serialize;
 
 use crate::error::Error;
 use crate::protocol::{
-    FetchRequest, MetadataRequest, ProduceRequestRef, ProduceResponse, WireBatch, WireError,
+    FetchRequest, FetchResponse, MetadataRequest, ProduceRequestRef, ProduceResponse, WireBatch,
+    WireError,
 };
 use crate::transport::frame::Op;
 use crate::transport::{Answer, AnswerBudget, BoxFuture, Handler, Turn};
@@ -86,18 +87,23 @@ impl Handler for NodeHandler {
                         partition: req.partition,
                         offset: Offset(req.offset),
                         max_bytes: req.max_bytes as usize,
+                        max_wait: std::time::Duration::from_millis(req.max_wait_ms.into()),
+                        min_bytes: req.min_bytes as usize,
                     });
-                    // The answer's bytes are reserved before it is read from the log: a client
-                    // that pipelines fetches and never reads holds no more than its share.
+                    // A long poll waits for records first, holding nothing; then the answer's
+                    // bytes are reserved before it is read from the log: a client that
+                    // pipelines fetches and never reads holds no more than its share.
                     if let Ok(fetch) = &request {
+                        service.wait_for_fetch(fetch).await;
                         held = answers.reserve(service.fetch_answer_bytes(fetch)).await;
                     }
                     encode_response(&request.and_then(|fetch| {
-                        let batches = service.fetch(&fetch).map_err(wire)?;
-                        Ok(batches
-                            .iter()
-                            .map(WireBatch::from_batch)
-                            .collect::<Vec<_>>())
+                        let fetched = service.fetch(&fetch).map_err(wire)?;
+                        Ok(FetchResponse {
+                            batches: fetched.batches.iter().map(WireBatch::from_batch).collect(),
+                            high_watermark: fetched.high_watermark.get(),
+                            log_start: fetched.log_start.get(),
+                        })
                     }))
                 }
                 Op::Metadata => encode_response(

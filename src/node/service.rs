@@ -5,16 +5,18 @@
 //! never in a codec.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::error::Result;
 use crate::log::AppendInfo;
 use crate::protocol::{CreateTopicRequest, DeleteTopicRequest, MetadataResponse, ProposeRequest};
 use crate::raft::types::AppendRequest;
-use crate::segment::record::Batch;
 use crate::transport::Turn;
 use crate::types::{Offset, PartitionId};
 
 use super::Broker;
+pub(crate) use super::write::Fetched;
+use super::write::read_committed;
 
 /// A produce: one encoded batch for one partition.
 pub(crate) struct Produce {
@@ -31,7 +33,14 @@ pub(crate) struct Fetch {
     pub(crate) partition: PartitionId,
     pub(crate) offset: Offset,
     pub(crate) max_bytes: usize,
+    /// How long to wait for `min_bytes` (capped at [`FETCH_WAIT_MAX`]).
+    pub(crate) max_wait: Duration,
+    /// Record bytes worth answering for; 0 never waits.
+    pub(crate) min_bytes: usize,
 }
+
+/// The longest a fetch waits for records, whatever it asks.
+pub(crate) const FETCH_WAIT_MAX: Duration = Duration::from_secs(60);
 
 /// The broker's operations for clients.
 #[derive(Clone)]
@@ -54,11 +63,52 @@ impl BrokerService {
     /// Reads committed batches from this broker's replica: [`crate::Node::read`]'s rules, with
     /// the answer kept within this broker's frame limit whatever the asker allowed (a batch is
     /// never larger than a frame: `NodeConfig::validate`).
-    pub(crate) fn fetch(&self, request: &Fetch) -> Result<Vec<Batch>> {
+    pub(crate) fn fetch(&self, request: &Fetch) -> Result<Fetched> {
         let id = &request.partition;
         let max_bytes = self.fetch_bytes_max(request);
         self.broker
-            .read(&id.topic, id.partition, request.offset, max_bytes)
+            .read_marked(&id.topic, id.partition, request.offset, max_bytes)
+    }
+
+    /// A long poll (Kafka's fetch wait): returns once the partition holds `min_bytes` of
+    /// committed records from the fetch's offset on, once `max_wait` passed, or at once if
+    /// the fetch cannot be answered with records (an unknown partition, an offset out of
+    /// range: the fetch then says why). Waiting costs no CPU: it sleeps on the replica's
+    /// high watermark, which each commit that moves it wakes, and holds no reference to the
+    /// replica (a replica stopping ends the wait).
+    pub(crate) async fn wait_for_fetch(&self, request: &Fetch) {
+        if request.min_bytes == 0 || request.max_wait.is_zero() {
+            return;
+        }
+        let deadline = tokio::time::Instant::now() + request.max_wait.min(FETCH_WAIT_MAX);
+        let Ok(group) = self.broker.group(&request.partition) else {
+            return;
+        };
+        let mut applied = group.sm.subscribe();
+        drop(group);
+        let look_ahead = request
+            .min_bytes
+            .saturating_add(self.broker.config.log.batch_bytes_max as usize);
+        // Bounded by the deadline.
+        loop {
+            let ready = match self.broker.group(&request.partition) {
+                Err(_) => true,
+                // Enough frames to hold `min_bytes` of records, and the batch that crosses it.
+                Ok(group) => match read_committed(&group, request.offset, look_ahead) {
+                    Ok(batches) => {
+                        batches.iter().map(|b| b.payload.len()).sum::<usize>() >= request.min_bytes
+                    }
+                    Err(_) => true,
+                },
+            };
+            if ready {
+                return;
+            }
+            tokio::select! {
+                changed = applied.changed() => if changed.is_err() { return },
+                () = tokio::time::sleep_until(deadline) => return,
+            }
+        }
     }
 
     /// The most bytes of frames a fetch answer carries: what it asked for, within the frame

@@ -149,14 +149,40 @@ impl Broker {
         offset: Offset,
         max_bytes: usize,
     ) -> Result<Vec<Batch>> {
+        Ok(self
+            .read_marked(topic, partition, offset, max_bytes)?
+            .batches)
+    }
+
+    /// [`read`](Self::read), with the replica's high watermark and log start.
+    pub(crate) fn read_marked(
+        self: &Arc<Self>,
+        topic: &str,
+        partition: u32,
+        offset: Offset,
+        max_bytes: usize,
+    ) -> Result<Fetched> {
         let group = self.group(&PartitionId::new(topic, partition))?;
         let read = read_committed(&group, offset, max_bytes);
         // Never served: the reader gets the error, and the replica is rebuilt from the leader.
         if let Err(damage @ Error::Corrupt { .. }) = &read {
-            self.request_rebuild(group, RebuildCause::Damaged(damage.clone()));
+            self.request_rebuild(Arc::clone(&group), RebuildCause::Damaged(damage.clone()));
         }
-        read
+        let log = group.store.log();
+        Ok(Fetched {
+            batches: read?,
+            high_watermark: Offset(group.sm.high_watermark().min(log.end_offset().get())),
+            log_start: log.start_offset(),
+        })
     }
+}
+
+/// Committed batches of a partition, and where its committed records end and its log starts
+/// on the replica that read them.
+pub(crate) struct Fetched {
+    pub(crate) batches: Vec<Batch>,
+    pub(crate) high_watermark: Offset,
+    pub(crate) log_start: Offset,
 }
 
 /// Reads committed batches of `group` from `offset` on, up to about `max_bytes`.

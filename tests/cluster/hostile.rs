@@ -297,7 +297,7 @@ async fn a_connection_flood_never_keeps_a_peer_out() {
 }
 
 /// A fetch request's body as the native protocol encodes it (postcard): the topic, the
-/// partition, the offset, the byte limit.
+/// partition, the offset, the byte limit, the wait and the bytes worth waiting for.
 pub(crate) fn fetch_body(topic: &str, offset: u64, max_bytes: u32) -> Vec<u8> {
     fn varint(mut v: u64, out: &mut Vec<u8>) {
         while v >= 0x80 {
@@ -312,6 +312,9 @@ pub(crate) fn fetch_body(topic: &str, offset: u64, max_bytes: u32) -> Vec<u8> {
     varint(0, &mut body);
     varint(offset, &mut body);
     varint(u64::from(max_bytes), &mut body);
+    // No waiting: max_wait_ms 0, min_bytes 0.
+    varint(0, &mut body);
+    varint(0, &mut body);
     body
 }
 

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use replog::{Client, Error, Offset};
+use replog::{Client, Error, FetchOptions, Offset};
 
 use crate::connect::{Target, bootstrap, client};
 use crate::error::CliError;
@@ -105,12 +105,19 @@ impl Reader<'_> {
             if max.is_some_and(|m| printed >= m) {
                 return Ok(printed);
             }
+            // A long poll: the broker answers as soon as a record is committed, or empty once
+            // the wait is over (at most a second, so that the idle timeout is kept).
+            let mut options = FetchOptions::default();
+            options.replica = self.replica;
+            options.max_wait = timeout
+                .saturating_sub(idle_since.elapsed())
+                .min(Duration::from_secs(1));
             let batches = match self
                 .client
-                .fetch(self.topic, self.partition, next, 1 << 20, self.replica)
+                .fetch_with(self.topic, self.partition, next, &options)
                 .await
             {
-                Ok(b) => b,
+                Ok(fetched) => fetched.batches,
                 Err(Error::OffsetOutOfRange { start, .. }) if next < start => {
                     next = start;
                     continue;
@@ -121,7 +128,6 @@ impl Reader<'_> {
                 if idle_since.elapsed() >= timeout {
                     return Ok(printed);
                 }
-                tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
             idle_since = Instant::now();
