@@ -33,6 +33,18 @@ fn waiting(max_wait: Duration, min_bytes: u32) -> FetchOptions {
     options
 }
 
+/// A fetch from offset 0 waiting up to 30 s for `min_bytes`, on a task of its own.
+fn spawn_poll(
+    client: &std::sync::Arc<Client>,
+    min_bytes: u32,
+) -> tokio::task::JoinHandle<replog::Result<replog::Fetched>> {
+    let client = std::sync::Arc::clone(client);
+    tokio::spawn(async move {
+        let options = waiting(Duration::from_secs(30), min_bytes);
+        client.fetch_with(TOPIC, 0, Offset(0), &options).await
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fetch_at_the_end_of_the_log_waits_for_the_next_commit() {
     let dir = tempfile::tempdir().unwrap();
@@ -40,14 +52,7 @@ async fn a_fetch_at_the_end_of_the_log_waits_for_the_next_commit() {
     let client = std::sync::Arc::new(client);
     // Nothing to read yet: the fetch waits (30 s at most), then the write's commit wakes it.
     let started = Instant::now();
-    let poll = {
-        let client = std::sync::Arc::clone(&client);
-        tokio::spawn(async move {
-            client
-                .fetch_with(TOPIC, 0, Offset(0), &waiting(Duration::from_secs(30), 1))
-                .await
-        })
-    };
+    let poll = spawn_poll(&client, 1);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!poll.is_finished(), "an empty fetch waits for records");
     client
@@ -85,14 +90,7 @@ async fn a_fetch_waits_until_min_bytes_are_committed() {
     let (cluster, client) = three_brokers(dir.path()).await;
     let client = std::sync::Arc::new(client);
     let started = Instant::now();
-    let poll = {
-        let client = std::sync::Arc::clone(&client);
-        tokio::spawn(async move {
-            client
-                .fetch_with(TOPIC, 0, Offset(0), &waiting(Duration::from_secs(30), 1500))
-                .await
-        })
-    };
+    let poll = spawn_poll(&client, 1500);
     client
         .send(TOPIC, 0, &[Record::new(vec![1u8; 1000])])
         .await
