@@ -1,0 +1,308 @@
+//! The calling side of the transport: one multiplexed connection per peer address, made on
+//! first use and remade after a failure, and the set of a broker's peers.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::frame::{Kind, Op, OutFrame, read_frame};
+use super::spawn_writer;
+
+/// Why a call did not return a response.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CallError {
+    /// The request was not sent: no connection could be made.
+    #[error("unreachable: {0}")]
+    Unreachable(String),
+    /// The request was sent, but no response came in time. It may still take effect.
+    #[error("timed out after sending")]
+    Timeout,
+    /// The connection died after the request was sent. It may still take effect.
+    #[error("connection lost after sending")]
+    Closed,
+}
+
+/// Outbound connection to one peer address, made on first use and remade after a failure.
+#[derive(Debug)]
+pub(crate) struct Peer {
+    /// Where the peer is; a registration in the metadata log can move it.
+    addr: parking_lot::Mutex<SocketAddr>,
+    frame_bytes_max: u32,
+    shutdown: watch::Receiver<bool>,
+    conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+}
+
+type Pending = Arc<parking_lot::Mutex<HashMap<u64, oneshot::Sender<Vec<u8>>>>>;
+
+#[derive(Debug)]
+struct Conn {
+    /// The address it connects to: a connection to a peer's old address is not reused.
+    addr: SocketAddr,
+    tx: mpsc::Sender<(OutFrame, ())>,
+    pending: Pending,
+    next_id: AtomicU64,
+    alive: Arc<AtomicBool>,
+}
+
+impl Peer {
+    pub(crate) fn new(
+        addr: SocketAddr,
+        frame_bytes_max: u32,
+        shutdown: watch::Receiver<bool>,
+    ) -> Self {
+        Peer {
+            addr: parking_lot::Mutex::new(addr),
+            frame_bytes_max,
+            shutdown,
+            conn: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// Sends a request and waits up to `timeout` for its response.
+    pub(crate) async fn call(
+        &self,
+        op: Op,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, CallError> {
+        self.call_with(op, body, timeout, None).await
+    }
+
+    /// [`call`](Self::call), signalling `enqueued` once the request is queued on the
+    /// connection: requests queued in some order are written in that order.
+    pub(crate) async fn call_with(
+        &self,
+        op: Op,
+        body: Vec<u8>,
+        timeout: Duration,
+        enqueued: Option<oneshot::Sender<()>>,
+    ) -> Result<Vec<u8>, CallError> {
+        let conn = self.connection(timeout).await?;
+        let id = conn.next_id.fetch_add(1, Ordering::Relaxed);
+        let (otx, orx) = oneshot::channel();
+        conn.pending.lock().insert(id, otx);
+        if conn
+            .tx
+            .send((OutFrame::new(Kind::Request, op, id, body), ()))
+            .await
+            .is_err()
+        {
+            conn.pending.lock().remove(&id);
+            conn.alive.store(false, Ordering::Release);
+            return Err(CallError::Unreachable("connection closed".into()));
+        }
+        if let Some(enqueued) = enqueued {
+            let _ = enqueued.send(());
+        }
+        match tokio::time::timeout(timeout, orx).await {
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(_)) => Err(CallError::Closed),
+            Err(_) => {
+                conn.pending.lock().remove(&id);
+                Err(CallError::Timeout)
+            }
+        }
+    }
+
+    /// Sends later requests to `addr`; requests already sent finish on the old connection.
+    pub(crate) fn set_addr(&self, addr: SocketAddr) {
+        *self.addr.lock() = addr;
+    }
+
+    async fn connection(&self, timeout: Duration) -> Result<Arc<Conn>, CallError> {
+        let mut guard = self.conn.lock().await;
+        let addr = *self.addr.lock();
+        if let Some(conn) = guard
+            .as_ref()
+            .filter(|c| c.alive.load(Ordering::Acquire) && c.addr == addr)
+        {
+            return Ok(Arc::clone(conn));
+        }
+        *guard = None;
+        let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return Err(CallError::Unreachable(e.to_string())),
+            Err(_) => return Err(CallError::Unreachable("connect timed out".into())),
+        };
+        let _ = stream.set_nodelay(true);
+        let (mut rd, wr) = stream.into_split();
+        let (tx, writer) = spawn_writer(wr, None);
+        let pending: Pending = Arc::default();
+        let alive = Arc::new(AtomicBool::new(true));
+        {
+            let alive = Arc::clone(&alive);
+            tokio::spawn(async move {
+                let _ = writer.await;
+                alive.store(false, Ordering::Release);
+            });
+        }
+        {
+            let (alive, pending) = (Arc::clone(&alive), Arc::clone(&pending));
+            let (max, mut shutdown) = (self.frame_bytes_max, self.shutdown.clone());
+            tokio::spawn(async move {
+                loop {
+                    let next = tokio::select! {
+                        _ = shutdown.changed() => break,
+                        f = read_frame(&mut rd, max) => f,
+                    };
+                    match next {
+                        Ok(Some((head, body))) if head.kind == Kind::Response => {
+                            if let Some(waiter) = pending.lock().remove(&head.request_id) {
+                                let _ = waiter.send(body);
+                            }
+                        }
+                        _ => break,
+                    }
+                }
+                alive.store(false, Ordering::Release);
+                // Waiters see their sender dropped: the outcome of their request is unknown.
+                pending.lock().clear();
+            });
+        }
+        let conn = Arc::new(Conn {
+            addr,
+            tx,
+            pending,
+            next_id: AtomicU64::new(1),
+            alive,
+        });
+        *guard = Some(Arc::clone(&conn));
+        Ok(conn)
+    }
+}
+
+/// The two connections to one broker.
+#[derive(Debug)]
+struct Connections {
+    bulk: Arc<Peer>,
+    control: Arc<Peer>,
+}
+
+/// Connections to the other brokers: a bulk one and a control one each, so that heartbeats and
+/// votes never queue behind large appends.
+#[derive(Debug)]
+pub(crate) struct PeerSet {
+    self_id: u64,
+    frame_bytes_max: u32,
+    shutdown: watch::Receiver<bool>,
+    /// Per broker. Grows when a broker joins.
+    peers: parking_lot::RwLock<HashMap<u64, Connections>>,
+    #[cfg(any(test, feature = "failpoints"))]
+    faults: Option<Arc<crate::env::NetFaults>>,
+}
+
+impl PeerSet {
+    /// Connections (made lazily) to every broker in `peers` but `self_id`: a node never
+    /// connects to itself.
+    pub(crate) fn new(
+        peers: &std::collections::BTreeMap<u64, SocketAddr>,
+        self_id: u64,
+        frame_bytes_max: u32,
+        shutdown: &watch::Receiver<bool>,
+    ) -> Self {
+        let set = PeerSet {
+            self_id,
+            frame_bytes_max,
+            shutdown: shutdown.clone(),
+            peers: parking_lot::RwLock::default(),
+            #[cfg(any(test, feature = "failpoints"))]
+            faults: None,
+        };
+        for (id, addr) in peers {
+            set.set_addr(*id, *addr);
+        }
+        set
+    }
+
+    /// Sends later requests for broker `id` to `addr`: a broker that came back elsewhere, or
+    /// one that joined (its connections are made here). Never this broker itself.
+    pub(crate) fn set_addr(&self, id: u64, addr: SocketAddr) {
+        if id == self.self_id {
+            return;
+        }
+        let make = || Arc::new(Peer::new(addr, self.frame_bytes_max, self.shutdown.clone()));
+        match self.peers.write().entry(id) {
+            std::collections::hash_map::Entry::Occupied(c) => {
+                c.get().bulk.set_addr(addr);
+                c.get().control.set_addr(addr);
+            }
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(Connections {
+                    bulk: make(),
+                    control: make(),
+                });
+            }
+        }
+    }
+
+    /// Lets `faults` decide the fate of every message between this broker and the others.
+    #[cfg(any(test, feature = "failpoints"))]
+    pub(crate) fn with_faults(mut self, faults: Option<Arc<crate::env::NetFaults>>) -> Self {
+        self.faults = faults;
+        self
+    }
+
+    /// Calls broker `to` over `peer`, subject to injected network faults (with the
+    /// `failpoints` feature): a lost request or response looks like a timeout.
+    pub(crate) async fn call(
+        &self,
+        peer: &Peer,
+        to: u64,
+        op: Op,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, CallError> {
+        #[cfg(any(test, feature = "failpoints"))]
+        if let Some(faults) = &self.faults {
+            use crate::env::Verdict;
+            match faults.verdict(self.self_id, to) {
+                Verdict::Lose => {
+                    tokio::time::sleep(timeout).await;
+                    return Err(CallError::Timeout);
+                }
+                Verdict::Deliver(delay) => tokio::time::sleep(delay).await,
+            }
+            let started = tokio::time::Instant::now();
+            let response = peer.call(op, body, timeout).await?;
+            if faults.verdict(to, self.self_id) == Verdict::Lose {
+                tokio::time::sleep(timeout.saturating_sub(started.elapsed())).await;
+                return Err(CallError::Timeout);
+            }
+            return Ok(response);
+        }
+        let _ = (self.self_id, to);
+        peer.call(op, body, timeout).await
+    }
+
+    /// Calls whoever listens at `addr` once, over a connection of its own (not any broker's):
+    /// to ask a broker that claims a new address whether it is there.
+    pub(crate) async fn probe(
+        &self,
+        addr: SocketAddr,
+        op: Op,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, CallError> {
+        Peer::new(addr, self.frame_bytes_max, self.shutdown.clone())
+            .call(op, body, timeout)
+            .await
+    }
+
+    /// Where broker `id`'s traffic goes now, if it is known.
+    pub(crate) fn addr_of(&self, id: u64) -> Option<SocketAddr> {
+        let peers = self.peers.read();
+        Some(*peers.get(&id)?.bulk.addr.lock())
+    }
+
+    /// The connection to broker `id`, for bulk or control traffic.
+    pub(crate) fn get(&self, id: u64, control: bool) -> Option<Arc<Peer>> {
+        let peers = self.peers.read();
+        let c = peers.get(&id)?;
+        Some(Arc::clone(if control { &c.control } else { &c.bulk }))
+    }
+}

@@ -1,0 +1,439 @@
+//! The serving side of the transport: accepting connections within the connection cap (with
+//! room kept for peers), reading request frames within the memory budgets and deadlines,
+//! serving each on a task of its own, and writing answers within the answer budget.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{oneshot, watch};
+
+use super::frame::{self, FrameError, Kind, Op, OutFrame};
+use super::turns::{Turn, Turns};
+use super::{BoxFuture, spawn_writer};
+
+/// Serves requests: turns an op and a request body into a response body.
+pub(crate) trait Handler: Send + Sync + 'static {
+    /// Serves one request. `turn` is the request's place among the requests of its
+    /// connection: a handler that must keep their order waits for it, and drops it once the
+    /// order is fixed (requests are served on tasks of their own, which may start in any
+    /// order). A handler about to build a large answer reserves its bytes in `answers` first.
+    fn handle(
+        self: Arc<Self>,
+        op: Op,
+        body: Vec<u8>,
+        turn: Turn,
+        answers: AnswerBudget,
+    ) -> BoxFuture<Answer>;
+}
+
+/// What answers may hold in memory before they are written: a handler reserves the bytes of a
+/// large answer (a fetch's) before it builds it, against its connection's share and the
+/// server's whole budget, and the reservation is released once the answer is written. A
+/// client that never reads its answers holds at most its connection's share, and only until
+/// the write timeout closes its connection.
+#[derive(Clone)]
+pub(crate) struct AnswerBudget {
+    connection: Arc<tokio::sync::Semaphore>,
+    all: Arc<tokio::sync::Semaphore>,
+    connection_max: usize,
+}
+
+/// Bytes reserved for one answer until it is written.
+pub(crate) struct Reservation {
+    _connection: tokio::sync::OwnedSemaphorePermit,
+    _all: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl AnswerBudget {
+    fn new(connection_max: usize, all: Arc<tokio::sync::Semaphore>) -> AnswerBudget {
+        AnswerBudget {
+            connection: Arc::new(tokio::sync::Semaphore::new(connection_max)),
+            all,
+            connection_max,
+        }
+    }
+
+    /// Waits until `bytes` (at most the connection's whole share) are free in the
+    /// connection's share and in the server's budget, and reserves them; `None` if the
+    /// server is closing.
+    pub(crate) async fn reserve(&self, bytes: usize) -> Option<Reservation> {
+        let n = u32::try_from(bytes.min(self.connection_max)).unwrap_or(u32::MAX);
+        let connection = Arc::clone(&self.connection)
+            .acquire_many_owned(n)
+            .await
+            .ok()?;
+        let all = Arc::clone(&self.all).acquire_many_owned(n).await.ok()?;
+        Some(Reservation {
+            _connection: connection,
+            _all: all,
+        })
+    }
+}
+
+/// A handler's answer: its body, and the bytes reserved for it, if any.
+pub(crate) struct Answer {
+    pub(crate) body: Vec<u8>,
+    pub(crate) held: Option<Reservation>,
+}
+
+impl From<Vec<u8>> for Answer {
+    fn from(body: Vec<u8>) -> Answer {
+        Answer { body, held: None }
+    }
+}
+
+/// What a server holds its connections to (Kafka's `max.connections`,
+/// `connections.max.idle.ms` and `queued.max.request.bytes`, and a cap on requests in flight
+/// per connection). Going over a budget closes the offending connection, never another.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ServerLimits {
+    /// Largest frame accepted.
+    pub(crate) frame_bytes_max: u32,
+    /// Connections open at once; one more is closed as soon as it is accepted.
+    pub(crate) connections_max: usize,
+    /// Of those, how many only peers may take: a connection accepted into this room is
+    /// closed unless its first request, within `first_frame_timeout`, is a peer's.
+    pub(crate) peer_connections_reserved: usize,
+    /// See `peer_connections_reserved`.
+    pub(crate) first_frame_timeout: Duration,
+    /// A connection that sends nothing for this long is closed.
+    pub(crate) idle_timeout: Duration,
+    /// A frame whose first bytes arrived must be whole within this.
+    pub(crate) frame_timeout: Duration,
+    /// Client requests one connection may have unanswered (answers not yet written to it):
+    /// past it the server reads no further from that connection until answers drain. Peers'
+    /// Raft traffic is not counted.
+    pub(crate) in_flight_max: usize,
+    /// Bytes of client frame bodies being read, over all connections together.
+    pub(crate) buffered_bytes_max: usize,
+    /// Bytes of Raft frame bodies being read, over all connections together: a pool of their
+    /// own, which clients cannot drain.
+    pub(crate) peer_buffered_bytes_max: usize,
+    /// Bytes reserved for answers not yet written, over all connections together.
+    pub(crate) answer_bytes_max: usize,
+    /// ... and on one connection.
+    pub(crate) connection_answer_bytes_max: usize,
+}
+
+/// The server's shares of frame-body memory: one for clients' frames, one for Raft frames.
+struct Budgets {
+    clients: tokio::sync::Semaphore,
+    peers: tokio::sync::Semaphore,
+    answers: Arc<tokio::sync::Semaphore>,
+}
+
+/// The connections accepted into the room kept for peers that have not sent their first
+/// request yet, oldest first, each with the means to close it. A connection leaves by
+/// dropping its receiver (its first request came, or it closed).
+#[derive(Default)]
+struct Probation {
+    waiting: VecDeque<oneshot::Sender<()>>,
+}
+
+impl Probation {
+    /// Puts a new connection on probation; returns what closes it.
+    fn admit(&mut self) -> oneshot::Receiver<()> {
+        self.waiting.retain(|w| !w.is_closed());
+        let (tx, rx) = oneshot::channel();
+        self.waiting.push_back(tx);
+        rx
+    }
+
+    /// Closes the oldest connection still on probation, to make room for a new one. A peer
+    /// sends its first request at once, so it is out of probation long before it is the
+    /// oldest; a client holding the peers' room without a word is the one that goes. Returns
+    /// whether there was one.
+    fn evict_oldest(&mut self) -> bool {
+        while let Some(oldest) = self.waiting.pop_front() {
+            if oldest.send(()).is_ok() {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+/// Accepts connections on `listener` until `shutdown` turns true, within `limits`.
+pub(crate) fn spawn_server(
+    listener: TcpListener,
+    handler: Arc<dyn Handler>,
+    limits: ServerLimits,
+    mut shutdown: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let open = Arc::new(AtomicU64::new(0));
+        let budgets = Arc::new(Budgets {
+            clients: tokio::sync::Semaphore::new(limits.buffered_bytes_max),
+            peers: tokio::sync::Semaphore::new(limits.peer_buffered_bytes_max),
+            answers: Arc::new(tokio::sync::Semaphore::new(limits.answer_bytes_max)),
+        });
+        let clients_max = limits
+            .connections_max
+            .saturating_sub(limits.peer_connections_reserved);
+        let mut probation = Probation::default();
+        let mut refused_logged: Option<tokio::time::Instant> = None;
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => break,
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, from)) => {
+                        let now_open = open.load(Ordering::Acquire);
+                        if now_open >= limits.connections_max as u64 && !probation.evict_oldest() {
+                            // At most one line a second, however many are refused.
+                            if refused_logged.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                                tracing::warn!(%from, max = limits.connections_max, "connection refused: too many open");
+                                refused_logged = Some(tokio::time::Instant::now());
+                            }
+                            drop(stream);
+                            continue;
+                        }
+                        let _ = stream.set_nodelay(true);
+                        open.fetch_add(1, Ordering::AcqRel);
+                        // In the room kept for peers: on probation until its first request.
+                        let peers_only = (now_open >= clients_max as u64).then(|| probation.admit());
+                        let conn = serve_conn(
+                            stream,
+                            Arc::clone(&handler),
+                            limits,
+                            Arc::clone(&budgets),
+                            peers_only,
+                            shutdown.clone(),
+                        );
+                        let open = Arc::clone(&open);
+                        tokio::spawn(async move {
+                            conn.await;
+                            open.fetch_sub(1, Ordering::AcqRel);
+                        });
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// Why a server stopped reading a connection.
+enum Closed {
+    /// The peer closed it, or a read failed.
+    Gone,
+    /// Nothing arrived within the idle timeout.
+    Idle,
+    /// A frame was begun and not finished in time.
+    Slow,
+    /// A frame broke the format.
+    Malformed(FrameError),
+}
+
+/// Reads the next request frame of a server connection within `limits`: waits up to `idle`
+/// for its first byte, then up to the frame timeout for the rest, holding a share of the
+/// server's buffered-bytes budget (the peers' for Raft frames) for its body while the body is
+/// read.
+async fn read_request(
+    rd: &mut tokio::net::tcp::OwnedReadHalf,
+    limits: &ServerLimits,
+    idle: Duration,
+    budgets: &Budgets,
+) -> Result<(frame::FrameHead, Vec<u8>), Closed> {
+    use tokio::io::AsyncReadExt;
+    let mut head = [0u8; frame::FRAME_HEADER_LEN];
+    let first = match tokio::time::timeout(idle, rd.read(&mut head)).await {
+        Err(_) => return Err(Closed::Idle),
+        Ok(Err(_) | Ok(0)) => return Err(Closed::Gone),
+        Ok(Ok(n)) => n,
+    };
+    let rest = async {
+        if let Some(rest) = head.get_mut(first..) {
+            rd.read_exact(rest).await.map_err(|_| Closed::Gone)?;
+        }
+        let head = frame::decode_head(&head, limits.frame_bytes_max).map_err(Closed::Malformed)?;
+        let len = head.body_len as usize;
+        let (budget, budget_max) = if is_raft(head.op) {
+            (&budgets.peers, limits.peer_buffered_bytes_max)
+        } else {
+            (&budgets.clients, limits.buffered_bytes_max)
+        };
+        if len > budget_max {
+            return Err(Closed::Malformed(FrameError::TooLarge {
+                len: u64::from(head.body_len),
+                max: budget_max as u64,
+            }));
+        }
+        let permits = u32::try_from(len).unwrap_or(u32::MAX);
+        let _share = budget
+            .acquire_many(permits)
+            .await
+            .map_err(|_| Closed::Gone)?;
+        let mut body = vec![0u8; len];
+        rd.read_exact(&mut body).await.map_err(|_| Closed::Gone)?;
+        Ok((head, body))
+    };
+    match tokio::time::timeout(limits.frame_timeout, rest).await {
+        Err(_) => Err(Closed::Slow),
+        Ok(result) => result,
+    }
+}
+
+/// Whether `op` is a peer broker's Raft traffic (never held back by the in-flight cap, read
+/// within the peers' own memory budget).
+fn is_raft(op: Op) -> bool {
+    matches!(
+        op,
+        Op::Vote | Op::AppendEntries | Op::Snapshot | Op::TransferLeader
+    )
+}
+
+/// Whether `op` opens a peer broker's connection: its Raft traffic, or a metadata proposal (a
+/// broker registering itself sends one first).
+fn is_peer_first(op: Op) -> bool {
+    is_raft(op) || op == Op::Propose
+}
+
+/// Reads requests from one connection, serves each on its own task, writes responses back in
+/// whatever order they finish. A malformed frame, a frame not finished in time, or a
+/// connection idle for too long closes the connection.
+///
+/// A connection accepted into the room kept for peers (`probation`: what evicts it) is closed
+/// unless its first request comes within `limits.first_frame_timeout`, before it is evicted
+/// for a newer one, and is a peer's.
+async fn serve_conn(
+    stream: TcpStream,
+    handler: Arc<dyn Handler>,
+    limits: ServerLimits,
+    budgets: Arc<Budgets>,
+    mut probation: Option<oneshot::Receiver<()>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let from = stream.peer_addr().ok();
+    let (mut rd, wr) = stream.into_split();
+    // Answers go out in the order they finish; each holds its request's in-flight slot until
+    // it is written.
+    type Held = (
+        Option<tokio::sync::OwnedSemaphorePermit>,
+        Option<Reservation>,
+    );
+    let (tx, mut writer) = spawn_writer::<Held>(wr, Some(limits.frame_timeout));
+    let answers = AnswerBudget::new(
+        limits.connection_answer_bytes_max,
+        Arc::clone(&budgets.answers),
+    );
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(limits.in_flight_max));
+    let turns = Turns::new();
+    loop {
+        let idle = if probation.is_some() {
+            limits.first_frame_timeout.min(limits.idle_timeout)
+        } else {
+            limits.idle_timeout
+        };
+        let evicted = async {
+            match probation.as_mut() {
+                Some(evict) => {
+                    let _ = evict.await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        let next = tokio::select! {
+            _ = shutdown.changed() => break,
+            _ = &mut writer => {
+                tracing::debug!(?from, "connection closed: its answers are not read");
+                break;
+            }
+            () = evicted => {
+                tracing::debug!(?from, "connection closed: a newer one took its place in the room kept for peers");
+                break;
+            }
+            f = read_request(&mut rd, &limits, idle, &budgets) => f,
+        };
+        let (head, body) = match next {
+            Ok(frame) => frame,
+            Err(Closed::Gone) => break,
+            Err(Closed::Idle) => {
+                tracing::debug!(?from, "idle connection closed");
+                break;
+            }
+            Err(Closed::Slow) => {
+                tracing::warn!(?from, "connection closed: a frame was not finished in time");
+                break;
+            }
+            Err(Closed::Malformed(e)) => {
+                tracing::warn!(?from, error = %e, "malformed frame; closing the connection");
+                break;
+            }
+        };
+        if head.kind != Kind::Request {
+            tracing::warn!(
+                ?from,
+                "a response arrived on a server connection; closing it"
+            );
+            break;
+        }
+        if probation.take().is_some() && !is_peer_first(head.op) {
+            tracing::debug!(
+                ?from,
+                "connection closed: the room left is kept for peer brokers"
+            );
+            break;
+        }
+        // A client with `in_flight_max` answers unwritten is not read from until one drains.
+        let slot = if is_raft(head.op) {
+            None
+        } else {
+            let acquired = tokio::select! {
+                _ = shutdown.changed() => break,
+                p = Arc::clone(&in_flight).acquire_owned() => p,
+            };
+            match acquired {
+                Ok(slot) => Some(slot),
+                Err(_) => break,
+            }
+        };
+        let (handler, tx, answers) = (Arc::clone(&handler), tx.clone(), answers.clone());
+        let turn = turns.issue();
+        tokio::spawn(async move {
+            let answer = handler.handle(head.op, body, turn, answers).await;
+            let frame = OutFrame::new(Kind::Response, head.op, head.request_id, answer.body);
+            let _ = tx.send((frame, (slot, answer.held))).await;
+        });
+    }
+    drop(tx);
+    writer.abort();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn answers_wait_for_their_connections_share_and_the_servers_budget() {
+        let all = Arc::new(tokio::sync::Semaphore::new(3 << 20));
+        let one = AnswerBudget::new(2 << 20, Arc::clone(&all));
+        let other = AnswerBudget::new(2 << 20, Arc::clone(&all));
+        let soon = Duration::from_millis(50);
+        let a = one.reserve(1 << 20).await.unwrap();
+        let b = one.reserve(1 << 20).await.unwrap();
+        // The connection's share is spent: its next answer waits, another connection's not.
+        assert!(tokio::time::timeout(soon, one.reserve(1)).await.is_err());
+        let c = other.reserve(1 << 20).await.unwrap();
+        // The server's budget is spent too.
+        assert!(tokio::time::timeout(soon, other.reserve(1)).await.is_err());
+        // A written answer gives its bytes back.
+        drop(a);
+        let d = tokio::time::timeout(soon, one.reserve(1 << 20))
+            .await
+            .unwrap();
+        // An answer larger than the share takes the whole share, not forever.
+        drop((b, c, d));
+        assert!(
+            tokio::time::timeout(soon, one.reserve(64 << 20))
+                .await
+                .unwrap()
+                .is_some()
+        );
+    }
+}
