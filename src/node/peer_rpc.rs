@@ -10,7 +10,7 @@ use crate::transport::frame::Op;
 use crate::types::PartitionId;
 
 use super::Broker;
-use super::replicas::RebuildCause;
+use super::supervise::RebuildCause;
 
 impl Broker {
     /// Serves a Raft RPC: the body starts with the partition id, then the request.

@@ -1,8 +1,10 @@
 //! No replica dies silently: a replica whose Raft core stopped by itself (a fatal storage
 //! error: a failed sync, a full disk; a core task that panicked) is found within one election
-//! timeout, logged, and brought back without restarting the broker.
+//! timeout, logged, and brought back without restarting the broker; so is one whose files a
+//! read found damaged, or whose committed entries the leader's log contradicts
+//! ([`Broker::request_rebuild`]): both are rebuilt from the leader.
 //!
-//! How it comes back depends on why it stopped:
+//! How a stopped one comes back depends on why it stopped:
 //!
 //! - **A storage error, with other replicas to copy from: rebuilt from the leader.** After a
 //!   failed `fdatasync` the kernel may have dropped the dirty pages while the page cache still
@@ -186,6 +188,85 @@ impl Broker {
         self.bring_back(id, down).await;
     }
 
+    /// Has `group` rebuilt from its leader ([`rebuild_replica`](Self::rebuild_replica)), once;
+    /// the metadata replica is fenced instead (it refuses its leader from then on; the
+    /// catalog cannot be rebuilt under a running broker). Needs a tokio runtime; outside one
+    /// the replica is rebuilt when it is next found damaged inside one, or at the next start.
+    pub(super) fn request_rebuild(
+        self: &Arc<Self>,
+        group: Arc<HostedReplica>,
+        cause: RebuildCause,
+    ) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if group.rebuilding.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if Arc::ptr_eq(&group, &self.meta) {
+            tracing::error!(
+                cause = ?cause,
+                "the metadata replica's log is damaged or contradicts its leader: it is fenced \
+                 until an operator restores it"
+            );
+            return;
+        }
+        runtime.spawn(Arc::clone(self).rebuild_replica(group, cause));
+    }
+
+    /// Rebuilds a replica from its leader: one whose committed entries the leader's log
+    /// contradicts (the cluster lost entries it had committed, which `Replicated` durability
+    /// allows: Raft cannot undo a committed entry), or one whose files a read found damaged.
+    /// The replica starts over, empty but for its vote (it must never vote twice in a term),
+    /// and copies the leader's log; a damaged one also gives no vote until it has applied
+    /// what it had known committed. Its old directory is discarded.
+    ///
+    /// A no-op if the replica was stopped or replaced meanwhile, or the broker is closing.
+    async fn rebuild_replica(self: Arc<Self>, old: Arc<HostedReplica>, cause: RebuildCause) {
+        let _changing = self.replicas_changing.lock().await;
+        let id = old.id.clone();
+        let current = self.groups.read().get(&id).cloned();
+        if self.closing.load(Ordering::Acquire) || !current.is_some_and(|g| Arc::ptr_eq(&g, &old)) {
+            return;
+        }
+        // A damaged replica may have lost entries it acknowledged: it gives no vote until it
+        // holds again what it had known committed. One whose entries the cluster lost has
+        // nothing the others could miss.
+        let below = match &cause {
+            RebuildCause::Contradicted(index) => {
+                tracing::error!(
+                    partition = %id,
+                    index,
+                    "the leader's log contradicts an entry this replica holds as committed: \
+                     the cluster lost committed entries (possible under Replicated durability \
+                     after power losses); rebuilding this replica from the leader"
+                );
+                None
+            }
+            RebuildCause::Damaged(e) => {
+                tracing::error!(
+                    partition = %id,
+                    error = %e,
+                    "this replica's files are damaged; rebuilding it from the leader"
+                );
+                old.store.rebuild_mark()
+            }
+        };
+        let mut status = self.status_of(&old);
+        status.stopped = Some(format!("rebuilding from the leader: {cause}"));
+        let others = self.other_members(&old);
+        self.groups.write().remove(&id);
+        // This task and the map held it; the map let go.
+        stop_group(&old, 1).await;
+        let how = BringBack::Rebuild {
+            vote: old.store.vote(),
+            below,
+        };
+        let down = Down::new(old.topic_id, others, how, status);
+        drop(old);
+        self.bring_back(id, down).await;
+    }
+
     /// How many other brokers are members of `group`'s Raft group.
     pub(super) fn other_members(&self, group: &HostedReplica) -> usize {
         let me = self.config.id;
@@ -259,6 +340,30 @@ impl Broker {
                 .map_err(|e| Error::Io(std::io::Error::other(e)))??;
                 open_group(spec).await
             }
+        }
+    }
+}
+
+/// Why a replica is rebuilt from its leader.
+#[derive(Debug)]
+pub(super) enum RebuildCause {
+    /// The leader's log contradicts the entry at this index, which the replica holds as
+    /// committed.
+    Contradicted(u64),
+    /// A read found this damage in the replica's files.
+    Damaged(Error),
+}
+
+impl std::fmt::Display for RebuildCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RebuildCause::Contradicted(index) => {
+                write!(
+                    f,
+                    "the leader's log contradicts its committed entry {index}"
+                )
+            }
+            RebuildCause::Damaged(e) => write!(f, "its files are damaged: {e}"),
         }
     }
 }

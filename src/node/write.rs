@@ -13,7 +13,7 @@ use crate::segment::record::{Batch, Record, encode_records};
 use crate::transport::Turn;
 use crate::types::{LeaderHint, LogIndex, Offset, PartitionId, ProducerSeq};
 
-use super::replicas::RebuildCause;
+use super::supervise::RebuildCause;
 use super::{Broker, HostedReplica};
 
 impl Broker {
