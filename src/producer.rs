@@ -46,6 +46,10 @@ pub struct RecordMetadata {
     pub offset: Offset,
 }
 
+/// A record that waits for its topic's partition count: the record, the partition it was
+/// sent to (if chosen by the sender), its encoded length, and where its ticket goes.
+type Waiting = (Record, Option<u32>, usize, Waiter);
+
 /// Hands a record that waited for its topic's partition count the ticket of the batch it
 /// joined (or its refusal).
 type Waiter = oneshot::Sender<Ticket>;
@@ -123,7 +127,7 @@ struct Topic {
 struct State {
     topics: HashMap<String, Topic>,
     /// Records of topics whose partition count is being asked for, in the order they came.
-    waiting: HashMap<String, Vec<(Record, usize, Waiter)>>,
+    waiting: HashMap<String, Vec<Waiting>>,
     /// Spreads the sticky choice.
     rng: u64,
 }
@@ -227,7 +231,22 @@ impl Producer {
         topic: &str,
         record: Record,
     ) -> impl Future<Output = Result<RecordMetadata>> + Send + 'static {
-        self.shared.enqueue(topic, record).wait()
+        self.shared.enqueue(topic, None, record).wait()
+    }
+
+    /// [`send`](Self::send) to `partition`, whatever the record's key.
+    ///
+    /// # Errors
+    ///
+    /// As [`send`](Self::send); [`Error::UnknownPartition`] if the topic has no such
+    /// partition.
+    pub fn send_to(
+        &self,
+        topic: &str,
+        partition: u32,
+        record: Record,
+    ) -> impl Future<Output = Result<RecordMetadata>> + Send + 'static {
+        self.shared.enqueue(topic, Some(partition), record).wait()
     }
 
     /// Sends every open batch now.
@@ -250,22 +269,22 @@ impl Shared {
     /// A record of a topic whose partition count is not known yet waits, in order with every
     /// later record of that topic, until one metadata request (from a task of its own) tells
     /// it.
-    fn enqueue(self: &Arc<Self>, topic: &str, record: Record) -> Ticket {
+    fn enqueue(self: &Arc<Self>, topic: &str, partition: Option<u32>, record: Record) -> Ticket {
         let len = match record.encoded_len(self.client.record_bytes_max()) {
             Ok(len) => len,
             Err(e) => return Ticket::Done(Err(e)),
         };
         let mut state = self.state.lock();
         if state.topics.contains_key(topic) {
-            return self.place(&mut state, topic, record, len);
+            return self.place(&mut state, topic, partition, record, len);
         }
         let (reply, rx) = oneshot::channel();
         match state.waiting.get_mut(topic) {
-            Some(waiting) => waiting.push((record, len, reply)),
+            Some(waiting) => waiting.push((record, partition, len, reply)),
             None => {
                 state
                     .waiting
-                    .insert(topic.to_string(), vec![(record, len, reply)]);
+                    .insert(topic.to_string(), vec![(record, partition, len, reply)]);
                 self.learn_topic(topic);
             }
         }
@@ -290,15 +309,16 @@ impl Shared {
                             sticky: None,
                         },
                     );
-                    for (record, len, reply) in waiting {
-                        let _ = reply.send(shared.place(&mut state, &topic, record, len));
+                    for (record, partition, len, reply) in waiting {
+                        let placed = shared.place(&mut state, &topic, partition, record, len);
+                        let _ = reply.send(placed);
                     }
                 }
                 other => {
                     let e = other
                         .err()
                         .unwrap_or_else(|| Error::UnknownPartition(PartitionId::new(&*topic, 0)));
-                    for (_, _, reply) in waiting {
+                    for (_, _, _, reply) in waiting {
                         let _ = reply.send(Ticket::Done(Err(e.clone())));
                     }
                 }
@@ -312,6 +332,7 @@ impl Shared {
         self: &Arc<Self>,
         state: &mut State,
         topic: &str,
+        chosen: Option<u32>,
         record: Record,
         len: usize,
     ) -> Ticket {
@@ -319,9 +340,13 @@ impl Shared {
             return Ticket::Done(Err(Error::UnknownPartition(PartitionId::new(topic, 0))));
         };
         let partitions = t.open.len() as u32;
-        let partition = match &record.key {
-            Some(key) => partition_for_key(key, partitions),
-            None => *t.sticky.get_or_insert_with(|| {
+        let partition = match (chosen, &record.key) {
+            (Some(p), _) if p >= partitions => {
+                return Ticket::Done(Err(Error::UnknownPartition(PartitionId::new(topic, p))));
+            }
+            (Some(p), _) => p,
+            (None, Some(key)) => partition_for_key(key, partitions),
+            (None, None) => *t.sticky.get_or_insert_with(|| {
                 state.rng ^= state.rng << 13;
                 state.rng ^= state.rng >> 7;
                 state.rng ^= state.rng << 17;

@@ -114,6 +114,11 @@ impl Client {
         self.brokers.lock().get(&leader).copied()
     }
 
+    /// The address this client knows broker `id` at, from metadata or a leader hint.
+    pub fn broker_addr(&self, id: NodeId) -> Option<SocketAddr> {
+        self.brokers.lock().get(&id).copied()
+    }
+
     /// Caches a `NotLeader` hint that is followed as the partition's leader.
     pub(super) fn learn_leader(&self, id: &PartitionId, hint: LeaderHint) {
         // (Locks one at a time: `absorb` takes `brokers` before `leaders`.)

@@ -16,9 +16,11 @@ pub(crate) struct Target {
     /// The topic.
     #[arg(long)]
     pub(crate) topic: String,
-    /// The partition.
-    #[arg(long, default_value_t = 0)]
-    pub(crate) partition: u32,
+    /// One partition only. Without it, `produce` sends keyed records to Kafka's partition
+    /// for their key and the others to a sticky partition, and `consume` reads every
+    /// partition.
+    #[arg(long)]
+    pub(crate) partition: Option<u32>,
 }
 
 /// Resolves `host:port,host:port` to every address of every host.

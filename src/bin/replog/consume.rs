@@ -1,11 +1,14 @@
-//! `replog consume`: its arguments, where to start (an offset, the beginning, or the high
-//! watermark), and printing a partition's records until a count or an idle timeout.
+//! `replog consume`: its arguments, where each partition starts (an offset, the beginning, or
+//! the high watermark), and printing the records of every partition of a topic (or of the one
+//! `--partition` names), as Kafka's console consumer does, until a count or an idle timeout.
 
 use std::io::Write;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use replog::{Client, Error, FetchOptions, Offset};
+use tokio::sync::mpsc;
 
 use crate::connect::{Target, bootstrap, client};
 use crate::error::CliError;
@@ -15,10 +18,10 @@ use crate::error::CliError;
 pub(crate) struct ConsumeArgs {
     #[command(flatten)]
     target: Target,
-    /// Start at the first record still in the log.
+    /// Start every partition at the first record still in its log.
     #[arg(long)]
     from_beginning: bool,
-    /// Start at this offset.
+    /// Start at this offset (with `--partition`).
     #[arg(long)]
     offset: Option<u64>,
     /// Stop after this many records.
@@ -27,18 +30,39 @@ pub(crate) struct ConsumeArgs {
     /// Stop after this long without new records.
     #[arg(long, default_value_t = 2000)]
     timeout_ms: u64,
-    /// Read the bootstrap broker's own replica instead of the leader's.
+    /// Read the bootstrap broker's own replicas instead of the leaders'.
     #[arg(long)]
     from_replica: bool,
+    /// Print each record's batch timestamp first, as `CreateTime:<ms>`.
+    #[arg(long)]
+    print_timestamp: bool,
+    /// Print each record's partition, as `Partition:<n>`.
+    #[arg(long)]
+    print_partition: bool,
+    /// Print each record's offset, as `Offset:<n>`.
+    #[arg(long)]
+    print_offset: bool,
+    /// Print each record's key before its value (`null` for none).
+    #[arg(long)]
+    print_key: bool,
 }
 
-/// One partition being read: what [`Reader::print_records`] needs.
-struct Reader<'a> {
-    client: &'a Client,
-    topic: &'a str,
+/// What to print of each record besides its value.
+#[derive(Clone, Copy)]
+struct Format {
+    timestamp: bool,
+    partition: bool,
+    offset: bool,
+    key: bool,
+}
+
+/// One record on its way from a partition's reader to the printer.
+struct Line {
     partition: u32,
-    /// The broker whose own replica to read, or `None` for the leader's.
-    replica: Option<SocketAddr>,
+    offset: Offset,
+    timestamp_ms: u64,
+    key: Option<bytes::Bytes>,
+    value: bytes::Bytes,
 }
 
 /// Prints the records, then `Processed a total of N messages` on standard error.
@@ -55,95 +79,220 @@ pub(crate) async fn run(args: ConsumeArgs) -> Result<(), CliError> {
         max_messages,
         timeout_ms,
         from_replica,
+        print_timestamp,
+        print_partition,
+        print_offset,
+        print_key,
     } = args;
+    if offset.is_some() && partition.is_none() {
+        return Err(CliError::Usage("--offset needs --partition"));
+    }
     let addrs = bootstrap(&bootstrap_server).await?;
-    let client = client(&addrs).await?;
-    let reader = Reader {
-        client: &client,
-        topic: &topic,
-        partition,
-        replica: from_replica.then(|| addrs[0]),
+    let client = Arc::new(client(&addrs).await?);
+    let described = client
+        .describe(&topic)
+        .await
+        .map_err(|e| CliError::about_topic(&topic, e))?;
+    let starts: Vec<(u32, Offset)> = described
+        .iter()
+        .filter(|p| partition.is_none_or(|only| only == p.partition.partition))
+        .map(|p| {
+            let start = match (offset, from_beginning) {
+                (Some(o), _) => Offset(o),
+                (None, true) => Offset(0),
+                (None, false) => p.high_watermark,
+            };
+            (p.partition.partition, start)
+        })
+        .collect();
+    if starts.is_empty() {
+        return Err(CliError::about_topic(
+            &topic,
+            Error::UnknownPartition(replog::PartitionId::new(
+                topic.as_str(),
+                partition.unwrap_or(0),
+            )),
+        ));
+    }
+    let replica = from_replica.then(|| addrs[0]);
+    let (tx, rx) = mpsc::channel(1024);
+    let readers: Vec<_> = starts
+        .into_iter()
+        .map(|(p, start)| {
+            let reader = Reader {
+                client: Arc::clone(&client),
+                topic: topic.clone(),
+                partition: p,
+                replica,
+            };
+            tokio::spawn(reader.read(start, tx.clone()))
+        })
+        .collect();
+    drop(tx);
+    let format = Format {
+        timestamp: print_timestamp,
+        partition: print_partition,
+        offset: print_offset,
+        key: print_key,
     };
-    let start = match (offset, from_beginning) {
-        (Some(o), _) => Offset(o),
-        (None, true) => Offset(0),
-        (None, false) => reader.high_watermark().await?,
-    };
-    let timeout = Duration::from_millis(timeout_ms);
-    let printed = reader.print_records(start, max_messages, timeout).await?;
+    let printed = print(rx, format, max_messages, Duration::from_millis(timeout_ms)).await;
+    for reader in &readers {
+        reader.abort();
+    }
+    let mut failure = None;
+    for reader in readers {
+        if let Ok(Err(e)) = reader.await {
+            failure.get_or_insert(e);
+        }
+    }
     eprintln!("Processed a total of {printed} messages");
-    Ok(())
+    match failure {
+        Some(e) => Err(CliError::about_topic(&topic, e)),
+        None => Ok(()),
+    }
 }
 
-impl Reader<'_> {
-    /// The partition's high watermark, where a consumer that wants only new records starts
-    /// (0 if the topic has no such partition: the fetch then says so).
-    async fn high_watermark(&self) -> Result<Offset, CliError> {
-        let d = self
-            .client
-            .describe(self.topic)
-            .await
-            .map_err(|e| CliError::about_topic(self.topic, e))?;
-        Ok(d.iter()
-            .find(|p| p.partition.partition == self.partition)
-            .map_or(Offset(0), |p| p.high_watermark))
+/// Prints lines as they come until `max` were printed, `idle` passed without one, or every
+/// reader ended; returns how many it printed.
+async fn print(
+    mut rx: mpsc::Receiver<Line>,
+    format: Format,
+    max: Option<u64>,
+    idle: Duration,
+) -> u64 {
+    let mut printed = 0u64;
+    let stdout = std::io::stdout();
+    let mut last = Instant::now();
+    // Bounded by `max` and by the idle timeout.
+    while max.is_none_or(|m| printed < m) {
+        let wait = idle.saturating_sub(last.elapsed());
+        let Ok(Some(line)) = tokio::time::timeout(wait, rx.recv()).await else {
+            break;
+        };
+        last = Instant::now();
+        let mut out = stdout.lock();
+        let _ = write_line(&mut out, &line, format);
+        printed += 1;
+        // Flush once nothing more is waiting, so that a pipe sees records promptly.
+        if rx.is_empty() {
+            let _ = out.flush();
+        }
     }
+    let _ = stdout.lock().flush();
+    printed
+}
 
-    /// Prints records from `start` until `max` records or `timeout` without new ones; returns
-    /// how many it printed. A start below the log's (purged) start moves up to it.
-    async fn print_records(
-        &self,
-        start: Offset,
-        max: Option<u64>,
-        timeout: Duration,
-    ) -> Result<u64, CliError> {
+/// One record as Kafka's console consumer prints it: the chosen fields, tab-separated, then
+/// the value.
+fn write_line(out: &mut impl Write, line: &Line, format: Format) -> std::io::Result<()> {
+    if format.timestamp {
+        write!(out, "CreateTime:{}\t", line.timestamp_ms)?;
+    }
+    if format.partition {
+        write!(out, "Partition:{}\t", line.partition)?;
+    }
+    if format.offset {
+        write!(out, "Offset:{}\t", line.offset)?;
+    }
+    if format.key {
+        match &line.key {
+            Some(k) => out.write_all(k)?,
+            None => out.write_all(b"null")?,
+        }
+        out.write_all(b"\t")?;
+    }
+    out.write_all(&line.value)?;
+    out.write_all(b"\n")
+}
+
+/// One partition being read.
+struct Reader {
+    client: Arc<Client>,
+    topic: String,
+    partition: u32,
+    /// The broker whose own replica to read, or `None` for the leader's.
+    replica: Option<SocketAddr>,
+}
+
+impl Reader {
+    /// Sends the partition's records from `start` on to `tx`, long-polling at the end of the
+    /// log, until the printer stops listening. A start below the log's (purged) start moves
+    /// up to it.
+    async fn read(self, start: Offset, tx: mpsc::Sender<Line>) -> Result<(), Error> {
         let mut next = start;
-        let mut printed = 0u64;
-        let mut idle_since = Instant::now();
-        let stdout = std::io::stdout();
+        let mut options = FetchOptions::default();
+        options.replica = self.replica;
+        options.max_wait = Duration::from_millis(500);
+        // Ends when the printer drops the receiver (or is aborted).
         loop {
-            if max.is_some_and(|m| printed >= m) {
-                return Ok(printed);
-            }
-            // A long poll: the broker answers as soon as a record is committed, or empty once
-            // the wait is over (at most a second, so that the idle timeout is kept).
-            let mut options = FetchOptions::default();
-            options.replica = self.replica;
-            options.max_wait = timeout
-                .saturating_sub(idle_since.elapsed())
-                .min(Duration::from_secs(1));
-            let batches = match self
+            let fetched = match self
                 .client
-                .fetch_with(self.topic, self.partition, next, &options)
+                .fetch_with(&self.topic, self.partition, next, &options)
                 .await
             {
-                Ok(fetched) => fetched.batches,
+                Ok(f) => f,
                 Err(Error::OffsetOutOfRange { start, .. }) if next < start => {
                     next = start;
                     continue;
                 }
-                Err(e) => return Err(CliError::about_topic(self.topic, e)),
+                Err(e) => return Err(e),
             };
-            if batches.is_empty() {
-                if idle_since.elapsed() >= timeout {
-                    return Ok(printed);
-                }
-                continue;
-            }
-            idle_since = Instant::now();
-            let mut out = stdout.lock();
-            for b in &batches {
-                for (o, r) in b.records() {
-                    if o < next || max.is_some_and(|m| printed >= m) {
+            for b in &fetched.batches {
+                for (offset, r) in b.records() {
+                    // A batch is read whole: its records before `next` were printed already.
+                    if offset < next {
                         continue;
                     }
-                    let _ = out.write_all(&r.value);
-                    let _ = out.write_all(b"\n");
-                    printed += 1;
+                    let line = Line {
+                        partition: self.partition,
+                        offset,
+                        timestamp_ms: b.timestamp_ms(),
+                        key: r.key,
+                        value: r.value,
+                    };
+                    if tx.send(line).await.is_err() {
+                        return Ok(());
+                    }
                 }
                 next = next.max(b.next_offset());
             }
-            let _ = out.flush();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_prints_the_fields_asked_for_in_kafkas_order() {
+        let line = Line {
+            partition: 2,
+            offset: Offset(7),
+            timestamp_ms: 1234,
+            key: Some(bytes::Bytes::from_static(b"user-1")),
+            value: bytes::Bytes::from_static(b"hello"),
+        };
+        let all = Format {
+            timestamp: true,
+            partition: true,
+            offset: true,
+            key: true,
+        };
+        let mut out = Vec::new();
+        write_line(&mut out, &line, all).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "CreateTime:1234\tPartition:2\tOffset:7\tuser-1\thello\n"
+        );
+        let none = Format {
+            timestamp: false,
+            partition: false,
+            offset: false,
+            key: false,
+        };
+        let mut out = Vec::new();
+        write_line(&mut out, &line, none).unwrap();
+        assert_eq!(out, b"hello\n");
     }
 }

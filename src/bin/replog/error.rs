@@ -49,6 +49,20 @@ pub(crate) enum CliError {
     /// The demo's embedded cluster did not come up or behave as the tutorial needs.
     #[error("{0}")]
     Demo(&'static str),
+    /// Some lines of a `produce` were not acknowledged.
+    #[error(
+        "{failed} of {lines} records were not acknowledged (first: line {first_line}: {first})"
+    )]
+    NotAcknowledged {
+        /// How many lines failed.
+        failed: u64,
+        /// How many lines were read.
+        lines: u64,
+        /// The first that failed, counted from 1.
+        first_line: u64,
+        /// Why it failed.
+        first: replog::Error,
+    },
 }
 
 impl CliError {
