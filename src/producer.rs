@@ -139,6 +139,25 @@ struct Shared {
     /// `config.batch_bytes`, capped by the client's batch limit.
     batch_bytes: usize,
     state: Mutex<State>,
+    /// Tasks at work on sent records: batches being delivered, topics whose partition count
+    /// is being asked for. [`Producer::flush`] waits for it to reach zero.
+    working: watch::Sender<usize>,
+}
+
+/// Counts one task of [`Shared::working`] for as long as it lives.
+struct Working(watch::Sender<usize>);
+
+impl Working {
+    fn start(working: &watch::Sender<usize>) -> Working {
+        working.send_modify(|n| *n += 1);
+        Working(working.clone())
+    }
+}
+
+impl Drop for Working {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
 }
 
 /// A producer over a [`Client`]: [`send`](Producer::send) takes one record and returns where
@@ -154,6 +173,8 @@ struct Shared {
 ///   resent with the same sequence numbers after an unknown outcome, at most five batches in
 ///   flight per partition, in the order they were formed. Every record of a batch gets the
 ///   batch's outcome.
+/// - **Ending.** [`flush`](Producer::flush) sends what lingers and waits until every record
+///   sent is settled; [`close`](Producer::close) does so and ends the producer.
 ///
 /// ```
 /// # use std::sync::Arc;
@@ -175,7 +196,9 @@ struct Shared {
 /// let b = producer.send("email.send", Record::new("again").with_key("alice")).await?;
 /// assert_eq!(a.partition, b.partition); // one key, one partition, in order
 /// assert!(b.offset > a.offset);
-/// # drop(producer);
+/// let last = producer.send("email.send", Record::new("bye"));
+/// producer.close().await; // every record sent is settled now
+/// assert!(last.await.is_ok());
 /// # drop(client);
 /// # cluster.shutdown().await?;
 /// # Ok(())
@@ -211,6 +234,7 @@ impl Producer {
                     waiting: HashMap::new(),
                     rng: seed,
                 }),
+                working: watch::Sender::new(0),
             }),
         }
     }
@@ -249,17 +273,45 @@ impl Producer {
         self.shared.enqueue(topic, Some(partition), record).wait()
     }
 
-    /// Sends every open batch now.
-    pub fn flush(&self) {
-        let mut state = self.shared.state.lock();
-        let keys: Vec<(String, u32)> = state
-            .topics
-            .iter()
-            .flat_map(|(name, t)| (0..t.open.len() as u32).map(move |p| (name.clone(), p)))
-            .collect();
-        for (topic, partition) in keys {
-            self.shared.send_open(&mut state, &topic, partition);
+    /// Sends every open batch now, and waits until every record sent before the call is
+    /// settled (acknowledged or failed), as Kafka's `flush`. Records sent meanwhile by other
+    /// tasks are waited for too: a producer that never stops sending keeps this waiting.
+    pub async fn flush(&self) {
+        let mut working = self.shared.working.subscribe();
+        // Bounded: without concurrent sends, the second round finds nothing open.
+        loop {
+            let open = {
+                let mut state = self.shared.state.lock();
+                let keys: Vec<(String, u32)> = state
+                    .topics
+                    .iter()
+                    .flat_map(|(name, t)| {
+                        t.open
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, o)| !o.records.is_empty())
+                            .map(move |(p, _)| (name.clone(), p as u32))
+                    })
+                    .collect();
+                for (topic, partition) in &keys {
+                    self.shared.send_open(&mut state, topic, *partition);
+                }
+                !keys.is_empty() || !state.waiting.is_empty()
+            };
+            if !open && *working.borrow_and_update() == 0 {
+                return;
+            }
+            // Woken when a delivery or a metadata request ends.
+            if working.changed().await.is_err() {
+                return;
+            }
         }
+    }
+
+    /// [`flush`](Self::flush)es, then drops the producer: every record sent is settled when
+    /// this returns.
+    pub async fn close(self) {
+        self.flush().await;
     }
 }
 
@@ -296,7 +348,9 @@ impl Shared {
     fn learn_topic(self: &Arc<Self>, topic: &str) {
         let shared = Arc::clone(self);
         let topic = topic.to_string();
+        let working = Working::start(&self.working);
         tokio::spawn(async move {
+            let _working = working;
             let learned = shared.client.partition_count(&topic).await;
             let mut state = shared.state.lock();
             let waiting = state.waiting.remove(&topic).unwrap_or_default();
@@ -432,7 +486,9 @@ impl Shared {
         let outcome_tx = open.outcome.take();
         let prepared: Result<PreparedBatch> = self.client.prepare(topic, partition, &records);
         let client = Arc::clone(&self.client);
+        let working = Working::start(&self.working);
         tokio::spawn(async move {
+            let _working = working;
             let outcome = match prepared {
                 Ok(batch) => client.send_prepared(batch).await.map(|d| d.base_offset),
                 Err(e) => Err(e),

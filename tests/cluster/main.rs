@@ -2242,3 +2242,52 @@ async fn the_cli_produces_keyed_lines_batched_and_consumes_every_partition() {
     );
     cluster.shutdown().await.unwrap();
 }
+
+/// "3 of 4": `Producer::flush` sends the open batches and waits until every record sent is
+/// settled (it used to return at once); `close` does the same and ends the producer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn producer_flush_waits_until_every_record_is_settled() {
+    use replog::{Client, ClientConfig, Producer, ProducerConfig};
+    const FLUSHED: &str = "flushed";
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = replog::LocalCluster::start(1, dir.path(), |c| {
+        c.topics = vec![(FLUSHED.into(), 2)];
+        c.heartbeat_interval_ms = 100;
+        c.election_timeout_ms = ELECTION_TIMEOUT_MS;
+    })
+    .await
+    .unwrap();
+    cluster
+        .wait_for_leaders(FLUSHED, 2, Duration::from_secs(20))
+        .await
+        .unwrap();
+    let client = std::sync::Arc::new(
+        Client::connect(&cluster.addrs(), ClientConfig::default())
+            .await
+            .unwrap(),
+    );
+    // A linger far longer than the test: only a flush sends these batches.
+    let mut config = ProducerConfig::default();
+    config.linger_ms = 600_000;
+    let producer = Producer::new(client, config);
+    let sent: Vec<_> = (0..10)
+        .map(|i| producer.send(FLUSHED, Record::new(format!("r{i}"))))
+        .collect();
+    producer.flush().await;
+    for (i, s) in sent.into_iter().enumerate() {
+        // Polled once: settled already, or not.
+        let meta = tokio::time::timeout(Duration::ZERO, s)
+            .await
+            .unwrap_or_else(|_| panic!("record {i} still unsettled after flush"))
+            .unwrap();
+        assert!(meta.partition < 2);
+    }
+    let last = producer.send_to(FLUSHED, 1, Record::new("last"));
+    producer.close().await;
+    let meta = tokio::time::timeout(Duration::ZERO, last)
+        .await
+        .expect("settled by close")
+        .unwrap();
+    assert_eq!(meta.partition, 1);
+    cluster.shutdown().await.unwrap();
+}

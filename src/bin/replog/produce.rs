@@ -67,7 +67,7 @@ pub(crate) async fn run(args: ProduceArgs) -> Result<(), CliError> {
             tally.settle(&topic, n, oldest.await, print_offsets);
         }
     }
-    producer.flush();
+    producer.flush().await;
     while let Some((n, sent)) = outstanding.pop_front() {
         tally.settle(&topic, n, sent.await, print_offsets);
     }
