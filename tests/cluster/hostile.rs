@@ -44,19 +44,7 @@ async fn one_broker(
     dir: &std::path::Path,
     configure: impl Fn(&mut replog::NodeConfig),
 ) -> LocalCluster {
-    let cluster = LocalCluster::start(1, dir, |c| {
-        c.topics = vec![(TOPIC.into(), 1)];
-        c.heartbeat_interval_ms = 100;
-        c.election_timeout_ms = 1000;
-        configure(c);
-    })
-    .await
-    .unwrap();
-    cluster
-        .wait_for_leaders(TOPIC, 1, Duration::from_secs(20))
-        .await
-        .unwrap();
-    cluster
+    crate::local_cluster(1, dir, TOPIC, 1, configure).await
 }
 
 /// An honest client connects and writes, retrying (boundedly) while hostile connections

@@ -9,17 +9,7 @@ use replog::{Client, ClientConfig, FetchOptions, LocalCluster, Offset, Record};
 const TOPIC: &str = "polled";
 
 async fn three_brokers(dir: &std::path::Path) -> (LocalCluster, Client) {
-    let cluster = LocalCluster::start(3, dir, |c| {
-        c.topics = vec![(TOPIC.into(), 1)];
-        c.heartbeat_interval_ms = 100;
-        c.election_timeout_ms = 1000;
-    })
-    .await
-    .unwrap();
-    cluster
-        .wait_for_leaders(TOPIC, 1, Duration::from_secs(20))
-        .await
-        .unwrap();
+    let cluster = crate::local_cluster(3, dir, TOPIC, 1, |_| {}).await;
     let client = Client::connect(&cluster.addrs(), ClientConfig::default())
         .await
         .unwrap();

@@ -19,6 +19,31 @@ const TOPIC: &str = "email.send";
 const PARTITIONS: u32 = 3;
 const ELECTION_TIMEOUT_MS: u64 = 1000;
 
+/// `n` brokers in this process (a `LocalCluster`) with `topic` configured with `partitions`,
+/// fast heartbeats, `configure` applied last; returns once every partition has a settled
+/// leader.
+async fn local_cluster(
+    n: usize,
+    dir: &Path,
+    topic: &str,
+    partitions: u32,
+    configure: impl Fn(&mut NodeConfig),
+) -> replog::LocalCluster {
+    let cluster = replog::LocalCluster::start(n, dir, |c| {
+        c.topics = vec![(topic.into(), partitions)];
+        c.heartbeat_interval_ms = 100;
+        c.election_timeout_ms = ELECTION_TIMEOUT_MS;
+        configure(c);
+    })
+    .await
+    .unwrap();
+    cluster
+        .wait_for_leaders(topic, partitions, Duration::from_secs(20))
+        .await
+        .unwrap();
+    cluster
+}
+
 /// Listeners bound by [`free_addrs`] and not yet handed to a broker.
 static HELD: std::sync::Mutex<BTreeMap<SocketAddr, std::net::TcpListener>> =
     std::sync::Mutex::new(BTreeMap::new());
@@ -2143,17 +2168,7 @@ async fn a_leader_that_shuts_down_hands_its_partitions_over_first() {
 async fn the_cli_produces_keyed_lines_batched_and_consumes_every_partition() {
     const KEYED: &str = "keyed";
     let dir = tempfile::tempdir().unwrap();
-    let cluster = replog::LocalCluster::start(3, dir.path(), |c| {
-        c.topics = vec![(KEYED.into(), 3)];
-        c.heartbeat_interval_ms = 100;
-        c.election_timeout_ms = ELECTION_TIMEOUT_MS;
-    })
-    .await
-    .unwrap();
-    cluster
-        .wait_for_leaders(KEYED, 3, Duration::from_secs(20))
-        .await
-        .unwrap();
+    let cluster = local_cluster(3, dir.path(), KEYED, 3, |_| {}).await;
     let server = cluster.addrs()[1].to_string();
     let run = |args: Vec<String>, input: String| {
         tokio::task::spawn_blocking(move || {
@@ -2250,17 +2265,7 @@ async fn producer_flush_waits_until_every_record_is_settled() {
     use replog::{Client, ClientConfig, Producer, ProducerConfig};
     const FLUSHED: &str = "flushed";
     let dir = tempfile::tempdir().unwrap();
-    let cluster = replog::LocalCluster::start(1, dir.path(), |c| {
-        c.topics = vec![(FLUSHED.into(), 2)];
-        c.heartbeat_interval_ms = 100;
-        c.election_timeout_ms = ELECTION_TIMEOUT_MS;
-    })
-    .await
-    .unwrap();
-    cluster
-        .wait_for_leaders(FLUSHED, 2, Duration::from_secs(20))
-        .await
-        .unwrap();
+    let cluster = local_cluster(1, dir.path(), FLUSHED, 2, |_| {}).await;
     let client = std::sync::Arc::new(
         Client::connect(&cluster.addrs(), ClientConfig::default())
             .await
