@@ -461,6 +461,42 @@ impl Node {
         self.broker.read(topic, partition, offset, max_bytes)
     }
 
+    /// Waits until this broker is ready to serve: the metadata group and every partition
+    /// replica it hosts know a leader (`Node::start` returns before the first elections), and
+    /// none is down. Returns how many partition replicas it hosts.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] naming the partitions still without a leader once `timeout` passed.
+    pub async fn wait_ready(&self, timeout: Duration) -> Result<usize> {
+        let started = tokio::time::Instant::now();
+        // Bounded by `timeout`.
+        loop {
+            let broker = &self.broker;
+            let groups: Vec<Arc<HostedReplica>> = broker.groups.read().values().cloned().collect();
+            let mut waiting: Vec<String> = groups
+                .iter()
+                .filter(|g| g.raft.state().leader.is_none())
+                .map(|g| g.id.to_string())
+                .collect();
+            waiting.extend(broker.down.lock().keys().map(|id| format!("{id} (down)")));
+            if broker.meta.raft.state().leader.is_none() {
+                waiting.push("the metadata group".into());
+            }
+            if waiting.is_empty() {
+                return Ok(groups.len());
+            }
+            if started.elapsed() >= timeout {
+                waiting.sort();
+                return Err(Error::Timeout {
+                    elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                    last: format!("no leader yet for {}", waiting.join(", ")),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// The state of this broker's replica of a partition.
     ///
     /// # Errors

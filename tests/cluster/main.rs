@@ -2296,3 +2296,34 @@ async fn producer_flush_waits_until_every_record_is_settled() {
     assert_eq!(meta.partition, 1);
     cluster.shutdown().await.unwrap();
 }
+
+/// "3 of 4": `Node::wait_ready` says when a broker serves: once the metadata group and every
+/// partition it hosts know a leader, and not while a quorum is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_says_when_it_is_ready() {
+    let dir = tempfile::tempdir().unwrap();
+    let addrs = free_addrs(3);
+    // One broker of three: no quorum, no leader, not ready.
+    let alone = start_node(config(1, &addrs, dir.path())).await.unwrap();
+    match alone.wait_ready(Duration::from_millis(500)).await {
+        Err(Error::Timeout { last, .. }) => {
+            assert!(
+                last.contains("email.send/0") && last.contains("the metadata group"),
+                "{last}"
+            )
+        }
+        other => panic!("ready without a quorum: {other:?}"),
+    }
+    // The others start: every broker is ready, each hosting the three partitions.
+    let mut nodes = vec![Some(alone)];
+    for id in 2..=3 {
+        nodes.push(Some(
+            start_node(config(id, &addrs, dir.path())).await.unwrap(),
+        ));
+    }
+    for node in nodes.iter().flatten() {
+        let hosted = node.wait_ready(Duration::from_secs(20)).await.unwrap();
+        assert_eq!(hosted, PARTITIONS as usize);
+    }
+    shutdown_all(nodes).await;
+}

@@ -102,7 +102,27 @@ pub(crate) async fn run(args: NodeArgs) -> Result<(), CliError> {
     let id = args.id;
     let node = Node::start(args.config()).await?;
     eprintln!("replog: broker {id} listening on {}", node.addr());
-    wait_for_signal().await;
+    // Says once when every partition it hosts has a leader, or, every minute, what it still
+    // waits for (a quorum that has not started yet).
+    let ready = async {
+        // Ends when ready; a broker that never gets its quorum keeps saying so.
+        loop {
+            match node.wait_ready(std::time::Duration::from_secs(60)).await {
+                Ok(partitions) => {
+                    tracing::info!(
+                        partitions,
+                        "broker ready: every hosted partition has a leader"
+                    );
+                    std::future::pending::<()>().await;
+                }
+                Err(e) => tracing::warn!(error = %e, "broker not ready yet"),
+            }
+        }
+    };
+    tokio::select! {
+        () = wait_for_signal() => {}
+        () = ready => {}
+    }
     node.shutdown().await?;
     Ok(())
 }
