@@ -101,6 +101,7 @@
 mod catalog;
 mod client;
 mod config;
+mod consumer;
 mod dirlock;
 mod env;
 mod error;
@@ -123,6 +124,7 @@ pub use client::{
     Client, ClientConfig, Delivery, FetchOptions, Fetched, PartitionDescription, RouteStep,
 };
 pub use config::LogConfig;
+pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, StartAt};
 pub use env::{Env, FaultPoint};
 #[cfg(any(test, feature = "failpoints"))]
 pub use env::{FaultInjector, NetFaults, PowerLoss};

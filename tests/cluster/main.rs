@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use replog::{Error, LogConfig, Node, NodeConfig, Offset, ProducerSeq, Record};
 
 mod attack;
+mod consumer;
 mod hostile;
 mod long_poll;
 #[path = "../support/ports.rs"]

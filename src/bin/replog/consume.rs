@@ -3,12 +3,10 @@
 //! `--partition` names), as Kafka's console consumer does, until a count or an idle timeout.
 
 use std::io::Write;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use replog::{Client, Error, FetchOptions, Offset};
-use tokio::sync::mpsc;
+use replog::{Consumer, ConsumerConfig, ConsumerRecord, Offset, StartAt};
 
 use crate::connect::{Target, bootstrap, client};
 use crate::error::CliError;
@@ -56,15 +54,6 @@ struct Format {
     key: bool,
 }
 
-/// One record on its way from a partition's reader to the printer.
-struct Line {
-    partition: u32,
-    offset: Offset,
-    timestamp_ms: u64,
-    key: Option<bytes::Bytes>,
-    value: bytes::Bytes,
-}
-
 /// Prints the records, then `Processed a total of N messages` on standard error.
 pub(crate) async fn run(args: ConsumeArgs) -> Result<(), CliError> {
     let ConsumeArgs {
@@ -89,102 +78,79 @@ pub(crate) async fn run(args: ConsumeArgs) -> Result<(), CliError> {
     }
     let addrs = bootstrap(&bootstrap_server).await?;
     let client = Arc::new(client(&addrs).await?);
-    let described = client
-        .describe(&topic)
+    let mut config = ConsumerConfig::default();
+    config.replica = from_replica.then(|| addrs[0]);
+    let mut consumer = Consumer::new(client, config);
+    let start = match (offset, from_beginning) {
+        (Some(o), _) => StartAt::Offset(Offset(o)),
+        (None, true) => StartAt::Beginning,
+        (None, false) => StartAt::End,
+    };
+    consumer
+        .assign(&topic, partition.as_ref().map(std::slice::from_ref), start)
         .await
         .map_err(|e| CliError::about_topic(&topic, e))?;
-    let starts: Vec<(u32, Offset)> = described
-        .iter()
-        .filter(|p| partition.is_none_or(|only| only == p.partition.partition))
-        .map(|p| {
-            let start = match (offset, from_beginning) {
-                (Some(o), _) => Offset(o),
-                (None, true) => Offset(0),
-                (None, false) => p.high_watermark,
-            };
-            (p.partition.partition, start)
-        })
-        .collect();
-    if starts.is_empty() {
-        return Err(CliError::about_topic(
-            &topic,
-            Error::UnknownPartition(replog::PartitionId::new(
-                topic.as_str(),
-                partition.unwrap_or(0),
-            )),
-        ));
-    }
-    let replica = from_replica.then(|| addrs[0]);
-    let (tx, rx) = mpsc::channel(1024);
-    let readers: Vec<_> = starts
-        .into_iter()
-        .map(|(p, start)| {
-            let reader = Reader {
-                client: Arc::clone(&client),
-                topic: topic.clone(),
-                partition: p,
-                replica,
-            };
-            tokio::spawn(reader.read(start, tx.clone()))
-        })
-        .collect();
-    drop(tx);
     let format = Format {
         timestamp: print_timestamp,
         partition: print_partition,
         offset: print_offset,
         key: print_key,
     };
-    let printed = print(rx, format, max_messages, Duration::from_millis(timeout_ms)).await;
-    for reader in &readers {
-        reader.abort();
-    }
-    let mut failure = None;
-    for reader in readers {
-        if let Ok(Err(e)) = reader.await {
-            failure.get_or_insert(e);
-        }
-    }
-    eprintln!("Processed a total of {printed} messages");
-    match failure {
-        Some(e) => Err(CliError::about_topic(&topic, e)),
-        None => Ok(()),
-    }
-}
-
-/// Prints lines as they come until `max` were printed, `idle` passed without one, or every
-/// reader ended; returns how many it printed.
-async fn print(
-    mut rx: mpsc::Receiver<Line>,
-    format: Format,
-    max: Option<u64>,
-    idle: Duration,
-) -> u64 {
-    let mut printed = 0u64;
+    let idle = Duration::from_millis(timeout_ms);
+    let (mut printed, mut last) = (0u64, Instant::now());
     let stdout = std::io::stdout();
-    let mut last = Instant::now();
-    // Bounded by `max` and by the idle timeout.
-    while max.is_none_or(|m| printed < m) {
+    // Bounded by `max_messages` and by the idle timeout.
+    while max_messages.is_none_or(|m| printed < m) {
         let wait = idle.saturating_sub(last.elapsed());
-        let Ok(Some(line)) = tokio::time::timeout(wait, rx.recv()).await else {
+        if wait.is_zero() {
             break;
-        };
+        }
+        let records = consumer
+            .poll(wait)
+            .await
+            .map_err(|e| CliError::about_topic(&topic, e))?;
+        if records.is_empty() {
+            continue;
+        }
         last = Instant::now();
         let mut out = stdout.lock();
-        let _ = write_line(&mut out, &line, format);
-        printed += 1;
-        // Flush once nothing more is waiting, so that a pipe sees records promptly.
-        if rx.is_empty() {
-            let _ = out.flush();
+        for r in records
+            .iter()
+            .take(max_messages.map_or(usize::MAX, |m| (m - printed) as usize))
+        {
+            let _ = write_line(&mut out, &Line::from(r), format);
+            printed += 1;
+        }
+        let _ = out.flush();
+    }
+    eprintln!("Processed a total of {printed} messages");
+    Ok(())
+}
+
+/// What is printed of one record.
+struct Line<'a> {
+    partition: u32,
+    offset: Offset,
+    timestamp_ms: u64,
+    key: Option<&'a [u8]>,
+    value: &'a [u8],
+}
+
+impl<'a> From<&'a ConsumerRecord> for Line<'a> {
+    fn from(r: &'a ConsumerRecord) -> Line<'a> {
+        Line {
+            partition: r.partition,
+            offset: r.offset,
+            timestamp_ms: r.timestamp_ms,
+            key: r.key.as_deref(),
+            value: &r.value,
         }
     }
-    let _ = stdout.lock().flush();
-    printed
 }
 
 /// One record as Kafka's console consumer prints it: the chosen fields, tab-separated, then
 /// the value.
-fn write_line(out: &mut impl Write, line: &Line, format: Format) -> std::io::Result<()> {
+fn write_line(out: &mut impl Write, line: &Line<'_>, format: Format) -> std::io::Result<()> {
     if format.timestamp {
         write!(out, "CreateTime:{}\t", line.timestamp_ms)?;
     }
@@ -201,63 +167,8 @@ fn write_line(out: &mut impl Write, line: &Line, format: Format) -> std::io::Res
         }
         out.write_all(b"\t")?;
     }
-    out.write_all(&line.value)?;
+    out.write_all(line.value)?;
     out.write_all(b"\n")
-}
-
-/// One partition being read.
-struct Reader {
-    client: Arc<Client>,
-    topic: String,
-    partition: u32,
-    /// The broker whose own replica to read, or `None` for the leader's.
-    replica: Option<SocketAddr>,
-}
-
-impl Reader {
-    /// Sends the partition's records from `start` on to `tx`, long-polling at the end of the
-    /// log, until the printer stops listening. A start below the log's (purged) start moves
-    /// up to it.
-    async fn read(self, start: Offset, tx: mpsc::Sender<Line>) -> Result<(), Error> {
-        let mut next = start;
-        let mut options = FetchOptions::default();
-        options.replica = self.replica;
-        options.max_wait = Duration::from_millis(500);
-        // Ends when the printer drops the receiver (or is aborted).
-        loop {
-            let fetched = match self
-                .client
-                .fetch_with(&self.topic, self.partition, next, &options)
-                .await
-            {
-                Ok(f) => f,
-                Err(Error::OffsetOutOfRange { start, .. }) if next < start => {
-                    next = start;
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            for b in &fetched.batches {
-                for (offset, r) in b.records() {
-                    // A batch is read whole: its records before `next` were printed already.
-                    if offset < next {
-                        continue;
-                    }
-                    let line = Line {
-                        partition: self.partition,
-                        offset,
-                        timestamp_ms: b.timestamp_ms(),
-                        key: r.key,
-                        value: r.value,
-                    };
-                    if tx.send(line).await.is_err() {
-                        return Ok(());
-                    }
-                }
-                next = next.max(b.next_offset());
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -270,8 +181,8 @@ mod tests {
             partition: 2,
             offset: Offset(7),
             timestamp_ms: 1234,
-            key: Some(bytes::Bytes::from_static(b"user-1")),
-            value: bytes::Bytes::from_static(b"hello"),
+            key: Some(b"user-1"),
+            value: b"hello",
         };
         let all = Format {
             timestamp: true,

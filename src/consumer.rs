@@ -1,0 +1,431 @@
+//! [`Consumer`]: reading partitions as a Kafka consumer does, without a group yet: assigned
+//! partitions, a position in each, records by [`poll`](Consumer::poll) or as a stream, seek,
+//! pause and resume, and lag.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+use crate::client::{Client, FetchOptions};
+use crate::error::{Error, Result};
+use crate::segment::record::Header;
+use crate::types::{Offset, PartitionId};
+
+/// How a [`Consumer`] reads.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ConsumerConfig {
+    /// The longest one fetch waits at the end of a partition (Kafka's `fetch.max.wait.ms`).
+    /// Default 500 ms.
+    pub max_wait: Duration,
+    /// At most this many bytes of batches per fetch of one partition (Kafka's
+    /// `max.partition.fetch.bytes`). Default 1 MiB.
+    pub max_bytes: u32,
+    /// Records fetched ahead of `poll`, over all partitions; a partition's fetching waits
+    /// while they are not taken. Default 4096.
+    pub buffered_records: usize,
+    /// At most this many records per [`poll`](Consumer::poll) (Kafka's `max.poll.records`).
+    /// Default 500.
+    pub max_poll_records: usize,
+    /// Read from this broker's own replicas instead of the leaders' (any replica serves
+    /// committed records). Default `None`.
+    pub replica: Option<SocketAddr>,
+}
+
+impl Default for ConsumerConfig {
+    fn default() -> Self {
+        ConsumerConfig {
+            max_wait: Duration::from_millis(500),
+            max_bytes: 1 << 20,
+            buffered_records: 4096,
+            max_poll_records: 500,
+            replica: None,
+        }
+    }
+}
+
+/// Where a partition's reading starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartAt {
+    /// The first record still in the log (Kafka's `earliest`).
+    Beginning,
+    /// The high watermark: only records committed from now on (Kafka's `latest`).
+    End,
+    /// This offset; one below the log start moves up to it.
+    Offset(Offset),
+}
+
+/// One record, where it is, and when its batch was written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConsumerRecord {
+    /// Its topic.
+    pub topic: Arc<str>,
+    /// Its partition.
+    pub partition: u32,
+    /// Its offset.
+    pub offset: Offset,
+    /// Its batch's timestamp, in milliseconds since the Unix epoch.
+    pub timestamp_ms: u64,
+    /// Its key, if any.
+    pub key: Option<Bytes>,
+    /// Its value.
+    pub value: Bytes,
+    /// Its headers, in order.
+    pub headers: Vec<Header>,
+}
+
+/// What a partition's fetcher tells the consumer.
+enum Event {
+    Record(ConsumerRecord),
+    /// The partition's high watermark and log start, as the last fetch answered.
+    Marks {
+        high_watermark: Offset,
+    },
+    /// The fetcher stopped: the partition is gone.
+    Failed(Error),
+}
+
+/// One assigned partition.
+struct Assigned {
+    /// The offset of the next record `poll` returns.
+    position: Offset,
+    high_watermark: Option<Offset>,
+    /// Counts the partition's fetchers: events of an earlier one (before a seek) are dropped.
+    generation: u64,
+    fetcher: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// A consumer of assigned partitions: each is fetched ahead on a task of its own,
+/// long-polling at the end of its log and following leader changes (the [`Client`] routes
+/// each fetch), and [`poll`](Self::poll) returns what was fetched, in each partition's order.
+/// Positions move as records are returned; [`seek`](Self::seek) moves one anywhere.
+///
+/// Delivery: every committed record from a partition's start position on is returned once, in
+/// order, while the consumer runs. There are no committed offsets yet (consumer groups are to
+/// come): a new consumer starts where it is told to.
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use std::time::Duration;
+/// # use replog::{Client, ClientConfig, Consumer, ConsumerConfig, Record, StartAt};
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() -> replog::Result<()> {
+/// # let dir = tempfile::tempdir()?;
+/// # let cluster = replog::LocalCluster::start(1, dir.path(), |c| {
+/// #     c.topics = vec![("email.send".into(), 2)];
+/// # })
+/// # .await?;
+/// # cluster.wait_for_leaders("email.send", 2, Duration::from_secs(10)).await?;
+/// let client = Arc::new(Client::connect(&cluster.addrs(), ClientConfig::default()).await?);
+/// client.send("email.send", 1, &[Record::new("hello")]).await?;
+/// let mut consumer = Consumer::new(Arc::clone(&client), ConsumerConfig::default());
+/// consumer.assign("email.send", None, StartAt::Beginning).await?; // every partition
+/// let records = consumer.poll(Duration::from_secs(5)).await?;
+/// assert_eq!(records[0].value, "hello");
+/// assert_eq!(consumer.lag("email.send", 1), Some(0));
+/// # drop(consumer);
+/// # drop(client);
+/// # cluster.shutdown().await?;
+/// # Ok(())
+/// # }
+/// ```
+pub struct Consumer {
+    client: Arc<Client>,
+    config: ConsumerConfig,
+    tx: mpsc::Sender<(PartitionId, u64, Event)>,
+    rx: mpsc::Receiver<(PartitionId, u64, Event)>,
+    partitions: HashMap<PartitionId, Assigned>,
+}
+
+impl std::fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("config", &self.config)
+            .field("partitions", &self.partitions.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        for a in self.partitions.values_mut() {
+            if let Some(f) = a.fetcher.take() {
+                f.abort();
+            }
+        }
+    }
+}
+
+impl Consumer {
+    /// A consumer with no partitions yet.
+    pub fn new(client: Arc<Client>, config: ConsumerConfig) -> Consumer {
+        let (tx, rx) = mpsc::channel(config.buffered_records.max(1));
+        Consumer {
+            client,
+            config,
+            tx,
+            rx,
+            partitions: HashMap::new(),
+        }
+    }
+
+    /// Assigns `partitions` of `topic` (all of them with `None`), each starting at `start`.
+    /// A partition assigned already moves to `start`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownPartition`] for an unknown topic or partition; what
+    /// [`Client::describe`] returns.
+    pub async fn assign(
+        &mut self,
+        topic: &str,
+        partitions: Option<&[u32]>,
+        start: StartAt,
+    ) -> Result<()> {
+        let described = self.client.describe(topic).await?;
+        let chosen: Vec<u32> = match partitions {
+            None => described.iter().map(|d| d.partition.partition).collect(),
+            Some(ps) => ps.to_vec(),
+        };
+        for p in chosen {
+            let d = described
+                .iter()
+                .find(|d| d.partition.partition == p)
+                .ok_or_else(|| Error::UnknownPartition(PartitionId::new(topic, p)))?;
+            let position = match start {
+                StartAt::Beginning => d.log_start,
+                StartAt::End => d.high_watermark,
+                StartAt::Offset(o) => o,
+            };
+            self.start(PartitionId::new(topic, p), position);
+        }
+        Ok(())
+    }
+
+    /// Moves a partition's position to `start` (records fetched ahead from the old one are
+    /// dropped).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownPartition`] if the partition is not assigned; what
+    /// [`Client::describe`] returns.
+    pub async fn seek(&mut self, topic: &str, partition: u32, start: StartAt) -> Result<()> {
+        let id = PartitionId::new(topic, partition);
+        if !self.partitions.contains_key(&id) {
+            return Err(Error::UnknownPartition(id));
+        }
+        self.assign(topic, Some(&[partition]), start).await
+    }
+
+    /// The offset of the next record [`poll`](Self::poll) returns from a partition, if it is
+    /// assigned.
+    pub fn position(&self, topic: &str, partition: u32) -> Option<Offset> {
+        Some(self.assigned(topic, partition)?.position)
+    }
+
+    /// How many committed records of a partition are past its position, as of the last fetch
+    /// (Kafka's consumer lag); `None` before the first answer.
+    pub fn lag(&self, topic: &str, partition: u32) -> Option<u64> {
+        let a = self.assigned(topic, partition)?;
+        Some(a.high_watermark?.get().saturating_sub(a.position.get()))
+    }
+
+    /// Stops fetching a partition; its position stays.
+    pub fn pause(&mut self, topic: &str, partition: u32) {
+        if let Some(a) = self.partitions.get_mut(&PartitionId::new(topic, partition)) {
+            a.generation += 1;
+            if let Some(f) = a.fetcher.take() {
+                f.abort();
+            }
+        }
+    }
+
+    /// Fetches a paused partition again, from its position.
+    pub fn resume(&mut self, topic: &str, partition: u32) {
+        let id = PartitionId::new(topic, partition);
+        if let Some(position) = self
+            .partitions
+            .get(&id)
+            .filter(|a| a.fetcher.is_none())
+            .map(|a| a.position)
+        {
+            self.start(id, position);
+        }
+    }
+
+    /// Waits up to `timeout` for records, then returns every record fetched ahead (at most
+    /// `max_poll_records`), each partition's in offset order; empty if none came.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownPartition`] if an assigned partition is gone (its topic deleted); it is
+    /// no longer fetched.
+    pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>> {
+        let mut out = Vec::new();
+        let deadline = tokio::time::Instant::now() + timeout;
+        // Bounded by the deadline and by `max_poll_records`.
+        while out.len() < self.config.max_poll_records.max(1) {
+            let next = if out.is_empty() {
+                match tokio::time::timeout_at(deadline, self.rx.recv()).await {
+                    Ok(Some(event)) => event,
+                    Ok(None) | Err(_) => break,
+                }
+            } else {
+                match self.rx.try_recv() {
+                    Ok(event) => event,
+                    Err(_) => break,
+                }
+            };
+            let (id, generation, event) = next;
+            let Some(a) = self
+                .partitions
+                .get_mut(&id)
+                .filter(|a| a.generation == generation)
+            else {
+                continue;
+            };
+            match event {
+                Event::Record(r) => {
+                    // A batch is fetched whole: records before the position were returned.
+                    if r.offset >= a.position {
+                        a.position = Offset(r.offset.get() + 1);
+                        out.push(r);
+                    }
+                }
+                Event::Marks { high_watermark } => a.high_watermark = Some(high_watermark),
+                Event::Failed(e) => {
+                    a.fetcher = None;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The records, one by one, as [`poll`](Self::poll) returns them, for as long as the
+    /// stream is read.
+    pub fn into_stream(self) -> impl futures_util::Stream<Item = Result<ConsumerRecord>> {
+        let state = (self, std::collections::VecDeque::new());
+        futures_util::stream::unfold(state, |(mut consumer, mut ready)| async move {
+            // Bounded per item by the polls' own timeouts; ends only when dropped.
+            loop {
+                if let Some(r) = ready.pop_front() {
+                    return Some((Ok(r), (consumer, ready)));
+                }
+                match consumer.poll(consumer.config.max_wait).await {
+                    Ok(records) => ready.extend(records),
+                    Err(e) => return Some((Err(e), (consumer, ready))),
+                }
+            }
+        })
+    }
+
+    fn assigned(&self, topic: &str, partition: u32) -> Option<&Assigned> {
+        self.partitions.get(&PartitionId::new(topic, partition))
+    }
+
+    /// (Re)starts fetching `id` from `position`.
+    fn start(&mut self, id: PartitionId, position: Offset) {
+        let a = self.partitions.entry(id.clone()).or_insert(Assigned {
+            position,
+            high_watermark: None,
+            generation: 0,
+            fetcher: None,
+        });
+        if let Some(f) = a.fetcher.take() {
+            f.abort();
+        }
+        a.generation += 1;
+        a.position = position;
+        let fetcher = Fetcher {
+            client: Arc::clone(&self.client),
+            id,
+            generation: a.generation,
+            options: FetchOptions {
+                max_wait: self.config.max_wait,
+                max_bytes: self.config.max_bytes,
+                replica: self.config.replica,
+                ..FetchOptions::default()
+            },
+            tx: self.tx.clone(),
+        };
+        a.fetcher = Some(tokio::spawn(fetcher.run(position)));
+    }
+}
+
+/// Fetches one partition ahead of `poll`.
+struct Fetcher {
+    client: Arc<Client>,
+    id: PartitionId,
+    generation: u64,
+    options: FetchOptions,
+    tx: mpsc::Sender<(PartitionId, u64, Event)>,
+}
+
+impl Fetcher {
+    async fn send(&self, event: Event) -> bool {
+        self.tx
+            .send((self.id.clone(), self.generation, event))
+            .await
+            .is_ok()
+    }
+
+    /// Fetches from `next` on until the consumer is gone or the partition is.
+    async fn run(self, mut next: Offset) {
+        let topic: Arc<str> = Arc::from(self.id.topic.as_str());
+        let (t, p) = (self.id.topic.as_str(), self.id.partition);
+        // Ends when the consumer drops its receiver or aborts this task.
+        loop {
+            let fetched = match self.client.fetch_with(t, p, next, &self.options).await {
+                Ok(f) => f,
+                // Below the log start (purged): move up to it, as Kafka's `earliest` reset.
+                Err(Error::OffsetOutOfRange { start, .. }) if next < start => {
+                    next = start;
+                    continue;
+                }
+                Err(e @ Error::UnknownPartition(_)) => {
+                    self.send(Event::Failed(e)).await;
+                    return;
+                }
+                // A leader change, a broker down: the next fetch finds the leader again.
+                Err(e) => {
+                    tracing::debug!(partition = %self.id, error = %e, "fetch failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+            };
+            let marks = Event::Marks {
+                high_watermark: fetched.high_watermark,
+            };
+            if !self.send(marks).await {
+                return;
+            }
+            for b in &fetched.batches {
+                let timestamp_ms = b.timestamp_ms();
+                for (offset, r) in b.records() {
+                    if offset < next {
+                        continue;
+                    }
+                    let record = ConsumerRecord {
+                        topic: Arc::clone(&topic),
+                        partition: p,
+                        offset,
+                        timestamp_ms,
+                        key: r.key,
+                        value: r.value,
+                        headers: r.headers,
+                    };
+                    if !self.send(Event::Record(record)).await {
+                        return;
+                    }
+                }
+                next = next.max(b.next_offset());
+            }
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! `Consumer` ("3 of 4", item 2 in part): every partition of a topic, each record once and in
+//! order, seek, pause and resume, lag, the end of the log, leader changes, and a stream.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use replog::{
+    Client, ClientConfig, Consumer, ConsumerConfig, ConsumerRecord, Offset, Record, StartAt,
+};
+
+const TOPIC: &str = "consumed";
+
+/// Polls until `n` records came (at most 30 s).
+async fn poll_n(consumer: &mut Consumer, n: usize) -> Vec<ConsumerRecord> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut out = Vec::new();
+    while out.len() < n {
+        assert!(Instant::now() < deadline, "{} of {n} records", out.len());
+        out.extend(consumer.poll(Duration::from_millis(500)).await.unwrap());
+    }
+    out
+}
+
+fn values(records: &[ConsumerRecord], partition: u32) -> Vec<String> {
+    records
+        .iter()
+        .filter(|r| r.partition == partition)
+        .map(|r| String::from_utf8_lossy(&r.value).into_owned())
+        .collect()
+}
+
+async fn write(client: &Client, partition: u32, range: std::ops::Range<u32>) {
+    for i in range {
+        client
+            .send(TOPIC, partition, &[Record::new(format!("{partition}-{i}"))])
+            .await
+            .unwrap();
+    }
+}
+
+fn expected(partition: u32, range: std::ops::Range<u32>) -> Vec<String> {
+    range.map(|i| format!("{partition}-{i}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_reads_every_partition_once_in_order_and_seeks_pauses_and_follows_the_leader() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = crate::local_cluster(3, dir.path(), TOPIC, 2, |_| {}).await;
+    let client = Arc::new(
+        Client::connect(&cluster.addrs(), ClientConfig::default())
+            .await
+            .unwrap(),
+    );
+    write(&client, 0, 0..30).await;
+    write(&client, 1, 0..30).await;
+    // A consumer at the end sees only what comes after it started.
+    let mut late = Consumer::new(Arc::clone(&client), ConsumerConfig::default());
+    late.assign(TOPIC, None, StartAt::End).await.unwrap();
+    assert_eq!(late.position(TOPIC, 0), Some(Offset(30)));
+
+    let mut consumer = Consumer::new(Arc::clone(&client), ConsumerConfig::default());
+    consumer
+        .assign(TOPIC, None, StartAt::Beginning)
+        .await
+        .unwrap();
+    let got = poll_n(&mut consumer, 60).await;
+    assert_eq!(values(&got, 0), expected(0, 0..30));
+    assert_eq!(values(&got, 1), expected(1, 0..30));
+    assert_eq!(consumer.position(TOPIC, 1), Some(Offset(30)));
+    assert_eq!(consumer.lag(TOPIC, 0), Some(0));
+
+    // Seek back on one partition.
+    consumer
+        .seek(TOPIC, 0, StartAt::Offset(Offset(25)))
+        .await
+        .unwrap();
+    let got = poll_n(&mut consumer, 5).await;
+    assert_eq!(values(&got, 0), expected(0, 25..30));
+
+    // A paused partition is not fetched; its records wait until it resumes.
+    consumer.pause(TOPIC, 1);
+    write(&client, 1, 30..35).await;
+    write(&client, 0, 30..32).await;
+    let got = poll_n(&mut consumer, 2).await;
+    assert_eq!(values(&got, 0), expected(0, 30..32));
+    assert!(values(&got, 1).is_empty());
+    assert!(
+        consumer
+            .poll(Duration::from_millis(300))
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing from the paused partition"
+    );
+    consumer.resume(TOPIC, 1);
+    let got = poll_n(&mut consumer, 5).await;
+    assert_eq!(values(&got, 1), expected(1, 30..35));
+
+    // The leader of partition 0 goes: the consumer reads on from the next one.
+    let leaders = cluster
+        .wait_for_leaders(TOPIC, 2, Duration::from_secs(20))
+        .await
+        .unwrap();
+    cluster.stop(leaders[0]).await.unwrap();
+    write(&client, 0, 32..40).await;
+    let got = poll_n(&mut consumer, 8).await;
+    assert_eq!(values(&got, 0), expected(0, 32..40));
+
+    // The late consumer got exactly the records written after it started.
+    let got = poll_n(&mut late, 15).await;
+    assert_eq!(values(&got, 0), expected(0, 30..40));
+    assert_eq!(values(&got, 1), expected(1, 30..35));
+
+    // As a stream.
+    let mut stream = Box::pin(consumer.into_stream());
+    write(&client, 1, 35..37).await;
+    let mut by_partition: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+    for _ in 0..2 {
+        let r = tokio::time::timeout(Duration::from_secs(30), stream.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        by_partition
+            .entry(r.partition)
+            .or_default()
+            .push(r.offset.get());
+    }
+    assert_eq!(by_partition, BTreeMap::from([(1, vec![35, 36])]));
+    drop(stream);
+    drop(late);
+    drop(client);
+    cluster.shutdown().await.unwrap();
+}
