@@ -140,6 +140,8 @@ pub struct Consumer {
     tx: mpsc::Sender<(PartitionId, u64, Event)>,
     rx: mpsc::Receiver<(PartitionId, u64, Event)>,
     partitions: HashMap<PartitionId, Assigned>,
+    /// A partition's failure that came while a poll held records: reported by the next.
+    failed: Option<Error>,
 }
 
 impl std::fmt::Debug for Consumer {
@@ -171,6 +173,7 @@ impl Consumer {
             tx,
             rx,
             partitions: HashMap::new(),
+            failed: None,
         }
     }
 
@@ -266,6 +269,9 @@ impl Consumer {
     /// [`Error::UnknownPartition`] if an assigned partition is gone (its topic deleted); it is
     /// no longer fetched.
     pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>> {
+        if let Some(e) = self.failed.take() {
+            return Err(e);
+        }
         let mut out = Vec::new();
         let deadline = tokio::time::Instant::now() + timeout;
         // Bounded by the deadline and by `max_poll_records`.
@@ -300,7 +306,12 @@ impl Consumer {
                 Event::Marks { high_watermark } => a.high_watermark = Some(high_watermark),
                 Event::Failed(e) => {
                     a.fetcher = None;
-                    return Err(e);
+                    // The records taken already are returned first: their positions moved.
+                    if out.is_empty() {
+                        return Err(e);
+                    }
+                    self.failed = Some(e);
+                    break;
                 }
             }
         }
@@ -388,9 +399,20 @@ impl Fetcher {
                     next = start;
                     continue;
                 }
+                // One broker not knowing the partition (it is behind on the catalog) is not the
+                // partition gone: only the cluster's metadata says that.
                 Err(e @ Error::UnknownPartition(_)) => {
-                    self.send(Event::Failed(e)).await;
-                    return;
+                    let exists = self
+                        .client
+                        .describe(t)
+                        .await
+                        .is_ok_and(|d| d.iter().any(|d| d.partition.partition == p));
+                    if !exists {
+                        self.send(Event::Failed(e)).await;
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
                 }
                 // A leader change, a broker down: the next fetch finds the leader again.
                 Err(e) => {
@@ -404,6 +426,10 @@ impl Fetcher {
             };
             if !self.send(marks).await {
                 return;
+            }
+            // Without a wait at the broker, an empty answer comes back at once: pause.
+            if fetched.batches.is_empty() && self.options.max_wait.is_zero() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
             for b in &fetched.batches {
                 let timestamp_ms = b.timestamp_ms();

@@ -244,6 +244,26 @@ impl NodeConfig {
                 ),
             );
         }
+        for (field, value) in [
+            (
+                "buffered_request_bytes_max",
+                self.buffered_request_bytes_max,
+            ),
+            (
+                "buffered_response_bytes_max",
+                self.buffered_response_bytes_max,
+            ),
+        ] {
+            if value > tokio::sync::Semaphore::MAX_PERMITS {
+                return bad(
+                    field,
+                    format!(
+                        "must be at most {} (a budget, not unlimited)",
+                        tokio::sync::Semaphore::MAX_PERMITS
+                    ),
+                );
+            }
+        }
         if self.buffered_response_bytes_max < self.connection_answer_bytes_max() {
             return bad(
                 "buffered_response_bytes_max",
@@ -359,6 +379,10 @@ mod tests {
         assert_eq!(
             field(&|c| c.buffered_response_bytes_max = c.frame_bytes_max as usize),
             "buffered_response_bytes_max"
+        );
+        assert_eq!(
+            field(&|c| c.buffered_request_bytes_max = usize::MAX),
+            "buffered_request_bytes_max"
         );
         assert_eq!(
             field(&|c| {

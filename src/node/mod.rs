@@ -116,6 +116,8 @@ struct Broker {
     closing: AtomicBool,
     /// Partitions whose replica stopped and is not back yet (see [`supervise`]).
     down: parking_lot::Mutex<HashMap<PartitionId, supervise::Down>>,
+    /// Turns true when shutdown begins: waits that hold requests (long polls) end.
+    stopping: watch::Receiver<bool>,
 }
 
 /// A broker: hosts a replica of every configured partition, each its own Raft group, and
@@ -310,6 +312,7 @@ impl Node {
             replicas_changing: tokio::sync::Mutex::new(()),
             closing: AtomicBool::new(false),
             down: parking_lot::Mutex::default(),
+            stopping: shutdown_rx.clone(),
         });
         let handler: Arc<dyn Handler> = Arc::new(NodeHandler {
             broker: Arc::clone(&broker),

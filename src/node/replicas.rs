@@ -139,7 +139,9 @@ impl Broker {
             self.remove_replica(group).await;
         }
         for (id, (topic_id, replicas, founders)) in desired {
-            if self.groups.read().contains_key(&id) {
+            // A replica that is down is the supervisor's to bring back (reopened here, it
+            // would skip the rebuild a storage error calls for, and the pause between tries).
+            if self.groups.read().contains_key(&id) || self.down.lock().contains_key(&id) {
                 continue;
             }
             let dir = self.partition_dir(&id);

@@ -86,9 +86,14 @@ impl BrokerService {
         };
         let mut applied = group.sm.subscribe();
         drop(group);
-        let look_ahead = request
-            .min_bytes
-            .saturating_add(self.broker.config.log.batch_bytes_max as usize);
+        let mut stopping = self.broker.stopping.clone();
+        if *stopping.borrow_and_update() {
+            return;
+        }
+        // No more than one answer's worth is waited for (a client's `min_bytes` of 4 GiB would
+        // otherwise be read again at each commit).
+        let min_bytes = request.min_bytes.min(self.fetch_bytes_max(request)).max(1);
+        let look_ahead = min_bytes.saturating_add(self.broker.config.log.batch_bytes_max as usize);
         // Bounded by the deadline.
         loop {
             let ready = match self.broker.group(&request.partition) {
@@ -96,7 +101,7 @@ impl BrokerService {
                 // Enough frames to hold `min_bytes` of records, and the batch that crosses it.
                 Ok(group) => match read_committed(&group, request.offset, look_ahead) {
                     Ok(batches) => {
-                        batches.iter().map(|b| b.payload.len()).sum::<usize>() >= request.min_bytes
+                        batches.iter().map(|b| b.payload.len()).sum::<usize>() >= min_bytes
                     }
                     Err(_) => true,
                 },
@@ -107,6 +112,8 @@ impl BrokerService {
             tokio::select! {
                 changed = applied.changed() => if changed.is_err() { return },
                 () = tokio::time::sleep_until(deadline) => return,
+                // The broker is shutting down: answer now with what there is.
+                _ = stopping.changed() => return,
             }
         }
     }

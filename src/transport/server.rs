@@ -120,8 +120,8 @@ pub(crate) struct ServerLimits {
 
 /// The server's shares of frame-body memory: one for clients' frames, one for Raft frames.
 struct Budgets {
-    clients: tokio::sync::Semaphore,
-    peers: tokio::sync::Semaphore,
+    clients: Arc<tokio::sync::Semaphore>,
+    peers: Arc<tokio::sync::Semaphore>,
     answers: Arc<tokio::sync::Semaphore>,
 }
 
@@ -166,8 +166,8 @@ pub(crate) fn spawn_server(
     tokio::spawn(async move {
         let open = Arc::new(AtomicU64::new(0));
         let budgets = Arc::new(Budgets {
-            clients: tokio::sync::Semaphore::new(limits.buffered_bytes_max),
-            peers: tokio::sync::Semaphore::new(limits.peer_buffered_bytes_max),
+            clients: Arc::new(tokio::sync::Semaphore::new(limits.buffered_bytes_max)),
+            peers: Arc::new(tokio::sync::Semaphore::new(limits.peer_buffered_bytes_max)),
             answers: Arc::new(tokio::sync::Semaphore::new(limits.answer_bytes_max)),
         });
         let clients_max = limits
@@ -239,7 +239,7 @@ async fn read_request(
     limits: &ServerLimits,
     idle: Duration,
     budgets: &Budgets,
-) -> Result<(frame::FrameHead, Vec<u8>), Closed> {
+) -> Result<(frame::FrameHead, Vec<u8>, tokio::sync::OwnedSemaphorePermit), Closed> {
     use tokio::io::AsyncReadExt;
     let mut head = [0u8; frame::FRAME_HEADER_LEN];
     let first = match tokio::time::timeout(idle, rd.read(&mut head)).await {
@@ -265,13 +265,13 @@ async fn read_request(
             }));
         }
         let permits = u32::try_from(len).unwrap_or(u32::MAX);
-        let _share = budget
-            .acquire_many(permits)
+        let share = Arc::clone(budget)
+            .acquire_many_owned(permits)
             .await
             .map_err(|_| Closed::Gone)?;
         let mut body = vec![0u8; len];
         rd.read_exact(&mut body).await.map_err(|_| Closed::Gone)?;
-        Ok((head, body))
+        Ok((head, body, share))
     };
     match tokio::time::timeout(limits.frame_timeout, rest).await {
         Err(_) => Err(Closed::Slow),
@@ -350,7 +350,7 @@ async fn serve_conn(
             }
             f = read_request(&mut rd, &limits, idle, &budgets) => f,
         };
-        let (head, body) = match next {
+        let (head, body, share) = match next {
             Ok(frame) => frame,
             Err(Closed::Gone) => break,
             Err(Closed::Idle) => {
@@ -397,6 +397,9 @@ async fn serve_conn(
         let turn = turns.issue();
         tokio::spawn(async move {
             let answer = handler.handle(head.op, body, turn, answers).await;
+            // The request's body counted against the budget until it was served (a produce's
+            // records live until they are replicated).
+            drop(share);
             let frame = OutFrame::new(Kind::Response, head.op, head.request_id, answer.body);
             let _ = tx.send((frame, (slot, answer.held))).await;
         });

@@ -121,3 +121,32 @@ async fn a_fetch_waits_until_min_bytes_are_committed() {
     drop(client);
     cluster.shutdown().await.unwrap();
 }
+
+/// A long poll never outlives its broker: shutdown ends it (the fetch answers), and the broker
+/// restarts in the same process at once. Before, the waiting request kept the replica (and
+/// its directory lock) alive up to its whole wait, and the restart failed with `Locked`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_a_long_poll_and_the_broker_restarts_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = crate::local_cluster(1, dir.path(), TOPIC, 1, |_| {}).await;
+    let client = std::sync::Arc::new(
+        Client::connect(&cluster.addrs(), ClientConfig::default())
+            .await
+            .unwrap(),
+    );
+    let poll = {
+        let client = std::sync::Arc::clone(&client);
+        tokio::spawn(async move {
+            let options = waiting(Duration::from_secs(60), 1);
+            client.fetch_with(TOPIC, 0, Offset(0), &options).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    cluster.stop(1).await.unwrap();
+    cluster.restart(1).await.unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(30), poll)
+        .await
+        .expect("the long poll ended with its broker");
+    drop(client);
+    cluster.shutdown().await.unwrap();
+}
