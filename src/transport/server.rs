@@ -228,21 +228,38 @@ enum Closed {
     Slow,
     /// A frame broke the format.
     Malformed(FrameError),
+    /// On probation in the room kept for peers, silent, it gave way to a newer connection.
+    Evicted,
+    /// On probation in the room kept for peers, its first request was not a peer's.
+    NotPeer,
 }
 
 /// Reads the next request frame of a server connection within `limits`: waits up to `idle`
 /// for its first byte, then up to the frame timeout for the rest, holding a share of the
-/// server's buffered-bytes budget (the peers' for Raft frames) for its body while the body is
-/// read.
+/// server's buffered-bytes budget (the peers' for Raft frames) for its body from before it is
+/// read until the request is served.
+///
+/// A connection on probation in the room kept for peers (`probation`: what evicts it) can be
+/// evicted only while it has sent nothing; its first header decides: a peer's op ends the
+/// probation before the body is read, any other closes the connection.
 async fn read_request(
     rd: &mut tokio::net::tcp::OwnedReadHalf,
     limits: &ServerLimits,
     idle: Duration,
     budgets: &Budgets,
+    probation: &mut Option<oneshot::Receiver<()>>,
 ) -> Result<(frame::FrameHead, Vec<u8>, tokio::sync::OwnedSemaphorePermit), Closed> {
     use tokio::io::AsyncReadExt;
     let mut head = [0u8; frame::FRAME_HEADER_LEN];
-    let first = match tokio::time::timeout(idle, rd.read(&mut head)).await {
+    let read = tokio::time::timeout(idle, rd.read(&mut head));
+    let first = match probation.as_mut() {
+        Some(evict) => tokio::select! {
+            _ = evict => return Err(Closed::Evicted),
+            first = read => first,
+        },
+        None => read.await,
+    };
+    let first = match first {
         Err(_) => return Err(Closed::Idle),
         Ok(Err(_) | Ok(0)) => return Err(Closed::Gone),
         Ok(Ok(n)) => n,
@@ -252,6 +269,9 @@ async fn read_request(
             rd.read_exact(rest).await.map_err(|_| Closed::Gone)?;
         }
         let head = frame::decode_head(&head, limits.frame_bytes_max).map_err(Closed::Malformed)?;
+        if probation.take().is_some() && !is_peer_first(head.op) {
+            return Err(Closed::NotPeer);
+        }
         let len = head.body_len as usize;
         let (budget, budget_max) = if is_raft(head.op) {
             (&budgets.peers, limits.peer_buffered_bytes_max)
@@ -330,25 +350,13 @@ async fn serve_conn(
         } else {
             limits.idle_timeout
         };
-        let evicted = async {
-            match probation.as_mut() {
-                Some(evict) => {
-                    let _ = evict.await;
-                }
-                None => std::future::pending().await,
-            }
-        };
         let next = tokio::select! {
             _ = shutdown.changed() => break,
             _ = &mut writer => {
                 tracing::debug!(?from, "connection closed: its answers are not read");
                 break;
             }
-            () = evicted => {
-                tracing::debug!(?from, "connection closed: a newer one took its place in the room kept for peers");
-                break;
-            }
-            f = read_request(&mut rd, &limits, idle, &budgets) => f,
+            f = read_request(&mut rd, &limits, idle, &budgets, &mut probation) => f,
         };
         let (head, body, share) = match next {
             Ok(frame) => frame,
@@ -365,18 +373,25 @@ async fn serve_conn(
                 tracing::warn!(?from, error = %e, "malformed frame; closing the connection");
                 break;
             }
+            Err(Closed::Evicted) => {
+                tracing::debug!(
+                    ?from,
+                    "connection closed: a newer one took its place in the room kept for peers"
+                );
+                break;
+            }
+            Err(Closed::NotPeer) => {
+                tracing::debug!(
+                    ?from,
+                    "connection closed: the room left is kept for peer brokers"
+                );
+                break;
+            }
         };
         if head.kind != Kind::Request {
             tracing::warn!(
                 ?from,
                 "a response arrived on a server connection; closing it"
-            );
-            break;
-        }
-        if probation.take().is_some() && !is_peer_first(head.op) {
-            tracing::debug!(
-                ?from,
-                "connection closed: the room left is kept for peer brokers"
             );
             break;
         }

@@ -372,3 +372,41 @@ async fn a_client_that_fetches_without_reading_holds_two_frames_and_is_closed() 
     drop(client);
     cluster.shutdown().await.unwrap();
 }
+
+/// A peer in the room kept for peers that has begun its first frame (a large append, read
+/// slowly) is past probation: newcomers evict only connections that have sent nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_began_its_first_frame_is_never_evicted() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = one_broker(dir.path(), |c| {
+        c.connections_max = 6;
+        c.peer_connections_reserved = 2;
+        c.frame_read_timeout_ms = 10_000;
+    })
+    .await;
+    let addr = cluster.addrs()[0];
+    let settle = || tokio::time::sleep(Duration::from_millis(100));
+    let mut clients: Vec<TcpStream> = Vec::new();
+    for _ in 0..4 {
+        clients.push(TcpStream::connect(addr).unwrap());
+        settle().await;
+    }
+    // Into the peers' room: a vote announcing 64 KiB, half of it sent.
+    let mut peer = TcpStream::connect(addr).unwrap();
+    peer.write_all(&header(64 << 10, 1, 1)).unwrap();
+    peer.write_all(&[0u8; 32 << 10]).unwrap();
+    settle().await;
+    // Newcomers past the cap take the place of silent ones only.
+    let mut silent = TcpStream::connect(addr).unwrap();
+    settle().await;
+    let newer = TcpStream::connect(addr).unwrap();
+    assert!(closed_within(&mut silent, Duration::from_millis(400)));
+    // The peer finishes its frame and is answered (an error: the body is no vote).
+    peer.write_all(&[0u8; 32 << 10]).unwrap();
+    peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut answer = [0u8; 16];
+    peer.read_exact(&mut answer).unwrap();
+    assert_eq!(answer[4], 2, "a response frame");
+    drop((newer, clients));
+    cluster.shutdown().await.unwrap();
+}
