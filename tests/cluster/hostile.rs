@@ -47,6 +47,16 @@ async fn one_broker(
     crate::local_cluster(1, dir, TOPIC, 1, configure).await
 }
 
+/// `n` connections to `addr`, opened one after another (each accepted before the next).
+async fn connect_one_by_one(addr: SocketAddr, n: usize) -> Vec<TcpStream> {
+    let mut conns = Vec::new();
+    for _ in 0..n {
+        conns.push(TcpStream::connect(addr).unwrap());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    conns
+}
+
 /// An honest client connects and writes, retrying (boundedly) while hostile connections
 /// hold the broker's slots.
 async fn honest_write(addr: SocketAddr, value: &'static str) {
@@ -110,11 +120,7 @@ async fn connections_past_the_cap_are_refused_and_the_peers_room_holds_only_peer
     .await;
     let addr = cluster.addrs()[0];
     let settle = || tokio::time::sleep(Duration::from_millis(100));
-    let mut clients: Vec<TcpStream> = Vec::new();
-    for _ in 0..4 {
-        clients.push(TcpStream::connect(addr).unwrap());
-        settle().await;
-    }
+    let mut clients = connect_one_by_one(addr, 4).await;
     // The peers' room: a client request there closes its connection.
     let mut intruder = TcpStream::connect(addr).unwrap();
     intruder.write_all(&header(0, 6, 1)).unwrap();
@@ -123,11 +129,7 @@ async fn connections_past_the_cap_are_refused_and_the_peers_room_holds_only_peer
         "a client request in the room kept for peers closes its connection"
     );
     // Four silent connections there: each newer one, past the cap, evicts the oldest.
-    let mut silent: Vec<TcpStream> = Vec::new();
-    for _ in 0..4 {
-        silent.push(TcpStream::connect(addr).unwrap());
-        settle().await;
-    }
+    let mut silent = connect_one_by_one(addr, 4).await;
     let newer = TcpStream::connect(addr).unwrap();
     assert!(
         closed_within(&mut silent[0], Duration::from_millis(400)),
@@ -386,11 +388,7 @@ async fn a_peer_that_began_its_first_frame_is_never_evicted() {
     .await;
     let addr = cluster.addrs()[0];
     let settle = || tokio::time::sleep(Duration::from_millis(100));
-    let mut clients: Vec<TcpStream> = Vec::new();
-    for _ in 0..4 {
-        clients.push(TcpStream::connect(addr).unwrap());
-        settle().await;
-    }
+    let clients = connect_one_by_one(addr, 4).await;
     // Into the peers' room: a vote announcing 64 KiB, half of it sent.
     let mut peer = TcpStream::connect(addr).unwrap();
     peer.write_all(&header(64 << 10, 1, 1)).unwrap();
