@@ -11,7 +11,11 @@
 //! - [`Client`]: takes a bootstrap list, learns each partition's leader from metadata, sends
 //!   writes there and follows redirects and leader changes, like a Kafka producer.
 //! - [`Producer`]: one record at a time in, batches out: Kafka's key partitioner (murmur2)
-//!   and sticky partitioner, batching by size and linger, over a [`Client`].
+//!   and sticky partitioner, batching by size and linger, over a [`Client`]; `flush` and
+//!   `close` wait until every record sent is settled.
+//! - [`Consumer`]: assigned partitions fetched ahead with long polls ([`Client::fetch_with`]
+//!   waits at the end of a log for the next commit), each partition's records once and in
+//!   order, with seek, pause, position and lag.
 //! - [`LocalCluster`]: a cluster's brokers in one process on loopback, for tests, benches and
 //!   the demo.
 //!
