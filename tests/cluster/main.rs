@@ -774,16 +774,32 @@ async fn a_batch_resent_after_an_unknown_outcome_is_written_once() {
         .unwrap();
 
     // Both followers go away: the leader appends the next batch but cannot commit it, so the
-    // client's request times out with the outcome unknown, and it resends.
-    let followers: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
-    for id in &followers {
-        nodes[*id as usize - 1]
-            .take()
-            .unwrap()
-            .shutdown()
-            .await
-            .unwrap();
+    // client's request times out with the outcome unknown, and it resends. (On a loaded
+    // machine a follower can win an election just before it stops and hand the leadership on
+    // as it does; then the survivor leads nothing and the scenario is started again.)
+    let mut leader = leader;
+    // Bounded: three attempts.
+    for attempt in 1.. {
+        let followers: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
+        for id in &followers {
+            nodes[*id as usize - 1]
+                .take()
+                .unwrap()
+                .shutdown()
+                .await
+                .unwrap();
+        }
+        let still = node_ref(&nodes, leader).status(TOPIC, 0).unwrap().leader == Some(leader);
+        if still {
+            break;
+        }
+        assert!(attempt < 3, "the leadership moved away at every attempt");
+        for id in &followers {
+            nodes[*id as usize - 1] = Some(start_node(one_partition(*id)).await.unwrap());
+        }
+        leader = leader_of(&nodes, 0).await;
     }
+    let followers: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
     let sender = std::sync::Arc::clone(&client);
     let send = tokio::spawn(async move { sender.send(TOPIC, 0, &[Record::new("second")]).await });
     // The leader holds the batch, uncommitted; then the client's request (300 ms) times out at
