@@ -20,8 +20,8 @@
 //! down, with the figures it had when it stopped.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -120,16 +120,18 @@ impl Broker {
                      it is restarted"
                 );
             }
-            let stopped: Vec<(Arc<HostedReplica>, Stopped)> = self
+            // Weak handles: a replica waiting here for the lock must not keep a stopped group
+            // alive (its files stay locked until every handle is gone).
+            let stopped: Vec<(Weak<HostedReplica>, PartitionId, Stopped)> = self
                 .groups
                 .read()
                 .values()
                 .filter(|g| !g.rebuilding.load(Ordering::Acquire))
-                .filter_map(|g| Some((Arc::clone(g), g.raft.stopped()?)))
+                .filter_map(|g| Some((Arc::downgrade(g), g.id.clone(), g.raft.stopped()?)))
                 .collect();
-            for (group, why) in stopped {
+            for (group, id, why) in stopped {
                 let now = Instant::now();
-                let entry = stops.entry(group.id.clone()).or_insert((0, now));
+                let entry = stops.entry(id).or_insert((0, now));
                 if now.duration_since(entry.1) > FLAPPING_WINDOW {
                     entry.0 = 0;
                 }
@@ -153,14 +155,12 @@ impl Broker {
     /// Takes a stopped replica out of service and brings it back: at once if it had not
     /// stopped within [`FLAPPING_WINDOW`], else after the pause of as many failed attempts as
     /// it stopped `before`.
-    async fn replica_stopped(&self, group: Arc<HostedReplica>, why: Stopped, before: u32) {
+    async fn replica_stopped(&self, group: Weak<HostedReplica>, why: Stopped, before: u32) {
         let _changing = self.replicas_changing.lock().await;
-        let id = group.id.clone();
-        let current = self.groups.read().get(&id).cloned();
-        if self.closing.load(Ordering::Acquire) || !current.is_some_and(|g| Arc::ptr_eq(&g, &group))
-        {
+        let Some(group) = self.still_hosted(&group) else {
             return;
-        }
+        };
+        let id = group.id.clone();
         let mut status = self.status_of(&group);
         status.stopped = Some(why.to_string());
         let others = self.other_members(&group);
@@ -211,7 +211,15 @@ impl Broker {
             );
             return;
         }
-        runtime.spawn(Arc::clone(self).rebuild_replica(group, cause));
+        runtime.spawn(Arc::clone(self).rebuild_replica(Arc::downgrade(&group), cause));
+    }
+
+    /// The replica `group` names, if the broker still hosts that very one and is not
+    /// closing. Called with `replicas_changing` held.
+    fn still_hosted(&self, group: &Weak<HostedReplica>) -> Option<Arc<HostedReplica>> {
+        let group = group.upgrade()?;
+        let current = self.groups.read().get(&group.id).cloned()?;
+        (!self.closing.load(Ordering::Acquire) && Arc::ptr_eq(&current, &group)).then_some(group)
     }
 
     /// Rebuilds a replica from its leader: one whose committed entries the leader's log
@@ -222,13 +230,12 @@ impl Broker {
     /// what it had known committed. Its old directory is discarded.
     ///
     /// A no-op if the replica was stopped or replaced meanwhile, or the broker is closing.
-    async fn rebuild_replica(self: Arc<Self>, old: Arc<HostedReplica>, cause: RebuildCause) {
+    async fn rebuild_replica(self: Arc<Self>, old: Weak<HostedReplica>, cause: RebuildCause) {
         let _changing = self.replicas_changing.lock().await;
-        let id = old.id.clone();
-        let current = self.groups.read().get(&id).cloned();
-        if self.closing.load(Ordering::Acquire) || !current.is_some_and(|g| Arc::ptr_eq(&g, &old)) {
+        let Some(old) = self.still_hosted(&old) else {
             return;
-        }
+        };
+        let id = old.id.clone();
         // A damaged replica may have lost entries it acknowledged: it gives no vote until it
         // holds again what it had known committed. One whose entries the cluster lost has
         // nothing the others could miss.
