@@ -160,24 +160,20 @@ impl Broker {
         let Some(group) = self.still_hosted(&group) else {
             return;
         };
-        let id = group.id.clone();
-        let mut status = self.status_of(&group);
-        status.stopped = Some(why.to_string());
-        let others = self.other_members(&group);
-        let how = match why {
-            Stopped::Storage(_) if others > 0 => BringBack::Rebuild {
-                vote: group.store.vote(),
-                below: group.store.rebuild_mark(),
-            },
-            _ => BringBack::Reopen,
-        };
-        tracing::warn!(partition = %id, reason = %why, how = ?how, "bringing a stopped replica back");
-        self.groups.write().remove(&id);
-        // This task and `current`'s clone are gone; only `group` holds it.
-        stop_group(&group, 1).await;
-        let topic_id = group.topic_id;
-        drop(group);
-        let mut down = Down::new(topic_id, others, how, status);
+        let storage = matches!(why, Stopped::Storage(_));
+        let (id, mut down) = self
+            .take_down(group, why.to_string(), |group, others| {
+                if storage && others > 0 {
+                    BringBack::Rebuild {
+                        vote: group.store.vote(),
+                        below: group.store.rebuild_mark(),
+                    }
+                } else {
+                    BringBack::Reopen
+                }
+            })
+            .await;
+        tracing::warn!(partition = %id, reason = %why, how = ?down.how, "bringing a stopped replica back");
         if before > 0 {
             down.attempts = before;
             down.next_attempt = Instant::now() + retry_pause(before);
@@ -259,19 +255,37 @@ impl Broker {
                 old.store.rebuild_mark()
             }
         };
-        let mut status = self.status_of(&old);
-        status.stopped = Some(format!("rebuilding from the leader: {cause}"));
-        let others = self.other_members(&old);
-        self.groups.write().remove(&id);
-        // This task and the map held it; the map let go.
-        stop_group(&old, 1).await;
-        let how = BringBack::Rebuild {
-            vote: old.store.vote(),
-            below,
-        };
-        let down = Down::new(old.topic_id, others, how, status);
-        drop(old);
+        let why = format!("rebuilding from the leader: {cause}");
+        let (id, down) = self
+            .take_down(old, why, |old, _| BringBack::Rebuild {
+                vote: old.store.vote(),
+                below,
+            })
+            .await;
         self.bring_back(id, down).await;
+    }
+
+    /// Takes `group` out of service: its status as it stops (naming `why`), out of the map,
+    /// its Raft member stopped and every other handle let go. Returns it as down, to be
+    /// brought back as `how` says (given the stopped replica and how many others host it).
+    /// Called with `replicas_changing` held.
+    async fn take_down(
+        &self,
+        group: Arc<HostedReplica>,
+        why: String,
+        how: impl FnOnce(&HostedReplica, usize) -> BringBack,
+    ) -> (PartitionId, Down) {
+        let mut status = self.status_of(&group);
+        status.stopped = Some(why);
+        let others = self.other_members(&group);
+        self.groups.write().remove(&group.id);
+        // Only `group` holds it now.
+        stop_group(&group, 1).await;
+        let how = how(&group, others);
+        (
+            group.id.clone(),
+            Down::new(group.topic_id, others, how, status),
+        )
     }
 
     /// How many other brokers are members of `group`'s Raft group.
