@@ -290,7 +290,8 @@ impl Catalog {
 }
 
 /// Checks a topic name: 1 to [`TOPIC_NAME_BYTES_MAX`] bytes of ASCII letters, digits, `.`, `_` and `-`, not `.`
-/// or `..`, and not starting with `__` (reserved for replog's own topics).
+/// or `..`, and not starting with `__` (reserved for replog's own topics; of those only the
+/// offsets topic is created at run time, by the brokers).
 pub(crate) fn check_topic_name(name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() > TOPIC_NAME_BYTES_MAX {
         return Err(format!(
@@ -310,7 +311,7 @@ pub(crate) fn check_topic_name(name: &str) -> Result<(), String> {
             "topic names use ASCII letters, digits, '.', '_' and '-', not {c:?}"
         ));
     }
-    if name.starts_with("__") {
+    if name.starts_with("__") && name != crate::group::OFFSETS_TOPIC {
         return Err("topic names starting with \"__\" are reserved".into());
     }
     Ok(())

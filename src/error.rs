@@ -164,6 +164,17 @@ pub enum Error {
         last: String,
     },
 
+    /// A consumer-group request was refused by the group's coordinator (see
+    /// [`GroupError`](crate::GroupError): a member fenced by a newer generation, an unknown
+    /// member, a rebalance under way...).
+    #[error("group {group}: {error}")]
+    Group {
+        /// The group.
+        group: String,
+        /// Why, with Kafka's error code.
+        error: crate::group::GroupError,
+    },
+
     /// A broker reported an error this client has no variant for.
     #[error("broker error: {0}")]
     Remote(String),
@@ -221,6 +232,10 @@ impl Clone for Error {
             },
             Error::UnknownPartition(p) => Error::UnknownPartition(p.clone()),
             Error::TopicExists(t) => Error::TopicExists(t.clone()),
+            Error::Group { group, error } => Error::Group {
+                group: group.clone(),
+                error: *error,
+            },
             Error::InvalidTopic { reason } => Error::InvalidTopic {
                 reason: reason.clone(),
             },

@@ -15,7 +15,11 @@
 //!   `close` wait until every record sent is settled.
 //! - [`Consumer`]: assigned partitions fetched ahead with long polls ([`Client::fetch_with`]
 //!   waits at the end of a log for the next commit), each partition's records once and in
-//!   order, with seek, pause, position and lag.
+//!   order, with seek, pause, position and lag; or, with
+//!   [`subscribe`](Consumer::subscribe), a member of a consumer group that shares a topic's
+//!   partitions with the other members and commits its offsets, as Kafka's classic group
+//!   protocol defines it (the offsets live in the replicated topic [`OFFSETS_TOPIC`]; see
+//!   [`GroupError`] for the refusals, with Kafka's codes).
 //! - [`LocalCluster`]: a cluster's brokers in one process on loopback, for tests, benches and
 //!   the demo.
 //!
@@ -109,6 +113,7 @@ mod consumer;
 mod dirlock;
 mod env;
 mod error;
+mod group;
 mod local_cluster;
 mod log;
 mod node;
@@ -125,7 +130,8 @@ pub mod format {
 }
 
 pub use client::{
-    Client, ClientConfig, Delivery, FetchOptions, Fetched, PartitionDescription, RouteStep,
+    Client, ClientConfig, Delivery, FetchOptions, Fetched, GroupInfo, GroupMemberInfo,
+    GroupSummary, PartitionDescription, RouteStep,
 };
 pub use config::LogConfig;
 pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, StartAt};
@@ -133,6 +139,8 @@ pub use env::{Env, FaultPoint};
 #[cfg(any(test, feature = "failpoints"))]
 pub use env::{FaultInjector, NetFaults, PowerLoss};
 pub use error::{CorruptKind, Error, Result};
+pub use group::assignor::Assignor;
+pub use group::{GroupError, OFFSETS_TOPIC};
 pub use local_cluster::LocalCluster;
 pub use log::{AppendInfo, LogIter, PartitionLog};
 pub use node::{Node, NodeConfig, PartitionStatus};

@@ -4,12 +4,15 @@
 //! connections to brokers and one request over them (`peer`, `call`, `call_with`), and the small
 //! helpers its parts share. The parts, one file each: `routing` (the metadata cache and the
 //! redirect rule), `deliver` (the produce path), `fetch`, `admin` (describing the cluster and
-//! changing its topics) and `sequencer` (the idempotent producer's numbering).
+//! changing its topics), `groups` (consumer groups' coordinators and their administration)
+//! and `sequencer` (the idempotent producer's numbering).
 
 mod admin;
 mod deliver;
 mod fetch;
 pub use fetch::{FetchOptions, Fetched};
+mod groups;
+pub use groups::{GroupInfo, GroupMemberInfo, GroupSummary};
 mod routing;
 mod sequencer;
 
@@ -118,6 +121,8 @@ pub struct Client {
     topics: Mutex<HashMap<String, u32>>,
     /// Each broker's size limits, as its metadata answers named them.
     limits: Mutex<HashMap<NodeId, BrokerLimits>>,
+    /// Each consumer group's coordinator, as FindCoordinator named it.
+    coordinators: Mutex<HashMap<String, SocketAddr>>,
     shutdown: watch::Sender<bool>,
 }
 
@@ -158,6 +163,7 @@ impl Client {
             producers: Mutex::default(),
             topics: Mutex::default(),
             limits: Mutex::default(),
+            coordinators: Mutex::default(),
             shutdown,
         };
         client.refresh(None).await?;

@@ -86,6 +86,25 @@ pub struct NodeConfig {
     /// (it replicates the catalog without voting on it), and topics created from then on are
     /// spread over it too. It hosts no replica of the configured topics. Default false.
     pub join: bool,
+    /// Partitions of the consumer groups' offsets topic (`__consumer_offsets`, Kafka's
+    /// `offsets.topic.num.partitions`), created with this count on the first group request.
+    /// Each is a Raft group whose leader coordinates the groups that hash to it. Default 8.
+    pub offsets_topic_partitions: u32,
+    /// Replicas of each offsets partition (Kafka's `offsets.topic.replication.factor`), at
+    /// most the brokers there are. Default 3.
+    pub offsets_topic_replication_factor: u32,
+    /// Shortest session timeout a group member may ask for (Kafka's
+    /// `group.min.session.timeout.ms`). Default 1 s.
+    pub group_session_timeout_min_ms: u64,
+    /// Longest session timeout a group member may ask for (Kafka's
+    /// `group.max.session.timeout.ms`). Default 30 min.
+    pub group_session_timeout_max_ms: u64,
+    /// How long the first rebalance of an empty group waits for more members to join
+    /// (Kafka's `group.initial.rebalance.delay.ms`, at most the members' rebalance timeout).
+    /// Default 300 ms.
+    pub group_initial_rebalance_delay_ms: u64,
+    /// Most members one group may have (Kafka's `group.max.size`). Default 1000.
+    pub group_members_max: usize,
 }
 
 impl NodeConfig {
@@ -117,6 +136,12 @@ impl NodeConfig {
             buffered_response_bytes_max: 256 << 20,
             retention_check_ms: 60_000,
             join: false,
+            offsets_topic_partitions: 8,
+            offsets_topic_replication_factor: 3,
+            group_session_timeout_min_ms: 1000,
+            group_session_timeout_max_ms: 1_800_000,
+            group_initial_rebalance_delay_ms: 300,
+            group_members_max: 1000,
         }
     }
 
@@ -192,6 +217,29 @@ impl NodeConfig {
         }
         if self.request_timeout_ms == 0 {
             return bad("request_timeout_ms", "must be positive".into());
+        }
+        if self.offsets_topic_partitions == 0 || self.offsets_topic_partitions > PARTITIONS_MAX {
+            return bad(
+                "offsets_topic_partitions",
+                format!("must be 1 to {PARTITIONS_MAX}"),
+            );
+        }
+        if self.offsets_topic_replication_factor == 0 {
+            return bad(
+                "offsets_topic_replication_factor",
+                "must be positive".into(),
+            );
+        }
+        if self.group_session_timeout_min_ms == 0
+            || self.group_session_timeout_min_ms > self.group_session_timeout_max_ms
+        {
+            return bad(
+                "group_session_timeout_min_ms",
+                "must be positive and at most group_session_timeout_max_ms".into(),
+            );
+        }
+        if self.group_members_max == 0 {
+            return bad("group_members_max", "must be positive".into());
         }
         let batch = self.log.batch_bytes_max.max(META_RECORD_BYTES_MAX);
         let needed = u64::from(batch) + u64::from(REQUEST_OVERHEAD_BYTES_MAX);

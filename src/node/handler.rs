@@ -6,6 +6,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::error::Error;
+use crate::group::api::GroupRequest;
 use crate::protocol::{
     FetchRequest, FetchResponse, MetadataRequest, ProduceRequestRef, ProduceResponse, WireBatch,
     WireError,
@@ -38,6 +39,37 @@ fn decode_request<T: serde::de::DeserializeOwned>(
     postcard::from_bytes(body).map_err(|e| WireError::Other(format!("bad request: {e}")))
 }
 
+/// Serves a group request; its answer is the request's own result type (see
+/// [`GroupRequest`]), inside the wire's `Ok`.
+async fn group_answer(
+    service: &BrokerService,
+    request: GroupRequest,
+    from: Option<std::net::SocketAddr>,
+) -> Vec<u8> {
+    fn ok<T: Serialize>(answer: T) -> Vec<u8> {
+        encode_response::<T>(&Ok(answer))
+    }
+    match request {
+        GroupRequest::FindCoordinator { group } => ok(service.find_coordinator(&group).await),
+        GroupRequest::Join(join) => ok(service.join_group(join, from).await),
+        GroupRequest::Sync(sync) => ok(service.sync_group(sync).await),
+        GroupRequest::Heartbeat {
+            group,
+            generation,
+            member_id,
+        } => ok(service.heartbeat(&group, generation, &member_id).await),
+        GroupRequest::Leave { group, member_id } => {
+            ok(service.leave_group(&group, &member_id).await)
+        }
+        GroupRequest::Commit(commit) => ok(service.commit_offsets(commit).await),
+        GroupRequest::FetchOffsets { group, partitions } => {
+            ok(service.fetch_offsets(&group, partitions).await)
+        }
+        GroupRequest::List => ok(service.list_groups().await),
+        GroupRequest::Describe { group } => ok(service.describe_group(&group).await),
+    }
+}
+
 fn wire(e: Error) -> WireError {
     WireError::from_error(&e)
 }
@@ -49,6 +81,7 @@ impl Handler for NodeHandler {
         body: Vec<u8>,
         turn: Turn,
         answers: AnswerBudget,
+        from: Option<std::net::SocketAddr>,
     ) -> BoxFuture<Answer> {
         Box::pin(async move {
             let service = &self.service;
@@ -125,6 +158,10 @@ impl Handler for NodeHandler {
                 Op::Propose => encode_response(
                     &async { service.propose(decode_request(&body)?).await.map_err(wire) }.await,
                 ),
+                Op::Group => match decode_request::<GroupRequest>(&body) {
+                    Err(e) => encode_response::<()>(&Err(e)),
+                    Ok(request) => group_answer(service, request, from).await,
+                },
                 Op::DeleteTopic => encode_response(
                     &async {
                         service

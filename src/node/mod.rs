@@ -24,6 +24,7 @@ use crate::types::{NodeId, Offset, PartitionId, ProducerSeq};
 
 mod config;
 mod describe;
+mod groups;
 mod handler;
 mod metadata;
 mod peer_rpc;
@@ -118,6 +119,10 @@ struct Broker {
     down: parking_lot::Mutex<HashMap<PartitionId, supervise::Down>>,
     /// Turns true when shutdown begins: waits that hold requests (long polls) end.
     stopping: watch::Receiver<bool>,
+    /// The group coordinators of the offsets partitions this broker leads (see `groups.rs`).
+    coordinator: crate::group::coordinator::Shards,
+    /// Set while this broker is creating the offsets topic.
+    offsets_topic_creating: AtomicBool,
 }
 
 /// A broker: hosts a replica of every configured partition, each its own Raft group, and
@@ -313,6 +318,8 @@ impl Node {
             closing: AtomicBool::new(false),
             down: parking_lot::Mutex::default(),
             stopping: shutdown_rx.clone(),
+            coordinator: crate::group::coordinator::Shards::default(),
+            offsets_topic_creating: AtomicBool::new(false),
         });
         let handler: Arc<dyn Handler> = Arc::new(NodeHandler {
             broker: Arc::clone(&broker),
@@ -338,6 +345,7 @@ impl Node {
         };
         node.initialize_groups().await;
         tokio::spawn(Arc::clone(&node.broker).supervise(shutdown_for_retention.clone()));
+        tokio::spawn(Arc::clone(&node.broker).run_group_timers(shutdown_for_retention.clone()));
         node.spawn_retention(shutdown_for_retention);
         Ok(node)
     }

@@ -11,6 +11,11 @@ impl Broker {
     pub(crate) async fn enforce_retention(&self) -> Result<()> {
         let groups: Vec<Arc<HostedReplica>> = self.groups.read().values().cloned().collect();
         for group in groups {
+            // The groups' committed offsets are kept whatever their age (Kafka compacts this
+            // topic instead; replog does not compact yet).
+            if group.id.topic == crate::group::OFFSETS_TOPIC {
+                continue;
+            }
             let Some(keep_from) = group.store.log().retention_point(crate::env::now_ms()) else {
                 continue;
             };

@@ -4,10 +4,18 @@
 //! replica answers, what is refused and why, what counts as written) lives behind this type,
 //! never in a codec.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::Result;
+use bytes::Bytes;
+
+use crate::error::{Error, Result};
+use crate::group::api::{
+    CommittedOffset, Coordinator, GroupDescription, GroupListing, JoinAnswer, JoinGroup,
+    OffsetCommit, PartitionResult, SyncGroup,
+};
+use crate::group::{GroupError, OFFSETS_TOPIC};
 use crate::log::AppendInfo;
 use crate::protocol::{CreateTopicRequest, DeleteTopicRequest, MetadataResponse, ProposeRequest};
 use crate::raft::types::AppendRequest;
@@ -39,6 +47,14 @@ pub(crate) struct Fetch {
     pub(crate) min_bytes: usize,
 }
 
+type GroupResult<T> = std::result::Result<T, GroupError>;
+
+fn internal_topic() -> Error {
+    Error::InvalidTopic {
+        reason: format!("{OFFSETS_TOPIC} is written by the group coordinators only"),
+    }
+}
+
 /// The longest a fetch waits for records, whatever it asks.
 pub(crate) const FETCH_WAIT_MAX: Duration = Duration::from_secs(60);
 
@@ -53,8 +69,12 @@ impl BrokerService {
         BrokerService { broker }
     }
 
-    /// Appends a batch on the partition's leader: [`crate::Node::append`]'s rules.
+    /// Appends a batch on the partition's leader: [`crate::Node::append`]'s rules. The offsets
+    /// topic is written by its coordinators only.
     pub(crate) async fn produce(&self, request: Produce) -> Result<AppendInfo> {
+        if request.partition.topic == OFFSETS_TOPIC {
+            return Err(internal_topic());
+        }
         self.broker
             .append_encoded(&request.partition, request.batch, request.turn)
             .await
@@ -141,14 +161,83 @@ impl BrokerService {
         self.broker.metadata(topic, local_only).await
     }
 
-    /// Creates a topic through the metadata group.
+    /// Creates a topic through the metadata group. The offsets topic is created by the
+    /// brokers only (a broker forwards its creation to the metadata leader).
     pub(crate) async fn create_topic(&self, request: CreateTopicRequest) -> Result<()> {
+        if request.name == OFFSETS_TOPIC && !request.forwarded {
+            return Err(internal_topic());
+        }
         self.broker.create_topic(request).await
     }
 
-    /// Deletes a created topic through the metadata group.
+    /// Deletes a created topic through the metadata group (never the offsets topic).
     pub(crate) async fn delete_topic(&self, request: DeleteTopicRequest) -> Result<()> {
+        if request.name == OFFSETS_TOPIC {
+            return Err(internal_topic());
+        }
         self.broker.delete_topic(request).await
+    }
+
+    /// FindCoordinator: the broker leading the group's offsets partition.
+    pub(crate) async fn find_coordinator(&self, group: &str) -> GroupResult<Coordinator> {
+        self.broker.find_coordinator(group).await
+    }
+
+    /// JoinGroup (Kafka's classic protocol): answered once the rebalance completes.
+    /// `from` is the member's address, shown as its host.
+    pub(crate) async fn join_group(
+        &self,
+        request: JoinGroup,
+        from: Option<SocketAddr>,
+    ) -> GroupResult<JoinAnswer> {
+        self.broker.join_group(request, from).await
+    }
+
+    /// SyncGroup: the member's assignment, once the leader's is written.
+    pub(crate) async fn sync_group(&self, request: SyncGroup) -> GroupResult<Bytes> {
+        self.broker.sync_group(request).await
+    }
+
+    /// Heartbeat.
+    pub(crate) async fn heartbeat(
+        &self,
+        group: &str,
+        generation: i32,
+        member_id: &str,
+    ) -> GroupResult<()> {
+        self.broker.heartbeat(group, generation, member_id).await
+    }
+
+    /// LeaveGroup.
+    pub(crate) async fn leave_group(&self, group: &str, member_id: &str) -> GroupResult<()> {
+        self.broker.leave_group(group, member_id).await
+    }
+
+    /// OffsetCommit, fenced by the member's generation.
+    pub(crate) async fn commit_offsets(
+        &self,
+        request: OffsetCommit,
+    ) -> GroupResult<Vec<PartitionResult>> {
+        self.broker.commit_offsets(request).await
+    }
+
+    /// OffsetFetch (every committed partition of the group when `partitions` is `None`).
+    pub(crate) async fn fetch_offsets(
+        &self,
+        group: &str,
+        partitions: Option<Vec<(String, u32)>>,
+    ) -> GroupResult<Vec<CommittedOffset>> {
+        self.broker.fetch_offsets(group, partitions).await
+    }
+
+    /// ListGroups: the groups this broker coordinates.
+    pub(crate) async fn list_groups(&self) -> Vec<GroupListing> {
+        self.broker.list_groups().await
+    }
+
+    /// DescribeGroups for one group.
+    pub(crate) async fn describe_group(&self, group: &str) -> GroupResult<GroupDescription> {
+        self.broker.describe_group(group).await
     }
 
     /// Commits a metadata command (a registration, a reassignment).

@@ -506,6 +506,18 @@ impl Replica {
             .map_err(|e| e.to_string())
     }
 
+    /// Waits until this replica, as leader, has applied every entry committed before the call
+    /// (openraft's ReadIndex: an entry of its own term committed, its leadership confirmed
+    /// by a quorum), so that what it reads from its log then includes every write
+    /// acknowledged before. Fails if it does not lead.
+    pub(crate) async fn read_barrier(&self) -> std::result::Result<(), String> {
+        self.raft
+            .ensure_linearizable(openraft::ReadPolicy::ReadIndex)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
     /// Serves a peer's Raft RPC.
     pub(crate) async fn serve(&self, op: Op, body: &[u8]) -> Served {
         serve(&self.raft, &self.store, op, body).await

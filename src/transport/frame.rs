@@ -50,6 +50,9 @@ pub(crate) enum Op {
     Propose = 9,
     /// Raft leader transfer: the leader asks a follower to take over (controlled shutdown).
     TransferLeader = 10,
+    /// Client: a consumer-group request (find the coordinator, join, sync, heartbeat, leave,
+    /// commit and fetch offsets, list, describe), the request named in the body.
+    Group = 11,
 }
 
 impl Op {
@@ -65,6 +68,7 @@ impl Op {
             8 => Some(Op::DeleteTopic),
             9 => Some(Op::Propose),
             10 => Some(Op::TransferLeader),
+            11 => Some(Op::Group),
             _ => None,
         }
     }

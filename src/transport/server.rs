@@ -20,12 +20,14 @@ pub(crate) trait Handler: Send + Sync + 'static {
     /// connection: a handler that must keep their order waits for it, and drops it once the
     /// order is fixed (requests are served on tasks of their own, which may start in any
     /// order). A handler about to build a large answer reserves its bytes in `answers` first.
+    /// `from` is the connection's remote address.
     fn handle(
         self: Arc<Self>,
         op: Op,
         body: Vec<u8>,
         turn: Turn,
         answers: AnswerBudget,
+        from: Option<std::net::SocketAddr>,
     ) -> BoxFuture<Answer>;
 }
 
@@ -411,7 +413,7 @@ async fn serve_conn(
         let (handler, tx, answers) = (Arc::clone(&handler), tx.clone(), answers.clone());
         let turn = turns.issue();
         tokio::spawn(async move {
-            let answer = handler.handle(head.op, body, turn, answers).await;
+            let answer = handler.handle(head.op, body, turn, answers, from).await;
             // The request's body counted against the budget until it was served (a produce's
             // records live until they are replicated).
             drop(share);

@@ -10,6 +10,7 @@ use replog::{Error, LogConfig, Node, NodeConfig, Offset, ProducerSeq, Record};
 
 mod attack;
 mod consumer;
+mod groups;
 mod hostile;
 mod long_poll;
 #[path = "../support/ports.rs"]

@@ -1,7 +1,9 @@
 //! `replog consume`: its arguments, where each partition starts (an offset, the beginning, or
 //! the high watermark), and printing the records of every partition of a topic (or of the one
-//! `--partition` names), as Kafka's console consumer does, until a count or an idle timeout.
+//! `--partition` names), as Kafka's console consumer does, until a count or an idle timeout;
+//! with `--group`, as a member of a consumer group that commits what it printed.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,6 +12,9 @@ use replog::{Consumer, ConsumerConfig, ConsumerRecord, Offset, StartAt};
 
 use crate::connect::{Target, bootstrap, client};
 use crate::error::CliError;
+
+/// How long `--group` waits to be given partitions before it gives up.
+const JOIN_WAIT_MAX: Duration = Duration::from_secs(60);
 
 /// The arguments of `replog consume`.
 #[derive(Debug, clap::Args)]
@@ -43,6 +48,12 @@ pub(crate) struct ConsumeArgs {
     /// Print each record's key before its value (`null` for none).
     #[arg(long)]
     print_key: bool,
+    /// Read as a member of this consumer group: the group shares the topic's partitions
+    /// among its members, each starts at the group's committed offset (or, where none is,
+    /// at the beginning with --from-beginning, otherwise at the end), and what is printed
+    /// is committed.
+    #[arg(long, conflicts_with_all = ["offset", "partition", "from_replica"])]
+    group: Option<String>,
 }
 
 /// What to print of each record besides its value.
@@ -72,6 +83,7 @@ pub(crate) async fn run(args: ConsumeArgs) -> Result<(), CliError> {
         print_partition,
         print_offset,
         print_key,
+        group,
     } = args;
     if offset.is_some() && partition.is_none() {
         return Err(CliError::Usage("--offset needs --partition"));
@@ -80,16 +92,35 @@ pub(crate) async fn run(args: ConsumeArgs) -> Result<(), CliError> {
     let client = Arc::new(client(&addrs).await?);
     let mut config = ConsumerConfig::default();
     config.replica = from_replica.then(|| addrs[0]);
-    let mut consumer = Consumer::new(client, config);
     let start = match (offset, from_beginning) {
         (Some(o), _) => StartAt::Offset(Offset(o)),
         (None, true) => StartAt::Beginning,
         (None, false) => StartAt::End,
     };
-    consumer
-        .assign(&topic, partition.as_ref().map(std::slice::from_ref), start)
-        .await
-        .map_err(|e| CliError::about_topic(&topic, e))?;
+    let grouped = group.is_some();
+    if let Some(g) = group {
+        // Commits are made here, after printing, for exactly what was printed.
+        config.group_id = Some(g);
+        config.auto_commit_interval = None;
+        config.auto_offset_reset = start;
+        config.client_id = "replog-console-consumer".into();
+    }
+    if grouped {
+        // The topic must exist: a group would otherwise wait for it, assigned nothing.
+        client
+            .partition_count(&topic)
+            .await
+            .map_err(|e| CliError::about_topic(&topic, e))?;
+    }
+    let mut consumer = Consumer::new(client, config);
+    if grouped {
+        consumer.subscribe(&[topic.as_str()])?;
+    } else {
+        consumer
+            .assign(&topic, partition.as_ref().map(std::slice::from_ref), start)
+            .await
+            .map_err(|e| CliError::about_topic(&topic, e))?;
+    }
     let format = Format {
         timestamp: print_timestamp,
         partition: print_partition,
@@ -97,7 +128,8 @@ pub(crate) async fn run(args: ConsumeArgs) -> Result<(), CliError> {
         key: print_key,
     };
     let idle = Duration::from_millis(timeout_ms);
-    let (mut printed, mut last) = (0u64, Instant::now());
+    let (mut printed, mut last, started) = (0u64, Instant::now(), Instant::now());
+    let mut joined = false;
     let stdout = std::io::stdout();
     // Bounded by `max_messages` and by the idle timeout.
     while max_messages.is_none_or(|m| printed < m) {
@@ -109,21 +141,44 @@ pub(crate) async fn run(args: ConsumeArgs) -> Result<(), CliError> {
             .poll(wait)
             .await
             .map_err(|e| CliError::about_topic(&topic, e))?;
+        // The idle clock starts once the group has given this member its partitions (the
+        // first join may wait for the offsets topic to be created and elected).
+        if grouped && !joined {
+            if consumer.generation().is_some() {
+                joined = true;
+            } else if started.elapsed() > JOIN_WAIT_MAX {
+                return Err(CliError::Usage("could not join the group within 60 s"));
+            }
+            last = Instant::now();
+        }
         if records.is_empty() {
             continue;
         }
         last = Instant::now();
-        let mut out = stdout.lock();
-        for r in records
-            .iter()
-            .take(max_messages.map_or(usize::MAX, |m| (m - printed) as usize))
+        let mut next: BTreeMap<u32, Offset> = BTreeMap::new();
         {
-            let _ = write_line(&mut out, &Line::from(r), format);
-            printed += 1;
+            let mut out = stdout.lock();
+            for r in records
+                .iter()
+                .take(max_messages.map_or(usize::MAX, |m| (m - printed) as usize))
+            {
+                let _ = write_line(&mut out, &Line::from(r), format);
+                next.insert(r.partition, Offset(r.offset.get() + 1));
+                printed += 1;
+            }
+            let _ = out.flush();
         }
-        let _ = out.flush();
+        if grouped {
+            // At least once: what was printed is committed, and nothing past it.
+            let offsets: Vec<(&str, u32, Offset)> =
+                next.iter().map(|(p, o)| (topic.as_str(), *p, *o)).collect();
+            if let Err(e) = consumer.commit_offsets(&offsets).await {
+                tracing::warn!(error = %e, "commit failed; the group rebalanced");
+            }
+        }
     }
     eprintln!("Processed a total of {printed} messages");
+    consumer.close().await?;
     Ok(())
 }
 

@@ -12,6 +12,7 @@ mod connect;
 mod consume;
 mod demo;
 mod error;
+mod groups;
 mod node;
 mod produce;
 mod topics;
@@ -43,8 +44,10 @@ enum Command {
     Topics(topics::TopicsArgs),
     /// Sends each line of standard input as a record.
     Produce(produce::ProduceArgs),
-    /// Prints the records of a partition.
+    /// Prints the records of a topic's partitions (as a member of a group with --group).
     Consume(consume::ConsumeArgs),
+    /// Lists and describes consumer groups, and resets their offsets.
+    Groups(groups::GroupsArgs),
     /// Plays the tutorial on an embedded three-broker cluster (ports 9092, 19092, 29092, or
     /// free ports when those are taken), in a temporary directory.
     Demo,
@@ -91,6 +94,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
             Command::Topics(args) => done(topics::run(args).await),
             Command::Produce(args) => done(produce::run(args).await),
             Command::Consume(args) => done(consume::run(args).await),
+            Command::Groups(args) => done(groups::run(args).await),
             Command::Demo => done(demo::run().await),
             Command::Check(args) => check::run(&args),
         }

@@ -1,6 +1,9 @@
-//! [`Consumer`]: reading partitions as a Kafka consumer does, without a group yet: assigned
-//! partitions, a position in each, records by [`poll`](Consumer::poll) or as a stream, seek,
-//! pause and resume, and lag.
+//! [`Consumer`]: reading partitions as a Kafka consumer does: partitions assigned by hand or
+//! by a consumer group ([`subscribe`](Consumer::subscribe)), a position in each, records by
+//! [`poll`](Consumer::poll) or as a stream, seek, pause and resume, lag, and committed
+//! offsets. The group membership is `group.rs`'s.
+
+mod group;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -12,8 +15,10 @@ use tokio::sync::mpsc;
 
 use crate::client::{Client, FetchOptions};
 use crate::error::{Error, Result};
+use crate::group::assignor::Assignor;
 use crate::segment::record::Header;
 use crate::types::{Offset, PartitionId};
+use group::Membership;
 
 /// How a [`Consumer`] reads.
 #[derive(Clone, Debug)]
@@ -34,6 +39,34 @@ pub struct ConsumerConfig {
     /// Read from this broker's own replicas instead of the leaders' (any replica serves
     /// committed records). Default `None`.
     pub replica: Option<SocketAddr>,
+    /// The consumer group whose offsets this consumer commits and, with
+    /// [`subscribe`](Consumer::subscribe), whose partitions it shares (Kafka's `group.id`).
+    /// Default `None`.
+    pub group_id: Option<String>,
+    /// The client id the group's coordinator shows for this member. Default `replog`.
+    pub client_id: String,
+    /// A member not heard from for this long is removed from its group and its partitions
+    /// go to the others (Kafka's `session.timeout.ms`). Default 10 s.
+    pub session_timeout: Duration,
+    /// How long a rebalance waits for the members to join again (Kafka's
+    /// `max.poll.interval.ms`: a member rejoins inside [`poll`](Consumer::poll), so one that
+    /// does not poll for this long during a rebalance is removed). Default 60 s.
+    pub rebalance_timeout: Duration,
+    /// How often a member heartbeats (Kafka's `heartbeat.interval.ms`), well within
+    /// `session_timeout`. Default 3 s.
+    pub heartbeat_interval: Duration,
+    /// The assignors this consumer can run, preferred first; the group uses one every member
+    /// has. Default range, then round-robin.
+    pub assignors: Vec<Assignor>,
+    /// Where a group's partition starts when the group has committed nothing for it (Kafka's
+    /// `auto.offset.reset`). Default [`StartAt::End`] (Kafka's `latest`).
+    pub auto_offset_reset: StartAt,
+    /// Commit the positions of every assigned partition at most this often, at the start of
+    /// a poll (the records the previous polls returned), and before giving partitions up in a
+    /// rebalance, and at [`close`](Consumer::close) (Kafka's `enable.auto.commit` and
+    /// `auto.commit.interval.ms`). `None` commits only when asked
+    /// ([`commit`](Consumer::commit)). Default 5 s.
+    pub auto_commit_interval: Option<Duration>,
 }
 
 impl Default for ConsumerConfig {
@@ -44,6 +77,14 @@ impl Default for ConsumerConfig {
             buffered_records: 4096,
             max_poll_records: 500,
             replica: None,
+            group_id: None,
+            client_id: "replog".into(),
+            session_timeout: Duration::from_secs(10),
+            rebalance_timeout: Duration::from_secs(60),
+            heartbeat_interval: Duration::from_secs(3),
+            assignors: vec![Assignor::Range, Assignor::RoundRobin],
+            auto_offset_reset: StartAt::End,
+            auto_commit_interval: Some(Duration::from_secs(5)),
         }
     }
 }
@@ -106,8 +147,9 @@ struct Assigned {
 /// Positions move as records are returned; [`seek`](Self::seek) moves one anywhere.
 ///
 /// Delivery: every committed record from a partition's start position on is returned once, in
-/// order, while the consumer runs. There are no committed offsets yet (consumer groups are to
-/// come): a new consumer starts where it is told to.
+/// order, while the consumer runs. A consumer given partitions by hand starts where it is told
+/// to; one that [`subscribe`](Self::subscribe)s shares its group's partitions and starts at
+/// the group's committed offsets (at least once: see there).
 ///
 /// ```
 /// # use std::sync::Arc;
@@ -142,6 +184,10 @@ pub struct Consumer {
     partitions: HashMap<PartitionId, Assigned>,
     /// A partition's failure that came while a poll held records: reported by the next.
     failed: Option<Error>,
+    /// The group membership, once subscribed.
+    group: Option<Membership>,
+    /// When auto-commit commits next.
+    next_auto_commit: Option<tokio::time::Instant>,
 }
 
 impl std::fmt::Debug for Consumer {
@@ -174,7 +220,205 @@ impl Consumer {
             rx,
             partitions: HashMap::new(),
             failed: None,
+            group: None,
+            next_auto_commit: None,
         }
+    }
+
+    /// Subscribes to `topics` as a member of the consumer group
+    /// [`ConsumerConfig::group_id`]: the next [`poll`](Self::poll) joins the group, and the
+    /// group's leader assigns every partition of the subscribed topics to exactly one
+    /// member. Each partition starts at the group's committed offset (or
+    /// `auto_offset_reset`). When members come and go, the group rebalances inside a poll:
+    /// this consumer commits what it has returned (with auto-commit), gives its partitions
+    /// up, and takes up its new ones.
+    ///
+    /// # Delivery
+    ///
+    /// At least once, when records are committed after they are processed: a partition's
+    /// committed offset is the position after the last record its owner processed, so a new
+    /// owner (after a rebalance, a crash, a restart) starts there. Records returned after the
+    /// last commit are returned again to the next owner. Within one generation, a partition
+    /// has one owner, and a member of an older generation can no longer commit (its commits
+    /// fail with [`GroupError::IllegalGeneration`](crate::GroupError::IllegalGeneration) or
+    /// [`UnknownMemberId`](crate::GroupError::UnknownMemberId)).
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use std::time::Duration;
+    /// # use replog::{Client, ClientConfig, Consumer, ConsumerConfig, Record, StartAt};
+    /// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+    /// # async fn main() -> replog::Result<()> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let cluster = replog::LocalCluster::start(1, dir.path(), |c| {
+    /// #     c.topics = vec![("email.send".into(), 2)];
+    /// # })
+    /// # .await?;
+    /// # cluster.wait_for_leaders("email.send", 2, Duration::from_secs(10)).await?;
+    /// let client = Arc::new(Client::connect(&cluster.addrs(), ClientConfig::default()).await?);
+    /// client.send("email.send", 0, &[Record::new("hello")]).await?;
+    /// let mut config = ConsumerConfig::default();
+    /// config.group_id = Some("mailers".into());
+    /// config.auto_offset_reset = StartAt::Beginning; // where nothing is committed yet
+    /// config.auto_commit_interval = None; // commit after processing
+    /// let mut consumer = Consumer::new(Arc::clone(&client), config);
+    /// consumer.subscribe(&["email.send"])?;
+    /// let records = consumer.poll(Duration::from_secs(10)).await?; // joins, then fetches
+    /// assert_eq!(records[0].value, "hello");
+    /// assert_eq!(consumer.assignment().len(), 2); // the only member: every partition
+    /// consumer.commit().await?;
+    /// consumer.close().await?; // leaves the group: its partitions go to the others at once
+    /// let committed = client.committed_offsets("mailers").await?;
+    /// assert_eq!(committed[&("email.send".to_string(), 0)].get(), 1);
+    /// # drop(client);
+    /// # cluster.shutdown().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] without a `group_id`, with no topics, or when partitions
+    /// were assigned by hand.
+    pub fn subscribe(&mut self, topics: &[&str]) -> Result<()> {
+        let Some(group) = self.config.group_id.clone() else {
+            return Err(Error::InvalidConfig {
+                field: "group_id",
+                reason: "subscribing needs a consumer group".into(),
+            });
+        };
+        if topics.is_empty() {
+            return Err(Error::InvalidConfig {
+                field: "topics",
+                reason: "subscribe to at least one topic".into(),
+            });
+        }
+        if self.group.is_none() && !self.partitions.is_empty() {
+            return Err(Error::InvalidConfig {
+                field: "topics",
+                reason: "partitions were assigned by hand: subscribe or assign, not both".into(),
+            });
+        }
+        let mut topics: Vec<String> = topics.iter().map(|t| t.to_string()).collect();
+        topics.sort();
+        topics.dedup();
+        match &mut self.group {
+            Some(m) => {
+                m.topics = topics;
+                let _ = m.rejoin.send(true);
+            }
+            None => self.group = Some(Membership::new(group, topics)),
+        }
+        Ok(())
+    }
+
+    /// The generation of the group this consumer's partitions belong to (`None` before it
+    /// joined, or without a group).
+    pub fn generation(&self) -> Option<i32> {
+        self.group.as_ref()?.generation
+    }
+
+    /// The partitions this consumer reads, sorted.
+    pub fn assignment(&self) -> Vec<(String, u32)> {
+        let mut out: Vec<(String, u32)> = self
+            .partitions
+            .keys()
+            .map(|id| (id.topic.clone(), id.partition))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Commits the position of every partition this consumer reads (the offset after the
+    /// last record [`poll`](Self::poll) returned) to its group: call it after processing
+    /// what the polls returned.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] without a `group_id`; [`Error::Group`] if the group fenced
+    /// this member (it rebalanced: the next poll rejoins) or, for partitions assigned by hand,
+    /// if the group has members ([`GroupError::NonEmptyGroup`](crate::GroupError));
+    /// [`Error::Timeout`] if no coordinator answered.
+    pub async fn commit(&mut self) -> Result<()> {
+        let ids: Vec<PartitionId> = self.partitions.keys().cloned().collect();
+        let offsets = self.positions_of(&ids);
+        self.commit_positions(offsets).await
+    }
+
+    /// Commits these offsets (each the offset of the next record to read) to the group.
+    ///
+    /// # Errors
+    ///
+    /// As [`commit`](Self::commit).
+    pub async fn commit_offsets(&mut self, offsets: &[(&str, u32, Offset)]) -> Result<()> {
+        let offsets = offsets
+            .iter()
+            .map(|(t, p, o)| (PartitionId::new(*t, *p), *o))
+            .collect();
+        self.commit_positions(offsets).await
+    }
+
+    async fn commit_positions(&mut self, offsets: Vec<(PartitionId, Offset)>) -> Result<()> {
+        let Some(group) = self.config.group_id.clone() else {
+            return Err(Error::InvalidConfig {
+                field: "group_id",
+                reason: "committing needs a consumer group".into(),
+            });
+        };
+        let manual;
+        let m = match &self.group {
+            Some(m) => m,
+            None => {
+                manual = Membership::new(group, Vec::new());
+                &manual
+            }
+        };
+        self.commit_as(m, offsets).await
+    }
+
+    /// The group's committed offset for a partition (`None`: nothing committed).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] without a `group_id`; [`Error::Timeout`] if no coordinator
+    /// answered.
+    pub async fn committed(&self, topic: &str, partition: u32) -> Result<Option<Offset>> {
+        let Some(group) = &self.config.group_id else {
+            return Err(Error::InvalidConfig {
+                field: "group_id",
+                reason: "committed offsets belong to a consumer group".into(),
+            });
+        };
+        let found = self
+            .client
+            .fetch_group_offsets(group, Some(vec![(topic.to_string(), partition)]))
+            .await?;
+        Ok(found.first().and_then(|c| c.offset).map(Offset))
+    }
+
+    /// Leaves the consumer: with auto-commit, commits the positions first; a group member
+    /// then leaves its group, so that its partitions go to the others at once (a consumer
+    /// dropped without `close` is removed when its session times out).
+    ///
+    /// # Errors
+    ///
+    /// What the commit or the leave returned; the consumer stops either way.
+    pub async fn close(mut self) -> Result<()> {
+        let mut outcome = Ok(());
+        if self.config.auto_commit_interval.is_some() && self.config.group_id.is_some() {
+            let joined = self.group.as_ref().is_none_or(|m| m.generation.is_some());
+            if joined && !self.partitions.is_empty() {
+                outcome = self.commit().await;
+            }
+        }
+        if let Some(mut m) = self.group.take() {
+            m.stop_heartbeat();
+            if !m.member_id.is_empty() {
+                let left = self.client.leave_group(&m.group, &m.member_id).await;
+                outcome = outcome.and(left);
+            }
+        }
+        outcome
     }
 
     /// Assigns `partitions` of `topic` (all of them with `None`), each starting at `start`.
@@ -185,6 +429,21 @@ impl Consumer {
     /// [`Error::UnknownPartition`] for an unknown topic or partition; what
     /// [`Client::describe`] returns.
     pub async fn assign(
+        &mut self,
+        topic: &str,
+        partitions: Option<&[u32]>,
+        start: StartAt,
+    ) -> Result<()> {
+        if self.group.is_some() {
+            return Err(Error::InvalidConfig {
+                field: "topics",
+                reason: "subscribed to a group: its partitions are assigned by the group".into(),
+            });
+        }
+        self.assign_at(topic, partitions, start).await
+    }
+
+    async fn assign_at(
         &mut self,
         topic: &str,
         partitions: Option<&[u32]>,
@@ -222,7 +481,7 @@ impl Consumer {
         if !self.partitions.contains_key(&id) {
             return Err(Error::UnknownPartition(id));
         }
-        self.assign(topic, Some(&[partition]), start).await
+        self.assign_at(topic, Some(&[partition]), start).await
     }
 
     /// The offset of the next record [`poll`](Self::poll) returns from a partition, if it is
@@ -272,14 +531,17 @@ impl Consumer {
         if let Some(e) = self.failed.take() {
             return Err(e);
         }
-        let mut out = Vec::new();
         let deadline = tokio::time::Instant::now() + timeout;
+        if self.group.is_some() {
+            self.maybe_auto_commit().await;
+        }
+        let mut out = Vec::new();
         // Bounded by the deadline and by `max_poll_records`.
         while out.len() < self.config.max_poll_records.max(1) {
             let next = if out.is_empty() {
-                match tokio::time::timeout_at(deadline, self.rx.recv()).await {
-                    Ok(Some(event)) => event,
-                    Ok(None) | Err(_) => break,
+                match self.next_event(deadline).await? {
+                    Some(event) => event,
+                    None => break,
                 }
             } else {
                 match self.rx.try_recv() {
@@ -316,6 +578,39 @@ impl Consumer {
             }
         }
         Ok(out)
+    }
+
+    /// Waits until `deadline` for the next event of a fetcher, rejoining the group first (and
+    /// whenever it rebalances while waiting).
+    async fn next_event(
+        &mut self,
+        deadline: tokio::time::Instant,
+    ) -> Result<Option<(PartitionId, u64, Event)>> {
+        // Bounded by the deadline (each rejoin by the rebalance timeout).
+        loop {
+            let mut rejoin = match &self.group {
+                Some(m) if m.needs_rejoin() => {
+                    self.rejoin().await?;
+                    continue;
+                }
+                Some(m) => Some(m.rejoin_rx.clone()),
+                None => None,
+            };
+            let rebalance = async {
+                match &mut rejoin {
+                    Some(rx) => {
+                        let _ = rx.wait_for(|r| *r).await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                event = tokio::time::timeout_at(deadline, self.rx.recv()) => {
+                    return Ok(event.ok().flatten());
+                }
+                () = rebalance => {}
+            }
+        }
     }
 
     /// The records, one by one, as [`poll`](Self::poll) returns them, for as long as the

@@ -1,0 +1,151 @@
+//! The group requests a broker serves and their answers, as the broker service takes them
+//! (and as the native wire carries them, postcard-encoded in an `Op::Group` frame). Their
+//! fields and meanings are those of Kafka's requests of the same names, so that a Kafka codec
+//! maps onto them field by field.
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use super::GroupError;
+use crate::types::NodeId;
+
+/// A group request.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) enum GroupRequest {
+    /// Which broker coordinates `group`: answered `Result<Coordinator, GroupError>`.
+    FindCoordinator { group: String },
+    /// Answered `Result<JoinAnswer, GroupError>` once the rebalance completes.
+    Join(JoinGroup),
+    /// Answered `Result<Bytes, GroupError>`: the member's assignment.
+    Sync(SyncGroup),
+    /// Answered `Result<(), GroupError>`.
+    Heartbeat {
+        group: String,
+        generation: i32,
+        member_id: String,
+    },
+    /// Answered `Result<(), GroupError>`.
+    Leave { group: String, member_id: String },
+    /// Answered `Result<Vec<PartitionResult>, GroupError>`.
+    Commit(OffsetCommit),
+    /// Answered `Result<Vec<CommittedOffset>, GroupError>`; every committed partition when
+    /// `partitions` is `None`.
+    FetchOffsets {
+        group: String,
+        partitions: Option<Vec<(String, u32)>>,
+    },
+    /// The groups this broker coordinates: answered `Vec<GroupListing>`.
+    List,
+    /// Answered `Result<GroupDescription, GroupError>`.
+    Describe { group: String },
+}
+
+/// A group's coordinator.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Coordinator {
+    pub(crate) node: NodeId,
+    pub(crate) addr: String,
+}
+
+/// Kafka's JoinGroup.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct JoinGroup {
+    pub(crate) group: String,
+    /// Empty on a member's first join.
+    pub(crate) member_id: String,
+    pub(crate) client_id: String,
+    pub(crate) session_timeout_ms: u32,
+    pub(crate) rebalance_timeout_ms: u32,
+    pub(crate) protocol_type: String,
+    /// Protocol names and the member's subscription for each, preferred first.
+    pub(crate) protocols: Vec<(String, Bytes)>,
+}
+
+/// JoinGroup's answer.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct JoinAnswer {
+    pub(crate) generation: i32,
+    pub(crate) protocol: String,
+    pub(crate) leader: String,
+    pub(crate) member_id: String,
+    /// For the leader: every member's id and subscription.
+    pub(crate) members: Vec<(String, Bytes)>,
+}
+
+/// Kafka's SyncGroup.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct SyncGroup {
+    pub(crate) group: String,
+    pub(crate) generation: i32,
+    pub(crate) member_id: String,
+    /// The leader's assignment of every member (empty from the others).
+    pub(crate) assignments: Vec<(String, Bytes)>,
+}
+
+/// Kafka's OffsetCommit. A negative generation with an empty member id commits for a group
+/// with no members.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct OffsetCommit {
+    pub(crate) group: String,
+    pub(crate) generation: i32,
+    pub(crate) member_id: String,
+    pub(crate) offsets: Vec<CommitOffset>,
+}
+
+/// One partition's offset to commit: the offset of the next record to consume.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct CommitOffset {
+    pub(crate) topic: String,
+    pub(crate) partition: u32,
+    /// `None` deletes the committed offset (a reset to "nothing committed").
+    pub(crate) offset: Option<u64>,
+    pub(crate) metadata: String,
+}
+
+/// One partition's outcome in a commit.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct PartitionResult {
+    pub(crate) topic: String,
+    pub(crate) partition: u32,
+    pub(crate) error: Option<GroupError>,
+}
+
+/// A committed offset, as OffsetFetch answers it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct CommittedOffset {
+    pub(crate) topic: String,
+    pub(crate) partition: u32,
+    /// `None`: nothing committed.
+    pub(crate) offset: Option<u64>,
+    pub(crate) metadata: String,
+}
+
+/// A group in ListGroups' answer.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct GroupListing {
+    pub(crate) group: String,
+    pub(crate) protocol_type: String,
+    pub(crate) state: String,
+}
+
+/// DescribeGroups' answer for one group.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct GroupDescription {
+    pub(crate) group: String,
+    /// Kafka's state name; "Dead" for a group the coordinator does not know.
+    pub(crate) state: String,
+    pub(crate) protocol_type: String,
+    pub(crate) protocol: String,
+    pub(crate) generation: i32,
+    pub(crate) members: Vec<MemberDescription>,
+}
+
+/// A member in [`GroupDescription`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct MemberDescription {
+    pub(crate) member_id: String,
+    pub(crate) client_id: String,
+    pub(crate) client_host: String,
+    pub(crate) metadata: Bytes,
+    pub(crate) assignment: Bytes,
+}

@@ -1,0 +1,117 @@
+//! A broker's coordinators: one [`Shard`] per offsets partition it leads, each holding the
+//! groups that hash to that partition.
+//!
+//! A shard belongs to one Raft term of its partition. When the broker becomes the partition's
+//! leader, the first group request loads the shard: a read barrier (so the new leader has
+//! applied every commit acknowledged by its predecessors), then every record of the partition
+//! from its log start, applied in offset order ([`Shard::apply`]). When the broker loses the
+//! leadership, or leads again in a later term, the shard is dropped with everything parked in
+//! it (waiting joins and syncs are answered `NotCoordinator`), and a later request loads a new
+//! one.
+//!
+//! Writes to a shard's partition (commits and completed rebalances) take the shard's
+//! `writer` lock from their check to their commit, so the records land in the order their
+//! checks passed. Without it, a commit checked against generation N could land after the
+//! write of generation N+1 and overwrite the offset a member of N+1 committed.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+use super::records::{DecodeError, GroupRecord, decode};
+use super::state::Group;
+
+/// One offsets partition's groups, as one term's leader serves them.
+pub(crate) struct Shard {
+    pub(crate) partition: u32,
+    pub(crate) term: u64,
+    pub(crate) groups: Mutex<HashMap<String, Group>>,
+    /// Held from a write's check until its record is committed.
+    pub(crate) writer: tokio::sync::Mutex<()>,
+    /// Locked while loading; `true` once loaded.
+    pub(crate) loaded: tokio::sync::Mutex<bool>,
+}
+
+impl Shard {
+    fn new(partition: u32, term: u64) -> Shard {
+        Shard {
+            partition,
+            term,
+            groups: Mutex::new(HashMap::new()),
+            writer: tokio::sync::Mutex::new(()),
+            loaded: tokio::sync::Mutex::new(false),
+        }
+    }
+
+    /// Applies one record read back from the partition while loading.
+    pub(crate) fn apply(&self, key: &[u8], value: &[u8], now: Instant) -> Result<(), DecodeError> {
+        let record = decode(key, value)?;
+        let mut groups = self.groups.lock();
+        match record {
+            GroupRecord::Offset {
+                group,
+                topic,
+                partition,
+                committed,
+            } => {
+                let g = groups.entry(group).or_insert_with(Group::new);
+                match committed {
+                    Some((c, _generation)) => g.commit(topic, partition, c),
+                    None => {
+                        g.offsets.remove(&(topic, partition));
+                    }
+                }
+            }
+            GroupRecord::Group { group, snapshot } => {
+                let g = groups.entry(group).or_insert_with(Group::new);
+                match snapshot {
+                    // A later generation only: an older one written late changes nothing.
+                    Some(s) if s.generation >= g.generation => g.restore(s, now),
+                    Some(_) => {}
+                    None => g.members.clear(),
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The shards of one broker.
+#[derive(Default)]
+pub(crate) struct Shards {
+    map: Mutex<HashMap<u32, Arc<Shard>>>,
+}
+
+impl Shards {
+    /// The shard of `partition` for `term`: the current one, or a new, unloaded one (which
+    /// replaces a shard of another term).
+    pub(crate) fn get(&self, partition: u32, term: u64) -> Arc<Shard> {
+        let mut map = self.map.lock();
+        match map.get(&partition) {
+            Some(s) if s.term == term => Arc::clone(s),
+            _ => {
+                let shard = Arc::new(Shard::new(partition, term));
+                map.insert(partition, Arc::clone(&shard));
+                shard
+            }
+        }
+    }
+
+    /// Every shard.
+    pub(crate) fn all(&self) -> Vec<Arc<Shard>> {
+        self.map.lock().values().cloned().collect()
+    }
+
+    /// Drops `shard` if it is still the current one of its partition.
+    pub(crate) fn drop_shard(&self, shard: &Shard) {
+        let mut map = self.map.lock();
+        if map
+            .get(&shard.partition)
+            .is_some_and(|s| std::ptr::eq(Arc::as_ptr(s), shard))
+        {
+            map.remove(&shard.partition);
+        }
+    }
+}

@@ -1,0 +1,374 @@
+//! The records of the offsets topic ([`OFFSETS_TOPIC`](super::OFFSETS_TOPIC)), byte by byte.
+//!
+//! Each is an ordinary replog record (see `segment/FORMAT.md`) with a key and a value. All
+//! integers are big-endian. A `str` is a `u16` byte length and that many UTF-8 bytes; a
+//! `blob` is a `u32` byte length and that many bytes.
+//!
+//! **Offset commit**, one per (group, topic, partition):
+//!
+//! ```text
+//! key:   u8 kind = 1 | str group | str topic | u32 partition
+//! value: u8 version = 0 | u64 offset | u64 commit_timestamp_ms | i32 generation
+//!        | str metadata
+//! ```
+//!
+//! **Group**, written when a rebalance completes (the leader's assignment) and when the group
+//! empties:
+//!
+//! ```text
+//! key:   u8 kind = 2 | str group
+//! value: u8 version = 0 | i32 generation | str protocol_type | str protocol | str leader
+//!        | u32 member_count | member_count × member
+//! member: str member_id | str client_id | str client_host | u32 session_timeout_ms
+//!        | u32 rebalance_timeout_ms | blob subscription | blob assignment
+//! ```
+//!
+//! The latest record of a key wins: a coordinator that loads the partition applies them in
+//! offset order. An empty value deletes the key's earlier value (an offset reset to
+//! "nothing committed"). A record that does not decode (unknown kind or version, truncated) is
+//! skipped with a warning: it never stops a coordinator from loading the rest.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use super::state::{Committed, Snapshot, SnapshotMember};
+
+/// What a record of the offsets topic says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum GroupRecord {
+    /// A committed offset (`None`: deleted).
+    Offset {
+        group: String,
+        topic: String,
+        partition: u32,
+        committed: Option<(Committed, i32)>,
+    },
+    /// A group's membership after a rebalance (`None`: deleted).
+    Group {
+        group: String,
+        snapshot: Option<Snapshot>,
+    },
+}
+
+/// Why a record did not decode.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum DecodeError {
+    #[error("record ends early")]
+    Truncated,
+    #[error("unknown record kind {0}")]
+    UnknownKind(u8),
+    #[error("unknown value version {0}")]
+    UnknownVersion(u8),
+    #[error("a string is not UTF-8")]
+    NotUtf8,
+    #[error("bytes after the record's end")]
+    Trailing,
+}
+
+const KIND_OFFSET: u8 = 1;
+const KIND_GROUP: u8 = 2;
+const VERSION: u8 = 0;
+
+fn put_str(b: &mut BytesMut, s: &str) {
+    // Every string written is bounded (names by GROUP_NAME_BYTES_MAX, metadata by
+    // COMMIT_METADATA_BYTES_MAX) well below u16::MAX.
+    let len = u16::try_from(s.len()).unwrap_or(u16::MAX);
+    b.put_u16_le(len);
+    b.put_slice(&s.as_bytes()[..usize::from(len)]);
+}
+
+fn put_blob(b: &mut BytesMut, v: &[u8]) {
+    let len = u32::try_from(v.len()).unwrap_or(u32::MAX);
+    b.put_u32_le(len);
+    b.put_slice(&v[..len as usize]);
+}
+
+/// The key and value of an offset commit.
+pub(crate) fn offset_record(
+    group: &str,
+    topic: &str,
+    partition: u32,
+    committed: &Committed,
+    generation: i32,
+) -> (Bytes, Bytes) {
+    let mut key = BytesMut::new();
+    key.put_u8(KIND_OFFSET);
+    put_str(&mut key, group);
+    put_str(&mut key, topic);
+    key.put_u32_le(partition);
+    let mut value = BytesMut::new();
+    value.put_u8(VERSION);
+    value.put_u64_le(committed.offset);
+    value.put_u64_le(committed.commit_timestamp_ms);
+    value.put_i32_le(generation);
+    put_str(&mut value, &committed.metadata);
+    (key.freeze(), value.freeze())
+}
+
+/// The key of a deleted offset commit (its value is empty).
+pub(crate) fn offset_tombstone(group: &str, topic: &str, partition: u32) -> Bytes {
+    let mut key = BytesMut::new();
+    key.put_u8(KIND_OFFSET);
+    put_str(&mut key, group);
+    put_str(&mut key, topic);
+    key.put_u32_le(partition);
+    key.freeze()
+}
+
+/// The key and value of a group's membership.
+pub(crate) fn group_record(group: &str, snapshot: &Snapshot) -> (Bytes, Bytes) {
+    let mut key = BytesMut::new();
+    key.put_u8(KIND_GROUP);
+    put_str(&mut key, group);
+    let mut value = BytesMut::new();
+    value.put_u8(VERSION);
+    value.put_i32_le(snapshot.generation);
+    put_str(&mut value, &snapshot.protocol_type);
+    put_str(&mut value, &snapshot.protocol);
+    put_str(&mut value, &snapshot.leader);
+    value.put_u32_le(u32::try_from(snapshot.members.len()).unwrap_or(u32::MAX));
+    for m in &snapshot.members {
+        put_str(&mut value, &m.member_id);
+        put_str(&mut value, &m.client_id);
+        put_str(&mut value, &m.client_host);
+        value.put_u32_le(m.session_timeout_ms);
+        value.put_u32_le(m.rebalance_timeout_ms);
+        put_blob(&mut value, &m.subscription);
+        put_blob(&mut value, &m.assignment);
+    }
+    (key.freeze(), value.freeze())
+}
+
+/// Reads fields off the front of a record's bytes.
+struct Reader<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        if self.rest.len() < n {
+            return Err(DecodeError::Truncated);
+        }
+        let (head, tail) = self.rest.split_at(n);
+        self.rest = tail;
+        Ok(head)
+    }
+
+    fn u8(&mut self) -> Result<u8, DecodeError> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u16(&mut self) -> Result<u16, DecodeError> {
+        let b = self.take(2)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+
+    fn u32(&mut self) -> Result<u32, DecodeError> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn i32(&mut self) -> Result<i32, DecodeError> {
+        Ok(self.u32()? as i32)
+    }
+
+    fn u64(&mut self) -> Result<u64, DecodeError> {
+        let b = self.take(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_le_bytes(a))
+    }
+
+    fn str(&mut self) -> Result<String, DecodeError> {
+        let len = usize::from(self.u16()?);
+        let b = self.take(len)?;
+        String::from_utf8(b.to_vec()).map_err(|_| DecodeError::NotUtf8)
+    }
+
+    fn blob(&mut self) -> Result<Bytes, DecodeError> {
+        let len = self.u32()? as usize;
+        Ok(Bytes::copy_from_slice(self.take(len)?))
+    }
+
+    fn end(&self) -> Result<(), DecodeError> {
+        if self.rest.is_empty() {
+            Ok(())
+        } else {
+            Err(DecodeError::Trailing)
+        }
+    }
+}
+
+/// Decodes a record of the offsets topic. Never panics, whatever the bytes.
+pub(crate) fn decode(key: &[u8], value: &[u8]) -> Result<GroupRecord, DecodeError> {
+    let mut k = Reader { rest: key };
+    let kind = k.u8()?;
+    let group = k.str()?;
+    match kind {
+        KIND_OFFSET => {
+            let topic = k.str()?;
+            let partition = k.u32()?;
+            k.end()?;
+            if value.is_empty() {
+                return Ok(GroupRecord::Offset {
+                    group,
+                    topic,
+                    partition,
+                    committed: None,
+                });
+            }
+            let mut v = Reader { rest: value };
+            let version = v.u8()?;
+            if version != VERSION {
+                return Err(DecodeError::UnknownVersion(version));
+            }
+            let offset = v.u64()?;
+            let commit_timestamp_ms = v.u64()?;
+            let generation = v.i32()?;
+            let metadata = v.str()?;
+            v.end()?;
+            Ok(GroupRecord::Offset {
+                group,
+                topic,
+                partition,
+                committed: Some((
+                    Committed {
+                        offset,
+                        metadata,
+                        commit_timestamp_ms,
+                    },
+                    generation,
+                )),
+            })
+        }
+        KIND_GROUP => {
+            k.end()?;
+            if value.is_empty() {
+                return Ok(GroupRecord::Group {
+                    group,
+                    snapshot: None,
+                });
+            }
+            let mut v = Reader { rest: value };
+            let version = v.u8()?;
+            if version != VERSION {
+                return Err(DecodeError::UnknownVersion(version));
+            }
+            let generation = v.i32()?;
+            let protocol_type = v.str()?;
+            let protocol = v.str()?;
+            let leader = v.str()?;
+            let count = v.u32()?;
+            // Bounded by the record's bytes: each member takes at least 18 of them.
+            let mut members = Vec::new();
+            for _ in 0..count {
+                members.push(SnapshotMember {
+                    member_id: v.str()?,
+                    client_id: v.str()?,
+                    client_host: v.str()?,
+                    session_timeout_ms: v.u32()?,
+                    rebalance_timeout_ms: v.u32()?,
+                    subscription: v.blob()?,
+                    assignment: v.blob()?,
+                });
+            }
+            v.end()?;
+            Ok(GroupRecord::Group {
+                group,
+                snapshot: Some(Snapshot {
+                    generation,
+                    protocol_type,
+                    protocol,
+                    leader,
+                    members,
+                }),
+            })
+        }
+        other => Err(DecodeError::UnknownKind(other)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot() -> Snapshot {
+        Snapshot {
+            generation: 7,
+            protocol_type: "consumer".into(),
+            protocol: "range".into(),
+            leader: "m-1".into(),
+            members: vec![SnapshotMember {
+                member_id: "m-1".into(),
+                client_id: "c".into(),
+                client_host: "/127.0.0.1".into(),
+                session_timeout_ms: 10_000,
+                rebalance_timeout_ms: 30_000,
+                subscription: Bytes::from_static(b"sub"),
+                assignment: Bytes::from_static(b"asg"),
+            }],
+        }
+    }
+
+    #[test]
+    fn records_round_trip() {
+        let committed = Committed {
+            offset: 42,
+            metadata: "meta".into(),
+            commit_timestamp_ms: 1234,
+        };
+        let (k, v) = offset_record("g", "t", 3, &committed, 5);
+        assert_eq!(
+            decode(&k, &v),
+            Ok(GroupRecord::Offset {
+                group: "g".into(),
+                topic: "t".into(),
+                partition: 3,
+                committed: Some((committed, 5)),
+            })
+        );
+        assert_eq!(
+            decode(&offset_tombstone("g", "t", 3), b""),
+            Ok(GroupRecord::Offset {
+                group: "g".into(),
+                topic: "t".into(),
+                partition: 3,
+                committed: None,
+            })
+        );
+        let (k, v) = group_record("g", &snapshot());
+        assert_eq!(
+            decode(&k, &v),
+            Ok(GroupRecord::Group {
+                group: "g".into(),
+                snapshot: Some(snapshot()),
+            })
+        );
+    }
+
+    /// Every cut of a record, and every flipped byte of its kind or version, is a typed
+    /// error, never a panic.
+    #[test]
+    fn damaged_records_are_typed_errors() {
+        let (k, v) = group_record("group", &snapshot());
+        for cut in 0..v.len() {
+            assert!(decode(&k, &v[..cut]).is_err() || cut == 0, "cut at {cut}");
+        }
+        for cut in 0..k.len() {
+            assert!(decode(&k[..cut], &v).is_err(), "key cut at {cut}");
+        }
+        let mut bad = v.to_vec();
+        bad[0] = 9;
+        assert_eq!(decode(&k, &bad), Err(DecodeError::UnknownVersion(9)));
+        let mut bad_key = k.to_vec();
+        bad_key[0] = 7;
+        assert_eq!(decode(&bad_key, &v), Err(DecodeError::UnknownKind(7)));
+        // A member count of 4 billion with no bytes behind it ends early, without allocating.
+        let mut huge = v[..1 + 4].to_vec();
+        for s in ["consumer", "range", "m-1"] {
+            huge.extend_from_slice(&(s.len() as u16).to_le_bytes());
+            huge.extend_from_slice(s.as_bytes());
+        }
+        huge.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(decode(&k, &huge), Err(DecodeError::Truncated));
+    }
+}

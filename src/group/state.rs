@@ -1,0 +1,975 @@
+//! One group's state machine, with no I/O: Kafka's classic protocol (`GroupCoordinator`'s
+//! rules), driven by requests and by the clock the caller passes in.
+//!
+//! States, as Kafka names them:
+//! - **Empty**: no members (maybe committed offsets).
+//! - **PreparingRebalance**: waiting for every member to (re)join, up to the longest rebalance
+//!   timeout among them; members that have not rejoined by then are removed.
+//! - **CompletingRebalance**: the generation is new; waiting for the leader's assignment.
+//! - **Stable**: every member has its assignment and heartbeats.
+//!
+//! Answers that must wait (a join until the rebalance completes, a follower's sync until the
+//! leader's assignment is written) are parked as oneshot senders in the member. Whatever must be
+//! written before the group may move on (a completed rebalance) is returned to the caller as a
+//! [`Snapshot`], which the coordinator writes and then reports back ([`Group::synced`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::GroupError;
+
+/// A group's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum State {
+    Empty,
+    PreparingRebalance,
+    CompletingRebalance,
+    Stable,
+}
+
+impl State {
+    /// Kafka's name for the state (what DescribeGroups and ListGroups answer).
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            State::Empty => "Empty",
+            State::PreparingRebalance => "PreparingRebalance",
+            State::CompletingRebalance => "CompletingRebalance",
+            State::Stable => "Stable",
+        }
+    }
+}
+
+/// What a join answers once its rebalance completes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Joined {
+    pub(crate) generation: i32,
+    pub(crate) protocol: String,
+    pub(crate) leader: String,
+    pub(crate) member_id: String,
+    /// Every member's subscription for the chosen protocol: for the leader only (it assigns).
+    pub(crate) members: Vec<(String, Bytes)>,
+}
+
+pub(crate) type JoinReply = oneshot::Sender<Result<Joined, GroupError>>;
+pub(crate) type SyncReply = oneshot::Sender<Result<Bytes, GroupError>>;
+
+/// A join request's fields.
+#[derive(Clone, Debug)]
+pub(crate) struct JoinRequest {
+    /// Empty for a member joining for the first time.
+    pub(crate) member_id: String,
+    pub(crate) client_id: String,
+    pub(crate) client_host: String,
+    pub(crate) session_timeout: Duration,
+    pub(crate) rebalance_timeout: Duration,
+    pub(crate) protocol_type: String,
+    /// Protocol names with their subscriptions, the member's preferred first.
+    pub(crate) protocols: Vec<(String, Bytes)>,
+}
+
+/// One member.
+pub(crate) struct Member {
+    pub(crate) client_id: String,
+    pub(crate) client_host: String,
+    pub(crate) session_timeout: Duration,
+    pub(crate) rebalance_timeout: Duration,
+    pub(crate) protocols: Vec<(String, Bytes)>,
+    /// Its assignment in the current generation (empty until the leader's sync).
+    pub(crate) assignment: Bytes,
+    /// When its session ends unless it is heard from.
+    deadline: Instant,
+    awaiting_join: Option<JoinReply>,
+    awaiting_sync: Option<SyncReply>,
+}
+
+impl Member {
+    /// Its subscription for `protocol`.
+    pub(crate) fn metadata(&self, protocol: &str) -> Bytes {
+        self.protocols
+            .iter()
+            .find(|(name, _)| name == protocol)
+            .map(|(_, m)| m.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// A committed offset.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Committed {
+    pub(crate) offset: u64,
+    pub(crate) metadata: String,
+    pub(crate) commit_timestamp_ms: u64,
+}
+
+/// What the coordinator writes after a rebalance completes (or the group empties): enough
+/// to serve the group from another broker after a failover.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Snapshot {
+    pub(crate) generation: i32,
+    pub(crate) protocol_type: String,
+    pub(crate) protocol: String,
+    pub(crate) leader: String,
+    pub(crate) members: Vec<SnapshotMember>,
+}
+
+/// One member in a [`Snapshot`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SnapshotMember {
+    pub(crate) member_id: String,
+    pub(crate) client_id: String,
+    pub(crate) client_host: String,
+    pub(crate) session_timeout_ms: u32,
+    pub(crate) rebalance_timeout_ms: u32,
+    pub(crate) subscription: Bytes,
+    pub(crate) assignment: Bytes,
+}
+
+/// Limits the brokers put on groups.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct GroupLimits {
+    pub(crate) session_timeout_min: Duration,
+    pub(crate) session_timeout_max: Duration,
+    pub(crate) members_max: usize,
+    /// How long a rebalance of an empty group waits for more members (Kafka's
+    /// `group.initial.rebalance.delay.ms`).
+    pub(crate) initial_rebalance_delay: Duration,
+}
+
+/// One group.
+pub(crate) struct Group {
+    pub(crate) state: State,
+    pub(crate) generation: i32,
+    pub(crate) protocol_type: Option<String>,
+    pub(crate) protocol: Option<String>,
+    pub(crate) leader: Option<String>,
+    pub(crate) members: BTreeMap<String, Member>,
+    /// When the current rebalance stops waiting for members to rejoin.
+    rebalance_deadline: Option<Instant>,
+    /// The current rebalance started from Empty: it waits out its delay whoever has joined.
+    initial: bool,
+    pub(crate) offsets: HashMap<(String, u32), Committed>,
+    /// Counts member ids handed out, so that two are never the same.
+    next_member: u64,
+}
+
+/// The answer to a join: now, or once the rebalance completes.
+pub(crate) enum JoinOutcome {
+    Now(Result<Joined, GroupError>),
+    Parked(oneshot::Receiver<Result<Joined, GroupError>>),
+}
+
+/// The answer to a sync.
+pub(crate) enum SyncOutcome {
+    Now(Result<Bytes, GroupError>),
+    /// Waiting for the leader's assignment to be written.
+    Parked(oneshot::Receiver<Result<Bytes, GroupError>>),
+    /// The leader's sync: write `snapshot`, then call [`Group::synced`]; the member's answer
+    /// comes through the receiver.
+    Write(Snapshot, oneshot::Receiver<Result<Bytes, GroupError>>),
+}
+
+impl Group {
+    pub(crate) fn new() -> Group {
+        Group {
+            state: State::Empty,
+            generation: 0,
+            protocol_type: None,
+            protocol: None,
+            leader: None,
+            members: BTreeMap::new(),
+            rebalance_deadline: None,
+            initial: false,
+            offsets: HashMap::new(),
+            next_member: 0,
+        }
+    }
+
+    /// A group as a [`Snapshot`] left it (read back after a failover): Stable with its
+    /// members, each given a whole session from `now` to be heard from again.
+    pub(crate) fn restore(&mut self, snapshot: Snapshot, now: Instant) {
+        self.generation = snapshot.generation;
+        self.protocol_type = Some(snapshot.protocol_type).filter(|t| !t.is_empty());
+        self.protocol = Some(snapshot.protocol).filter(|p| !p.is_empty());
+        self.leader = Some(snapshot.leader).filter(|l| !l.is_empty());
+        self.members.clear();
+        for m in snapshot.members {
+            let session_timeout = Duration::from_millis(m.session_timeout_ms.into());
+            self.members.insert(
+                m.member_id,
+                Member {
+                    client_id: m.client_id,
+                    client_host: m.client_host,
+                    session_timeout,
+                    rebalance_timeout: Duration::from_millis(m.rebalance_timeout_ms.into()),
+                    protocols: vec![(self.protocol.clone().unwrap_or_default(), m.subscription)],
+                    assignment: m.assignment,
+                    deadline: now + session_timeout,
+                    awaiting_join: None,
+                    awaiting_sync: None,
+                },
+            );
+        }
+        self.state = if self.members.is_empty() {
+            State::Empty
+        } else {
+            State::Stable
+        };
+        self.rebalance_deadline = None;
+    }
+
+    /// Nothing to keep: no members and no committed offsets.
+    pub(crate) fn is_forgettable(&self) -> bool {
+        self.state == State::Empty && self.offsets.is_empty()
+    }
+
+    /// Handles a join (see the module's rules).
+    pub(crate) fn join(
+        &mut self,
+        request: JoinRequest,
+        limits: &GroupLimits,
+        now: Instant,
+    ) -> JoinOutcome {
+        if request.session_timeout < limits.session_timeout_min
+            || request.session_timeout > limits.session_timeout_max
+        {
+            return JoinOutcome::Now(Err(GroupError::InvalidSessionTimeout));
+        }
+        if request.protocol_type.is_empty()
+            || request.protocols.is_empty()
+            || !self.supports(&request.protocol_type, &request.protocols)
+        {
+            return JoinOutcome::Now(Err(GroupError::InconsistentGroupProtocol));
+        }
+        let (tx, rx) = oneshot::channel();
+        if request.member_id.is_empty() {
+            if self.members.len() >= limits.members_max {
+                return JoinOutcome::Now(Err(GroupError::GroupMaxSizeReached));
+            }
+            self.next_member += 1;
+            let id = format!(
+                "{}-{}-{}",
+                request.client_id,
+                self.generation,
+                new_member_suffix(self.next_member)
+            );
+            self.add_member(id, request, tx, now);
+            match self.state {
+                State::PreparingRebalance => self.maybe_complete_join(now),
+                _ => self.prepare_rebalance(now, limits),
+            }
+            return JoinOutcome::Parked(rx);
+        }
+        let id = request.member_id.clone();
+        let Some(member) = self.members.get_mut(&id) else {
+            return JoinOutcome::Now(Err(GroupError::UnknownMemberId));
+        };
+        let same = member.protocols == request.protocols;
+        member.deadline = now + member.session_timeout.max(request.session_timeout);
+        let answer_now = match self.state {
+            State::Empty => return JoinOutcome::Now(Err(GroupError::UnknownMemberId)),
+            State::PreparingRebalance => false,
+            // A member that lost its answer asks again: the same generation, unchanged.
+            State::CompletingRebalance => same,
+            // In a stable group only the leader's join (or changed protocols) rebalances.
+            State::Stable => same && !self.is_leader(&id),
+        };
+        if answer_now {
+            return JoinOutcome::Now(Ok(self.joined(&id)));
+        }
+        if let Some(member) = self.members.get_mut(&id) {
+            update_member(member, request, tx);
+        }
+        if self.state == State::PreparingRebalance {
+            self.maybe_complete_join(now);
+        } else {
+            self.prepare_rebalance(now, limits);
+        }
+        JoinOutcome::Parked(rx)
+    }
+
+    /// Handles a sync: the leader's carries every member's assignment.
+    pub(crate) fn sync(
+        &mut self,
+        member_id: &str,
+        generation: i32,
+        assignments: Vec<(String, Bytes)>,
+        now: Instant,
+    ) -> SyncOutcome {
+        let Some(member) = self.members.get_mut(member_id) else {
+            return SyncOutcome::Now(Err(GroupError::UnknownMemberId));
+        };
+        if generation != self.generation {
+            return SyncOutcome::Now(Err(GroupError::IllegalGeneration));
+        }
+        member.deadline = now + member.session_timeout;
+        match self.state {
+            State::Empty => SyncOutcome::Now(Err(GroupError::UnknownMemberId)),
+            State::PreparingRebalance => SyncOutcome::Now(Err(GroupError::RebalanceInProgress)),
+            State::Stable => SyncOutcome::Now(Ok(member.assignment.clone())),
+            State::CompletingRebalance => {
+                let (tx, rx) = oneshot::channel();
+                member.awaiting_sync = Some(tx);
+                if !self.is_leader(member_id) {
+                    return SyncOutcome::Parked(rx);
+                }
+                let mut given: HashMap<String, Bytes> = assignments.into_iter().collect();
+                for (id, m) in &mut self.members {
+                    m.assignment = given.remove(id).unwrap_or_default();
+                }
+                SyncOutcome::Write(self.snapshot(), rx)
+            }
+        }
+    }
+
+    /// The leader's assignment of `generation` was written (`Ok`) or could not be (`Err`):
+    /// the group turns Stable and every waiting member gets its assignment, or they all get
+    /// the error and the group rebalances again.
+    pub(crate) fn synced(
+        &mut self,
+        generation: i32,
+        written: Result<(), GroupError>,
+        limits: &GroupLimits,
+        now: Instant,
+    ) {
+        if self.generation != generation || self.state != State::CompletingRebalance {
+            return;
+        }
+        match written {
+            Ok(()) => {
+                self.state = State::Stable;
+                for m in self.members.values_mut() {
+                    if let Some(tx) = m.awaiting_sync.take() {
+                        let _ = tx.send(Ok(m.assignment.clone()));
+                    }
+                    m.deadline = now + m.session_timeout;
+                }
+            }
+            Err(e) => {
+                for m in self.members.values_mut() {
+                    m.assignment = Bytes::new();
+                    if let Some(tx) = m.awaiting_sync.take() {
+                        let _ = tx.send(Err(e));
+                    }
+                }
+                self.prepare_rebalance(now, limits);
+            }
+        }
+    }
+
+    /// Handles a heartbeat.
+    pub(crate) fn heartbeat(
+        &mut self,
+        member_id: &str,
+        generation: i32,
+        now: Instant,
+    ) -> Result<(), GroupError> {
+        let state = self.state;
+        let current = self.generation;
+        let member = self
+            .members
+            .get_mut(member_id)
+            .ok_or(GroupError::UnknownMemberId)?;
+        if state == State::Empty {
+            return Err(GroupError::UnknownMemberId);
+        }
+        if generation != current {
+            return Err(GroupError::IllegalGeneration);
+        }
+        member.deadline = now + member.session_timeout;
+        match state {
+            State::PreparingRebalance => Err(GroupError::RebalanceInProgress),
+            _ => Ok(()),
+        }
+    }
+
+    /// Handles a member's leave: it is removed, and the group rebalances without it.
+    pub(crate) fn leave(
+        &mut self,
+        member_id: &str,
+        limits: &GroupLimits,
+        now: Instant,
+    ) -> Result<(), GroupError> {
+        let member = self
+            .members
+            .remove(member_id)
+            .ok_or(GroupError::UnknownMemberId)?;
+        answer_removed(member);
+        self.after_removal(limits, now);
+        Ok(())
+    }
+
+    /// Checks a commit's fencing: a member of the current generation, outside the wait for
+    /// the leader's assignment; or, with no member id and a negative generation, a commit for
+    /// a group with no members (offsets kept for a consumer that assigns its own partitions,
+    /// or an administrator's reset).
+    pub(crate) fn check_commit(
+        &mut self,
+        member_id: &str,
+        generation: i32,
+        now: Instant,
+    ) -> Result<(), GroupError> {
+        if generation < 0 && member_id.is_empty() {
+            return if self.state == State::Empty {
+                Ok(())
+            } else {
+                Err(GroupError::NonEmptyGroup)
+            };
+        }
+        if self.state == State::CompletingRebalance {
+            return Err(GroupError::RebalanceInProgress);
+        }
+        let current = self.generation;
+        let member = self
+            .members
+            .get_mut(member_id)
+            .ok_or(GroupError::UnknownMemberId)?;
+        if generation != current {
+            return Err(GroupError::IllegalGeneration);
+        }
+        member.deadline = now + member.session_timeout;
+        Ok(())
+    }
+
+    /// Applies a written commit.
+    pub(crate) fn commit(&mut self, topic: String, partition: u32, committed: Committed) {
+        self.offsets.insert((topic, partition), committed);
+    }
+
+    /// Moves time on: members whose session ended are removed (a member waiting for its join
+    /// or sync answer is kept: it is waiting on the group), and a rebalance whose deadline
+    /// passed completes without the members that did not rejoin. Returns a snapshot to write
+    /// if the group emptied.
+    pub(crate) fn tick(&mut self, limits: &GroupLimits, now: Instant) -> Option<Snapshot> {
+        let expired: Vec<String> = self
+            .members
+            .iter()
+            .filter(|(_, m)| {
+                m.awaiting_join.is_none() && m.awaiting_sync.is_none() && m.deadline <= now
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        let was_empty = self.state == State::Empty;
+        for id in &expired {
+            if let Some(m) = self.members.remove(id) {
+                tracing::info!(member = %id, "group member's session expired");
+                answer_removed(m);
+            }
+        }
+        if !expired.is_empty() {
+            self.after_removal(limits, now);
+        }
+        if self.state == State::PreparingRebalance {
+            self.maybe_complete_join(now);
+        }
+        (!was_empty && self.state == State::Empty).then(|| self.snapshot())
+    }
+
+    /// The group as it stands, for writing.
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        let protocol = self.protocol.clone().unwrap_or_default();
+        Snapshot {
+            generation: self.generation,
+            protocol_type: self.protocol_type.clone().unwrap_or_default(),
+            protocol: protocol.clone(),
+            leader: self.leader.clone().unwrap_or_default(),
+            members: self
+                .members
+                .iter()
+                .map(|(id, m)| SnapshotMember {
+                    member_id: id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    session_timeout_ms: millis_u32(m.session_timeout),
+                    rebalance_timeout_ms: millis_u32(m.rebalance_timeout),
+                    subscription: m.metadata(&protocol),
+                    assignment: m.assignment.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    fn is_leader(&self, member_id: &str) -> bool {
+        self.leader.as_deref() == Some(member_id)
+    }
+
+    /// The group takes this protocol type and shares a protocol with these.
+    fn supports(&self, protocol_type: &str, protocols: &[(String, Bytes)]) -> bool {
+        if self.members.is_empty() {
+            return true;
+        }
+        if self.protocol_type.as_deref() != Some(protocol_type) {
+            return false;
+        }
+        protocols.iter().any(|(name, _)| {
+            self.members
+                .values()
+                .all(|m| m.protocols.iter().any(|(n, _)| n == name))
+        })
+    }
+
+    fn add_member(&mut self, id: String, request: JoinRequest, tx: JoinReply, now: Instant) {
+        if self.members.is_empty() {
+            self.protocol_type = Some(request.protocol_type.clone());
+        }
+        self.members.insert(
+            id,
+            Member {
+                client_id: request.client_id,
+                client_host: request.client_host,
+                session_timeout: request.session_timeout,
+                rebalance_timeout: request.rebalance_timeout,
+                protocols: request.protocols,
+                assignment: Bytes::new(),
+                deadline: now + request.session_timeout,
+                awaiting_join: Some(tx),
+                awaiting_sync: None,
+            },
+        );
+    }
+
+    /// Starts a rebalance: members waiting for the leader's assignment are told to rejoin, and
+    /// every member has until the longest rebalance timeout to join again.
+    fn prepare_rebalance(&mut self, now: Instant, limits: &GroupLimits) {
+        if self.state == State::CompletingRebalance {
+            for m in self.members.values_mut() {
+                if let Some(tx) = m.awaiting_sync.take() {
+                    let _ = tx.send(Err(GroupError::RebalanceInProgress));
+                }
+            }
+        }
+        let longest = self
+            .members
+            .values()
+            .map(|m| m.rebalance_timeout)
+            .max()
+            .unwrap_or_default();
+        self.initial = self.state == State::Empty;
+        let wait = if self.initial {
+            limits.initial_rebalance_delay.min(longest)
+        } else {
+            longest
+        };
+        self.state = State::PreparingRebalance;
+        self.rebalance_deadline = Some(now + wait);
+        self.maybe_complete_join(now);
+    }
+
+    /// After members left: rebalance, or finish the one under way if only they were missing.
+    fn after_removal(&mut self, limits: &GroupLimits, now: Instant) {
+        if self
+            .leader
+            .as_ref()
+            .is_some_and(|l| !self.members.contains_key(l))
+        {
+            self.leader = None;
+        }
+        match self.state {
+            State::Stable | State::CompletingRebalance if self.members.is_empty() => {
+                self.become_empty();
+            }
+            State::Stable | State::CompletingRebalance => self.prepare_rebalance(now, limits),
+            State::PreparingRebalance => self.maybe_complete_join(now),
+            State::Empty => {}
+        }
+    }
+
+    fn become_empty(&mut self) {
+        self.state = State::Empty;
+        self.generation += 1;
+        self.protocol = None;
+        self.protocol_type = None;
+        self.leader = None;
+        self.rebalance_deadline = None;
+    }
+
+    /// Completes the join phase once every member has rejoined (unless the group started
+    /// empty, which waits out its delay) or the deadline passed: members that did not rejoin
+    /// are removed, the generation moves on, a protocol every member supports is chosen, and
+    /// every waiting join is answered.
+    fn maybe_complete_join(&mut self, now: Instant) {
+        if self.state != State::PreparingRebalance {
+            return;
+        }
+        let all_joined = self.members.values().all(|m| m.awaiting_join.is_some());
+        let deadline_passed = self.rebalance_deadline.is_none_or(|d| d <= now);
+        if !(deadline_passed || (all_joined && !self.initial)) {
+            return;
+        }
+        let missing: Vec<String> = self
+            .members
+            .iter()
+            .filter(|(_, m)| m.awaiting_join.is_none())
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in missing {
+            if let Some(m) = self.members.remove(&id) {
+                answer_removed(m);
+            }
+        }
+        if self.members.is_empty() {
+            self.become_empty();
+            return;
+        }
+        self.generation += 1;
+        self.protocol = Some(self.choose_protocol());
+        if self
+            .leader
+            .as_ref()
+            .is_none_or(|l| !self.members.contains_key(l))
+        {
+            self.leader = self.members.keys().next().cloned();
+        }
+        self.state = State::CompletingRebalance;
+        self.rebalance_deadline = None;
+        self.initial = false;
+        let ids: Vec<String> = self.members.keys().cloned().collect();
+        for id in ids {
+            let joined = self.joined(&id);
+            if let Some(m) = self.members.get_mut(&id) {
+                m.deadline = now + m.session_timeout;
+                m.assignment = Bytes::new();
+                if let Some(tx) = m.awaiting_join.take() {
+                    let _ = tx.send(Ok(joined));
+                }
+            }
+        }
+    }
+
+    /// The protocol every member supports that most members prefer (Kafka's vote: each
+    /// member votes for its first choice among those all support; ties go to the first
+    /// name).
+    fn choose_protocol(&self) -> String {
+        let Some(first) = self.members.values().next() else {
+            return String::new();
+        };
+        let common: Vec<&String> = first
+            .protocols
+            .iter()
+            .map(|(n, _)| n)
+            .filter(|n| {
+                self.members
+                    .values()
+                    .all(|m| m.protocols.iter().any(|(p, _)| p == *n))
+            })
+            .collect();
+        let mut votes: BTreeMap<&String, usize> = BTreeMap::new();
+        for m in self.members.values() {
+            if let Some((n, _)) = m.protocols.iter().find(|(p, _)| common.contains(&p)) {
+                *votes.entry(n).or_default() += 1;
+            }
+        }
+        let best = votes.values().copied().max().unwrap_or(0);
+        common
+            .into_iter()
+            .find(|n| votes.get(n).copied().unwrap_or(0) == best)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The join answer for `member_id` in the current generation.
+    fn joined(&self, member_id: &str) -> Joined {
+        let protocol = self.protocol.clone().unwrap_or_default();
+        let leader = self.leader.clone().unwrap_or_default();
+        let members = if leader == member_id {
+            self.members
+                .iter()
+                .map(|(id, m)| (id.clone(), m.metadata(&protocol)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Joined {
+            generation: self.generation,
+            protocol,
+            leader,
+            member_id: member_id.to_string(),
+            members,
+        }
+    }
+}
+
+fn update_member(member: &mut Member, request: JoinRequest, tx: JoinReply) {
+    member.protocols = request.protocols;
+    member.session_timeout = request.session_timeout;
+    member.rebalance_timeout = request.rebalance_timeout;
+    member.client_id = request.client_id;
+    member.client_host = request.client_host;
+    // A join sent again while the first waits replaces it (the first's asker gave up).
+    member.awaiting_join = Some(tx);
+}
+
+/// A removed member's waiting requests are told it is gone.
+fn answer_removed(member: Member) {
+    if let Some(tx) = member.awaiting_join {
+        let _ = tx.send(Err(GroupError::UnknownMemberId));
+    }
+    if let Some(tx) = member.awaiting_sync {
+        let _ = tx.send(Err(GroupError::UnknownMemberId));
+    }
+}
+
+fn millis_u32(d: Duration) -> u32 {
+    u32::try_from(d.as_millis()).unwrap_or(u32::MAX)
+}
+
+/// A member id's unique part: a random number and a counter.
+fn new_member_suffix(counter: u64) -> String {
+    format!("{:016x}{counter:x}", crate::client::new_producer_id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: GroupLimits = GroupLimits {
+        session_timeout_min: Duration::from_millis(100),
+        session_timeout_max: Duration::from_secs(60),
+        members_max: 3,
+        initial_rebalance_delay: Duration::from_millis(0),
+    };
+
+    fn join_request(member_id: &str, protocols: &[&str]) -> JoinRequest {
+        JoinRequest {
+            member_id: member_id.into(),
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            session_timeout: Duration::from_secs(10),
+            rebalance_timeout: Duration::from_secs(5),
+            protocol_type: "consumer".into(),
+            protocols: protocols
+                .iter()
+                .map(|p| (p.to_string(), Bytes::from(format!("sub-{p}"))))
+                .collect(),
+        }
+    }
+
+    fn parked(outcome: JoinOutcome) -> oneshot::Receiver<Result<Joined, GroupError>> {
+        match outcome {
+            JoinOutcome::Parked(rx) => rx,
+            JoinOutcome::Now(r) => panic!("answered at once: {r:?}"),
+        }
+    }
+
+    fn answered<T: std::fmt::Debug>(
+        rx: &mut oneshot::Receiver<Result<T, GroupError>>,
+    ) -> Result<T, GroupError> {
+        rx.try_recv().expect("answered")
+    }
+
+    /// Two members join, the leader assigns, both are Stable with their assignments.
+    #[test]
+    fn two_members_join_sync_and_heartbeat() {
+        let now = Instant::now();
+        let mut g = Group::new();
+        let mut a = parked(g.join(join_request("", &["range"]), &LIMITS, now));
+        // Alone and the initial delay is 0: the first join completes at once.
+        let a_joined = answered(&mut a).unwrap();
+        assert_eq!(a_joined.generation, 1);
+        assert_eq!(a_joined.leader, a_joined.member_id);
+        // A second member starts a rebalance; the first must rejoin.
+        let mut b = parked(g.join(join_request("", &["range", "roundrobin"]), &LIMITS, now));
+        assert_eq!(
+            g.heartbeat(&a_joined.member_id, 1, now),
+            Err(GroupError::RebalanceInProgress)
+        );
+        let mut a = parked(g.join(join_request(&a_joined.member_id, &["range"]), &LIMITS, now));
+        let a2 = answered(&mut a).unwrap();
+        let b2 = answered(&mut b).unwrap();
+        assert_eq!((a2.generation, b2.generation), (2, 2));
+        assert_eq!(a2.protocol, "range");
+        assert_eq!(a2.leader, a_joined.member_id, "the leader stays the leader");
+        assert_eq!(a2.members.len(), 2, "the leader sees every subscription");
+        assert!(b2.members.is_empty());
+        // A follower's sync waits for the leader's.
+        let SyncOutcome::Parked(mut b_sync) = g.sync(&b2.member_id, 2, vec![], now) else {
+            panic!("the follower waits");
+        };
+        assert_eq!(
+            g.check_commit(&b2.member_id, 2, now),
+            Err(GroupError::RebalanceInProgress)
+        );
+        let assignments = vec![
+            (a2.member_id.clone(), Bytes::from_static(b"A")),
+            (b2.member_id.clone(), Bytes::from_static(b"B")),
+        ];
+        let SyncOutcome::Write(snapshot, mut a_sync) = g.sync(&a2.member_id, 2, assignments, now)
+        else {
+            panic!("the leader's sync writes");
+        };
+        assert_eq!(snapshot.members.len(), 2);
+        assert!(b_sync.try_recv().is_err(), "not before it is written");
+        g.synced(2, Ok(()), &LIMITS, now);
+        assert_eq!(answered(&mut a_sync).unwrap(), "A");
+        assert_eq!(answered(&mut b_sync).unwrap(), "B");
+        assert_eq!(g.state, State::Stable);
+        assert_eq!(g.heartbeat(&b2.member_id, 2, now), Ok(()));
+        assert_eq!(
+            g.heartbeat(&b2.member_id, 1, now),
+            Err(GroupError::IllegalGeneration)
+        );
+        assert_eq!(
+            g.check_commit(&b2.member_id, 1, now),
+            Err(GroupError::IllegalGeneration)
+        );
+        assert_eq!(g.check_commit(&b2.member_id, 2, now), Ok(()));
+        assert_eq!(g.check_commit("", -1, now), Err(GroupError::NonEmptyGroup));
+    }
+
+    /// A member that stops heartbeating is removed once its session ends, and the others
+    /// rebalance without it; a member that does not rejoin in time is dropped.
+    #[test]
+    fn a_silent_member_is_expired_and_the_group_rebalances() {
+        let t0 = Instant::now();
+        let mut g = Group::new();
+        let a = answered(&mut parked(g.join(
+            join_request("", &["range"]),
+            &LIMITS,
+            t0,
+        )))
+        .unwrap();
+        let mut b = parked(g.join(join_request("", &["range"]), &LIMITS, t0));
+        let a = answered(&mut parked(g.join(
+            join_request(&a.member_id, &["range"]),
+            &LIMITS,
+            t0,
+        )))
+        .unwrap();
+        let b = answered(&mut b).unwrap();
+        let SyncOutcome::Write(_, _rx) = g.sync(&a.member_id, a.generation, vec![], t0) else {
+            panic!()
+        };
+        g.synced(a.generation, Ok(()), &LIMITS, t0);
+        // b keeps heartbeating; a falls silent.
+        let t1 = t0 + Duration::from_secs(6);
+        g.heartbeat(&b.member_id, b.generation, t1).unwrap();
+        assert!(g.tick(&LIMITS, t1).is_none());
+        assert_eq!(g.members.len(), 2);
+        let t2 = t0 + Duration::from_secs(11);
+        g.tick(&LIMITS, t2);
+        assert_eq!(g.members.len(), 1, "a's session ended");
+        assert_eq!(g.state, State::PreparingRebalance);
+        assert_eq!(
+            g.heartbeat(&b.member_id, b.generation, t2),
+            Err(GroupError::RebalanceInProgress)
+        );
+        let b3 = answered(&mut parked(g.join(
+            join_request(&b.member_id, &["range"]),
+            &LIMITS,
+            t2,
+        )))
+        .unwrap();
+        assert_eq!(b3.generation, b.generation + 1);
+        assert_eq!(b3.leader, b.member_id, "the survivor leads");
+        // The expired member is gone for good: its heartbeats (and, once the group is
+        // stable, its commits) are refused.
+        assert_eq!(
+            g.heartbeat(&a.member_id, a.generation, t2),
+            Err(GroupError::UnknownMemberId)
+        );
+        let SyncOutcome::Write(_, _rx) = g.sync(&b3.member_id, b3.generation, vec![], t2) else {
+            panic!()
+        };
+        g.synced(b3.generation, Ok(()), &LIMITS, t2);
+        assert_eq!(
+            g.check_commit(&a.member_id, a.generation, t2),
+            Err(GroupError::UnknownMemberId)
+        );
+    }
+
+    /// A rebalance completes without a member that does not rejoin within the rebalance
+    /// timeout, and a group whose last member leaves is Empty (and says so to be written).
+    #[test]
+    fn a_member_that_does_not_rejoin_is_dropped_and_the_last_leave_empties_the_group() {
+        let t0 = Instant::now();
+        let mut g = Group::new();
+        let a = answered(&mut parked(g.join(
+            join_request("", &["range"]),
+            &LIMITS,
+            t0,
+        )))
+        .unwrap();
+        let mut b = parked(g.join(join_request("", &["range"]), &LIMITS, t0));
+        // `a` never rejoins: the rebalance waits its 5 s, then goes on without it.
+        g.tick(&LIMITS, t0 + Duration::from_secs(4));
+        assert!(b.try_recv().is_err());
+        g.tick(&LIMITS, t0 + Duration::from_secs(5));
+        let b = answered(&mut b).unwrap();
+        assert_eq!(g.members.len(), 1);
+        assert_eq!(b.leader, b.member_id);
+        assert!(!g.members.contains_key(&a.member_id));
+        g.leave(&b.member_id, &LIMITS, t0).unwrap();
+        assert_eq!(g.state, State::Empty);
+        assert_eq!(g.check_commit("", -1, t0), Ok(()));
+        assert_eq!(
+            g.leave(&b.member_id, &LIMITS, t0),
+            Err(GroupError::UnknownMemberId)
+        );
+    }
+
+    #[test]
+    fn joins_that_do_not_fit_are_refused() {
+        let now = Instant::now();
+        let mut g = Group::new();
+        let mut short = join_request("", &["range"]);
+        short.session_timeout = Duration::from_millis(1);
+        assert!(matches!(
+            g.join(short, &LIMITS, now),
+            JoinOutcome::Now(Err(GroupError::InvalidSessionTimeout))
+        ));
+        let _a = parked(g.join(join_request("", &["range"]), &LIMITS, now));
+        assert!(matches!(
+            g.join(join_request("", &["roundrobin"]), &LIMITS, now),
+            JoinOutcome::Now(Err(GroupError::InconsistentGroupProtocol))
+        ));
+        let mut other_type = join_request("", &["range"]);
+        other_type.protocol_type = "connect".into();
+        assert!(matches!(
+            g.join(other_type, &LIMITS, now),
+            JoinOutcome::Now(Err(GroupError::InconsistentGroupProtocol))
+        ));
+        let _b = parked(g.join(join_request("", &["range"]), &LIMITS, now));
+        let _c = parked(g.join(join_request("", &["range"]), &LIMITS, now));
+        assert!(matches!(
+            g.join(join_request("", &["range"]), &LIMITS, now),
+            JoinOutcome::Now(Err(GroupError::GroupMaxSizeReached))
+        ));
+        assert!(matches!(
+            g.join(join_request("nobody", &["range"]), &LIMITS, now),
+            JoinOutcome::Now(Err(GroupError::UnknownMemberId))
+        ));
+    }
+
+    /// A restored snapshot serves the same generation: its members' heartbeats and commits
+    /// pass, a stranger's do not.
+    #[test]
+    fn a_restored_group_keeps_its_generation_and_members() {
+        let now = Instant::now();
+        let mut g = Group::new();
+        let a = answered(&mut parked(g.join(
+            join_request("", &["range"]),
+            &LIMITS,
+            now,
+        )))
+        .unwrap();
+        let SyncOutcome::Write(snapshot, _rx) = g.sync(&a.member_id, a.generation, vec![], now)
+        else {
+            panic!()
+        };
+        let mut restored = Group::new();
+        restored.restore(snapshot, now);
+        assert_eq!(restored.state, State::Stable);
+        assert_eq!(restored.heartbeat(&a.member_id, a.generation, now), Ok(()));
+        assert_eq!(
+            restored.check_commit(&a.member_id, a.generation, now),
+            Ok(())
+        );
+        assert_eq!(
+            restored.heartbeat("stranger", a.generation, now),
+            Err(GroupError::UnknownMemberId)
+        );
+    }
+}
