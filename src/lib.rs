@@ -23,6 +23,16 @@
 //! - [`LocalCluster`]: a cluster's brokers in one process on loopback, for tests, benches and
 //!   the demo.
 //!
+//! # Metrics
+//!
+//! Brokers and clients report through the [`metrics`](https://docs.rs/metrics) facade: install
+//! any recorder (`metrics-exporter-prometheus`, as `replog node --metrics-listen` does) to
+//! collect them. Per replica: log end, high watermark, log start, leadership; per follower
+//! of a partition led here: lag in entries, bytes and seconds since its last acknowledgement;
+//! requests and their latency by operation; coordinated groups' members, generation and lag;
+//! produce retries, latency and batches in flight; consumer lag and records. Names, kinds
+//! and labels are listed in the repository's `src/metrics.rs`.
+//!
 //! # Example: a three-broker cluster in one process
 //!
 //! ```
@@ -116,6 +126,7 @@ mod error;
 mod group;
 mod local_cluster;
 mod log;
+mod metrics;
 mod node;
 pub mod partitioner;
 mod producer;

@@ -489,10 +489,12 @@ impl Shared {
         let working = Working::start(&self.working);
         tokio::spawn(async move {
             let _working = working;
+            crate::metrics::producer_in_flight(1.0);
             let outcome = match prepared {
                 Ok(batch) => client.send_prepared(batch).await.map(|d| d.base_offset),
                 Err(e) => Err(e),
             };
+            crate::metrics::producer_in_flight(-1.0);
             if let Some(tx) = outcome_tx {
                 tx.send_replace(Some(outcome));
             }

@@ -86,6 +86,25 @@ pub(crate) struct FetchResponse {
     pub(crate) log_start: u64,
 }
 
+/// `Op::ListOffsets` request: where `partition` is at `at`; answered
+/// `Result<Option<u64>, WireError>` (`None`: no batch written at or after the time).
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct ListOffsetsRequest {
+    pub(crate) partition: PartitionId,
+    pub(crate) at: OffsetAt,
+}
+
+/// A point in a partition, as ListOffsets names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum OffsetAt {
+    /// The first offset still in the log (Kafka's timestamp −2).
+    Earliest,
+    /// The high watermark (Kafka's −1).
+    Latest,
+    /// The first committed batch written at or after this time, in ms since the epoch.
+    Timestamp(u64),
+}
+
 /// One batch in a fetch response: the frame's fields and its record bytes as stored.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct WireBatch {

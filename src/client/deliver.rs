@@ -169,6 +169,9 @@ impl Client {
                 last: "too many batches in flight to the partition".into(),
             }),
         };
+        if outcome.is_ok() {
+            crate::metrics::produced(started.elapsed());
+        }
         if request.batch.producer_id != 0 {
             // A failed batch may leave its sequence numbers unused: the partition moves to the
             // next epoch (see `sequencer`).
@@ -264,6 +267,7 @@ impl<'a> Delivering<'a> {
     /// one attempt, and lets the handler of the answer's class say what comes next.
     async fn run(mut self) -> Result<Delivery> {
         let mut target = self.client.leader_addr(&self.id);
+        let mut attempts = 0u32;
         // Bounded by the delivery deadline and the redirect-hop limit.
         loop {
             if Instant::now() >= self.deadline {
@@ -277,6 +281,10 @@ impl<'a> Delivering<'a> {
                     Next::Done(result) => return result,
                 },
             };
+            if attempts > 0 {
+                crate::metrics::produce_retry();
+            }
+            attempts += 1;
             let answer = self.attempt(addr).await;
             target = match self.on_answer(addr, answer).await {
                 Next::Retry { target } => Some(target),

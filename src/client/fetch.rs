@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::Client;
 use crate::error::{Error, Result};
-use crate::protocol::{FetchRequest, FetchResponse, WireError};
+use crate::protocol::{FetchRequest, FetchResponse, ListOffsetsRequest, OffsetAt, WireError};
 use crate::segment::record::{Batch, Limits};
 use crate::transport::frame::Op;
 use crate::types::{Offset, PartitionId};
@@ -149,6 +149,48 @@ impl Client {
                     tried.push(format!("{addr} (no replica)"));
                 }
                 Ok(Err(e)) => return Err(e.into_error(&id, offset.get())),
+                Err(e) => tried.push(format!("{addr} ({e})")),
+            }
+        }
+        Err(Error::NoBrokerReachable {
+            tried: tried.join(", "),
+        })
+    }
+
+    /// The offset of the first committed record of a partition written at or after
+    /// `timestamp_ms` (ms since the Unix epoch; a batch's records share the leader's stamp
+    /// at append), asked of its leader; `None` if none is yet (Kafka's ListOffsets by
+    /// timestamp). The broker finds it without scanning the log (see
+    /// [`PartitionLog::offset_for_timestamp`](crate::PartitionLog::offset_for_timestamp)).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownPartition`], [`Error::NoBrokerReachable`].
+    pub async fn offset_for_timestamp(
+        &self,
+        topic: &str,
+        partition: u32,
+        timestamp_ms: u64,
+    ) -> Result<Option<Offset>> {
+        let id = PartitionId::new(topic, partition);
+        let request = ListOffsetsRequest {
+            partition: id.clone(),
+            at: OffsetAt::Timestamp(timestamp_ms),
+        };
+        if self.leader_addr(&id).is_none() {
+            let _ = self.refresh(Some(topic)).await;
+        }
+        let mut targets: Vec<SocketAddr> = self.leader_addr(&id).into_iter().collect();
+        targets.extend(self.candidates());
+        let mut tried = Vec::new();
+        for addr in targets {
+            match self
+                .call::<_, Option<u64>>(addr, Op::ListOffsets, &request)
+                .await
+            {
+                Ok(Ok(found)) => return Ok(found.map(Offset)),
+                Ok(Err(WireError::NotLeader { .. })) => tried.push(format!("{addr} (no replica)")),
+                Ok(Err(e)) => return Err(e.into_error(&id, 0)),
                 Err(e) => tried.push(format!("{addr} ({e})")),
             }
         }

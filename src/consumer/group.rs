@@ -137,6 +137,22 @@ impl Consumer {
             let position = match (committed, self.config.auto_offset_reset) {
                 (Some(o), _) => Offset(o),
                 (None, StartAt::Offset(o)) => o,
+                (None, StartAt::Timestamp(ms)) => {
+                    match self
+                        .client
+                        .offset_for_timestamp(topic, *partition, ms)
+                        .await?
+                    {
+                        Some(o) => o,
+                        None => self
+                            .client
+                            .describe(topic)
+                            .await?
+                            .iter()
+                            .find(|d| d.partition.partition == *partition)
+                            .map_or(Offset(0), |d| d.high_watermark),
+                    }
+                }
                 (None, reset) => {
                     if !described.contains_key(topic) {
                         described.insert(topic.clone(), self.client.describe(topic).await?);

@@ -98,6 +98,10 @@ pub enum StartAt {
     End,
     /// This offset; one below the log start moves up to it.
     Offset(Offset),
+    /// The first record written at or after this time, in milliseconds since the Unix epoch
+    /// (the end, if none is yet); found without scanning the log
+    /// ([`Client::offset_for_timestamp`]).
+    Timestamp(u64),
 }
 
 /// One record, where it is, and when its batch was written.
@@ -463,6 +467,11 @@ impl Consumer {
                 StartAt::Beginning => d.log_start,
                 StartAt::End => d.high_watermark,
                 StartAt::Offset(o) => o,
+                StartAt::Timestamp(ms) => self
+                    .client
+                    .offset_for_timestamp(topic, p, ms)
+                    .await?
+                    .unwrap_or(d.high_watermark),
             };
             self.start(PartitionId::new(topic, p), position);
         }
@@ -565,7 +574,13 @@ impl Consumer {
                         out.push(r);
                     }
                 }
-                Event::Marks { high_watermark } => a.high_watermark = Some(high_watermark),
+                Event::Marks { high_watermark } => {
+                    a.high_watermark = Some(high_watermark);
+                    crate::metrics::consumer_lag(
+                        &id,
+                        high_watermark.get().saturating_sub(a.position.get()),
+                    );
+                }
                 Event::Failed(e) => {
                     a.fetcher = None;
                     // The records taken already are returned first: their positions moved.
@@ -577,6 +592,7 @@ impl Consumer {
                 }
             }
         }
+        report_consumed(&out);
         Ok(out)
     }
 
@@ -661,6 +677,25 @@ impl Consumer {
             tx: self.tx.clone(),
         };
         a.fetcher = Some(tokio::spawn(fetcher.run(position)));
+    }
+}
+
+/// Counts the records a poll returns, per topic (they come in runs of one topic).
+fn report_consumed(records: &[ConsumerRecord]) {
+    let mut run: Option<(&str, u64)> = None;
+    for r in records {
+        match &mut run {
+            Some((topic, n)) if *topic == &*r.topic => *n += 1,
+            _ => {
+                if let Some((topic, n)) = run {
+                    crate::metrics::consumed(topic, n);
+                }
+                run = Some((&r.topic, 1));
+            }
+        }
+    }
+    if let Some((topic, n)) = run {
+        crate::metrics::consumed(topic, n);
     }
 }
 

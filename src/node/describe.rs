@@ -11,6 +11,13 @@ use crate::types::{NodeId, Offset, PartitionId};
 
 use super::{Broker, HostedReplica, ISR_LAG_ENTRIES_MAX, ISR_LAG_REQUESTS_MAX, PartitionStatus};
 
+/// How many entries a follower that matched `matched` is behind a leader whose last entry is
+/// `last` (what [`PartitionStatus::follower_lag`] reports).
+pub(super) fn entries_behind(last: u64, matched: Option<u64>) -> u64 {
+    // One that matched nothing lacks every entry up to `last`, the first included.
+    matched.map_or(last.saturating_add(1), |m| last.saturating_sub(m))
+}
+
 impl Broker {
     /// See [`Node::status`].
     pub(crate) fn status(&self, topic: &str, partition: u32) -> Result<PartitionStatus> {
@@ -31,7 +38,7 @@ impl Broker {
                 members
                     .into_iter()
                     .filter(|(id, _)| *id != self.config.id)
-                    .map(|(id, m)| (id, last.saturating_sub(m.matched.map_or(0, |i| i + 1))))
+                    .map(|(id, m)| (id, entries_behind(last, m.matched)))
                     .collect()
             })
             .unwrap_or_default();

@@ -8,8 +8,8 @@ use serde::Serialize;
 use crate::error::Error;
 use crate::group::api::GroupRequest;
 use crate::protocol::{
-    FetchRequest, FetchResponse, MetadataRequest, ProduceRequestRef, ProduceResponse, WireBatch,
-    WireError,
+    FetchRequest, FetchResponse, ListOffsetsRequest, MetadataRequest, ProduceRequestRef,
+    ProduceResponse, WireBatch, WireError,
 };
 use crate::transport::frame::Op;
 use crate::transport::{Answer, AnswerBudget, BoxFuture, Handler, Turn};
@@ -84,6 +84,7 @@ impl Handler for NodeHandler {
         from: Option<std::net::SocketAddr>,
     ) -> BoxFuture<Answer> {
         Box::pin(async move {
+            let started = std::time::Instant::now();
             let service = &self.service;
             // Only produce requests keep their connection's order (see `Replica::write`);
             // any other passes its turn on at once.
@@ -162,6 +163,14 @@ impl Handler for NodeHandler {
                     Err(e) => encode_response::<()>(&Err(e)),
                     Ok(request) => group_answer(service, request, from).await,
                 },
+                Op::ListOffsets => {
+                    encode_response(&decode_request(&body).and_then(|req: ListOffsetsRequest| {
+                        service
+                            .list_offset(&req.partition, req.at)
+                            .map(|o| o.map(Offset::get))
+                            .map_err(wire)
+                    }))
+                }
                 Op::DeleteTopic => encode_response(
                     &async {
                         service
@@ -172,6 +181,7 @@ impl Handler for NodeHandler {
                     .await,
                 ),
             };
+            crate::metrics::request(op.name(), started.elapsed());
             Answer { body, held }
         })
     }

@@ -31,6 +31,7 @@ mod peer_rpc;
 mod reassign;
 mod replica_dir;
 mod replicas;
+mod report;
 mod retention;
 mod service;
 mod supervise;
@@ -346,6 +347,7 @@ impl Node {
         node.initialize_groups().await;
         tokio::spawn(Arc::clone(&node.broker).supervise(shutdown_for_retention.clone()));
         tokio::spawn(Arc::clone(&node.broker).run_group_timers(shutdown_for_retention.clone()));
+        tokio::spawn(Arc::clone(&node.broker).report_metrics(shutdown_for_retention.clone()));
         node.spawn_retention(shutdown_for_retention);
         Ok(node)
     }

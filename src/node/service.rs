@@ -17,7 +17,9 @@ use crate::group::api::{
 };
 use crate::group::{GroupError, OFFSETS_TOPIC};
 use crate::log::AppendInfo;
-use crate::protocol::{CreateTopicRequest, DeleteTopicRequest, MetadataResponse, ProposeRequest};
+use crate::protocol::{
+    CreateTopicRequest, DeleteTopicRequest, MetadataResponse, OffsetAt, ProposeRequest,
+};
 use crate::raft::types::AppendRequest;
 use crate::transport::Turn;
 use crate::types::{Offset, PartitionId};
@@ -153,6 +155,16 @@ impl BrokerService {
         let one_batch = self.broker.config.log.batch_bytes_max as usize;
         self.fetch_bytes_max(request).max(one_batch)
             + crate::transport::frame::REQUEST_OVERHEAD_BYTES_MAX as usize
+    }
+
+    /// ListOffsets on this broker's replica: the log start, the high watermark, or the first
+    /// committed batch written at or after a time (`None` if there is none yet).
+    pub(crate) fn list_offset(
+        &self,
+        partition: &PartitionId,
+        at: OffsetAt,
+    ) -> Result<Option<Offset>> {
+        self.broker.list_offset(partition, at)
     }
 
     /// Brokers, topics and every partition's current leader (`local_only`: only the partitions

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::error::{CorruptKind, Error, Result};
 use crate::log::AppendInfo;
+use crate::protocol::OffsetAt;
 use crate::raft::replica::WriteError;
 use crate::raft::types::AppendRequest;
 use crate::segment::record::{Batch, Record, encode_records};
@@ -89,8 +90,10 @@ impl Broker {
             request.base_sequence,
         );
         // The leader's clock stamps the batch (Kafka's LogAppendTime); replicas store it as is.
+        // Never below the log's latest stamp (a predecessor's clock may have been ahead), so
+        // that a search by time finds batches in offset order.
         let request = AppendRequest {
-            timestamp_ms: crate::env::now_ms(),
+            timestamp_ms: crate::env::now_ms().max(group.store.log().max_timestamp_ms()),
             ..request
         };
         let timeout = Duration::from_millis(self.config.request_timeout_ms);
@@ -173,6 +176,23 @@ impl Broker {
             batches: read?,
             high_watermark: Offset(group.sm.high_watermark().min(log.end_offset().get())),
             log_start: log.start_offset(),
+        })
+    }
+}
+
+impl Broker {
+    /// See [`BrokerService::list_offset`](super::service::BrokerService::list_offset).
+    pub(crate) fn list_offset(&self, id: &PartitionId, at: OffsetAt) -> Result<Option<Offset>> {
+        let group = self.group(id)?;
+        let log = group.store.log();
+        let high_watermark = Offset(group.sm.high_watermark().min(log.end_offset().get()));
+        Ok(match at {
+            OffsetAt::Earliest => Some(log.start_offset()),
+            OffsetAt::Latest => Some(high_watermark),
+            // Only a committed batch counts.
+            OffsetAt::Timestamp(ms) => log
+                .offset_for_timestamp(ms)?
+                .filter(|o| *o < high_watermark),
         })
     }
 }

@@ -2,7 +2,7 @@
 //! index), validating the frame found there, and handing it out as a [`Batch`] that shares the
 //! map.
 
-use super::format::{FRAME_HEADER_LEN, SEGMENT_HEADER_LEN};
+use super::format::{EntryKind, FRAME_HEADER_LEN, SEGMENT_HEADER_LEN};
 use super::record::{Batch, FrameHeader, Limits, decode_frame};
 use super::{Cursor, Segment, corrupt, index};
 use crate::error::{CorruptKind, Result};
@@ -22,6 +22,38 @@ impl Segment {
         let rel = log_index.saturating_sub(self.base_log_index);
         index::floor_by_log_index(&s.entries, rel)
             .map_or(SEGMENT_HEADER_LEN, |e| e.position as usize)
+    }
+
+    /// Where to start scanning for the first data frame written at or after `timestamp_ms`:
+    /// the last index entry whose frame is a data frame written before it (or the segment's
+    /// start), by a binary search over the index that decodes one frame per step. A control
+    /// frame (timestamp 0) at an entry sends the search to the left, so the start is never
+    /// past the frame wanted while data timestamps do not decrease.
+    pub(crate) fn seek_timestamp(&self, timestamp_ms: u64, limits: &Limits) -> Result<usize> {
+        let ext = self.extent();
+        let positions: Vec<usize> = {
+            let s = self.state.read();
+            s.entries.iter().map(|e| e.position as usize).collect()
+        };
+        let (mut lo, mut hi) = (0usize, positions.len());
+        // Bounded: the range halves each step.
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let Some(&pos) = positions.get(mid).filter(|p| **p < ext.data_len) else {
+                hi = mid;
+                continue;
+            };
+            let h = self.frame_at(pos, ext.data_len, limits)?;
+            if h.kind == EntryKind::Data && h.timestamp_ms < timestamp_ms {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(lo
+            .checked_sub(1)
+            .and_then(|i| positions.get(i).copied())
+            .unwrap_or(SEGMENT_HEADER_LEN))
     }
 
     /// Decodes and fully validates the frame at `pos`, which must lie below `data_len`.

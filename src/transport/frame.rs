@@ -53,9 +53,30 @@ pub(crate) enum Op {
     /// Client: a consumer-group request (find the coordinator, join, sync, heartbeat, leave,
     /// commit and fetch offsets, list, describe), the request named in the body.
     Group = 11,
+    /// Client: the offset of a partition at a point (its start, its end, or the first batch
+    /// written at or after a time), as Kafka's ListOffsets.
+    ListOffsets = 12,
 }
 
 impl Op {
+    /// The operation's name in metrics.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Op::Vote => "vote",
+            Op::AppendEntries => "append_entries",
+            Op::Snapshot => "snapshot",
+            Op::Produce => "produce",
+            Op::Fetch => "fetch",
+            Op::Metadata => "metadata",
+            Op::CreateTopic => "create_topic",
+            Op::DeleteTopic => "delete_topic",
+            Op::Propose => "propose",
+            Op::TransferLeader => "transfer_leader",
+            Op::Group => "group",
+            Op::ListOffsets => "list_offsets",
+        }
+    }
+
     fn from_u8(v: u8) -> Option<Op> {
         match v {
             1 => Some(Op::Vote),
@@ -69,6 +90,7 @@ impl Op {
             9 => Some(Op::Propose),
             10 => Some(Op::TransferLeader),
             11 => Some(Op::Group),
+            12 => Some(Op::ListOffsets),
             _ => None,
         }
     }

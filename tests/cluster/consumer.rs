@@ -134,3 +134,59 @@ async fn a_consumer_reads_every_partition_once_in_order_and_seeks_pauses_and_fol
     drop(client);
     cluster.shutdown().await.unwrap();
 }
+
+/// `StartAt::Timestamp`: a consumer starts at the first record written at or after a time,
+/// found by the leader without scanning (and at the end when every record is older).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_starts_at_the_first_record_written_at_or_after_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = crate::local_cluster(3, dir.path(), TOPIC, 1, |_| {}).await;
+    let client = Arc::new(
+        Client::connect(&cluster.addrs(), ClientConfig::default())
+            .await
+            .unwrap(),
+    );
+    write(&client, 0, 0..20).await;
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let now_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    };
+    let between = now_ms();
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    write(&client, 0, 20..30).await;
+    assert_eq!(
+        client
+            .offset_for_timestamp(TOPIC, 0, between)
+            .await
+            .unwrap(),
+        Some(Offset(20))
+    );
+    assert_eq!(
+        client.offset_for_timestamp(TOPIC, 0, 0).await.unwrap(),
+        Some(Offset(0))
+    );
+    let later = now_ms() + 60_000;
+    assert_eq!(
+        client.offset_for_timestamp(TOPIC, 0, later).await.unwrap(),
+        None
+    );
+    let mut consumer = Consumer::new(Arc::clone(&client), ConsumerConfig::default());
+    consumer
+        .assign(TOPIC, None, StartAt::Timestamp(between))
+        .await
+        .unwrap();
+    assert_eq!(consumer.position(TOPIC, 0), Some(Offset(20)));
+    let got = poll_n(&mut consumer, 10).await;
+    assert_eq!(values(&got, 0), expected(0, 20..30));
+    consumer
+        .seek(TOPIC, 0, StartAt::Timestamp(later))
+        .await
+        .unwrap();
+    assert_eq!(consumer.position(TOPIC, 0), Some(Offset(30)));
+    drop(consumer);
+    drop(client);
+    cluster.shutdown().await.unwrap();
+}

@@ -13,6 +13,7 @@ mod consumer;
 mod groups;
 mod hostile;
 mod long_poll;
+mod metrics;
 #[path = "../support/ports.rs"]
 mod ports;
 use ports::process_addrs;

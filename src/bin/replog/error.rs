@@ -46,6 +46,9 @@ pub(crate) enum CliError {
     /// The tokio runtime could not be started.
     #[error("cannot start the async runtime: {0}")]
     Runtime(io::Error),
+    /// The metrics listener could not be set up.
+    #[error("metrics: {0}")]
+    Metrics(String),
     /// The demo's embedded cluster did not come up or behave as the tutorial needs.
     #[error("{0}")]
     Demo(&'static str),

@@ -34,14 +34,18 @@ pub(crate) struct GroupsArgs {
     #[arg(long)]
     topic: Option<String>,
     /// With --reset-offsets: to each partition's first offset.
-    #[arg(long, requires = "reset_offsets", conflicts_with_all = ["to_latest", "to_offset"])]
+    #[arg(long, requires = "reset_offsets", conflicts_with_all = ["to_latest", "to_offset", "to_timestamp"])]
     to_earliest: bool,
     /// With --reset-offsets: to each partition's end.
-    #[arg(long, requires = "reset_offsets", conflicts_with = "to_offset")]
+    #[arg(long, requires = "reset_offsets", conflicts_with_all = ["to_offset", "to_timestamp"])]
     to_latest: bool,
     /// With --reset-offsets: to this offset (within each partition's log).
-    #[arg(long, requires = "reset_offsets")]
+    #[arg(long, requires = "reset_offsets", conflicts_with = "to_timestamp")]
     to_offset: Option<u64>,
+    /// With --reset-offsets: to the first record written at or after this time, in
+    /// milliseconds since the Unix epoch (the end where every record is older).
+    #[arg(long, requires = "reset_offsets")]
+    to_timestamp: Option<u64>,
     /// With --reset-offsets: apply the reset (without it, only print what it would do).
     #[arg(long, requires = "reset_offsets")]
     execute: bool,
@@ -53,6 +57,7 @@ enum ResetTo {
     Earliest,
     Latest,
     Offset(u64),
+    Timestamp(u64),
 }
 
 pub(crate) async fn run(args: GroupsArgs) -> Result<(), CliError> {
@@ -60,13 +65,20 @@ pub(crate) async fn run(args: GroupsArgs) -> Result<(), CliError> {
     let out = std::io::stdout();
     if args.reset_offsets {
         let group = args.group.as_deref().unwrap_or_default();
-        let to = match (args.to_earliest, args.to_latest, args.to_offset) {
-            (true, _, _) => ResetTo::Earliest,
-            (_, true, _) => ResetTo::Latest,
-            (_, _, Some(o)) => ResetTo::Offset(o),
+        let to = match (
+            args.to_earliest,
+            args.to_latest,
+            args.to_offset,
+            args.to_timestamp,
+        ) {
+            (true, ..) => ResetTo::Earliest,
+            (_, true, ..) => ResetTo::Latest,
+            (_, _, Some(o), _) => ResetTo::Offset(o),
+            (.., Some(ms)) => ResetTo::Timestamp(ms),
             _ => {
                 return Err(CliError::Usage(
-                    "--reset-offsets needs --to-earliest, --to-latest or --to-offset",
+                    "--reset-offsets needs --to-earliest, --to-latest, --to-offset or \
+                     --to-timestamp",
                 ));
             }
         };
@@ -241,6 +253,11 @@ async fn reset(
             ResetTo::Latest => *end,
             // Within the log, as Kafka clamps it.
             ResetTo::Offset(o) => Offset(o.clamp(start.get(), end.get())),
+            ResetTo::Timestamp(ms) => client
+                .offset_for_timestamp(t, *p, ms)
+                .await
+                .map_err(|e| CliError::about_topic(t, e))?
+                .unwrap_or(*end),
         };
         plan.push((t.clone(), *p, Some(new)));
     }

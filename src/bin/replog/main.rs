@@ -13,6 +13,7 @@ mod consume;
 mod demo;
 mod error;
 mod groups;
+mod metrics;
 mod node;
 mod produce;
 mod topics;

@@ -39,6 +39,10 @@ pub(crate) struct NodeArgs {
     /// is new. Topics created from then on are spread over it too.
     #[arg(long)]
     join: bool,
+    /// Serve the broker's metrics in Prometheus' text format on this address
+    /// (`GET /metrics`).
+    #[arg(long)]
+    metrics_listen: Option<SocketAddr>,
 }
 
 /// `--durability`: [`Durability`] on the command line.
@@ -100,6 +104,10 @@ impl NodeArgs {
 /// Runs the broker until Ctrl-C or SIGTERM, then shuts it down.
 pub(crate) async fn run(args: NodeArgs) -> Result<(), CliError> {
     let id = args.id;
+    if let Some(addr) = args.metrics_listen {
+        let local = crate::metrics::serve(addr).await?;
+        eprintln!("replog: metrics on http://{local}/metrics");
+    }
     let node = Node::start(args.config()).await?;
     eprintln!("replog: broker {id} listening on {}", node.addr());
     // Says once when every partition it hosts has a leader, or, every minute, what it still
