@@ -96,6 +96,36 @@ impl Client {
         Ok(out)
     }
 
+    /// Waits until every partition of `topic` has a leader, as the brokers' metadata names
+    /// it, so that writes to it are taken (Kafka clients wait on metadata the same way); a
+    /// topic still being created is waited for too.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] if some partition has no leader, or the topic is unknown, when
+    /// `timeout` passes (the error says which).
+    pub async fn wait_ready(&self, topic: &str, timeout: Duration) -> Result<()> {
+        let started = Instant::now();
+        // Bounded by the timeout.
+        loop {
+            let last = match self.refresh(Some(topic)).await {
+                Ok(meta) if meta.partitions.is_empty() => format!("unknown topic {topic}"),
+                Ok(meta) => match meta.partitions.iter().find(|p| p.leader.is_none()) {
+                    None => return Ok(()),
+                    Some(p) => format!("{} has no leader", p.partition),
+                },
+                Err(e) => e.to_string(),
+            };
+            if started.elapsed() >= timeout {
+                return Err(Error::Timeout {
+                    elapsed_ms: elapsed_ms(started),
+                    last,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Creates a topic of `partitions` partitions with `replication_factor` replicas each,
     /// spread over the brokers as Kafka spreads them, and waits (up to the delivery timeout)
     /// until every partition has a leader. Any broker takes the request: it forwards it to

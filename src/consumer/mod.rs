@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use crate::client::{Client, FetchOptions};
 use crate::error::{Error, Result};
@@ -124,13 +124,26 @@ pub struct ConsumerRecord {
     pub headers: Vec<Header>,
 }
 
+/// Events queued between the fetchers and `poll` (records are bounded by
+/// `buffered_records`, not by this).
+const EVENTS_QUEUED: usize = 256;
+
+/// The rest of a batch of records a poll stopped in: its partition and fetcher generation,
+/// the records, their share of the buffer.
+type Held = (
+    PartitionId,
+    u64,
+    std::vec::IntoIter<ConsumerRecord>,
+    OwnedSemaphorePermit,
+);
+
 /// What a partition's fetcher tells the consumer.
 enum Event {
-    Record(ConsumerRecord),
+    /// One fetched batch's records from the fetch position on, holding their share of
+    /// `buffered_records` until `poll` has returned them all.
+    Records(Vec<ConsumerRecord>, OwnedSemaphorePermit),
     /// The partition's high watermark and log start, as the last fetch answered.
-    Marks {
-        high_watermark: Offset,
-    },
+    Marks { high_watermark: Offset },
     /// The fetcher stopped: the partition is gone.
     Failed(Error),
 }
@@ -185,6 +198,11 @@ pub struct Consumer {
     config: ConsumerConfig,
     tx: mpsc::Sender<(PartitionId, u64, Event)>,
     rx: mpsc::Receiver<(PartitionId, u64, Event)>,
+    /// Records fetched ahead and not yet returned, over all partitions: at most
+    /// `buffered_records` (a batch larger than that takes them all, alone).
+    buffered: Arc<Semaphore>,
+    /// What is left of the batch a poll stopped in (at `max_poll_records`).
+    held: Option<Held>,
     partitions: HashMap<PartitionId, Assigned>,
     /// A partition's failure that came while a poll held records: reported by the next.
     failed: Option<Error>,
@@ -216,12 +234,17 @@ impl Drop for Consumer {
 impl Consumer {
     /// A consumer with no partitions yet.
     pub fn new(client: Arc<Client>, config: ConsumerConfig) -> Consumer {
-        let (tx, rx) = mpsc::channel(config.buffered_records.max(1));
+        let (tx, rx) = mpsc::channel(EVENTS_QUEUED);
+        let buffered = Arc::new(Semaphore::new(
+            config.buffered_records.clamp(1, Semaphore::MAX_PERMITS),
+        ));
         Consumer {
             client,
             config,
             tx,
             rx,
+            buffered,
+            held: None,
             partitions: HashMap::new(),
             failed: None,
             group: None,
@@ -545,8 +568,32 @@ impl Consumer {
             self.maybe_auto_commit().await;
         }
         let mut out = Vec::new();
+        let max = self.config.max_poll_records.max(1);
         // Bounded by the deadline and by `max_poll_records`.
-        while out.len() < self.config.max_poll_records.max(1) {
+        while out.len() < max {
+            if let Some((id, generation, mut records, permit)) = self.held.take() {
+                // Dropped with its permit if its partition was reassigned or sought since.
+                if let Some(a) = self
+                    .partitions
+                    .get_mut(&id)
+                    .filter(|a| a.generation == generation)
+                {
+                    for r in records.by_ref() {
+                        // A batch is fetched whole: records before the position were returned.
+                        if r.offset >= a.position {
+                            a.position = Offset(r.offset.get() + 1);
+                            out.push(r);
+                            if out.len() >= max {
+                                break;
+                            }
+                        }
+                    }
+                    if records.len() > 0 {
+                        self.held = Some((id, generation, records, permit));
+                    }
+                }
+                continue;
+            }
             let next = if out.is_empty() {
                 match self.next_event(deadline).await? {
                     Some(event) => event,
@@ -567,12 +614,8 @@ impl Consumer {
                 continue;
             };
             match event {
-                Event::Record(r) => {
-                    // A batch is fetched whole: records before the position were returned.
-                    if r.offset >= a.position {
-                        a.position = Offset(r.offset.get() + 1);
-                        out.push(r);
-                    }
+                Event::Records(records, permit) => {
+                    self.held = Some((id, generation, records.into_iter(), permit));
                 }
                 Event::Marks { high_watermark } => {
                     a.high_watermark = Some(high_watermark);
@@ -675,6 +718,11 @@ impl Consumer {
                 ..FetchOptions::default()
             },
             tx: self.tx.clone(),
+            buffered: Arc::clone(&self.buffered),
+            buffered_max: self
+                .config
+                .buffered_records
+                .clamp(1, Semaphore::MAX_PERMITS),
         };
         a.fetcher = Some(tokio::spawn(fetcher.run(position)));
     }
@@ -706,6 +754,9 @@ struct Fetcher {
     generation: u64,
     options: FetchOptions,
     tx: mpsc::Sender<(PartitionId, u64, Event)>,
+    buffered: Arc<Semaphore>,
+    /// The buffer's size: a batch larger than it takes all of it.
+    buffered_max: usize,
 }
 
 impl Fetcher {
@@ -763,11 +814,10 @@ impl Fetcher {
             }
             for b in &fetched.batches {
                 let timestamp_ms = b.timestamp_ms();
-                for (offset, r) in b.records() {
-                    if offset < next {
-                        continue;
-                    }
-                    let record = ConsumerRecord {
+                let records: Vec<ConsumerRecord> = b
+                    .records()
+                    .filter(|(offset, _)| *offset >= next)
+                    .map(|(offset, r)| ConsumerRecord {
                         topic: Arc::clone(&topic),
                         partition: p,
                         offset,
@@ -775,12 +825,20 @@ impl Fetcher {
                         key: r.key,
                         value: r.value,
                         headers: r.headers,
-                    };
-                    if !self.send(Event::Record(record)).await {
-                        return;
-                    }
-                }
+                    })
+                    .collect();
                 next = next.max(b.next_offset());
+                if records.is_empty() {
+                    continue;
+                }
+                // Waits while `poll` has not taken what was fetched ahead.
+                let want = u32::try_from(records.len().min(self.buffered_max)).unwrap_or(u32::MAX);
+                let Ok(permit) = Arc::clone(&self.buffered).acquire_many_owned(want).await else {
+                    return;
+                };
+                if !self.send(Event::Records(records, permit)).await {
+                    return;
+                }
             }
         }
     }

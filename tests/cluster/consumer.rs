@@ -190,3 +190,41 @@ async fn a_consumer_starts_at_the_first_record_written_at_or_after_a_time() {
     drop(client);
     cluster.shutdown().await.unwrap();
 }
+
+/// `Client::wait_ready`: resolves once every partition of a topic has a leader (brokers just
+/// started have none), after which a write is taken at once; an unknown topic times out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_waits_until_a_topic_can_take_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = replog::LocalCluster::start(3, dir.path(), |c| {
+        c.topics = vec![(TOPIC.into(), 3)];
+        c.heartbeat_interval_ms = 100;
+        c.election_timeout_ms = crate::ELECTION_TIMEOUT_MS;
+    })
+    .await
+    .unwrap();
+    let client = Client::connect(&cluster.addrs(), ClientConfig::default())
+        .await
+        .unwrap();
+    client
+        .wait_ready(TOPIC, Duration::from_secs(30))
+        .await
+        .unwrap();
+    for d in client.describe(TOPIC).await.unwrap() {
+        assert!(d.leader.is_some(), "{d}");
+    }
+    let mut config = ClientConfig::default();
+    config.delivery_timeout_ms = 2000;
+    let quick = Client::connect(&cluster.addrs(), config).await.unwrap();
+    quick
+        .send(TOPIC, 2, &[Record::new("at once")])
+        .await
+        .unwrap();
+    let unknown = client.wait_ready("nope", Duration::from_millis(300)).await;
+    assert!(
+        matches!(unknown, Err(replog::Error::Timeout { .. })),
+        "{unknown:?}"
+    );
+    drop((client, quick));
+    cluster.shutdown().await.unwrap();
+}
