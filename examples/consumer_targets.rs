@@ -6,10 +6,13 @@
 //! 2. the CPU that 1,000 long-polling consumers idle at the end of their partitions cost one
 //!    broker, with Kafka's default wait (500 ms) and with a 30 s wait;
 //! 3. a `Consumer` reading a committed 1 GiB partition, in records/s, as a ratio of reading
-//!    the same replica's log in process (`Node::read`, the `PartitionLog` read under it).
+//!    the same replica's log in process (`Node::read`, the `PartitionLog` read under it);
+//! 4. `replog produce` of a file of 65,536 lines of 1 KiB (the process, from its start),
+//!    in records/s, as a ratio of a `Producer` sending the same records in process.
 //!
-//! Run: `cargo run --release --example consumer_targets` (about a minute; `-- 256` reads a
-//! 256 MiB partition instead of 1 GiB).
+//! Run: `cargo build --release && cargo run --release --example consumer_targets` (about a
+//! minute; `-- 256` reads a 256 MiB partition instead of 1 GiB; part 4 needs the `replog`
+//! binary beside the example's directory, which `cargo build --release` puts there).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -215,6 +218,69 @@ async fn read_rate(mib: u64) -> replog::Result<()> {
     cluster.shutdown().await
 }
 
+/// 4. 65,536 records of 1 KiB: through a `Producer` in this process, then as lines piped to
+///    a `replog produce` process, on a three-broker cluster of `Fsync` brokers.
+async fn cli_produce() -> replog::Result<()> {
+    const TOPIC: &str = "lines";
+    const LINES: usize = 65_536;
+    let Some(binary) = std::env::current_exe()
+        .ok()
+        .and_then(|e| Some(e.parent()?.parent()?.join("replog")))
+        .filter(|b| b.exists())
+    else {
+        println!("4. skipped: build the replog binary first (cargo build --release)");
+        return Ok(());
+    };
+    let dir = tempfile::tempdir()?;
+    let cluster = LocalCluster::start(3, dir.path(), |c| {
+        c.topics = vec![(TOPIC.into(), 3)];
+    })
+    .await?;
+    cluster
+        .wait_for_leaders(TOPIC, 3, Duration::from_secs(30))
+        .await?;
+    let line = "x".repeat(1023);
+    let client = Arc::new(Client::connect(&cluster.addrs(), ClientConfig::default()).await?);
+    let producer = replog::Producer::new(Arc::clone(&client), replog::ProducerConfig::default());
+    let t = Instant::now();
+    let sent: Vec<_> = (0..LINES)
+        .map(|_| producer.send(TOPIC, Record::new(line.clone())))
+        .collect();
+    for s in sent {
+        s.await?;
+    }
+    let in_process = LINES as f64 / t.elapsed().as_secs_f64();
+    producer.close().await;
+    let input: String = (0..LINES).map(|_| format!("{line}\n")).collect();
+    let server = cluster.addrs()[1].to_string();
+    let t = Instant::now();
+    let out = tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let mut child = std::process::Command::new(binary)
+            .args(["produce", "--bootstrap-server", &server, "--topic", TOPIC])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin.write_all(input.as_bytes())?;
+        }
+        child.wait_with_output()
+    })
+    .await
+    .map_err(std::io::Error::other)??;
+    let cli = LINES as f64 / t.elapsed().as_secs_f64();
+    println!(
+        "4. {LINES} records of 1 KiB, 3 brokers, Fsync: Producer {in_process:.0} records/s, \
+         replog produce {cli:.0} records/s (the process from its start): ratio {:.2}\n   \
+         replog produce said: {}",
+        cli / in_process,
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    drop(client);
+    cluster.shutdown().await
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> replog::Result<()> {
     let mib: u64 = std::env::args()
@@ -224,5 +290,6 @@ async fn main() -> replog::Result<()> {
     latency().await?;
     idle_consumers().await?;
     read_rate(mib).await?;
+    cli_produce().await?;
     Ok(())
 }
