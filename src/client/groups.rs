@@ -373,6 +373,14 @@ impl Client {
         group: &str,
         offsets: &[(String, u32, Option<Offset>)],
     ) -> Result<()> {
+        // As Kafka's admin client: refused here when the group has members (the coordinator
+        // would refuse the commit too, as from an unknown member).
+        if !self.describe_group(group).await?.members.is_empty() {
+            return Err(Error::Group {
+                group: group.to_string(),
+                error: GroupError::NonEmptyGroup,
+            });
+        }
         let offsets = offsets
             .iter()
             .map(|(topic, partition, offset)| CommitOffset {

@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{Consumer, StartAt};
-use crate::client::Client;
+use crate::client::{Client, PartitionDescription};
 use crate::error::{Error, Result};
 use crate::group::GroupError;
 use crate::group::api::{CommitOffset, JoinAnswer, JoinGroup, SyncGroup};
@@ -28,6 +28,10 @@ use crate::group::assignor::{
     encode_subscription,
 };
 use crate::types::{Offset, PartitionId};
+
+/// How many times a committed offset past a partition's end is checked again before the
+/// partition starts where `auto_offset_reset` says instead.
+const END_CHECKS: u32 = 3;
 
 /// How many join attempts one rejoin makes before it gives up (each is bounded by the
 /// rebalance timeout).
@@ -92,6 +96,10 @@ impl Consumer {
             return Ok(());
         };
         let outcome = self.rejoin_with(&mut m).await;
+        if outcome.is_err() {
+            // Not a member of any generation: the next poll tries again.
+            let _ = m.rejoin.send(true);
+        }
         self.group = Some(m);
         outcome
     }
@@ -105,6 +113,8 @@ impl Consumer {
                 tracing::info!(group = %m.group, error = %e, "commit before rebalance failed");
             }
         }
+        // What was fetched ahead for the old generation is not returned.
+        self.held = None;
         for id in std::mem::take(&mut m.assigned) {
             if let Some(mut a) = self.partitions.remove(&id)
                 && let Some(f) = a.fetcher.take()
@@ -127,46 +137,29 @@ impl Consumer {
                 .fetch_group_offsets(&m.group, Some(list.clone()))
                 .await?
         };
-        let mut described = BTreeMap::new();
+        let mut described: BTreeMap<String, Vec<PartitionDescription>> = BTreeMap::new();
         for (topic, partition) in &list {
             let id = PartitionId::new(topic.clone(), *partition);
+            if !described.contains_key(topic) {
+                described.insert(topic.clone(), self.client.describe(topic).await?);
+            }
             let committed = committed
                 .iter()
                 .find(|c| c.topic == *topic && c.partition == *partition)
-                .and_then(|c| c.offset);
-            let position = match (committed, self.config.auto_offset_reset) {
-                (Some(o), _) => Offset(o),
-                (None, StartAt::Offset(o)) => o,
-                (None, StartAt::Timestamp(ms)) => {
-                    match self
-                        .client
-                        .offset_for_timestamp(topic, *partition, ms)
-                        .await?
-                    {
-                        Some(o) => o,
-                        None => self
-                            .client
-                            .describe(topic)
-                            .await?
-                            .iter()
-                            .find(|d| d.partition.partition == *partition)
-                            .map_or(Offset(0), |d| d.high_watermark),
-                    }
+                .and_then(|c| c.offset)
+                .map(Offset);
+            let position = match committed {
+                Some(o) if self.committed_is_past_end(&id, o, &mut described).await? => {
+                    tracing::warn!(
+                        partition = %id,
+                        committed = %o,
+                        "the committed offset is past the partition's end (the topic was \
+                         deleted and created again?): starting where auto_offset_reset says"
+                    );
+                    self.reset_position(&id, &described).await?
                 }
-                (None, reset) => {
-                    if !described.contains_key(topic) {
-                        described.insert(topic.clone(), self.client.describe(topic).await?);
-                    }
-                    let d = described[topic]
-                        .iter()
-                        .find(|d| d.partition.partition == *partition)
-                        .ok_or_else(|| Error::UnknownPartition(id.clone()))?;
-                    if reset == StartAt::Beginning {
-                        d.log_start
-                    } else {
-                        d.high_watermark
-                    }
-                }
+                Some(o) => o,
+                None => self.reset_position(&id, &described).await?,
             };
             self.start(id.clone(), position);
             m.assigned.push(id);
@@ -188,6 +181,52 @@ impl Consumer {
             m.rejoin.clone(),
         )));
         Ok(())
+    }
+
+    /// Where a partition with no usable committed offset starts: `auto_offset_reset`.
+    async fn reset_position(
+        &self,
+        id: &PartitionId,
+        described: &BTreeMap<String, Vec<PartitionDescription>>,
+    ) -> Result<Offset> {
+        let d = described
+            .get(&id.topic)
+            .and_then(|ds| ds.iter().find(|d| d.partition.partition == id.partition))
+            .ok_or_else(|| Error::UnknownPartition(id.clone()))?;
+        Ok(match self.config.auto_offset_reset {
+            StartAt::Beginning => d.log_start,
+            StartAt::End => d.high_watermark,
+            StartAt::Offset(o) => o,
+            StartAt::Timestamp(ms) => self
+                .client
+                .offset_for_timestamp(&id.topic, id.partition, ms)
+                .await?
+                .unwrap_or(d.high_watermark),
+        })
+    }
+
+    /// Whether `committed` is past the partition's committed end, asked again a few times
+    /// (a leader elected a moment ago may not have caught its high watermark up yet).
+    async fn committed_is_past_end(
+        &self,
+        id: &PartitionId,
+        committed: Offset,
+        described: &mut BTreeMap<String, Vec<PartitionDescription>>,
+    ) -> Result<bool> {
+        let end = |described: &BTreeMap<String, Vec<PartitionDescription>>| {
+            described
+                .get(&id.topic)
+                .and_then(|ds| ds.iter().find(|d| d.partition.partition == id.partition))
+                .map(|d| d.high_watermark)
+        };
+        for _ in 0..END_CHECKS {
+            if end(described).is_none_or(|e| committed <= e) {
+                return Ok(false);
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            described.insert(id.topic.clone(), self.client.describe(&id.topic).await?);
+        }
+        Ok(end(described).is_some_and(|e| committed > e))
     }
 
     /// Joins and syncs until a generation is complete: the generation and this member's
@@ -389,13 +428,22 @@ async fn heartbeat(
     interval: Duration,
     rejoin: watch::Sender<bool>,
 ) {
-    // Ends when the group says rejoin, or by abort.
+    // Ends when this member is fenced, or by abort (when the member rejoins or closes).
     loop {
         tokio::time::sleep(interval).await;
         match client.heartbeat(&group, generation, &member_id).await {
             Ok(()) => {}
+            // The group is rebalancing: rejoin at the next poll, and go on beating meanwhile
+            // so that the session holds until then (Kafka's heartbeat thread does the same;
+            // the rebalance timeout, not the session, bounds how long the poll may take).
+            Err(Error::Group {
+                error: GroupError::RebalanceInProgress,
+                ..
+            }) => {
+                let _ = rejoin.send(true);
+            }
             Err(Error::Group { error, .. }) if !error.coordinator_moved() => {
-                tracing::debug!(%group, %error, "heartbeat: rejoin");
+                tracing::debug!(%group, %error, "heartbeat: fenced, rejoin");
                 let _ = rejoin.send(true);
                 return;
             }

@@ -153,7 +153,9 @@ struct Assigned {
     /// The offset of the next record `poll` returns.
     position: Offset,
     high_watermark: Option<Offset>,
-    /// Counts the partition's fetchers: events of an earlier one (before a seek) are dropped.
+    /// Its fetcher's number, unique in the consumer: events of an earlier fetcher (before a
+    /// seek, a pause, or a rebalance that took the partition away and gave it back) are
+    /// dropped.
     generation: u64,
     fetcher: Option<tokio::task::JoinHandle<()>>,
 }
@@ -210,6 +212,8 @@ pub struct Consumer {
     group: Option<Membership>,
     /// When auto-commit commits next.
     next_auto_commit: Option<tokio::time::Instant>,
+    /// Fetchers started so far: each gets the next number.
+    fetchers: u64,
 }
 
 impl std::fmt::Debug for Consumer {
@@ -249,6 +253,7 @@ impl Consumer {
             failed: None,
             group: None,
             next_auto_commit: None,
+            fetchers: 0,
         }
     }
 
@@ -364,7 +369,7 @@ impl Consumer {
     ///
     /// [`Error::InvalidConfig`] without a `group_id`; [`Error::Group`] if the group fenced
     /// this member (it rebalanced: the next poll rejoins) or, for partitions assigned by hand,
-    /// if the group has members ([`GroupError::NonEmptyGroup`](crate::GroupError));
+    /// if the group has members ([`GroupError::UnknownMemberId`](crate::GroupError));
     /// [`Error::Timeout`] if no coordinator answered.
     pub async fn commit(&mut self) -> Result<()> {
         let ids: Vec<PartitionId> = self.partitions.keys().cloned().collect();
@@ -531,8 +536,9 @@ impl Consumer {
 
     /// Stops fetching a partition; its position stays.
     pub fn pause(&mut self, topic: &str, partition: u32) {
+        self.fetchers += 1;
         if let Some(a) = self.partitions.get_mut(&PartitionId::new(topic, partition)) {
-            a.generation += 1;
+            a.generation = self.fetchers;
             if let Some(f) = a.fetcher.take() {
                 f.abort();
             }
@@ -566,6 +572,10 @@ impl Consumer {
         let deadline = tokio::time::Instant::now() + timeout;
         if self.group.is_some() {
             self.maybe_auto_commit().await;
+            // A member told to rejoin returns nothing more of its old partitions.
+            if self.group.as_ref().is_some_and(Membership::needs_rejoin) {
+                self.rejoin().await?;
+            }
         }
         let mut out = Vec::new();
         let max = self.config.max_poll_records.max(1);
@@ -705,7 +715,8 @@ impl Consumer {
         if let Some(f) = a.fetcher.take() {
             f.abort();
         }
-        a.generation += 1;
+        self.fetchers += 1;
+        a.generation = self.fetchers;
         a.position = position;
         let fetcher = Fetcher {
             client: Arc::clone(&self.client),

@@ -32,9 +32,17 @@ pub(crate) struct Shard {
     pub(crate) writer: tokio::sync::Mutex<()>,
     /// Locked while loading; `true` once loaded.
     pub(crate) loaded: tokio::sync::Mutex<bool>,
+    /// Set when the shard is dropped: a request that still holds it must not use it (a new
+    /// shard, loaded afresh, takes its place).
+    pub(crate) dead: std::sync::atomic::AtomicBool,
 }
 
 impl Shard {
+    /// Whether the shard was dropped.
+    pub(crate) fn is_dead(&self) -> bool {
+        self.dead.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     fn new(partition: u32, term: u64) -> Shard {
         Shard {
             partition,
@@ -42,6 +50,7 @@ impl Shard {
             groups: Mutex::new(HashMap::new()),
             writer: tokio::sync::Mutex::new(()),
             loaded: tokio::sync::Mutex::new(false),
+            dead: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -70,7 +79,7 @@ impl Shard {
                     // A later generation only: an older one written late changes nothing.
                     Some(s) if s.generation >= g.generation => g.restore(s, now),
                     Some(_) => {}
-                    None => g.members.clear(),
+                    None => g.clear_members(),
                 }
             }
         }
@@ -104,8 +113,10 @@ impl Shards {
         self.map.lock().values().cloned().collect()
     }
 
-    /// Drops `shard` if it is still the current one of its partition.
+    /// Drops `shard` (marking it dead) and forgets it if it is still the current one of its
+    /// partition.
     pub(crate) fn drop_shard(&self, shard: &Shard) {
+        shard.dead.store(true, std::sync::atomic::Ordering::Release);
         let mut map = self.map.lock();
         if map
             .get(&shard.partition)

@@ -1,7 +1,7 @@
 //! The records of the offsets topic ([`OFFSETS_TOPIC`](super::OFFSETS_TOPIC)), byte by byte.
 //!
 //! Each is an ordinary replog record (see `segment/FORMAT.md`) with a key and a value. All
-//! integers are big-endian. A `str` is a `u16` byte length and that many UTF-8 bytes; a
+//! integers are little-endian, as in the segment files. A `str` is a `u16` byte length and that many UTF-8 bytes; a
 //! `blob` is a `u32` byte length and that many bytes.
 //!
 //! **Offset commit**, one per (group, topic, partition):

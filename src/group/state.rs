@@ -222,8 +222,20 @@ impl Group {
     }
 
     /// Nothing to keep: no members and no committed offsets.
+    /// A group that never had a member (its generation is still 0, so nothing written names
+    /// it) and has no committed offsets: made by a refused request. A group that had members
+    /// is kept, so that its generation never goes back (a snapshot of a lower generation than
+    /// one already read is ignored when a coordinator loads).
     pub(crate) fn is_forgettable(&self) -> bool {
-        self.state == State::Empty && self.offsets.is_empty()
+        self.state == State::Empty && self.offsets.is_empty() && self.generation == 0
+    }
+
+    /// A deleted group record: no members.
+    pub(crate) fn clear_members(&mut self) {
+        self.members.clear();
+        if self.state != State::Empty {
+            self.become_empty();
+        }
     }
 
     /// Handles a join (see the module's rules).
@@ -412,12 +424,17 @@ impl Group {
         generation: i32,
         now: Instant,
     ) -> Result<(), GroupError> {
+        // Kafka's `validateOffsetCommit`: a commit from outside the group only while it has
+        // no members; a member's commit names its generation.
         if generation < 0 && member_id.is_empty() {
             return if self.state == State::Empty {
                 Ok(())
             } else {
-                Err(GroupError::NonEmptyGroup)
+                Err(GroupError::UnknownMemberId)
             };
+        }
+        if self.state == State::Empty {
+            return Err(GroupError::IllegalGeneration);
         }
         if self.state == State::CompletingRebalance {
             return Err(GroupError::RebalanceInProgress);
@@ -816,7 +833,10 @@ mod tests {
             Err(GroupError::IllegalGeneration)
         );
         assert_eq!(g.check_commit(&b2.member_id, 2, now), Ok(()));
-        assert_eq!(g.check_commit("", -1, now), Err(GroupError::NonEmptyGroup));
+        assert_eq!(
+            g.check_commit("", -1, now),
+            Err(GroupError::UnknownMemberId)
+        );
     }
 
     /// A member that stops heartbeating is removed once its session ends, and the others
@@ -903,6 +923,9 @@ mod tests {
         assert!(!g.members.contains_key(&a.member_id));
         g.leave(&b.member_id, &LIMITS, t0).unwrap();
         assert_eq!(g.state, State::Empty);
+        // Kept: its generation must not go back to 0 (a later snapshot would read as older).
+        assert!(!g.is_forgettable());
+        assert!(Group::new().is_forgettable());
         assert_eq!(g.check_commit("", -1, t0), Ok(()));
         assert_eq!(
             g.leave(&b.member_id, &LIMITS, t0),

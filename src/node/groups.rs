@@ -142,6 +142,11 @@ impl Broker {
         let shard = self.coordinator.get(p, state.term);
         let outcome = {
             let mut loaded = shard.loaded.lock().await;
+            if shard.is_dead() {
+                // Dropped while this request waited (its load failed, or the leadership
+                // moved): the next request starts from a new shard.
+                return Err(GroupError::CoordinatorLoadInProgress);
+            }
             if *loaded {
                 Ok(())
             } else {
@@ -188,6 +193,8 @@ impl Broker {
             if batches.is_empty() {
                 break;
             }
+            // A long history is read in chunks; between them the worker serves others.
+            tokio::task::yield_now().await;
             for b in &batches {
                 for (offset, r) in b.records() {
                     if offset < next {
@@ -264,6 +271,16 @@ impl Broker {
                         GroupError::NotCoordinator
                     }
                 })?;
+        }
+        Ok(())
+    }
+
+    /// After taking a shard's writer: whether the shard may still write (it was not dropped,
+    /// and this broker still leads its partition in its term). A write checked against an
+    /// older term's state must not land in a newer term's log.
+    fn may_write(&self, shard: &Shard) -> GroupResult<()> {
+        if shard.is_dead() || !self.still_leads(shard) {
+            return Err(GroupError::NotCoordinator);
         }
         Ok(())
     }
@@ -367,8 +384,14 @@ impl Broker {
             SyncOutcome::Write(snapshot, rx) => {
                 let written = {
                     let _writer = shard.writer.lock().await;
-                    self.write_snapshot(&hosted, &request.group, &snapshot)
-                        .await
+                    match self.may_write(&shard) {
+                        Ok(()) => self
+                            .write_snapshot(&hosted, &request.group, &snapshot)
+                            .await
+                            // A SyncGroup answers only what Kafka's clients expect of it.
+                            .map_err(|_| GroupError::CoordinatorNotAvailable),
+                        Err(e) => Err(e),
+                    }
                 };
                 if let Some(group) = shard.groups.lock().get_mut(&request.group) {
                     group.synced(snapshot.generation, written, &limits, Instant::now());
@@ -415,7 +438,11 @@ impl Broker {
         };
         if let Some(snapshot) = emptied {
             let _writer = shard.writer.lock().await;
-            if let Err(e) = self.write_snapshot(&hosted, group, &snapshot).await {
+            let written = match self.may_write(&shard) {
+                Ok(()) => self.write_snapshot(&hosted, group, &snapshot).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = written {
                 tracing::debug!(error = ?e, "writing an emptied group failed");
             }
         }
@@ -429,6 +456,7 @@ impl Broker {
     ) -> GroupResult<Vec<PartitionResult>> {
         let (hosted, shard) = self.coordinate(&request.group).await?;
         let _writer = shard.writer.lock().await;
+        self.may_write(&shard)?;
         let now = Instant::now();
         let commit_timestamp_ms = crate::env::now_ms();
         // The fencing check, then each partition's own.
@@ -658,6 +686,9 @@ impl Broker {
                         return;
                     };
                     let _writer = shard.writer.lock().await;
+                    if broker.may_write(&shard).is_err() {
+                        return;
+                    }
                     for (name, snapshot) in emptied {
                         if let Err(e) = broker.write_snapshot(&hosted, &name, &snapshot).await {
                             tracing::debug!(group = %name, error = ?e, "writing an emptied group failed");

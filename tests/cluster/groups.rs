@@ -660,3 +660,59 @@ async fn the_cli_consumes_as_a_group_resumes_and_describes_and_resets_it() {
     drop(client);
     cluster.shutdown().await.unwrap();
 }
+
+/// A member that is slow to come back to `poll` during a rebalance keeps its session by its
+/// heartbeats: the rebalance waits for it (up to the rebalance timeout), rather than expiring it
+/// after the session timeout and rebalancing again when it returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_slow_to_rejoin_keeps_its_session_until_the_rebalance_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = crate::local_cluster(1, dir.path(), TOPIC, 2, |_| {}).await;
+    let client = Arc::new(
+        Client::connect(&cluster.addrs(), ClientConfig::default())
+            .await
+            .unwrap(),
+    );
+    let group = "slow";
+    let mut slow = Consumer::new(Arc::clone(&client), group_config(group)); // session 3 s
+    slow.subscribe(&[TOPIC]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while slow.generation().is_none() {
+        assert!(Instant::now() < deadline);
+        slow.poll(Duration::from_millis(100)).await.unwrap();
+    }
+    let first = slow.generation().unwrap();
+    // A second member joins; `slow` does not poll for 5 s, longer than its session.
+    let mut other = Consumer::new(Arc::clone(&client), group_config(group));
+    other.subscribe(&[TOPIC]).unwrap();
+    let joining = tokio::spawn(async move {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while other.generation().is_none() {
+            assert!(Instant::now() < deadline);
+            other.poll(Duration::from_millis(100)).await.unwrap();
+        }
+        other
+    });
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let info = client.describe_group(group).await.unwrap();
+    assert_eq!(info.state, "PreparingRebalance", "{info:?}");
+    assert_eq!(
+        info.members.len(),
+        2,
+        "the slow member was not expired: {info:?}"
+    );
+    // It polls again: one rebalance, both in it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while slow.generation().is_none_or(|g| g == first) {
+        assert!(Instant::now() < deadline);
+        slow.poll(Duration::from_millis(100)).await.unwrap();
+    }
+    let other = joining.await.unwrap();
+    assert_eq!(slow.generation(), other.generation());
+    assert_eq!(slow.generation(), Some(first + 1), "one rebalance");
+    assert_eq!(slow.assignment().len() + other.assignment().len(), 2);
+    slow.close().await.unwrap();
+    other.close().await.unwrap();
+    drop(client);
+    cluster.shutdown().await.unwrap();
+}
