@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::group::GroupError;
 use crate::group::api::{
     CommitOffset, CommittedOffset, Coordinator, GroupDescription, GroupListing, GroupRequest,
-    JoinAnswer, JoinGroup, OffsetCommit, PartitionResult, SyncGroup,
+    JoinGroup, JoinReply, OffsetCommit, PartitionResult, SyncGroup,
 };
 use crate::group::assignor::decode_assignment;
 use crate::transport::frame::Op;
@@ -188,7 +188,7 @@ impl Client {
     }
 
     /// JoinGroup; waits for the rebalance (up to the request's rebalance timeout).
-    pub(crate) async fn join_group(&self, request: JoinGroup) -> Result<JoinAnswer> {
+    pub(crate) async fn join_group(&self, request: JoinGroup) -> Result<JoinReply> {
         let group = request.group.clone();
         let wait = Duration::from_millis(request.rebalance_timeout_ms.into());
         self.group_call(&group, &GroupRequest::Join(request), wait)

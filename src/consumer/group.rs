@@ -22,7 +22,7 @@ use super::{Consumer, StartAt};
 use crate::client::{Client, PartitionDescription};
 use crate::error::{Error, Result};
 use crate::group::GroupError;
-use crate::group::api::{CommitOffset, JoinAnswer, JoinGroup, SyncGroup};
+use crate::group::api::{CommitOffset, JoinAnswer, JoinGroup, JoinReply, SyncGroup};
 use crate::group::assignor::{
     Assignor, CONSUMER_PROTOCOL, decode_assignment, decode_subscription, encode_assignment,
     encode_subscription,
@@ -249,9 +249,15 @@ impl Consumer {
                 rebalance_timeout_ms: millis(self.config.rebalance_timeout),
                 protocol_type: CONSUMER_PROTOCOL.into(),
                 protocols: protocols.clone(),
+                require_known_member_id: true,
             };
             let joined = match self.client.join_group(request).await {
-                Ok(j) => j,
+                Ok(JoinReply::Joined(j)) => j,
+                // The coordinator's id for this member first; the next join uses it.
+                Ok(JoinReply::MemberIdRequired(id)) => {
+                    m.member_id = id;
+                    continue;
+                }
                 Err(e) => {
                     self.retry_after(m, &e).await?;
                     last = Some(e);

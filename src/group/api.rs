@@ -14,7 +14,7 @@ use crate::types::NodeId;
 pub(crate) enum GroupRequest {
     /// Which broker coordinates `group`: answered `Result<Coordinator, GroupError>`.
     FindCoordinator { group: String },
-    /// Answered `Result<JoinAnswer, GroupError>` once the rebalance completes.
+    /// Answered `Result<JoinReply, GroupError>` once the rebalance completes.
     Join(JoinGroup),
     /// Answered `Result<Bytes, GroupError>`: the member's assignment.
     Sync(SyncGroup),
@@ -59,6 +59,17 @@ pub(crate) struct JoinGroup {
     pub(crate) protocol_type: String,
     /// Protocol names and the member's subscription for each, preferred first.
     pub(crate) protocols: Vec<(String, Bytes)>,
+    /// A first join is answered [`JoinReply::MemberIdRequired`] (Kafka's JoinGroup v4+).
+    pub(crate) require_known_member_id: bool,
+}
+
+/// What a JoinGroup gets when it is not refused.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) enum JoinReply {
+    /// The rebalance completed.
+    Joined(JoinAnswer),
+    /// Join again with this member id (Kafka's `MEMBER_ID_REQUIRED`, 79, with the id).
+    MemberIdRequired(String),
 }
 
 /// JoinGroup's answer.

@@ -23,6 +23,17 @@
 //!        | u32 rebalance_timeout_ms | blob subscription | blob assignment
 //! ```
 //!
+//! **Rewrite**, written after a coordinator re-appended every live record of its partition
+//! (each group's latest membership and committed offsets):
+//!
+//! ```text
+//! key:   u8 kind = 3
+//! value: u8 version = 0 | u64 keep_from_log_index
+//! ```
+//!
+//! Every live key has a record at or after `keep_from_log_index`: the segments wholly before it
+//! hold only superseded records, and every replica purges them (see `node/retention.rs`).
+//!
 //! The latest record of a key wins: a coordinator that loads the partition applies them in
 //! offset order. An empty value deletes the key's earlier value (an offset reset to
 //! "nothing committed"). A record that does not decode (unknown kind or version, truncated) is
@@ -47,6 +58,8 @@ pub(crate) enum GroupRecord {
         group: String,
         snapshot: Option<Snapshot>,
     },
+    /// A rewrite ended: the records before this log index are superseded.
+    Rewrite { keep_from_log_index: u64 },
 }
 
 /// Why a record did not decode.
@@ -66,6 +79,7 @@ pub(crate) enum DecodeError {
 
 const KIND_OFFSET: u8 = 1;
 const KIND_GROUP: u8 = 2;
+const KIND_REWRITE: u8 = 3;
 const VERSION: u8 = 0;
 
 fn put_str(b: &mut BytesMut, s: &str) {
@@ -138,6 +152,20 @@ pub(crate) fn group_record(group: &str, snapshot: &Snapshot) -> (Bytes, Bytes) {
     (key.freeze(), value.freeze())
 }
 
+/// The key and value of a rewrite's end.
+pub(crate) fn rewrite_record(keep_from_log_index: u64) -> (Bytes, Bytes) {
+    let mut value = BytesMut::new();
+    value.put_u8(VERSION);
+    value.put_u64_le(keep_from_log_index);
+    (Bytes::from_static(&[KIND_REWRITE]), value.freeze())
+}
+
+/// Whether a record's key is a rewrite's (read by every replica's retention, which decodes
+/// nothing else of this topic).
+pub(crate) fn is_rewrite_key(key: &[u8]) -> bool {
+    key == [KIND_REWRITE]
+}
+
 /// Reads fields off the front of a record's bytes.
 struct Reader<'a> {
     rest: &'a [u8],
@@ -202,6 +230,19 @@ impl<'a> Reader<'a> {
 pub(crate) fn decode(key: &[u8], value: &[u8]) -> Result<GroupRecord, DecodeError> {
     let mut k = Reader { rest: key };
     let kind = k.u8()?;
+    if kind == KIND_REWRITE {
+        k.end()?;
+        let mut v = Reader { rest: value };
+        let version = v.u8()?;
+        if version != VERSION {
+            return Err(DecodeError::UnknownVersion(version));
+        }
+        let keep_from_log_index = v.u64()?;
+        v.end()?;
+        return Ok(GroupRecord::Rewrite {
+            keep_from_log_index,
+        });
+    }
     let group = k.str()?;
     match kind {
         KIND_OFFSET => {
@@ -343,6 +384,15 @@ mod tests {
                 snapshot: Some(snapshot()),
             })
         );
+        let (k, v) = rewrite_record(77);
+        assert!(is_rewrite_key(&k));
+        assert_eq!(
+            decode(&k, &v),
+            Ok(GroupRecord::Rewrite {
+                keep_from_log_index: 77
+            })
+        );
+        assert_eq!(decode(&k, &v[..5]), Err(DecodeError::Truncated));
     }
 
     /// Every cut of a record, and every flipped byte of its kind or version, is a typed

@@ -69,6 +69,8 @@ pub(crate) struct JoinRequest {
     pub(crate) protocol_type: String,
     /// Protocol names with their subscriptions, the member's preferred first.
     pub(crate) protocols: Vec<(String, Bytes)>,
+    /// A first join is answered with a member id to join with (Kafka's JoinGroup v4+).
+    pub(crate) require_known_member_id: bool,
 }
 
 /// One member.
@@ -152,13 +154,22 @@ pub(crate) struct Group {
     /// The current rebalance started from Empty: it waits out its delay whoever has joined.
     initial: bool,
     pub(crate) offsets: HashMap<(String, u32), Committed>,
+    /// The membership last written (or read back): what a rewrite of the partition writes
+    /// again (never a rebalance in progress).
+    pub(crate) persisted: Option<Snapshot>,
     /// Counts member ids handed out, so that two are never the same.
     next_member: u64,
+    /// Member ids handed out to first joins that have not joined with them yet, and until
+    /// when they may.
+    pending: HashMap<String, Instant>,
 }
 
 /// The answer to a join: now, or once the rebalance completes.
 pub(crate) enum JoinOutcome {
     Now(Result<Joined, GroupError>),
+    /// A first join that asked for it gets its member id to join again with
+    /// (`MEMBER_ID_REQUIRED`).
+    MemberIdRequired(String),
     Parked(oneshot::Receiver<Result<Joined, GroupError>>),
 }
 
@@ -184,13 +195,16 @@ impl Group {
             rebalance_deadline: None,
             initial: false,
             offsets: HashMap::new(),
+            persisted: None,
             next_member: 0,
+            pending: HashMap::new(),
         }
     }
 
     /// A group as a [`Snapshot`] left it (read back after a failover): Stable with its
     /// members, each given a whole session from `now` to be heard from again.
     pub(crate) fn restore(&mut self, snapshot: Snapshot, now: Instant) {
+        self.persisted = Some(snapshot.clone());
         self.generation = snapshot.generation;
         self.protocol_type = Some(snapshot.protocol_type).filter(|t| !t.is_empty());
         self.protocol = Some(snapshot.protocol).filter(|p| !p.is_empty());
@@ -227,7 +241,10 @@ impl Group {
     /// is kept, so that its generation never goes back (a snapshot of a lower generation than
     /// one already read is ignored when a coordinator loads).
     pub(crate) fn is_forgettable(&self) -> bool {
-        self.state == State::Empty && self.offsets.is_empty() && self.generation == 0
+        self.state == State::Empty
+            && self.offsets.is_empty()
+            && self.generation == 0
+            && self.pending.is_empty()
     }
 
     /// A deleted group record: no members.
@@ -257,17 +274,29 @@ impl Group {
             return JoinOutcome::Now(Err(GroupError::InconsistentGroupProtocol));
         }
         let (tx, rx) = oneshot::channel();
-        if request.member_id.is_empty() {
-            if self.members.len() >= limits.members_max {
+        let pending = self.pending.remove(&request.member_id).is_some();
+        if request.member_id.is_empty() || pending {
+            if self.members.len() + self.pending.len() >= limits.members_max {
                 return JoinOutcome::Now(Err(GroupError::GroupMaxSizeReached));
             }
-            self.next_member += 1;
-            let id = format!(
-                "{}-{}-{}",
-                request.client_id,
-                self.generation,
-                new_member_suffix(self.next_member)
-            );
+            let id = if pending {
+                request.member_id.clone()
+            } else {
+                self.next_member += 1;
+                format!(
+                    "{}-{}-{}",
+                    request.client_id,
+                    self.generation,
+                    new_member_suffix(self.next_member)
+                )
+            };
+            if !pending && request.require_known_member_id {
+                // Kafka's JoinGroup v4+: the id is handed out first, and the member joins
+                // with it, so that a join sent again after a lost answer adds no one.
+                self.pending
+                    .insert(id.clone(), now + request.session_timeout);
+                return JoinOutcome::MemberIdRequired(id);
+            }
             self.add_member(id, request, tx, now);
             match self.state {
                 State::PreparingRebalance => self.maybe_complete_join(now),
@@ -461,6 +490,7 @@ impl Group {
     /// passed completes without the members that did not rejoin. Returns a snapshot to write
     /// if the group emptied.
     pub(crate) fn tick(&mut self, limits: &GroupLimits, now: Instant) -> Option<Snapshot> {
+        self.pending.retain(|_, until| *until > now);
         let expired: Vec<String> = self
             .members
             .iter()
@@ -756,6 +786,7 @@ mod tests {
             client_host: "/127.0.0.1".into(),
             session_timeout: Duration::from_secs(10),
             rebalance_timeout: Duration::from_secs(5),
+            require_known_member_id: false,
             protocol_type: "consumer".into(),
             protocols: protocols
                 .iter()
@@ -768,7 +799,37 @@ mod tests {
         match outcome {
             JoinOutcome::Parked(rx) => rx,
             JoinOutcome::Now(r) => panic!("answered at once: {r:?}"),
+            JoinOutcome::MemberIdRequired(id) => panic!("asked to join again as {id}"),
         }
+    }
+
+    /// Kafka's JoinGroup v4+: a first join gets its id and joins with it; a join sent twice
+    /// before it adds one member; an id handed out and never used expires with its session.
+    #[test]
+    fn a_first_join_may_ask_for_its_member_id_first() {
+        let now = Instant::now();
+        let mut g = Group::new();
+        let mut first = join_request("", &["range"]);
+        first.require_known_member_id = true;
+        let JoinOutcome::MemberIdRequired(id) = g.join(first.clone(), &LIMITS, now) else {
+            panic!("an id first");
+        };
+        // The same first join again (its answer was lost): another id, nobody joined.
+        let JoinOutcome::MemberIdRequired(ghost) = g.join(first, &LIMITS, now) else {
+            panic!("an id first");
+        };
+        assert!(g.members.is_empty());
+        let mut again = join_request(&id, &["range"]);
+        again.require_known_member_id = true;
+        let joined = answered(&mut parked(g.join(again, &LIMITS, now))).unwrap();
+        assert_eq!(joined.member_id, id);
+        assert_eq!(g.members.len(), 1);
+        // The unused id expires with its session; then it is unknown.
+        g.tick(&LIMITS, now + Duration::from_secs(11));
+        assert!(matches!(
+            g.join(join_request(&ghost, &["range"]), &LIMITS, now),
+            JoinOutcome::Now(Err(GroupError::UnknownMemberId))
+        ));
     }
 
     fn answered<T: std::fmt::Debug>(

@@ -22,6 +22,16 @@ impl PartitionLog {
         })
     }
 
+    /// The base log index of the segment that holds `log_index`, if segments come before it
+    /// (what a purge up to it would delete; `None` if nothing).
+    pub(crate) fn segment_floor(&self, log_index: u64) -> Option<u64> {
+        let segs = self.segments.read();
+        let i = segs.partition_point(|s| s.base_log_index <= log_index);
+        (i > 1)
+            .then(|| segs.get(i - 1).map(|s| s.base_log_index))
+            .flatten()
+    }
+
     /// Deletes whole segments whose records are all below `offset`, oldest first. The active
     /// segment is never deleted, so the log may keep records below `offset`. Returns the new
     /// start offset.

@@ -93,6 +93,15 @@ pub struct NodeConfig {
     /// Replicas of each offsets partition (Kafka's `offsets.topic.replication.factor`), at
     /// most the brokers there are. Default 3.
     pub offsets_topic_replication_factor: u32,
+    /// Segment size of the offsets topic's partitions (Kafka's `offsets.topic.segment.bytes`):
+    /// small, so that what a rewrite supersedes is soon in whole segments that can be purged.
+    /// Default 16 MiB.
+    pub offsets_segment_bytes: u64,
+    /// A coordinator rewrites its partition's live records (every group's latest membership
+    /// and committed offsets) once the partition holds this many bytes and four times what it
+    /// would rewrite; the replicas then purge the segments before the rewrite. This stands in
+    /// for Kafka's compaction of the topic. Default 64 MiB.
+    pub offsets_rewrite_bytes: u64,
     /// Shortest session timeout a group member may ask for (Kafka's
     /// `group.min.session.timeout.ms`). Default 1 s.
     pub group_session_timeout_min_ms: u64,
@@ -138,6 +147,8 @@ impl NodeConfig {
             join: false,
             offsets_topic_partitions: 8,
             offsets_topic_replication_factor: 3,
+            offsets_segment_bytes: 16 << 20,
+            offsets_rewrite_bytes: 64 << 20,
             group_session_timeout_min_ms: 1000,
             group_session_timeout_max_ms: 1_800_000,
             group_initial_rebalance_delay_ms: 300,
@@ -217,29 +228,6 @@ impl NodeConfig {
         }
         if self.request_timeout_ms == 0 {
             return bad("request_timeout_ms", "must be positive".into());
-        }
-        if self.offsets_topic_partitions == 0 || self.offsets_topic_partitions > PARTITIONS_MAX {
-            return bad(
-                "offsets_topic_partitions",
-                format!("must be 1 to {PARTITIONS_MAX}"),
-            );
-        }
-        if self.offsets_topic_replication_factor == 0 {
-            return bad(
-                "offsets_topic_replication_factor",
-                "must be positive".into(),
-            );
-        }
-        if self.group_session_timeout_min_ms == 0
-            || self.group_session_timeout_min_ms > self.group_session_timeout_max_ms
-        {
-            return bad(
-                "group_session_timeout_min_ms",
-                "must be positive and at most group_session_timeout_max_ms".into(),
-            );
-        }
-        if self.group_members_max == 0 {
-            return bad("group_members_max", "must be positive".into());
         }
         let batch = self.log.batch_bytes_max.max(META_RECORD_BYTES_MAX);
         let needed = u64::from(batch) + u64::from(REQUEST_OVERHEAD_BYTES_MAX);
@@ -351,6 +339,43 @@ impl NodeConfig {
                 );
             }
         }
+        if self.offsets_topic_partitions == 0 || self.offsets_topic_partitions > PARTITIONS_MAX {
+            return bad(
+                "offsets_topic_partitions",
+                format!("must be 1 to {PARTITIONS_MAX}"),
+            );
+        }
+        let offsets_log = LogConfig {
+            segment_bytes: self.offsets_segment_bytes,
+            ..self.log.clone()
+        };
+        offsets_log.validate().map_err(|e| match e {
+            Error::InvalidConfig { reason, .. } => Error::InvalidConfig {
+                field: "offsets_segment_bytes",
+                reason,
+            },
+            other => other,
+        })?;
+        if self.offsets_rewrite_bytes == 0 {
+            return bad("offsets_rewrite_bytes", "must be positive".into());
+        }
+        if self.offsets_topic_replication_factor == 0 {
+            return bad(
+                "offsets_topic_replication_factor",
+                "must be positive".into(),
+            );
+        }
+        if self.group_session_timeout_min_ms == 0
+            || self.group_session_timeout_min_ms > self.group_session_timeout_max_ms
+        {
+            return bad(
+                "group_session_timeout_min_ms",
+                "must be positive and at most group_session_timeout_max_ms".into(),
+            );
+        }
+        if self.group_members_max == 0 {
+            return bad("group_members_max", "must be positive".into());
+        }
         Ok(())
     }
 }
@@ -442,6 +467,19 @@ mod tests {
         assert_eq!(
             field(&|c| c.topics.push(("email.send".into(), 1))),
             "topics"
+        );
+        assert_eq!(
+            field(&|c| c.offsets_segment_bytes = 1000),
+            "offsets_segment_bytes",
+            "an offsets segment holds a full batch"
+        );
+        assert_eq!(
+            field(&|c| c.offsets_topic_partitions = 0),
+            "offsets_topic_partitions"
+        );
+        assert_eq!(
+            field(&|c| c.group_session_timeout_min_ms = c.group_session_timeout_max_ms + 1),
+            "group_session_timeout_min_ms"
         );
         assert_eq!(field(&|c| c.topics.push(("bad/name".into(), 1))), "topics");
         assert_eq!(field(&|c| c.topics.push(("empty".into(), 0))), "topics");

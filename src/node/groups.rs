@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use crate::error::Error;
 use crate::group::api::{
     CommitOffset, CommittedOffset, Coordinator, GroupDescription, GroupListing, JoinAnswer,
-    JoinGroup, MemberDescription, OffsetCommit, PartitionResult, SyncGroup,
+    JoinGroup, JoinReply, MemberDescription, OffsetCommit, PartitionResult, SyncGroup,
 };
 use crate::group::coordinator::Shard;
 use crate::group::records::{group_record, offset_record, offset_tombstone};
@@ -37,6 +37,9 @@ type GroupResult<T> = std::result::Result<T, GroupError>;
 
 /// How often the coordinators' timers run (session expiry, rebalance deadlines).
 const TICK: Duration = Duration::from_millis(100);
+
+/// Ticks between checks of whether an offsets partition is due for a rewrite (one second).
+const REWRITE_CHECK_TICKS: u64 = 10;
 
 /// Bytes of the offsets partition read at once while loading.
 const LOAD_BYTES: usize = 4 << 20;
@@ -289,12 +292,86 @@ impl Broker {
     async fn write_snapshot(
         &self,
         hosted: &HostedReplica,
+        shard: &Shard,
         group: &str,
         snapshot: &Snapshot,
     ) -> GroupResult<()> {
         let (key, value) = group_record(group, snapshot);
         self.write_group_records(hosted, vec![Record::new(value).with_key(key)])
-            .await
+            .await?;
+        if let Some(g) = shard.groups.lock().get_mut(group) {
+            g.persisted = Some(snapshot.clone());
+        }
+        Ok(())
+    }
+
+    /// Whether `shard`'s partition is due for a rewrite: it holds `offsets_rewrite_bytes`
+    /// and four times what a rewrite would write.
+    fn needs_rewrite(&self, hosted: &HostedReplica, shard: &Shard) -> bool {
+        let size = hosted.store.log().size_bytes();
+        let since = size.saturating_sub(shard.size_after_rewrite.load(Ordering::Acquire));
+        if size < self.config.offsets_rewrite_bytes || since < self.config.offsets_rewrite_bytes / 2
+        {
+            return false;
+        }
+        let live: u64 = shard
+            .groups
+            .lock()
+            .iter()
+            .map(|(name, g)| {
+                let per_offset = 64 + name.len() as u64;
+                let members = g.persisted.as_ref().map_or(0, |s| {
+                    s.members
+                        .iter()
+                        .map(|m| 64 + (m.subscription.len() + m.assignment.len()) as u64)
+                        .sum::<u64>()
+                });
+                g.offsets.len() as u64 * per_offset + members
+            })
+            .sum();
+        size > live.saturating_mul(4)
+    }
+
+    /// Re-appends every live record of `shard`'s partition (each group's persisted membership
+    /// and committed offsets), then a rewrite record naming where they start: the segments
+    /// before it hold only superseded records, and every replica's retention purges them.
+    /// Holds the shard's writer throughout, so that nothing is written in between.
+    async fn rewrite(&self, hosted: &HostedReplica, shard: &Shard) -> GroupResult<()> {
+        let started = std::time::Instant::now();
+        let _writer = shard.writer.lock().await;
+        self.may_write(shard)?;
+        let log = hosted.store.log();
+        let (before, keep_from) = (log.size_bytes(), log.next_log_index().get());
+        let mut records = Vec::new();
+        {
+            let groups = shard.groups.lock();
+            for (name, g) in groups.iter() {
+                if let Some(s) = &g.persisted {
+                    let (key, value) = group_record(name, s);
+                    records.push(Record::new(value).with_key(key));
+                }
+                for ((topic, partition), c) in &g.offsets {
+                    let (key, value) = offset_record(name, topic, *partition, c, -1);
+                    records.push(Record::new(value).with_key(key));
+                }
+            }
+        }
+        let rewritten = records.len();
+        let (key, value) = crate::group::records::rewrite_record(keep_from);
+        records.push(Record::new(value).with_key(key));
+        self.write_group_records(hosted, records).await?;
+        shard
+            .size_after_rewrite
+            .store(log.size_bytes(), Ordering::Release);
+        tracing::info!(
+            partition = shard.partition,
+            records = rewritten,
+            bytes_before = before,
+            keep_from,
+            ms = started.elapsed().as_millis() as u64,
+            "offsets partition rewritten"
+        );
+        Ok(())
     }
 
     /// JoinGroup: answered once the rebalance completes.
@@ -302,7 +379,7 @@ impl Broker {
         self: &Arc<Self>,
         request: JoinGroup,
         from: Option<SocketAddr>,
-    ) -> GroupResult<JoinAnswer> {
+    ) -> GroupResult<JoinReply> {
         let too_long = |s: &str| s.len() > GROUP_NAME_BYTES_MAX;
         if too_long(&request.member_id)
             || too_long(&request.client_id)
@@ -325,6 +402,7 @@ impl Broker {
             rebalance_timeout,
             protocol_type: request.protocol_type,
             protocols: request.protocols,
+            require_known_member_id: request.require_known_member_id,
         };
         let outcome = {
             let mut groups = shard.groups.lock();
@@ -334,6 +412,7 @@ impl Broker {
             group.join(join, &self.group_limits(), Instant::now())
         };
         let joined = match outcome {
+            JoinOutcome::MemberIdRequired(id) => return Ok(JoinReply::MemberIdRequired(id)),
             JoinOutcome::Now(r) => r,
             // The rebalance ends by its deadline (the timers complete it); a dropped answer
             // means the shard went away with the leadership.
@@ -346,13 +425,13 @@ impl Broker {
                 }
             }
         }?;
-        Ok(JoinAnswer {
+        Ok(JoinReply::Joined(JoinAnswer {
             generation: joined.generation,
             protocol: joined.protocol,
             leader: joined.leader,
             member_id: joined.member_id,
             members: joined.members,
-        })
+        }))
     }
 
     /// SyncGroup: the member's assignment, once the leader's is written.
@@ -386,7 +465,7 @@ impl Broker {
                     let _writer = shard.writer.lock().await;
                     match self.may_write(&shard) {
                         Ok(()) => self
-                            .write_snapshot(&hosted, &request.group, &snapshot)
+                            .write_snapshot(&hosted, &shard, &request.group, &snapshot)
                             .await
                             // A SyncGroup answers only what Kafka's clients expect of it.
                             .map_err(|_| GroupError::CoordinatorNotAvailable),
@@ -439,7 +518,7 @@ impl Broker {
         if let Some(snapshot) = emptied {
             let _writer = shard.writer.lock().await;
             let written = match self.may_write(&shard) {
-                Ok(()) => self.write_snapshot(&hosted, group, &snapshot).await,
+                Ok(()) => self.write_snapshot(&hosted, &shard, group, &snapshot).await,
                 Err(e) => Err(e),
             };
             if let Err(e) = written {
@@ -635,6 +714,23 @@ impl Broker {
         })
     }
 
+    /// Starts a rewrite of `shard`'s partition if it is due and none runs.
+    fn maybe_rewrite(self: &Arc<Self>, shard: &Arc<Shard>) {
+        let Ok(hosted) = self.group(&PartitionId::new(OFFSETS_TOPIC, shard.partition)) else {
+            return;
+        };
+        if !self.needs_rewrite(&hosted, shard) || shard.rewriting.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (broker, shard) = (Arc::clone(self), Arc::clone(shard));
+        tokio::spawn(async move {
+            if let Err(e) = broker.rewrite(&hosted, &shard).await {
+                tracing::warn!(partition = shard.partition, error = ?e, "rewriting an offsets partition failed");
+            }
+            shard.rewriting.store(false, Ordering::Release);
+        });
+    }
+
     fn still_leads(&self, shard: &Shard) -> bool {
         self.group(&PartitionId::new(OFFSETS_TOPIC, shard.partition))
             .is_ok_and(|h| {
@@ -653,17 +749,23 @@ impl Broker {
     ) {
         let mut interval = tokio::time::interval(TICK);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut ticks = 0u64;
         // Ends at shutdown.
         loop {
             tokio::select! {
                 _ = interval.tick() => {}
                 _ = shutdown.changed() => return,
             }
+            ticks += 1;
             let limits = self.group_limits();
             for shard in self.coordinator.all() {
                 if !self.still_leads(&shard) {
                     self.coordinator.drop_shard(&shard);
                     continue;
+                }
+                // Every second: a partition grown past its live records is rewritten.
+                if ticks.is_multiple_of(REWRITE_CHECK_TICKS) {
+                    self.maybe_rewrite(&shard);
                 }
                 let now = Instant::now();
                 let emptied: Vec<(String, Snapshot)> = {
@@ -690,7 +792,10 @@ impl Broker {
                         return;
                     }
                     for (name, snapshot) in emptied {
-                        if let Err(e) = broker.write_snapshot(&hosted, &name, &snapshot).await {
+                        if let Err(e) = broker
+                            .write_snapshot(&hosted, &shard, &name, &snapshot)
+                            .await
+                        {
                             tracing::debug!(group = %name, error = ?e, "writing an emptied group failed");
                         }
                     }

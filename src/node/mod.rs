@@ -124,6 +124,9 @@ struct Broker {
     coordinator: crate::group::coordinator::Shards,
     /// Set while this broker is creating the offsets topic.
     offsets_topic_creating: AtomicBool,
+    /// Per offsets partition hosted here: the offset its retention has read up to, and the
+    /// log index its latest rewrite keeps from (see `retention.rs`).
+    offsets_scans: parking_lot::Mutex<HashMap<PartitionId, (Offset, Option<u64>)>>,
 }
 
 /// A broker: hosts a replica of every configured partition, each its own Raft group, and
@@ -321,6 +324,7 @@ impl Node {
             stopping: shutdown_rx.clone(),
             coordinator: crate::group::coordinator::Shards::default(),
             offsets_topic_creating: AtomicBool::new(false),
+            offsets_scans: parking_lot::Mutex::default(),
         });
         let handler: Arc<dyn Handler> = Arc::new(NodeHandler {
             broker: Arc::clone(&broker),

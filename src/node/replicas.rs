@@ -209,7 +209,14 @@ impl Broker {
             id: id.clone(),
             topic_id,
             dir: self.partition_dir(id),
-            log: self.config.log.clone(),
+            log: if id.topic == crate::group::OFFSETS_TOPIC {
+                LogConfig {
+                    segment_bytes: self.config.offsets_segment_bytes,
+                    ..self.config.log.clone()
+                }
+            } else {
+                self.config.log.clone()
+            },
             env: self.env.clone(),
             durability: self.config.durability,
             replication_bytes_max: self.config.payload_bytes_max(),

@@ -5,18 +5,23 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
+use super::write::read_committed;
 use super::{Broker, HostedReplica};
+use crate::group::records::GroupRecord;
 
 impl Broker {
     pub(crate) async fn enforce_retention(&self) -> Result<()> {
         let groups: Vec<Arc<HostedReplica>> = self.groups.read().values().cloned().collect();
         for group in groups {
-            // The groups' committed offsets are kept whatever their age (Kafka compacts this
-            // topic instead; replog does not compact yet).
-            if group.id.topic == crate::group::OFFSETS_TOPIC {
-                continue;
-            }
-            let Some(keep_from) = group.store.log().retention_point(crate::env::now_ms()) else {
+            // The offsets topic keeps what its last rewrite did not supersede, whatever its
+            // age or size (its coordinator rewrites it instead of Kafka's compaction).
+            let keep_from = if group.id.topic == crate::group::OFFSETS_TOPIC {
+                self.offsets_keep_from(&group)
+                    .and_then(|k| group.store.log().segment_floor(k))
+            } else {
+                group.store.log().retention_point(crate::env::now_ms())
+            };
+            let Some(keep_from) = keep_from else {
                 continue;
             };
             let upto = keep_from.saturating_sub(1);
@@ -34,4 +39,53 @@ impl Broker {
         }
         Ok(())
     }
+
+    /// The log index from which an offsets partition's records are live, as its latest
+    /// rewrite record says (`None` before the first rewrite). Each call reads on from where
+    /// the last stopped, at most [`OFFSETS_SCAN_BYTES`] of committed records, decoding only
+    /// each record's key.
+    fn offsets_keep_from(&self, group: &HostedReplica) -> Option<u64> {
+        let log = group.store.log();
+        let (mut next, mut keep_from) = self
+            .offsets_scans
+            .lock()
+            .get(&group.id)
+            .copied()
+            .unwrap_or((log.start_offset(), None));
+        next = next.max(log.start_offset());
+        let mut read = 0usize;
+        // Bounded by OFFSETS_SCAN_BYTES and by the high watermark.
+        while read < OFFSETS_SCAN_BYTES {
+            let Ok(batches) = read_committed(group, next, 4 << 20) else {
+                break;
+            };
+            if batches.is_empty() {
+                break;
+            }
+            for b in &batches {
+                read += b.payload.len();
+                for (offset, r) in b.records() {
+                    if offset < next {
+                        continue;
+                    }
+                    let key = r.key.unwrap_or_default();
+                    if crate::group::records::is_rewrite_key(&key)
+                        && let Ok(GroupRecord::Rewrite {
+                            keep_from_log_index,
+                        }) = crate::group::records::decode(&key, &r.value)
+                    {
+                        keep_from = keep_from.max(Some(keep_from_log_index));
+                    }
+                }
+                next = next.max(b.next_offset());
+            }
+        }
+        self.offsets_scans
+            .lock()
+            .insert(group.id.clone(), (next, keep_from));
+        keep_from
+    }
 }
+
+/// Most record bytes of an offsets partition read per retention check.
+const OFFSETS_SCAN_BYTES: usize = 64 << 20;

@@ -12,7 +12,7 @@ use bytes::Bytes;
 
 use crate::error::{Error, Result};
 use crate::group::api::{
-    CommittedOffset, Coordinator, GroupDescription, GroupListing, JoinAnswer, JoinGroup,
+    CommittedOffset, Coordinator, GroupDescription, GroupListing, JoinGroup, JoinReply,
     OffsetCommit, PartitionResult, SyncGroup,
 };
 use crate::group::{GroupError, OFFSETS_TOPIC};
@@ -201,7 +201,7 @@ impl BrokerService {
         &self,
         request: JoinGroup,
         from: Option<SocketAddr>,
-    ) -> GroupResult<JoinAnswer> {
+    ) -> GroupResult<JoinReply> {
         self.broker.join_group(request, from).await
     }
 

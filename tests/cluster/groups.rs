@@ -716,3 +716,74 @@ async fn a_member_slow_to_rejoin_keeps_its_session_until_the_rebalance_timeout()
     drop(client);
     cluster.shutdown().await.unwrap();
 }
+
+/// The offsets topic does not grow without bound: once a partition holds far more than its
+/// live records, its coordinator rewrites them, and every replica purges the segments before
+/// the rewrite; the committed offsets read back the same, after the coordinator's failover
+/// too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_offsets_topic_is_rewritten_purged_on_every_replica_and_reads_back_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = crate::local_cluster(3, dir.path(), TOPIC, 20, |c| {
+        c.log.record_bytes_max = 16 << 10;
+        c.log.batch_bytes_max = 64 << 10;
+        c.offsets_segment_bytes = 80 << 10;
+        c.offsets_rewrite_bytes = 256 << 10;
+        c.durability = replog::Durability::Replicated;
+        c.offsets_topic_partitions = 1;
+        c.retention_check_ms = 0; // applied below, by hand
+    })
+    .await;
+    let client = Client::connect(&cluster.addrs(), ClientConfig::default())
+        .await
+        .unwrap();
+    let group = "compacted";
+    let rounds = 500u64;
+    for round in 1..=rounds {
+        let offsets: Vec<(String, u32, Option<Offset>)> = (0..20)
+            .map(|p| {
+                (
+                    TOPIC.to_string(),
+                    p,
+                    Some(Offset(round * 100 + u64::from(p))),
+                )
+            })
+            .collect();
+        client.reset_group_offsets(group, &offsets).await.unwrap();
+    }
+    let want: BTreeMap<(String, u32), Offset> = (0..20)
+        .map(|p| ((TOPIC.to_string(), p), Offset(rounds * 100 + u64::from(p))))
+        .collect();
+    // Every replica of the offsets partition purges what the rewrite superseded.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut starts = Vec::new();
+        for node in cluster.nodes() {
+            node.enforce_retention().await.unwrap();
+            let status = node.status(replog::OFFSETS_TOPIC, 0).unwrap();
+            starts.push((status.log_start, status.log_end));
+        }
+        if starts.iter().all(|(start, _)| start.get() > 0) {
+            println!("offsets partition (log start, log end) on each broker: {starts:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "not purged: {starts:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(client.committed_offsets(group).await.unwrap(), want);
+    // The next coordinator loads the rewritten partition.
+    let coordinator = client.group_coordinator(group).await.unwrap();
+    let id = broker_at(&cluster, coordinator);
+    cluster.stop(id).await.unwrap();
+    let survivors: Vec<SocketAddr> = cluster
+        .addrs()
+        .into_iter()
+        .filter(|a| *a != coordinator)
+        .collect();
+    let client = Client::connect(&survivors, ClientConfig::default())
+        .await
+        .unwrap();
+    assert_eq!(client.committed_offsets(group).await.unwrap(), want);
+    drop(client);
+    cluster.shutdown().await.unwrap();
+}
