@@ -110,8 +110,9 @@
 //!
 //! # Files
 //!
-//! The on-disk format is specified byte by byte in [`format`](mod@format); the architecture is
-//! described in the repository's `README.md`.
+//! The on-disk format is specified byte by byte in [`format`](mod@format), the native wire
+//! protocol in [`wire`](mod@wire); the architecture is described in the repository's
+//! `README.md`.
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -138,6 +139,10 @@ mod types;
 
 pub mod format {
     #![doc = include_str!("segment/FORMAT.md")]
+}
+
+pub mod wire {
+    #![doc = include_str!("transport/PROTOCOL.md")]
 }
 
 pub use client::{

@@ -787,3 +787,103 @@ async fn the_offsets_topic_is_rewritten_purged_on_every_replica_and_reads_back_t
     drop(client);
     cluster.shutdown().await.unwrap();
 }
+
+/// At a size groups meet: 50 members over 100 partitions form one generation in which every
+/// partition has exactly one owner; when 25 of them leave, the other 25 take every partition
+/// over in the next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_members_share_a_hundred_partitions_and_half_of_them_take_over_from_the_rest() {
+    const MEMBERS: usize = 50;
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = crate::local_cluster(1, dir.path(), TOPIC, 100, |_| {}).await;
+    let client = Arc::new(
+        Client::connect(&cluster.addrs(), ClientConfig::default())
+            .await
+            .unwrap(),
+    );
+    let group = "crowd";
+    let stop = Arc::new(AtomicBool::new(false));
+    let assignments: Arc<Mutex<Assignments>> = Arc::default();
+    let spawn = |m: usize, leave: Arc<AtomicBool>| {
+        let (client, assignments) = (Arc::clone(&client), Arc::clone(&assignments));
+        tokio::spawn(async move {
+            let mut c = Consumer::new(client, group_config(group));
+            c.subscribe(&[TOPIC]).unwrap();
+            let deadline = Instant::now() + Duration::from_secs(120);
+            while !leave.load(Ordering::Acquire) && Instant::now() < deadline {
+                c.poll(Duration::from_millis(100)).await.unwrap();
+                assignments
+                    .lock()
+                    .insert(m, (c.generation().unwrap_or(-1), c.assignment()));
+            }
+            assignments.lock().remove(&m);
+            c.close().await.unwrap();
+        })
+    };
+    let early = Arc::new(AtomicBool::new(false));
+    let tasks: Vec<_> = (0..MEMBERS)
+        .map(|m| {
+            spawn(
+                m,
+                if m % 2 == 0 {
+                    Arc::clone(&early)
+                } else {
+                    Arc::clone(&stop)
+                },
+            )
+        })
+        .collect();
+    // One generation, every partition owned once, by `expected` members.
+    let settled = |expected: usize| {
+        let a = assignments.lock();
+        let gens: BTreeSet<i32> = a.values().map(|v| v.0).collect();
+        let owned: Vec<&(String, u32)> = a.values().flat_map(|v| v.1.iter()).collect();
+        let distinct: BTreeSet<&(String, u32)> = owned.iter().copied().collect();
+        (a.len() == expected
+            && gens.len() == 1
+            && !gens.contains(&-1)
+            && owned.len() == 100
+            && distinct.len() == 100)
+            .then(|| *gens.iter().next().unwrap())
+    };
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(60);
+    let first = loop {
+        if let Some(g) = settled(MEMBERS) {
+            break g;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no settled generation: {:?}",
+            assignments.lock().len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    println!(
+        "{MEMBERS} members settled in {:?} (generation {first})",
+        started.elapsed()
+    );
+    early.store(true, Ordering::Release);
+    let left = Instant::now();
+    let deadline = left + Duration::from_secs(60);
+    let second = loop {
+        match settled(MEMBERS / 2) {
+            Some(g) if g > first => break g,
+            _ => {}
+        }
+        assert!(Instant::now() < deadline, "the rest did not take over");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    println!(
+        "half left: the others own every partition after {:?} (generation {second})",
+        left.elapsed()
+    );
+    stop.store(true, Ordering::Release);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let info = client.describe_group(group).await.unwrap();
+    assert_eq!(info.state, "Empty", "{info:?}");
+    drop(client);
+    cluster.shutdown().await.unwrap();
+}
