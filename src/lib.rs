@@ -125,6 +125,7 @@ mod dirlock;
 mod env;
 mod error;
 mod group;
+mod kafka;
 mod local_cluster;
 mod log;
 mod metrics;

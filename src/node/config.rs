@@ -86,6 +86,15 @@ pub struct NodeConfig {
     /// (it replicates the catalog without voting on it), and topics created from then on are
     /// spread over it too. It hosts no replica of the configured topics. Default false.
     pub join: bool,
+    /// Where Kafka's clients reach this broker: the address of its Kafka-protocol listener
+    /// (ApiVersions, Metadata, Produce, Fetch, ListOffsets so far). `None` (the default)
+    /// runs none.
+    pub kafka_listen: Option<SocketAddr>,
+    /// The Kafka address metadata answers give for this broker (default: `kafka_listen`).
+    pub kafka_advertised: Option<SocketAddr>,
+    /// The other brokers' advertised Kafka addresses, for metadata answers (until brokers
+    /// register theirs in the metadata log, every broker is told them).
+    pub kafka_peers: BTreeMap<NodeId, SocketAddr>,
     /// Partitions of the consumer groups' offsets topic (`__consumer_offsets`, Kafka's
     /// `offsets.topic.num.partitions`), created with this count on the first group request.
     /// Each is a Raft group whose leader coordinates the groups that hash to it. Default 8.
@@ -145,6 +154,9 @@ impl NodeConfig {
             buffered_response_bytes_max: 256 << 20,
             retention_check_ms: 60_000,
             join: false,
+            kafka_listen: None,
+            kafka_advertised: None,
+            kafka_peers: BTreeMap::new(),
             offsets_topic_partitions: 8,
             offsets_topic_replication_factor: 3,
             offsets_segment_bytes: 16 << 20,

@@ -33,7 +33,7 @@ mod replica_dir;
 mod replicas;
 mod report;
 mod retention;
-mod service;
+pub(crate) mod service;
 mod supervise;
 mod write;
 
@@ -141,6 +141,8 @@ pub struct Node {
     server: tokio::task::JoinHandle<()>,
     /// The task that follows the metadata log (see `follow_metadata`).
     follower: tokio::task::JoinHandle<()>,
+    /// The Kafka listener's accept loop, if one runs.
+    kafka: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Node {
@@ -331,6 +333,33 @@ impl Node {
             service: BrokerService::new(Arc::clone(&broker)),
         });
         let shutdown_for_retention = shutdown_rx.clone();
+        let kafka = match broker.config.kafka_listen {
+            Some(at) => {
+                let listener = tokio::net::TcpListener::bind(at).await?;
+                let local = listener.local_addr()?;
+                let mut advertised = broker.config.kafka_peers.clone();
+                advertised.insert(
+                    broker.config.id,
+                    broker.config.kafka_advertised.unwrap_or(local),
+                );
+                let config = crate::kafka::KafkaConfig {
+                    me: broker.config.id,
+                    advertised,
+                    frame_bytes_max: broker.config.frame_bytes_max,
+                    connections_max: broker.config.connections_max,
+                    idle: Duration::from_millis(broker.config.connections_max_idle_ms),
+                    frame_timeout: Duration::from_millis(broker.config.frame_read_timeout_ms),
+                };
+                tracing::info!(%local, "kafka listener");
+                Some(crate::kafka::spawn(
+                    listener,
+                    BrokerService::new(Arc::clone(&broker)),
+                    config,
+                    shutdown_rx.clone(),
+                ))
+            }
+            None => None,
+        };
         let server = spawn_server(
             listener,
             handler,
@@ -347,6 +376,7 @@ impl Node {
             shutdown,
             server,
             follower,
+            kafka,
         };
         node.initialize_groups().await;
         tokio::spawn(Arc::clone(&node.broker).supervise(shutdown_for_retention.clone()));
@@ -598,6 +628,9 @@ impl Node {
             group.raft.shutdown().await;
         }
         let _ = self.server.await;
+        if let Some(kafka) = self.kafka {
+            let _ = kafka.await;
+        }
         // Requests still being served and syncs still in flight hold the logs (and their
         // directory locks) for a moment; wait, boundedly, so that the directories can be
         // reopened as soon as this returns.

@@ -12,6 +12,7 @@ mod attack;
 mod consumer;
 mod groups;
 mod hostile;
+mod kafka;
 mod long_poll;
 mod metrics;
 #[path = "../support/ports.rs"]

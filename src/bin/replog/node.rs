@@ -43,6 +43,15 @@ pub(crate) struct NodeArgs {
     /// (`GET /metrics`).
     #[arg(long)]
     metrics_listen: Option<SocketAddr>,
+    /// Serve Kafka's clients (kcat, librdkafka, kafka-python) on this address too.
+    #[arg(long)]
+    kafka_listen: Option<SocketAddr>,
+    /// The Kafka address clients are given for this broker (default: --kafka-listen).
+    #[arg(long, requires = "kafka_listen")]
+    kafka_advertised: Option<SocketAddr>,
+    /// Another broker's advertised Kafka address, ID@HOST:PORT (repeat per broker).
+    #[arg(long = "kafka-peer", value_parser = parse_peer, requires = "kafka_listen")]
+    kafka_peers: Vec<(u64, SocketAddr)>,
 }
 
 /// `--durability`: [`Durability`] on the command line.
@@ -97,6 +106,9 @@ impl NodeArgs {
         config.election_timeout_ms = self.election_timeout_ms;
         config.heartbeat_interval_ms = (self.election_timeout_ms / 4).max(20);
         config.durability = self.durability.into();
+        config.kafka_listen = self.kafka_listen;
+        config.kafka_advertised = self.kafka_advertised;
+        config.kafka_peers = self.kafka_peers.into_iter().collect();
         config
     }
 }

@@ -1,0 +1,339 @@
+//! Kafka's group APIs over the broker's coordinator (`node/groups.rs`): FindCoordinator,
+//! JoinGroup (MEMBER_ID_REQUIRED from v4), SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
+//! OffsetFetch, ListGroups and DescribeGroups. Field for field; the meanings are the
+//! coordinator's, which are Kafka's classic protocol.
+
+use std::net::SocketAddr;
+
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponsePartition, OffsetFetchResponseTopic,
+};
+use kafka_protocol::messages::{
+    BrokerId, DescribeGroupsRequest, DescribeGroupsResponse, FindCoordinatorRequest,
+    FindCoordinatorResponse, GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
+    JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsResponse,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
+    SyncGroupRequest, SyncGroupResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use super::KafkaConfig;
+use crate::group::GroupError;
+use crate::group::api::{CommitOffset, JoinGroup, JoinReply, OffsetCommit, SyncGroup};
+use crate::node::service::BrokerService;
+
+/// COORDINATOR_NOT_AVAILABLE, for what no coordinator here serves (transactions).
+const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+/// MEMBER_ID_REQUIRED.
+const MEMBER_ID_REQUIRED: i16 = 79;
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+pub(super) async fn find_coordinator(
+    request: FindCoordinatorRequest,
+    service: &BrokerService,
+    config: &KafkaConfig,
+) -> FindCoordinatorResponse {
+    let mut r = FindCoordinatorResponse::default();
+    r.node_id = BrokerId(-1);
+    r.host = s("");
+    r.port = -1;
+    if request.key_type != 0 {
+        r.error_code = COORDINATOR_NOT_AVAILABLE;
+        r.error_message = Some(s("transactions are not served"));
+        return r;
+    }
+    match service.find_coordinator(&request.key).await {
+        Ok(c) => match config.advertised.get(&c.node) {
+            Some(addr) => {
+                r.node_id = super::broker_id(c.node);
+                r.host = s(&addr.ip().to_string());
+                r.port = i32::from(addr.port());
+            }
+            None => r.error_code = COORDINATOR_NOT_AVAILABLE,
+        },
+        Err(e) => r.error_code = e.code(),
+    }
+    r
+}
+
+pub(super) async fn join_group(
+    request: JoinGroupRequest,
+    version: i16,
+    client_id: &str,
+    from: Option<SocketAddr>,
+    service: &BrokerService,
+) -> JoinGroupResponse {
+    let session = u32::try_from(request.session_timeout_ms).unwrap_or(0);
+    let rebalance = if version == 0 {
+        session
+    } else {
+        u32::try_from(request.rebalance_timeout_ms).unwrap_or(0)
+    };
+    let join = JoinGroup {
+        group: request.group_id.0.to_string(),
+        member_id: request.member_id.to_string(),
+        client_id: client_id.to_string(),
+        session_timeout_ms: session,
+        rebalance_timeout_ms: rebalance,
+        protocol_type: request.protocol_type.to_string(),
+        protocols: request
+            .protocols
+            .iter()
+            .map(|p| (p.name.to_string(), p.metadata.clone()))
+            .collect(),
+        require_known_member_id: version >= 4,
+    };
+    let mut r = JoinGroupResponse::default();
+    r.generation_id = -1;
+    r.member_id = request.member_id.clone();
+    r.leader = s("");
+    match service.join_group(join, from).await {
+        Ok(JoinReply::Joined(j)) => {
+            r.generation_id = j.generation;
+            r.protocol_type = Some(request.protocol_type.clone());
+            r.protocol_name = Some(s(&j.protocol));
+            r.leader = s(&j.leader);
+            r.member_id = s(&j.member_id);
+            r.members = j
+                .members
+                .into_iter()
+                .map(|(id, metadata)| {
+                    let mut m = JoinGroupResponseMember::default();
+                    m.member_id = s(&id);
+                    m.metadata = metadata;
+                    m
+                })
+                .collect();
+        }
+        Ok(JoinReply::MemberIdRequired(id)) => {
+            r.error_code = MEMBER_ID_REQUIRED;
+            r.member_id = s(&id);
+        }
+        Err(e) => r.error_code = e.code(),
+    }
+    r
+}
+
+pub(super) async fn sync_group(
+    request: SyncGroupRequest,
+    service: &BrokerService,
+) -> SyncGroupResponse {
+    let sync = SyncGroup {
+        group: request.group_id.0.to_string(),
+        generation: request.generation_id,
+        member_id: request.member_id.to_string(),
+        assignments: request
+            .assignments
+            .iter()
+            .map(|a| (a.member_id.to_string(), a.assignment.clone()))
+            .collect(),
+    };
+    let mut r = SyncGroupResponse::default();
+    match service.sync_group(sync).await {
+        Ok(assignment) => {
+            r.assignment = assignment;
+            r.protocol_type = request.protocol_type.clone();
+            r.protocol_name = request.protocol_name.clone();
+        }
+        Err(e) => r.error_code = e.code(),
+    }
+    r
+}
+
+pub(super) async fn heartbeat(
+    request: HeartbeatRequest,
+    service: &BrokerService,
+) -> HeartbeatResponse {
+    let mut r = HeartbeatResponse::default();
+    if let Err(e) = service
+        .heartbeat(
+            &request.group_id.0,
+            request.generation_id,
+            &request.member_id,
+        )
+        .await
+    {
+        r.error_code = e.code();
+    }
+    r
+}
+
+pub(super) async fn leave_group(
+    request: LeaveGroupRequest,
+    version: i16,
+    service: &BrokerService,
+) -> LeaveGroupResponse {
+    let group = request.group_id.0.to_string();
+    let mut r = LeaveGroupResponse::default();
+    if version < 3 {
+        if let Err(e) = service.leave_group(&group, &request.member_id).await {
+            r.error_code = e.code();
+        }
+        return r;
+    }
+    for m in request.members {
+        let mut mr = MemberResponse::default();
+        mr.member_id = m.member_id.clone();
+        if let Err(e) = service.leave_group(&group, &m.member_id).await {
+            mr.error_code = e.code();
+        }
+        r.members.push(mr);
+    }
+    r
+}
+
+pub(super) async fn offset_commit(
+    request: OffsetCommitRequest,
+    service: &BrokerService,
+) -> OffsetCommitResponse {
+    let offsets: Vec<CommitOffset> = request
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(|p| CommitOffset {
+                topic: t.name.0.to_string(),
+                partition: u32::try_from(p.partition_index).unwrap_or(u32::MAX),
+                offset: u64::try_from(p.committed_offset).ok(),
+                metadata: p
+                    .committed_metadata
+                    .as_ref()
+                    .map(|m| m.to_string())
+                    .unwrap_or_default(),
+            })
+        })
+        .collect();
+    let commit = OffsetCommit {
+        group: request.group_id.0.to_string(),
+        generation: request.generation_id_or_member_epoch,
+        member_id: request.member_id.to_string(),
+        offsets,
+    };
+    let outcome = service.commit_offsets(commit).await;
+    let mut r = OffsetCommitResponse::default();
+    for t in &request.topics {
+        let mut tr = OffsetCommitResponseTopic::default();
+        tr.name = t.name.clone();
+        for p in &t.partitions {
+            let mut pr = OffsetCommitResponsePartition::default();
+            pr.partition_index = p.partition_index;
+            pr.error_code = match &outcome {
+                Err(e) => e.code(),
+                Ok(results) => results
+                    .iter()
+                    .find(|x| {
+                        x.topic == *t.name.0
+                            && i64::from(x.partition) == i64::from(p.partition_index)
+                    })
+                    .and_then(|x| x.error)
+                    .map_or(0, GroupError::code),
+            };
+            tr.partitions.push(pr);
+        }
+        r.topics.push(tr);
+    }
+    r
+}
+
+pub(super) async fn offset_fetch(
+    request: OffsetFetchRequest,
+    service: &BrokerService,
+) -> OffsetFetchResponse {
+    let wanted = request.topics.as_ref().map(|ts| {
+        ts.iter()
+            .flat_map(|t| {
+                t.partition_indexes
+                    .iter()
+                    .map(move |p| (t.name.0.to_string(), u32::try_from(*p).unwrap_or(u32::MAX)))
+            })
+            .collect::<Vec<_>>()
+    });
+    let mut r = OffsetFetchResponse::default();
+    match service.fetch_offsets(&request.group_id.0, wanted).await {
+        Ok(offsets) => {
+            let mut topics: Vec<OffsetFetchResponseTopic> = Vec::new();
+            for c in offsets {
+                let mut p = OffsetFetchResponsePartition::default();
+                p.partition_index = i32::try_from(c.partition).unwrap_or(i32::MAX);
+                p.committed_offset = c
+                    .offset
+                    .map_or(-1, |o| i64::try_from(o).unwrap_or(i64::MAX));
+                p.committed_leader_epoch = -1;
+                p.metadata = Some(s(&c.metadata));
+                match topics.iter_mut().find(|t| *t.name.0 == c.topic) {
+                    Some(t) => t.partitions.push(p),
+                    None => {
+                        let mut t = OffsetFetchResponseTopic::default();
+                        t.name = TopicName(s(&c.topic));
+                        t.partitions.push(p);
+                        topics.push(t);
+                    }
+                }
+            }
+            r.topics = topics;
+        }
+        Err(e) => r.error_code = e.code(),
+    }
+    r
+}
+
+pub(super) async fn list_groups(service: &BrokerService) -> ListGroupsResponse {
+    let mut r = ListGroupsResponse::default();
+    r.groups = service
+        .list_groups()
+        .await
+        .into_iter()
+        .map(|g| {
+            let mut l = ListedGroup::default();
+            l.group_id = GroupId(s(&g.group));
+            l.protocol_type = s(&g.protocol_type);
+            l.group_state = s(&g.state);
+            l.group_type = s("classic");
+            l
+        })
+        .collect();
+    r
+}
+
+pub(super) async fn describe_groups(
+    request: DescribeGroupsRequest,
+    service: &BrokerService,
+) -> DescribeGroupsResponse {
+    let mut r = DescribeGroupsResponse::default();
+    for g in request.groups {
+        let mut d = DescribedGroup::default();
+        d.group_id = g.clone();
+        match service.describe_group(&g.0).await {
+            Ok(info) => {
+                d.group_state = s(&info.state);
+                d.protocol_type = s(&info.protocol_type);
+                d.protocol_data = s(&info.protocol);
+                d.members = info
+                    .members
+                    .into_iter()
+                    .map(|m| {
+                        let mut dm = DescribedGroupMember::default();
+                        dm.member_id = s(&m.member_id);
+                        dm.client_id = s(&m.client_id);
+                        dm.client_host = s(&m.client_host);
+                        dm.member_metadata = m.metadata;
+                        dm.member_assignment = m.assignment;
+                        dm
+                    })
+                    .collect();
+            }
+            Err(e) => d.error_code = e.code(),
+        }
+        r.groups.push(d);
+    }
+    r
+}

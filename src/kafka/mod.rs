@@ -1,0 +1,662 @@
+//! A Kafka-protocol listener ("4 of 4", first part): Kafka's own clients (kcat, librdkafka,
+//! kafka-python) reach a broker on `NodeConfig::kafka_listen` and are served by the same
+//! [`BrokerService`] as the native door. This module is a codec only: it decodes Kafka's
+//! requests (the `kafka-protocol` crate), calls the service, and encodes the answers.
+//!
+//! Served so far: ApiVersions, Metadata, Produce (acks 0, 1 and -1: a write is acknowledged
+//! once committed, whatever the producer asked), Fetch (with the long poll), ListOffsets, and
+//! the group APIs over the broker's coordinator (`groups.rs`).
+//! An API or version outside [`SUPPORTED`] closes the connection, as Kafka brokers do for
+//! requests they cannot parse; ApiVersions at a version newer than served is answered at
+//! version 0 with `UNSUPPORTED_VERSION` and the ranges, as Kafka does.
+//!
+//! Records cross the door converted: a Kafka batch's records (any compression) become one
+//! replog batch of the same keys, values and headers, stamped with the leader's clock; a
+//! fetch answers each replog batch as one uncompressed Kafka v2 batch with the same offsets
+//! and a valid CRC-32C. A Kafka null value reads back empty.
+
+mod groups;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::indexmap::IndexMap;
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsResponse, BrokerId, FetchRequest, FetchResponse, ListOffsetsRequest,
+    ListOffsetsResponse, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse,
+    RequestHeader, RequestKind, ResponseHeader, ResponseKind, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::records::{
+    Compression, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, Record as KafkaRecord, RecordBatchDecoder,
+    RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+use crate::error::Error;
+use crate::group::OFFSETS_TOPIC;
+use crate::node::service::{BrokerService, Fetch, Produce};
+use crate::protocol::OffsetAt;
+use crate::raft::types::AppendRequest;
+use crate::segment::record::{Header, Record, encode_records};
+use crate::types::{NodeId, Offset, PartitionId};
+
+/// The APIs served and their version ranges.
+pub(crate) const SUPPORTED: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 3, 9),
+    (ApiKey::Fetch, 4, 12),
+    (ApiKey::ListOffsets, 1, 7),
+    (ApiKey::Metadata, 1, 12),
+    (ApiKey::ApiVersions, 0, 3),
+    (ApiKey::FindCoordinator, 0, 3),
+    (ApiKey::JoinGroup, 0, 7),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 4),
+    (ApiKey::OffsetCommit, 2, 8),
+    (ApiKey::OffsetFetch, 1, 7),
+    (ApiKey::ListGroups, 0, 4),
+    (ApiKey::DescribeGroups, 0, 5),
+];
+
+/// Kafka's error codes used here.
+mod code {
+    pub(super) const NONE: i16 = 0;
+    pub(super) const OFFSET_OUT_OF_RANGE: i16 = 1;
+    pub(super) const CORRUPT_MESSAGE: i16 = 2;
+    pub(super) const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+    pub(super) const LEADER_NOT_AVAILABLE: i16 = 5;
+    pub(super) const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+    pub(super) const REQUEST_TIMED_OUT: i16 = 7;
+    pub(super) const MESSAGE_TOO_LARGE: i16 = 10;
+    pub(super) const UNSUPPORTED_VERSION: i16 = 35;
+    pub(super) const INVALID_TOPIC_EXCEPTION: i16 = 17;
+    pub(super) const UNKNOWN_SERVER_ERROR: i16 = -1;
+}
+
+/// What the listener needs beside the service.
+#[derive(Clone, Debug)]
+pub(crate) struct KafkaConfig {
+    pub(crate) me: NodeId,
+    /// Every broker's Kafka address as clients reach it, this one's included.
+    pub(crate) advertised: BTreeMap<NodeId, SocketAddr>,
+    pub(crate) frame_bytes_max: u32,
+    pub(crate) connections_max: usize,
+    pub(crate) idle: Duration,
+    pub(crate) frame_timeout: Duration,
+}
+
+/// Serves Kafka clients on `listener` until `shutdown`.
+pub(crate) fn spawn(
+    listener: TcpListener,
+    service: BrokerService,
+    config: KafkaConfig,
+    mut shutdown: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let slots = Arc::new(tokio::sync::Semaphore::new(config.connections_max.max(1)));
+        let config = Arc::new(config);
+        // Ends at shutdown.
+        loop {
+            let accepted = tokio::select! {
+                a = listener.accept() => a,
+                _ = shutdown.changed() => return,
+            };
+            let Ok((stream, from)) = accepted else {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            };
+            // Past the cap the newcomer is closed at once.
+            let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
+                drop(stream);
+                continue;
+            };
+            let (service, config, shutdown) =
+                (service.clone(), Arc::clone(&config), shutdown.clone());
+            tokio::spawn(async move {
+                let _permit = permit;
+                if let Err(e) = serve(stream, Some(from), &service, &config, shutdown).await {
+                    tracing::debug!(%from, error = %e, "kafka connection closed");
+                }
+            });
+        }
+    })
+}
+
+/// Reads one request at a time and answers it before reading the next (Kafka answers a
+/// connection's requests in order).
+async fn serve(
+    mut stream: TcpStream,
+    from: Option<SocketAddr>,
+    service: &BrokerService,
+    config: &KafkaConfig,
+    mut shutdown: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let _ = stream.set_nodelay(true);
+    // Bounded by the connection: each turn reads one request or ends it.
+    loop {
+        let mut len = [0u8; 4];
+        tokio::select! {
+            r = tokio::time::timeout(config.idle, stream.read_exact(&mut len)) => {
+                r.map_err(|_| std::io::Error::other("idle"))??;
+            }
+            _ = shutdown.changed() => return Ok(()),
+        }
+        // Kafka's framing is big-endian: `Buf` reads it.
+        let len = (&len[..]).get_i32();
+        if len < 8 || len as u64 > u64::from(config.frame_bytes_max) {
+            return Err(std::io::Error::other(format!("a request of {len} bytes")));
+        }
+        let mut body = vec![0u8; len as usize];
+        tokio::time::timeout(config.frame_timeout, stream.read_exact(&mut body))
+            .await
+            .map_err(|_| std::io::Error::other("request not sent in time"))??;
+        let Some(answer) = answer(Bytes::from(body), service, config, from).await? else {
+            continue;
+        };
+        let mut out = BytesMut::with_capacity(answer.len() + 4);
+        out.put_i32(i32::try_from(answer.len()).unwrap_or(i32::MAX));
+        out.extend_from_slice(&answer);
+        tokio::time::timeout(config.frame_timeout, stream.write_all(&out))
+            .await
+            .map_err(|_| std::io::Error::other("answer not read in time"))??;
+    }
+}
+
+/// Decodes a request, serves it, encodes the answer (`None`: no answer, a produce with acks 0).
+async fn answer(
+    mut body: Bytes,
+    service: &BrokerService,
+    config: &KafkaConfig,
+    from: Option<SocketAddr>,
+) -> std::io::Result<Option<Bytes>> {
+    let bad = |what: String| std::io::Error::other(what);
+    let (key, version) = {
+        let mut peek = &body[..];
+        (peek.get_i16(), peek.get_i16())
+    };
+    let api = ApiKey::try_from(key).map_err(|_| bad(format!("unknown api key {key}")))?;
+    let served = SUPPORTED.iter().find(|(k, _, _)| *k == api);
+    if api == ApiKey::ApiVersions && served.is_some_and(|(_, _, max)| version > *max) {
+        // Kafka's answer to a newer ApiVersions: version 0, UNSUPPORTED_VERSION, our ranges.
+        let correlation = {
+            let mut peek = &body[4..];
+            if peek.len() < 4 { 0 } else { peek.get_i32() }
+        };
+        let mut r = api_versions();
+        r.error_code = code::UNSUPPORTED_VERSION;
+        return encode(
+            correlation,
+            ApiKey::ApiVersions,
+            0,
+            &ResponseKind::ApiVersions(r),
+        )
+        .map(Some);
+    }
+    let Some((_, min, max)) = served.filter(|(_, min, max)| (*min..=*max).contains(&version))
+    else {
+        return Err(bad(format!("{api:?} v{version} is not served")));
+    };
+    let _ = (min, max);
+    let header = decode_guarded(|| {
+        RequestHeader::decode(&mut body, api.request_header_version(version))
+            .map_err(|e| e.to_string())
+    })
+    .map_err(bad)?;
+    let request =
+        decode_guarded(|| RequestKind::decode(api, &mut body, version).map_err(|e| e.to_string()))
+            .map_err(bad)?;
+    let response = match request {
+        RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions()),
+        RequestKind::Metadata(r) => ResponseKind::Metadata(metadata(r, service, config).await),
+        RequestKind::Produce(r) => {
+            let acks = r.acks;
+            let response = produce(r, service).await;
+            if acks == 0 {
+                return Ok(None);
+            }
+            ResponseKind::Produce(response)
+        }
+        RequestKind::Fetch(r) => ResponseKind::Fetch(fetch(r, service).await),
+        RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(list_offsets(r, service)),
+        RequestKind::FindCoordinator(r) => {
+            ResponseKind::FindCoordinator(groups::find_coordinator(r, service, config).await)
+        }
+        RequestKind::JoinGroup(r) => {
+            let client_id = header.client_id.as_ref().map_or("", |c| c.as_str());
+            ResponseKind::JoinGroup(groups::join_group(r, version, client_id, from, service).await)
+        }
+        RequestKind::SyncGroup(r) => ResponseKind::SyncGroup(groups::sync_group(r, service).await),
+        RequestKind::Heartbeat(r) => ResponseKind::Heartbeat(groups::heartbeat(r, service).await),
+        RequestKind::LeaveGroup(r) => {
+            ResponseKind::LeaveGroup(groups::leave_group(r, version, service).await)
+        }
+        RequestKind::OffsetCommit(r) => {
+            ResponseKind::OffsetCommit(groups::offset_commit(r, service).await)
+        }
+        RequestKind::OffsetFetch(r) => {
+            ResponseKind::OffsetFetch(groups::offset_fetch(r, service).await)
+        }
+        RequestKind::ListGroups(_) => ResponseKind::ListGroups(groups::list_groups(service).await),
+        RequestKind::DescribeGroups(r) => {
+            ResponseKind::DescribeGroups(groups::describe_groups(r, service).await)
+        }
+        other => return Err(bad(format!("{other:?} is not served"))),
+    };
+    encode(header.correlation_id, api, version, &response).map(Some)
+}
+
+/// Runs a decoder over bytes from the network, turning a panic inside it into an error.
+fn decode_guarded<T>(f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .unwrap_or_else(|_| Err("a request the decoder could not read".into()))
+}
+
+fn encode(
+    correlation_id: i32,
+    api: ApiKey,
+    version: i16,
+    response: &ResponseKind,
+) -> std::io::Result<Bytes> {
+    let mut out = BytesMut::new();
+    let mut header = ResponseHeader::default();
+    header.correlation_id = correlation_id;
+    header
+        .encode(&mut out, api.response_header_version(version))
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    response
+        .encode(&mut out, version)
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    Ok(out.freeze())
+}
+
+fn api_versions() -> ApiVersionsResponse {
+    let mut r = ApiVersionsResponse::default();
+    r.api_keys = SUPPORTED
+        .iter()
+        .map(|(k, min, max)| {
+            let mut v = ApiVersion::default();
+            v.api_key = *k as i16;
+            v.min_version = *min;
+            v.max_version = *max;
+            v
+        })
+        .collect();
+    r
+}
+
+fn broker_id(id: NodeId) -> BrokerId {
+    BrokerId(i32::try_from(id).unwrap_or(i32::MAX))
+}
+
+fn topic_name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_string()))
+}
+
+async fn metadata(
+    request: MetadataRequest,
+    service: &BrokerService,
+    config: &KafkaConfig,
+) -> MetadataResponse {
+    let wanted: Option<Vec<String>> = request.topics.map(|ts| {
+        ts.into_iter()
+            .filter_map(|t| t.name.map(|n| n.0.to_string()))
+            .collect()
+    });
+    let mut metas = Vec::new();
+    match &wanted {
+        Some(names) if !names.is_empty() => {
+            for n in names {
+                metas.push((Some(n.clone()), service.metadata(Some(n), false).await));
+            }
+        }
+        _ => metas.push((None, service.metadata(None, false).await)),
+    }
+    let mut r = MetadataResponse::default();
+    r.cluster_id = Some(StrBytes::from_static_str("replog"));
+    r.controller_id = broker_id(config.me);
+    r.brokers = config
+        .advertised
+        .iter()
+        .map(|(id, addr)| {
+            let mut b = MetadataResponseBroker::default();
+            b.node_id = broker_id(*id);
+            b.host = StrBytes::from_string(addr.ip().to_string());
+            b.port = i32::from(addr.port());
+            b
+        })
+        .collect();
+    let mut topics: BTreeMap<String, Vec<MetadataResponsePartition>> = BTreeMap::new();
+    for (asked, meta) in &metas {
+        if let Some(name) = asked {
+            topics.entry(name.clone()).or_default();
+        }
+        for p in &meta.partitions {
+            if p.partition.topic.starts_with("__") && p.partition.topic != OFFSETS_TOPIC {
+                continue;
+            }
+            let mut mp = MetadataResponsePartition::default();
+            mp.partition_index = i32::try_from(p.partition.partition).unwrap_or(i32::MAX);
+            match p.leader {
+                Some(l) => mp.leader_id = broker_id(l),
+                None => {
+                    mp.leader_id = BrokerId(-1);
+                    mp.error_code = code::LEADER_NOT_AVAILABLE;
+                }
+            }
+            mp.leader_epoch = i32::try_from(p.term).unwrap_or(i32::MAX);
+            mp.replica_nodes = p.replicas.iter().map(|r| broker_id(*r)).collect();
+            let isr = if p.isr.is_empty() {
+                p.leader.into_iter().collect::<Vec<_>>()
+            } else {
+                p.isr.clone()
+            };
+            mp.isr_nodes = isr.into_iter().map(broker_id).collect();
+            topics
+                .entry(p.partition.topic.clone())
+                .or_default()
+                .push(mp);
+        }
+    }
+    r.topics = topics
+        .into_iter()
+        .map(|(name, mut partitions)| {
+            partitions.sort_by_key(|p| p.partition_index);
+            let mut t = MetadataResponseTopic::default();
+            t.is_internal = name == OFFSETS_TOPIC;
+            if partitions.is_empty() {
+                t.error_code = code::UNKNOWN_TOPIC_OR_PARTITION;
+            }
+            t.name = Some(topic_name(&name));
+            t.partitions = partitions;
+            t
+        })
+        .collect();
+    r
+}
+
+/// Kafka's code for an error of the service.
+fn error_code(e: &Error) -> i16 {
+    match e {
+        Error::NotLeader { .. } | Error::TryAgain { .. } => code::NOT_LEADER_OR_FOLLOWER,
+        Error::UnknownPartition(_) => code::UNKNOWN_TOPIC_OR_PARTITION,
+        Error::OffsetOutOfRange { .. } => code::OFFSET_OUT_OF_RANGE,
+        Error::RecordTooLarge { .. } | Error::BatchTooLarge { .. } => code::MESSAGE_TOO_LARGE,
+        Error::InvalidBatch { .. } | Error::EmptyBatch => code::CORRUPT_MESSAGE,
+        Error::InvalidTopic { .. } => code::INVALID_TOPIC_EXCEPTION,
+        Error::Indeterminate { .. } | Error::Timeout { .. } => code::REQUEST_TIMED_OUT,
+        _ => code::UNKNOWN_SERVER_ERROR,
+    }
+}
+
+/// A Kafka batch's records as replog records.
+fn records_of(mut bytes: Bytes) -> Result<Vec<Record>, String> {
+    let sets =
+        decode_guarded(|| RecordBatchDecoder::decode_all(&mut bytes).map_err(|e| e.to_string()))?;
+    let mut out = Vec::new();
+    for set in sets {
+        for r in set.records {
+            out.push(Record {
+                key: r.key,
+                value: r.value.unwrap_or_default(),
+                headers: r
+                    .headers
+                    .into_iter()
+                    .map(|(k, v)| Header {
+                        name: k.into_bytes(),
+                        value: v.unwrap_or_default(),
+                    })
+                    .collect(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+async fn produce(request: ProduceRequest, service: &BrokerService) -> ProduceResponse {
+    let mut r = ProduceResponse::default();
+    for topic in request.topic_data {
+        let name = topic.name.0.to_string();
+        let mut t = TopicProduceResponse::default();
+        t.name = topic.name.clone();
+        for p in topic.partition_data {
+            let mut pr = PartitionProduceResponse::default();
+            pr.index = p.index;
+            pr.base_offset = -1;
+            pr.log_append_time_ms = -1;
+            let outcome = async {
+                let partition =
+                    u32::try_from(p.index).map_err(|_| code::UNKNOWN_TOPIC_OR_PARTITION)?;
+                let records = records_of(p.records.unwrap_or_default()).map_err(|e| {
+                    tracing::debug!(error = %e, "a kafka batch that does not decode");
+                    code::CORRUPT_MESSAGE
+                })?;
+                if records.is_empty() {
+                    return Err(code::CORRUPT_MESSAGE);
+                }
+                let (payload, record_count) =
+                    encode_records(&records, u32::MAX).map_err(|e| error_code(&e))?;
+                let produce = Produce {
+                    partition: PartitionId::new(name.clone(), partition),
+                    batch: AppendRequest {
+                        records: payload,
+                        record_count,
+                        producer_id: 0,
+                        producer_epoch: 0,
+                        base_sequence: 0,
+                        timestamp_ms: 0,
+                    },
+                    turn: None,
+                };
+                service.produce(produce).await.map_err(|e| error_code(&e))
+            }
+            .await;
+            match outcome {
+                Ok(info) => {
+                    pr.base_offset = i64::try_from(info.base_offset.get()).unwrap_or(i64::MAX);
+                }
+                Err(c) => pr.error_code = c,
+            }
+            t.partition_responses.push(pr);
+        }
+        r.responses.push(t);
+    }
+    r
+}
+
+/// Replog batches as Kafka v2 batches, one each, uncompressed, with their offsets.
+fn kafka_batches(batches: &[crate::segment::record::Batch]) -> Result<Bytes, String> {
+    let mut out = BytesMut::new();
+    for b in batches {
+        let base = b.base_offset().get();
+        let timestamp = i64::try_from(b.timestamp_ms()).unwrap_or(i64::MAX);
+        let records: Vec<KafkaRecord> = b
+            .records()
+            .map(|(offset, r)| {
+                let mut headers = IndexMap::new();
+                for h in r.headers {
+                    let name = StrBytes::from_utf8(h.name)
+                        .unwrap_or_else(|_| StrBytes::from_static_str(""));
+                    headers.insert(name, Some(h.value));
+                }
+                KafkaRecord {
+                    transactional: false,
+                    control: false,
+                    delete_horizon: false,
+                    partition_leader_epoch: i32::try_from(b.term().get()).unwrap_or(i32::MAX),
+                    producer_id: NO_PRODUCER_ID,
+                    producer_epoch: NO_PRODUCER_EPOCH,
+                    timestamp_type: TimestampType::LogAppend,
+                    offset: i64::try_from(offset.get()).unwrap_or(i64::MAX),
+                    sequence: -1,
+                    timestamp,
+                    key: r.key,
+                    value: Some(r.value),
+                    headers,
+                }
+            })
+            .collect();
+        if records.is_empty() {
+            continue;
+        }
+        let _ = base;
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        };
+        RecordBatchEncoder::encode(&mut out, records.iter(), &options)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(out.freeze())
+}
+
+/// A topic's partitions as a fetch read them.
+type PartitionAnswers = (
+    TopicName,
+    Vec<(
+        i32,
+        std::result::Result<crate::node::service::Fetched, Error>,
+    )>,
+);
+
+async fn fetch(request: FetchRequest, service: &BrokerService) -> FetchResponse {
+    let max_wait = Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0));
+    let asks: Vec<(TopicName, Vec<(i32, Fetch)>)> = request
+        .topics
+        .iter()
+        .map(|t| {
+            let name = t.topic.0.to_string();
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    let fetch = Fetch {
+                        partition: PartitionId::new(
+                            name.clone(),
+                            u32::try_from(p.partition).unwrap_or(u32::MAX),
+                        ),
+                        offset: Offset(u64::try_from(p.fetch_offset).unwrap_or(0)),
+                        max_bytes: usize::try_from(p.partition_max_bytes).unwrap_or(0).max(1),
+                        max_wait: Duration::ZERO,
+                        min_bytes: 0,
+                    };
+                    (p.partition, fetch)
+                })
+                .collect();
+            (t.topic.clone(), partitions)
+        })
+        .collect();
+    let read = || {
+        let mut any = false;
+        let answers: Vec<PartitionAnswers> = asks
+            .iter()
+            .map(|(name, ps)| {
+                let rs = ps
+                    .iter()
+                    .map(|(i, f)| {
+                        let r = service.fetch(f);
+                        any |= r.as_ref().is_ok_and(|f| !f.batches.is_empty()) || r.is_err();
+                        (*i, r)
+                    })
+                    .collect();
+                (name.clone(), rs)
+            })
+            .collect();
+        (any, answers)
+    };
+    let (mut any, mut answers) = read();
+    if !any && request.min_bytes > 0 && !max_wait.is_zero() {
+        // The long poll: wait on the first partition asked for, then read again.
+        if let Some((_, f)) = asks.first().and_then(|(_, ps)| ps.first()) {
+            let wait = Fetch {
+                partition: f.partition.clone(),
+                offset: f.offset,
+                max_bytes: f.max_bytes,
+                max_wait,
+                min_bytes: 1,
+            };
+            service.wait_for_fetch(&wait).await;
+            (any, answers) = read();
+        }
+    }
+    let _ = any;
+    let mut r = FetchResponse::default();
+    for (name, partitions) in answers {
+        let mut t = FetchableTopicResponse::default();
+        t.topic = name;
+        for (index, outcome) in partitions {
+            let mut pd = PartitionData::default();
+            pd.partition_index = index;
+            pd.high_watermark = -1;
+            pd.last_stable_offset = -1;
+            pd.log_start_offset = -1;
+            pd.preferred_read_replica = BrokerId(-1);
+            match outcome {
+                Ok(fetched) => {
+                    let hw = i64::try_from(fetched.high_watermark.get()).unwrap_or(i64::MAX);
+                    pd.high_watermark = hw;
+                    pd.last_stable_offset = hw;
+                    pd.log_start_offset = i64::try_from(fetched.log_start.get()).unwrap_or(0);
+                    match kafka_batches(&fetched.batches) {
+                        Ok(bytes) => pd.records = Some(bytes),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "encoding a kafka batch failed");
+                            pd.error_code = code::UNKNOWN_SERVER_ERROR;
+                        }
+                    }
+                }
+                Err(e) => pd.error_code = error_code(&e),
+            }
+            t.partitions.push(pd);
+        }
+        r.responses.push(t);
+    }
+    r.error_code = code::NONE;
+    r
+}
+
+fn list_offsets(request: ListOffsetsRequest, service: &BrokerService) -> ListOffsetsResponse {
+    let mut r = ListOffsetsResponse::default();
+    for topic in request.topics {
+        let name = topic.name.0.to_string();
+        let mut t = ListOffsetsTopicResponse::default();
+        t.name = topic.name.clone();
+        for p in topic.partitions {
+            let mut pr = ListOffsetsPartitionResponse::default();
+            pr.partition_index = p.partition_index;
+            pr.timestamp = -1;
+            pr.offset = -1;
+            let at = match p.timestamp {
+                -2 => OffsetAt::Earliest,
+                -1 => OffsetAt::Latest,
+                ms => OffsetAt::Timestamp(u64::try_from(ms).unwrap_or(0)),
+            };
+            let id = PartitionId::new(
+                name.clone(),
+                u32::try_from(p.partition_index).unwrap_or(u32::MAX),
+            );
+            match service.list_offset(&id, at) {
+                Ok(Some(o)) => pr.offset = i64::try_from(o.get()).unwrap_or(i64::MAX),
+                Ok(None) => {}
+                Err(e) => pr.error_code = error_code(&e),
+            }
+            t.partitions.push(pr);
+        }
+        r.topics.push(t);
+    }
+    r
+}

@@ -1,0 +1,406 @@
+//! The Kafka listener ("4 of 4", first part): the seed walkthrough with Kafka's own `kcat`
+//! against three `replog node` processes, compressed batches, one log behind two doors, and
+//! hostile bytes on the Kafka port. `.ci/run` installs `kcat` (Debian's package); without it
+//! these tests fail in CI and are skipped elsewhere.
+
+// Kafka's wire is big-endian; the crate's own formats are little-endian, which the lint guards.
+#![allow(clippy::big_endian_bytes)]
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use replog::{Client, ClientConfig};
+
+/// `kcat`, if installed: required in CI, skipped (with a line saying so) elsewhere.
+fn kcat() -> Option<&'static str> {
+    let found = Command::new("kcat")
+        .arg("-V")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok();
+    if !found {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "kcat is not installed (.ci/run installs it)"
+        );
+        eprintln!("kcat is not installed: skipped");
+        return None;
+    }
+    Some("kcat")
+}
+
+/// Runs kcat with `args`, feeding `stdin`; (success, stdout, stderr). Bounded by `-m`/`-e`
+/// in the arguments and a 30 s kill.
+fn run(kcat: &str, args: &[&str], stdin: &str) -> (bool, String, String) {
+    let mut child = Command::new(kcat)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run kcat");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Three `replog node` processes with Kafka listeners; the native and Kafka addresses.
+fn cluster(
+    dir: &std::path::Path,
+) -> (Vec<Option<crate::Broker>>, Vec<SocketAddr>, Vec<SocketAddr>) {
+    let addrs = crate::process_addrs(3);
+    let kafka = crate::process_addrs(3);
+    let peers: Vec<String> = (0..3)
+        .flat_map(|i| {
+            [
+                "--kafka-peer".to_string(),
+                format!("{}@{}", i + 1, kafka[i]),
+            ]
+        })
+        .collect();
+    let brokers = (1..=3u64)
+        .map(|id| {
+            let mut more = vec![
+                "--kafka-listen".to_string(),
+                kafka[id as usize - 1].to_string(),
+            ];
+            more.extend(peers.iter().cloned());
+            let more: Vec<&str> = more.iter().map(String::as_str).collect();
+            Some(crate::spawn_broker_with(id, &addrs, dir, false, &more))
+        })
+        .collect();
+    (brokers, addrs, kafka)
+}
+
+async fn connect(addrs: &[SocketAddr]) -> Client {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match Client::connect(addrs, ClientConfig::default()).await {
+            Ok(c) => return c,
+            Err(e) => assert!(Instant::now() < deadline, "brokers did not start: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The seed walkthrough with kcat: describe (Leader / Replicas / Isr), produce through a
+/// follower's Kafka address, consume from the beginning through each of the three, SIGKILL
+/// the leader, produce again through the same address, consume both; then every compression
+/// codec, and the native door reading what Kafka wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seed_walkthrough_runs_with_kcat_through_a_follower() {
+    let Some(kcat) = kcat() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (mut brokers, addrs, kafka) = cluster(dir.path());
+    let client = connect(&addrs).await;
+    client.create_topic("email.send", 1, 3).await.unwrap();
+    let leader = client.describe("email.send").await.unwrap()[0]
+        .leader
+        .unwrap();
+    let follower = (1..=3u64).find(|id| *id != leader).unwrap();
+    let at = kafka[follower as usize - 1].to_string();
+    let kcat_async = move |args: Vec<String>, stdin: String| {
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            run(kcat, &args, &stdin)
+        })
+    };
+    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+
+    let (ok, out, err) = kcat_async(args(&["-L", "-b", &at, "-t", "email.send"]), String::new())
+        .await
+        .unwrap();
+    assert!(ok, "{err}");
+    assert!(out.contains("3 brokers"), "{out}");
+    assert!(
+        out.contains(&format!("partition 0, leader {leader}, replicas: ")),
+        "{out}"
+    );
+
+    let (ok, _, err) = kcat_async(
+        args(&["-P", "-b", &at, "-t", "email.send"]),
+        "follower-message-1\n".into(),
+    )
+    .await
+    .unwrap();
+    assert!(ok, "{err}");
+    for k in &kafka {
+        let (ok, out, err) = kcat_async(
+            args(&[
+                "-C",
+                "-b",
+                &k.to_string(),
+                "-t",
+                "email.send",
+                "-o",
+                "beginning",
+                "-e",
+                "-q",
+            ]),
+            String::new(),
+        )
+        .await
+        .unwrap();
+        assert!(ok, "{err}");
+        assert_eq!(out, "follower-message-1\n", "through {k}");
+    }
+
+    // SIGKILL the leader; the same follower address takes the next write.
+    drop(brokers[leader as usize - 1].take());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (ok, _, err) = kcat_async(
+            args(&[
+                "-P",
+                "-b",
+                &at,
+                "-t",
+                "email.send",
+                "-X",
+                "message.timeout.ms=20000",
+            ]),
+            "follower-message-2\n".into(),
+        )
+        .await
+        .unwrap();
+        if ok {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no write after the leader died: {err}"
+        );
+    }
+    let survivors: Vec<&SocketAddr> = kafka
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i as u64 + 1 != leader)
+        .map(|(_, k)| k)
+        .collect();
+    for k in &survivors {
+        let (ok, out, err) = kcat_async(
+            args(&[
+                "-C",
+                "-b",
+                &k.to_string(),
+                "-t",
+                "email.send",
+                "-o",
+                "beginning",
+                "-e",
+                "-q",
+            ]),
+            String::new(),
+        )
+        .await
+        .unwrap();
+        assert!(ok, "{err}");
+        assert_eq!(
+            out, "follower-message-1\nfollower-message-2\n",
+            "through {k}"
+        );
+    }
+
+    // Every codec kcat offers round-trips.
+    let mut want: Vec<String> = vec!["follower-message-1".into(), "follower-message-2".into()];
+    for codec in ["gzip", "snappy", "lz4", "zstd"] {
+        let lines: Vec<String> = (0..3).map(|i| format!("{codec}-{i}")).collect();
+        let (ok, _, err) = kcat_async(
+            args(&["-P", "-b", &at, "-t", "email.send", "-z", codec]),
+            lines.iter().map(|l| format!("{l}\n")).collect(),
+        )
+        .await
+        .unwrap();
+        assert!(ok, "{codec}: {err}");
+        want.extend(lines);
+    }
+    let (ok, out, err) = kcat_async(
+        args(&[
+            "-C",
+            "-b",
+            &at,
+            "-t",
+            "email.send",
+            "-o",
+            "beginning",
+            "-e",
+            "-q",
+        ]),
+        String::new(),
+    )
+    .await
+    .unwrap();
+    assert!(ok, "{err}");
+    assert_eq!(out.lines().collect::<Vec<_>>(), want);
+    // One log, two doors: the native client reads what Kafka's wrote.
+    let native = connect(&[addrs[follower as usize - 1]]).await;
+    let batches = native
+        .fetch("email.send", 0, replog::Offset(0), 1 << 20, None)
+        .await
+        .unwrap();
+    let values: Vec<String> = batches
+        .iter()
+        .flat_map(|b| {
+            b.records()
+                .map(|(_, r)| String::from_utf8_lossy(&r.value).into_owned())
+        })
+        .collect();
+    assert_eq!(&values[..2], ["follower-message-1", "follower-message-2"]);
+    drop((client, native));
+    drop(brokers);
+}
+
+/// Bytes no Kafka client sends: a length prefix of 4 GiB, a too-new ApiVersions (answered as
+/// Kafka does: version 0, UNSUPPORTED_VERSION, the ranges), an unknown API; the broker closes
+/// only that connection and serves the next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kafka_port_refuses_hostile_bytes_and_answers_a_newer_api_versions() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let (brokers, addrs, kafka) = cluster(dir.path());
+    let _client = connect(&addrs).await;
+    let at = kafka[0];
+    // Broker 1 may still be starting.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while tokio::net::TcpStream::connect(at).await.is_err() {
+        assert!(Instant::now() < deadline, "no kafka listener at {at}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let closed = |mut s: tokio::net::TcpStream| async move {
+        let mut buf = [0u8; 16];
+        let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
+            .await
+            .expect("closed in time")
+            .unwrap_or(0);
+        assert_eq!(n, 0, "the connection is closed without an answer");
+    };
+    // A length prefix of 4 GiB.
+    let mut s = tokio::net::TcpStream::connect(at).await.unwrap();
+    s.write_all(&[0xff, 0xff, 0xff, 0xff]).await.unwrap();
+    closed(s).await;
+    // An unknown API key.
+    let mut s = tokio::net::TcpStream::connect(at).await.unwrap();
+    s.write_all(&[0, 0, 0, 8, 0x7f, 0x7f, 0, 0, 0, 0, 0, 1])
+        .await
+        .unwrap();
+    closed(s).await;
+    // ApiVersions v99: a v0 answer with error 35 and the served ranges.
+    let mut s = tokio::net::TcpStream::connect(at).await.unwrap();
+    let mut request = vec![0, 18, 0, 99, 0, 0, 0, 7, 0, 0];
+    let mut framed = (request.len() as u32).to_be_bytes().to_vec();
+    framed.append(&mut request);
+    s.write_all(&framed).await.unwrap();
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).await.unwrap();
+    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+    s.read_exact(&mut body).await.unwrap();
+    assert_eq!(&body[..4], &7i32.to_be_bytes(), "the correlation id");
+    assert_eq!(&body[4..6], &35i16.to_be_bytes(), "UNSUPPORTED_VERSION");
+    let ranges = i32::from_be_bytes([body[6], body[7], body[8], body[9]]);
+    assert!(ranges >= 5, "{ranges} ranges");
+    // The broker still serves.
+    let mut s = tokio::net::TcpStream::connect(at).await.unwrap();
+    let mut request = vec![0, 18, 0, 0, 0, 0, 0, 9, 0, 0];
+    let mut framed = (request.len() as u32).to_be_bytes().to_vec();
+    framed.append(&mut request);
+    s.write_all(&framed).await.unwrap();
+    s.read_exact(&mut len).await.unwrap();
+    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+    s.read_exact(&mut body).await.unwrap();
+    assert_eq!(&body[4..6], &0i16.to_be_bytes());
+    drop(brokers);
+}
+
+/// kcat's balanced consumer (librdkafka's group protocol: FindCoordinator, JoinGroup with
+/// MEMBER_ID_REQUIRED, SyncGroup, Heartbeat, OffsetCommit, OffsetFetch, LeaveGroup) against the
+/// replog coordinator: it reads a 4-partition topic in full and commits; the native client sees
+/// its commits; a second run resumes after them and reads only what came since.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kcats_group_consumer_shares_the_coordinator_with_native_clients() {
+    let Some(kcat) = kcat() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (brokers, addrs, kafka) = cluster(dir.path());
+    let client = connect(&addrs).await;
+    client.create_topic("t4", 4, 3).await.unwrap();
+    let at = kafka[1].to_string();
+    let kcat_async = move |args: Vec<String>, stdin: String| {
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            run(kcat, &args, &stdin)
+        })
+    };
+    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let lines: String = (0..80).map(|i| format!("key-{i}:value-{i}\n")).collect();
+    let (ok, _, err) = kcat_async(args(&["-P", "-b", &at, "-t", "t4", "-K:"]), lines)
+        .await
+        .unwrap();
+    assert!(ok, "{err}");
+    // The first run starts from the beginning (nothing is committed); the second from the
+    // group's committed offsets (kcat's `-o` in -G mode would seek past them).
+    let group = |a: &str, from_beginning: bool| {
+        let mut v = args(&["-b", a, "-G", "kgroup", "-e", "-q"]);
+        if from_beginning {
+            v.extend(args(&["-o", "beginning"]));
+        }
+        v.push("t4".into());
+        v
+    };
+    let (ok, out, err) = kcat_async(group(&at, true), String::new()).await.unwrap();
+    assert!(ok, "{err}");
+    let mut got: Vec<&str> = out.lines().collect();
+    got.sort_unstable();
+    let mut want: Vec<String> = (0..80).map(|i| format!("value-{i}")).collect();
+    want.sort_unstable();
+    assert_eq!(got, want, "every record of every partition, once");
+    let committed = client.committed_offsets("kgroup").await.unwrap();
+    let ends: Vec<(u32, u64)> = client
+        .describe("t4")
+        .await
+        .unwrap()
+        .iter()
+        .map(|d| (d.partition.partition, d.high_watermark.get()))
+        .collect();
+    for (p, end) in &ends {
+        assert_eq!(
+            committed.get(&("t4".to_string(), *p)).map(|o| o.get()),
+            Some(*end),
+            "kcat committed partition {p} to its end"
+        );
+    }
+    // Two more records; the next run, through another broker, reads only them.
+    let (ok, _, err) = kcat_async(
+        args(&["-P", "-b", &at, "-t", "t4"]),
+        "late-1\nlate-2\n".into(),
+    )
+    .await
+    .unwrap();
+    assert!(ok, "{err}");
+    let (ok, out, err) = kcat_async(group(&kafka[2].to_string(), false), String::new())
+        .await
+        .unwrap();
+    assert!(ok, "{err}");
+    let mut late: Vec<&str> = out.lines().collect();
+    late.sort_unstable();
+    assert_eq!(late, ["late-1", "late-2"]);
+    drop(client);
+    drop(brokers);
+}
