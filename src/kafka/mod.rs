@@ -4,8 +4,9 @@
 //! requests (the `kafka-protocol` crate), calls the service, and encodes the answers.
 //!
 //! Served so far: ApiVersions, Metadata, Produce (acks 0, 1 and -1: a write is acknowledged
-//! once committed, whatever the producer asked), Fetch (with the long poll), ListOffsets, and
-//! the group APIs over the broker's coordinator (`groups.rs`).
+//! once committed, whatever the producer asked; an idempotent producer's numbers go through
+//! the partition's producer table), Fetch (with the long poll), ListOffsets, InitProducerId
+//! (no transactions), and the group APIs over the broker's coordinator (`groups.rs`).
 //! An API or version outside [`SUPPORTED`] closes the connection, as Kafka brokers do for
 //! requests they cannot parse; ApiVersions at a version newer than served is answered at
 //! version 0 with `UNSUPPORTED_VERSION` and the ranges, as Kafka does.
@@ -71,6 +72,7 @@ pub(crate) const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetFetch, 1, 7),
     (ApiKey::ListGroups, 0, 4),
     (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::InitProducerId, 0, 4),
 ];
 
 /// Kafka's error codes used here.
@@ -86,6 +88,9 @@ mod code {
     pub(super) const UNSUPPORTED_VERSION: i16 = 35;
     pub(super) const INVALID_TOPIC_EXCEPTION: i16 = 17;
     pub(super) const UNKNOWN_SERVER_ERROR: i16 = -1;
+    pub(super) const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+    pub(super) const INVALID_PRODUCER_EPOCH: i16 = 47;
+    pub(super) const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
 }
 
 /// What the listener needs beside the service.
@@ -233,6 +238,7 @@ async fn answer(
         }
         RequestKind::Fetch(r) => ResponseKind::Fetch(fetch(r, service).await),
         RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(list_offsets(r, service)),
+        RequestKind::InitProducerId(r) => ResponseKind::InitProducerId(init_producer_id(&r)),
         RequestKind::FindCoordinator(r) => {
             ResponseKind::FindCoordinator(groups::find_coordinator(r, service, config).await)
         }
@@ -399,17 +405,27 @@ fn error_code(e: &Error) -> i16 {
         Error::InvalidBatch { .. } | Error::EmptyBatch => code::CORRUPT_MESSAGE,
         Error::InvalidTopic { .. } => code::INVALID_TOPIC_EXCEPTION,
         Error::Indeterminate { .. } | Error::Timeout { .. } => code::REQUEST_TIMED_OUT,
+        Error::OutOfOrderSequence { .. } => code::OUT_OF_ORDER_SEQUENCE_NUMBER,
+        Error::ProducerFenced { .. } => code::INVALID_PRODUCER_EPOCH,
         _ => code::UNKNOWN_SERVER_ERROR,
     }
 }
 
-/// A Kafka batch's records as replog records.
-fn records_of(mut bytes: Bytes) -> Result<Vec<Record>, String> {
+/// An idempotent Kafka producer's numbers for a batch: id, epoch, first sequence.
+type KafkaProducer = Option<(i64, i16, i32)>;
+
+/// A Kafka batch's records as replog records, with its idempotent producer's numbers (from
+/// its first record) if it has some.
+fn records_of(mut bytes: Bytes) -> Result<(Vec<Record>, KafkaProducer), String> {
     let sets =
         decode_guarded(|| RecordBatchDecoder::decode_all(&mut bytes).map_err(|e| e.to_string()))?;
     let mut out = Vec::new();
+    let mut producer = None;
     for set in sets {
         for r in set.records {
+            if producer.is_none() && r.producer_id >= 0 && out.is_empty() {
+                producer = Some((r.producer_id, r.producer_epoch, r.sequence));
+            }
             out.push(Record {
                 key: r.key,
                 value: r.value.unwrap_or_default(),
@@ -424,7 +440,33 @@ fn records_of(mut bytes: Bytes) -> Result<Vec<Record>, String> {
             });
         }
     }
-    Ok(out)
+    Ok((out, producer))
+}
+
+/// InitProducerId for an idempotent producer (no transactions): a new producer id at epoch
+/// 0, or the producer's own id at the next epoch when it asks with them (KIP-360), which
+/// fences what it sent under the old one.
+fn init_producer_id(
+    request: &kafka_protocol::messages::InitProducerIdRequest,
+) -> kafka_protocol::messages::InitProducerIdResponse {
+    use kafka_protocol::messages::ProducerId;
+    let mut r = kafka_protocol::messages::InitProducerIdResponse::default();
+    r.producer_id = ProducerId(-1);
+    r.producer_epoch = -1;
+    if request.transactional_id.is_some() {
+        r.error_code = code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+        return r;
+    }
+    if request.producer_id.0 >= 0 && request.producer_epoch >= 0 {
+        r.producer_id = request.producer_id;
+        r.producer_epoch = request.producer_epoch.saturating_add(1);
+    } else {
+        // Random, positive, and never 0 (replog's "no producer").
+        let id = crate::client::new_producer_id() & (i64::MAX as u64);
+        r.producer_id = ProducerId(i64::try_from(id.max(1)).unwrap_or(1));
+        r.producer_epoch = 0;
+    }
+    r
 }
 
 async fn produce(request: ProduceRequest, service: &BrokerService) -> ProduceResponse {
@@ -441,10 +483,11 @@ async fn produce(request: ProduceRequest, service: &BrokerService) -> ProduceRes
             let outcome = async {
                 let partition =
                     u32::try_from(p.index).map_err(|_| code::UNKNOWN_TOPIC_OR_PARTITION)?;
-                let records = records_of(p.records.unwrap_or_default()).map_err(|e| {
-                    tracing::debug!(error = %e, "a kafka batch that does not decode");
-                    code::CORRUPT_MESSAGE
-                })?;
+                let (records, producer) =
+                    records_of(p.records.unwrap_or_default()).map_err(|e| {
+                        tracing::debug!(error = %e, "a kafka batch that does not decode");
+                        code::CORRUPT_MESSAGE
+                    })?;
                 if records.is_empty() {
                     return Err(code::CORRUPT_MESSAGE);
                 }
@@ -452,12 +495,15 @@ async fn produce(request: ProduceRequest, service: &BrokerService) -> ProduceRes
                     encode_records(&records, u32::MAX).map_err(|e| error_code(&e))?;
                 let produce = Produce {
                     partition: PartitionId::new(name.clone(), partition),
+                    // An idempotent Kafka producer's numbers go through the partition's
+                    // producer table as a replog producer's do: a resend is answered with the
+                    // offsets it got the first time.
                     batch: AppendRequest {
                         records: payload,
                         record_count,
-                        producer_id: 0,
-                        producer_epoch: 0,
-                        base_sequence: 0,
+                        producer_id: producer.map_or(0, |p| u64::try_from(p.0).unwrap_or(0)),
+                        producer_epoch: producer.map_or(0, |p| u16::try_from(p.1).unwrap_or(0)),
+                        base_sequence: producer.map_or(0, |p| u32::try_from(p.2).unwrap_or(0)),
                         timestamp_ms: 0,
                     },
                     turn: None,
