@@ -455,11 +455,7 @@ async fn groups_are_listed_described_and_reset_and_round_robin_assigns() {
     config.assignors = vec![Assignor::RoundRobin];
     let mut rr = Consumer::new(Arc::clone(&client), config);
     rr.subscribe(&[TOPIC]).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while rr.generation().is_none() {
-        assert!(Instant::now() < deadline);
-        rr.poll(Duration::from_millis(100)).await.unwrap();
-    }
+    joined(&mut rr).await;
     assert_eq!(rr.assignment().len(), 3);
     let info = client.describe_group("rr").await.unwrap();
     assert_eq!(info.protocol, "roundrobin");
@@ -481,6 +477,15 @@ async fn groups_are_listed_described_and_reset_and_round_robin_assigns() {
     manual.close().await.unwrap();
     drop(client);
     cluster.shutdown().await.unwrap();
+}
+
+/// Polls `consumer` until it is a member of a complete generation (at most 30 s).
+async fn joined(consumer: &mut Consumer) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while consumer.generation().is_none() {
+        assert!(Instant::now() < deadline, "no generation joined");
+        consumer.poll(Duration::from_millis(100)).await.unwrap();
+    }
 }
 
 fn broker_at(cluster: &replog::LocalCluster, addr: SocketAddr) -> replog::NodeId {
@@ -648,11 +653,7 @@ async fn the_cli_consumes_as_a_group_resumes_and_describes_and_resets_it() {
         group_config("cli"),
     );
     live.subscribe(&[CLI_TOPIC]).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while live.generation().is_none() {
-        assert!(Instant::now() < deadline);
-        live.poll(Duration::from_millis(100)).await.unwrap();
-    }
+    joined(&mut live).await;
     let (ok, _, err) = run(reset(true)).await.unwrap();
     assert!(!ok);
     assert!(err.contains("has live members"), "{err}");
@@ -676,21 +677,13 @@ async fn a_member_slow_to_rejoin_keeps_its_session_until_the_rebalance_timeout()
     let group = "slow";
     let mut slow = Consumer::new(Arc::clone(&client), group_config(group)); // session 3 s
     slow.subscribe(&[TOPIC]).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while slow.generation().is_none() {
-        assert!(Instant::now() < deadline);
-        slow.poll(Duration::from_millis(100)).await.unwrap();
-    }
+    joined(&mut slow).await;
     let first = slow.generation().unwrap();
     // A second member joins; `slow` does not poll for 5 s, longer than its session.
     let mut other = Consumer::new(Arc::clone(&client), group_config(group));
     other.subscribe(&[TOPIC]).unwrap();
     let joining = tokio::spawn(async move {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while other.generation().is_none() {
-            assert!(Instant::now() < deadline);
-            other.poll(Duration::from_millis(100)).await.unwrap();
-        }
+        joined(&mut other).await;
         other
     });
     tokio::time::sleep(Duration::from_secs(5)).await;

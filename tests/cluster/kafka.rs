@@ -121,6 +121,27 @@ async fn the_seed_walkthrough_runs_with_kcat_through_a_follower() {
         })
     };
     let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    // Every record of the topic from the beginning, through `addr`.
+    let read_all = |addr: String| async move {
+        let (ok, out, err) = kcat_async(
+            args(&[
+                "-C",
+                "-b",
+                &addr,
+                "-t",
+                "email.send",
+                "-o",
+                "beginning",
+                "-e",
+                "-q",
+            ]),
+            String::new(),
+        )
+        .await
+        .unwrap();
+        assert!(ok, "{err}");
+        out
+    };
 
     // A follower learns the new partition's leader a moment after the leader is elected
     // (until then its Metadata says LEADER_NOT_AVAILABLE, and clients ask again).
@@ -147,23 +168,7 @@ async fn the_seed_walkthrough_runs_with_kcat_through_a_follower() {
     .unwrap();
     assert!(ok, "{err}");
     for k in &kafka {
-        let (ok, out, err) = kcat_async(
-            args(&[
-                "-C",
-                "-b",
-                &k.to_string(),
-                "-t",
-                "email.send",
-                "-o",
-                "beginning",
-                "-e",
-                "-q",
-            ]),
-            String::new(),
-        )
-        .await
-        .unwrap();
-        assert!(ok, "{err}");
+        let out = read_all(k.to_string()).await;
         assert_eq!(out, "follower-message-1\n", "through {k}");
     }
 
@@ -200,23 +205,7 @@ async fn the_seed_walkthrough_runs_with_kcat_through_a_follower() {
         .map(|(_, k)| k)
         .collect();
     for k in &survivors {
-        let (ok, out, err) = kcat_async(
-            args(&[
-                "-C",
-                "-b",
-                &k.to_string(),
-                "-t",
-                "email.send",
-                "-o",
-                "beginning",
-                "-e",
-                "-q",
-            ]),
-            String::new(),
-        )
-        .await
-        .unwrap();
-        assert!(ok, "{err}");
+        let out = read_all(k.to_string()).await;
         assert_eq!(
             out, "follower-message-1\nfollower-message-2\n",
             "through {k}"
@@ -236,23 +225,7 @@ async fn the_seed_walkthrough_runs_with_kcat_through_a_follower() {
         assert!(ok, "{codec}: {err}");
         want.extend(lines);
     }
-    let (ok, out, err) = kcat_async(
-        args(&[
-            "-C",
-            "-b",
-            &at,
-            "-t",
-            "email.send",
-            "-o",
-            "beginning",
-            "-e",
-            "-q",
-        ]),
-        String::new(),
-    )
-    .await
-    .unwrap();
-    assert!(ok, "{err}");
+    let out = read_all(at.clone()).await;
     assert_eq!(out.lines().collect::<Vec<_>>(), want);
     // One log, two doors: the native client reads what Kafka's wrote.
     let native = connect(&[addrs[follower as usize - 1]]).await;
