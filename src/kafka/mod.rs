@@ -236,7 +236,11 @@ async fn answer(
             }
             ResponseKind::Produce(response)
         }
-        RequestKind::Fetch(r) => ResponseKind::Fetch(fetch(r, service).await),
+        RequestKind::Fetch(r) => {
+            // An answer leaves room for its own framing within the frame limit.
+            let budget = (config.frame_bytes_max as usize).saturating_sub(64 << 10);
+            ResponseKind::Fetch(fetch(r, service, budget).await)
+        }
         RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(list_offsets(r, service)),
         RequestKind::InitProducerId(r) => ResponseKind::InitProducerId(init_producer_id(&r)),
         RequestKind::FindCoordinator(r) => {
@@ -579,7 +583,29 @@ type PartitionAnswers = (
     )>,
 );
 
-async fn fetch(request: FetchRequest, service: &BrokerService) -> FetchResponse {
+/// A partition's marks without its records (a fetch whose byte budget is spent).
+fn marks_only(
+    service: &BrokerService,
+    f: &Fetch,
+) -> std::result::Result<crate::node::service::Fetched, Error> {
+    let high_watermark = service
+        .list_offset(&f.partition, OffsetAt::Latest)?
+        .unwrap_or_default();
+    let log_start = service
+        .list_offset(&f.partition, OffsetAt::Earliest)?
+        .unwrap_or_default();
+    Ok(crate::node::service::Fetched {
+        batches: Vec::new(),
+        high_watermark,
+        log_start,
+    })
+}
+
+async fn fetch(
+    request: FetchRequest,
+    service: &BrokerService,
+    frame_budget: usize,
+) -> FetchResponse {
     let max_wait = Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0));
     let asks: Vec<(TopicName, Vec<(i32, Fetch)>)> = request
         .topics
@@ -606,15 +632,49 @@ async fn fetch(request: FetchRequest, service: &BrokerService) -> FetchResponse 
             (t.topic.clone(), partitions)
         })
         .collect();
+    // The whole answer stays within the request's max_bytes and this broker's frame limit
+    // (Kafka's fetch.max.bytes): the first partition with records is answered whatever its
+    // size; after it, a partition's records join only if they fit what is left, and the others
+    // are answered with their marks and no records (the client asks again for them).
+    let budget = usize::try_from(request.max_bytes)
+        .unwrap_or(0)
+        .min(frame_budget);
     let read = || {
         let mut any = false;
+        let mut records = false;
+        let mut spent = 0usize;
         let answers: Vec<PartitionAnswers> = asks
             .iter()
             .map(|(name, ps)| {
                 let rs = ps
                     .iter()
                     .map(|(i, f)| {
-                        let r = service.fetch(f);
+                        let left = budget.saturating_sub(spent);
+                        let size = |f: &crate::node::service::Fetched| -> usize {
+                            f.batches.iter().map(|b| b.payload.len() + 64).sum()
+                        };
+                        let r = if !records {
+                            service.fetch(f)
+                        } else if left == 0 {
+                            marks_only(service, f)
+                        } else {
+                            let within = Fetch {
+                                partition: f.partition.clone(),
+                                offset: f.offset,
+                                max_bytes: f.max_bytes.min(left),
+                                max_wait: Duration::ZERO,
+                                min_bytes: 0,
+                            };
+                            match service.fetch(&within) {
+                                // A first batch larger than what is left is not sent.
+                                Ok(fetched) if size(&fetched) > left => marks_only(service, f),
+                                other => other,
+                            }
+                        };
+                        if let Ok(fetched) = &r {
+                            spent = spent.saturating_add(size(fetched));
+                            records |= !fetched.batches.is_empty();
+                        }
                         any |= r.as_ref().is_ok_and(|f| !f.batches.is_empty()) || r.is_err();
                         (*i, r)
                     })

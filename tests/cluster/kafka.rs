@@ -635,3 +635,94 @@ async fn confluent_kafka_group_members_share_a_topic_and_one_takes_over_from_the
     drop(client);
     drop(brokers);
 }
+
+/// A Kafka Fetch's answer stays within the request's `max_bytes` (Kafka's fetch.max.bytes):
+/// the first partition with records is answered whole, the others with their high watermark
+/// and no records; the client asks again for those.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kafka_fetch_answer_stays_within_the_requests_max_bytes() {
+    use bytes::{Buf, BufMut, BytesMut};
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::{
+        ApiKey, FetchRequest, FetchResponse, RequestHeader, ResponseHeader, TopicName,
+    };
+    use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let (brokers, addrs, kafka) = cluster(dir.path());
+    let client = connect(&addrs).await;
+    client.create_topic("wide", 4, 3).await.unwrap();
+    for p in 0..4 {
+        let batch: Vec<replog::Record> = (0..256)
+            .map(|_| replog::Record::new(vec![7u8; 1024]))
+            .collect();
+        client.send("wide", p, &batch).await.unwrap();
+    }
+    let leader = client.describe("wide").await.unwrap()[0].leader.unwrap();
+    // Every partition's leader answers for its own; ask the leader of partition 0 for all
+    // four (those it does not lead it answers from its replica: committed records either way).
+    let at = kafka[leader as usize - 1];
+    let version = 11;
+    let mut request = FetchRequest::default();
+    request.max_wait_ms = 0;
+    request.min_bytes = 1;
+    request.max_bytes = 300 << 10;
+    request.replica_id = kafka_protocol::messages::BrokerId(-1);
+    let mut topic = FetchTopic::default();
+    topic.topic = TopicName(StrBytes::from_static_str("wide"));
+    for p in 0..4 {
+        let mut fp = FetchPartition::default();
+        fp.partition = p;
+        fp.fetch_offset = 0;
+        fp.partition_max_bytes = 1 << 20;
+        topic.partitions.push(fp);
+    }
+    request.topics.push(topic);
+    let mut header = RequestHeader::default();
+    header.request_api_key = ApiKey::Fetch as i16;
+    header.request_api_version = version;
+    header.correlation_id = 5;
+    let mut body = BytesMut::new();
+    header
+        .encode(&mut body, ApiKey::Fetch.request_header_version(version))
+        .unwrap();
+    request.encode(&mut body, version).unwrap();
+    let mut framed = BytesMut::new();
+    framed.put_i32(body.len() as i32);
+    framed.extend_from_slice(&body);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut s = loop {
+        match tokio::net::TcpStream::connect(at).await {
+            Ok(s) => break s,
+            Err(e) => assert!(Instant::now() < deadline, "{e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    s.write_all(&framed).await.unwrap();
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).await.unwrap();
+    let len = (&len[..]).get_i32() as usize;
+    assert!(
+        len < 400 << 10,
+        "an answer of {len} bytes for a max_bytes of 300 KiB"
+    );
+    let mut answer = vec![0u8; len];
+    s.read_exact(&mut answer).await.unwrap();
+    let mut answer = bytes::Bytes::from(answer);
+    let h = ResponseHeader::decode(&mut answer, ApiKey::Fetch.response_header_version(version))
+        .unwrap();
+    assert_eq!(h.correlation_id, 5);
+    let response = FetchResponse::decode(&mut answer, version).unwrap();
+    let partitions = &response.responses[0].partitions;
+    let with_records = partitions
+        .iter()
+        .filter(|p| p.records.as_ref().is_some_and(|r| !r.is_empty()))
+        .count();
+    assert_eq!(with_records, 1, "one partition's records fit");
+    assert!(
+        partitions.iter().all(|p| p.high_watermark == 256),
+        "every mark is given"
+    );
+    drop(client);
+    drop(brokers);
+}
