@@ -20,6 +20,10 @@
 //!   partitions with the other members and commits its offsets, as Kafka's classic group
 //!   protocol defines it (the offsets live in the replicated topic [`OFFSETS_TOPIC`]; see
 //!   [`GroupError`] for the refusals, with Kafka's codes).
+//! - A Kafka-protocol listener on each broker that asks for one
+//!   ([`NodeConfig::kafka_listen`]): Kafka's own clients (kcat, librdkafka, kafka-python)
+//!   produce, fetch, list offsets, produce idempotently and consume in groups against the same
+//!   logs and coordinators, unchanged.
 //! - [`LocalCluster`]: a cluster's brokers in one process on loopback, for tests, benches and
 //!   the demo.
 //!
