@@ -212,11 +212,9 @@ async fn answer(
         )
         .map(Some);
     }
-    let Some((_, min, max)) = served.filter(|(_, min, max)| (*min..=*max).contains(&version))
-    else {
+    if !served.is_some_and(|(_, min, max)| (*min..=*max).contains(&version)) {
         return Err(bad(format!("{api:?} v{version} is not served")));
-    };
-    let _ = (min, max);
+    }
     let header = decode_guarded(|| {
         RequestHeader::decode(&mut body, api.request_header_version(version))
             .map_err(|e| e.to_string())
@@ -532,7 +530,6 @@ async fn produce(request: ProduceRequest, service: &BrokerService) -> ProduceRes
 fn kafka_batches(batches: &[crate::segment::record::Batch]) -> Result<Bytes, String> {
     let mut out = BytesMut::new();
     for b in batches {
-        let base = b.base_offset().get();
         let timestamp = i64::try_from(b.timestamp_ms()).unwrap_or(i64::MAX);
         let records: Vec<KafkaRecord> = b
             .records()
@@ -563,7 +560,6 @@ fn kafka_batches(batches: &[crate::segment::record::Batch]) -> Result<Bytes, Str
         if records.is_empty() {
             continue;
         }
-        let _ = base;
         let options = RecordEncodeOptions {
             version: 2,
             compression: Compression::None,
@@ -684,7 +680,7 @@ async fn fetch(
             .collect();
         (any, answers)
     };
-    let (mut any, mut answers) = read();
+    let (any, mut answers) = read();
     if !any && request.min_bytes > 0 && !max_wait.is_zero() {
         // The long poll: wait on the first partition asked for, then read again.
         if let Some((_, f)) = asks.first().and_then(|(_, ps)| ps.first()) {
@@ -696,10 +692,9 @@ async fn fetch(
                 min_bytes: 1,
             };
             service.wait_for_fetch(&wait).await;
-            (any, answers) = read();
+            (_, answers) = read();
         }
     }
-    let _ = any;
     let mut r = FetchResponse::default();
     for (name, partitions) in answers {
         let mut t = FetchableTopicResponse::default();
