@@ -91,6 +91,10 @@ pub(crate) enum MetaCommand {
         partition: u32,
         replicas: Vec<NodeId>,
     },
+    /// Broker `id` serves Kafka's clients at `addr` (its advertised Kafka address): every
+    /// broker's Kafka metadata names it there. Each broker with a Kafka listener registers it
+    /// when it starts wherever it differs from the catalog's.
+    RegisterKafka { id: NodeId, addr: String },
 }
 
 /// One topic in the catalog.
@@ -144,6 +148,8 @@ pub(crate) struct Catalog {
     outcomes: BTreeMap<u64, Result<(), Refused>>,
     /// Brokers' registered addresses.
     addrs: BTreeMap<NodeId, std::net::SocketAddr>,
+    /// Brokers' registered Kafka addresses.
+    kafka_addrs: BTreeMap<NodeId, std::net::SocketAddr>,
     /// The cluster's brokers: the founding ones (every broker's configuration names the same),
     /// and those that joined since.
     brokers: BTreeSet<NodeId>,
@@ -196,6 +202,11 @@ impl Catalog {
     /// The address broker `id` registered, if it did.
     pub(crate) fn broker_addr(&self, id: NodeId) -> Option<std::net::SocketAddr> {
         self.addrs.get(&id).copied()
+    }
+
+    /// Broker `id`'s registered Kafka address, if it has one.
+    pub(crate) fn kafka_addr(&self, id: NodeId) -> Option<std::net::SocketAddr> {
+        self.kafka_addrs.get(&id).copied()
     }
 
     /// Whether the created topic `id` was deleted.
@@ -262,6 +273,20 @@ impl Catalog {
                 partition,
                 replicas,
             }) => self.reassign(name, *partition, replicas),
+            Some(MetaCommand::RegisterKafka { id, addr }) => {
+                match addr.parse::<std::net::SocketAddr>() {
+                    Err(_) => Err(Refused::Invalid(format!(
+                        "{addr:?} is not a socket address"
+                    ))),
+                    Ok(_) if !self.brokers.contains(id) => Err(Refused::Invalid(format!(
+                        "broker {id} is not in the cluster"
+                    ))),
+                    Ok(addr) => {
+                        self.kafka_addrs.insert(*id, addr);
+                        Ok(())
+                    }
+                }
+            }
             Some(MetaCommand::ReassignDone {
                 topic_id,
                 partition,
@@ -483,6 +508,13 @@ mod tests {
                 },
                 vec![4, 0x81, 0x01, 0, 0],
             ),
+            (
+                MetaCommand::RegisterKafka {
+                    id: 2,
+                    addr: "h:9".into(),
+                },
+                vec![5, 2, 3, b'h', b':', b'9'],
+            ),
         ];
         for (command, golden) in cases {
             assert_eq!(bytes(&command), golden, "{command:?}");
@@ -634,6 +666,19 @@ mod tests {
         // The command keeps its place in the encoding: older logs still decode.
         let bytes = postcard::to_allocvec(&register(1, "127.0.0.1:9092")).unwrap();
         assert_eq!(bytes[0], 2, "the third variant");
+        // Kafka addresses: of the cluster's brokers only; the latest counts.
+        let kafka = |id, addr: &str| MetaCommand::RegisterKafka {
+            id,
+            addr: addr.into(),
+        };
+        c.apply(9, Some(&kafka(2, "127.0.0.1:9093")));
+        c.apply(10, Some(&kafka(2, "127.0.0.1:9094")));
+        assert_eq!(c.kafka_addr(2), Some("127.0.0.1:9094".parse().unwrap()));
+        c.apply(11, Some(&kafka(9, "127.0.0.1:9095")));
+        assert!(matches!(c.outcome(11), Some(Err(Refused::Invalid(_)))));
+        c.apply(12, Some(&kafka(3, "nowhere")));
+        assert!(matches!(c.outcome(12), Some(Err(Refused::Invalid(_)))));
+        assert_eq!((c.kafka_addr(9), c.kafka_addr(3)), (None, None));
     }
 
     #[test]

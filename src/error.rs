@@ -394,6 +394,10 @@ pub enum CorruptKind {
     /// The records in a batch do not add up to its payload or its record count.
     #[error("record layout does not match the batch")]
     BadRecord,
+    /// A Kafka record batch kept in a frame (or arriving to be appended) is not one that
+    /// replog stores: the reason says which rule it broke.
+    #[error("bad kafka record batch: {0}")]
+    BadKafkaBatch(&'static str),
     /// A segment header names a different base log index than its file name.
     #[error("header base log index {found} does not match the file name's {expected}")]
     BaseMismatch {

@@ -22,8 +22,11 @@
 //!   [`GroupError`] for the refusals, with Kafka's codes).
 //! - A Kafka-protocol listener on each broker that asks for one
 //!   ([`NodeConfig::kafka_listen`]): Kafka's own clients (kcat, librdkafka, kafka-python)
-//!   produce, fetch, list offsets, produce idempotently and consume in groups against the same
-//!   logs and coordinators, unchanged.
+//!   create and delete topics, produce (idempotently too), fetch, list offsets, check their
+//!   position after a leader change (OffsetForLeaderEpoch) and consume in groups against the
+//!   same logs and coordinators, unchanged. A Kafka producer's batches are stored as sent and
+//!   served back byte for byte; native clients read them as [`Record`]s. Transactions are
+//!   not served.
 //! - [`LocalCluster`]: a cluster's brokers in one process on loopback, for tests, benches and
 //!   the demo.
 //!

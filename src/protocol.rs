@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{CorruptKind, Error};
 use crate::raft::types::AppendRequest;
-use crate::segment::format::EntryKind;
+use crate::segment::format::{EntryKind, PayloadFormat};
 use crate::segment::record::{Batch, Limits, validate_records};
 use crate::types::{LeaderHint, LogIndex, NodeId, Offset, PartitionId, Term};
 
@@ -37,6 +37,7 @@ struct AppendRequestRef<'a> {
     producer_epoch: u16,
     base_sequence: u32,
     timestamp_ms: u64,
+    format: PayloadFormat,
 }
 
 impl ProduceRequestRef<'_> {
@@ -50,6 +51,7 @@ impl ProduceRequestRef<'_> {
             producer_epoch: b.producer_epoch,
             base_sequence: b.base_sequence,
             timestamp_ms: b.timestamp_ms,
+            format: b.format,
         }
     }
 }
@@ -120,7 +122,37 @@ pub(crate) struct WireBatch {
 }
 
 impl WireBatch {
+    /// Fetched batches as native clients get them, at most `max_bytes` of records (the first
+    /// batch whatever its size): a batch a Kafka producer sent is served as replog records
+    /// (decompressed; its offsets, producer numbers and stamp unchanged), so a native client
+    /// reads every batch of a log alike. The read was bounded by the stored sizes, which a
+    /// decompressed batch can exceed; the batches past the budget are left for the next fetch.
+    pub(crate) fn from_batches(batches: &[Batch], max_bytes: usize) -> Vec<WireBatch> {
+        let mut out = Vec::with_capacity(batches.len());
+        let mut spent = 0usize;
+        for b in batches {
+            let wire = WireBatch::from_batch(b);
+            spent = spent.saturating_add(wire.records.len());
+            if spent > max_bytes && !out.is_empty() {
+                break;
+            }
+            out.push(wire);
+        }
+        out
+    }
+
     pub(crate) fn from_batch(b: &Batch) -> Self {
+        let records = match b.format {
+            PayloadFormat::Replog => b.payload.clone(),
+            PayloadFormat::Kafka => {
+                let records: Vec<crate::segment::record::Record> =
+                    b.records().map(|(_, r)| r).collect();
+                // Within every limit: the leader checked the records when it took the batch.
+                crate::segment::record::encode_records(&records, u32::MAX)
+                    .map(|(payload, _)| payload)
+                    .unwrap_or_default()
+            }
+        };
         WireBatch {
             log_index: b.log_index.get(),
             term: b.term.get(),
@@ -130,7 +162,7 @@ impl WireBatch {
             producer_id: b.producer_id,
             producer_epoch: b.producer_epoch,
             base_sequence: b.base_sequence,
-            records: b.payload.clone(),
+            records,
         }
     }
 
@@ -145,6 +177,7 @@ impl WireBatch {
             record_count: self.record_count,
             timestamp_ms: self.timestamp_ms,
             kind: EntryKind::Data,
+            format: PayloadFormat::Replog,
             producer_id: self.producer_id,
             producer_epoch: self.producer_epoch,
             base_sequence: self.base_sequence,
@@ -384,6 +417,7 @@ mod tests {
         let request = ProduceRequest {
             partition: PartitionId::new("t", 3),
             batch: AppendRequest {
+                format: crate::segment::format::PayloadFormat::Replog,
                 records: Bytes::from_static(b"some encoded records"),
                 record_count: 2,
                 producer_id: 9,

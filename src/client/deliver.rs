@@ -128,6 +128,7 @@ impl Client {
             request: ProduceRequest {
                 partition: id,
                 batch: AppendRequest {
+                    format: crate::segment::format::PayloadFormat::Replog,
                     timestamp_ms: 0,
                     records: payload,
                     record_count,

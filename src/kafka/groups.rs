@@ -24,7 +24,6 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::KafkaConfig;
 use crate::group::GroupError;
 use crate::group::api::{CommitOffset, JoinGroup, JoinReply, OffsetCommit, SyncGroup};
 use crate::node::service::BrokerService;
@@ -41,19 +40,20 @@ fn s(v: &str) -> StrBytes {
 pub(super) async fn find_coordinator(
     request: FindCoordinatorRequest,
     service: &BrokerService,
-    config: &KafkaConfig,
 ) -> FindCoordinatorResponse {
     let mut r = FindCoordinatorResponse::default();
     r.node_id = BrokerId(-1);
     r.host = s("");
     r.port = -1;
     if request.key_type != 0 {
-        r.error_code = COORDINATOR_NOT_AVAILABLE;
+        // A transactional producer asks first: a fatal error for it, with the reason (a
+        // retriable one would have it ask until its timeout).
+        r.error_code = super::code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
         r.error_message = Some(s("transactions are not served"));
         return r;
     }
     match service.find_coordinator(&request.key).await {
-        Ok(c) => match config.advertised.get(&c.node) {
+        Ok(c) => match service.kafka_brokers().get(&c.node) {
             Some(addr) => {
                 r.node_id = super::broker_id(c.node);
                 r.host = s(&addr.ip().to_string());

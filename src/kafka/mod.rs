@@ -11,11 +11,12 @@
 //! requests they cannot parse; ApiVersions at a version newer than served is answered at
 //! version 0 with `UNSUPPORTED_VERSION` and the ranges, as Kafka does.
 //!
-//! Records cross the door converted: a Kafka batch's records (any compression) become one
-//! replog batch of the same keys, values and headers, stamped with the leader's clock; a
-//! fetch answers each replog batch as one uncompressed Kafka v2 batch with the same offsets
-//! and a valid CRC-32C. A Kafka null value reads back empty.
+//! Records: a Kafka producer's batch is checked here (its framing and CRC-32C), decoded whole by
+//! the write path, and stored as it was sent (FORMAT.md §4.2 and §6.4); a fetch serves it
+//! back byte for byte with its base offset and leader epoch set. A batch of replog's records
+//! is served as one uncompressed Kafka v2 batch with the same offsets and a valid CRC-32C.
 
+mod admin;
 mod groups;
 
 use std::collections::BTreeMap;
@@ -41,8 +42,8 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use kafka_protocol::records::{
-    Compression, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, Record as KafkaRecord, RecordBatchDecoder,
-    RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    Compression, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, Record as KafkaRecord, RecordBatchEncoder,
+    RecordEncodeOptions, TimestampType,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -53,12 +54,13 @@ use crate::group::OFFSETS_TOPIC;
 use crate::node::service::{BrokerService, Fetch, Produce};
 use crate::protocol::OffsetAt;
 use crate::raft::types::AppendRequest;
-use crate::segment::record::{Header, Record, encode_records};
+use crate::segment::format::PayloadFormat;
+use crate::segment::kafka as kafka_batch;
 use crate::types::{NodeId, Offset, PartitionId};
 
 /// The APIs served and their version ranges.
 pub(crate) const SUPPORTED: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 9),
+    (ApiKey::Produce, 3, 11),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 7),
     (ApiKey::Metadata, 1, 12),
@@ -73,6 +75,11 @@ pub(crate) const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListGroups, 0, 4),
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::InitProducerId, 0, 4),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::DescribeCluster, 0, 2),
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
 ];
 
 /// Kafka's error codes used here.
@@ -91,14 +98,22 @@ mod code {
     pub(super) const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
     pub(super) const INVALID_PRODUCER_EPOCH: i16 = 47;
     pub(super) const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
+    pub(super) const TOPIC_ALREADY_EXISTS: i16 = 36;
+    pub(super) const INVALID_PARTITIONS: i16 = 37;
+    pub(super) const INVALID_REPLICATION_FACTOR: i16 = 38;
+    pub(super) const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
+    pub(super) const INVALID_CONFIG: i16 = 40;
+    pub(super) const NOT_CONTROLLER: i16 = 41;
+    pub(super) const INVALID_REQUEST: i16 = 42;
+    pub(super) const FENCED_LEADER_EPOCH: i16 = 74;
+    pub(super) const UNKNOWN_LEADER_EPOCH: i16 = 75;
+    pub(super) const UNKNOWN_TOPIC_ID: i16 = 100;
 }
 
 /// What the listener needs beside the service.
 #[derive(Clone, Debug)]
 pub(crate) struct KafkaConfig {
     pub(crate) me: NodeId,
-    /// Every broker's Kafka address as clients reach it, this one's included.
-    pub(crate) advertised: BTreeMap<NodeId, SocketAddr>,
     pub(crate) frame_bytes_max: u32,
     pub(crate) connections_max: usize,
     pub(crate) idle: Duration,
@@ -213,7 +228,19 @@ async fn answer(
         .map(Some);
     }
     if !served.is_some_and(|(_, min, max)| (*min..=*max).contains(&version)) {
-        return Err(bad(format!("{api:?} v{version} is not served")));
+        // Answered with the API's own answer carrying UNSUPPORTED_VERSION where that answer
+        // has a top-level error code at this version; otherwise (an API whose answer cannot
+        // say so, or a version the codec cannot write) the connection is closed, as Kafka
+        // brokers do for requests they cannot parse.
+        let header = decode_guarded(|| {
+            RequestHeader::decode(&mut body, api.request_header_version(version))
+                .map_err(|e| e.to_string())
+        })
+        .map_err(bad)?;
+        let Some(refusal) = unsupported(api, version) else {
+            return Err(bad(format!("{api:?} v{version} is not served")));
+        };
+        return encode(header.correlation_id, api, version, &refusal).map(Some);
     }
     let header = decode_guarded(|| {
         RequestHeader::decode(&mut body, api.request_header_version(version))
@@ -228,7 +255,7 @@ async fn answer(
         RequestKind::Metadata(r) => ResponseKind::Metadata(metadata(r, service, config).await),
         RequestKind::Produce(r) => {
             let acks = r.acks;
-            let response = produce(r, service).await;
+            let response = produce(r, version, service).await;
             if acks == 0 {
                 return Ok(None);
             }
@@ -237,12 +264,12 @@ async fn answer(
         RequestKind::Fetch(r) => {
             // An answer leaves room for its own framing within the frame limit.
             let budget = (config.frame_bytes_max as usize).saturating_sub(64 << 10);
-            ResponseKind::Fetch(fetch(r, service, budget).await)
+            ResponseKind::Fetch(fetch(r, version, service, budget).await)
         }
         RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(list_offsets(r, service)),
         RequestKind::InitProducerId(r) => ResponseKind::InitProducerId(init_producer_id(&r)),
         RequestKind::FindCoordinator(r) => {
-            ResponseKind::FindCoordinator(groups::find_coordinator(r, service, config).await)
+            ResponseKind::FindCoordinator(groups::find_coordinator(r, service).await)
         }
         RequestKind::JoinGroup(r) => {
             let client_id = header.client_id.as_ref().map_or("", |c| c.as_str());
@@ -263,9 +290,87 @@ async fn answer(
         RequestKind::DescribeGroups(r) => {
             ResponseKind::DescribeGroups(groups::describe_groups(r, service).await)
         }
+        RequestKind::CreateTopics(r) => {
+            ResponseKind::CreateTopics(admin::create_topics(r, service).await)
+        }
+        RequestKind::DeleteTopics(r) => {
+            ResponseKind::DeleteTopics(admin::delete_topics(r, service).await)
+        }
+        RequestKind::DescribeConfigs(r) => {
+            ResponseKind::DescribeConfigs(admin::describe_configs(r, service, config))
+        }
+        RequestKind::DescribeCluster(r) => {
+            ResponseKind::DescribeCluster(admin::describe_cluster(&r, service, config))
+        }
+        RequestKind::OffsetForLeaderEpoch(r) => {
+            ResponseKind::OffsetForLeaderEpoch(admin::offset_for_leader_epoch(r, service))
+        }
         other => return Err(bad(format!("{other:?} is not served"))),
     };
     encode(header.correlation_id, api, version, &response).map(Some)
+}
+
+/// The answer to an API (or version) this listener does not serve, for the APIs whose answer
+/// has a top-level error code at every version: `UNSUPPORTED_VERSION`, and for SASL
+/// `UNSUPPORTED_SASL_MECHANISM` (replog has no authentication). Fetch says so from version 7,
+/// where its answer gained the field.
+fn unsupported(api: ApiKey, version: i16) -> Option<ResponseKind> {
+    use kafka_protocol::messages as m;
+    macro_rules! refuse {
+        ($kind:ident, $ty:ident, $code:expr) => {{
+            let mut r = m::$ty::default();
+            r.error_code = $code;
+            ResponseKind::$kind(r)
+        }};
+    }
+    let no = code::UNSUPPORTED_VERSION;
+    Some(match api {
+        ApiKey::SaslHandshake => refuse!(SaslHandshake, SaslHandshakeResponse, 33),
+        ApiKey::SaslAuthenticate => refuse!(SaslAuthenticate, SaslAuthenticateResponse, 33),
+        ApiKey::AddOffsetsToTxn => refuse!(AddOffsetsToTxn, AddOffsetsToTxnResponse, no),
+        ApiKey::EndTxn => refuse!(EndTxn, EndTxnResponse, no),
+        ApiKey::ListTransactions => refuse!(ListTransactions, ListTransactionsResponse, no),
+        ApiKey::DescribeAcls => refuse!(DescribeAcls, DescribeAclsResponse, no),
+        ApiKey::DescribeQuorum => refuse!(DescribeQuorum, DescribeQuorumResponse, no),
+        ApiKey::GetTelemetrySubscriptions => refuse!(
+            GetTelemetrySubscriptions,
+            GetTelemetrySubscriptionsResponse,
+            no
+        ),
+        ApiKey::PushTelemetry => refuse!(PushTelemetry, PushTelemetryResponse, no),
+        ApiKey::ConsumerGroupHeartbeat => {
+            refuse!(ConsumerGroupHeartbeat, ConsumerGroupHeartbeatResponse, no)
+        }
+        ApiKey::ShareGroupHeartbeat => {
+            refuse!(ShareGroupHeartbeat, ShareGroupHeartbeatResponse, no)
+        }
+        ApiKey::DescribeUserScramCredentials => refuse!(
+            DescribeUserScramCredentials,
+            DescribeUserScramCredentialsResponse,
+            no
+        ),
+        ApiKey::ListPartitionReassignments => refuse!(
+            ListPartitionReassignments,
+            ListPartitionReassignmentsResponse,
+            no
+        ),
+        ApiKey::AlterPartitionReassignments => refuse!(
+            AlterPartitionReassignments,
+            AlterPartitionReassignmentsResponse,
+            no
+        ),
+        ApiKey::DescribeClientQuotas => {
+            refuse!(DescribeClientQuotas, DescribeClientQuotasResponse, no)
+        }
+        ApiKey::CreateDelegationToken => {
+            refuse!(CreateDelegationToken, CreateDelegationTokenResponse, no)
+        }
+        ApiKey::DescribeDelegationToken => {
+            refuse!(DescribeDelegationToken, DescribeDelegationTokenResponse, no)
+        }
+        ApiKey::Fetch if version >= 7 => refuse!(Fetch, FetchResponse, no),
+        _ => return None,
+    })
 }
 
 /// Runs a decoder over bytes from the network, turning a panic inside it into an error.
@@ -337,8 +442,8 @@ async fn metadata(
     let mut r = MetadataResponse::default();
     r.cluster_id = Some(StrBytes::from_static_str("replog"));
     r.controller_id = broker_id(config.me);
-    r.brokers = config
-        .advertised
+    r.brokers = service
+        .kafka_brokers()
         .iter()
         .map(|(id, addr)| {
             let mut b = MetadataResponseBroker::default();
@@ -413,38 +518,6 @@ fn error_code(e: &Error) -> i16 {
     }
 }
 
-/// An idempotent Kafka producer's numbers for a batch: id, epoch, first sequence.
-type KafkaProducer = Option<(i64, i16, i32)>;
-
-/// A Kafka batch's records as replog records, with its idempotent producer's numbers (from
-/// its first record) if it has some.
-fn records_of(mut bytes: Bytes) -> Result<(Vec<Record>, KafkaProducer), String> {
-    let sets =
-        decode_guarded(|| RecordBatchDecoder::decode_all(&mut bytes).map_err(|e| e.to_string()))?;
-    let mut out = Vec::new();
-    let mut producer = None;
-    for set in sets {
-        for r in set.records {
-            if producer.is_none() && r.producer_id >= 0 && out.is_empty() {
-                producer = Some((r.producer_id, r.producer_epoch, r.sequence));
-            }
-            out.push(Record {
-                key: r.key,
-                value: r.value.unwrap_or_default(),
-                headers: r
-                    .headers
-                    .into_iter()
-                    .map(|(k, v)| Header {
-                        name: k.into_bytes(),
-                        value: v.unwrap_or_default(),
-                    })
-                    .collect(),
-            });
-        }
-    }
-    Ok((out, producer))
-}
-
 /// InitProducerId for an idempotent producer (no transactions): a new producer id at epoch
 /// 0, or the producer's own id at the next epoch when it asks with them (KIP-360), which
 /// fences what it sent under the old one.
@@ -471,8 +544,47 @@ fn init_producer_id(
     r
 }
 
-async fn produce(request: ProduceRequest, service: &BrokerService) -> ProduceResponse {
+/// The current leader of a partition and its term, for the answer to a request refused with
+/// `NOT_LEADER_OR_FOLLOWER` (KIP-951: the client goes there without asking for metadata
+/// first): the refusing replica's hint, or, from a broker that hosts no replica, the
+/// metadata it gathers from the replicas.
+async fn current_leader(e: &Error, service: &BrokerService) -> Option<(NodeId, u64, SocketAddr)> {
+    let Error::NotLeader { partition, leader } = e else {
+        return None;
+    };
+    let (node, term) = match leader {
+        Some(hint) => (hint.node_id, hint.term.get()),
+        None => {
+            let meta = service.metadata(Some(&partition.topic), false).await;
+            let p = meta.partitions.iter().find(|p| &p.partition == partition)?;
+            (p.leader?, p.term)
+        }
+    };
+    Some((node, term, *service.kafka_brokers().get(&node)?))
+}
+
+/// KIP-951's fields for a refused produce (Produce v10+): the leader and its term, with the
+/// leader's Kafka address among the answer's endpoints.
+async fn leader_hint(
+    e: &Error,
+    service: &BrokerService,
+    endpoints: &mut BTreeMap<NodeId, SocketAddr>,
+) -> Option<kafka_protocol::messages::produce_response::LeaderIdAndEpoch> {
+    let (node, term, addr) = current_leader(e, service).await?;
+    endpoints.insert(node, addr);
+    let mut l = kafka_protocol::messages::produce_response::LeaderIdAndEpoch::default();
+    l.leader_id = broker_id(node);
+    l.leader_epoch = i32::try_from(term).unwrap_or(i32::MAX);
+    Some(l)
+}
+
+async fn produce(
+    request: ProduceRequest,
+    version: i16,
+    service: &BrokerService,
+) -> ProduceResponse {
     let mut r = ProduceResponse::default();
+    let mut endpoints = BTreeMap::new();
     for topic in request.topic_data {
         let name = topic.name.0.to_string();
         let mut t = TopicProduceResponse::default();
@@ -485,32 +597,53 @@ async fn produce(request: ProduceRequest, service: &BrokerService) -> ProduceRes
             let outcome = async {
                 let partition =
                     u32::try_from(p.index).map_err(|_| code::UNKNOWN_TOPIC_OR_PARTITION)?;
-                let (records, producer) =
-                    records_of(p.records.unwrap_or_default()).map_err(|e| {
-                        tracing::debug!(error = %e, "a kafka batch that does not decode");
-                        code::CORRUPT_MESSAGE
-                    })?;
-                if records.is_empty() {
-                    return Err(code::CORRUPT_MESSAGE);
-                }
-                let (payload, record_count) =
-                    encode_records(&records, u32::MAX).map_err(|e| error_code(&e))?;
+                // The batch is kept as sent (FORMAT.md §4.2); its framing is checked here, its
+                // records by the write path before it is proposed.
+                let records = p.records.unwrap_or_default();
+                let info = kafka_batch::check(&records).map_err(|e| {
+                    tracing::debug!(error = %e, "a kafka batch refused");
+                    code::CORRUPT_MESSAGE
+                })?;
+                // An idempotent producer's numbers (id ≥ 1: replog's 0 is "none") go through
+                // the partition's producer table as a replog producer's do: a resend is
+                // answered with the offsets it got the first time.
+                let idempotent = info.producer_id > 0 && info.base_sequence >= 0;
                 let produce = Produce {
                     partition: PartitionId::new(name.clone(), partition),
-                    // An idempotent Kafka producer's numbers go through the partition's
-                    // producer table as a replog producer's do: a resend is answered with the
-                    // offsets it got the first time.
                     batch: AppendRequest {
-                        records: payload,
-                        record_count,
-                        producer_id: producer.map_or(0, |p| u64::try_from(p.0).unwrap_or(0)),
-                        producer_epoch: producer.map_or(0, |p| u16::try_from(p.1).unwrap_or(0)),
-                        base_sequence: producer.map_or(0, |p| u32::try_from(p.2).unwrap_or(0)),
+                        records,
+                        record_count: info.record_count,
+                        producer_id: if idempotent {
+                            u64::try_from(info.producer_id).unwrap_or(0)
+                        } else {
+                            0
+                        },
+                        producer_epoch: if idempotent {
+                            u16::try_from(info.producer_epoch).unwrap_or(0)
+                        } else {
+                            0
+                        },
+                        base_sequence: if idempotent {
+                            u32::try_from(info.base_sequence).unwrap_or(0)
+                        } else {
+                            0
+                        },
                         timestamp_ms: 0,
+                        format: PayloadFormat::Kafka,
                     },
                     turn: None,
                 };
-                service.produce(produce).await.map_err(|e| error_code(&e))
+                match service.produce(produce).await {
+                    Ok(info) => Ok(info),
+                    Err(e) => {
+                        if version >= 10
+                            && let Some(l) = leader_hint(&e, service, &mut endpoints).await
+                        {
+                            pr.current_leader = l;
+                        }
+                        Err(error_code(&e))
+                    }
+                }
             }
             .await;
             match outcome {
@@ -523,13 +656,29 @@ async fn produce(request: ProduceRequest, service: &BrokerService) -> ProduceRes
         }
         r.responses.push(t);
     }
+    r.node_endpoints = endpoints
+        .into_iter()
+        .map(|(id, addr)| {
+            let mut n = kafka_protocol::messages::produce_response::NodeEndpoint::default();
+            n.node_id = broker_id(id);
+            n.host = StrBytes::from_string(addr.ip().to_string());
+            n.port = i32::from(addr.port());
+            n
+        })
+        .collect();
     r
 }
 
-/// Replog batches as Kafka v2 batches, one each, uncompressed, with their offsets.
+/// Batches as a Kafka fetch answers them: one a Kafka producer sent as it was sent (its base
+/// offset and leader epoch set, FORMAT.md §4.2); one of replog's records as an uncompressed
+/// Kafka v2 batch with the same offsets, stamped with its append time.
 fn kafka_batches(batches: &[crate::segment::record::Batch]) -> Result<Bytes, String> {
     let mut out = BytesMut::new();
     for b in batches {
+        if b.format() == PayloadFormat::Kafka {
+            kafka_batch::serve(&b.payload, b.base_offset().get(), b.term().get(), &mut out);
+            continue;
+        }
         let timestamp = i64::try_from(b.timestamp_ms()).unwrap_or(i64::MAX);
         let records: Vec<KafkaRecord> = b
             .records()
@@ -599,6 +748,7 @@ fn marks_only(
 
 async fn fetch(
     request: FetchRequest,
+    version: i16,
     service: &BrokerService,
     frame_budget: usize,
 ) -> FetchResponse {
@@ -720,7 +870,16 @@ async fn fetch(
                         }
                     }
                 }
-                Err(e) => pd.error_code = error_code(&e),
+                Err(e) => {
+                    pd.error_code = error_code(&e);
+                    // The leader, for a broker that hosts no replica (Fetch v12+ carries it).
+                    if version >= 12
+                        && let Some((node, term, _)) = current_leader(&e, service).await
+                    {
+                        pd.current_leader.leader_id = broker_id(node);
+                        pd.current_leader.leader_epoch = i32::try_from(term).unwrap_or(i32::MAX);
+                    }
+                }
             }
             t.partitions.push(pd);
         }

@@ -7,7 +7,7 @@ use super::{PartitionLog, now_ms};
 use crate::env::FaultPoint;
 use crate::error::{Error, Result};
 use crate::segment::Cursor;
-use crate::segment::format::{END_MARK, EntryKind};
+use crate::segment::format::{END_MARK, EntryKind, PayloadFormat};
 use crate::segment::record::{FrameHeader, Payload, Record, body_len_for, encode_frame};
 use crate::types::{LogIndex, Offset, Term};
 
@@ -20,6 +20,8 @@ pub(crate) struct EntrySpec {
     pub(crate) producer_id: u64,
     pub(crate) producer_epoch: u16,
     pub(crate) base_sequence: u32,
+    /// How a data entry's payload is encoded.
+    pub(crate) format: PayloadFormat,
     /// The frame's timestamp; `None` for now. A Raft replica writes the leader's, so that
     /// replicas hold identical frames.
     pub(crate) timestamp_ms: Option<u64>,
@@ -96,8 +98,13 @@ impl PartitionLog {
             EntryKind::Data
         };
         if kind == EntryKind::Data {
-            crate::segment::record::validate_records(payload, record_count, &self.opts.limits)
-                .map_err(|kind| Error::InvalidBatch { kind })?;
+            crate::segment::record::validate_payload(
+                spec.format,
+                payload,
+                record_count,
+                &self.opts.limits,
+            )
+            .map_err(|kind| Error::InvalidBatch { kind })?;
         }
         self.append_frame(
             kind,
@@ -154,13 +161,22 @@ impl PartitionLog {
             base_offset: w.cursor.next_offset,
             record_count,
             kind,
+            format: if kind == EntryKind::Data {
+                spec.format
+            } else {
+                PayloadFormat::Replog
+            },
             timestamp_ms,
             producer_id: spec.producer_id,
             producer_epoch: spec.producer_epoch,
             base_sequence: spec.base_sequence,
         };
         let frame_len = header.frame_len();
-        if w.handle.free_len() < frame_len {
+        // A Kafka batch never goes into a segment of format version 1 (FORMAT.md §9): a build
+        // that reads only version 1 must refuse the segment, not cut it at the frame.
+        let old_format = header.format == PayloadFormat::Kafka
+            && w.active.version < crate::segment::format::FORMAT_VERSION;
+        if w.handle.free_len() < frame_len || old_format {
             self.roll_locked(&mut w)?;
         }
         if w.handle.free_len() < frame_len {
@@ -295,5 +311,161 @@ mod tests {
         let log = PartitionLog::open(dir.path(), cfg).unwrap();
         assert_eq!(values(&log, 0)[1].1.len(), free - 256 - 10);
         assert_eq!(values(&log, 2), vec![(2, b"next".to_vec())]);
+    }
+
+    /// A Kafka producer's batch of `n` records (values `v0`, `v1`, …) as a Kafka client
+    /// encodes it.
+    fn kafka_batch(n: i64, compression: kafka_protocol::records::Compression) -> bytes::Bytes {
+        use kafka_protocol::records::{
+            Record as KafkaRecord, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+        };
+        let records: Vec<KafkaRecord> = (0..n)
+            .map(|i| KafkaRecord {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: 0,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: TimestampType::Creation,
+                offset: i,
+                // The encoder keeps records in one batch while offset − sequence is constant;
+                // -1 is the batch's "no sequence".
+                sequence: i32::try_from(i).unwrap() - 1,
+                timestamp: 1_700_000_000_000,
+                key: None,
+                value: Some(bytes::Bytes::from(format!("v{i}"))),
+                headers: Default::default(),
+            })
+            .collect();
+        let mut out = bytes::BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression,
+        };
+        RecordBatchEncoder::encode(&mut out, records.iter(), &options).unwrap();
+        out.freeze()
+    }
+
+    fn kafka_spec() -> EntrySpec {
+        EntrySpec {
+            format: PayloadFormat::Kafka,
+            ..EntrySpec::default()
+        }
+    }
+
+    fn expected_values() -> Vec<(u64, Vec<u8>)> {
+        let mut want = vec![(0, b"native".to_vec())];
+        want.extend((0..3).map(|i| (1 + i, format!("v{i}").into_bytes())));
+        want.push((4, b"after".to_vec()));
+        want
+    }
+
+    #[test]
+    fn kafka_batches_are_kept_as_sent_and_read_as_records_after_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig {
+            segment_bytes: 64 << 10,
+            ..small()
+        };
+        let log = PartitionLog::open(dir.path(), config.clone()).unwrap();
+        log.append(&[Record::new("native")]).unwrap();
+        let sent = kafka_batch(3, kafka_protocol::records::Compression::Gzip);
+        let info = log.append_entry(kafka_spec(), 3, &sent).unwrap();
+        assert_eq!(info.base_offset, Offset(1));
+        log.append(&[Record::new("after")]).unwrap();
+        // A count that is not the batch's, and bytes that are not a batch, are refused.
+        for (count, bytes) in [(4, &sent[..]), (1, &b"not a batch"[..])] {
+            assert!(matches!(
+                log.append_entry(kafka_spec(), count, bytes),
+                Err(Error::InvalidBatch { .. })
+            ));
+        }
+        assert_eq!(values(&log, 0), expected_values());
+        let stored = log.read(Offset(1), 1 << 20).unwrap();
+        assert_eq!(stored[0].format(), PayloadFormat::Kafka);
+        assert_eq!(stored[0].payload, sent, "the bytes as sent");
+        drop(log);
+        // A clean reopen trusts the index; without it the segment is scanned.
+        let log = PartitionLog::open(dir.path(), config.clone()).unwrap();
+        assert_eq!(values(&log, 0), expected_values());
+        drop(log);
+        for entry in std::fs::read_dir(dir.path()).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "index") {
+                std::fs::remove_file(path).unwrap();
+            }
+        }
+        let log = PartitionLog::open(dir.path(), config).unwrap();
+        assert_eq!(values(&log, 0), expected_values());
+    }
+
+    /// Sets the format version in every segment header of `dir` (and the header's CRC).
+    fn set_segment_version(dir: &std::path::Path, version: u16) {
+        use crate::segment::format::{SEG_CRC_POS, SEG_VERSION_POS};
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_none_or(|e| e != "log") {
+                continue;
+            }
+            let mut bytes = std::fs::read(&path).unwrap();
+            bytes[SEG_VERSION_POS..SEG_VERSION_POS + 2].copy_from_slice(&version.to_le_bytes());
+            let crc = crc32fast::hash(&bytes[..SEG_CRC_POS]);
+            bytes[SEG_CRC_POS..SEG_CRC_POS + 4].copy_from_slice(&crc.to_le_bytes());
+            std::fs::write(&path, bytes).unwrap();
+        }
+    }
+
+    fn segment_versions(dir: &std::path::Path) -> Vec<u16> {
+        let mut names: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "log"))
+            .collect();
+        names.sort();
+        names
+            .iter()
+            .map(|p| {
+                let bytes = std::fs::read(p).unwrap();
+                u16::from_le_bytes([bytes[8], bytes[9]])
+            })
+            .collect()
+    }
+
+    /// A log of format version 1 (the only difference: the version in its segment headers,
+    /// since version 2 added the Kafka flag and nothing else) opens and reads as before; a
+    /// Kafka batch goes to a new, version-2 segment, so that a build reading only version 1
+    /// refuses that segment instead of cutting the log at the frame. A version this build does
+    /// not know is refused with a clear error.
+    #[test]
+    fn a_version_1_log_opens_and_takes_kafka_batches_in_a_new_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig {
+            segment_bytes: 64 << 10,
+            ..small()
+        };
+        let log = PartitionLog::open(dir.path(), config.clone()).unwrap();
+        log.append(&[Record::new("native")]).unwrap();
+        drop(log);
+        set_segment_version(dir.path(), 1);
+        assert_eq!(segment_versions(dir.path()), vec![1]);
+        let log = PartitionLog::open(dir.path(), config.clone()).unwrap();
+        assert_eq!(values(&log, 0), vec![(0, b"native".to_vec())]);
+        let sent = kafka_batch(3, kafka_protocol::records::Compression::Snappy);
+        log.append_entry(kafka_spec(), 3, &sent).unwrap();
+        log.append(&[Record::new("after")]).unwrap();
+        assert_eq!(values(&log, 0), expected_values());
+        drop(log);
+        assert_eq!(segment_versions(dir.path()), vec![1, 2]);
+        let log = PartitionLog::open(dir.path(), config.clone()).unwrap();
+        assert_eq!(values(&log, 0), expected_values());
+        drop(log);
+        set_segment_version(dir.path(), 3);
+        match PartitionLog::open(dir.path(), config) {
+            Err(Error::Corrupt { kind, .. }) => {
+                assert_eq!(kind, crate::error::CorruptKind::UnsupportedVersion(3));
+            }
+            other => panic!("a version-3 log opened: {:?}", other.map(|_| ())),
+        }
     }
 }

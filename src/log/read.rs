@@ -116,6 +116,58 @@ impl PartitionLog {
         Ok(found)
     }
 
+    /// Where the frames of `term` and earlier terms end (Kafka's OffsetForLeaderEpoch, a
+    /// Raft term being a leader epoch): the largest term at or below `term` that the log holds
+    /// and the offset after its last record (the first offset of the next term). `None` if the
+    /// log holds no frame of `term` or earlier (they were purged, or it starts later). Terms
+    /// never decrease along the log: the segment is found from the terms each keeps in memory,
+    /// the frame by a binary search over its index, then at most one index interval is read.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Corrupt`] if a frame on the way fails validation.
+    pub(crate) fn end_of_term(&self, term: u64) -> Result<Option<(u64, Offset)>> {
+        let (seg, before) = {
+            let segs = self.segments.read();
+            match segs.iter().position(|s| s.extent().cursor.last_term > term) {
+                None => {
+                    // Every frame is of `term` or earlier.
+                    let last = segs.last().map(|s| s.extent().cursor);
+                    return Ok(last
+                        .filter(|c| c.next_log_index > self.first_log_index().get())
+                        .map(|c| (c.last_term, Offset(c.next_offset))));
+                }
+                Some(i) => {
+                    let before = i
+                        .checked_sub(1)
+                        .and_then(|j| segs.get(j))
+                        .map(|s| s.extent().cursor.last_term);
+                    (segs.get(i).cloned(), before)
+                }
+            }
+        };
+        let Some(seg) = seg else { return Ok(None) };
+        let start = seg.seek_term(term, &Limits::ON_DISK)?;
+        // The first frame read sets it unless the scan starts at the segment's start (or
+        // restarts there after an index entry that points too far).
+        let mut last_term = before;
+        let mut found = None;
+        self.walk(
+            Some(seg),
+            |_| start,
+            |h| h.term > term,
+            |_, _, h| {
+                if h.term > term {
+                    found = last_term.map(|t| (t, Offset(h.base_offset)));
+                    return Ok(false);
+                }
+                last_term = Some(h.term);
+                Ok(true)
+            },
+        )?;
+        Ok(found)
+    }
+
     /// The latest segment's largest batch timestamp (0 if none): where the leader's next
     /// stamp starts from. Looks at the last segments only (timestamps do not decrease): one,
     /// unless it was just rolled and holds nothing yet.
@@ -539,5 +591,53 @@ mod tests {
             "the read starts at the wanted record"
         );
         assert_eq!(values(&log, 0).len(), 50);
+    }
+
+    #[test]
+    fn end_of_term_matches_a_scan_over_many_segments() {
+        use crate::log::EntrySpec;
+        use crate::segment::record::encode_records;
+        let dir = tempfile::tempdir().unwrap();
+        let log = PartitionLog::open(dir.path(), small()).unwrap();
+        // (term, records) of each frame; 0 records: a control frame (a new leader's blank).
+        let mut frames = Vec::new();
+        for term in [1u64, 1, 1, 2, 2, 5, 5, 5, 5, 8] {
+            frames.push((term, 2));
+        }
+        frames.insert(3, (2, 0));
+        frames.insert(7, (5, 0));
+        for _ in 0..4 {
+            frames.extend([(9, 1), (9, 3)]);
+        }
+        let mut model = Vec::new(); // (term, offset after the frame)
+        for (i, (term, n)) in frames.iter().enumerate() {
+            let spec = EntrySpec {
+                term: Some(*term),
+                ..EntrySpec::default()
+            };
+            let info = if *n == 0 {
+                log.append_entry(spec, 0, &[0]).unwrap()
+            } else {
+                let records: Vec<Record> = (0..*n)
+                    .map(|j| Record::new(format!("{i}-{j}-{:060}", 0)))
+                    .collect();
+                let (payload, count) = encode_records(&records, 256).unwrap();
+                log.append_entry(spec, count, &payload).unwrap()
+            };
+            model.push((*term, info.base_offset.get() + u64::from(info.record_count)));
+        }
+        assert!(log.segments.read().len() > 3, "many segments");
+        for asked in 0..12u64 {
+            let want = model
+                .iter()
+                .rev()
+                .find(|(t, _)| *t <= asked)
+                .map(|(t, end)| (*t, Offset(*end)));
+            assert_eq!(log.end_of_term(asked).unwrap(), want, "term {asked}");
+        }
+        // After a purge of the first segments, a term wholly before the log start is unknown.
+        log.purge_to(Offset(8)).unwrap();
+        assert_eq!(log.end_of_term(0).unwrap(), None);
+        assert_eq!(log.end_of_term(9).unwrap(), Some((9, log.end_offset())));
     }
 }

@@ -87,13 +87,13 @@ pub struct NodeConfig {
     /// spread over it too. It hosts no replica of the configured topics. Default false.
     pub join: bool,
     /// Where Kafka's clients reach this broker: the address of its Kafka-protocol listener
-    /// (ApiVersions, Metadata, Produce, Fetch, ListOffsets so far). `None` (the default)
-    /// runs none.
+    /// (see the crate docs for the APIs served). `None` (the default) runs none.
     pub kafka_listen: Option<SocketAddr>,
-    /// The Kafka address metadata answers give for this broker (default: `kafka_listen`).
+    /// The Kafka address metadata answers give for this broker (default: `kafka_listen`). The
+    /// broker registers it in the metadata log, so every broker's answers name it.
     pub kafka_advertised: Option<SocketAddr>,
-    /// The other brokers' advertised Kafka addresses, for metadata answers (until brokers
-    /// register theirs in the metadata log, every broker is told them).
+    /// Other brokers' advertised Kafka addresses, for metadata answers until those brokers
+    /// have registered theirs (a registered address wins). Empty by default.
     pub kafka_peers: BTreeMap<NodeId, SocketAddr>,
     /// Partitions of the consumer groups' offsets topic (`__consumer_offsets`, Kafka's
     /// `offsets.topic.num.partitions`), created with this count on the first group request.

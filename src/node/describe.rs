@@ -127,7 +127,20 @@ impl Broker {
         for (id, replicas) in wanted {
             let group = self.groups.read().get(&id).cloned();
             match group {
-                Some(group) => partitions.push(self.partition_metadata(&group, replicas)),
+                Some(group) => {
+                    let ours = self.partition_metadata(&group, replicas);
+                    // A follower knows its leader but not which replicas are caught up: the
+                    // leader is asked for its in-sync set, so that every broker answers with
+                    // the same Isr (Kafka's metadata does).
+                    if let Some(leader) = ours.leader
+                        && leader != self.config.id
+                        && !local_only
+                    {
+                        remote.insert(leader);
+                        elsewhere.insert(id.clone(), partitions.len());
+                    }
+                    partitions.push(ours);
+                }
                 None if local_only => {}
                 None => {
                     remote.extend(replicas.iter().copied());
@@ -164,7 +177,11 @@ impl Broker {
                         continue;
                     };
                     let better = theirs.leader.is_some()
-                        && (slot.leader.is_none() || theirs.term > slot.term);
+                        && (slot.leader.is_none()
+                            || theirs.term > slot.term
+                            || (theirs.term == slot.term
+                                && slot.isr.is_empty()
+                                && !theirs.isr.is_empty()));
                     if better {
                         let replicas = std::mem::take(&mut slot.replicas);
                         *slot = PartitionMetadata { replicas, ..theirs };

@@ -255,6 +255,7 @@ impl Broker {
             let (payload, record_count) = encode_records(&chunk, limits.record_bytes_max)
                 .map_err(|_| GroupError::OffsetMetadataTooLarge)?;
             let request = AppendRequest {
+                format: crate::segment::format::PayloadFormat::Replog,
                 timestamp_ms: 0,
                 records: payload,
                 record_count,

@@ -134,7 +134,10 @@ impl Handler for NodeHandler {
                     encode_response(&request.and_then(|fetch| {
                         let fetched = service.fetch(&fetch).map_err(wire)?;
                         Ok(FetchResponse {
-                            batches: fetched.batches.iter().map(WireBatch::from_batch).collect(),
+                            batches: WireBatch::from_batches(
+                                &fetched.batches,
+                                service.fetch_bytes_max(&fetch),
+                            ),
                             high_watermark: fetched.high_watermark.get(),
                             log_start: fetched.log_start.get(),
                         })

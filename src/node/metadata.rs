@@ -275,6 +275,7 @@ impl Broker {
         let (records, record_count) = encode_records(&[Record::new(value)], META_RECORD_BYTES_MAX)
             .map_err(MetaError::Failed)?;
         let append = AppendRequest {
+            format: crate::segment::format::PayloadFormat::Replog,
             timestamp_ms: 0,
             records,
             record_count,
@@ -427,6 +428,30 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
             registering = Some(tokio::spawn(async move {
                 if let Err(e) = broker.register().await {
                     tracing::debug!(error = %e, "registering this broker's address failed; will retry");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }));
+        }
+        // Then its Kafka address, the same way (the catalog's names it for every broker).
+        if let Some(kafka) = broker.kafka_addr.get().copied()
+            && broker.catalog.read().broker_addr(me) == Some(broker.addr)
+            && broker.catalog.read().kafka_addr(me) != Some(kafka)
+            && broker.meta.raft.state().leader.is_some()
+            && registering
+                .as_ref()
+                .is_none_or(tokio::task::JoinHandle::is_finished)
+        {
+            let broker = Arc::clone(&broker);
+            registering = Some(tokio::spawn(async move {
+                let request = ProposeRequest {
+                    command: MetaCommand::RegisterKafka {
+                        id: me,
+                        addr: kafka.to_string(),
+                    },
+                    forwarded: false,
+                };
+                if let Err(e) = broker.propose(request).await {
+                    tracing::debug!(error = %e, "registering this broker's Kafka address failed; will retry");
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
             }));

@@ -127,6 +127,9 @@ struct Broker {
     /// Per offsets partition hosted here: the offset its retention has read up to, and the
     /// log index its latest rewrite keeps from (see `retention.rs`).
     offsets_scans: parking_lot::Mutex<HashMap<PartitionId, (Offset, Option<u64>)>>,
+    /// The Kafka address this broker advertises, once its Kafka listener is bound: registered
+    /// in the metadata log, so that every broker's Kafka metadata names it.
+    kafka_addr: std::sync::OnceLock<SocketAddr>,
 }
 
 /// A broker: hosts a replica of every configured partition, each its own Raft group, and
@@ -327,6 +330,7 @@ impl Node {
             coordinator: crate::group::coordinator::Shards::default(),
             offsets_topic_creating: AtomicBool::new(false),
             offsets_scans: parking_lot::Mutex::default(),
+            kafka_addr: std::sync::OnceLock::new(),
         });
         let handler: Arc<dyn Handler> = Arc::new(NodeHandler {
             broker: Arc::clone(&broker),
@@ -337,14 +341,11 @@ impl Node {
             Some(at) => {
                 let listener = tokio::net::TcpListener::bind(at).await?;
                 let local = listener.local_addr()?;
-                let mut advertised = broker.config.kafka_peers.clone();
-                advertised.insert(
-                    broker.config.id,
-                    broker.config.kafka_advertised.unwrap_or(local),
-                );
+                let _ = broker
+                    .kafka_addr
+                    .set(broker.config.kafka_advertised.unwrap_or(local));
                 let config = crate::kafka::KafkaConfig {
                     me: broker.config.id,
-                    advertised,
                     frame_bytes_max: broker.config.frame_bytes_max,
                     connections_max: broker.config.connections_max,
                     idle: Duration::from_millis(broker.config.connections_max_idle_ms),

@@ -57,6 +57,17 @@ fn internal_topic() -> Error {
     }
 }
 
+/// Why [`BrokerService::epoch_end`] did not answer.
+#[derive(Debug)]
+pub(crate) enum EpochError {
+    /// The asker's current epoch is older than the leader's term (Kafka's FENCED_LEADER_EPOCH).
+    Fenced,
+    /// The asker's current epoch is newer than this leader knows (UNKNOWN_LEADER_EPOCH).
+    Unknown,
+    /// Not led here, unknown, or a read failed.
+    Service(Error),
+}
+
 /// The longest a fetch waits for records, whatever it asks.
 pub(crate) const FETCH_WAIT_MAX: Duration = Duration::from_secs(60);
 
@@ -142,7 +153,7 @@ impl BrokerService {
 
     /// The most bytes of frames a fetch answer carries: what it asked for, within the frame
     /// limit (a single batch larger than that is still sent, alone: see `PartitionLog::read`).
-    fn fetch_bytes_max(&self, request: &Fetch) -> usize {
+    pub(crate) fn fetch_bytes_max(&self, request: &Fetch) -> usize {
         request
             .max_bytes
             .min(self.broker.config.payload_bytes_max())
@@ -188,6 +199,80 @@ impl BrokerService {
             return Err(internal_topic());
         }
         self.broker.delete_topic(request).await
+    }
+
+    /// Every broker's Kafka address as clients reach it: the one it registered in the
+    /// metadata log, else the one this broker was configured with (`NodeConfig::kafka_peers`),
+    /// and this broker's own.
+    pub(crate) fn kafka_brokers(
+        &self,
+    ) -> std::collections::BTreeMap<crate::types::NodeId, SocketAddr> {
+        let catalog = self.broker.catalog.read();
+        let mut out = std::collections::BTreeMap::new();
+        for id in catalog.brokers() {
+            if let Some(addr) = catalog
+                .kafka_addr(id)
+                .or_else(|| self.broker.config.kafka_peers.get(&id).copied())
+            {
+                out.insert(id, addr);
+            }
+        }
+        if let Some(me) = self.broker.kafka_addr.get() {
+            out.insert(self.broker.config.id, *me);
+        }
+        out
+    }
+
+    /// The brokers in the cluster's catalog.
+    pub(crate) fn broker_count(&self) -> usize {
+        self.broker.catalog.read().brokers().len()
+    }
+
+    /// A topic's partition count and replication factor, if the catalog has it.
+    pub(crate) fn topic_shape(&self, name: &str) -> Option<(u32, u32)> {
+        let catalog = self.broker.catalog.read();
+        let t = catalog.topic(name)?;
+        let partitions = u32::try_from(t.assignment.len()).unwrap_or(u32::MAX);
+        let factor = t.assignment.first().map_or(0, Vec::len);
+        Some((partitions, u32::try_from(factor).unwrap_or(u32::MAX)))
+    }
+
+    /// The log settings every partition of this broker is written with.
+    pub(crate) fn log_config(&self) -> &crate::config::LogConfig {
+        &self.broker.config.log
+    }
+
+    /// Kafka's OffsetForLeaderEpoch on this broker, which must lead the partition: the
+    /// largest term at or below `epoch` and the offset where its records end; for the
+    /// current term, the high watermark (only committed records are ever served). `current`
+    /// is the asker's idea of the current term (`None`: not checked); `Ok(None)`: the log
+    /// holds nothing of `epoch` or earlier.
+    pub(crate) fn epoch_end(
+        &self,
+        partition: &PartitionId,
+        epoch: u64,
+        current: Option<u64>,
+    ) -> std::result::Result<Option<(u64, Offset)>, EpochError> {
+        let group = self.broker.group(partition).map_err(EpochError::Service)?;
+        let state = group.raft.state();
+        if state.leader != Some(self.broker.config.id) {
+            return Err(EpochError::Service(Error::NotLeader {
+                partition: partition.clone(),
+                leader: None,
+            }));
+        }
+        match current {
+            Some(c) if c < state.term => return Err(EpochError::Fenced),
+            Some(c) if c > state.term => return Err(EpochError::Unknown),
+            _ => {}
+        }
+        let log = group.store.log();
+        let high_watermark = Offset(group.sm.high_watermark().min(log.end_offset().get()));
+        if epoch >= state.term {
+            return Ok(Some((state.term, high_watermark)));
+        }
+        let end = log.end_of_term(epoch).map_err(EpochError::Service)?;
+        Ok(end.map(|(t, o)| (t, o.min(high_watermark))))
     }
 
     /// FindCoordinator: the broker leading the group's offsets partition.

@@ -10,6 +10,7 @@ use crate::log::AppendInfo;
 use crate::protocol::OffsetAt;
 use crate::raft::replica::WriteError;
 use crate::raft::types::AppendRequest;
+use crate::segment::format::PayloadFormat;
 use crate::segment::record::{Batch, Record, encode_records};
 use crate::transport::Turn;
 use crate::types::{LeaderHint, LogIndex, Offset, PartitionId, ProducerSeq};
@@ -32,6 +33,7 @@ impl Broker {
         let (payload, record_count) = encode_records(records, self.config.log.record_bytes_max)?;
         let producer = producer.unwrap_or(ProducerSeq::new(0, 0));
         let request = AppendRequest {
+            format: crate::segment::format::PayloadFormat::Replog,
             timestamp_ms: 0,
             records: payload,
             record_count,
@@ -78,11 +80,29 @@ impl Broker {
                 max: u64::from(limits.batch_bytes_max),
             });
         }
-        crate::segment::record::validate_records(&request.records, request.record_count, limits)
-            .map_err(|kind| match kind {
-                CorruptKind::LengthOutOfRange { len, max } => Error::RecordTooLarge { len, max },
-                kind => Error::InvalidBatch { kind },
-            })?;
+        // A Kafka batch is decoded whole here (records, codec, limits), once; replicas and
+        // readers after it check only its framing and CRC-32C.
+        match request.format {
+            PayloadFormat::Replog => crate::segment::record::validate_records(
+                &request.records,
+                request.record_count,
+                limits,
+            ),
+            PayloadFormat::Kafka => crate::segment::kafka::decode_records(&request.records, limits)
+                .and_then(|rs| {
+                    if rs.len() == request.record_count as usize {
+                        Ok(())
+                    } else {
+                        Err(CorruptKind::BadKafkaBatch(
+                            "record count differs from the request's",
+                        ))
+                    }
+                }),
+        }
+        .map_err(|kind| match kind {
+            CorruptKind::LengthOutOfRange { len, max } => Error::RecordTooLarge { len, max },
+            kind => Error::InvalidBatch { kind },
+        })?;
         let (record_count, producer_id, epoch, got) = (
             request.record_count,
             request.producer_id,

@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::log::{EntrySpec, PartitionLog};
 use crate::raft::types::{AppendRequest, C, Entry, LogId, Vote};
-use crate::segment::format::EntryKind;
+use crate::segment::format::{EntryKind, PayloadFormat};
 use crate::segment::record::Batch;
 use crate::types::Durability;
 use crate::types::LogIndex;
@@ -252,12 +252,13 @@ impl LogStore {
             log.reset(index, log.end_offset().get())?;
         }
         // Every replica writes the same frame: the leader's timestamp for data, 0 for control.
-        let spec = |producer_id, producer_epoch, base_sequence, timestamp_ms| EntrySpec {
+        let spec = |producer_id, producer_epoch, base_sequence, timestamp_ms, format| EntrySpec {
             log_index: Some(index),
             term: Some(entry.log_id.leader_id.term),
             producer_id,
             producer_epoch,
             base_sequence,
+            format,
             timestamp_ms: Some(timestamp_ms),
         };
         match &entry.payload {
@@ -271,18 +272,19 @@ impl LogStore {
                         req.producer_epoch,
                         req.base_sequence,
                         req.timestamp_ms,
+                        req.format,
                     ),
                     req.record_count,
                     &req.records,
                 )?;
             }
             EntryPayload::Blank => {
-                log.append_entry(spec(0, 0, 0, 0), 0, &[CONTROL_BLANK])?;
+                log.append_entry(spec(0, 0, 0, 0, PayloadFormat::Replog), 0, &[CONTROL_BLANK])?;
             }
             EntryPayload::Membership(m) => {
                 let mut payload = vec![CONTROL_MEMBERSHIP];
                 serde_json::to_writer(&mut payload, m).map_err(io::Error::other)?;
-                log.append_entry(spec(0, 0, 0, 0), 0, &payload)?;
+                log.append_entry(spec(0, 0, 0, 0, PayloadFormat::Replog), 0, &payload)?;
             }
         }
         Ok(())
@@ -300,6 +302,7 @@ pub(crate) fn entry_from_batch(b: &Batch) -> io::Result<Entry> {
             producer_epoch: b.producer_epoch,
             base_sequence: b.base_sequence,
             timestamp_ms: b.timestamp_ms,
+            format: b.format(),
         }),
         EntryKind::Control => match b.payload.split_first() {
             Some((&CONTROL_BLANK, _)) => EntryPayload::Blank,
@@ -763,6 +766,7 @@ mod tests {
             let records: Vec<Record> = (0..3).map(|i| Record::new(format!("{text}-{i}"))).collect();
             let (payload, count) = crate::segment::record::encode_records(&records, 1024).unwrap();
             AppendRequest {
+                format: crate::segment::format::PayloadFormat::Replog,
                 records: payload,
                 record_count: count,
                 producer_id: 0,

@@ -42,6 +42,9 @@ pub struct AppendRequest {
     /// When the leader accepted the batch (milliseconds since the Unix epoch), stored in the
     /// frame on every replica; 0 lets the leader's log stamp it.
     pub timestamp_ms: u64,
+    /// How `records` is encoded: replog's records, or one Kafka record batch kept as its
+    /// producer sent it.
+    pub format: crate::segment::format::PayloadFormat,
 }
 
 impl fmt::Display for AppendRequest {

@@ -144,6 +144,7 @@ impl Segment {
         };
         let result = (|| -> io::Result<()> {
             let header = SegmentHeader {
+                version: super::format::FORMAT_VERSION,
                 base_log_index: base.next_log_index,
                 base_offset: base.next_offset,
                 restart,
@@ -179,7 +180,15 @@ impl Segment {
             entries: Vec::new(),
             last_indexed: 0,
         };
-        let seg = Segment::new(dir, base, file, map, opts, state);
+        let seg = Segment::new(
+            dir,
+            super::format::FORMAT_VERSION,
+            base,
+            file,
+            map,
+            opts,
+            state,
+        );
         Ok((Arc::new(seg), handle))
     }
 

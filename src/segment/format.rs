@@ -11,8 +11,14 @@ use crate::error::CorruptKind;
 pub(crate) const SEGMENT_MAGIC: [u8; 8] = *b"replog\x1a\n";
 /// Magic bytes at position 0 of every index file.
 pub(crate) const INDEX_MAGIC: [u8; 8] = *b"replidx\n";
-/// The only format version this build reads and writes.
-pub(crate) const FORMAT_VERSION: u16 = 1;
+/// The format version this build writes (FORMAT.md §9).
+pub(crate) const FORMAT_VERSION: u16 = 2;
+/// The oldest format version this build reads: version 1 segments hold no Kafka batches.
+pub(crate) const FORMAT_VERSION_MIN: u16 = 1;
+/// Frame flag: the payload is one Kafka record batch (FORMAT.md §4.2). Written only into
+/// segments of version 2 or later, so that a build that predates it refuses the segment
+/// (`UnsupportedVersion`) instead of taking the frame for a torn one.
+pub(crate) const FRAME_FLAG_KAFKA: u8 = 1;
 
 // ---- Segment header (FORMAT.md §3) ----
 pub(crate) const SEG_MAGIC_POS: usize = 0;
@@ -93,6 +99,16 @@ pub(crate) enum EntryKind {
     Control = 2,
 }
 
+/// How a data frame's payload is encoded (FORMAT.md §4).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum PayloadFormat {
+    /// replog's records (§4.1).
+    #[default]
+    Replog,
+    /// One Kafka record batch, magic 2, as its producer sent it (§4.2).
+    Kafka,
+}
+
 impl EntryKind {
     pub(crate) fn from_u8(v: u8) -> Result<Self, CorruptKind> {
         match v {
@@ -138,6 +154,8 @@ pub(crate) fn put(buf: &mut [u8], pos: usize, bytes: &[u8]) {
 /// The decoded segment header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SegmentHeader {
+    /// [`FORMAT_VERSION`] for every segment this build creates.
+    pub(crate) version: u16,
     pub(crate) base_log_index: u64,
     pub(crate) base_offset: u64,
     /// [`SEG_FLAG_RESTART`]: the log restarts here; every older segment is being deleted.
@@ -154,7 +172,7 @@ impl SegmentHeader {
     pub(crate) fn encode(&self) -> [u8; SEGMENT_HEADER_LEN] {
         let mut buf = [0u8; SEGMENT_HEADER_LEN];
         put(&mut buf, SEG_MAGIC_POS, &SEGMENT_MAGIC);
-        put(&mut buf, SEG_VERSION_POS, &FORMAT_VERSION.to_le_bytes());
+        put(&mut buf, SEG_VERSION_POS, &self.version.to_le_bytes());
         let flags = if self.restart { SEG_FLAG_RESTART } else { 0 };
         put(&mut buf, SEG_FLAGS_POS, &flags.to_le_bytes());
         put(
@@ -190,7 +208,7 @@ impl SegmentHeader {
             return Err(CorruptKind::BadMagic);
         }
         let version = get_u16(header, SEG_VERSION_POS).ok_or(CorruptKind::Truncated)?;
-        if version != FORMAT_VERSION {
+        if !(FORMAT_VERSION_MIN..=FORMAT_VERSION).contains(&version) {
             return Err(CorruptKind::UnsupportedVersion(version));
         }
         let flags = get_u16(header, SEG_FLAGS_POS).ok_or(CorruptKind::Truncated)?;
@@ -203,6 +221,7 @@ impl SegmentHeader {
             return Err(CorruptKind::ChecksumMismatch { expected, actual });
         }
         Ok(SegmentHeader {
+            version,
             base_log_index: get_u64(header, SEG_BASE_LOG_INDEX_POS)
                 .ok_or(CorruptKind::Truncated)?,
             base_offset: get_u64(header, SEG_BASE_OFFSET_POS).ok_or(CorruptKind::Truncated)?,
@@ -237,6 +256,7 @@ mod tests {
     #[test]
     fn header_round_trips() {
         let h = SegmentHeader {
+            version: FORMAT_VERSION,
             base_log_index: 7,
             base_offset: u64::MAX - 1,
             restart: true,
@@ -247,6 +267,7 @@ mod tests {
     #[test]
     fn header_corruption_kinds() {
         let good = SegmentHeader {
+            version: FORMAT_VERSION,
             base_log_index: 1,
             base_offset: 2,
             restart: false,
@@ -268,6 +289,25 @@ mod tests {
             SegmentHeader::decode(&bad),
             Err(CorruptKind::UnsupportedVersion(9))
         );
+
+        // A version-1 header (before Kafka batches) still reads, as version 1.
+        let old = SegmentHeader {
+            version: 1,
+            base_log_index: 1,
+            base_offset: 2,
+            restart: false,
+        };
+        assert_eq!(SegmentHeader::decode(&old.encode()), Ok(old));
+        for version in [0u16, FORMAT_VERSION + 1] {
+            let mut bad = good;
+            put(&mut bad, SEG_VERSION_POS, &version.to_le_bytes());
+            let crc = crc32fast::hash(&bad[..SEG_CRC_POS]);
+            put(&mut bad, SEG_CRC_POS, &crc.to_le_bytes());
+            assert_eq!(
+                SegmentHeader::decode(&bad),
+                Err(CorruptKind::UnsupportedVersion(version))
+            );
+        }
 
         let mut bad = good;
         bad[SEG_FLAGS_POS] = 2;

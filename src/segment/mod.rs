@@ -27,6 +27,7 @@ mod file;
 pub(crate) mod format;
 pub(crate) mod index;
 mod inspect;
+pub(crate) mod kafka;
 pub(crate) mod mmap;
 mod open;
 mod read;
@@ -77,6 +78,8 @@ pub(crate) struct Extent {
 /// One segment file, mapped.
 #[derive(Debug)]
 pub(crate) struct Segment {
+    /// The format version in its header: Kafka batches go only into version 2 or later.
+    pub(crate) version: u16,
     pub(crate) base_log_index: u64,
     pub(crate) base_offset: u64,
     pub(crate) path: PathBuf,
@@ -118,8 +121,10 @@ fn corrupt(path: &Path, position: usize, kind: CorruptKind) -> Error {
 }
 
 impl Segment {
+    #[allow(clippy::too_many_arguments)]
     fn new(
         dir: &Path,
+        version: u16,
         base: Cursor,
         file: File,
         map: Arc<MappedFile>,
@@ -127,6 +132,7 @@ impl Segment {
         state: SegmentState,
     ) -> Segment {
         Segment {
+            version,
             base_log_index: base.next_log_index,
             base_offset: base.next_offset,
             path: dir.join(segment_file_name(base.next_log_index)),

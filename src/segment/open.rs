@@ -50,7 +50,7 @@ impl Segment {
         opts: &SegmentOptions,
         may_be_unsynced: bool,
     ) -> Result<Sealed> {
-        let (file, file_len, base) = open_checked(dir, base_log_index, prev)?;
+        let (file, file_len, base, version) = open_checked(dir, base_log_index, prev)?;
         let map = MappedFile::map_read_only(&file, file_len, file_len)?;
         let path = dir.join(segment_file_name(base_log_index));
         let data = map.published();
@@ -83,6 +83,7 @@ impl Segment {
                 }
                 let seg = Segment::new(
                     dir,
+                    version,
                     base,
                     file.try_clone()?,
                     Arc::clone(&map),
@@ -100,7 +101,7 @@ impl Segment {
             }
         };
         Ok(Sealed::Open(Arc::new(Segment::new(
-            dir, base, file, map, opts, state,
+            dir, version, base, file, map, opts, state,
         ))))
     }
 
@@ -112,7 +113,7 @@ impl Segment {
         prev: Option<Cursor>,
         opts: &SegmentOptions,
     ) -> Result<(Arc<Segment>, WriteHandle, RecoveryEvent)> {
-        let (file, file_len, base) = open_checked(dir, base_log_index, prev)?;
+        let (file, file_len, base, version) = open_checked(dir, base_log_index, prev)?;
         let path = dir.join(segment_file_name(base_log_index));
         let index_path = dir.join(index_file_name(base_log_index));
         // Scan (or trust a clean-close index) through a read-only map that is dropped before
@@ -175,7 +176,7 @@ impl Segment {
         let map = MappedFile::map_read_only(&file, capacity, state.data_len)?;
         let handle = WriteHandle::new(Arc::clone(&map), file.try_clone()?);
         Ok((
-            Arc::new(Segment::new(dir, base, file, map, opts, state)),
+            Arc::new(Segment::new(dir, version, base, file, map, opts, state)),
             handle,
             event,
         ))
@@ -188,7 +189,7 @@ fn open_checked(
     dir: &Path,
     base_log_index: u64,
     prev: Option<Cursor>,
-) -> Result<(File, usize, Cursor)> {
+) -> Result<(File, usize, Cursor, u16)> {
     let path = dir.join(segment_file_name(base_log_index));
     let file = OpenOptions::new().read(true).write(true).open(&path)?;
     let file_len = file.metadata()?.len();
@@ -236,7 +237,7 @@ fn open_checked(
         next_offset: header.base_offset,
         last_term,
     };
-    Ok((file, file_len, base))
+    Ok((file, file_len, base, header.version))
 }
 
 /// Reads as many bytes as the file has, up to `buf.len()`.

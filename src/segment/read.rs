@@ -26,10 +26,25 @@ impl Segment {
 
     /// Where to start scanning for the first data frame written at or after `timestamp_ms`:
     /// the last index entry whose frame is a data frame written before it (or the segment's
-    /// start), by a binary search over the index that decodes one frame per step. A control
-    /// frame (timestamp 0) at an entry sends the search to the left, so the start is never
-    /// past the frame wanted while data timestamps do not decrease.
+    /// start). A control frame (timestamp 0) at an entry sends the search to the left, so the
+    /// start is never past the frame wanted while data timestamps do not decrease.
     pub(crate) fn seek_timestamp(&self, timestamp_ms: u64, limits: &Limits) -> Result<usize> {
+        self.seek_by(limits, |h| {
+            h.kind == EntryKind::Data && h.timestamp_ms < timestamp_ms
+        })
+    }
+
+    /// Where to start scanning for the first frame of a term above `term`: the last index
+    /// entry whose frame is of `term` or earlier (or the segment's start); terms never
+    /// decrease along a log.
+    pub(crate) fn seek_term(&self, term: u64, limits: &Limits) -> Result<usize> {
+        self.seek_by(limits, |h| h.term <= term)
+    }
+
+    /// The position of the last index entry whose frame is `before` what is sought (or the
+    /// segment's start), by a binary search over the index that decodes one frame per step;
+    /// `before` must hold for a prefix of the entries.
+    fn seek_by(&self, limits: &Limits, before: impl Fn(&FrameHeader) -> bool) -> Result<usize> {
         let ext = self.extent();
         let positions: Vec<usize> = {
             let s = self.state.read();
@@ -43,8 +58,7 @@ impl Segment {
                 hi = mid;
                 continue;
             };
-            let h = self.frame_at(pos, ext.data_len, limits)?;
-            if h.kind == EntryKind::Data && h.timestamp_ms < timestamp_ms {
+            if before(&self.frame_at(pos, ext.data_len, limits)?) {
                 lo = mid + 1;
             } else {
                 hi = mid;
@@ -84,6 +98,7 @@ impl Segment {
             record_count: h.record_count,
             timestamp_ms: h.timestamp_ms,
             kind: h.kind,
+            format: h.format,
             producer_id: h.producer_id,
             producer_epoch: h.producer_epoch,
             base_sequence: h.base_sequence,

@@ -9,11 +9,11 @@ use bytes::Bytes;
 use crate::error::{CorruptKind, Error};
 use crate::segment::format::{
     EntryKind, FRAME_BASE_OFFSET_POS, FRAME_BASE_SEQUENCE_POS, FRAME_BODY_FIXED_LEN,
-    FRAME_BODY_LEN_POS, FRAME_CRC_POS, FRAME_FLAGS_POS, FRAME_HEADER_LEN, FRAME_KIND_POS,
-    FRAME_LOG_INDEX_POS, FRAME_PRODUCER_EPOCH_POS, FRAME_PRODUCER_ID_POS, FRAME_RECORD_COUNT_POS,
-    FRAME_RESERVED2_POS, FRAME_TERM_POS, FRAME_TIMESTAMP_POS, NULL_KEY_LEN, RECORD_FIXED_LEN,
-    RECORD_HEADER_COUNT_POS, RECORD_HEADER_FIXED_LEN, RECORD_KEY_LEN_POS, RECORD_VALUE_LEN_POS,
-    get_u16, get_u32, get_u64, put,
+    FRAME_BODY_LEN_POS, FRAME_CRC_POS, FRAME_FLAG_KAFKA, FRAME_FLAGS_POS, FRAME_HEADER_LEN,
+    FRAME_KIND_POS, FRAME_LOG_INDEX_POS, FRAME_PRODUCER_EPOCH_POS, FRAME_PRODUCER_ID_POS,
+    FRAME_RECORD_COUNT_POS, FRAME_RESERVED2_POS, FRAME_TERM_POS, FRAME_TIMESTAMP_POS, NULL_KEY_LEN,
+    PayloadFormat, RECORD_FIXED_LEN, RECORD_HEADER_COUNT_POS, RECORD_HEADER_FIXED_LEN,
+    RECORD_KEY_LEN_POS, RECORD_VALUE_LEN_POS, get_u16, get_u32, get_u64, put,
 };
 use crate::types::{LogIndex, Offset, Term};
 
@@ -187,6 +187,8 @@ pub(crate) struct FrameHeader {
     pub(crate) base_offset: u64,
     pub(crate) record_count: u32,
     pub(crate) kind: EntryKind,
+    /// How a data frame's payload is encoded (the `KAFKA` flag).
+    pub(crate) format: PayloadFormat,
     pub(crate) timestamp_ms: u64,
     /// Idempotent producer that wrote the batch; 0 for none.
     pub(crate) producer_id: u64,
@@ -236,7 +238,11 @@ pub(crate) fn encode_frame(dst: &mut [u8], header: &FrameHeader, payload: &Paylo
         &header.record_count.to_le_bytes(),
     );
     put(dst, FRAME_KIND_POS, &[header.kind as u8]);
-    put(dst, FRAME_FLAGS_POS, &[0]);
+    let flags = match header.format {
+        PayloadFormat::Replog => 0,
+        PayloadFormat::Kafka => FRAME_FLAG_KAFKA,
+    };
+    put(dst, FRAME_FLAGS_POS, &[flags]);
     put(
         dst,
         FRAME_PRODUCER_EPOCH_POS,
@@ -328,7 +334,12 @@ pub(crate) fn decode_frame(
         return Err(CorruptKind::ChecksumMismatch { expected, actual });
     }
     let kind = EntryKind::from_u8(*frame.get(FRAME_KIND_POS).ok_or(CorruptKind::Truncated)?)?;
-    if frame.get(FRAME_FLAGS_POS) != Some(&0) || get_u32(frame, FRAME_RESERVED2_POS) != Some(0) {
+    let format = match frame.get(FRAME_FLAGS_POS) {
+        Some(0) => PayloadFormat::Replog,
+        Some(&FRAME_FLAG_KAFKA) if kind == EntryKind::Data => PayloadFormat::Kafka,
+        _ => return Err(CorruptKind::NonZeroReserved),
+    };
+    if get_u32(frame, FRAME_RESERVED2_POS) != Some(0) {
         return Err(CorruptKind::NonZeroReserved);
     }
     let header = FrameHeader {
@@ -338,6 +349,7 @@ pub(crate) fn decode_frame(
         base_offset: get_u64(frame, FRAME_BASE_OFFSET_POS).ok_or(CorruptKind::Truncated)?,
         record_count: get_u32(frame, FRAME_RECORD_COUNT_POS).ok_or(CorruptKind::Truncated)?,
         kind,
+        format,
         timestamp_ms: get_u64(frame, FRAME_TIMESTAMP_POS).ok_or(CorruptKind::Truncated)?,
         producer_id: get_u64(frame, FRAME_PRODUCER_ID_POS).ok_or(CorruptKind::Truncated)?,
         producer_epoch: get_u16(frame, FRAME_PRODUCER_EPOCH_POS).ok_or(CorruptKind::Truncated)?,
@@ -362,11 +374,38 @@ pub(crate) fn decode_frame(
         .get(FRAME_HEADER_LEN..)
         .ok_or(CorruptKind::Truncated)?;
     match kind {
-        EntryKind::Data => validate_records(payload, header.record_count, limits)?,
+        EntryKind::Data => validate_payload(format, payload, header.record_count, limits)?,
         EntryKind::Control if header.record_count != 0 => return Err(CorruptKind::BadRecord),
         EntryKind::Control => {}
     }
     Ok(Some(header))
+}
+
+/// Checks a data frame's payload in its format: replog's records ([`validate_records`]), or
+/// one Kafka batch of `count` records whose CRC-32C holds ([`super::kafka::check`], which
+/// does not decompress: a leader decodes a Kafka batch whole before it accepts it).
+///
+/// # Panics
+///
+/// Never, for any input.
+pub(crate) fn validate_payload(
+    format: PayloadFormat,
+    payload: &[u8],
+    count: u32,
+    limits: &Limits,
+) -> Result<(), CorruptKind> {
+    match format {
+        PayloadFormat::Replog => validate_records(payload, count, limits),
+        PayloadFormat::Kafka => {
+            let info = super::kafka::check(payload)?;
+            if info.record_count != count {
+                return Err(CorruptKind::BadKafkaBatch(
+                    "record count differs from the frame's",
+                ));
+            }
+            Ok(())
+        }
+    }
 }
 
 /// Checks that `payload` holds exactly `count` (≥ 1) well-formed records, each within
@@ -442,10 +481,13 @@ pub struct Batch {
     pub(crate) record_count: u32,
     pub(crate) timestamp_ms: u64,
     pub(crate) kind: EntryKind,
+    /// How the payload of a data batch is encoded.
+    pub(crate) format: PayloadFormat,
     pub(crate) producer_id: u64,
     pub(crate) producer_epoch: u16,
     pub(crate) base_sequence: u32,
-    /// The frame's payload: validated records (data) or opaque bytes (control).
+    /// The frame's payload: validated records or a checked Kafka batch (data), or opaque
+    /// bytes (control).
     pub(crate) payload: Bytes,
 }
 
@@ -493,19 +535,39 @@ impl Batch {
         self.producer_epoch
     }
 
-    /// The records with their offsets. No record bytes are copied.
+    /// The records with their offsets. No record bytes are copied, except from a batch a
+    /// Kafka producer compressed, whose records are decompressed here.
     pub fn records(&self) -> RecordIter {
         let count = if self.kind == EntryKind::Data {
             self.record_count
         } else {
             0
         };
+        let decoded =
+            (self.kind == EntryKind::Data && self.format == PayloadFormat::Kafka).then(|| {
+                // Checked when it was accepted and on every read since, so this does not fail
+                // short of a replog bug; if it did, the iteration ends rather than panics.
+                match super::kafka::decode_records(&self.payload, &Limits::ON_DISK) {
+                    Ok(records) => records.into_iter(),
+                    Err(e) => {
+                        tracing::warn!(log_index = %self.log_index, error = %e,
+                            "a stored kafka batch does not decode");
+                        Vec::new().into_iter()
+                    }
+                }
+            });
         RecordIter {
             payload: self.payload.clone(),
             pos: 0,
             remaining: count,
             next: self.base_offset,
+            decoded,
         }
+    }
+
+    /// The payload's encoding.
+    pub(crate) fn format(&self) -> PayloadFormat {
+        self.format
     }
 }
 
@@ -516,6 +578,8 @@ pub struct RecordIter {
     pos: usize,
     remaining: u32,
     next: Offset,
+    /// A Kafka batch's records, decoded.
+    decoded: Option<std::vec::IntoIter<Record>>,
 }
 
 impl Iterator for RecordIter {
@@ -524,6 +588,13 @@ impl Iterator for RecordIter {
     fn next(&mut self) -> Option<Self::Item> {
         if self.remaining == 0 {
             return None;
+        }
+        if let Some(decoded) = &mut self.decoded {
+            let record = decoded.next()?;
+            self.remaining -= 1;
+            let offset = self.next;
+            self.next = Offset(offset.0 + 1);
+            return Some((offset, record));
         }
         // The payload was checked by `validate_records` before this batch was handed out, so
         // every length below is in bounds; a failure here would be a replog bug, and ends the
@@ -605,6 +676,7 @@ pub fn fuzz_decode_frame(data: &[u8]) -> Result<usize, CorruptKind> {
         record_count: header.record_count,
         timestamp_ms: header.timestamp_ms,
         kind: header.kind,
+        format: header.format,
         producer_id: header.producer_id,
         producer_epoch: header.producer_epoch,
         base_sequence: header.base_sequence,
@@ -614,7 +686,9 @@ pub fn fuzz_decode_frame(data: &[u8]) -> Result<usize, CorruptKind> {
         ),
     };
     let n = batch.records().count();
-    if header.kind == EntryKind::Data {
+    // A Kafka batch's records are checked whole only when a leader accepts it: bytes whose
+    // two CRCs hold but whose records do not decode read as no records.
+    if header.kind == EntryKind::Data && header.format == PayloadFormat::Replog {
         assert_eq!(
             n as u64,
             u64::from(header.record_count),
@@ -645,6 +719,7 @@ mod tests {
             base_offset,
             record_count: u32::try_from(records.len()).unwrap(),
             kind: EntryKind::Data,
+            format: PayloadFormat::Replog,
             timestamp_ms: 1_700_000_000_000,
             producer_id: 0,
             producer_epoch: 0,
@@ -683,6 +758,7 @@ mod tests {
             record_count: 3,
             timestamp_ms: 0,
             kind: EntryKind::Data,
+            format: PayloadFormat::Replog,
             producer_id: 0,
             producer_epoch: 0,
             base_sequence: 0,
@@ -774,13 +850,23 @@ mod tests {
             decode_frame(&bad, 0, &LIMITS),
             Err(CorruptKind::UnknownEntryKind(0))
         );
+        for flags in [2, 3, 0x80] {
+            let mut bad = buf.clone();
+            bad[FRAME_FLAGS_POS] = flags;
+            reseal(&mut bad);
+            assert_eq!(
+                decode_frame(&bad, 0, &LIMITS),
+                Err(CorruptKind::NonZeroReserved)
+            );
+        }
+        // The Kafka flag on replog records: the payload is checked as a Kafka batch.
         let mut bad = buf.clone();
-        bad[FRAME_FLAGS_POS] = 1;
+        bad[FRAME_FLAGS_POS] = FRAME_FLAG_KAFKA;
         reseal(&mut bad);
-        assert_eq!(
+        assert!(matches!(
             decode_frame(&bad, 0, &LIMITS),
-            Err(CorruptKind::NonZeroReserved)
-        );
+            Err(CorruptKind::BadKafkaBatch(_))
+        ));
         let mut bad = buf;
         // A producer epoch without a producer.
         bad[FRAME_PRODUCER_EPOCH_POS + 1] = 1;
@@ -858,6 +944,7 @@ mod tests {
             base_offset: 0,
             record_count: 0,
             kind: EntryKind::Control,
+            format: PayloadFormat::Replog,
             timestamp_ms: 0,
             producer_id: 9,
             producer_epoch: 0x0102,
@@ -898,6 +985,7 @@ mod tests {
             base_offset: u64::MAX,
             record_count: n,
             kind: EntryKind::Data,
+            format: PayloadFormat::Replog,
             timestamp_ms: 0,
             producer_id: 0,
             producer_epoch: 0,

@@ -209,6 +209,7 @@ mod tests {
     fn fuzz_scan_rejects_garbage_and_accepts_header_only() {
         assert!(fuzz_scan_segment(&[1, 2, 3]).is_err());
         let mut data = SegmentHeader {
+            version: crate::segment::format::FORMAT_VERSION,
             base_log_index: 5,
             base_offset: 9,
             restart: false,

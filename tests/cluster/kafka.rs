@@ -63,9 +63,20 @@ fn run(kcat: &str, args: &[&str], stdin: &str) -> (bool, String, String) {
 fn cluster(
     dir: &std::path::Path,
 ) -> (Vec<Option<crate::Broker>>, Vec<SocketAddr>, Vec<SocketAddr>) {
+    cluster_with(dir, true)
+}
+
+/// [`cluster`]; with `peers`, each broker is given the others' Kafka addresses
+/// (`--kafka-peer`), otherwise it learns them from the metadata log, where each registers its
+/// own.
+fn cluster_with(
+    dir: &std::path::Path,
+    peers: bool,
+) -> (Vec<Option<crate::Broker>>, Vec<SocketAddr>, Vec<SocketAddr>) {
     let addrs = crate::process_addrs(3);
     let kafka = crate::process_addrs(3);
     let peers: Vec<String> = (0..3)
+        .filter(|_| peers)
         .flat_map(|i| {
             [
                 "--kafka-peer".to_string(),
@@ -511,53 +522,73 @@ async fn python(script: &str, args: Vec<String>) -> (bool, String, String) {
     .unwrap()
 }
 
-/// The seed walkthrough with kafka-python: produce through a follower, consume from the
-/// beginning through each broker, SIGKILL the leader, produce again, consume both.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kafka_python_runs_the_seed_walkthrough_through_a_follower() {
-    if !python_clients() {
-        return;
-    }
+/// The seed walkthrough with a Python client (`script`: kafka-python's or confluent-kafka's
+/// driver): create the topic through one broker with the client's admin API, describe it
+/// through another (Leader / Replicas / Isr), produce through a follower, consume from the
+/// beginning through each broker, SIGKILL the leader, produce again through the same address,
+/// consume both. Prints what the client printed (the README shows it).
+async fn python_seed_walkthrough(script: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let (mut brokers, addrs, kafka) = cluster(dir.path());
-    let client = connect(&addrs).await;
-    client.create_topic("email.send", 1, 3).await.unwrap();
-    let leader = client.describe("email.send").await.unwrap()[0]
-        .leader
-        .unwrap();
-    let follower = (1..=3u64).find(|id| *id != leader).unwrap();
-    let at = kafka[follower as usize - 1].to_string();
+    let (mut brokers, _addrs, kafka) = cluster(dir.path());
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let at = |i: usize| kafka[i].to_string();
+    let (ok, out, err) = python(script, s(&["create", &at(0), "email.send", "1", "3"])).await;
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "created");
+    let (ok, described, err) = python(script, s(&["describe", &at(1), "email.send"])).await;
+    assert!(ok, "{err}");
+    println!("{script} describe:\n{described}");
+    let field = |name: &str| -> String {
+        described
+            .split(['\t', '\n'])
+            .find_map(|f| f.strip_prefix(&format!("{name}: ")))
+            .unwrap_or_else(|| panic!("no {name} in {described}"))
+            .to_string()
+    };
+    let leader: u64 = field("Leader").parse().unwrap();
+    assert_eq!(field("Replicas").split(',').count(), 3, "{described}");
+    assert_eq!(field("Isr").split(',').count(), 3, "{described}");
+    let follower = (1..=3u64).find(|id| *id != leader).unwrap();
+    let via = at(follower as usize - 1);
     let (ok, out, err) = python(
-        "kafka_python.py",
-        s(&["produce", &at, "email.send", "follower-message-1"]),
+        script,
+        s(&["produce", &via, "email.send", "follower-message-1"]),
     )
     .await;
     assert!(ok, "{err}");
     assert_eq!(out.trim(), "0");
     for k in &kafka {
-        let (ok, out, err) = python(
-            "kafka_python.py",
-            s(&["consume", &k.to_string(), "email.send"]),
-        )
-        .await;
+        let (ok, out, err) = python(script, s(&["consume", &k.to_string(), "email.send"])).await;
         assert!(ok, "{err}");
         assert_eq!(out, "follower-message-1\n", "through {k}");
     }
     drop(brokers[leader as usize - 1].take());
     let (ok, out, err) = python(
-        "kafka_python.py",
-        s(&["produce", &at, "email.send", "follower-message-2"]),
+        script,
+        s(&["produce", &via, "email.send", "follower-message-2"]),
     )
     .await;
     assert!(ok, "{err}");
     assert_eq!(out.trim(), "1");
-    let (ok, out, err) = python("kafka_python.py", s(&["consume", &at, "email.send"])).await;
+    let (ok, out, err) = python(script, s(&["consume", &via, "email.send"])).await;
     assert!(ok, "{err}");
     assert_eq!(out, "follower-message-1\nfollower-message-2\n");
-
-    drop(client);
+    println!("{script} consume after the leader's SIGKILL:\n{out}");
     drop(brokers);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_python_runs_the_seed_walkthrough_through_a_follower() {
+    if python_clients() {
+        python_seed_walkthrough("kafka_python.py").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn confluent_kafka_runs_the_seed_walkthrough_through_a_follower() {
+    if python_clients() {
+        python_seed_walkthrough("confluent_kafka_cli.py").await;
+    }
 }
 
 /// kafka-python's idempotent producer (the default in kafka-python 3) writes 10,000 records
@@ -636,18 +667,84 @@ async fn confluent_kafka_group_members_share_a_topic_and_one_takes_over_from_the
     drop(brokers);
 }
 
+/// A connection to a Kafka listener (retried while the broker starts).
+async fn kafka_connect(at: SocketAddr) -> tokio::net::TcpStream {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match tokio::net::TcpStream::connect(at).await {
+            Ok(s) => return s,
+            Err(e) => assert!(Instant::now() < deadline, "{e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Sends one Kafka request on `s` and reads its answer: the answer frame's length and the
+/// decoded response. Kafka's framing: a big-endian length, a header, the body.
+async fn kafka_call_on<
+    Req: kafka_protocol::protocol::Encodable,
+    Resp: kafka_protocol::protocol::Decodable,
+>(
+    s: &mut tokio::net::TcpStream,
+    api: kafka_protocol::messages::ApiKey,
+    version: i16,
+    request: &Req,
+) -> (usize, Resp) {
+    use bytes::{Buf, BufMut, BytesMut};
+    use kafka_protocol::messages::{RequestHeader, ResponseHeader};
+    use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut header = RequestHeader::default();
+    header.request_api_key = api as i16;
+    header.request_api_version = version;
+    header.correlation_id = 5;
+    header.client_id = Some(StrBytes::from_static_str("replog-test"));
+    let mut body = BytesMut::new();
+    header
+        .encode(&mut body, api.request_header_version(version))
+        .unwrap();
+    request.encode(&mut body, version).unwrap();
+    let mut framed = BytesMut::new();
+    framed.put_i32(body.len() as i32);
+    framed.extend_from_slice(&body);
+    tokio::time::timeout(Duration::from_secs(30), async {
+        s.write_all(&framed).await.unwrap();
+        let mut len = [0u8; 4];
+        s.read_exact(&mut len).await.unwrap();
+        let len = (&len[..]).get_i32() as usize;
+        let mut answer = vec![0u8; len];
+        s.read_exact(&mut answer).await.unwrap();
+        let mut answer = bytes::Bytes::from(answer);
+        let h = ResponseHeader::decode(&mut answer, api.response_header_version(version)).unwrap();
+        assert_eq!(h.correlation_id, 5);
+        (len, Resp::decode(&mut answer, version).unwrap())
+    })
+    .await
+    .expect("an answer within 30 s")
+}
+
+/// [`kafka_call_on`] a new connection to `at`.
+async fn kafka_call<
+    Req: kafka_protocol::protocol::Encodable,
+    Resp: kafka_protocol::protocol::Decodable,
+>(
+    at: SocketAddr,
+    api: kafka_protocol::messages::ApiKey,
+    version: i16,
+    request: &Req,
+) -> (usize, Resp) {
+    let mut s = kafka_connect(at).await;
+    kafka_call_on(&mut s, api, version, request).await
+}
+
 /// A Kafka Fetch's answer stays within the request's `max_bytes` (Kafka's fetch.max.bytes):
 /// the first partition with records is answered whole, the others with their high watermark
 /// and no records; the client asks again for those.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kafka_fetch_answer_stays_within_the_requests_max_bytes() {
-    use bytes::{Buf, BufMut, BytesMut};
     use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-    use kafka_protocol::messages::{
-        ApiKey, FetchRequest, FetchResponse, RequestHeader, ResponseHeader, TopicName,
-    };
-    use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
+    use kafka_protocol::protocol::StrBytes;
     let dir = tempfile::tempdir().unwrap();
     let (brokers, addrs, kafka) = cluster(dir.path());
     let client = connect(&addrs).await;
@@ -662,7 +759,6 @@ async fn a_kafka_fetch_answer_stays_within_the_requests_max_bytes() {
     // Every partition's leader answers for its own; ask the leader of partition 0 for all
     // four (those it does not lead it answers from its replica: committed records either way).
     let at = kafka[leader as usize - 1];
-    let version = 11;
     let mut request = FetchRequest::default();
     request.max_wait_ms = 0;
     request.min_bytes = 1;
@@ -678,51 +774,549 @@ async fn a_kafka_fetch_answer_stays_within_the_requests_max_bytes() {
         topic.partitions.push(fp);
     }
     request.topics.push(topic);
-    let mut header = RequestHeader::default();
-    header.request_api_key = ApiKey::Fetch as i16;
-    header.request_api_version = version;
-    header.correlation_id = 5;
-    let mut body = BytesMut::new();
-    header
-        .encode(&mut body, ApiKey::Fetch.request_header_version(version))
-        .unwrap();
-    request.encode(&mut body, version).unwrap();
-    let mut framed = BytesMut::new();
-    framed.put_i32(body.len() as i32);
-    framed.extend_from_slice(&body);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut s = loop {
-        match tokio::net::TcpStream::connect(at).await {
-            Ok(s) => break s,
-            Err(e) => assert!(Instant::now() < deadline, "{e}"),
+    // A broker may not host a replica yet (a majority acknowledged the writes): it answers
+    // NOT_LEADER_OR_FOLLOWER for it until it does; asked again until every partition answers.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (len, response) = loop {
+        let (len, response): (usize, FetchResponse) =
+            kafka_call(at, ApiKey::Fetch, 11, &request).await;
+        let marks: Vec<(i64, i16)> = response.responses[0]
+            .partitions
+            .iter()
+            .map(|p| (p.high_watermark, p.error_code))
+            .collect();
+        if marks.iter().all(|m| *m == (256, 0)) {
+            break (len, response);
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(Instant::now() < deadline, "every mark is given: {marks:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    s.write_all(&framed).await.unwrap();
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len).await.unwrap();
-    let len = (&len[..]).get_i32() as usize;
     assert!(
         len < 400 << 10,
         "an answer of {len} bytes for a max_bytes of 300 KiB"
     );
-    let mut answer = vec![0u8; len];
-    s.read_exact(&mut answer).await.unwrap();
-    let mut answer = bytes::Bytes::from(answer);
-    let h = ResponseHeader::decode(&mut answer, ApiKey::Fetch.response_header_version(version))
-        .unwrap();
-    assert_eq!(h.correlation_id, 5);
-    let response = FetchResponse::decode(&mut answer, version).unwrap();
     let partitions = &response.responses[0].partitions;
     let with_records = partitions
         .iter()
         .filter(|p| p.records.as_ref().is_some_and(|r| !r.is_empty()))
         .count();
     assert_eq!(with_records, 1, "one partition's records fit");
+    drop(client);
+    drop(brokers);
+}
+
+/// A Kafka producer's batch of `values` (CreateTime stamps, a header, a key on every other
+/// record; `None` a null value), compressed with `compression`, as a Kafka client encodes it.
+fn kafka_batch(
+    values: &[Option<&str>],
+    compression: kafka_protocol::records::Compression,
+) -> bytes::Bytes {
+    use kafka_protocol::indexmap::IndexMap;
+    use kafka_protocol::protocol::StrBytes;
+    use kafka_protocol::records::{
+        Record as KafkaRecord, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+    let records: Vec<KafkaRecord> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let mut headers = IndexMap::new();
+            headers.insert(
+                StrBytes::from_static_str("trace"),
+                Some(bytes::Bytes::from(format!("t{i}"))),
+            );
+            KafkaRecord {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: 0,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                // The encoder keeps records in one batch while offset − sequence is constant.
+                sequence: i as i32 - 1,
+                timestamp: 1_600_000_000_000 + i as i64,
+                key: (i % 2 == 0).then(|| bytes::Bytes::from(format!("k{i}"))),
+                value: v.map(|v| bytes::Bytes::from(v.to_string())),
+                headers,
+            }
+        })
+        .collect();
+    let mut out = bytes::BytesMut::new();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression,
+    };
+    RecordBatchEncoder::encode(&mut out, records.iter(), &options).unwrap();
+    out.freeze()
+}
+
+/// One log, two doors: a Kafka producer's batches (every codec, null values, headers,
+/// CreateTime stamps) come back to a Kafka fetch byte for byte as sent, with only the base
+/// offset and leader epoch set, and a valid CRC-32C; native batches written between them come
+/// back to the same fetch as Kafka batches; a native fetch reads every batch as replog records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_batches_are_served_as_sent_and_both_doors_read_one_log() {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{
+        ApiKey, FetchRequest, FetchResponse, ProduceRequest, ProduceResponse, TopicName,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    use kafka_protocol::records::{Compression, RecordBatchDecoder};
+    let dir = tempfile::tempdir().unwrap();
+    let (brokers, addrs, kafka) = cluster(dir.path());
+    let client = connect(&addrs).await;
+    client.create_topic("doors", 1, 3).await.unwrap();
+    client
+        .wait_ready("doors", Duration::from_secs(20))
+        .await
+        .unwrap();
+    let leader = client.describe("doors").await.unwrap()[0].leader.unwrap();
+    let at = kafka[leader as usize - 1];
+    let codecs = [
+        Compression::None,
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ];
+    let mut sent = Vec::new();
+    let mut expected: Vec<(Option<String>, String)> = Vec::new();
+    for (c, codec) in codecs.iter().enumerate() {
+        let values = [Some("first"), None, Some("third")];
+        let batch = kafka_batch(&values, *codec);
+        let mut data = PartitionProduceData::default();
+        data.index = 0;
+        data.records = Some(batch.clone());
+        let mut topic = TopicProduceData::default();
+        topic.name = TopicName(StrBytes::from_static_str("doors"));
+        topic.partition_data.push(data);
+        let mut request = ProduceRequest::default();
+        request.acks = -1;
+        request.timeout_ms = 10_000;
+        request.topic_data.push(topic);
+        let (_, answer): (usize, ProduceResponse) =
+            kafka_call(at, ApiKey::Produce, 9, &request).await;
+        let p = &answer.responses[0].partition_responses[0];
+        assert_eq!(p.error_code, 0, "{codec:?}");
+        assert_eq!(p.base_offset, (c * 4) as i64, "{codec:?}");
+        sent.push(batch);
+        for (i, v) in values.iter().enumerate() {
+            expected.push((
+                (i % 2 == 0).then(|| format!("k{i}")),
+                v.unwrap_or("").to_string(),
+            ));
+        }
+        // A native batch between the Kafka ones.
+        client
+            .send("doors", 0, &[replog::Record::new(format!("native-{c}"))])
+            .await
+            .unwrap();
+        expected.push((None, format!("native-{c}")));
+    }
+
+    // The Kafka door: the Kafka batches as sent, the native ones converted.
+    let mut request = FetchRequest::default();
+    request.max_wait_ms = 0;
+    request.min_bytes = 1;
+    request.max_bytes = 1 << 20;
+    request.replica_id = kafka_protocol::messages::BrokerId(-1);
+    let mut topic = FetchTopic::default();
+    topic.topic = TopicName(StrBytes::from_static_str("doors"));
+    let mut fp = FetchPartition::default();
+    fp.partition = 0;
+    fp.fetch_offset = 0;
+    fp.partition_max_bytes = 1 << 20;
+    topic.partitions.push(fp);
+    request.topics.push(topic);
+    let (_, answer): (usize, FetchResponse) = kafka_call(at, ApiKey::Fetch, 12, &request).await;
+    let partition = &answer.responses[0].partitions[0];
+    assert_eq!(partition.error_code, 0);
+    assert_eq!(partition.high_watermark, 20);
+    let mut records = partition.records.clone().unwrap();
+    let mut batches = Vec::new();
+    // Bounded by the answer: each turn consumes one batch.
+    while records.len() >= 12 {
+        let len = 12 + u32::from_be_bytes(records[8..12].try_into().unwrap()) as usize;
+        batches.push(records.split_to(len));
+    }
+    assert_eq!(batches.len(), 10, "five Kafka batches and five native ones");
+    let term = client.describe("doors").await.unwrap()[0].term;
+    for (c, codec) in codecs.iter().enumerate() {
+        let served = &batches[2 * c];
+        assert_eq!(
+            served[16..],
+            sent[c][16..],
+            "{codec:?}: the batch as sent after the base offset and epoch"
+        );
+        assert_eq!(
+            i64::from_be_bytes(served[0..8].try_into().unwrap()),
+            (c * 4) as i64
+        );
+        assert_eq!(
+            i32::from_be_bytes(served[12..16].try_into().unwrap()) as u64,
+            term,
+            "the leader epoch is the Raft term that appended it"
+        );
+    }
+    // Every batch decodes (CRC-32C checked by the decoder) to the records sent, in order.
+    let mut got: Vec<(Option<String>, Option<String>, i64)> = Vec::new();
+    let mut all = partition.records.clone().unwrap();
+    for set in RecordBatchDecoder::decode_all(&mut all).unwrap() {
+        for r in set.records {
+            got.push((
+                r.key.map(|k| String::from_utf8(k.to_vec()).unwrap()),
+                r.value.map(|v| String::from_utf8(v.to_vec()).unwrap()),
+                r.offset,
+            ));
+        }
+    }
+    assert_eq!(got.len(), 20);
+    for (i, (key, value, offset)) in got.iter().enumerate() {
+        assert_eq!(*offset, i as i64);
+        assert_eq!(*key, expected[i].0);
+        if i % 4 == 1 {
+            assert_eq!(
+                *value, None,
+                "a null value stays null through the Kafka door"
+            );
+        } else {
+            assert_eq!(value.as_deref(), Some(expected[i].1.as_str()));
+        }
+    }
+
+    // The native door: every batch as replog records (a null value reads as empty).
+    let mut native = Vec::new();
+    let mut next = replog::Offset(0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while next.get() < 20 {
+        assert!(Instant::now() < deadline, "native read stalled at {next}");
+        for b in client.fetch("doors", 0, next, 1 << 20, None).await.unwrap() {
+            for (o, r) in b.records() {
+                if o >= next {
+                    native.push((
+                        r.key.map(|k| String::from_utf8(k.to_vec()).unwrap()),
+                        String::from_utf8(r.value.to_vec()).unwrap(),
+                        r.headers.len(),
+                    ));
+                    next = replog::Offset(o.get() + 1);
+                }
+            }
+        }
+    }
+    for (i, (key, value, headers)) in native.iter().enumerate() {
+        assert_eq!((key, value), (&expected[i].0, &expected[i].1), "offset {i}");
+        assert_eq!(*headers, usize::from(i % 4 != 3), "offset {i}");
+    }
+    drop(client);
+    drop(brokers);
+}
+
+/// Kafka's admin APIs through a follower: CreateTopics (and its refusals), Metadata with the
+/// same Isr from every broker, DescribeConfigs, DescribeCluster, DeleteTopics; a produce to a
+/// follower refused with KIP-951's leader and endpoint; OffsetForLeaderEpoch across a leader
+/// change; APIs not served answered with their own error on a connection that stays open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafkas_admin_epoch_and_refusal_apis_answer_as_kafka_does() {
+    use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::offset_for_leader_epoch_request::{
+        OffsetForLeaderPartition, OffsetForLeaderTopic,
+    };
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::StrBytes;
+    let dir = tempfile::tempdir().unwrap();
+    // No --kafka-peer: every broker learns the others' Kafka addresses from the metadata log.
+    let (mut brokers, addrs, kafka) = cluster_with(dir.path(), false);
+    let client = connect(&addrs).await;
+    let name = |n: &str| TopicName(StrBytes::from_string(n.to_string()));
+    for at in &kafka {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let (_, info): (usize, DescribeClusterResponse) = kafka_call(
+                *at,
+                ApiKey::DescribeCluster,
+                1,
+                &DescribeClusterRequest::default(),
+            )
+            .await;
+            let mut ports: Vec<u16> = info.brokers.iter().map(|b| b.port as u16).collect();
+            ports.sort();
+            let mut want: Vec<u16> = kafka.iter().map(|k| k.port()).collect();
+            want.sort();
+            if ports == want {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{at} knows {ports:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let create = |topic: &str, partitions: i32, factor: i16| {
+        let mut t = CreatableTopic::default();
+        t.name = name(topic);
+        t.num_partitions = partitions;
+        t.replication_factor = factor;
+        let mut r = CreateTopicsRequest::default();
+        r.timeout_ms = 10_000;
+        r.topics.push(t);
+        r
+    };
+    // Created through broker 2 (whichever leads the metadata group).
+    let (_, answer): (usize, CreateTopicsResponse) =
+        kafka_call(kafka[1], ApiKey::CreateTopics, 5, &create("made", 3, 3)).await;
+    assert_eq!(answer.topics[0].error_code, 0, "{:?}", answer.topics[0]);
+    assert_eq!(answer.topics[0].num_partitions, 3);
+    let mut with_config = create("configured", 1, 1);
+    let mut c = CreatableTopicConfig::default();
+    c.name = StrBytes::from_static_str("retention.ms");
+    c.value = Some(StrBytes::from_static_str("1000"));
+    with_config.topics[0].configs.push(c);
+    let mut validate = create("checked", 2, 3);
+    validate.validate_only = true;
+    for (request, code, what) in [
+        (create("made", 3, 3), 36, "exists"),
+        (create("wide", 3, 5), 38, "factor above the brokers"),
+        (create("none", 0, 1), 37, "no partitions"),
+        (create("bad/name", 1, 1), 17, "bad name"),
+        (with_config, 40, "per-topic configs"),
+        (validate, 0, "validate only"),
+    ] {
+        let (_, answer): (usize, CreateTopicsResponse) =
+            kafka_call(kafka[0], ApiKey::CreateTopics, 7, &request).await;
+        assert_eq!(answer.topics[0].error_code, code, "{what}");
+    }
     assert!(
-        partitions.iter().all(|p| p.high_watermark == 256),
-        "every mark is given"
+        client.describe("checked").await.is_err(),
+        "validate_only creates nothing"
     );
+    client
+        .wait_ready("made", Duration::from_secs(20))
+        .await
+        .unwrap();
+
+    // Every broker answers Metadata with the leader and all three replicas in sync.
+    let mut metadata = MetadataRequest::default();
+    let mut t = MetadataRequestTopic::default();
+    t.name = Some(name("made"));
+    metadata.topics = Some(vec![t]);
+    for at in &kafka {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let (_, m): (usize, MetadataResponse) =
+                kafka_call(*at, ApiKey::Metadata, 9, &metadata).await;
+            let ps = &m.topics[0].partitions;
+            if ps.len() == 3
+                && ps
+                    .iter()
+                    .all(|p| p.isr_nodes.len() == 3 && p.leader_id.0 > 0)
+            {
+                break;
+            }
+            assert!(Instant::now() < deadline, "through {at}: {ps:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    // DescribeConfigs of the topic, a key filter, an unknown topic.
+    let mut describe = DescribeConfigsRequest::default();
+    for (topic, keys) in [
+        ("made", None),
+        ("made", Some(vec!["retention.ms"])),
+        ("gone", None),
+    ] {
+        let mut res = DescribeConfigsResource::default();
+        res.resource_type = 2;
+        res.resource_name = StrBytes::from_string(topic.to_string());
+        res.configuration_keys =
+            keys.map(|k| k.into_iter().map(StrBytes::from_static_str).collect());
+        describe.resources.push(res);
+    }
+    let (_, configs): (usize, DescribeConfigsResponse) =
+        kafka_call(kafka[2], ApiKey::DescribeConfigs, 4, &describe).await;
+    let names: Vec<&str> = configs.results[0]
+        .configs
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert!(names.contains(&"retention.ms") && names.contains(&"max.message.bytes"));
+    assert_eq!(configs.results[1].configs.len(), 1);
+    assert_eq!(configs.results[2].error_code, 3);
+
+    let (_, cluster_info): (usize, DescribeClusterResponse) = kafka_call(
+        kafka[0],
+        ApiKey::DescribeCluster,
+        1,
+        &DescribeClusterRequest::default(),
+    )
+    .await;
+    assert_eq!(cluster_info.error_code, 0);
+    assert_eq!(cluster_info.brokers.len(), 3);
+
+    // A produce to a follower: NOT_LEADER_OR_FOLLOWER with the leader, its term and address.
+    let status = client.describe("made").await.unwrap();
+    let (leader, term) = (status[0].leader.unwrap(), status[0].term);
+    let follower = (1..=3u64).find(|id| *id != leader).unwrap();
+    let mut data = PartitionProduceData::default();
+    data.index = 0;
+    data.records = Some(kafka_batch(
+        &[Some("x")],
+        kafka_protocol::records::Compression::None,
+    ));
+    let mut topic = TopicProduceData::default();
+    topic.name = name("made");
+    topic.partition_data.push(data);
+    let mut produce = ProduceRequest::default();
+    produce.acks = -1;
+    produce.timeout_ms = 10_000;
+    produce.topic_data.push(topic);
+    let (_, refused): (usize, ProduceResponse) =
+        kafka_call(kafka[follower as usize - 1], ApiKey::Produce, 10, &produce).await;
+    let p = &refused.responses[0].partition_responses[0];
+    assert_eq!(p.error_code, 6);
+    assert_eq!(p.current_leader.leader_id.0 as u64, leader);
+    assert_eq!(p.current_leader.leader_epoch as u64, term);
+    let endpoint = &refused.node_endpoints[0];
+    assert_eq!(endpoint.node_id.0 as u64, leader);
+    assert_eq!(endpoint.port, i32::from(kafka[leader as usize - 1].port()));
+    // At the leader it is written.
+    let (_, written): (usize, ProduceResponse) =
+        kafka_call(kafka[leader as usize - 1], ApiKey::Produce, 10, &produce).await;
+    assert_eq!(written.responses[0].partition_responses[0].error_code, 0);
+
+    // OffsetForLeaderEpoch: the current term ends at the high watermark.
+    let epoch_request = |epoch: i32, current: i32| {
+        let mut p = OffsetForLeaderPartition::default();
+        p.partition = 0;
+        p.leader_epoch = epoch;
+        p.current_leader_epoch = current;
+        let mut t = OffsetForLeaderTopic::default();
+        t.topic = name("made");
+        t.partitions.push(p);
+        let mut r = OffsetForLeaderEpochRequest::default();
+        r.replica_id = BrokerId(-1);
+        r.topics.push(t);
+        r
+    };
+    let epoch_of = |r: &OffsetForLeaderEpochResponse| {
+        let p = &r.topics[0].partitions[0];
+        (p.error_code, p.leader_epoch, p.end_offset)
+    };
+    let (_, now): (usize, OffsetForLeaderEpochResponse) = kafka_call(
+        kafka[leader as usize - 1],
+        ApiKey::OffsetForLeaderEpoch,
+        3,
+        &epoch_request(term as i32, term as i32),
+    )
+    .await;
+    assert_eq!(epoch_of(&now), (0, term as i32, 1));
+    let (_, at_follower): (usize, OffsetForLeaderEpochResponse) = kafka_call(
+        kafka[follower as usize - 1],
+        ApiKey::OffsetForLeaderEpoch,
+        3,
+        &epoch_request(term as i32, -1),
+    )
+    .await;
+    assert_eq!(epoch_of(&at_follower).0, 6, "only the leader answers");
+    // The leader is killed; the new one writes in a later term; the old term ends where
+    // its records did.
+    drop(brokers[leader as usize - 1].take());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (new_leader, new_term) = loop {
+        if let Ok(s) = client.describe("made").await
+            && let Some(l) = s[0].leader
+            && l != leader
+        {
+            break (l, s[0].term);
+        }
+        assert!(Instant::now() < deadline, "no new leader");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(new_term > term);
+    client
+        .send("made", 0, &[replog::Record::new("later")])
+        .await
+        .unwrap();
+    let at = kafka[new_leader as usize - 1];
+    let (_, old): (usize, OffsetForLeaderEpochResponse) = kafka_call(
+        at,
+        ApiKey::OffsetForLeaderEpoch,
+        3,
+        &epoch_request(term as i32, new_term as i32),
+    )
+    .await;
+    assert_eq!(
+        epoch_of(&old),
+        (0, term as i32, 1),
+        "term {term} ends after its record"
+    );
+    let (_, current): (usize, OffsetForLeaderEpochResponse) = kafka_call(
+        at,
+        ApiKey::OffsetForLeaderEpoch,
+        3,
+        &epoch_request(new_term as i32, new_term as i32),
+    )
+    .await;
+    assert_eq!(epoch_of(&current), (0, new_term as i32, 2));
+    let (_, fenced): (usize, OffsetForLeaderEpochResponse) = kafka_call(
+        at,
+        ApiKey::OffsetForLeaderEpoch,
+        3,
+        &epoch_request(term as i32, term as i32),
+    )
+    .await;
+    assert_eq!(epoch_of(&fenced).0, 74, "a stale current epoch is fenced");
+
+    // APIs not served: their own error, and the connection stays open.
+    let mut s = kafka_connect(at).await;
+    let mut sasl = SaslHandshakeRequest::default();
+    sasl.mechanism = StrBytes::from_static_str("PLAIN");
+    let (_, answer): (usize, SaslHandshakeResponse) =
+        kafka_call_on(&mut s, ApiKey::SaslHandshake, 1, &sasl).await;
+    assert_eq!(answer.error_code, 33);
+    let (_, answer): (usize, DescribeAclsResponse) = kafka_call_on(
+        &mut s,
+        ApiKey::DescribeAcls,
+        1,
+        &DescribeAclsRequest::default(),
+    )
+    .await;
+    assert_eq!(answer.error_code, 35);
+    let (_, versions): (usize, ApiVersionsResponse) = kafka_call_on(
+        &mut s,
+        ApiKey::ApiVersions,
+        3,
+        &ApiVersionsRequest::default(),
+    )
+    .await;
+    assert_eq!(versions.error_code, 0, "the same connection still answers");
+
+    // DeleteTopics: gone from the metadata; an unknown name is UNKNOWN_TOPIC_OR_PARTITION.
+    let mut delete = DeleteTopicsRequest::default();
+    delete.timeout_ms = 10_000;
+    delete.topic_names = vec![name("made"), name("never")];
+    // NOT_CONTROLLER while the metadata group elects a leader (its leader may have been the
+    // broker killed above): asked again, as admin clients do.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let deleted = loop {
+        let (_, deleted): (usize, DeleteTopicsResponse) =
+            kafka_call(at, ApiKey::DeleteTopics, 4, &delete).await;
+        if deleted.responses[0].error_code != 41 {
+            break deleted;
+        }
+        assert!(Instant::now() < deadline, "{deleted:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(
+        deleted.responses[0].error_code, 0,
+        "{:?}",
+        deleted.responses[0].error_message
+    );
+    assert_eq!(deleted.responses[1].error_code, 3);
+    assert!(client.describe("made").await.is_err());
     drop(client);
     drop(brokers);
 }

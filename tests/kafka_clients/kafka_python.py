@@ -4,11 +4,27 @@
   produce-many BOOTSTRAP TOPIC N       N records "r-<i>" in ten rounds (idempotent, as
                                        kafka-python 3 is by default); prints "ok"
   consume BOOTSTRAP TOPIC              every record from the beginning; prints the values
+  create BOOTSTRAP TOPIC PARTITIONS RF through the admin client; prints "created"
+  describe BOOTSTRAP TOPIC             the topic as kafka-topics --describe prints it
 """
 import sys
 import time
 
 from kafka import KafkaConsumer, KafkaProducer
+from kafka.admin import KafkaAdminClient, NewTopic
+
+
+def describe_lines(topic, partitions):
+    """kafka-topics --describe's lines for (partition, leader, replicas, isr) tuples."""
+    partitions = sorted(partitions)
+    factor = len(partitions[0][2]) if partitions else 0
+    lines = ["Topic: %s\tPartitionCount: %d\tReplicationFactor: %d" % (topic, len(partitions), factor)]
+    for p, leader, replicas, isr in partitions:
+        lines.append(
+            "\tTopic: %s\tPartition: %d\tLeader: %d\tReplicas: %s\tIsr: %s"
+            % (topic, p, leader, ",".join(map(str, replicas)), ",".join(map(str, isr)))
+        )
+    return "\n".join(lines)
 
 
 def main():
@@ -50,6 +66,33 @@ def main():
         for m in c:
             print(m.value.decode())
         c.close()
+    elif mode == "create":
+        admin = KafkaAdminClient(bootstrap_servers=[bootstrap], request_timeout_ms=30000)
+        admin.create_topics(
+            [NewTopic(topic, num_partitions=int(sys.argv[4]), replication_factor=int(sys.argv[5]))]
+        )
+        admin.close()
+        print("created")
+    elif mode == "describe":
+        admin = KafkaAdminClient(bootstrap_servers=[bootstrap], request_timeout_ms=30000)
+        # Leaders are elected right after creation: asked again until every partition has one.
+        for _ in range(100):
+            [t] = admin.describe_topics([topic])
+            # kafka-python names the fields as Metadata's answer does.
+            parts = [
+                (
+                    p.get("partition_index", p.get("partition")),
+                    p.get("leader_id", p.get("leader")),
+                    p.get("replica_nodes", p.get("replicas")),
+                    p.get("isr_nodes", p.get("isr")),
+                )
+                for p in t["partitions"]
+            ]
+            if parts and all(p[1] >= 0 and len(p[3]) == len(p[2]) for p in parts):
+                break
+            time.sleep(0.2)
+        admin.close()
+        print(describe_lines(topic, parts))
     else:
         raise SystemExit("unknown mode " + mode)
 

@@ -49,7 +49,9 @@ pub(crate) struct NodeArgs {
     /// The Kafka address clients are given for this broker (default: --kafka-listen).
     #[arg(long, requires = "kafka_listen")]
     kafka_advertised: Option<SocketAddr>,
-    /// Another broker's advertised Kafka address, ID@HOST:PORT (repeat per broker).
+    /// Another broker's advertised Kafka address, ID@HOST:PORT (repeat per broker). Optional:
+    /// each broker registers its own in the metadata log, which wins; this fills in for a
+    /// broker that has not.
     #[arg(long = "kafka-peer", value_parser = parse_peer, requires = "kafka_listen")]
     kafka_peers: Vec<(u64, SocketAddr)>,
 }

@@ -1,0 +1,415 @@
+//! The Kafka listener's targets ("4 of 4"), each measured in one run and reported as a ratio
+//! to a floor measured in the same run (these machines are shared and noisy). Three brokers in
+//! this process (`Fsync`), each with a Kafka listener; Kafka's own client is `kcat`.
+//!
+//! 1. `kcat -P -l` of a file of 100 B lines and of 1 KiB lines through a follower's address
+//!    (librdkafka's batching), in records/s, as a ratio of a `Producer` sending the same
+//!    records in process, and of `replog produce` piped the same file through the same
+//!    follower (the process from its start, for both CLIs);
+//! 2. `kcat -C -e` reading a committed partition of 1 KiB records from the beginning, in
+//!    records/s, as a ratio of a `Consumer` reading it: a partition written by `Producer`
+//!    (served as converted Kafka batches) and one written by kcat (served as stored);
+//! 3. a Kafka client that connects to a follower, asks for metadata, connects to the leader
+//!    and produces one record (acks=all): the time to its ack, p50 and p99.
+//!
+//! Run: `cargo build --release && cargo run --release --example kafka_targets` (about a
+//! minute; needs `kcat` on the PATH, and for part 1's `replog produce` the `replog` binary
+//! beside the example's directory, which `cargo build --release` puts there).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, BufMut, BytesMut};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, RequestHeader,
+    ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::records::{
+    Compression, Record as KafkaRecord, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use replog::{
+    Client, ClientConfig, Consumer, ConsumerConfig, LocalCluster, NodeId, Record, StartAt,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted.get(i).copied().unwrap_or_default()
+}
+
+/// Three brokers with Kafka listeners; the Kafka address of each.
+async fn cluster(
+    dir: &std::path::Path,
+    topics: Vec<(String, u32)>,
+) -> replog::Result<(LocalCluster, BTreeMap<NodeId, SocketAddr>)> {
+    let kafka: BTreeMap<NodeId, SocketAddr> = (1..=3)
+        .map(|id| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+            Ok((id, l.local_addr()?))
+        })
+        .collect::<std::io::Result<_>>()?;
+    let peers = kafka.clone();
+    let cluster = LocalCluster::start(3, dir, move |c| {
+        c.topics = topics.clone();
+        c.kafka_listen = peers.get(&c.id).copied();
+        c.kafka_peers = peers.clone();
+    })
+    .await?;
+    Ok((cluster, kafka))
+}
+
+/// A broker that does not lead partition 0 of `topic`.
+async fn follower(client: &Client, topic: &str) -> replog::Result<NodeId> {
+    let leader = client.describe(topic).await?[0].leader.unwrap_or(1);
+    Ok((1..=3).find(|id| *id != leader).unwrap_or(2))
+}
+
+/// Runs `program args` with `input` on stdin; (wall time from spawn, stdout bytes, success).
+fn run_timed(
+    program: &std::path::Path,
+    args: &[&str],
+    input: Option<&[u8]>,
+) -> (Duration, usize, bool) {
+    use std::io::{Read, Write};
+    let t = Instant::now();
+    let mut child = match Command::new(program)
+        .args(args)
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            println!("   could not run {}: {e}", program.display());
+            return (Duration::ZERO, 0, false);
+        }
+    };
+    if let (Some(mut stdin), Some(input)) = (child.stdin.take(), input) {
+        let _ = stdin.write_all(input);
+    }
+    let mut out = Vec::new();
+    if let Some(mut stdout) = child.stdout.take() {
+        let _ = stdout.read_to_end(&mut out);
+    }
+    let ok = child.wait().is_ok_and(|s| s.success());
+    (t.elapsed(), out.len(), ok)
+}
+
+/// 1. A file of `lines` lines of `size` bytes: Producer, `replog produce`, `kcat -P -l`.
+async fn produce_rates(size: usize, lines: usize) -> replog::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let topics = ["in-process", "native-cli", "kcat"];
+    let (cluster, kafka) = cluster(
+        dir.path(),
+        topics.iter().map(|t| (t.to_string(), 3)).collect(),
+    )
+    .await?;
+    for t in topics {
+        cluster
+            .wait_for_leaders(t, 3, Duration::from_secs(30))
+            .await?;
+    }
+    let client = Arc::new(Client::connect(&cluster.addrs(), ClientConfig::default()).await?);
+    let line = "x".repeat(size - 1);
+    let producer = replog::Producer::new(Arc::clone(&client), replog::ProducerConfig::default());
+    let t = Instant::now();
+    let sent: Vec<_> = (0..lines)
+        .map(|_| producer.send("in-process", Record::new(line.clone())))
+        .collect();
+    for s in sent {
+        s.await?;
+    }
+    let in_process = lines as f64 / t.elapsed().as_secs_f64();
+    producer.close().await;
+    let file = dir.path().join("lines.txt");
+    let input: String = (0..lines).map(|_| format!("{line}\n")).collect();
+    std::fs::write(&file, &input)?;
+    let via = follower(&client, "kcat").await?;
+    let replog_bin = std::env::current_exe()
+        .ok()
+        .and_then(|e| Some(e.parent()?.parent()?.join("replog")))
+        .filter(|b| b.exists());
+    let native = match &replog_bin {
+        Some(bin) => {
+            let server = cluster.addrs()[via as usize - 1].to_string();
+            let bin = bin.clone();
+            let input = input.clone();
+            let (took, _, ok) = tokio::task::spawn_blocking(move || {
+                run_timed(
+                    &bin,
+                    &[
+                        "produce",
+                        "--bootstrap-server",
+                        &server,
+                        "--topic",
+                        "native-cli",
+                    ],
+                    Some(input.as_bytes()),
+                )
+            })
+            .await
+            .map_err(std::io::Error::other)?;
+            ok.then(|| lines as f64 / took.as_secs_f64())
+        }
+        None => None,
+    };
+    let at = kafka[&via].to_string();
+    let path = file.display().to_string();
+    let (took, _, ok) = tokio::task::spawn_blocking(move || {
+        run_timed(
+            std::path::Path::new("kcat"),
+            &["-P", "-b", &at, "-t", "kcat", "-l", &path, "-X", "acks=all"],
+            None,
+        )
+    })
+    .await
+    .map_err(std::io::Error::other)?;
+    let written: u64 = {
+        let mut n = 0;
+        for s in client.describe("kcat").await? {
+            n += s.high_watermark.get();
+        }
+        n
+    };
+    let kcat = lines as f64 / took.as_secs_f64();
+    println!(
+        "1. {lines} lines of {size} B through follower {via}: Producer {in_process:.0} records/s, \
+         replog produce {}, kcat -P -l {kcat:.0} records/s ({written} written, ok {ok}): \
+         kcat/Producer {:.2}, kcat/replog produce {}",
+        native.map_or("skipped".to_string(), |n| format!("{n:.0} records/s")),
+        kcat / in_process,
+        native.map_or("-".to_string(), |n| format!("{:.2}", kcat / n)),
+    );
+    drop(client);
+    cluster.shutdown().await
+}
+
+/// 2. A committed partition of `records` 1 KiB records, read by `kcat -C -e` and by a
+///    `Consumer`: once written by `Producer`, once by kcat.
+async fn fetch_rates(records: usize) -> replog::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (cluster, kafka) =
+        cluster(dir.path(), vec![("native".into(), 1), ("kafka".into(), 1)]).await?;
+    for t in ["native", "kafka"] {
+        cluster
+            .wait_for_leaders(t, 1, Duration::from_secs(30))
+            .await?;
+    }
+    let client = Arc::new(Client::connect(&cluster.addrs(), ClientConfig::default()).await?);
+    let batch: Vec<Record> = (0..1000).map(|_| Record::new(vec![b'y'; 1023])).collect();
+    for _ in 0..records / 1000 {
+        client.send("native", 0, &batch).await?;
+    }
+    let line = "y".repeat(1023);
+    let file = dir.path().join("lines.txt");
+    std::fs::write(
+        &file,
+        (0..records / 1000 * 1000)
+            .map(|_| format!("{line}\n"))
+            .collect::<String>(),
+    )?;
+    let at = kafka[&1].to_string();
+    let path = file.display().to_string();
+    tokio::task::spawn_blocking(move || {
+        run_timed(
+            std::path::Path::new("kcat"),
+            &["-P", "-b", &at, "-t", "kafka", "-p", "0", "-l", &path],
+            None,
+        )
+    })
+    .await
+    .map_err(std::io::Error::other)?;
+    let total = (records / 1000 * 1000) as u64;
+    for topic in ["native", "kafka"] {
+        let leader = client.describe(topic).await?[0].leader.unwrap_or(1);
+        let at = kafka[&leader].to_string();
+        let t_topic = topic.to_string();
+        let (took, bytes, ok) = tokio::task::spawn_blocking(move || {
+            run_timed(
+                std::path::Path::new("kcat"),
+                &[
+                    "-C",
+                    "-b",
+                    &at,
+                    "-t",
+                    &t_topic,
+                    "-p",
+                    "0",
+                    "-o",
+                    "beginning",
+                    "-e",
+                    "-q",
+                ],
+                None,
+            )
+        })
+        .await
+        .map_err(std::io::Error::other)?;
+        let kcat = total as f64 / took.as_secs_f64();
+        let mut config = ConsumerConfig::default();
+        config.max_bytes = 4 << 20;
+        let mut consumer = Consumer::new(Arc::clone(&client), config);
+        consumer.assign(topic, None, StartAt::Beginning).await?;
+        let t = Instant::now();
+        let mut n = 0u64;
+        while n < total {
+            n += consumer.poll(Duration::from_secs(5)).await?.len() as u64;
+        }
+        let native = n as f64 / t.elapsed().as_secs_f64();
+        println!(
+            "2. {total} records of 1 KiB written by {}: kcat -C -e {kcat:.0} records/s \
+             ({} lines, ok {ok}), Consumer {native:.0} records/s: ratio {:.2}",
+            if topic == "native" {
+                "Producer"
+            } else {
+                "kcat"
+            },
+            bytes / 1024,
+            kcat / native
+        );
+    }
+    drop(client);
+    cluster.shutdown().await
+}
+
+/// One Kafka request and its answer on `s`.
+async fn call<Req: Encodable, Resp: Decodable>(
+    s: &mut TcpStream,
+    api: ApiKey,
+    version: i16,
+    request: &Req,
+) -> std::io::Result<Resp> {
+    let mut header = RequestHeader::default();
+    header.request_api_key = api as i16;
+    header.request_api_version = version;
+    header.correlation_id = 1;
+    header.client_id = Some(StrBytes::from_static_str("kafka-targets"));
+    let mut body = BytesMut::new();
+    header
+        .encode(&mut body, api.request_header_version(version))
+        .map_err(std::io::Error::other)?;
+    request
+        .encode(&mut body, version)
+        .map_err(std::io::Error::other)?;
+    let mut framed = BytesMut::new();
+    framed.put_i32(i32::try_from(body.len()).unwrap_or(i32::MAX));
+    framed.extend_from_slice(&body);
+    s.write_all(&framed).await?;
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).await?;
+    let mut answer = vec![0u8; (&len[..]).get_i32().max(0) as usize];
+    s.read_exact(&mut answer).await?;
+    let mut answer = bytes::Bytes::from(answer);
+    ResponseHeader::decode(&mut answer, api.response_header_version(version))
+        .map_err(std::io::Error::other)?;
+    Resp::decode(&mut answer, version).map_err(std::io::Error::other)
+}
+
+/// 3. Connect to a follower, Metadata, connect to the leader, Produce one record (acks=all).
+async fn first_record_latency(n: usize) -> replog::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (cluster, kafka) = cluster(dir.path(), vec![("first".into(), 1)]).await?;
+    cluster
+        .wait_for_leaders("first", 1, Duration::from_secs(30))
+        .await?;
+    let client = Client::connect(&cluster.addrs(), ClientConfig::default()).await?;
+    let via = kafka[&follower(&client, "first").await?];
+    let mut record = KafkaRecord {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: 0,
+        producer_id: -1,
+        producer_epoch: -1,
+        timestamp_type: TimestampType::Creation,
+        offset: 0,
+        sequence: -1,
+        timestamp: 0,
+        key: None,
+        value: Some(bytes::Bytes::from_static(b"one record")),
+        headers: Default::default(),
+    };
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let mut s = TcpStream::connect(via).await?;
+        let _ = s.set_nodelay(true);
+        let mut metadata = MetadataRequest::default();
+        let mut topic = MetadataRequestTopic::default();
+        topic.name = Some(TopicName(StrBytes::from_static_str("first")));
+        metadata.topics = Some(vec![topic]);
+        let m: MetadataResponse = call(&mut s, ApiKey::Metadata, 9, &metadata).await?;
+        let leader = m.topics[0].partitions[0].leader_id.0;
+        let broker = m
+            .brokers
+            .iter()
+            .find(|b| b.node_id.0 == leader)
+            .ok_or_else(|| std::io::Error::other("no leader in the metadata"))?;
+        let mut l = TcpStream::connect((broker.host.as_str(), broker.port as u16)).await?;
+        let _ = l.set_nodelay(true);
+        record.timestamp = i64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_millis(),
+        )
+        .unwrap_or(0);
+        let mut batch = BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        };
+        RecordBatchEncoder::encode(&mut batch, [&record], &options)
+            .map_err(std::io::Error::other)?;
+        let mut data = PartitionProduceData::default();
+        data.index = 0;
+        data.records = Some(batch.freeze());
+        let mut t_data = TopicProduceData::default();
+        t_data.name = TopicName(StrBytes::from_static_str("first"));
+        t_data.partition_data.push(data);
+        let mut produce = ProduceRequest::default();
+        produce.acks = -1;
+        produce.timeout_ms = 10_000;
+        produce.topic_data.push(t_data);
+        let answer: ProduceResponse = call(&mut l, ApiKey::Produce, 9, &produce).await?;
+        let code = answer.responses[0].partition_responses[0].error_code;
+        if code != 0 {
+            println!("   a produce failed: error {code}");
+        }
+        times.push(t.elapsed());
+    }
+    times.sort();
+    println!(
+        "3. connect to a follower + Metadata + connect to the leader + Produce 1 record \
+         (acks=all, Fsync), {n} times: p50 {:?}, p99 {:?}",
+        percentile(&times, 0.5),
+        percentile(&times, 0.99)
+    );
+    drop(client);
+    cluster.shutdown().await
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> replog::Result<()> {
+    if Command::new("kcat").arg("-V").output().is_err() {
+        println!("kcat is not installed (apt-get install kcat); parts 1 and 2 skipped");
+    } else {
+        produce_rates(100, 262_144).await?;
+        produce_rates(1024, 65_536).await?;
+        fetch_rates(262_144).await?;
+    }
+    first_record_latency(500).await?;
+    Ok(())
+}

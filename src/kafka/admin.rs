@@ -1,0 +1,332 @@
+//! Kafka's admin and cluster APIs over the broker service: CreateTopics, DeleteTopics,
+//! DescribeConfigs (topics and brokers), DescribeCluster and OffsetForLeaderEpoch. Codec only:
+//! each request is mapped to the service's operation and each answer or error to Kafka's.
+
+use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult,
+};
+use kafka_protocol::messages::offset_for_leader_epoch_response::{
+    EpochEndOffset, OffsetForLeaderTopicResult,
+};
+use kafka_protocol::messages::{
+    CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
+    DescribeClusterRequest, DescribeClusterResponse, DescribeConfigsRequest,
+    DescribeConfigsResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use super::{KafkaConfig, broker_id, code, error_code};
+use crate::error::Error;
+use crate::node::service::{BrokerService, EpochError};
+use crate::protocol::{CreateTopicRequest, DeleteTopicRequest};
+use crate::types::PartitionId;
+
+/// Kafka's resource types in DescribeConfigs.
+const RESOURCE_TOPIC: i8 = 2;
+const RESOURCE_BROKER: i8 = 4;
+/// Kafka's config source: a broker's static configuration (replog has no dynamic configs).
+const SOURCE_STATIC_BROKER: i8 = 4;
+/// Kafka's config types.
+const TYPE_STRING: i8 = 2;
+const TYPE_INT: i8 = 3;
+const TYPE_LONG: i8 = 5;
+
+/// Kafka's code for a topic change the metadata group did not take: with no metadata leader
+/// to reach (one being elected, or gone), `NOT_CONTROLLER`, which admin clients retry after
+/// refreshing their metadata, as against a Kafka cluster whose controller moved.
+fn metadata_error(e: &Error) -> i16 {
+    match e {
+        Error::NotLeader { .. } | Error::TryAgain { .. } | Error::NoBrokerReachable { .. } => {
+            code::NOT_CONTROLLER
+        }
+        other => error_code(other),
+    }
+}
+
+fn message(s: impl Into<String>) -> Option<StrBytes> {
+    Some(StrBytes::from_string(s.into()))
+}
+
+/// CreateTopics: each topic through the metadata group, answered once it is in the catalog
+/// (its leaders are elected right after; clients retry `LEADER_NOT_AVAILABLE`). A partition
+/// count or replication factor of -1 takes the broker's default (1 partition, a factor of
+/// three or the broker count if smaller). Manual replica assignments and per-topic configs
+/// are refused: replog places replicas itself and has no per-topic settings.
+pub(super) async fn create_topics(
+    request: CreateTopicsRequest,
+    service: &BrokerService,
+) -> CreateTopicsResponse {
+    let brokers = service.broker_count();
+    let mut r = CreateTopicsResponse::default();
+    for t in request.topics {
+        let mut res = CreatableTopicResult::default();
+        res.name = t.name.clone();
+        res.num_partitions = -1;
+        res.replication_factor = -1;
+        let name = t.name.0.to_string();
+        let partitions = if t.num_partitions == -1 {
+            1
+        } else {
+            t.num_partitions
+        };
+        let factor = if t.replication_factor == -1 {
+            i16::try_from(brokers.min(3)).unwrap_or(3)
+        } else {
+            t.replication_factor
+        };
+        let refused = if !t.assignments.is_empty() {
+            Some((
+                code::INVALID_REPLICA_ASSIGNMENT,
+                "replog assigns replicas itself".to_string(),
+            ))
+        } else if !t.configs.is_empty() {
+            Some((
+                code::INVALID_CONFIG,
+                "replog has no per-topic configs".to_string(),
+            ))
+        } else if partitions < 1 {
+            Some((code::INVALID_PARTITIONS, format!("{partitions} partitions")))
+        } else if factor < 1 || usize::try_from(factor).unwrap_or(0) > brokers {
+            Some((
+                code::INVALID_REPLICATION_FACTOR,
+                format!("replication factor {factor} with {brokers} brokers"),
+            ))
+        } else if service.topic_shape(&name).is_some() {
+            Some((
+                code::TOPIC_ALREADY_EXISTS,
+                format!("topic {name} already exists"),
+            ))
+        } else {
+            None
+        };
+        if let Some((c, m)) = refused {
+            res.error_code = c;
+            res.error_message = message(m);
+            r.topics.push(res);
+            continue;
+        }
+        let (partitions, factor) = (
+            u32::try_from(partitions).unwrap_or(1),
+            u32::try_from(factor).unwrap_or(1),
+        );
+        let created = if request.validate_only {
+            Ok(())
+        } else {
+            service
+                .create_topic(CreateTopicRequest {
+                    name: name.clone(),
+                    partitions,
+                    replication_factor: factor,
+                    forwarded: false,
+                })
+                .await
+        };
+        match created {
+            Ok(()) => {
+                res.num_partitions = i32::try_from(partitions).unwrap_or(i32::MAX);
+                res.replication_factor = i16::try_from(factor).unwrap_or(i16::MAX);
+            }
+            Err(e) => {
+                res.error_code = match &e {
+                    Error::TopicExists(_) => code::TOPIC_ALREADY_EXISTS,
+                    Error::InvalidTopic { .. } => code::INVALID_TOPIC_EXCEPTION,
+                    other => metadata_error(other),
+                };
+                res.error_message = message(e.to_string());
+            }
+        }
+        r.topics.push(res);
+    }
+    r
+}
+
+/// DeleteTopics, by name (topic ids are Kafka's UUIDs, which replog's topics do not have).
+pub(super) async fn delete_topics(
+    request: DeleteTopicsRequest,
+    service: &BrokerService,
+) -> DeleteTopicsResponse {
+    let mut names: Vec<Option<TopicName>> = request.topic_names.into_iter().map(Some).collect();
+    names.extend(request.topics.into_iter().map(|t| t.name));
+    let mut r = DeleteTopicsResponse::default();
+    for name in names {
+        let mut res = DeletableTopicResult::default();
+        res.name = name.clone();
+        match name {
+            None => {
+                res.error_code = code::UNKNOWN_TOPIC_ID;
+                res.error_message = message("replog deletes topics by name");
+            }
+            Some(n) => {
+                let name = n.0.to_string();
+                let deleted = if service.topic_shape(&name).is_none() {
+                    Err(Error::UnknownPartition(PartitionId::new(name, 0)))
+                } else {
+                    service
+                        .delete_topic(DeleteTopicRequest {
+                            name,
+                            forwarded: false,
+                        })
+                        .await
+                };
+                if let Err(e) = deleted {
+                    res.error_code = match &e {
+                        Error::InvalidTopic { .. } => code::INVALID_TOPIC_EXCEPTION,
+                        other => metadata_error(other),
+                    };
+                    res.error_message = message(e.to_string());
+                }
+            }
+        }
+        r.responses.push(res);
+    }
+    r
+}
+
+/// One read-only config entry.
+fn entry(name: &str, value: String, config_type: i8) -> DescribeConfigsResourceResult {
+    let mut c = DescribeConfigsResourceResult::default();
+    c.name = StrBytes::from_string(name.to_string());
+    c.value = Some(StrBytes::from_string(value));
+    c.read_only = true;
+    c.config_source = SOURCE_STATIC_BROKER;
+    c.config_type = config_type;
+    c
+}
+
+/// The settings a topic's partitions have, as Kafka's topic configs name them (every topic
+/// has the broker's: replog has no per-topic settings).
+fn topic_configs(service: &BrokerService) -> Vec<DescribeConfigsResourceResult> {
+    let log = service.log_config();
+    let or_unlimited = |v: Option<u64>| v.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX));
+    vec![
+        entry("cleanup.policy", "delete".into(), TYPE_STRING),
+        entry("compression.type", "producer".into(), TYPE_STRING),
+        entry(
+            "max.message.bytes",
+            log.batch_bytes_max.to_string(),
+            TYPE_INT,
+        ),
+        entry("message.timestamp.type", "CreateTime".into(), TYPE_STRING),
+        entry(
+            "retention.bytes",
+            or_unlimited(log.retention_bytes).to_string(),
+            TYPE_LONG,
+        ),
+        entry(
+            "retention.ms",
+            or_unlimited(log.retention_ms).to_string(),
+            TYPE_LONG,
+        ),
+        entry("segment.bytes", log.segment_bytes.to_string(), TYPE_INT),
+    ]
+}
+
+/// DescribeConfigs of topics and of brokers (the same log settings), read-only; other
+/// resource types are Kafka's INVALID_REQUEST.
+pub(super) fn describe_configs(
+    request: DescribeConfigsRequest,
+    service: &BrokerService,
+    config: &KafkaConfig,
+) -> DescribeConfigsResponse {
+    let mut r = DescribeConfigsResponse::default();
+    for resource in request.resources {
+        let mut res = DescribeConfigsResult::default();
+        res.resource_type = resource.resource_type;
+        res.resource_name = resource.resource_name.clone();
+        let name = resource.resource_name.as_str();
+        let known = match resource.resource_type {
+            RESOURCE_TOPIC => service.topic_shape(name).is_some(),
+            RESOURCE_BROKER => name.is_empty() || name.parse::<u64>().ok() == Some(config.me),
+            _ => {
+                res.error_code = code::INVALID_REQUEST;
+                res.error_message = message("replog describes topics and brokers only");
+                r.results.push(res);
+                continue;
+            }
+        };
+        if !known {
+            res.error_code = if resource.resource_type == RESOURCE_TOPIC {
+                code::UNKNOWN_TOPIC_OR_PARTITION
+            } else {
+                code::INVALID_REQUEST
+            };
+            res.error_message = message(format!("no such resource: {name}"));
+            r.results.push(res);
+            continue;
+        }
+        let wanted = resource.configuration_keys;
+        res.configs = topic_configs(service)
+            .into_iter()
+            .filter(|c| wanted.as_ref().is_none_or(|keys| keys.contains(&c.name)))
+            .collect();
+        r.results.push(res);
+    }
+    r
+}
+
+/// DescribeCluster: every broker with its Kafka address; the answering broker stands in as
+/// the controller, as in Metadata.
+pub(super) fn describe_cluster(
+    request: &DescribeClusterRequest,
+    service: &BrokerService,
+    config: &KafkaConfig,
+) -> DescribeClusterResponse {
+    let mut r = DescribeClusterResponse::default();
+    r.endpoint_type = request.endpoint_type;
+    r.cluster_id = StrBytes::from_static_str("replog");
+    r.controller_id = broker_id(config.me);
+    r.cluster_authorized_operations = i32::MIN;
+    r.brokers = service
+        .kafka_brokers()
+        .iter()
+        .map(|(id, addr)| {
+            let mut b = DescribeClusterBroker::default();
+            b.broker_id = broker_id(*id);
+            b.host = StrBytes::from_string(addr.ip().to_string());
+            b.port = i32::from(addr.port());
+            b
+        })
+        .collect();
+    r
+}
+
+/// OffsetForLeaderEpoch (KIP-320: a consumer that saw a leader change checks its position
+/// against the new leader's log). A leader epoch is a Raft term.
+pub(super) fn offset_for_leader_epoch(
+    request: OffsetForLeaderEpochRequest,
+    service: &BrokerService,
+) -> OffsetForLeaderEpochResponse {
+    let mut r = OffsetForLeaderEpochResponse::default();
+    for topic in request.topics {
+        let name = topic.topic.0.to_string();
+        let mut t = OffsetForLeaderTopicResult::default();
+        t.topic = topic.topic.clone();
+        for p in topic.partitions {
+            let mut e = EpochEndOffset::default();
+            e.partition = p.partition;
+            e.leader_epoch = -1;
+            e.end_offset = -1;
+            let id = PartitionId::new(name.clone(), u32::try_from(p.partition).unwrap_or(u32::MAX));
+            let current = u64::try_from(p.current_leader_epoch).ok();
+            match u64::try_from(p.leader_epoch) {
+                Err(_) => e.error_code = code::UNKNOWN_LEADER_EPOCH,
+                Ok(epoch) => match service.epoch_end(&id, epoch, current) {
+                    Ok(Some((term, end))) => {
+                        e.leader_epoch = i32::try_from(term).unwrap_or(i32::MAX);
+                        e.end_offset = i64::try_from(end.get()).unwrap_or(i64::MAX);
+                    }
+                    Ok(None) => {}
+                    Err(EpochError::Fenced) => e.error_code = code::FENCED_LEADER_EPOCH,
+                    Err(EpochError::Unknown) => e.error_code = code::UNKNOWN_LEADER_EPOCH,
+                    Err(EpochError::Service(err)) => e.error_code = error_code(&err),
+                },
+            }
+            t.partitions.push(e);
+        }
+        r.topics.push(t);
+    }
+    r
+}

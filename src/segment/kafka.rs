@@ -1,0 +1,480 @@
+//! Kafka's record batch (magic 2) as a frame payload: the check every reader runs, the full
+//! decode a leader runs before it accepts one, and the copy a Kafka fetch serves. The layout is
+//! Kafka's own, restated in `FORMAT.md` §4.2; pure functions, no I/O, no panics on any input.
+//!
+//! A frame with the `KAFKA` flag holds exactly one such batch as its producer sent it: the
+//! records stay compressed, timestamps and headers as they were, and its CRC-32C stays valid
+//! because the two fields a broker rewrites on the way out (the base offset and the partition
+//! leader epoch) come before the range the CRC covers.
+
+use std::io::Read;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::records::{Compression, RecordBatchDecoder};
+
+use crate::error::CorruptKind;
+use crate::segment::record::{Header, Limits, Record};
+
+// Positions in a batch (FORMAT.md §4.2). Big-endian, as all of Kafka's protocol.
+const BASE_OFFSET_POS: usize = 0;
+const BATCH_LENGTH_POS: usize = 8;
+/// `batch_length` counts the bytes after itself.
+const BATCH_LENGTH_END: usize = BATCH_LENGTH_POS + 4;
+const LEADER_EPOCH_POS: usize = 12;
+const MAGIC_POS: usize = 16;
+const CRC_POS: usize = 17;
+/// The CRC-32C covers everything from here to the end of the batch.
+const ATTRIBUTES_POS: usize = 21;
+const LAST_OFFSET_DELTA_POS: usize = 23;
+const MAX_TIMESTAMP_POS: usize = 35;
+const PRODUCER_ID_POS: usize = 43;
+const PRODUCER_EPOCH_POS: usize = 51;
+const BASE_SEQUENCE_POS: usize = 53;
+const RECORD_COUNT_POS: usize = 57;
+/// The fixed part of a batch; its records follow.
+pub(crate) const BATCH_HEADER_LEN: usize = 61;
+const _: () = assert!(RECORD_COUNT_POS + 4 == BATCH_HEADER_LEN);
+
+/// The attribute bits replog accepts: the codec (bits 0–2) and the timestamp type (bit 3).
+/// Transactional (4) and control (5) batches belong to transactions, which replog does not
+/// serve; bit 6 (delete horizon) is set only by compaction.
+const ATTRIBUTES_ACCEPTED: i16 = 0b1111;
+const CODEC_MASK: i16 = 0b111;
+const CODEC_MAX: i16 = 4;
+
+/// What a batch's header says, once [`check`] passed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct KafkaBatchInfo {
+    /// Records in the batch (`last_offset_delta + 1`).
+    pub(crate) record_count: u32,
+    /// The idempotent producer's id, or -1.
+    pub(crate) producer_id: i64,
+    /// Its epoch, or -1.
+    pub(crate) producer_epoch: i16,
+    /// Its sequence number of the first record, or -1.
+    pub(crate) base_sequence: i32,
+    /// The codec (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd).
+    pub(crate) codec: i16,
+    /// The largest record timestamp, as the producer set it.
+    pub(crate) max_timestamp: i64,
+}
+
+fn be_i16(b: &[u8], pos: usize) -> Option<i16> {
+    Some(b.get(pos..pos.checked_add(2)?)?.get_i16())
+}
+
+fn be_i32(b: &[u8], pos: usize) -> Option<i32> {
+    Some(b.get(pos..pos.checked_add(4)?)?.get_i32())
+}
+
+fn be_u32(b: &[u8], pos: usize) -> Option<u32> {
+    Some(b.get(pos..pos.checked_add(4)?)?.get_u32())
+}
+
+fn be_i64(b: &[u8], pos: usize) -> Option<i64> {
+    Some(b.get(pos..pos.checked_add(8)?)?.get_i64())
+}
+
+fn bad(reason: &'static str) -> CorruptKind {
+    CorruptKind::BadKafkaBatch(reason)
+}
+
+/// Checks that `b` is exactly one Kafka v2 batch whose CRC-32C holds, without decompressing
+/// it: what every read of a stored batch checks (FORMAT.md §6, step 7). Work is one CRC pass.
+///
+/// # Panics
+///
+/// Never, for any input.
+pub(crate) fn check(b: &[u8]) -> Result<KafkaBatchInfo, CorruptKind> {
+    if b.len() < BATCH_HEADER_LEN {
+        return Err(bad("shorter than a batch header"));
+    }
+    let length = be_i32(b, BATCH_LENGTH_POS).ok_or(CorruptKind::Truncated)?;
+    if usize::try_from(length).ok() != b.len().checked_sub(BATCH_LENGTH_END) {
+        return Err(bad("batch length does not match the payload"));
+    }
+    if b.get(MAGIC_POS) != Some(&2) {
+        return Err(bad("magic is not 2"));
+    }
+    let expected = be_u32(b, CRC_POS).ok_or(CorruptKind::Truncated)?;
+    let actual = crc32c::crc32c(b.get(ATTRIBUTES_POS..).unwrap_or_default());
+    if expected != actual {
+        return Err(CorruptKind::ChecksumMismatch { expected, actual });
+    }
+    let attributes = be_i16(b, ATTRIBUTES_POS).ok_or(CorruptKind::Truncated)?;
+    if attributes & !ATTRIBUTES_ACCEPTED != 0 {
+        return Err(bad("transactional, control or compacted batch"));
+    }
+    let codec = attributes & CODEC_MASK;
+    if codec > CODEC_MAX {
+        return Err(bad("unknown compression codec"));
+    }
+    let last_delta = be_i32(b, LAST_OFFSET_DELTA_POS).ok_or(CorruptKind::Truncated)?;
+    let count = be_i32(b, RECORD_COUNT_POS).ok_or(CorruptKind::Truncated)?;
+    if count < 1 || last_delta != count - 1 {
+        return Err(bad("record count does not match the last offset delta"));
+    }
+    Ok(KafkaBatchInfo {
+        record_count: u32::try_from(count).map_err(|_| bad("record count"))?,
+        producer_id: be_i64(b, PRODUCER_ID_POS).ok_or(CorruptKind::Truncated)?,
+        producer_epoch: be_i16(b, PRODUCER_EPOCH_POS).ok_or(CorruptKind::Truncated)?,
+        base_sequence: be_i32(b, BASE_SEQUENCE_POS).ok_or(CorruptKind::Truncated)?,
+        codec,
+        max_timestamp: be_i64(b, MAX_TIMESTAMP_POS).ok_or(CorruptKind::Truncated)?,
+    })
+}
+
+/// The records of a batch that [`check`] passed, as replog records (a null value reads as an
+/// empty one, a null header value as empty). Decompression stops past
+/// `limits.batch_bytes_max` bytes, so a small batch that inflates to gigabytes is refused
+/// with little memory spent; each record's replog encoding must be within
+/// `limits.record_bytes_max`, and the records' offset deltas must be 0, 1, 2, … in order.
+///
+/// # Panics
+///
+/// Never, for any input.
+pub(crate) fn decode_records(b: &Bytes, limits: &Limits) -> Result<Vec<Record>, CorruptKind> {
+    let info = check(b)?;
+    let cap = usize::try_from(limits.batch_bytes_max).unwrap_or(usize::MAX);
+    let mut input = b.clone();
+    let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        RecordBatchDecoder::decode_with_custom_compression(
+            &mut input,
+            Some(|data: &mut Bytes, codec: Compression| Ok(inflate(data, codec, cap)?)),
+        )
+    }));
+    let set = match decoded {
+        Ok(Ok(set)) => set,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "a kafka batch that does not decode");
+            return Err(bad("records do not decode"));
+        }
+        Err(_) => return Err(bad("records do not decode")),
+    };
+    if set.records.len() != info.record_count as usize {
+        return Err(bad("record count does not match the records"));
+    }
+    let base = be_i64(b, BASE_OFFSET_POS).ok_or(CorruptKind::Truncated)?;
+    let mut out = Vec::with_capacity(set.records.len());
+    let mut total = 0u64;
+    for (i, r) in set.records.into_iter().enumerate() {
+        if r.offset.checked_sub(base) != i64::try_from(i).ok() {
+            return Err(bad("offset deltas are not 0, 1, 2, ..."));
+        }
+        let record = Record {
+            key: r.key,
+            value: r.value.unwrap_or_default(),
+            headers: r
+                .headers
+                .into_iter()
+                .map(|(k, v)| Header {
+                    name: k.into_bytes(),
+                    value: v.unwrap_or_default(),
+                })
+                .collect(),
+        };
+        let len = record.encoded_len(limits.record_bytes_max).map_err(|_| {
+            CorruptKind::LengthOutOfRange {
+                len: u64::MAX,
+                max: u64::from(limits.record_bytes_max),
+            }
+        })?;
+        total = total.saturating_add(len as u64);
+        if total > u64::from(limits.batch_bytes_max) {
+            return Err(CorruptKind::LengthOutOfRange {
+                len: total,
+                max: u64::from(limits.batch_bytes_max),
+            });
+        }
+        out.push(record);
+    }
+    Ok(out)
+}
+
+/// The records of a batch, decompressed, at most `cap` bytes.
+fn inflate(data: &mut Bytes, codec: Compression, cap: usize) -> std::io::Result<Bytes> {
+    let too_large = || std::io::Error::other(format!("decompresses past {cap} bytes"));
+    let input = std::mem::take(data);
+    let limit = u64::try_from(cap).unwrap_or(u64::MAX).saturating_add(1);
+    let mut out = Vec::new();
+    match codec {
+        Compression::None => return Ok(input),
+        Compression::Gzip => {
+            flate2::read::GzDecoder::new(&input[..])
+                .take(limit)
+                .read_to_end(&mut out)?;
+        }
+        Compression::Zstd => {
+            zstd::stream::read::Decoder::new(&input[..])?
+                .take(limit)
+                .read_to_end(&mut out)?;
+        }
+        Compression::Lz4 => {
+            lz4::Decoder::new(&input[..])?
+                .take(limit)
+                .read_to_end(&mut out)?;
+        }
+        Compression::Snappy => out = unsnappy(&input, cap)?,
+    }
+    if out.len() > cap {
+        return Err(too_large());
+    }
+    Ok(Bytes::from(out))
+}
+
+/// Xerial's framing of snappy blocks, which Java clients write: this magic, then blocks of a
+/// big-endian `u32` length and a raw snappy block. Without the magic: one raw block (librdkafka).
+const XERIAL_MAGIC: &[u8] = b"\x82SNAPPY\x00";
+const XERIAL_HEADER_LEN: usize = 16;
+
+fn unsnappy(input: &[u8], cap: usize) -> std::io::Result<Vec<u8>> {
+    let too_large = || std::io::Error::other(format!("decompresses past {cap} bytes"));
+    let block = |raw: &[u8], out: &mut Vec<u8>| -> std::io::Result<()> {
+        let len = snap::raw::decompress_len(raw).map_err(std::io::Error::other)?;
+        if out.len().saturating_add(len) > cap {
+            return Err(too_large());
+        }
+        let start = out.len();
+        out.resize(start + len, 0);
+        let wrote = snap::raw::Decoder::new()
+            .decompress(raw, out.get_mut(start..).unwrap_or_default())
+            .map_err(std::io::Error::other)?;
+        out.truncate(start + wrote);
+        Ok(())
+    };
+    let mut out = Vec::new();
+    if !input.starts_with(XERIAL_MAGIC) {
+        block(input, &mut out)?;
+        return Ok(out);
+    }
+    let mut rest = input.get(XERIAL_HEADER_LEN..).unwrap_or_default();
+    // Bounded by the input: each turn consumes at least four bytes.
+    while !rest.is_empty() {
+        let len = be_u32(rest, 0).ok_or_else(|| std::io::Error::other("a cut snappy block"))?;
+        let len = usize::try_from(len).map_err(std::io::Error::other)?;
+        let raw = rest
+            .get(4..4usize.saturating_add(len))
+            .ok_or_else(|| std::io::Error::other("a cut snappy block"))?;
+        block(raw, &mut out)?;
+        rest = rest.get(4 + len..).unwrap_or_default();
+    }
+    Ok(out)
+}
+
+/// The batch as a Kafka fetch serves it: the stored bytes with the base offset and the
+/// partition leader epoch set to where and by whom it was appended (fields outside the CRC).
+pub(crate) fn serve(stored: &[u8], base_offset: u64, leader_epoch: u64, out: &mut BytesMut) {
+    let start = out.len();
+    out.extend_from_slice(stored);
+    if let Some(mut field) = out.get_mut(start + BASE_OFFSET_POS..start + BATCH_LENGTH_POS) {
+        field.put_i64(i64::try_from(base_offset).unwrap_or(i64::MAX));
+    }
+    if let Some(mut field) = out.get_mut(start + LEADER_EPOCH_POS..start + MAGIC_POS) {
+        field.put_i32(i32::try_from(leader_epoch).unwrap_or(i32::MAX));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::indexmap::IndexMap;
+    use kafka_protocol::protocol::StrBytes;
+    use kafka_protocol::records::{
+        Record as KafkaRecord, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+
+    use super::*;
+
+    const LIMITS: Limits = Limits {
+        record_bytes_max: 1 << 20,
+        batch_bytes_max: 4 << 20,
+    };
+
+    const CODECS: [Compression; 5] = [
+        Compression::None,
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ];
+
+    fn kafka_record(i: i64, value: Option<Bytes>) -> KafkaRecord {
+        let mut headers = IndexMap::new();
+        headers.insert(
+            StrBytes::from_static_str("h"),
+            Some(Bytes::from(format!("{i}"))),
+        );
+        headers.insert(StrBytes::from_static_str("null"), None);
+        KafkaRecord {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: 7,
+            producer_epoch: 2,
+            timestamp_type: TimestampType::Creation,
+            offset: i,
+            sequence: 40 + i32::try_from(i).unwrap(),
+            timestamp: 1_700_000_000_000 + i,
+            key: (i % 2 == 0).then(|| Bytes::from(format!("k{i}"))),
+            value,
+            headers,
+        }
+    }
+
+    fn batch(records: &[KafkaRecord], compression: Compression) -> Bytes {
+        let mut out = BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression,
+        };
+        RecordBatchEncoder::encode(&mut out, records.iter(), &options).unwrap();
+        out.freeze()
+    }
+
+    fn sample(compression: Compression) -> Bytes {
+        let records: Vec<KafkaRecord> = (0..5)
+            .map(|i| kafka_record(i, (i != 3).then(|| Bytes::from(vec![b'v'; 100]))))
+            .collect();
+        batch(&records, compression)
+    }
+
+    #[test]
+    fn every_codec_checks_and_decodes_to_the_same_records() {
+        for codec in CODECS {
+            let b = sample(codec);
+            let info = check(&b).unwrap();
+            assert_eq!(info.record_count, 5, "{codec:?}");
+            assert_eq!(
+                (info.producer_id, info.producer_epoch, info.base_sequence),
+                (7, 2, 40)
+            );
+            assert_eq!(info.codec, codec as i16);
+            assert_eq!(info.max_timestamp, 1_700_000_000_004);
+            let records = decode_records(&b, &LIMITS).unwrap();
+            assert_eq!(records.len(), 5);
+            for (i, r) in records.iter().enumerate() {
+                assert_eq!(r.key.is_some(), i % 2 == 0, "{codec:?}");
+                // A null value reads as an empty one in replog's records.
+                let want = if i == 3 { 0 } else { 100 };
+                assert_eq!(r.value.len(), want);
+                assert_eq!(r.headers.len(), 2);
+                assert_eq!(&r.headers[0].value[..], format!("{i}").as_bytes());
+                assert!(r.headers[1].value.is_empty());
+            }
+        }
+    }
+
+    /// Kafka's CRC-32C of a batch, recomputed after a test changed a covered byte.
+    fn reseal(b: &mut [u8]) {
+        let crc = crc32c::crc32c(&b[ATTRIBUTES_POS..]);
+        (&mut b[CRC_POS..CRC_POS + 4]).put_u32(crc);
+    }
+
+    #[test]
+    fn every_broken_rule_is_a_typed_error() {
+        let good = sample(Compression::None).to_vec();
+        // Every cut.
+        for n in 0..good.len() {
+            assert!(check(&good[..n]).is_err(), "cut at {n}");
+        }
+        // Every bit flip after the two fields a broker sets is caught.
+        for pos in MAGIC_POS..good.len() {
+            let mut bad = good.clone();
+            bad[pos] ^= 0x10;
+            assert!(check(&bad).is_err(), "flip at {pos}");
+        }
+        // The base offset and leader epoch are not covered: a broker sets them.
+        let mut moved = good.clone();
+        moved[3] ^= 1;
+        moved[13] ^= 1;
+        assert!(check(&moved).is_ok());
+        // Rules checked after the CRC.
+        let cases: [(usize, &[u8], &str); 5] = [
+            (ATTRIBUTES_POS + 1, &[0x10], "transactional"),
+            (ATTRIBUTES_POS + 1, &[0x20], "control"),
+            (ATTRIBUTES_POS + 1, &[0x05], "codec 5"),
+            (LAST_OFFSET_DELTA_POS, &[0, 0, 0, 9], "last delta"),
+            (RECORD_COUNT_POS, &[0, 0, 0, 0], "no records"),
+        ];
+        for (pos, bytes, what) in cases {
+            let mut bad = good.clone();
+            bad[pos..pos + bytes.len()].copy_from_slice(bytes);
+            reseal(&mut bad);
+            assert!(
+                matches!(check(&bad), Err(CorruptKind::BadKafkaBatch(_))),
+                "{what}"
+            );
+        }
+        // Two batches in one payload: the length does not match.
+        let mut two = good.clone();
+        two.extend_from_slice(&good);
+        assert!(matches!(check(&two), Err(CorruptKind::BadKafkaBatch(_))));
+        // Records that do not decode inside a valid CRC.
+        let mut bad = good.clone();
+        bad[BATCH_HEADER_LEN] = 0x7f;
+        reseal(&mut bad);
+        assert!(check(&bad).is_ok());
+        assert!(decode_records(&Bytes::from(bad), &LIMITS).is_err());
+    }
+
+    #[test]
+    fn decoding_stops_at_the_batch_limit_whatever_the_codec() {
+        // 8 MiB of zeros compresses to little; the limit is 1 MiB.
+        let records: Vec<KafkaRecord> = (0..8)
+            .map(|i| kafka_record(i, Some(Bytes::from(vec![0u8; 1 << 20]))))
+            .collect();
+        let limits = Limits {
+            record_bytes_max: 2 << 20,
+            batch_bytes_max: 1 << 20,
+        };
+        for codec in &CODECS[1..] {
+            let b = batch(&records, *codec);
+            assert!(b.len() < 1 << 20, "{codec:?} compresses");
+            assert!(
+                decode_records(&b, &limits).is_err(),
+                "{codec:?} is refused past the limit"
+            );
+        }
+        // A record over record_bytes_max is refused too.
+        let small = Limits {
+            record_bytes_max: 50,
+            batch_bytes_max: 4 << 20,
+        };
+        assert!(matches!(
+            decode_records(&sample(Compression::Gzip), &small),
+            Err(CorruptKind::LengthOutOfRange { .. })
+        ));
+    }
+
+    #[test]
+    fn offset_deltas_must_be_dense() {
+        let records = [kafka_record(0, None), kafka_record(2, None)];
+        let b = batch(&records, Compression::None);
+        // The encoder writes last_offset_delta 2 for two records: refused by the count rule.
+        assert!(check(&b).is_err());
+    }
+
+    #[test]
+    fn a_served_batch_keeps_its_bytes_and_crc_with_new_offsets() {
+        for codec in CODECS {
+            let stored = sample(codec);
+            let mut out = BytesMut::new();
+            serve(&stored, 1_000, 9, &mut out);
+            assert_eq!(out.len(), stored.len());
+            assert_eq!(
+                out[MAGIC_POS..],
+                stored[MAGIC_POS..],
+                "verbatim after the epoch"
+            );
+            assert!(check(&out).is_ok(), "CRC still valid");
+            let mut read = out.freeze();
+            let set = RecordBatchDecoder::decode(&mut read).unwrap();
+            assert_eq!(set.compression, codec);
+            let offsets: Vec<i64> = set.records.iter().map(|r| r.offset).collect();
+            assert_eq!(offsets, vec![1_000, 1_001, 1_002, 1_003, 1_004]);
+            assert!(set.records.iter().all(|r| r.partition_leader_epoch == 9));
+            assert_eq!(set.records[3].value, None, "a null value stays null");
+            assert_eq!(set.records[1].timestamp, 1_700_000_000_001);
+        }
+    }
+}
