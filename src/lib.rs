@@ -184,6 +184,7 @@ pub mod __tools {
 #[doc(hidden)]
 pub mod __fuzz {
     pub use crate::segment::fuzz_scan_segment;
+    pub use crate::segment::kafka::fuzz_kafka_batch;
     pub use crate::segment::record::fuzz_decode_frame;
     pub use crate::transport::frame::{fuzz_decode_head, fuzz_read_frames};
 }

@@ -33,6 +33,11 @@ const SOURCE_STATIC_BROKER: i8 = 4;
 const TYPE_STRING: i8 = 2;
 const TYPE_INT: i8 = 3;
 const TYPE_LONG: i8 = 5;
+const TYPE_LIST: i8 = 7;
+/// DescribeCluster's endpoint types: brokers (1) are served; controllers (2) are Kafka's
+/// KRaft quorum, which replog does not have.
+const ENDPOINT_BROKERS: i8 = 1;
+const UNSUPPORTED_ENDPOINT_TYPE: i16 = 119;
 
 /// Kafka's code for a topic change the metadata group did not take: with no metadata leader
 /// to reach (one being elected, or gone), `NOT_CONTROLLER`, which admin clients retry after
@@ -87,8 +92,18 @@ pub(super) async fn create_topics(
                 code::INVALID_CONFIG,
                 "replog has no per-topic configs".to_string(),
             ))
-        } else if partitions < 1 {
-            Some((code::INVALID_PARTITIONS, format!("{partitions} partitions")))
+        } else if partitions < 1
+            || u32::try_from(partitions).unwrap_or(u32::MAX) > crate::catalog::PARTITIONS_MAX
+        {
+            Some((
+                code::INVALID_PARTITIONS,
+                format!(
+                    "{partitions} partitions (1 to {})",
+                    crate::catalog::PARTITIONS_MAX
+                ),
+            ))
+        } else if let Err(reason) = crate::catalog::check_topic_name(&name) {
+            Some((code::INVALID_TOPIC_EXCEPTION, reason))
         } else if factor < 1 || usize::try_from(factor).unwrap_or(0) > brokers {
             Some((
                 code::INVALID_REPLICATION_FACTOR,
@@ -202,7 +217,7 @@ fn topic_configs(service: &BrokerService) -> Vec<DescribeConfigsResourceResult> 
     let log = service.log_config();
     let or_unlimited = |v: Option<u64>| v.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX));
     vec![
-        entry("cleanup.policy", "delete".into(), TYPE_STRING),
+        entry("cleanup.policy", "delete".into(), TYPE_LIST),
         entry("compression.type", "producer".into(), TYPE_STRING),
         entry(
             "max.message.bytes",
@@ -276,6 +291,11 @@ pub(super) fn describe_cluster(
 ) -> DescribeClusterResponse {
     let mut r = DescribeClusterResponse::default();
     r.endpoint_type = request.endpoint_type;
+    if request.endpoint_type != ENDPOINT_BROKERS {
+        r.error_code = UNSUPPORTED_ENDPOINT_TYPE;
+        r.error_message = message("replog describes its brokers only");
+        return r;
+    }
     r.cluster_id = StrBytes::from_static_str("replog");
     r.controller_id = broker_id(config.me);
     r.cluster_authorized_operations = i32::MIN;
@@ -312,7 +332,8 @@ pub(super) fn offset_for_leader_epoch(
             let id = PartitionId::new(name.clone(), u32::try_from(p.partition).unwrap_or(u32::MAX));
             let current = u64::try_from(p.current_leader_epoch).ok();
             match u64::try_from(p.leader_epoch) {
-                Err(_) => e.error_code = code::UNKNOWN_LEADER_EPOCH,
+                // Kafka's undefined epoch: an undefined answer, not an error.
+                Err(_) => {}
                 Ok(epoch) => match service.epoch_end(&id, epoch, current) {
                     Ok(Some((term, end))) => {
                         e.leader_epoch = i32::try_from(term).unwrap_or(i32::MAX);

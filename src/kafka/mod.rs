@@ -312,7 +312,7 @@ async fn answer(
 
 /// The answer to an API (or version) this listener does not serve, for the APIs whose answer
 /// has a top-level error code at every version: `UNSUPPORTED_VERSION`, and for SASL
-/// `UNSUPPORTED_SASL_MECHANISM` (replog has no authentication). Fetch says so from version 7,
+/// `UNSUPPORTED_SASL_MECHANISM` and `ILLEGAL_SASL_STATE` (replog has no authentication). Fetch says so from version 7,
 /// where its answer gained the field.
 fn unsupported(api: ApiKey, version: i16) -> Option<ResponseKind> {
     use kafka_protocol::messages as m;
@@ -326,7 +326,7 @@ fn unsupported(api: ApiKey, version: i16) -> Option<ResponseKind> {
     let no = code::UNSUPPORTED_VERSION;
     Some(match api {
         ApiKey::SaslHandshake => refuse!(SaslHandshake, SaslHandshakeResponse, 33),
-        ApiKey::SaslAuthenticate => refuse!(SaslAuthenticate, SaslAuthenticateResponse, 33),
+        ApiKey::SaslAuthenticate => refuse!(SaslAuthenticate, SaslAuthenticateResponse, 34),
         ApiKey::AddOffsetsToTxn => refuse!(AddOffsetsToTxn, AddOffsetsToTxnResponse, no),
         ApiKey::EndTxn => refuse!(EndTxn, EndTxnResponse, no),
         ApiKey::ListTransactions => refuse!(ListTransactions, ListTransactionsResponse, no),
@@ -430,15 +430,22 @@ async fn metadata(
             .filter_map(|t| t.name.map(|n| n.0.to_string()))
             .collect()
     });
-    let mut metas = Vec::new();
-    match &wanted {
-        Some(names) if !names.is_empty() => {
-            for n in names {
-                metas.push((Some(n.clone()), service.metadata(Some(n), false).await));
-            }
-        }
-        _ => metas.push((None, service.metadata(None, false).await)),
+    // One gathering per request: of the one topic asked for, or of all (filtered to those
+    // asked for), since each gathering may ask other brokers.
+    let names: Option<std::collections::BTreeSet<String>> = wanted
+        .filter(|names| !names.is_empty())
+        .map(|names| names.into_iter().collect());
+    let only = names
+        .as_ref()
+        .filter(|n| n.len() == 1)
+        .and_then(|n| n.first());
+    let mut gathered = service.metadata(only.map(String::as_str), false).await;
+    if let Some(names) = &names {
+        gathered
+            .partitions
+            .retain(|p| names.contains(&p.partition.topic));
     }
+
     let mut r = MetadataResponse::default();
     r.cluster_id = Some(StrBytes::from_static_str("replog"));
     r.controller_id = broker_id(config.me);
@@ -454,36 +461,35 @@ async fn metadata(
         })
         .collect();
     let mut topics: BTreeMap<String, Vec<MetadataResponsePartition>> = BTreeMap::new();
-    for (asked, meta) in &metas {
-        if let Some(name) = asked {
-            topics.entry(name.clone()).or_default();
+    // A topic asked for and not found is answered with its error.
+    for name in names.iter().flatten() {
+        topics.entry(name.clone()).or_default();
+    }
+    for p in &gathered.partitions {
+        if p.partition.topic.starts_with("__") && p.partition.topic != OFFSETS_TOPIC {
+            continue;
         }
-        for p in &meta.partitions {
-            if p.partition.topic.starts_with("__") && p.partition.topic != OFFSETS_TOPIC {
-                continue;
+        let mut mp = MetadataResponsePartition::default();
+        mp.partition_index = i32::try_from(p.partition.partition).unwrap_or(i32::MAX);
+        match p.leader {
+            Some(l) => mp.leader_id = broker_id(l),
+            None => {
+                mp.leader_id = BrokerId(-1);
+                mp.error_code = code::LEADER_NOT_AVAILABLE;
             }
-            let mut mp = MetadataResponsePartition::default();
-            mp.partition_index = i32::try_from(p.partition.partition).unwrap_or(i32::MAX);
-            match p.leader {
-                Some(l) => mp.leader_id = broker_id(l),
-                None => {
-                    mp.leader_id = BrokerId(-1);
-                    mp.error_code = code::LEADER_NOT_AVAILABLE;
-                }
-            }
-            mp.leader_epoch = i32::try_from(p.term).unwrap_or(i32::MAX);
-            mp.replica_nodes = p.replicas.iter().map(|r| broker_id(*r)).collect();
-            let isr = if p.isr.is_empty() {
-                p.leader.into_iter().collect::<Vec<_>>()
-            } else {
-                p.isr.clone()
-            };
-            mp.isr_nodes = isr.into_iter().map(broker_id).collect();
-            topics
-                .entry(p.partition.topic.clone())
-                .or_default()
-                .push(mp);
         }
+        mp.leader_epoch = i32::try_from(p.term).unwrap_or(i32::MAX);
+        mp.replica_nodes = p.replicas.iter().map(|r| broker_id(*r)).collect();
+        let isr = if p.isr.is_empty() {
+            p.leader.into_iter().collect::<Vec<_>>()
+        } else {
+            p.isr.clone()
+        };
+        mp.isr_nodes = isr.into_iter().map(broker_id).collect();
+        topics
+            .entry(p.partition.topic.clone())
+            .or_default()
+            .push(mp);
     }
     r.topics = topics
         .into_iter()

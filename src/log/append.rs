@@ -176,7 +176,9 @@ impl PartitionLog {
         // that reads only version 1 must refuse the segment, not cut it at the frame.
         let old_format = header.format == PayloadFormat::Kafka
             && w.active.version < crate::segment::format::FORMAT_VERSION;
-        if w.handle.free_len() < frame_len || old_format {
+        if old_format && w.cursor.next_log_index == w.active.base_log_index {
+            self.replace_empty_active_locked(&mut w)?;
+        } else if w.handle.free_len() < frame_len || old_format {
             self.roll_locked(&mut w)?;
         }
         if w.handle.free_len() < frame_len {
@@ -398,6 +400,36 @@ mod tests {
         }
         let log = PartitionLog::open(dir.path(), config).unwrap();
         assert_eq!(values(&log, 0), expected_values());
+    }
+
+    /// An empty version-1 active segment (a roll just before the upgrade) is replaced by a
+    /// version-2 one under the same name, not followed by a second segment of the same base.
+    #[test]
+    fn an_empty_version_1_active_segment_is_replaced_before_a_kafka_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig {
+            segment_bytes: 64 << 10,
+            ..small()
+        };
+        let log = PartitionLog::open(dir.path(), config.clone()).unwrap();
+        log.append(&[Record::new("native")]).unwrap();
+        log.roll().unwrap();
+        drop(log);
+        set_segment_version(dir.path(), 1);
+        assert_eq!(segment_versions(dir.path()), vec![1, 1]);
+        let log = PartitionLog::open(dir.path(), config.clone()).unwrap();
+        let sent = kafka_batch(3, kafka_protocol::records::Compression::Lz4);
+        log.append_entry(kafka_spec(), 3, &sent).unwrap();
+        log.append(&[Record::new("after")]).unwrap();
+        assert_eq!(log.segment_count(), 2);
+        assert_eq!(values(&log, 0), expected_values());
+        drop(log);
+        assert_eq!(segment_versions(dir.path()), vec![1, 2]);
+        let log = PartitionLog::open(dir.path(), config).unwrap();
+        assert_eq!(values(&log, 0), expected_values());
+        // Retention of the first segment leaves the second whole.
+        log.purge_to(Offset(1)).unwrap();
+        assert_eq!(values(&log, 1), expected_values()[1..].to_vec());
     }
 
     /// Sets the format version in every segment header of `dir` (and the header's CRC).

@@ -58,6 +58,23 @@ impl PartitionLog {
         }
     }
 
+    /// Replaces the active segment, which holds no entry, with a new one of the current
+    /// format under the same name (a Kafka batch never goes into a version-1 segment, and a
+    /// roll would create a second segment with the same base). The new file is renamed over
+    /// the old one, so a crash leaves either; readers holding the old segment keep its map.
+    pub(super) fn replace_empty_active_locked(&self, w: &mut Writer) -> Result<()> {
+        debug_assert_eq!(w.cursor.next_log_index, w.active.base_log_index);
+        let spare = self.take_spare(w);
+        let (seg, handle) = Segment::create(&self.dir, w.cursor, &self.opts, spare, false)?;
+        if let Some(last) = self.segments.write().last_mut() {
+            *last = Arc::clone(&seg);
+        }
+        w.active = seg;
+        w.handle = handle;
+        self.start_spare(w);
+        Ok(())
+    }
+
     /// Deletes the spare files: the one made in the background and the recycled ones.
     pub(super) fn discard_spares(&self, w: &mut Writer) {
         if let Some(spare) = self.take_spare(w) {

@@ -242,11 +242,15 @@ impl BrokerService {
         &self.broker.config.log
     }
 
-    /// Kafka's OffsetForLeaderEpoch on this broker, which must lead the partition: the
-    /// largest term at or below `epoch` and the offset where its records end; for the
-    /// current term, the high watermark (only committed records are ever served). `current`
-    /// is the asker's idea of the current term (`None`: not checked); `Ok(None)`: the log
-    /// holds nothing of `epoch` or earlier.
+    /// Kafka's OffsetForLeaderEpoch on this broker, which must lead the partition, with
+    /// Kafka's answers (its `LeaderEpochFileCache::endOffsetFor`): for the current term, the
+    /// high watermark (only committed records are ever served); for an earlier `epoch`, the
+    /// largest term at or below it that the log holds and the offset where that term's
+    /// records end (a leader's log never loses entries of earlier terms, so this is not capped
+    /// by a high watermark that may still lag right after an election); for an epoch older
+    /// than the log, the epoch itself and the log start; `Ok(None)` (Kafka's undefined epoch
+    /// and offset) for an epoch above the current term. `current` is the asker's idea of the
+    /// current term (`None`: not checked).
     pub(crate) fn epoch_end(
         &self,
         partition: &PartitionId,
@@ -267,12 +271,15 @@ impl BrokerService {
             _ => {}
         }
         let log = group.store.log();
-        let high_watermark = Offset(group.sm.high_watermark().min(log.end_offset().get()));
-        if epoch >= state.term {
+        if epoch > state.term {
+            return Ok(None);
+        }
+        if epoch == state.term {
+            let high_watermark = Offset(group.sm.high_watermark().min(log.end_offset().get()));
             return Ok(Some((state.term, high_watermark)));
         }
         let end = log.end_of_term(epoch).map_err(EpochError::Service)?;
-        Ok(end.map(|(t, o)| (t, o.min(high_watermark))))
+        Ok(Some(end.unwrap_or((epoch, log.start_offset()))))
     }
 
     /// FindCoordinator: the broker leading the group's offsets partition.

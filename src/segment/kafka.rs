@@ -33,6 +33,10 @@ const BASE_SEQUENCE_POS: usize = 53;
 const RECORD_COUNT_POS: usize = 57;
 /// The fixed part of a batch; its records follow.
 pub(crate) const BATCH_HEADER_LEN: usize = 61;
+/// The smallest record a batch can hold: a length, the attributes, the timestamp and offset
+/// deltas, a key and a value length and a header count, one byte each. A record count is
+/// checked against it before anything is decoded or allocated.
+const RECORD_LEN_MIN: usize = 7;
 const _: () = assert!(RECORD_COUNT_POS + 4 == BATCH_HEADER_LEN);
 
 /// The attribute bits replog accepts: the codec (bits 0–2) and the timestamp type (bit 3).
@@ -114,6 +118,10 @@ pub(crate) fn check(b: &[u8]) -> Result<KafkaBatchInfo, CorruptKind> {
     if count < 1 || last_delta != count - 1 {
         return Err(bad("record count does not match the last offset delta"));
     }
+    let records_len = b.len() - BATCH_HEADER_LEN;
+    if codec == 0 && (count as usize).saturating_mul(RECORD_LEN_MIN) > records_len {
+        return Err(bad("more records than the batch has bytes for"));
+    }
     Ok(KafkaBatchInfo {
         record_count: u32::try_from(count).map_err(|_| bad("record count"))?,
         producer_id: be_i64(b, PRODUCER_ID_POS).ok_or(CorruptKind::Truncated)?,
@@ -137,14 +145,33 @@ pub(crate) fn decode_records(b: &Bytes, limits: &Limits) -> Result<Vec<Record>, 
     let info = check(b)?;
     let cap = usize::try_from(limits.batch_bytes_max).unwrap_or(usize::MAX);
     let mut input = b.clone();
+    let inflated_past_cap = std::cell::Cell::new(false);
     let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         RecordBatchDecoder::decode_with_custom_compression(
             &mut input,
-            Some(|data: &mut Bytes, codec: Compression| Ok(inflate(data, codec, cap)?)),
+            Some(|data: &mut Bytes, codec: Compression| {
+                let out = inflate(data, codec, cap);
+                if matches!(&out, Err(e) if e.kind() == std::io::ErrorKind::FileTooLarge) {
+                    inflated_past_cap.set(true);
+                }
+                let out = out?;
+                // The decoder reserves room for the record count before it reads a record:
+                // a count the bytes cannot hold is refused here, whatever the codec.
+                if (info.record_count as usize).saturating_mul(RECORD_LEN_MIN) > out.len() {
+                    return Err(std::io::Error::other("more records than bytes").into());
+                }
+                Ok(out)
+            }),
         )
     }));
     let set = match decoded {
         Ok(Ok(set)) => set,
+        _ if inflated_past_cap.get() => {
+            return Err(CorruptKind::LengthOutOfRange {
+                len: u64::try_from(cap).unwrap_or(u64::MAX).saturating_add(1),
+                max: u64::from(limits.batch_bytes_max),
+            });
+        }
         Ok(Err(e)) => {
             tracing::debug!(error = %e, "a kafka batch that does not decode");
             return Err(bad("records do not decode"));
@@ -193,21 +220,31 @@ pub(crate) fn decode_records(b: &Bytes, limits: &Limits) -> Result<Vec<Record>, 
 
 /// The records of a batch, decompressed, at most `cap` bytes.
 fn inflate(data: &mut Bytes, codec: Compression, cap: usize) -> std::io::Result<Bytes> {
-    let too_large = || std::io::Error::other(format!("decompresses past {cap} bytes"));
+    let too_large = || too_large(cap);
     let input = std::mem::take(data);
     let limit = u64::try_from(cap).unwrap_or(u64::MAX).saturating_add(1);
     let mut out = Vec::new();
     match codec {
         Compression::None => return Ok(input),
         Compression::Gzip => {
-            flate2::read::GzDecoder::new(&input[..])
+            flate2::read::MultiGzDecoder::new(&input[..])
                 .take(limit)
                 .read_to_end(&mut out)?;
         }
         Compression::Zstd => {
-            zstd::stream::read::Decoder::new(&input[..])?
-                .take(limit)
-                .read_to_end(&mut out)?;
+            // The window a frame asks for is allocated up front: no larger than the output
+            // may be (2^20 at least, zstd's own minimum being 2^10).
+            let window_log = usize::BITS - cap.max(1 << 20).saturating_sub(1).leading_zeros();
+            let mut decoder = zstd::stream::read::Decoder::new(&input[..])?;
+            decoder.window_log_max(window_log.min(31))?;
+            decoder.take(limit).read_to_end(&mut out).map_err(|e| {
+                // zstd's "Frame requires too much memory for decoding": a window past the cap.
+                if e.to_string().contains("too much memory") {
+                    too_large()
+                } else {
+                    e
+                }
+            })?;
         }
         Compression::Lz4 => {
             lz4::Decoder::new(&input[..])?
@@ -227,8 +264,16 @@ fn inflate(data: &mut Bytes, codec: Compression, cap: usize) -> std::io::Result<
 const XERIAL_MAGIC: &[u8] = b"\x82SNAPPY\x00";
 const XERIAL_HEADER_LEN: usize = 16;
 
+/// The error of a batch whose records decompress past `cap` bytes.
+fn too_large(cap: usize) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::FileTooLarge,
+        format!("decompresses past {cap} bytes"),
+    )
+}
+
 fn unsnappy(input: &[u8], cap: usize) -> std::io::Result<Vec<u8>> {
-    let too_large = || std::io::Error::other(format!("decompresses past {cap} bytes"));
+    let too_large = || too_large(cap);
     let block = |raw: &[u8], out: &mut Vec<u8>| -> std::io::Result<()> {
         let len = snap::raw::decompress_len(raw).map_err(std::io::Error::other)?;
         if out.len().saturating_add(len) > cap {
@@ -272,6 +317,29 @@ pub(crate) fn serve(stored: &[u8], base_offset: u64, leader_epoch: u64, out: &mu
     if let Some(mut field) = out.get_mut(start + LEADER_EPOCH_POS..start + MAGIC_POS) {
         field.put_i32(i32::try_from(leader_epoch).unwrap_or(i32::MAX));
     }
+}
+
+/// Checks and decodes a Kafka batch from arbitrary bytes: the entry point of the
+/// `kafka_batch` fuzz target. Returns the number of records decoded.
+///
+/// # Panics
+///
+/// Never, for any input, unless the check and the decode disagree on the record count (a
+/// replog bug, which the fuzz target is there to find).
+#[doc(hidden)]
+pub fn fuzz_kafka_batch(data: &[u8]) -> Result<usize, CorruptKind> {
+    let limits = Limits {
+        record_bytes_max: 1 << 20,
+        batch_bytes_max: 4 << 20,
+    };
+    let info = check(data)?;
+    let records = decode_records(&Bytes::copy_from_slice(data), &limits)?;
+    assert_eq!(
+        records.len(),
+        info.record_count as usize,
+        "check and decode disagree"
+    );
+    Ok(records.len())
 }
 
 #[cfg(test)]
@@ -431,7 +499,10 @@ mod tests {
             let b = batch(&records, *codec);
             assert!(b.len() < 1 << 20, "{codec:?} compresses");
             assert!(
-                decode_records(&b, &limits).is_err(),
+                matches!(
+                    decode_records(&b, &limits),
+                    Err(CorruptKind::LengthOutOfRange { .. })
+                ),
                 "{codec:?} is refused past the limit"
             );
         }
@@ -444,6 +515,23 @@ mod tests {
             decode_records(&sample(Compression::Gzip), &small),
             Err(CorruptKind::LengthOutOfRange { .. })
         ));
+    }
+
+    #[test]
+    fn a_record_count_the_bytes_cannot_hold_is_refused_before_any_allocation() {
+        // A valid CRC around a count of i32::MAX: the decoder would reserve room for that
+        // many records first.
+        for codec in [Compression::None, Compression::Gzip, Compression::Zstd] {
+            let mut b = sample(codec).to_vec();
+            b[LAST_OFFSET_DELTA_POS..LAST_OFFSET_DELTA_POS + 4]
+                .copy_from_slice(&[0x7f, 0xff, 0xff, 0xfe]);
+            b[RECORD_COUNT_POS..RECORD_COUNT_POS + 4].copy_from_slice(&[0x7f, 0xff, 0xff, 0xff]);
+            reseal(&mut b);
+            assert!(
+                decode_records(&Bytes::from(b), &LIMITS).is_err(),
+                "{codec:?}"
+            );
+        }
     }
 
     #[test]

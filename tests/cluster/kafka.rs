@@ -805,6 +805,35 @@ async fn a_kafka_fetch_answer_stays_within_the_requests_max_bytes() {
     drop(brokers);
 }
 
+/// Produces `request` (one partition, 0, of `topic`) at the partition's leader through the
+/// Kafka door, asking again with the leader described anew while the answer is
+/// NOT_LEADER_OR_FOLLOWER or LEADER_NOT_AVAILABLE (a leadership settling), as Kafka clients do.
+async fn kafka_produce_at_leader(
+    client: &Client,
+    kafka: &[SocketAddr],
+    topic: &str,
+    request: &kafka_protocol::messages::ProduceRequest,
+) -> kafka_protocol::messages::produce_response::PartitionProduceResponse {
+    use kafka_protocol::messages::{ApiKey, ProduceResponse};
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let leader = client.describe(topic).await.unwrap()[0].leader;
+        if let Some(leader) = leader {
+            let (_, answer): (usize, ProduceResponse) =
+                kafka_call(kafka[leader as usize - 1], ApiKey::Produce, 9, request).await;
+            let p = answer.responses[0].partition_responses[0].clone();
+            if p.error_code != 5 && p.error_code != 6 {
+                return p;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no leader of {topic} took the produce"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// A Kafka producer's batch of `values` (CreateTime stamps, a header, a key on every other
 /// record; `None` a null value), compressed with `compression`, as a Kafka client encodes it.
 fn kafka_batch(
@@ -861,7 +890,7 @@ async fn kafka_batches_are_served_as_sent_and_both_doors_read_one_log() {
     use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
     use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
     use kafka_protocol::messages::{
-        ApiKey, FetchRequest, FetchResponse, ProduceRequest, ProduceResponse, TopicName,
+        ApiKey, FetchRequest, FetchResponse, ProduceRequest, TopicName,
     };
     use kafka_protocol::protocol::StrBytes;
     use kafka_protocol::records::{Compression, RecordBatchDecoder};
@@ -897,9 +926,7 @@ async fn kafka_batches_are_served_as_sent_and_both_doors_read_one_log() {
         request.acks = -1;
         request.timeout_ms = 10_000;
         request.topic_data.push(topic);
-        let (_, answer): (usize, ProduceResponse) =
-            kafka_call(at, ApiKey::Produce, 9, &request).await;
-        let p = &answer.responses[0].partition_responses[0];
+        let p = kafka_produce_at_leader(&client, &kafka, "doors", &request).await;
         assert_eq!(p.error_code, 0, "{codec:?}");
         assert_eq!(p.base_offset, (c * 4) as i64, "{codec:?}");
         sent.push(batch);
@@ -1261,6 +1288,22 @@ async fn kafkas_admin_epoch_and_refusal_apis_answer_as_kafka_does() {
     )
     .await;
     assert_eq!(epoch_of(&current), (0, new_term as i32, 2));
+    // Kafka's answers at the edges: an epoch older than the log is answered with itself and
+    // the log start; one above the current term, and the undefined epoch, are undefined.
+    for (asked, want) in [
+        (0, (0, 0, 0)),
+        (new_term as i32 + 5, (0, -1, -1)),
+        (-1, (0, -1, -1)),
+    ] {
+        let (_, edge): (usize, OffsetForLeaderEpochResponse) = kafka_call(
+            at,
+            ApiKey::OffsetForLeaderEpoch,
+            3,
+            &epoch_request(asked, -1),
+        )
+        .await;
+        assert_eq!(epoch_of(&edge), want, "epoch {asked}");
+    }
     let (_, fenced): (usize, OffsetForLeaderEpochResponse) = kafka_call(
         at,
         ApiKey::OffsetForLeaderEpoch,
@@ -1317,6 +1360,114 @@ async fn kafkas_admin_epoch_and_refusal_apis_answer_as_kafka_does() {
     );
     assert_eq!(deleted.responses[1].error_code, 3);
     assert!(client.describe("made").await.is_err());
+    drop(client);
+    drop(brokers);
+}
+
+/// Kafka batches the listener must refuse, each answered `CORRUPT_MESSAGE` with nothing
+/// written and the partition still taking writes: a zstd batch that inflates to 64 MiB (past
+/// the 1 MiB batch limit; decompression stops there), a flipped byte under the CRC-32C, two
+/// batches in one produce, a transactional batch, and bytes that are no batch at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_kafka_batches_are_refused_and_nothing_is_written() {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{ProduceRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    use kafka_protocol::records::{
+        Compression, Record as KafkaRecord, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (brokers, addrs, kafka) = cluster(dir.path());
+    let client = connect(&addrs).await;
+    client.create_topic("guarded", 1, 3).await.unwrap();
+    client
+        .wait_ready("guarded", Duration::from_secs(20))
+        .await
+        .unwrap();
+    let produce = |records: bytes::Bytes| {
+        let mut data = PartitionProduceData::default();
+        data.index = 0;
+        data.records = Some(records);
+        let mut topic = TopicProduceData::default();
+        topic.name = TopicName(StrBytes::from_static_str("guarded"));
+        topic.partition_data.push(data);
+        let mut request = ProduceRequest::default();
+        request.acks = -1;
+        request.timeout_ms = 10_000;
+        request.topic_data.push(topic);
+        request
+    };
+    // 32 records of 1 MiB of zeros, zstd: a few KiB on the wire.
+    let zeros: Vec<KafkaRecord> = (0..32)
+        .map(|i| KafkaRecord {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i,
+            sequence: i as i32 - 1,
+            timestamp: 0,
+            key: None,
+            value: Some(bytes::Bytes::from(vec![0u8; 1 << 20])),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut bomb = bytes::BytesMut::new();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression: Compression::Zstd,
+    };
+    RecordBatchEncoder::encode(&mut bomb, zeros.iter(), &options).unwrap();
+    assert!(bomb.len() < 64 << 10, "the bomb is small: {}", bomb.len());
+    let good = kafka_batch(&[Some("fine")], Compression::None);
+    let mut flipped = good.to_vec();
+    *flipped.last_mut().unwrap() ^= 1;
+    let mut two = good.to_vec();
+    two.extend_from_slice(&good);
+    let mut transactional = good.to_vec();
+    transactional[22] |= 0x10;
+    let crc = crc32c::crc32c(&transactional[21..]);
+    transactional[17..21].copy_from_slice(&crc.to_be_bytes());
+    for (bytes, code, what) in [
+        (bomb.freeze(), 10, "a zstd bomb is MESSAGE_TOO_LARGE"),
+        (
+            bytes::Bytes::from(flipped),
+            2,
+            "a flipped byte is CORRUPT_MESSAGE",
+        ),
+        (
+            bytes::Bytes::from(two),
+            2,
+            "two batches are CORRUPT_MESSAGE",
+        ),
+        (
+            bytes::Bytes::from(transactional),
+            2,
+            "a transactional batch is CORRUPT_MESSAGE",
+        ),
+        (
+            bytes::Bytes::from_static(b"not a batch at all"),
+            2,
+            "garbage is CORRUPT_MESSAGE",
+        ),
+    ] {
+        let p = kafka_produce_at_leader(&client, &kafka, "guarded", &produce(bytes)).await;
+        assert_eq!(p.error_code, code, "{what}");
+    }
+    assert_eq!(
+        client.describe("guarded").await.unwrap()[0].high_watermark,
+        replog::Offset(0),
+        "nothing written"
+    );
+    let p = kafka_produce_at_leader(&client, &kafka, "guarded", &produce(good)).await;
+    assert_eq!(
+        (p.error_code, p.base_offset),
+        (0, 0),
+        "the partition still takes writes"
+    );
     drop(client);
     drop(brokers);
 }

@@ -80,6 +80,57 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         seg_out.display(),
         frame_out.display()
     );
+    kafka_batches(&corpus.join("kafka_batch"))?;
+    Ok(())
+}
+
+/// One Kafka record batch per codec (keys, a null value, headers), as a Kafka client encodes
+/// it, into `out`.
+fn kafka_batches(out: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    use kafka_protocol::indexmap::IndexMap;
+    use kafka_protocol::protocol::StrBytes;
+    use kafka_protocol::records::{
+        Compression, Record as KafkaRecord, RecordBatchEncoder, RecordEncodeOptions,
+        TimestampType,
+    };
+    fs::create_dir_all(out)?;
+    let records: Vec<KafkaRecord> = (0..4i64)
+        .map(|i| {
+            let mut headers = IndexMap::new();
+            headers.insert(StrBytes::from_static_str("h"), Some(format!("{i}").into()));
+            KafkaRecord {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: 0,
+                producer_id: 7,
+                producer_epoch: 0,
+                timestamp_type: TimestampType::Creation,
+                offset: i,
+                sequence: i as i32,
+                timestamp: 1_700_000_000_000 + i,
+                key: (i % 2 == 0).then(|| format!("k{i}").into()),
+                value: (i != 1).then(|| vec![b'v'; 64].into()),
+                headers,
+            }
+        })
+        .collect();
+    for (name, compression) in [
+        ("none", Compression::None),
+        ("gzip", Compression::Gzip),
+        ("snappy", Compression::Snappy),
+        ("lz4", Compression::Lz4),
+        ("zstd", Compression::Zstd),
+    ] {
+        let mut batch = bytes::BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression,
+        };
+        RecordBatchEncoder::encode(&mut batch, records.iter(), &options)?;
+        fs::write(out.join(name), &batch)?;
+    }
+    println!("wrote 5 Kafka batch seeds to {}", out.display());
     Ok(())
 }
 
