@@ -16,6 +16,7 @@ use kafka_protocol::messages::{
     DescribeClusterRequest, DescribeClusterResponse, DescribeConfigsRequest,
     DescribeConfigsResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, TopicName,
 };
+use kafka_protocol::messages::{RequestKind, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
 
 use super::{KafkaConfig, broker_id, code, error_code};
@@ -350,4 +351,76 @@ pub(super) fn offset_for_leader_epoch(
         r.topics.push(t);
     }
     r
+}
+
+/// The answer to an admin request replog does not serve but whose answer names each item
+/// (a topic, a resource, a partition) and has no error of its own: every item is answered
+/// `UNSUPPORTED_VERSION` with the reason, so the client reports it instead of losing its
+/// connection. `None` for any other request.
+pub(super) fn refuse_items(request: RequestKind) -> Option<ResponseKind> {
+    use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
+    use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+    use kafka_protocol::messages::delete_records_response::{
+        DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
+    };
+    use kafka_protocol::messages::incremental_alter_configs_response as incremental;
+    use kafka_protocol::messages::{
+        AlterConfigsResponse, CreatePartitionsResponse, DeleteRecordsResponse,
+        IncrementalAlterConfigsResponse,
+    };
+    let no = code::UNSUPPORTED_VERSION;
+    Some(match request {
+        RequestKind::CreatePartitions(r) => {
+            let mut out = CreatePartitionsResponse::default();
+            for t in r.topics {
+                let mut res = CreatePartitionsTopicResult::default();
+                res.name = t.name;
+                res.error_code = no;
+                res.error_message = message("replog does not add partitions to a topic");
+                out.results.push(res);
+            }
+            ResponseKind::CreatePartitions(out)
+        }
+        RequestKind::AlterConfigs(r) => {
+            let mut out = AlterConfigsResponse::default();
+            for resource in r.resources {
+                let mut res = AlterConfigsResourceResponse::default();
+                res.resource_type = resource.resource_type;
+                res.resource_name = resource.resource_name;
+                res.error_code = no;
+                res.error_message = message("replog's settings are static");
+                out.responses.push(res);
+            }
+            ResponseKind::AlterConfigs(out)
+        }
+        RequestKind::IncrementalAlterConfigs(r) => {
+            let mut out = IncrementalAlterConfigsResponse::default();
+            for resource in r.resources {
+                let mut res = incremental::AlterConfigsResourceResponse::default();
+                res.resource_type = resource.resource_type;
+                res.resource_name = resource.resource_name;
+                res.error_code = no;
+                res.error_message = message("replog's settings are static");
+                out.responses.push(res);
+            }
+            ResponseKind::IncrementalAlterConfigs(out)
+        }
+        RequestKind::DeleteRecords(r) => {
+            let mut out = DeleteRecordsResponse::default();
+            for topic in r.topics {
+                let mut t = DeleteRecordsTopicResult::default();
+                t.name = topic.name;
+                for p in topic.partitions {
+                    let mut res = DeleteRecordsPartitionResult::default();
+                    res.partition_index = p.partition_index;
+                    res.low_watermark = -1;
+                    res.error_code = no;
+                    t.partitions.push(res);
+                }
+                out.topics.push(t);
+            }
+            ResponseKind::DeleteRecords(out)
+        }
+        _ => return None,
+    })
 }

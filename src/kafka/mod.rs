@@ -237,7 +237,23 @@ async fn answer(
                 .map_err(|e| e.to_string())
         })
         .map_err(bad)?;
-        let Some(refusal) = unsupported(api, version) else {
+        // Admin APIs whose answer names each item: decoded, and every item refused.
+        let per_item = matches!(
+            api,
+            ApiKey::CreatePartitions
+                | ApiKey::AlterConfigs
+                | ApiKey::IncrementalAlterConfigs
+                | ApiKey::DeleteRecords
+        )
+        .then(|| {
+            decode_guarded(|| {
+                RequestKind::decode(api, &mut body, version).map_err(|e| e.to_string())
+            })
+            .ok()
+        })
+        .flatten()
+        .and_then(admin::refuse_items);
+        let Some(refusal) = per_item.or_else(|| unsupported(api, version)) else {
             return Err(bad(format!("{api:?} v{version} is not served")));
         };
         return encode(header.correlation_id, api, version, &refusal).map(Some);

@@ -1336,6 +1336,18 @@ async fn kafkas_admin_epoch_and_refusal_apis_answer_as_kafka_does() {
     )
     .await;
     assert_eq!(versions.error_code, 0, "the same connection still answers");
+    // An admin API not served whose answer names its items: each item refused.
+    let mut grow = CreatePartitionsRequest::default();
+    let mut topic =
+        kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic::default();
+    topic.name = name("made");
+    topic.count = 6;
+    grow.topics.push(topic);
+    grow.timeout_ms = 10_000;
+    let (_, answer): (usize, CreatePartitionsResponse) =
+        kafka_call_on(&mut s, ApiKey::CreatePartitions, 2, &grow).await;
+    assert_eq!(answer.results[0].error_code, 35);
+    assert_eq!(answer.results[0].name, name("made"));
 
     // DeleteTopics: gone from the metadata; an unknown name is UNKNOWN_TOPIC_OR_PARTITION.
     let mut delete = DeleteTopicsRequest::default();
