@@ -358,6 +358,7 @@ pub(super) fn offset_for_leader_epoch(
 /// `UNSUPPORTED_VERSION` with the reason, so the client reports it instead of losing its
 /// connection. `None` for any other request.
 pub(super) fn refuse_items(request: RequestKind) -> Option<ResponseKind> {
+    use kafka_protocol::messages as m;
     use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
     use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
     use kafka_protocol::messages::delete_records_response::{
@@ -421,6 +422,99 @@ pub(super) fn refuse_items(request: RequestKind) -> Option<ResponseKind> {
             }
             ResponseKind::DeleteRecords(out)
         }
+        RequestKind::DeleteGroups(r) => {
+            let mut out = m::DeleteGroupsResponse::default();
+            for g in r.groups_names {
+                let mut res = m::delete_groups_response::DeletableGroupResult::default();
+                res.group_id = g;
+                res.error_code = no;
+                out.results.push(res);
+            }
+            ResponseKind::DeleteGroups(out)
+        }
+        RequestKind::CreateAcls(r) => {
+            let mut out = m::CreateAclsResponse::default();
+            for _ in r.creations {
+                let mut res = m::create_acls_response::AclCreationResult::default();
+                res.error_code = no;
+                res.error_message = message("replog has no ACLs");
+                out.results.push(res);
+            }
+            ResponseKind::CreateAcls(out)
+        }
+        RequestKind::DeleteAcls(r) => {
+            let mut out = m::DeleteAclsResponse::default();
+            for _ in r.filters {
+                let mut res = m::delete_acls_response::DeleteAclsFilterResult::default();
+                res.error_code = no;
+                res.error_message = message("replog has no ACLs");
+                out.filter_results.push(res);
+            }
+            ResponseKind::DeleteAcls(out)
+        }
+        RequestKind::TxnOffsetCommit(r) => {
+            let mut out = m::TxnOffsetCommitResponse::default();
+            for topic in r.topics {
+                let mut t = m::txn_offset_commit_response::TxnOffsetCommitResponseTopic::default();
+                t.name = topic.name;
+                for p in topic.partitions {
+                    let mut res =
+                        m::txn_offset_commit_response::TxnOffsetCommitResponsePartition::default();
+                    res.partition_index = p.partition_index;
+                    res.error_code = code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+                    t.partitions.push(res);
+                }
+                out.topics.push(t);
+            }
+            ResponseKind::TxnOffsetCommit(out)
+        }
+        RequestKind::DescribeProducers(r) => {
+            let mut out = m::DescribeProducersResponse::default();
+            for topic in r.topics {
+                let mut t = m::describe_producers_response::TopicResponse::default();
+                t.name = topic.name;
+                for index in topic.partition_indexes {
+                    let mut res = m::describe_producers_response::PartitionResponse::default();
+                    res.partition_index = index;
+                    res.error_code = no;
+                    res.error_message = message("replog does not describe producers");
+                    t.partitions.push(res);
+                }
+                out.topics.push(t);
+            }
+            ResponseKind::DescribeProducers(out)
+        }
+        RequestKind::DescribeTransactions(r) => {
+            let mut out = m::DescribeTransactionsResponse::default();
+            for id in r.transactional_ids {
+                let mut res = m::describe_transactions_response::TransactionState::default();
+                res.transactional_id = id;
+                res.error_code = TRANSACTIONAL_ID_NOT_FOUND;
+                out.transaction_states.push(res);
+            }
+            ResponseKind::DescribeTransactions(out)
+        }
         _ => return None,
     })
+}
+
+/// Kafka's answer for a transactional id it has no transaction of.
+const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
+
+/// The APIs [`refuse_items`] answers.
+pub(super) fn refused_per_item(api: kafka_protocol::messages::ApiKey) -> bool {
+    use kafka_protocol::messages::ApiKey as K;
+    matches!(
+        api,
+        K::CreatePartitions
+            | K::AlterConfigs
+            | K::IncrementalAlterConfigs
+            | K::DeleteRecords
+            | K::DeleteGroups
+            | K::CreateAcls
+            | K::DeleteAcls
+            | K::TxnOffsetCommit
+            | K::DescribeProducers
+            | K::DescribeTransactions
+    )
 }

@@ -238,21 +238,15 @@ async fn answer(
         })
         .map_err(bad)?;
         // Admin APIs whose answer names each item: decoded, and every item refused.
-        let per_item = matches!(
-            api,
-            ApiKey::CreatePartitions
-                | ApiKey::AlterConfigs
-                | ApiKey::IncrementalAlterConfigs
-                | ApiKey::DeleteRecords
-        )
-        .then(|| {
-            decode_guarded(|| {
-                RequestKind::decode(api, &mut body, version).map_err(|e| e.to_string())
+        let per_item = admin::refused_per_item(api)
+            .then(|| {
+                decode_guarded(|| {
+                    RequestKind::decode(api, &mut body, version).map_err(|e| e.to_string())
+                })
+                .ok()
             })
-            .ok()
-        })
-        .flatten()
-        .and_then(admin::refuse_items);
+            .flatten()
+            .and_then(admin::refuse_items);
         let Some(refusal) = per_item.or_else(|| unsupported(api, version)) else {
             return Err(bad(format!("{api:?} v{version} is not served")));
         };
@@ -327,9 +321,11 @@ async fn answer(
 }
 
 /// The answer to an API (or version) this listener does not serve, for the APIs whose answer
-/// has a top-level error code at every version: `UNSUPPORTED_VERSION`, and for SASL
-/// `UNSUPPORTED_SASL_MECHANISM` and `ILLEGAL_SASL_STATE` (replog has no authentication). Fetch says so from version 7,
-/// where its answer gained the field.
+/// has a top-level error code at the version asked (Fetch from 7, ElectLeaders from 1,
+/// DescribeLogDirs from 3, AddPartitionsToTxn from 4: the versions that gained the field):
+/// `UNSUPPORTED_VERSION`; for SASL `UNSUPPORTED_SASL_MECHANISM` and `ILLEGAL_SASL_STATE`
+/// (replog has no authentication); for transactions `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`,
+/// as InitProducerId answers a transactional id.
 fn unsupported(api: ApiKey, version: i16) -> Option<ResponseKind> {
     use kafka_protocol::messages as m;
     macro_rules! refuse {
@@ -340,11 +336,27 @@ fn unsupported(api: ApiKey, version: i16) -> Option<ResponseKind> {
         }};
     }
     let no = code::UNSUPPORTED_VERSION;
+    let txn = code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
     Some(match api {
         ApiKey::SaslHandshake => refuse!(SaslHandshake, SaslHandshakeResponse, 33),
         ApiKey::SaslAuthenticate => refuse!(SaslAuthenticate, SaslAuthenticateResponse, 34),
-        ApiKey::AddOffsetsToTxn => refuse!(AddOffsetsToTxn, AddOffsetsToTxnResponse, no),
-        ApiKey::EndTxn => refuse!(EndTxn, EndTxnResponse, no),
+        // Transactions are refused as InitProducerId refuses a transactional id.
+        ApiKey::AddOffsetsToTxn => refuse!(AddOffsetsToTxn, AddOffsetsToTxnResponse, txn),
+        ApiKey::EndTxn => refuse!(EndTxn, EndTxnResponse, txn),
+        ApiKey::AddPartitionsToTxn if version >= 4 => {
+            refuse!(AddPartitionsToTxn, AddPartitionsToTxnResponse, txn)
+        }
+        ApiKey::OffsetDelete => refuse!(OffsetDelete, OffsetDeleteResponse, no),
+        ApiKey::ElectLeaders if version >= 1 => refuse!(ElectLeaders, ElectLeadersResponse, no),
+        ApiKey::DescribeLogDirs if version >= 3 => {
+            refuse!(DescribeLogDirs, DescribeLogDirsResponse, no)
+        }
+        ApiKey::RenewDelegationToken => {
+            refuse!(RenewDelegationToken, RenewDelegationTokenResponse, no)
+        }
+        ApiKey::ExpireDelegationToken => {
+            refuse!(ExpireDelegationToken, ExpireDelegationTokenResponse, no)
+        }
         ApiKey::ListTransactions => refuse!(ListTransactions, ListTransactionsResponse, no),
         ApiKey::DescribeAcls => refuse!(DescribeAcls, DescribeAclsResponse, no),
         ApiKey::DescribeQuorum => refuse!(DescribeQuorum, DescribeQuorumResponse, no),

@@ -1348,6 +1348,14 @@ async fn kafkas_admin_epoch_and_refusal_apis_answer_as_kafka_does() {
         kafka_call_on(&mut s, ApiKey::CreatePartitions, 2, &grow).await;
     assert_eq!(answer.results[0].error_code, 35);
     assert_eq!(answer.results[0].name, name("made"));
+    let mut delete_groups = DeleteGroupsRequest::default();
+    delete_groups.groups_names = vec![GroupId(StrBytes::from_static_str("g"))];
+    let (_, answer): (usize, DeleteGroupsResponse) =
+        kafka_call_on(&mut s, ApiKey::DeleteGroups, 2, &delete_groups).await;
+    assert_eq!(answer.results[0].error_code, 35);
+    let (_, answer): (usize, EndTxnResponse) =
+        kafka_call_on(&mut s, ApiKey::EndTxn, 3, &EndTxnRequest::default()).await;
+    assert_eq!(answer.error_code, 53, "transactions are refused");
 
     // DeleteTopics: gone from the metadata; an unknown name is UNKNOWN_TOPIC_OR_PARTITION.
     let mut delete = DeleteTopicsRequest::default();
