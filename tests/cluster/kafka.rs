@@ -1491,3 +1491,70 @@ async fn hostile_kafka_batches_are_refused_and_nothing_is_written() {
     drop(client);
     drop(brokers);
 }
+
+/// Requests whose arrays claim more elements than their bytes could hold (2^31 topics in a
+/// 14-byte Metadata request killed a broker: the decoder reserved room for them first, 154 GB)
+/// are refused, and the broker keeps answering.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kafka_port_survives_length_claims_it_cannot_hold() {
+    use bytes::BufMut;
+    use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let (brokers, _addrs, kafka) = cluster(dir.path());
+    let at = kafka[0];
+    // A request header: api key, version, correlation id, a null client id; `flexible` adds
+    // the empty tagged fields of header v2.
+    let header = |key: i16, version: i16, flexible: bool| {
+        let mut h = bytes::BytesMut::new();
+        h.put_i16(key);
+        h.put_i16(version);
+        h.put_i32(9);
+        h.put_i16(-1);
+        if flexible {
+            h.put_u8(0);
+        }
+        h
+    };
+    let huge_varint = [0xff, 0xff, 0xff, 0xff, 0x0f];
+    let mut cases: Vec<(&str, bytes::BytesMut)> = Vec::new();
+    let mut metadata = header(3, 1, false);
+    metadata.put_i32(i32::MAX);
+    cases.push(("Metadata v1, 2^31 topics", metadata));
+    let mut fetch = header(1, 11, false);
+    for v in [-1, 500, 1, 1 << 20] {
+        fetch.put_i32(v);
+    }
+    fetch.put_i8(0);
+    fetch.put_i32(0);
+    fetch.put_i32(-1);
+    fetch.put_i32(i32::MAX);
+    cases.push(("Fetch v11, 2^31 topics", fetch));
+    let mut produce = header(0, 9, true);
+    produce.put_u8(0); // a null transactional id
+    produce.put_i16(-1);
+    produce.put_i32(1000);
+    produce.extend_from_slice(&huge_varint);
+    cases.push(("Produce v9, 2^32 topics", produce));
+    let mut create = header(19, 5, true);
+    create.extend_from_slice(&huge_varint);
+    cases.push(("CreateTopics v5, 2^32 topics", create));
+    for (what, body) in cases {
+        let mut s = kafka_connect(at).await;
+        let mut framed = bytes::BytesMut::new();
+        framed.put_i32(body.len() as i32);
+        framed.extend_from_slice(&body);
+        s.write_all(&framed).await.unwrap();
+        // Refused: the connection is closed (the request cannot be parsed), promptly.
+        let mut buf = [0u8; 64];
+        let read = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
+            .await
+            .unwrap_or_else(|_| panic!("{what}: no answer and no close"));
+        assert!(matches!(read, Ok(0) | Err(_)), "{what}: {read:?}");
+        // The broker is alive and answers the next connection.
+        let (_, versions): (usize, ApiVersionsResponse) =
+            kafka_call(at, ApiKey::ApiVersions, 3, &ApiVersionsRequest::default()).await;
+        assert_eq!(versions.error_code, 0, "after {what}");
+    }
+    drop(brokers);
+}
