@@ -40,6 +40,38 @@ const TYPE_LIST: i8 = 7;
 const ENDPOINT_BROKERS: i8 = 1;
 const UNSUPPORTED_ENDPOINT_TYPE: i16 = 119;
 
+/// When a topic change must be answered: the request's `timeout_ms` from now, at most 30 s.
+fn deadline(timeout_ms: i32) -> tokio::time::Instant {
+    let ms = u64::try_from(timeout_ms).unwrap_or(0).min(30_000);
+    tokio::time::Instant::now() + std::time::Duration::from_millis(ms)
+}
+
+/// Runs a topic change, again every 100 ms while no metadata leader takes it (one is being
+/// elected, as right after the cluster starts), until `deadline`: the controller's wait a
+/// Kafka admin request gets within its timeout.
+async fn until_controller<F, Fut>(
+    deadline: tokio::time::Instant,
+    mut change: F,
+) -> crate::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = crate::Result<()>>,
+{
+    // Bounded by `deadline`.
+    loop {
+        match change().await {
+            Err(e)
+                if metadata_error(&e) == code::NOT_CONTROLLER
+                    && tokio::time::Instant::now() + std::time::Duration::from_millis(100)
+                        < deadline =>
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Kafka's code for a topic change the metadata group did not take: with no metadata leader
 /// to reach (one being elected, or gone), `NOT_CONTROLLER`, which admin clients retry after
 /// refreshing their metadata, as against a Kafka cluster whose controller moved.
@@ -66,6 +98,7 @@ pub(super) async fn create_topics(
     service: &BrokerService,
 ) -> CreateTopicsResponse {
     let brokers = service.broker_count();
+    let request_deadline = deadline(request.timeout_ms);
     let mut r = CreateTopicsResponse::default();
     for t in request.topics {
         let mut res = CreatableTopicResult::default();
@@ -131,14 +164,13 @@ pub(super) async fn create_topics(
         let created = if request.validate_only {
             Ok(())
         } else {
-            service
-                .create_topic(CreateTopicRequest {
-                    name: name.clone(),
-                    partitions,
-                    replication_factor: factor,
-                    forwarded: false,
-                })
-                .await
+            let request = CreateTopicRequest {
+                name: name.clone(),
+                partitions,
+                replication_factor: factor,
+                forwarded: false,
+            };
+            until_controller(request_deadline, || service.create_topic(request.clone())).await
         };
         match created {
             Ok(()) => {
@@ -164,6 +196,7 @@ pub(super) async fn delete_topics(
     request: DeleteTopicsRequest,
     service: &BrokerService,
 ) -> DeleteTopicsResponse {
+    let request_deadline = deadline(request.timeout_ms);
     let mut names: Vec<Option<TopicName>> = request.topic_names.into_iter().map(Some).collect();
     names.extend(request.topics.into_iter().map(|t| t.name));
     let mut r = DeleteTopicsResponse::default();
@@ -180,11 +213,11 @@ pub(super) async fn delete_topics(
                 let deleted = if service.topic_shape(&name).is_none() {
                     Err(Error::UnknownPartition(PartitionId::new(name, 0)))
                 } else {
-                    service
-                        .delete_topic(DeleteTopicRequest {
-                            name,
-                            forwarded: false,
-                        })
+                    let request = DeleteTopicRequest {
+                        name,
+                        forwarded: false,
+                    };
+                    until_controller(request_deadline, || service.delete_topic(request.clone()))
                         .await
                 };
                 if let Err(e) = deleted {

@@ -631,10 +631,10 @@ async fn produce(
             let outcome = async {
                 let partition =
                     u32::try_from(p.index).map_err(|_| code::UNKNOWN_TOPIC_OR_PARTITION)?;
-                // The batch is kept as sent (FORMAT.md §4.2); its framing is checked here, its
-                // records by the write path before it is proposed.
+                // The batch is kept as sent (FORMAT.md §4.2); its header is read here, and the
+                // write path checks it whole (CRC-32C, records) before it is proposed.
                 let records = p.records.unwrap_or_default();
-                let info = kafka_batch::check(&records).map_err(|e| {
+                let info = kafka_batch::header(&records).map_err(|e| {
                     tracing::debug!(error = %e, "a kafka batch refused");
                     code::CORRUPT_MESSAGE
                 })?;

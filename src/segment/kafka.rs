@@ -90,6 +90,23 @@ fn bad(reason: &'static str) -> CorruptKind {
 ///
 /// Never, for any input.
 pub(crate) fn check(b: &[u8]) -> Result<KafkaBatchInfo, CorruptKind> {
+    let info = header(b)?;
+    let expected = be_u32(b, CRC_POS).ok_or(CorruptKind::Truncated)?;
+    let actual = crc32c::crc32c(b.get(ATTRIBUTES_POS..).unwrap_or_default());
+    if expected != actual {
+        return Err(CorruptKind::ChecksumMismatch { expected, actual });
+    }
+    Ok(info)
+}
+
+/// [`check`] without the CRC-32C: what the Kafka listener reads of a producer's batch
+/// (its record count and producer numbers) before the write path checks it whole, so that
+/// the bytes are not summed twice there.
+///
+/// # Panics
+///
+/// Never, for any input.
+pub(crate) fn header(b: &[u8]) -> Result<KafkaBatchInfo, CorruptKind> {
     if b.len() < BATCH_HEADER_LEN {
         return Err(bad("shorter than a batch header"));
     }
@@ -99,11 +116,6 @@ pub(crate) fn check(b: &[u8]) -> Result<KafkaBatchInfo, CorruptKind> {
     }
     if b.get(MAGIC_POS) != Some(&2) {
         return Err(bad("magic is not 2"));
-    }
-    let expected = be_u32(b, CRC_POS).ok_or(CorruptKind::Truncated)?;
-    let actual = crc32c::crc32c(b.get(ATTRIBUTES_POS..).unwrap_or_default());
-    if expected != actual {
-        return Err(CorruptKind::ChecksumMismatch { expected, actual });
     }
     let attributes = be_i16(b, ATTRIBUTES_POS).ok_or(CorruptKind::Truncated)?;
     if attributes & !ATTRIBUTES_ACCEPTED != 0 {

@@ -805,6 +805,25 @@ async fn a_kafka_fetch_answer_stays_within_the_requests_max_bytes() {
     drop(brokers);
 }
 
+/// A Kafka Produce request (acks=all) of `records`, one Kafka record batch, to partition 0 of
+/// `topic`.
+fn produce_request(topic: &str, records: bytes::Bytes) -> kafka_protocol::messages::ProduceRequest {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{ProduceRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let mut data = PartitionProduceData::default();
+    data.index = 0;
+    data.records = Some(records);
+    let mut t = TopicProduceData::default();
+    t.name = TopicName(StrBytes::from_string(topic.to_string()));
+    t.partition_data.push(data);
+    let mut request = ProduceRequest::default();
+    request.acks = -1;
+    request.timeout_ms = 10_000;
+    request.topic_data.push(t);
+    request
+}
+
 /// Produces `request` (one partition, 0, of `topic`) at the partition's leader through the
 /// Kafka door, asking again with the leader described anew while the answer is
 /// NOT_LEADER_OR_FOLLOWER or LEADER_NOT_AVAILABLE (a leadership settling), as Kafka clients do.
@@ -888,10 +907,7 @@ fn kafka_batch(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_batches_are_served_as_sent_and_both_doors_read_one_log() {
     use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-    use kafka_protocol::messages::{
-        ApiKey, FetchRequest, FetchResponse, ProduceRequest, TopicName,
-    };
+    use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
     use kafka_protocol::protocol::StrBytes;
     use kafka_protocol::records::{Compression, RecordBatchDecoder};
     let dir = tempfile::tempdir().unwrap();
@@ -916,16 +932,7 @@ async fn kafka_batches_are_served_as_sent_and_both_doors_read_one_log() {
     for (c, codec) in codecs.iter().enumerate() {
         let values = [Some("first"), None, Some("third")];
         let batch = kafka_batch(&values, *codec);
-        let mut data = PartitionProduceData::default();
-        data.index = 0;
-        data.records = Some(batch.clone());
-        let mut topic = TopicProduceData::default();
-        topic.name = TopicName(StrBytes::from_static_str("doors"));
-        topic.partition_data.push(data);
-        let mut request = ProduceRequest::default();
-        request.acks = -1;
-        request.timeout_ms = 10_000;
-        request.topic_data.push(topic);
+        let request = produce_request("doors", batch.clone());
         let p = kafka_produce_at_leader(&client, &kafka, "doors", &request).await;
         assert_eq!(p.error_code, 0, "{codec:?}");
         assert_eq!(p.base_offset, (c * 4) as i64, "{codec:?}");
@@ -1053,7 +1060,6 @@ async fn kafkas_admin_epoch_and_refusal_apis_answer_as_kafka_does() {
     use kafka_protocol::messages::offset_for_leader_epoch_request::{
         OffsetForLeaderPartition, OffsetForLeaderTopic,
     };
-    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
     use kafka_protocol::messages::*;
     use kafka_protocol::protocol::StrBytes;
     let dir = tempfile::tempdir().unwrap();
@@ -1187,19 +1193,10 @@ async fn kafkas_admin_epoch_and_refusal_apis_answer_as_kafka_does() {
     let status = client.describe("made").await.unwrap();
     let (leader, term) = (status[0].leader.unwrap(), status[0].term);
     let follower = (1..=3u64).find(|id| *id != leader).unwrap();
-    let mut data = PartitionProduceData::default();
-    data.index = 0;
-    data.records = Some(kafka_batch(
-        &[Some("x")],
-        kafka_protocol::records::Compression::None,
-    ));
-    let mut topic = TopicProduceData::default();
-    topic.name = name("made");
-    topic.partition_data.push(data);
-    let mut produce = ProduceRequest::default();
-    produce.acks = -1;
-    produce.timeout_ms = 10_000;
-    produce.topic_data.push(topic);
+    let produce = produce_request(
+        "made",
+        kafka_batch(&[Some("x")], kafka_protocol::records::Compression::None),
+    );
     let (_, refused): (usize, ProduceResponse) =
         kafka_call(kafka[follower as usize - 1], ApiKey::Produce, 10, &produce).await;
     let p = &refused.responses[0].partition_responses[0];
@@ -1390,9 +1387,6 @@ async fn kafkas_admin_epoch_and_refusal_apis_answer_as_kafka_does() {
 /// batches in one produce, a transactional batch, and bytes that are no batch at all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_kafka_batches_are_refused_and_nothing_is_written() {
-    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-    use kafka_protocol::messages::{ProduceRequest, TopicName};
-    use kafka_protocol::protocol::StrBytes;
     use kafka_protocol::records::{
         Compression, Record as KafkaRecord, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
     };
@@ -1404,19 +1398,7 @@ async fn hostile_kafka_batches_are_refused_and_nothing_is_written() {
         .wait_ready("guarded", Duration::from_secs(20))
         .await
         .unwrap();
-    let produce = |records: bytes::Bytes| {
-        let mut data = PartitionProduceData::default();
-        data.index = 0;
-        data.records = Some(records);
-        let mut topic = TopicProduceData::default();
-        topic.name = TopicName(StrBytes::from_static_str("guarded"));
-        topic.partition_data.push(data);
-        let mut request = ProduceRequest::default();
-        request.acks = -1;
-        request.timeout_ms = 10_000;
-        request.topic_data.push(topic);
-        request
-    };
+    let produce = |records: bytes::Bytes| produce_request("guarded", records);
     // 32 records of 1 MiB of zeros, zstd: a few KiB on the wire.
     let zeros: Vec<KafkaRecord> = (0..32)
         .map(|i| KafkaRecord {
