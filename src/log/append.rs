@@ -363,8 +363,8 @@ mod tests {
         want
     }
 
-    #[test]
-    fn kafka_batches_are_kept_as_sent_and_read_as_records_after_a_reopen() {
+    /// A log of 64 KiB segments holding one native record, `native`, at offset 0.
+    fn log_with_a_native_record() -> (tempfile::TempDir, LogConfig, PartitionLog) {
         let dir = tempfile::tempdir().unwrap();
         let config = LogConfig {
             segment_bytes: 64 << 10,
@@ -372,6 +372,12 @@ mod tests {
         };
         let log = PartitionLog::open(dir.path(), config.clone()).unwrap();
         log.append(&[Record::new("native")]).unwrap();
+        (dir, config, log)
+    }
+
+    #[test]
+    fn kafka_batches_are_kept_as_sent_and_read_as_records_after_a_reopen() {
+        let (dir, config, log) = log_with_a_native_record();
         let sent = kafka_batch(3, kafka_protocol::records::Compression::Gzip);
         let info = log.append_entry(kafka_spec(), 3, &sent).unwrap();
         assert_eq!(info.base_offset, Offset(1));
@@ -406,13 +412,7 @@ mod tests {
     /// version-2 one under the same name, not followed by a second segment of the same base.
     #[test]
     fn an_empty_version_1_active_segment_is_replaced_before_a_kafka_batch() {
-        let dir = tempfile::tempdir().unwrap();
-        let config = LogConfig {
-            segment_bytes: 64 << 10,
-            ..small()
-        };
-        let log = PartitionLog::open(dir.path(), config.clone()).unwrap();
-        log.append(&[Record::new("native")]).unwrap();
+        let (dir, config, log) = log_with_a_native_record();
         log.roll().unwrap();
         drop(log);
         set_segment_version(dir.path(), 1);
@@ -471,13 +471,7 @@ mod tests {
     /// not know is refused with a clear error.
     #[test]
     fn a_version_1_log_opens_and_takes_kafka_batches_in_a_new_segment() {
-        let dir = tempfile::tempdir().unwrap();
-        let config = LogConfig {
-            segment_bytes: 64 << 10,
-            ..small()
-        };
-        let log = PartitionLog::open(dir.path(), config.clone()).unwrap();
-        log.append(&[Record::new("native")]).unwrap();
+        let (dir, config, log) = log_with_a_native_record();
         drop(log);
         set_segment_version(dir.path(), 1);
         assert_eq!(segment_versions(dir.path()), vec![1]);

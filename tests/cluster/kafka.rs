@@ -742,9 +742,7 @@ async fn kafka_call<
 /// and no records; the client asks again for those.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kafka_fetch_answer_stays_within_the_requests_max_bytes() {
-    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-    use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
-    use kafka_protocol::protocol::StrBytes;
+    use kafka_protocol::messages::{ApiKey, FetchResponse};
     let dir = tempfile::tempdir().unwrap();
     let (brokers, addrs, kafka) = cluster(dir.path());
     let client = connect(&addrs).await;
@@ -759,21 +757,7 @@ async fn a_kafka_fetch_answer_stays_within_the_requests_max_bytes() {
     // Every partition's leader answers for its own; ask the leader of partition 0 for all
     // four (those it does not lead it answers from its replica: committed records either way).
     let at = kafka[leader as usize - 1];
-    let mut request = FetchRequest::default();
-    request.max_wait_ms = 0;
-    request.min_bytes = 1;
-    request.max_bytes = 300 << 10;
-    request.replica_id = kafka_protocol::messages::BrokerId(-1);
-    let mut topic = FetchTopic::default();
-    topic.topic = TopicName(StrBytes::from_static_str("wide"));
-    for p in 0..4 {
-        let mut fp = FetchPartition::default();
-        fp.partition = p;
-        fp.fetch_offset = 0;
-        fp.partition_max_bytes = 1 << 20;
-        topic.partitions.push(fp);
-    }
-    request.topics.push(topic);
+    let request = fetch_request("wide", 4, 300 << 10);
     // A broker may not host a replica yet (a majority acknowledged the writes): it answers
     // NOT_LEADER_OR_FOLLOWER for it until it does; asked again until every partition answers.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -803,6 +787,34 @@ async fn a_kafka_fetch_answer_stays_within_the_requests_max_bytes() {
     assert_eq!(with_records, 1, "one partition's records fit");
     drop(client);
     drop(brokers);
+}
+
+/// A Kafka Fetch request, answered at once, of partitions `0..partitions` of `topic` from
+/// offset 0: 1 MiB per partition, `max_bytes` in all.
+fn fetch_request(
+    topic: &str,
+    partitions: i32,
+    max_bytes: i32,
+) -> kafka_protocol::messages::FetchRequest {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::{FetchRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let mut request = FetchRequest::default();
+    request.max_wait_ms = 0;
+    request.min_bytes = 1;
+    request.max_bytes = max_bytes;
+    request.replica_id = kafka_protocol::messages::BrokerId(-1);
+    let mut t = FetchTopic::default();
+    t.topic = TopicName(StrBytes::from_string(topic.to_string()));
+    for p in 0..partitions {
+        let mut fp = FetchPartition::default();
+        fp.partition = p;
+        fp.fetch_offset = 0;
+        fp.partition_max_bytes = 1 << 20;
+        t.partitions.push(fp);
+    }
+    request.topics.push(t);
+    request
 }
 
 /// A Kafka Produce request (acks=all) of `records`, one Kafka record batch, to partition 0 of
@@ -906,9 +918,7 @@ fn kafka_batch(
 /// back to the same fetch as Kafka batches; a native fetch reads every batch as replog records.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_batches_are_served_as_sent_and_both_doors_read_one_log() {
-    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-    use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
-    use kafka_protocol::protocol::StrBytes;
+    use kafka_protocol::messages::{ApiKey, FetchResponse};
     use kafka_protocol::records::{Compression, RecordBatchDecoder};
     let dir = tempfile::tempdir().unwrap();
     let (brokers, addrs, kafka) = cluster(dir.path());
@@ -952,19 +962,7 @@ async fn kafka_batches_are_served_as_sent_and_both_doors_read_one_log() {
     }
 
     // The Kafka door: the Kafka batches as sent, the native ones converted.
-    let mut request = FetchRequest::default();
-    request.max_wait_ms = 0;
-    request.min_bytes = 1;
-    request.max_bytes = 1 << 20;
-    request.replica_id = kafka_protocol::messages::BrokerId(-1);
-    let mut topic = FetchTopic::default();
-    topic.topic = TopicName(StrBytes::from_static_str("doors"));
-    let mut fp = FetchPartition::default();
-    fp.partition = 0;
-    fp.fetch_offset = 0;
-    fp.partition_max_bytes = 1 << 20;
-    topic.partitions.push(fp);
-    request.topics.push(topic);
+    let request = fetch_request("doors", 1, 1 << 20);
     let (_, answer): (usize, FetchResponse) = kafka_call(at, ApiKey::Fetch, 12, &request).await;
     let partition = &answer.responses[0].partitions[0];
     assert_eq!(partition.error_code, 0);
