@@ -33,6 +33,16 @@ pub struct LogConfig {
     pub retention_ms: Option<u64>,
     /// How segment files are preallocated. Default [`Preallocate::Auto`].
     pub preallocate: Preallocate,
+    /// Bytes of disk blocks given to the active segment file at a time, ahead of the writer.
+    /// Default 1 MiB; at least 4 KiB; a value of `segment_bytes` or more gives a segment all
+    /// of its blocks when it is created.
+    ///
+    /// A segment file is `segment_bytes` long from the start, but only its written part and
+    /// at most two steps past it have blocks, so a broker with thousands of quiet partitions
+    /// does not hold `segment_bytes` of disk for each. A larger step means fewer
+    /// preallocations (one `fallocate(2)`, or one write of zeros, per step) and fewer, larger
+    /// extents.
+    pub preallocate_step_bytes: u64,
     /// How many segment files that retention or [`purge_to`](crate::PartitionLog::purge_to)
     /// deleted are kept to become later segments, instead of being unlinked. Default 2; 0
     /// turns recycling off.
@@ -59,6 +69,7 @@ impl Default for LogConfig {
             retention_bytes: None,
             retention_ms: None,
             preallocate: Preallocate::default(),
+            preallocate_step_bytes: 1 << 20,
             recycle_segments: 2,
         }
     }
@@ -97,6 +108,9 @@ impl LogConfig {
                 "segment_bytes",
                 format!("must be at most {SEGMENT_BYTES_LIMIT}"),
             );
+        }
+        if self.preallocate_step_bytes < 4096 {
+            return bad("preallocate_step_bytes", "must be at least 4096".into());
         }
         if self.retention_bytes == Some(0) {
             return bad(
@@ -151,6 +165,13 @@ mod tests {
                 ..d()
             }),
             "segment_bytes"
+        );
+        assert_eq!(
+            field(LogConfig {
+                preallocate_step_bytes: 4095,
+                ..d()
+            }),
+            "preallocate_step_bytes"
         );
         assert_eq!(
             field(LogConfig {

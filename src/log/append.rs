@@ -208,6 +208,10 @@ impl PartitionLog {
             mark.fill(0);
         }
         let bytes = w.buf.get(..frame_len + trailer).expect("sized above");
+        // Blocks first, so that a full disk refuses the batch before any byte of it is written
+        // (and the log stays writable once space is freed).
+        let end = w.handle.capacity() - w.handle.free_len() + bytes.len();
+        crate::segment::reserve(&mut w.handle, end, &self.opts)?;
         let pos = match self
             .opts
             .faults
@@ -238,6 +242,14 @@ impl PartitionLog {
         w.active.note_appended(pos, &header);
         w.cursor = Cursor::after(&header);
         self.publish(w);
+        // The next segment's file is made in the background once this one is half full (a
+        // quiet partition holds no spare), unless a recycled file is waiting.
+        if w.spare.is_none()
+            && w.recycled.is_empty()
+            && w.handle.free_len() < w.handle.capacity() / 2
+        {
+            self.start_spare(w);
+        }
         Ok(AppendInfo {
             log_index: LogIndex(header.log_index),
             base_offset: Offset(header.base_offset),

@@ -53,6 +53,7 @@ impl PartitionLog {
             capacity: config.segment_bytes,
             index_interval_bytes: config.index_interval_bytes,
             preallocate: config.preallocate,
+            preallocate_step: config.preallocate_step_bytes,
             limits: Limits {
                 record_bytes_max: config.record_bytes_max,
                 batch_bytes_max: config.batch_bytes_max,
@@ -137,7 +138,6 @@ impl PartitionLog {
             recovery,
             syncs: AtomicU64::new(0),
         };
-        log.start_spare(&mut log.writer.lock());
         Ok(log)
     }
 }

@@ -1,6 +1,6 @@
 //! Rolling: sealing the active segment and starting the next one, whose file comes from the
-//! pool of recycled segment files, else from the spare preallocated on a background thread,
-//! else is created on the spot.
+//! pool of recycled segment files, else from the spare made on a background thread once the
+//! active segment was half full, else is created on the spot.
 
 use std::sync::Arc;
 
@@ -19,9 +19,7 @@ impl PartitionLog {
     /// order. Recovery treats the sealed segments after the last one with an index as a
     /// possibly torn tail (FORMAT.md §7).
     pub(super) fn roll_locked(&self, w: &mut Writer) -> Result<()> {
-        let recycled = w.recycled.pop();
-        let from_pool = recycled.is_some();
-        let spare = recycled.or_else(|| self.take_spare(w));
+        let spare = w.recycled.pop().or_else(|| self.take_spare(w));
         let (seg, handle) = match Segment::create(&self.dir, w.cursor, &self.opts, spare, false) {
             Ok(created) => created,
             Err(e) => {
@@ -38,9 +36,6 @@ impl PartitionLog {
         self.segments.write().push(Arc::clone(&seg));
         let old = std::mem::replace(&mut w.active, seg);
         w.handle = handle;
-        if !from_pool {
-            self.start_spare(w);
-        }
         w.unsynced.push_back(old);
         self.sync_oldest_in_background(w)
     }
@@ -71,7 +66,6 @@ impl PartitionLog {
         }
         w.active = seg;
         w.handle = handle;
-        self.start_spare(w);
         Ok(())
     }
 
@@ -85,7 +79,7 @@ impl PartitionLog {
         }
     }
 
-    /// Starts preallocating the next segment's file in the background.
+    /// Starts making the next segment's file in the background.
     pub(super) fn start_spare(&self, w: &mut Writer) {
         if let Some(old) = self.take_spare(w) {
             old.discard();
@@ -120,6 +114,7 @@ mod tests {
         append_numbered, four_frame_segments, numbered, recycled_files, small_with_faults, values,
     };
     use super::*;
+    use crate::config::LogConfig;
     use crate::env::FaultPoint;
     use crate::error::Error;
     use crate::segment::format::{END_MARK, SEGMENT_HEADER_LEN, segment_file_name};
@@ -222,5 +217,121 @@ mod tests {
         assert_eq!(values(&log, 0).len() as u64, appended);
         log.append(&[Record::new("after")]).unwrap();
         assert_eq!(log.end_offset(), Offset(appended + 1));
+    }
+
+    /// Bytes of disk blocks a file holds.
+    fn blocks_bytes(path: &std::path::Path) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path).unwrap().blocks() * 512
+    }
+
+    fn files_ending(dir: &std::path::Path, suffix: &str) -> Vec<std::path::PathBuf> {
+        let mut v: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.to_string_lossy().ends_with(suffix))
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_segment_holds_blocks_only_for_its_data_and_a_step_past_it() {
+        const STEP: u64 = 1 << 20;
+        const SEGMENT: u64 = 16 << 20;
+        for mode in [crate::Preallocate::Fallocate, crate::Preallocate::Zeros] {
+            let dir = tempfile::tempdir().unwrap();
+            let cfg = LogConfig {
+                segment_bytes: SEGMENT,
+                preallocate: mode,
+                preallocate_step_bytes: STEP,
+                ..LogConfig::default()
+            };
+            let log = PartitionLog::open(dir.path(), cfg.clone()).unwrap();
+            let seg = dir.path().join(segment_file_name(0));
+            assert_eq!(std::fs::metadata(&seg).unwrap().len(), SEGMENT, "{mode:?}");
+            assert!(
+                blocks_bytes(&seg) <= STEP,
+                "{mode:?}: a new segment holds one step"
+            );
+            assert!(
+                files_ending(dir.path(), ".tmp").is_empty(),
+                "a quiet log has no spare"
+            );
+            // 6 MiB of records: blocks for the data and at most two steps past it.
+            let batch: Vec<Record> = (0..64).map(|_| Record::new(vec![7u8; 1000])).collect();
+            for _ in 0..96 {
+                log.append(&batch).unwrap();
+            }
+            let data = log.size_bytes();
+            let held = blocks_bytes(&seg);
+            assert!(
+                held >= data && held <= data + 2 * STEP,
+                "{mode:?}: {held} for {data}"
+            );
+            assert!(
+                files_ending(dir.path(), ".tmp").is_empty(),
+                "under half full: no spare"
+            );
+            // Past half full the next segment's file is made, one step of it.
+            for _ in 0..40 {
+                log.append(&batch).unwrap();
+            }
+            log.flush().unwrap();
+            drop(log);
+            let log = PartitionLog::open(dir.path(), cfg).unwrap();
+            assert_eq!(log.end_offset(), Offset(136 * 64), "{mode:?}");
+            for _ in 0..130 {
+                log.append(&batch).unwrap();
+            }
+            assert!(log.segment_count() >= 2);
+            let segments = files_ending(dir.path(), ".log");
+            let last = segments.last().unwrap();
+            assert!(blocks_bytes(last) <= blocks_bytes(&segments[0]), "{mode:?}");
+            assert_eq!(values(&log, 0).len() as u64, 266 * 64);
+        }
+    }
+
+    #[test]
+    fn a_full_disk_refuses_an_append_before_writing_and_the_log_stays_writable() {
+        let dir = tempfile::tempdir().unwrap();
+        let faults = crate::env::FaultInjector::new();
+        let env = crate::Env::default().with_disk_faults(std::sync::Arc::clone(&faults));
+        let cfg = LogConfig {
+            segment_bytes: 1 << 20,
+            batch_bytes_max: 64 << 10,
+            record_bytes_max: 64 << 10,
+            preallocate_step_bytes: 4096,
+            preallocate: crate::Preallocate::Fallocate,
+            ..LogConfig::default()
+        };
+        let log = PartitionLog::open_in(dir.path(), cfg, &env).unwrap();
+        let record = |i: u64| Record::new(format!("{i:06}").repeat(100));
+        let mut i = 0;
+        faults.fail_always(FaultPoint::Preallocate, std::io::ErrorKind::StorageFull);
+        let err = loop {
+            match log.append(&[record(i)]) {
+                Ok(info) => assert_eq!(info.base_offset, Offset(i)),
+                Err(e) => break e,
+            }
+            i += 1;
+            assert!(i < 100, "the first step fills within a few records");
+        };
+        assert!(
+            matches!(&err, Error::Io(e) if e.kind() == std::io::ErrorKind::StorageFull),
+            "{err}"
+        );
+        assert_eq!(
+            log.end_offset(),
+            Offset(i),
+            "nothing of the refused batch is in the log"
+        );
+        faults.clear();
+        log.append(&[record(i)]).unwrap();
+        log.flush().unwrap();
+        let expect: Vec<_> = (0..=i)
+            .map(|n| (n, format!("{n:06}").repeat(100).into_bytes()))
+            .collect();
+        assert_eq!(values(&log, 0), expect);
     }
 }

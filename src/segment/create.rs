@@ -15,21 +15,21 @@ use crate::env::sync_dir;
 use crate::env::{FaultPoint, Faults};
 use crate::error::Result;
 
-/// How a new segment file gets its disk blocks before it is memory-mapped.
-///
-/// Either way every page of the map has a block behind it, so a full disk fails segment
-/// creation with an error instead of crashing a later write with SIGBUS.
+/// How a segment file gets its disk blocks: ahead of the writer, a step of
+/// [`preallocate_step_bytes`](crate::LogConfig::preallocate_step_bytes) at a time, so that a
+/// full disk fails an append with an error before any byte of it is written, and a partition
+/// that holds little data takes little disk (a segment file is as long as its capacity, but
+/// only its written part and one step past it have blocks).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Preallocate {
-    /// `fallocate(2)`: instant, but the first write to each block later converts an
-    /// "unwritten" extent, which makes each sync after it slower.
+    /// `fallocate(2)` of each step: instant, but the first write to each block later converts
+    /// an "unwritten" extent, which makes each sync after it slower.
     Fallocate,
-    /// Write zeros over the whole segment once at creation (falls back from `Fallocate` where
-    /// the file system lacks it). Costs one sequential write of `segment_bytes` per segment,
-    /// and makes later syncs cheaper because they overwrite blocks that already exist. The
-    /// next segment is prepared on a background thread while the current one fills, so appends
-    /// do not wait for it.
+    /// Write zeros over each step, one step ahead of the writer (falls back from `Fallocate`
+    /// where the file system lacks it). Costs one more sequential write of every byte, and
+    /// makes syncs cheaper: the sync after a step's zeros gives the step its blocks once, and
+    /// the frames written there later overwrite blocks that already exist.
     Zeros,
     /// `Zeros` for a log on its own and for a broker with
     /// [`Durability::Fsync`](crate::Durability::Fsync), whose every acknowledgement waits for
@@ -50,11 +50,15 @@ pub(crate) struct SpareFile {
     file: File,
     path: PathBuf,
     capacity: u64,
+    /// Bytes at the start of the file that have blocks.
+    allocated: u64,
 }
 
 impl SpareFile {
-    /// Creates `dir/name`, preallocated to `opts.capacity` and synced.
+    /// Creates `dir/name`, `opts.capacity` bytes long with the first step's blocks
+    /// preallocated, and synced.
     pub(crate) fn create(dir: &Path, name: &str, opts: &SegmentOptions) -> io::Result<SpareFile> {
+        let allocated = opts.capacity.min(opts.preallocate_step.max(1));
         let path = dir.join(name);
         let result = (|| -> io::Result<File> {
             opts.faults.check(FaultPoint::CreateSegment)?;
@@ -64,7 +68,8 @@ impl SpareFile {
                 .create(true)
                 .truncate(true)
                 .open(&path)?;
-            preallocate(&file, opts.capacity, opts.preallocate, &opts.faults)?;
+            file.set_len(opts.capacity)?;
+            preallocate_from(&file, 0, allocated, opts.preallocate, &opts.faults)?;
             file.sync_all()?;
             Ok(file)
         })();
@@ -73,6 +78,7 @@ impl SpareFile {
                 file,
                 path,
                 capacity: opts.capacity,
+                allocated,
             }),
             Err(e) => {
                 let _ = std::fs::remove_file(&path);
@@ -172,7 +178,8 @@ impl Segment {
         let capacity = usize::try_from(opts.capacity)
             .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         let map = MappedFile::map_read_only(&file, capacity, SEGMENT_HEADER_LEN)?;
-        let handle = WriteHandle::new(Arc::clone(&map), file.try_clone()?);
+        let allocated = usize::try_from(spare.allocated).unwrap_or(capacity);
+        let handle = WriteHandle::new(Arc::clone(&map), file.try_clone()?, allocated);
         let state = SegmentState {
             data_len: SEGMENT_HEADER_LEN,
             cursor: base,
@@ -210,17 +217,45 @@ impl Segment {
         }
         seg.remove_index_file()?;
         std::fs::rename(&seg.path, &to)?;
+        // Its frames were written, so blocks exist at least that far.
+        let allocated = seg.state.read().data_len as u64;
         Ok(Recycled::Spare(SpareFile {
             file: seg.file,
             path: to,
             capacity,
+            allocated,
         }))
     }
 }
 
-/// Gives a new file `len` bytes of allocated blocks.
-fn preallocate(file: &File, len: u64, mode: Preallocate, faults: &Faults) -> io::Result<()> {
-    preallocate_from(file, 0, len, mode, faults)
+/// Gives the file `handle` writes blocks at least up to byte `end`, so that writing there
+/// cannot run out of disk: rounded up to a whole step, plus one more step for
+/// [`Preallocate::Zeros`] (whose zeros should reach the disk in an earlier sync than the
+/// frames written over them). Nothing below the published length is touched. On an error
+/// nothing the log holds has changed.
+pub(crate) fn reserve(
+    handle: &mut WriteHandle,
+    end: usize,
+    opts: &SegmentOptions,
+) -> io::Result<()> {
+    if end <= handle.allocated() {
+        return Ok(());
+    }
+    let step = opts.preallocate_step.max(1);
+    let mut to = (end as u64).div_ceil(step).saturating_mul(step);
+    if opts.preallocate != Preallocate::Fallocate {
+        to = to.saturating_add(step);
+    }
+    let to = to.min(handle.capacity() as u64);
+    preallocate_from(
+        handle.file(),
+        handle.allocated() as u64,
+        to,
+        opts.preallocate,
+        &opts.faults,
+    )?;
+    handle.allocated_to(usize::try_from(to).unwrap_or(usize::MAX));
+    Ok(())
 }
 
 /// Gives bytes `[from, len)` of `file` allocated blocks that read as zeros.

@@ -14,8 +14,10 @@
 //!    read-only map it scanned through, and before it maps the file again; retention and
 //!    truncation unlink whole files, which leaves existing maps valid, and retention renames a
 //!    file for reuse only once no map of it is left (`Segment::recycle`).
-//!    Files are preallocated to the mapped length before mapping, so a page of the map always
-//!    has a block behind it (no SIGBUS on a full disk either).
+//!    A file is as long as its map from the moment it is mapped (its tail may be a hole: reading
+//!    a hole through a map gives zeros, never a signal). Its blocks are allocated ahead of the
+//!    writer, a step at a time (`LogConfig::preallocate_step_bytes`), and every write goes
+//!    through `pwrite`, so a full disk is an error returned to the writer, never a SIGBUS.
 //! 2. **Bytes below the published length never change.** [`WriteHandle`] is the only writer,
 //!    there is exactly one per map, and it writes (through the file descriptor, into the page
 //!    cache the map shows) only at or above the published length. It publishes new bytes with a
@@ -125,13 +127,43 @@ impl AsRef<[u8]> for MapSlice {
 pub(crate) struct WriteHandle {
     map: Arc<MappedFile>,
     file: File,
+    /// Bytes `[0, allocated)` of the file have disk blocks: given by a preallocation that
+    /// returned, or written. Never below the published length.
+    allocated: usize,
 }
 
 impl WriteHandle {
     /// The writer for `map`, writing through `file` (the same file, which must not be written
-    /// by anyone else).
-    pub(crate) fn new(map: Arc<MappedFile>, file: File) -> Self {
-        WriteHandle { map, file }
+    /// by anyone else), whose first `allocated` bytes have disk blocks.
+    pub(crate) fn new(map: Arc<MappedFile>, file: File, allocated: usize) -> Self {
+        let allocated = allocated.max(map.published.load(Ordering::Relaxed));
+        WriteHandle {
+            map,
+            file,
+            allocated,
+        }
+    }
+
+    /// Bytes at the start of the file that have disk blocks.
+    pub(crate) fn allocated(&self) -> usize {
+        self.allocated
+    }
+
+    /// The mapped length, which is the file's length.
+    pub(crate) fn capacity(&self) -> usize {
+        self.map.raw.len()
+    }
+
+    /// Records that blocks `[allocated, to)` were given to the file through
+    /// [`file`](Self::file), which wrote nothing below the published length.
+    pub(crate) fn allocated_to(&mut self, to: usize) {
+        self.allocated = self.allocated.max(to.min(self.map.raw.len()));
+    }
+
+    /// The file, for preallocating blocks above [`allocated`](Self::allocated), never for
+    /// writing bytes a reader could see.
+    pub(crate) fn file(&self) -> &File {
+        &self.file
     }
 
     /// Bytes left between the published length and the end of the map.
@@ -152,6 +184,7 @@ impl WriteHandle {
             bytes.len()
         );
         self.file.write_all_at(bytes, pos as u64)?;
+        self.allocated = self.allocated.max(end);
         // Release: a reader that sees the new length sees the bytes written above.
         self.map.published.store(end - trailer, Ordering::Release);
         Ok(pos)
@@ -179,7 +212,7 @@ mod tests {
             .unwrap();
         file.set_len(4096).unwrap();
         let map = MappedFile::map_read_only(&file, 4096, 0).unwrap();
-        let mut w = WriteHandle::new(Arc::clone(&map), file.try_clone().unwrap());
+        let mut w = WriteHandle::new(Arc::clone(&map), file.try_clone().unwrap(), 0);
         assert!(map.published().is_empty());
         assert!(map.bytes(0, 5).is_none());
         assert_eq!(w.append(b"hello\0\0", 2).unwrap(), 0);

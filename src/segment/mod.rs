@@ -48,7 +48,7 @@ use index::IndexEntry;
 use mmap::MappedFile;
 use record::{FrameHeader, Limits};
 
-pub(crate) use create::{Recycled, SpareFile};
+pub(crate) use create::{Recycled, SpareFile, reserve};
 pub use inspect::{SegmentReport, inspect_segment};
 pub(crate) use open::Sealed;
 pub use scan::fuzz_scan_segment;
@@ -97,6 +97,8 @@ pub(crate) struct SegmentOptions {
     pub(crate) capacity: u64,
     pub(crate) index_interval_bytes: u32,
     pub(crate) preallocate: Preallocate,
+    /// Bytes of blocks given to a segment file at a time (`LogConfig::preallocate_step_bytes`).
+    pub(crate) preallocate_step: u64,
     pub(crate) limits: Limits,
     pub(crate) faults: Faults,
 }

@@ -8,7 +8,6 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::create::preallocate_from;
 use super::format::{
     FRAME_HEADER_LEN, SEGMENT_BYTES_LIMIT, SEGMENT_HEADER_LEN, SegmentHeader, index_file_name,
     segment_file_name,
@@ -22,7 +21,6 @@ use super::{
 };
 use crate::env::{FaultPoint, sync_dir};
 use crate::error::{CorruptKind, Result};
-use crate::segment::Preallocate;
 
 /// What opening a sealed segment found.
 #[derive(Debug)]
@@ -150,17 +148,11 @@ impl Segment {
         if !clean {
             // After a crash, stale bytes may follow the end; cut them off so that no stale frame
             // can ever line up behind a new one, then give the tail its blocks back.
+            // The tail becomes a hole (zeros); the writer gives it blocks again a step at a
+            // time, as it does in a new segment.
             let end = state.data_len as u64;
             file.set_len(end)?;
-            // fallocate, even where new segments are zero-filled: recovery should be quick, and
-            // only the rest of this one segment pays the slower first sync of unwritten blocks.
-            preallocate_from(
-                &file,
-                end,
-                capacity as u64,
-                Preallocate::Fallocate,
-                &opts.faults,
-            )?;
+            file.set_len(capacity as u64)?;
             opts.faults.check(FaultPoint::Sync)?;
             file.sync_all()?;
         }
@@ -174,7 +166,7 @@ impl Segment {
                 "recovery truncated the log's tail at an invalid frame");
         }
         let map = MappedFile::map_read_only(&file, capacity, state.data_len)?;
-        let handle = WriteHandle::new(Arc::clone(&map), file.try_clone()?);
+        let handle = WriteHandle::new(Arc::clone(&map), file.try_clone()?, state.data_len);
         Ok((
             Arc::new(Segment::new(dir, version, base, file, map, opts, state)),
             handle,

@@ -2347,3 +2347,57 @@ async fn a_broker_says_when_it_is_ready() {
     }
     shutdown_all(nodes).await;
 }
+
+/// Bytes of disk blocks held by the files under `dir`.
+fn disk_bytes_under(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    // Bounded by the number of directories under `dir`.
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let entry = entry.unwrap();
+            let meta = entry.metadata().unwrap();
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else {
+                total += meta.blocks() * 512;
+            }
+        }
+    }
+    total
+}
+
+/// A broker's disk grows with the data it holds, not with its partition count: each quiet
+/// partition holds one preallocation step (1 MiB), not a whole 64 MiB segment (and no spare
+/// file), so hundreds of partitions fit a small disk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_with_hundreds_of_quiet_partitions_holds_disk_for_its_data_only() {
+    const TOPIC_PARTITIONS: u32 = 300;
+    const STEP: u64 = 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = local_cluster(1, dir.path(), TOPIC, TOPIC_PARTITIONS, |c| {
+        assert_eq!(c.log.segment_bytes, 64 << 20, "the default segment size");
+        assert_eq!(c.log.preallocate_step_bytes, STEP, "the default step");
+    })
+    .await;
+    let config = cluster.config(1).unwrap().clone();
+    let logs = u64::from(TOPIC_PARTITIONS) + u64::from(config.offsets_topic_partitions) + 1;
+    let held = disk_bytes_under(dir.path());
+    assert!(
+        held <= logs * (STEP + (64 << 10)),
+        "{held} bytes of disk for {logs} quiet logs"
+    );
+    // 8 MiB into one partition: its disk grows by about that, and only by that.
+    let leader = cluster.node(1).unwrap();
+    let batch: Vec<Record> = (0..64).map(|_| Record::new(vec![5u8; 1 << 10])).collect();
+    for _ in 0..128 {
+        leader.append(TOPIC, 0, &batch).await.unwrap();
+    }
+    let grown = disk_bytes_under(dir.path()) - held;
+    assert!(
+        (8 << 20..=(8 << 20) + 3 * STEP + (1 << 20)).contains(&grown),
+        "{grown} bytes more for 8 MiB of records"
+    );
+    cluster.shutdown().await.unwrap();
+}
