@@ -118,6 +118,20 @@ pub(crate) struct KafkaConfig {
     pub(crate) connections_max: usize,
     pub(crate) idle: Duration,
     pub(crate) frame_timeout: Duration,
+    /// The largest batch a partition holds (a fetch answers at least one whole).
+    pub(crate) batch_bytes_max: u32,
+    /// The broker's budgets for clients' request and answer bytes, shared with its native
+    /// door.
+    pub(crate) budgets: crate::transport::ClientBudgets,
+}
+
+/// Bytes of a budget held until an answer is written (or a request served).
+type Held = Option<tokio::sync::OwnedSemaphorePermit>;
+
+/// Takes `bytes` of `budget`, waiting for them; `None` only once the budget is closed.
+async fn take(budget: &Arc<tokio::sync::Semaphore>, bytes: usize) -> Held {
+    let n = u32::try_from(bytes).unwrap_or(u32::MAX);
+    Arc::clone(budget).acquire_many_owned(n).await.ok()
 }
 
 /// Serves Kafka clients on `listener` until `shutdown`.
@@ -181,29 +195,35 @@ async fn serve(
         if len < 8 || len as u64 > u64::from(config.frame_bytes_max) {
             return Err(std::io::Error::other(format!("a request of {len} bytes")));
         }
-        let mut body = vec![0u8; len as usize];
-        tokio::time::timeout(config.frame_timeout, stream.read_exact(&mut body))
+        // The body's bytes come out of the broker's request budget before they are read, and
+        // go back once the request is served (a produce's records are read from the body).
+        let read_body = async {
+            let held = take(&config.budgets.requests, len as usize).await;
+            let mut body = vec![0u8; len as usize];
+            stream.read_exact(&mut body).await.map(|_| (body, held))
+        };
+        let (body, request_held) = tokio::time::timeout(config.frame_timeout, read_body)
             .await
             .map_err(|_| std::io::Error::other("request not sent in time"))??;
-        let Some(answer) = answer(Bytes::from(body), service, config, from).await? else {
+        let answered = answer(Bytes::from(body), service, config, from).await?;
+        drop(request_held);
+        let Some((answer, _answer_held)) = answered else {
             continue;
         };
-        let mut out = BytesMut::with_capacity(answer.len() + 4);
-        out.put_i32(i32::try_from(answer.len()).unwrap_or(i32::MAX));
-        out.extend_from_slice(&answer);
-        tokio::time::timeout(config.frame_timeout, stream.write_all(&out))
+        tokio::time::timeout(config.frame_timeout, stream.write_all(&answer))
             .await
             .map_err(|_| std::io::Error::other("answer not read in time"))??;
     }
 }
 
-/// Decodes a request, serves it, encodes the answer (`None`: no answer, a produce with acks 0).
+/// Decodes a request, serves it, encodes the answer (`None`: no answer, a produce with acks 0),
+/// with the answer budget's bytes it holds until it is written (a fetch's).
 async fn answer(
     mut body: Bytes,
     service: &BrokerService,
     config: &KafkaConfig,
     from: Option<SocketAddr>,
-) -> std::io::Result<Option<Bytes>> {
+) -> std::io::Result<Option<(Bytes, Held)>> {
     let bad = |what: String| std::io::Error::other(what);
     let (key, version) = {
         let mut peek = &body[..];
@@ -225,7 +245,7 @@ async fn answer(
             0,
             &ResponseKind::ApiVersions(r),
         )
-        .map(Some);
+        .map(|a| Some((a, None)));
     }
     if !served.is_some_and(|(_, min, max)| (*min..=*max).contains(&version)) {
         // Answered with the API's own answer carrying UNSUPPORTED_VERSION where that answer
@@ -250,7 +270,7 @@ async fn answer(
         let Some(refusal) = per_item.or_else(|| unsupported(api, version)) else {
             return Err(bad(format!("{api:?} v{version} is not served")));
         };
-        return encode(header.correlation_id, api, version, &refusal).map(Some);
+        return encode(header.correlation_id, api, version, &refusal).map(|a| Some((a, None)));
     }
     let header = decode_guarded(|| {
         RequestHeader::decode(&mut body, api.request_header_version(version))
@@ -272,9 +292,14 @@ async fn answer(
             ResponseKind::Produce(response)
         }
         RequestKind::Fetch(r) => {
-            // An answer leaves room for its own framing within the frame limit.
-            let budget = (config.frame_bytes_max as usize).saturating_sub(64 << 10);
-            ResponseKind::Fetch(fetch(r, version, service, budget).await)
+            let (response, held) = fetch(r, version, service, config).await;
+            return encode(
+                header.correlation_id,
+                api,
+                version,
+                &ResponseKind::Fetch(response),
+            )
+            .map(|a| Some((a, held)));
         }
         RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(list_offsets(r, service)),
         RequestKind::InitProducerId(r) => ResponseKind::InitProducerId(init_producer_id(&r)),
@@ -317,7 +342,7 @@ async fn answer(
         }
         other => return Err(bad(format!("{other:?} is not served"))),
     };
-    encode(header.correlation_id, api, version, &response).map(Some)
+    encode(header.correlation_id, api, version, &response).map(|a| Some((a, None)))
 }
 
 /// The answer to an API (or version) this listener does not serve, for the APIs whose answer
@@ -407,6 +432,8 @@ fn decode_guarded<T>(f: impl FnOnce() -> Result<T, String>) -> Result<T, String>
         .unwrap_or_else(|_| Err("a request the decoder could not read".into()))
 }
 
+/// The answer's frame: its big-endian length, then the response header and body, encoded
+/// into one buffer.
 fn encode(
     correlation_id: i32,
     api: ApiKey,
@@ -414,6 +441,7 @@ fn encode(
     response: &ResponseKind,
 ) -> std::io::Result<Bytes> {
     let mut out = BytesMut::new();
+    out.put_i32(0);
     let mut header = ResponseHeader::default();
     header.correlation_id = correlation_id;
     header
@@ -422,6 +450,12 @@ fn encode(
     response
         .encode(&mut out, version)
         .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let len =
+        i32::try_from(out.len() - 4).map_err(|_| std::io::Error::other("an answer over 2 GiB"))?;
+    if let Some(mut prefix) = out.get_mut(..4) {
+        // Kafka's framing is big-endian: `BufMut` writes it.
+        prefix.put_i32(len);
+    }
     Ok(out.freeze())
 }
 
@@ -753,6 +787,30 @@ fn kafka_batches(batches: &[crate::segment::record::Batch]) -> Result<Bytes, Str
     Ok(out.freeze())
 }
 
+/// What a Kafka fetch answer may hold in memory, reserved before the log is read: its records
+/// (within `budget`, and each partition's own `partition_max_bytes`, but a partition's first
+/// batch is sent whole), twice (the Kafka batches built from them, then the encoded answer),
+/// at most two frames (which the broker's answer budget always holds).
+fn fetch_answer_bytes(request: &FetchRequest, budget: usize, config: &KafkaConfig) -> usize {
+    let batch = config.batch_bytes_max as usize + 4096;
+    let asked: usize = request
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .map(|p| {
+            usize::try_from(p.partition_max_bytes)
+                .unwrap_or(0)
+                .max(batch)
+                .saturating_add(256)
+        })
+        .fold(0, usize::saturating_add);
+    asked
+        .min(budget.max(batch))
+        .saturating_add(64 << 10)
+        .saturating_mul(2)
+        .min((config.frame_bytes_max as usize).saturating_mul(2))
+}
+
 /// A topic's partitions as a fetch read them.
 type PartitionAnswers = (
     TopicName,
@@ -784,8 +842,10 @@ async fn fetch(
     request: FetchRequest,
     version: i16,
     service: &BrokerService,
-    frame_budget: usize,
-) -> FetchResponse {
+    config: &KafkaConfig,
+) -> (FetchResponse, Held) {
+    // An answer leaves room for its own framing within the frame limit.
+    let frame_budget = (config.frame_bytes_max as usize).saturating_sub(64 << 10);
     let max_wait = Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0));
     let asks: Vec<(TopicName, Vec<(i32, Fetch)>)> = request
         .topics
@@ -819,7 +879,8 @@ async fn fetch(
     let budget = usize::try_from(request.max_bytes)
         .unwrap_or(0)
         .min(frame_budget);
-    let read = || {
+    // `allowed`: whether records may be read (the answer's bytes were reserved).
+    let read = |allowed: bool| {
         let mut any = false;
         let mut records = false;
         let mut spent = 0usize;
@@ -833,7 +894,9 @@ async fn fetch(
                         let size = |f: &crate::node::service::Fetched| -> usize {
                             f.batches.iter().map(|b| b.payload.len() + 64).sum()
                         };
-                        let r = if !records {
+                        let r = if !allowed {
+                            marks_only(service, f)
+                        } else if !records {
                             service.fetch(f)
                         } else if left == 0 {
                             marks_only(service, f)
@@ -864,9 +927,26 @@ async fn fetch(
             .collect();
         (any, answers)
     };
-    let (any, mut answers) = read();
-    if !any && request.min_bytes > 0 && !max_wait.is_zero() {
-        // The long poll: wait on the first partition asked for, then read again.
+    // What the answer may take (its records, a whole first batch at least, and their framing)
+    // comes out of the broker's answer budget before the log is read, and goes back once the
+    // answer is written: clients that fetch and never read hold no more than the budget.
+    // While the budget is spent (clients that fetch and never read hold it until the frame
+    // timeout closes them), a fetch waits for it no longer than it would long-poll, and is
+    // answered with its partitions' marks and no records: the client asks again, and fetches
+    // do not queue up behind the budget.
+    let answer_bytes = fetch_answer_bytes(&request, budget, config);
+    let within = max_wait.clamp(Duration::from_millis(10), Duration::from_secs(5));
+    let reserve = || async {
+        tokio::time::timeout(within, take(&config.budgets.answers, answer_bytes))
+            .await
+            .ok()
+            .flatten()
+    };
+    let mut held = reserve().await;
+    let (any, mut answers) = read(held.is_some());
+    if held.is_some() && !any && request.min_bytes > 0 && !max_wait.is_zero() {
+        // The long poll: wait on the first partition asked for, holding no budget, then read
+        // again.
         if let Some((_, f)) = asks.first().and_then(|(_, ps)| ps.first()) {
             let wait = Fetch {
                 partition: f.partition.clone(),
@@ -875,8 +955,10 @@ async fn fetch(
                 max_wait,
                 min_bytes: 1,
             };
+            drop(held);
             service.wait_for_fetch(&wait).await;
-            (_, answers) = read();
+            held = reserve().await;
+            (_, answers) = read(held.is_some());
         }
     }
     let mut r = FetchResponse::default();
@@ -920,7 +1002,7 @@ async fn fetch(
         r.responses.push(t);
     }
     r.error_code = code::NONE;
-    r
+    (r, held)
 }
 
 fn list_offsets(request: ListOffsetsRequest, service: &BrokerService) -> ListOffsetsResponse {

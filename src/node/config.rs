@@ -67,12 +67,14 @@ pub struct NodeConfig {
     /// (a client that pipelines without reading holds at most this many answers). Peers' Raft
     /// traffic is not counted. Default 256.
     pub requests_in_flight_max: usize,
-    /// Bytes of frame bodies being read, over all connections together (Kafka's
-    /// `queued.max.request.bytes`); a frame waits for its share, within
-    /// `frame_read_timeout_ms`. At least `frame_bytes_max`. Default 256 MiB.
+    /// Bytes of frame bodies being read, over all connections together, the Kafka
+    /// listener's included (Kafka's `queued.max.request.bytes`); a frame waits for its share,
+    /// within `frame_read_timeout_ms`. At least `frame_bytes_max`. Default 256 MiB.
     pub buffered_request_bytes_max: usize,
-    /// Bytes of answers built and not yet written, over all connections together: a fetch
-    /// reserves the bytes its answer may take before it reads the log, and waits for them.
+    /// Bytes of answers built and not yet written, over all connections together, the Kafka
+    /// listener's included: a fetch reserves the bytes its answer may take before it reads
+    /// the log, and waits for them (a Kafka fetch waits no longer than its `max_wait_ms`, and
+    /// is then answered without records).
     /// One connection holds at most two full frames of them, and a connection whose answers
     /// are not written within `frame_read_timeout_ms` (a client that never reads) is closed.
     /// At least two full frames (`2 × frame_bytes_max`). Default 256 MiB.

@@ -337,6 +337,8 @@ impl Node {
             service: BrokerService::new(Arc::clone(&broker)),
         });
         let shutdown_for_retention = shutdown_rx.clone();
+        let limits = broker.config.server_limits();
+        let client_budgets = crate::transport::ClientBudgets::new(&limits);
         let kafka = match broker.config.kafka_listen {
             Some(at) => {
                 let listener = tokio::net::TcpListener::bind(at).await?;
@@ -350,6 +352,8 @@ impl Node {
                     connections_max: broker.config.connections_max,
                     idle: Duration::from_millis(broker.config.connections_max_idle_ms),
                     frame_timeout: Duration::from_millis(broker.config.frame_read_timeout_ms),
+                    batch_bytes_max: broker.config.log.batch_bytes_max,
+                    budgets: client_budgets.clone(),
                 };
                 tracing::info!(%local, "kafka listener");
                 Some(crate::kafka::spawn(
@@ -361,12 +365,7 @@ impl Node {
             }
             None => None,
         };
-        let server = spawn_server(
-            listener,
-            handler,
-            broker.config.server_limits(),
-            shutdown_rx,
-        );
+        let server = spawn_server(listener, handler, limits, client_budgets, shutdown_rx);
         let follower = tokio::spawn(follow_metadata(
             Arc::clone(&broker),
             shutdown_for_retention.clone(),

@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 
 use frame::OutFrame;
 pub(crate) use peer::{CallError, Peer, PeerSet};
-pub(crate) use server::{Answer, AnswerBudget, Handler, ServerLimits, spawn_server};
+pub(crate) use server::{Answer, AnswerBudget, ClientBudgets, Handler, ServerLimits, spawn_server};
 pub(crate) use turns::{Turn, Turns};
 
 /// A boxed, sendable future.

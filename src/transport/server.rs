@@ -120,6 +120,28 @@ pub(crate) struct ServerLimits {
     pub(crate) connection_answer_bytes_max: usize,
 }
 
+/// The broker-wide budgets that both of its doors (this server and the Kafka listener) take
+/// client memory from: bytes of request bodies being read, and bytes of answers not yet
+/// written. One set per broker, so that its two listeners together hold no more than the
+/// configured limits.
+#[derive(Clone, Debug)]
+pub(crate) struct ClientBudgets {
+    /// Of `ServerLimits::buffered_bytes_max`.
+    pub(crate) requests: Arc<tokio::sync::Semaphore>,
+    /// Of `ServerLimits::answer_bytes_max`.
+    pub(crate) answers: Arc<tokio::sync::Semaphore>,
+}
+
+impl ClientBudgets {
+    /// Budgets of the sizes `limits` gives.
+    pub(crate) fn new(limits: &ServerLimits) -> ClientBudgets {
+        ClientBudgets {
+            requests: Arc::new(tokio::sync::Semaphore::new(limits.buffered_bytes_max)),
+            answers: Arc::new(tokio::sync::Semaphore::new(limits.answer_bytes_max)),
+        }
+    }
+}
+
 /// The server's shares of frame-body memory: one for clients' frames, one for Raft frames.
 struct Budgets {
     clients: Arc<tokio::sync::Semaphore>,
@@ -159,18 +181,20 @@ impl Probation {
 }
 
 /// Accepts connections on `listener` until `shutdown` turns true, within `limits`.
+/// Clients' memory comes from `clients`, which the broker's other door may share.
 pub(crate) fn spawn_server(
     listener: TcpListener,
     handler: Arc<dyn Handler>,
     limits: ServerLimits,
+    clients: ClientBudgets,
     mut shutdown: watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let open = Arc::new(AtomicU64::new(0));
         let budgets = Arc::new(Budgets {
-            clients: Arc::new(tokio::sync::Semaphore::new(limits.buffered_bytes_max)),
+            clients: clients.requests,
             peers: Arc::new(tokio::sync::Semaphore::new(limits.peer_buffered_bytes_max)),
-            answers: Arc::new(tokio::sync::Semaphore::new(limits.answer_bytes_max)),
+            answers: clients.answers,
         });
         let clients_max = limits
             .connections_max

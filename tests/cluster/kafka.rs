@@ -679,21 +679,15 @@ async fn kafka_connect(at: SocketAddr) -> tokio::net::TcpStream {
     }
 }
 
-/// Sends one Kafka request on `s` and reads its answer: the answer frame's length and the
-/// decoded response. Kafka's framing: a big-endian length, a header, the body.
-async fn kafka_call_on<
-    Req: kafka_protocol::protocol::Encodable,
-    Resp: kafka_protocol::protocol::Decodable,
->(
-    s: &mut tokio::net::TcpStream,
+/// A Kafka request as sent: a big-endian length, a header (correlation id 5), the body.
+pub(crate) fn kafka_frame<Req: kafka_protocol::protocol::Encodable>(
     api: kafka_protocol::messages::ApiKey,
     version: i16,
     request: &Req,
-) -> (usize, Resp) {
-    use bytes::{Buf, BufMut, BytesMut};
-    use kafka_protocol::messages::{RequestHeader, ResponseHeader};
-    use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+) -> bytes::BytesMut {
+    use bytes::{BufMut, BytesMut};
+    use kafka_protocol::messages::RequestHeader;
+    use kafka_protocol::protocol::{Encodable, StrBytes};
     let mut header = RequestHeader::default();
     header.request_api_key = api as i16;
     header.request_api_version = version;
@@ -707,6 +701,25 @@ async fn kafka_call_on<
     let mut framed = BytesMut::new();
     framed.put_i32(body.len() as i32);
     framed.extend_from_slice(&body);
+    framed
+}
+
+/// Sends one Kafka request on `s` and reads its answer: the answer frame's length and the
+/// decoded response. Kafka's framing: a big-endian length, a header, the body.
+async fn kafka_call_on<
+    Req: kafka_protocol::protocol::Encodable,
+    Resp: kafka_protocol::protocol::Decodable,
+>(
+    s: &mut tokio::net::TcpStream,
+    api: kafka_protocol::messages::ApiKey,
+    version: i16,
+    request: &Req,
+) -> (usize, Resp) {
+    use bytes::Buf;
+    use kafka_protocol::messages::ResponseHeader;
+    use kafka_protocol::protocol::Decodable;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let framed = kafka_frame(api, version, request);
     tokio::time::timeout(Duration::from_secs(30), async {
         s.write_all(&framed).await.unwrap();
         let mut len = [0u8; 4];
@@ -791,7 +804,7 @@ async fn a_kafka_fetch_answer_stays_within_the_requests_max_bytes() {
 
 /// A Kafka Fetch request, answered at once, of partitions `0..partitions` of `topic` from
 /// offset 0: 1 MiB per partition, `max_bytes` in all.
-fn fetch_request(
+pub(crate) fn fetch_request(
     topic: &str,
     partitions: i32,
     max_bytes: i32,
