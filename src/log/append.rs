@@ -8,7 +8,9 @@ use crate::env::FaultPoint;
 use crate::error::{Error, Result};
 use crate::segment::Cursor;
 use crate::segment::format::{END_MARK, EntryKind, PayloadFormat};
-use crate::segment::record::{FrameHeader, Payload, Record, body_len_for, encode_frame};
+use crate::segment::record::{
+    FrameHeader, Payload, Record, body_len_for, encode_frame, encode_frame_header,
+};
 use crate::types::{LogIndex, Offset, Term};
 
 /// What a caller of the crate-internal append path decides about a new entry; anything left
@@ -189,35 +191,45 @@ impl PartitionLog {
             });
         }
         let w = &mut *w;
-        // Encode into the reused buffer (every byte of the frame is written, so stale bytes in
-        // it do not matter), then write it after the published bytes in one pwrite, followed
-        // by the end-of-data mark where it fits (FORMAT.md §7: the bytes after a segment's
-        // data may be a recycled file's old frames).
+        // Written after the published bytes in one write, followed by the end-of-data mark
+        // where it fits (FORMAT.md §7: the bytes after a segment's data may be a recycled
+        // file's old frames).
         let trailer = if w.handle.free_len() - frame_len >= END_MARK.len() {
             END_MARK.len()
         } else {
             0
         };
-        if w.buf.len() < frame_len + trailer {
-            w.buf.resize(frame_len + trailer, 0);
-        }
-        let frame = w.buf.get_mut(..frame_len).expect("sized above");
-        let written = encode_frame(frame, &header, payload);
-        debug_assert_eq!(written, frame_len);
-        if let Some(mark) = w.buf.get_mut(frame_len..frame_len + trailer) {
-            mark.fill(0);
-        }
-        let bytes = w.buf.get(..frame_len + trailer).expect("sized above");
         // Blocks first, so that a full disk refuses the batch before any byte of it is written
         // (and the log stays writable once space is freed).
-        let end = w.handle.capacity() - w.handle.free_len() + bytes.len();
+        let end = w.handle.capacity() - w.handle.free_len() + frame_len + trailer;
         crate::segment::reserve(&mut w.handle, end, &self.opts)?;
-        let pos = match self
-            .opts
-            .faults
-            .check(FaultPoint::Write)
-            .and_then(|()| w.handle.append(bytes, trailer))
-        {
+        let written = self.opts.faults.check(FaultPoint::Write).and_then(|()| {
+            match payload {
+                // An encoded payload (a Raft entry, a Kafka batch) is written where it is,
+                // after its header: no copy.
+                Payload::Raw(bytes) => {
+                    let head = encode_frame_header(&header, bytes);
+                    let mark = END_MARK.get(..trailer).unwrap_or_default();
+                    w.handle.append_parts([&head, bytes, mark], trailer)
+                }
+                // Records are encoded into the reused buffer (every byte of the frame is
+                // written, so stale bytes in it do not matter).
+                Payload::Records(_) => {
+                    if w.buf.len() < frame_len + trailer {
+                        w.buf.resize(frame_len + trailer, 0);
+                    }
+                    let frame = w.buf.get_mut(..frame_len).expect("sized above");
+                    let encoded = encode_frame(frame, &header, payload);
+                    debug_assert_eq!(encoded, frame_len);
+                    if let Some(mark) = w.buf.get_mut(frame_len..frame_len + trailer) {
+                        mark.fill(0);
+                    }
+                    let bytes = w.buf.get(..frame_len + trailer).expect("sized above");
+                    w.handle.append(bytes, trailer)
+                }
+            }
+        });
+        let pos = match written {
             Ok(pos) => {
                 self.opts
                     .faults

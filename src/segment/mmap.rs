@@ -190,6 +190,37 @@ impl WriteHandle {
         Ok(pos)
     }
 
+    /// [`append`](Self::append) of the concatenation of `parts`, written with one `pwritev`
+    /// (more only after a short write) instead of being copied together first.
+    pub(crate) fn append_parts(&mut self, parts: [&[u8]; 3], trailer: usize) -> io::Result<usize> {
+        let pos = self.map.published.load(Ordering::Relaxed);
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let end = pos + len;
+        assert!(
+            end <= self.map.raw.len() && trailer <= len,
+            "append of {len} at {pos} past the map"
+        );
+        let mut slices = parts.map(io::IoSlice::new);
+        let mut slices = &mut slices[..];
+        let mut at = pos as u64;
+        // Bounded by `len`: each turn writes at least one byte or returns.
+        while !slices.is_empty() {
+            match rustix::io::pwritev(&self.file, slices, at) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    at += n as u64;
+                    io::IoSlice::advance_slices(&mut slices, n);
+                }
+                Err(e) if e == rustix::io::Errno::INTR => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.allocated = self.allocated.max(end);
+        // Release: a reader that sees the new length sees the bytes written above.
+        self.map.published.store(end - trailer, Ordering::Release);
+        Ok(pos)
+    }
+
     /// The map this handle writes.
     pub(crate) fn map(&self) -> &Arc<MappedFile> {
         &self.map

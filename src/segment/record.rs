@@ -225,6 +225,50 @@ pub(crate) enum Payload<'a> {
 pub(crate) fn encode_frame(dst: &mut [u8], header: &FrameHeader, payload: &Payload<'_>) -> usize {
     let frame_len = header.frame_len();
     assert!(dst.len() >= frame_len, "caller sizes dst for the frame");
+    put_header_fields(dst, header);
+    let mut pos = FRAME_HEADER_LEN;
+    match payload {
+        Payload::Records(records) => {
+            for r in *records {
+                pos += r.encode(dst.get_mut(pos..frame_len).expect("sized by caller"));
+            }
+        }
+        Payload::Raw(bytes) => {
+            put(dst, pos, bytes);
+            pos += bytes.len();
+        }
+    }
+    assert_eq!(
+        pos, frame_len,
+        "payload_len disagrees with the encoded payload"
+    );
+    let crc = crc32fast::hash(dst.get(FRAME_LOG_INDEX_POS..frame_len).expect("sized"));
+    put(dst, FRAME_BODY_LEN_POS, &header.body_len.to_le_bytes());
+    put(dst, FRAME_CRC_POS, &crc.to_le_bytes());
+    frame_len
+}
+
+/// The header of the frame whose payload is `payload` (already encoded), so that the frame can
+/// be written as the header followed by `payload` without copying it: the same bytes
+/// [`encode_frame`] writes for `Payload::Raw(payload)`.
+pub(crate) fn encode_frame_header(header: &FrameHeader, payload: &[u8]) -> [u8; FRAME_HEADER_LEN] {
+    assert_eq!(
+        header.frame_len(),
+        FRAME_HEADER_LEN + payload.len(),
+        "payload_len disagrees with the payload"
+    );
+    let mut dst = [0u8; FRAME_HEADER_LEN];
+    put_header_fields(&mut dst, header);
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(dst.get(FRAME_LOG_INDEX_POS..).expect("sized"));
+    crc.update(payload);
+    put(&mut dst, FRAME_BODY_LEN_POS, &header.body_len.to_le_bytes());
+    put(&mut dst, FRAME_CRC_POS, &crc.finalize().to_le_bytes());
+    dst
+}
+
+/// Writes every header field but `body_len` and the CRC (FORMAT.md §4).
+fn put_header_fields(dst: &mut [u8], header: &FrameHeader) {
     put(dst, FRAME_LOG_INDEX_POS, &header.log_index.to_le_bytes());
     put(dst, FRAME_TERM_POS, &header.term.to_le_bytes());
     put(
@@ -260,26 +304,6 @@ pub(crate) fn encode_frame(dst: &mut [u8], header: &FrameHeader, payload: &Paylo
         &header.base_sequence.to_le_bytes(),
     );
     put(dst, FRAME_RESERVED2_POS, &0u32.to_le_bytes());
-    let mut pos = FRAME_HEADER_LEN;
-    match payload {
-        Payload::Records(records) => {
-            for r in *records {
-                pos += r.encode(dst.get_mut(pos..frame_len).expect("sized by caller"));
-            }
-        }
-        Payload::Raw(bytes) => {
-            put(dst, pos, bytes);
-            pos += bytes.len();
-        }
-    }
-    assert_eq!(
-        pos, frame_len,
-        "payload_len disagrees with the encoded payload"
-    );
-    let crc = crc32fast::hash(dst.get(FRAME_LOG_INDEX_POS..frame_len).expect("sized"));
-    put(dst, FRAME_BODY_LEN_POS, &header.body_len.to_le_bytes());
-    put(dst, FRAME_CRC_POS, &crc.to_le_bytes());
-    frame_len
 }
 
 /// The `body_len` of a frame with a payload of `payload_len` bytes, if it is within limits.
@@ -933,6 +957,28 @@ mod tests {
                 max: 1024
             })
         ));
+    }
+
+    #[test]
+    fn a_header_written_before_its_payload_is_the_frame_encode_frame_writes() {
+        let records = sample();
+        let (h, whole) = encode(&records);
+        let payload = &whole[FRAME_HEADER_LEN..];
+        let head = encode_frame_header(&h, payload);
+        assert_eq!([&head[..], payload].concat(), whole);
+        let kafka = FrameHeader {
+            format: PayloadFormat::Kafka,
+            producer_id: 7,
+            producer_epoch: 2,
+            base_sequence: 40,
+            ..h
+        };
+        let mut raw = vec![0u8; kafka.frame_len()];
+        encode_frame(&mut raw, &kafka, &Payload::Raw(payload));
+        assert_eq!(
+            [&encode_frame_header(&kafka, payload)[..], payload].concat(),
+            raw
+        );
     }
 
     #[test]
