@@ -17,6 +17,8 @@
 //! | `replog_follower_last_ack_seconds` | gauge | topic, partition, follower | on the leader: time since the follower last acknowledged it |
 //! | `replog_requests_total` | counter | op | requests served, by operation (`produce`, `fetch`, `group`, `append_entries`...) |
 //! | `replog_request_duration_seconds` | histogram | op | time to serve one request (a long poll's wait included) |
+//! | `replog_kafka_requests_total` | counter | api | requests the Kafka listener served, by Kafka's name of the API (`Produce`, `Fetch`, `Metadata`...; `unknown` for a key Kafka does not define) |
+//! | `replog_kafka_request_duration_seconds` | histogram | api | time to serve one Kafka request (a long poll's wait included), before its answer is written |
 //! | `replog_group_members` | gauge | group | members of a group this broker coordinates |
 //! | `replog_group_generation` | gauge | group | its generation |
 //! | `replog_group_lag` | gauge | group, topic, partition | high watermark minus the committed offset, where this broker hosts the partition |
@@ -72,6 +74,13 @@ pub(crate) fn follower_lag(
 pub(crate) fn request(op: &'static str, took: Duration) {
     metrics::counter!("replog_requests_total", "op" => op).increment(1);
     metrics::histogram!("replog_request_duration_seconds", "op" => op).record(took.as_secs_f64());
+}
+
+/// One request served by the Kafka listener; `api` is Kafka's name of its API.
+pub(crate) fn kafka_request(api: String, took: Duration) {
+    metrics::counter!("replog_kafka_requests_total", "api" => api.clone()).increment(1);
+    metrics::histogram!("replog_kafka_request_duration_seconds", "api" => api)
+        .record(took.as_secs_f64());
 }
 
 /// A group this broker coordinates.

@@ -205,7 +205,12 @@ async fn serve(
         let (body, request_held) = tokio::time::timeout(config.frame_timeout, read_body)
             .await
             .map_err(|_| std::io::Error::other("request not sent in time"))??;
-        let answered = answer(Bytes::from(body), service, config, from).await?;
+        let started = std::time::Instant::now();
+        let api = ApiKey::try_from((&body[..]).get_i16())
+            .map_or_else(|_| "unknown".to_string(), |k| format!("{k:?}"));
+        let answered = answer(Bytes::from(body), service, config, from).await;
+        crate::metrics::kafka_request(api, started.elapsed());
+        let answered = answered?;
         drop(request_held);
         let Some((answer, _answer_held)) = answered else {
             continue;

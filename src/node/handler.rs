@@ -131,17 +131,35 @@ impl Handler for NodeHandler {
                         service.wait_for_fetch(fetch).await;
                         held = answers.reserve(service.fetch_answer_bytes(fetch)).await;
                     }
-                    encode_response(&request.and_then(|fetch| {
+                    let answer = async {
+                        let fetch = request?;
                         let fetched = service.fetch(&fetch).map_err(wire)?;
+                        let max = service.fetch_bytes_max(&fetch);
+                        let (high_watermark, log_start) =
+                            (fetched.high_watermark.get(), fetched.log_start.get());
+                        let kafka = fetched
+                            .batches
+                            .iter()
+                            .any(|b| b.format == crate::segment::format::PayloadFormat::Kafka);
+                        let batches = if kafka {
+                            // Decompressing a Kafka producer's batches is CPU work of up to
+                            // the answer's size: off the runtime's workers.
+                            let batches = fetched.batches;
+                            tokio::task::spawn_blocking(move || {
+                                WireBatch::from_batches(&batches, max)
+                            })
+                            .await
+                            .map_err(|e| WireError::Other(format!("fetch: {e}")))?
+                        } else {
+                            WireBatch::from_batches(&fetched.batches, max)
+                        };
                         Ok(FetchResponse {
-                            batches: WireBatch::from_batches(
-                                &fetched.batches,
-                                service.fetch_bytes_max(&fetch),
-                            ),
-                            high_watermark: fetched.high_watermark.get(),
-                            log_start: fetched.log_start.get(),
+                            batches,
+                            high_watermark,
+                            log_start,
                         })
-                    }))
+                    };
+                    encode_response(&answer.await)
                 }
                 Op::Metadata => encode_response(
                     &async {

@@ -737,7 +737,7 @@ async fn kafka_call_on<
 }
 
 /// [`kafka_call_on`] a new connection to `at`.
-async fn kafka_call<
+pub(crate) async fn kafka_call<
     Req: kafka_protocol::protocol::Encodable,
     Resp: kafka_protocol::protocol::Decodable,
 >(

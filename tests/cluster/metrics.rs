@@ -39,15 +39,17 @@ async fn a_scrape_of_the_leader_shows_a_stopped_followers_lag_rise() {
     let dir = tempfile::tempdir().unwrap();
     let addrs = crate::process_addrs(3);
     let metrics = crate::process_addrs(3);
+    let kafka = crate::process_addrs(3);
     let mut brokers: Vec<Option<crate::Broker>> = (1..=3u64)
         .map(|id| {
             let listen = metrics[id as usize - 1].to_string();
+            let kafka = kafka[id as usize - 1].to_string();
             Some(crate::spawn_broker_with(
                 id,
                 &addrs,
                 dir.path(),
                 true,
-                &["--metrics-listen", &listen],
+                &["--metrics-listen", &listen, "--kafka-listen", &kafka],
             ))
         })
         .collect();
@@ -73,6 +75,14 @@ async fn a_scrape_of_the_leader_shows_a_stopped_followers_lag_rise() {
     };
     let follower = (1..=3u64).find(|id| *id != leader).unwrap();
     let at = metrics[leader as usize - 1];
+    // A Kafka client's Metadata request, counted by API.
+    let (_, _): (usize, kafka_protocol::messages::MetadataResponse) = crate::kafka::kafka_call(
+        kafka[leader as usize - 1],
+        kafka_protocol::messages::ApiKey::Metadata,
+        9,
+        &kafka_protocol::messages::MetadataRequest::default(),
+    )
+    .await;
     let lag_labels = [
         format!("topic=\"{}\"", crate::TOPIC),
         "partition=\"0\"".to_string(),
@@ -107,6 +117,19 @@ async fn a_scrape_of_the_leader_shows_a_stopped_followers_lag_rise() {
     );
     assert!(
         caught_up.contains("replog_request_duration_seconds_bucket"),
+        "{caught_up}"
+    );
+    assert_eq!(
+        sample(
+            &caught_up,
+            "replog_kafka_requests_total",
+            &["api=\"Metadata\""]
+        ),
+        Some(1.0),
+        "{caught_up}"
+    );
+    assert!(
+        caught_up.contains("replog_kafka_request_duration_seconds_bucket{api=\"Metadata\""),
         "{caught_up}"
     );
 
