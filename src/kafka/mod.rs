@@ -25,7 +25,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::indexmap::IndexMap;
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::list_offsets_response::{
@@ -41,10 +40,6 @@ use kafka_protocol::messages::{
     RequestHeader, RequestKind, ResponseHeader, ResponseKind, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-use kafka_protocol::records::{
-    Compression, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, Record as KafkaRecord, RecordBatchEncoder,
-    RecordEncodeOptions, TimestampType,
-};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -745,51 +740,20 @@ async fn produce(
 /// Batches as a Kafka fetch answers them: one a Kafka producer sent as it was sent (its base
 /// offset and leader epoch set, FORMAT.md §4.2); one of replog's records as an uncompressed
 /// Kafka v2 batch with the same offsets, stamped with its append time.
-fn kafka_batches(batches: &[crate::segment::record::Batch]) -> Result<Bytes, String> {
-    let mut out = BytesMut::new();
+fn kafka_batches(batches: &[crate::segment::record::Batch]) -> Bytes {
+    // A Kafka batch's header and each record's are a little longer than replog's.
+    let size: usize = batches.iter().map(|b| b.payload.len() + 64).sum();
+    let mut out = BytesMut::with_capacity(size + size / 8);
     for b in batches {
         if b.format() == PayloadFormat::Kafka {
             kafka_batch::serve(&b.payload, b.base_offset().get(), b.term().get(), &mut out);
             continue;
         }
-        let timestamp = i64::try_from(b.timestamp_ms()).unwrap_or(i64::MAX);
-        let records: Vec<KafkaRecord> = b
-            .records()
-            .map(|(offset, r)| {
-                let mut headers = IndexMap::new();
-                for h in r.headers {
-                    let name = StrBytes::from_utf8(h.name)
-                        .unwrap_or_else(|_| StrBytes::from_static_str(""));
-                    headers.insert(name, Some(h.value));
-                }
-                KafkaRecord {
-                    transactional: false,
-                    control: false,
-                    delete_horizon: false,
-                    partition_leader_epoch: i32::try_from(b.term().get()).unwrap_or(i32::MAX),
-                    producer_id: NO_PRODUCER_ID,
-                    producer_epoch: NO_PRODUCER_EPOCH,
-                    timestamp_type: TimestampType::LogAppend,
-                    offset: i64::try_from(offset.get()).unwrap_or(i64::MAX),
-                    sequence: -1,
-                    timestamp,
-                    key: r.key,
-                    value: Some(r.value),
-                    headers,
-                }
-            })
-            .collect();
-        if records.is_empty() {
-            continue;
-        }
-        let options = RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        };
-        RecordBatchEncoder::encode(&mut out, records.iter(), &options)
-            .map_err(|e| e.to_string())?;
+        let records: Vec<(u64, crate::segment::record::Record)> =
+            b.records().map(|(offset, r)| (offset.get(), r)).collect();
+        kafka_batch::encode_appended(&records, b.term().get(), b.timestamp_ms(), &mut out);
     }
-    Ok(out.freeze())
+    out.freeze()
 }
 
 /// What a Kafka fetch answer may hold in memory, reserved before the log is read: its records
@@ -983,13 +947,7 @@ async fn fetch(
                     pd.high_watermark = hw;
                     pd.last_stable_offset = hw;
                     pd.log_start_offset = i64::try_from(fetched.log_start.get()).unwrap_or(0);
-                    match kafka_batches(&fetched.batches) {
-                        Ok(bytes) => pd.records = Some(bytes),
-                        Err(e) => {
-                            tracing::warn!(error = %e, "encoding a kafka batch failed");
-                            pd.error_code = code::UNKNOWN_SERVER_ERROR;
-                        }
-                    }
+                    pd.records = Some(kafka_batches(&fetched.batches));
                 }
                 Err(e) => {
                     pd.error_code = error_code(&e);

@@ -383,6 +383,123 @@ pub(crate) fn serve(stored: &[u8], base_offset: u64, leader_epoch: u64, out: &mu
     }
 }
 
+/// Attribute bit 3: the batch's time is the broker's (LogAppendTime), not the producer's.
+const LOG_APPEND_TIME: i16 = 1 << 3;
+
+/// Bytes of `v` as a zigzag varint (Kafka's `varint` and `varlong`).
+fn varint_len(v: i64) -> usize {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    let mut n = 1;
+    // At most 10 turns.
+    while z >= 0x80 {
+        z >>= 7;
+        n += 1;
+    }
+    n
+}
+
+fn put_varint(out: &mut BytesMut, v: i64) {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    // At most 10 turns.
+    while z >= 0x80 {
+        out.put_u8((z as u8) | 0x80);
+        z >>= 7;
+    }
+    out.put_u8(z as u8);
+}
+
+/// A header's name as Kafka gets it: empty unless it is UTF-8.
+fn header_name(h: &Header) -> &[u8] {
+    if std::str::from_utf8(&h.name).is_ok() {
+        &h.name
+    } else {
+        &[]
+    }
+}
+
+/// A length as Kafka writes it (lengths here are bounded by the batch limit, far below 2^31).
+fn len_i64(len: usize) -> i64 {
+    i64::try_from(len).unwrap_or(i64::MAX)
+}
+
+/// Appends the records of a batch replog wrote (each with its offset, in order) to `out` as one
+/// uncompressed Kafka v2 record batch: the log's append time as LogAppendTime, no producer,
+/// partition leader epoch `leader_epoch`, a fresh CRC-32C. Written field by field straight
+/// from the records (no intermediate copy of each). Header names that are not UTF-8 go out
+/// empty: Kafka's header keys are strings. Writes nothing for no records.
+pub(crate) fn encode_appended(
+    records: &[(u64, Record)],
+    leader_epoch: u64,
+    timestamp_ms: u64,
+    out: &mut BytesMut,
+) {
+    let (Some((base, _)), Some((last, _))) = (records.first(), records.last()) else {
+        return;
+    };
+    let start = out.len();
+    let timestamp = i64::try_from(timestamp_ms).unwrap_or(i64::MAX);
+    out.put_i64(i64::try_from(*base).unwrap_or(i64::MAX));
+    out.put_i32(0); // the batch length, set below
+    out.put_i32(i32::try_from(leader_epoch).unwrap_or(i32::MAX));
+    out.put_i8(2);
+    out.put_u32(0); // the CRC-32C, set below
+    out.put_i16(LOG_APPEND_TIME);
+    out.put_i32(i32::try_from(last.saturating_sub(*base)).unwrap_or(i32::MAX));
+    out.put_i64(timestamp);
+    out.put_i64(timestamp);
+    out.put_i64(-1);
+    out.put_i16(-1);
+    out.put_i32(-1);
+    out.put_i32(i32::try_from(records.len()).unwrap_or(i32::MAX));
+    for (offset, r) in records {
+        let delta = i64::try_from(offset.saturating_sub(*base)).unwrap_or(i64::MAX);
+        let key_len = r.key.as_ref().map_or(-1, |k| len_i64(k.len()));
+        let value_len = len_i64(r.value.len());
+        let headers = len_i64(r.headers.len());
+        let body = 1 // attributes
+            + varint_len(0) // timestamp delta
+            + varint_len(delta)
+            + varint_len(key_len)
+            + r.key.as_ref().map_or(0, |k| k.len())
+            + varint_len(value_len)
+            + r.value.len()
+            + varint_len(headers)
+            + r.headers
+                .iter()
+                .map(|h| {
+                    let n = header_name(h).len();
+                    varint_len(len_i64(n)) + n + varint_len(len_i64(h.value.len())) + h.value.len()
+                })
+                .sum::<usize>();
+        put_varint(out, len_i64(body));
+        out.put_i8(0);
+        put_varint(out, 0);
+        put_varint(out, delta);
+        put_varint(out, key_len);
+        if let Some(k) = &r.key {
+            out.extend_from_slice(k);
+        }
+        put_varint(out, value_len);
+        out.extend_from_slice(&r.value);
+        put_varint(out, headers);
+        for h in &r.headers {
+            let n = header_name(h);
+            put_varint(out, len_i64(n.len()));
+            out.extend_from_slice(n);
+            put_varint(out, len_i64(h.value.len()));
+            out.extend_from_slice(&h.value);
+        }
+    }
+    let batch_len = out.len() - start - BATCH_LENGTH_END;
+    if let Some(mut field) = out.get_mut(start + BATCH_LENGTH_POS..start + BATCH_LENGTH_END) {
+        field.put_i32(i32::try_from(batch_len).unwrap_or(i32::MAX));
+    }
+    let crc = out.get(start + ATTRIBUTES_POS..).map_or(0, crc32c::crc32c);
+    if let Some(mut field) = out.get_mut(start + CRC_POS..start + ATTRIBUTES_POS) {
+        field.put_u32(crc);
+    }
+}
+
 /// Checks and decodes a Kafka batch from arbitrary bytes: the entry point of the
 /// `kafka_batch` fuzz target. The CRC-32C is set right first (otherwise nearly every mutation
 /// would stop there), so the fuzzer reaches the header rules, the decompressors and the
@@ -681,5 +798,67 @@ mod tests {
             assert_eq!(set.records[3].value, None, "a null value stays null");
             assert_eq!(set.records[1].timestamp, 1_700_000_000_001);
         }
+    }
+
+    #[test]
+    fn replogs_records_go_out_as_a_kafka_batch_any_decoder_reads() {
+        let records = vec![
+            (
+                40u64,
+                Record::new("v0")
+                    .with_key("k0")
+                    .with_header("h", "x")
+                    .with_header("", ""),
+            ),
+            (41, Record::new(Bytes::new())),
+            (42, Record::new(vec![b'v'; 300]).with_key(Bytes::new())),
+            (
+                43,
+                Record::new("v3").with_header(Bytes::from_static(&[0xff, 0xfe]), "not utf-8"),
+            ),
+        ];
+        let mut out = BytesMut::from(&b"before"[..]);
+        encode_appended(&records, 7, 1_700_000_000_123, &mut out);
+        let batch = out.split_off(6).freeze();
+        assert_eq!(&out[..], b"before", "appended after what out held");
+        let info = check(&batch).unwrap();
+        assert_eq!(info.record_count, 4);
+        // replog's own decoder.
+        let decoded = decode_records(&batch, &LIMITS).unwrap();
+        let mut expected: Vec<Record> = records.iter().map(|(_, r)| r.clone()).collect();
+        expected[3].headers[0].name = Bytes::new();
+        assert_eq!(decoded, expected);
+        // kafka-protocol's.
+        let mut read = batch.clone();
+        let set = RecordBatchDecoder::decode(&mut read).unwrap();
+        assert_eq!(set.compression, Compression::None);
+        let r = &set.records;
+        assert_eq!(
+            r.iter().map(|r| r.offset).collect::<Vec<_>>(),
+            vec![40, 41, 42, 43]
+        );
+        assert!(
+            r.iter()
+                .all(|r| r.timestamp_type == TimestampType::LogAppend
+                    && r.timestamp == 1_700_000_000_123
+                    && r.partition_leader_epoch == 7
+                    && r.producer_id == -1)
+        );
+        // kafka-protocol numbers each record from the batch's base sequence, -1 here.
+        assert_eq!(r[0].sequence, -1);
+        assert_eq!(r[0].key.as_deref(), Some(&b"k0"[..]));
+        assert_eq!(r[1].key, None);
+        assert_eq!(
+            r[2].key.as_deref(),
+            Some(&b""[..]),
+            "an empty key is not null"
+        );
+        assert_eq!(r[2].value.as_deref().map(<[u8]>::len), Some(300));
+        assert_eq!(r[0].headers.len(), 2);
+        assert_eq!(r[3].headers.keys().next().map(|k| k.as_str()), Some(""));
+        // Nothing at all for no records.
+        let mut none = BytesMut::new();
+        encode_appended(&[], 7, 0, &mut none);
+        assert!(none.is_empty());
     }
 }
