@@ -215,9 +215,7 @@ impl Node {
             }
         };
         crate::env::create_dir_all(&config.data_dir)?;
-        if config.log.preallocate == crate::segment::Preallocate::Auto
-            && config.durability == Durability::Replicated
-        {
+        if config.log.preallocate == crate::segment::Preallocate::Auto {
             config.log.preallocate = crate::segment::Preallocate::Fallocate;
         }
         let addr = listener.local_addr()?;

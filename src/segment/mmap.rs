@@ -130,6 +130,18 @@ pub(crate) struct WriteHandle {
     /// Bytes `[0, allocated)` of the file have disk blocks: given by a preallocation that
     /// returned, or written. Never below the published length.
     allocated: usize,
+    /// Blocks being preallocated above `allocated` on a thread of their own, which returns
+    /// how far they then reach. Joined before the handle goes away, so that nothing writes to
+    /// the file after its writer is done with it (it may be recycled as another segment).
+    ahead: Option<std::thread::JoinHandle<io::Result<usize>>>,
+}
+
+impl Drop for WriteHandle {
+    fn drop(&mut self) {
+        if let Some(ahead) = self.ahead.take() {
+            let _ = ahead.join();
+        }
+    }
 }
 
 impl WriteHandle {
@@ -141,6 +153,28 @@ impl WriteHandle {
             map,
             file,
             allocated,
+            ahead: None,
+        }
+    }
+
+    /// Hands the handle the thread preallocating blocks above [`allocated`](Self::allocated)
+    /// (at most one at a time), so that it is joined before the handle goes away.
+    pub(crate) fn set_ahead(&mut self, thread: std::thread::JoinHandle<io::Result<usize>>) {
+        debug_assert!(self.ahead.is_none(), "one preallocation ahead at a time");
+        self.ahead = Some(thread);
+    }
+
+    /// Whether a preallocation ahead is under way.
+    pub(crate) fn has_ahead(&self) -> bool {
+        self.ahead.is_some()
+    }
+
+    /// Waits for the preallocation ahead, if any, and counts the blocks it gave.
+    pub(crate) fn join_ahead(&mut self) {
+        if let Some(ahead) = self.ahead.take()
+            && let Ok(Ok(to)) = ahead.join()
+        {
+            self.allocated_to(to);
         }
     }
 
