@@ -19,7 +19,7 @@ use crate::error::Result;
 /// [`preallocate_step_bytes`](crate::LogConfig::preallocate_step_bytes) at a time, so that a
 /// full disk fails an append with an error before any byte of it is written, and a partition
 /// that holds little data takes little disk (a segment file is as long as its capacity, but
-/// only its written part and one step past it have blocks).
+/// only its written part and at most two steps past it have blocks).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Preallocate {
