@@ -896,13 +896,11 @@ async fn fetch(
             .collect();
         (any, answers)
     };
-    // What the answer may take (its records, a whole first batch at least, and their framing)
-    // comes out of the broker's answer budget before the log is read, and goes back once the
-    // answer is written: clients that fetch and never read hold no more than the budget.
-    // While the budget is spent (clients that fetch and never read hold it until the frame
-    // timeout closes them), a fetch waits for it no longer than it would long-poll, and is
-    // answered with its partitions' marks and no records: the client asks again, and fetches
-    // do not queue up behind the budget.
+    // What the answer may take comes out of the broker's answer budget before the log is read,
+    // and goes back once the answer is written. While the budget is spent (clients that never
+    // read hold it until the frame timeout closes them), a fetch waits for it no longer than
+    // it would long-poll and is answered with its partitions' marks and no records: the client
+    // asks again, and fetches do not queue up behind the budget.
     let answer_bytes = fetch_answer_bytes(&request, budget, config);
     let within = max_wait.clamp(Duration::from_millis(10), Duration::from_secs(5));
     let reserve = || async {

@@ -29,7 +29,6 @@
 
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -210,18 +209,7 @@ impl WriteHandle {
     /// [`free_len`](Self::free_len). The trailer (the log's end-of-data mark) stays
     /// unpublished, so the next append writes over it.
     pub(crate) fn append(&mut self, bytes: &[u8], trailer: usize) -> io::Result<usize> {
-        let pos = self.map.published.load(Ordering::Relaxed);
-        let end = pos + bytes.len();
-        assert!(
-            end <= self.map.raw.len() && trailer <= bytes.len(),
-            "append of {} at {pos} past the map",
-            bytes.len()
-        );
-        self.file.write_all_at(bytes, pos as u64)?;
-        self.allocated = self.allocated.max(end);
-        // Release: a reader that sees the new length sees the bytes written above.
-        self.map.published.store(end - trailer, Ordering::Release);
-        Ok(pos)
+        self.append_parts([bytes, &[], &[]], trailer)
     }
 
     /// [`append`](Self::append) of the concatenation of `parts`, written with one `pwritev`

@@ -115,6 +115,19 @@ async fn start_broker(
     (broker, status, client)
 }
 
+/// Writes `n` records of 1000 KiB, checks the client is served and reports the broker's memory
+/// before the attacks.
+async fn fill_and_report(client: &Client, status: &mut std::fs::File, n: usize) {
+    for _ in 0..n {
+        client
+            .send(TOPIC, 0, &[Record::new(vec![5u8; 1000 << 10])])
+            .await
+            .unwrap();
+    }
+    still_served(client, "before").await;
+    report(status, "before the attacks", BUDGET_MIB);
+}
+
 /// The defaults: 256 MiB of requests, 256 MiB of answers, two frames for peers (none).
 const BUDGET_MIB: u64 = 256 + 256 + 32;
 
@@ -125,14 +138,7 @@ async fn attack_suite_at_full_size_stays_within_the_budgets() {
     let addr: SocketAddr = process_addrs(1)[0];
     let (mut broker, mut status, client) = start_broker(dir.path(), addr, &[]).await;
     let budget_mib = BUDGET_MIB;
-    for _ in 0..8 {
-        client
-            .send(TOPIC, 0, &[Record::new(vec![5u8; 1000 << 10])])
-            .await
-            .unwrap();
-    }
-    still_served(&client, "before").await;
-    report(&mut status, "before the attacks", budget_mib);
+    fill_and_report(&client, &mut status, 8).await;
 
     // D2: half-sent frames.
     let d2 = std::thread::spawn(move || {
@@ -241,14 +247,7 @@ async fn the_kafka_door_holds_its_clients_to_the_brokers_budgets() {
         &["--kafka-listen".into(), kafka.to_string()],
     )
     .await;
-    for _ in 0..20 {
-        client
-            .send(TOPIC, 0, &[Record::new(vec![5u8; 1000 << 10])])
-            .await
-            .unwrap();
-    }
-    still_served(&client, "before").await;
-    report(&mut status, "before the attacks", BUDGET_MIB);
+    fill_and_report(&client, &mut status, 20).await;
 
     // K1: Kafka fetches of 16 MiB, never read.
     let mut request = crate::kafka::fetch_request(TOPIC, 1, 16 << 20);
