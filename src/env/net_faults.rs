@@ -26,6 +26,11 @@ struct NetState {
     loss_per_mille: u32,
     /// Each delivered request waits this long first: `[min, max]` milliseconds.
     delay_ms: (u64, u64),
+    /// A link's rate, in bytes a second (0: unlimited): a request's bytes take their time to
+    /// cross it, counted against the request's deadline.
+    link_bytes_per_sec: u64,
+    /// Brokers whose replication requests (AppendEntries, heartbeats included) are lost.
+    muted: std::collections::HashSet<u64>,
     rng: u64,
 }
 
@@ -70,12 +75,42 @@ impl NetFaults {
         self.state.lock().delay_ms = (min_ms, max_ms.max(min_ms));
     }
 
-    /// Restores a healthy network: no cuts, no loss, no delay.
+    /// Makes every link carry `bytes_per_sec` (0: unlimited), as a slow network or a follower's
+    /// slow disk would: a request of `n` bytes needs `n / bytes_per_sec` of its deadline to
+    /// arrive, and one that cannot arrive in time is never delivered.
+    pub fn set_link_rate(&self, bytes_per_sec: u64) {
+        self.state.lock().link_bytes_per_sec = bytes_per_sec;
+    }
+
+    /// Loses every replication request broker `id` sends (AppendEntries, heartbeats
+    /// included) while its votes still arrive: it can win an election, and nobody hears from it
+    /// as leader.
+    pub fn mute_replication_from(&self, id: u64) {
+        self.state.lock().muted.insert(id);
+    }
+
+    /// Whether broker `from`'s replication requests are lost.
+    pub(crate) fn replication_muted(&self, from: u64) -> bool {
+        self.state.lock().muted.contains(&from)
+    }
+
+    /// Restores a healthy network: no cuts, no loss, no delay, no rate limit, no muted
+    /// replication.
     pub fn heal(&self) {
         let mut s = self.state.lock();
         s.cut.clear();
+        s.muted.clear();
         s.loss_per_mille = 0;
         s.delay_ms = (0, 0);
+        s.link_bytes_per_sec = 0;
+    }
+
+    /// How long a request of `bytes` takes to cross a link at the rate set.
+    pub(crate) fn transit(&self, bytes: usize) -> std::time::Duration {
+        match self.state.lock().link_bytes_per_sec {
+            0 => std::time::Duration::ZERO,
+            rate => std::time::Duration::from_secs_f64(bytes as f64 / rate as f64),
+        }
     }
 
     /// The fate of one message from `from` to `to`.
@@ -142,5 +177,16 @@ mod tests {
             }
         }
         assert!((1000..3000).contains(&lost), "about a fifth lost: {lost}");
+    }
+
+    #[test]
+    fn a_rate_limited_link_takes_time_in_proportion_to_bytes_until_healed() {
+        let net = NetFaults::new();
+        assert_eq!(net.transit(1 << 20), Duration::ZERO);
+        net.set_link_rate(4 << 20);
+        assert_eq!(net.transit(1 << 20), Duration::from_millis(250));
+        assert_eq!(net.transit(0), Duration::ZERO);
+        net.heal();
+        assert_eq!(net.transit(1 << 20), Duration::ZERO);
     }
 }

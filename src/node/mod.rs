@@ -330,6 +330,8 @@ impl Node {
             offsets_scans: parking_lot::Mutex::default(),
             kafka_addr: std::sync::OnceLock::new(),
         });
+        // Before anything can reach the groups (see `Broker::initialize`).
+        initialize_groups(&broker).await;
         let handler: Arc<dyn Handler> = Arc::new(NodeHandler {
             broker: Arc::clone(&broker),
             service: BrokerService::new(Arc::clone(&broker)),
@@ -376,32 +378,11 @@ impl Node {
             follower,
             kafka,
         };
-        node.initialize_groups().await;
         tokio::spawn(Arc::clone(&node.broker).supervise(shutdown_for_retention.clone()));
         tokio::spawn(Arc::clone(&node.broker).run_group_timers(shutdown_for_retention.clone()));
         tokio::spawn(Arc::clone(&node.broker).report_metrics(shutdown_for_retention.clone()));
         node.spawn_retention(shutdown_for_retention);
         Ok(node)
-    }
-
-    /// Initializes every group this broker starts with (see [`Broker::initialize`]).
-    async fn initialize_groups(&self) {
-        let broker = &self.broker;
-        // A joining broker's metadata replica is made a learner by the group's leader.
-        if !broker.config.join {
-            let all = broker.founders.clone();
-            broker.initialize(&broker.meta, &all).await;
-        }
-        let groups: Vec<Arc<HostedReplica>> = broker.groups.read().values().cloned().collect();
-        for group in groups {
-            let replicas = broker
-                .catalog
-                .read()
-                .topic(&group.id.topic)
-                .and_then(|t| t.assignment.get(group.id.partition as usize).cloned())
-                .unwrap_or_default();
-            broker.initialize(&group, &replicas).await;
-        }
     }
 
     /// Applies retention every `retention_check_ms` until shutdown.
@@ -652,5 +633,24 @@ impl Node {
             }
         }
         first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// Initializes every group `broker` starts with (see [`Broker::initialize`]).
+async fn initialize_groups(broker: &Broker) {
+    // A joining broker's metadata replica is made a learner by the group's leader.
+    if !broker.config.join {
+        let all = broker.founders.clone();
+        broker.initialize(&broker.meta, &all).await;
+    }
+    let groups: Vec<Arc<HostedReplica>> = broker.groups.read().values().cloned().collect();
+    for group in groups {
+        let replicas = broker
+            .catalog
+            .read()
+            .topic(&group.id.topic)
+            .and_then(|t| t.assignment.get(group.id.partition as usize).cloned())
+            .unwrap_or_default();
+        broker.initialize(&group, &replicas).await;
     }
 }

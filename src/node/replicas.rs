@@ -33,34 +33,29 @@ impl Broker {
         groups
     }
 
-    /// Initializes a fresh group whose members are `replicas`. The first replica (the
-    /// preferred leader; the lowest broker id for the metadata group) does it at once and
-    /// usually wins the first election. Each other replica does it later (the k-th after
-    /// k + 1 election timeouts) if by then the group still has no leader and its replica is
-    /// still pristine, so that a group whose preferred leader is down still forms. openraft
-    /// allows several members to initialize with the same membership; on a replica that has
-    /// a log or a vote, initializing does nothing.
+    /// Initializes a fresh group whose members are `replicas`, before its replica can be
+    /// reached: every founding replica writes the same first entry (the group's membership), so
+    /// that each is a voter from the start. The first replica (the preferred leader; the lowest
+    /// broker id for the metadata group) then runs for leader at once, while the others wait
+    /// out their election timeouts, so that it usually wins. On a replica that has a log or a
+    /// vote, this does nothing.
+    ///
+    /// Why every founder, and why before it is reachable: openraft refuses to initialize a
+    /// replica once it has seen a vote, and a replica with no membership is no voter and never
+    /// runs for leader. A founder that granted its vote to the preferred leader before holding
+    /// the membership itself was therefore stuck for good if that leader stopped before it
+    /// replicated its first entry: the group never formed while that broker stayed down (the
+    /// fault schedules at real sizes found this, the preferred leader of a partition stopped
+    /// 76 ms after the cluster started; the others only initialized later, and only while they
+    /// knew no leader, which they did).
     pub(super) async fn initialize(&self, group: &Arc<HostedReplica>, replicas: &[NodeId]) {
         let Some(rank) = replicas.iter().position(|id| *id == self.config.id) else {
             return;
         };
         let members = self.members(replicas);
-        if rank == 0 {
-            group.raft.initialize(&members).await;
-            return;
+        if group.raft.initialize(&members).await && rank == 0 {
+            group.raft.elect().await;
         }
-        let weak = Arc::downgrade(group);
-        let delay = Duration::from_millis(self.config.election_timeout_ms * (rank as u64 + 1));
-        tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
-            // A group stopped meanwhile (its topic deleted, the broker shut down) is gone.
-            let Some(group) = weak.upgrade() else { return };
-            let state = group.raft.state();
-            if state.leader.is_none() && state.last_log_index.is_none() {
-                tracing::info!(partition = %group.id, "preferred leader silent: initializing");
-                group.raft.initialize(&members).await;
-            }
-        });
     }
 
     /// Brokers' ids and addresses, as a group's initial membership.
@@ -155,11 +150,12 @@ impl Broker {
             };
             match opened.await {
                 Ok(group) => {
-                    self.groups.write().insert(id.clone(), Arc::clone(&group));
-                    tracing::info!(partition = %id, topic_id, "replica started");
+                    // Initialized before it is reachable (see `initialize`).
                     if let Some(founders) = founders {
                         self.initialize(&group, &founders).await;
                     }
+                    self.groups.write().insert(id.clone(), Arc::clone(&group));
+                    tracing::info!(partition = %id, topic_id, "replica started");
                 }
                 Err(e) => {
                     tracing::warn!(partition = %id, error = %e, "replica not started; will retry")

@@ -23,6 +23,25 @@ use crate::transport::frame::Op;
 use crate::transport::{CallError, Peer, PeerSet};
 use crate::types::{NodeId, PartitionId};
 
+/// The slowest rate, in bytes a second, at which a replica is expected to take in entries:
+/// receive them, decode them, write them and sync them. See [`deadline`].
+const REPLICA_BYTES_PER_SEC_MIN: u64 = 8 << 20;
+
+/// The deadline of an RPC of `bytes`: openraft's (`base`, a fraction of the heartbeat interval,
+/// meant for a heartbeat) plus the time its bytes take at [`REPLICA_BYTES_PER_SEC_MIN`].
+///
+/// A fixed deadline of a fraction of a heartbeat fails every AppendEntries that carries more
+/// than the follower can take in within it, and the leader then resends the same entries: a
+/// follower behind by entries of megabytes, on a slow or busy disk, never catches up, and when
+/// the quorum needs it, writes stop. The fault schedules at real sizes found this on a loaded CI
+/// machine (4 MiB batches against a 75 ms deadline). Heartbeats keep their short deadline, so a
+/// dead follower is noticed as soon as before; a lost message of 16 MiB costs its sender 2 s.
+fn deadline(base: Duration, bytes: usize) -> Duration {
+    base + Duration::from_micros(
+        (bytes as u64).saturating_mul(1_000_000) / REPLICA_BYTES_PER_SEC_MIN,
+    )
+}
+
 /// Makes the network clients of one partition's Raft group.
 pub(crate) struct GroupNetFactory {
     pub(crate) group: PartitionId,
@@ -83,6 +102,7 @@ impl GroupNet {
         };
         let body = crate::transport::body::encode(&(&self.group, request))
             .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let timeout = deadline(timeout, body.len());
         match self.peers.call(peer, self.target, op, body, timeout).await {
             Ok(bytes) => {
                 let response: Result<Resp, String> = postcard::from_bytes(&bytes)
@@ -267,4 +287,20 @@ async fn snapshot_contradicts_committed(
     .await
     .ok()
     .flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deadline_grows_with_the_bytes_of_its_rpc() {
+        let base = Duration::from_millis(75);
+        // A heartbeat keeps openraft's deadline, within a microsecond.
+        assert!(deadline(base, 64) - base < Duration::from_micros(10));
+        // A full payload of 16 MiB gets two seconds more.
+        assert_eq!(deadline(base, 16 << 20), base + Duration::from_secs(2));
+        // No overflow at any size.
+        assert!(deadline(base, usize::MAX) > Duration::from_secs(1 << 20));
+    }
 }

@@ -269,15 +269,26 @@ impl Replica {
         moved.ok().flatten()
     }
 
-    /// Initializes a fresh group with these members (id and address). Does nothing if the
-    /// group was initialized before.
-    pub(crate) async fn initialize(&self, members: &BTreeMap<NodeId, String>) {
+    /// Initializes a fresh group with these members (id and address). Does nothing if this
+    /// replica has a log or has seen a vote. Returns whether it initialized.
+    pub(crate) async fn initialize(&self, members: &BTreeMap<NodeId, String>) -> bool {
         let members: BTreeMap<NodeId, BrokerNode> = members
             .iter()
             .map(|(id, addr)| (*id, BrokerNode { addr: addr.clone() }))
             .collect();
-        if let Err(e) = self.raft.initialize(members).await {
-            tracing::debug!(error = %e, "not initializing");
+        match self.raft.initialize(members).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::debug!(error = %e, "not initializing");
+                false
+            }
+        }
+    }
+
+    /// Runs for leader now instead of after an election timeout.
+    pub(crate) async fn elect(&self) {
+        if let Err(e) = self.raft.trigger().elect(false).await {
+            tracing::debug!(error = %e, "no election");
         }
     }
 

@@ -260,15 +260,27 @@ impl PeerSet {
         #[cfg(any(test, feature = "failpoints"))]
         if let Some(faults) = &self.faults {
             use crate::env::Verdict;
+            let muted = op == Op::AppendEntries && faults.replication_muted(self.self_id);
             match faults.verdict(self.self_id, to) {
+                _ if muted => {
+                    tokio::time::sleep(timeout).await;
+                    return Err(CallError::Timeout);
+                }
                 Verdict::Lose => {
                     tokio::time::sleep(timeout).await;
                     return Err(CallError::Timeout);
                 }
                 Verdict::Deliver(delay) => tokio::time::sleep(delay).await,
             }
+            // A slow link: the request's bytes take their time to arrive, within its deadline.
+            let transit = faults.transit(body.len());
+            if transit >= timeout {
+                tokio::time::sleep(timeout).await;
+                return Err(CallError::Timeout);
+            }
             let started = tokio::time::Instant::now();
-            let response = peer.call(op, body, timeout).await?;
+            tokio::time::sleep(transit).await;
+            let response = peer.call(op, body, timeout - transit).await?;
             if faults.verdict(to, self.self_id) == Verdict::Lose {
                 tokio::time::sleep(timeout.saturating_sub(started.elapsed())).await;
                 return Err(CallError::Timeout);

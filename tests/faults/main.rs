@@ -254,6 +254,21 @@ impl Cluster {
         }
     }
 
+    /// Every broker's address, and every live replica's status: for a failed schedule's report.
+    fn dump(&self) -> String {
+        let mut out = format!("addresses {:?}", self.addrs);
+        for node in self.local.nodes() {
+            for p in 0..PARTITIONS {
+                out.push_str(&format!(
+                    "\n  broker {} partition {p}: {:?}",
+                    node.id(),
+                    node.status(TOPIC, p)
+                ));
+            }
+        }
+        out
+    }
+
     /// The live brokers hosting a replica of `partition`.
     fn hosts(&self, partition: u32) -> impl Iterator<Item = &Node> {
         let replicas = &self.replicas[partition as usize];
@@ -657,6 +672,8 @@ async fn produce_big(
     let batch_max = log.batch_bytes_max as usize;
     let mut ops = Vec::new();
     let (mut n, mut acked) = (0u64, 0u64);
+    // The failed sends, and the last few of them, for the message if the producer falls short.
+    let (mut failures, mut last_failures) = (0u64, Vec::new());
     let started = Instant::now();
     while acked < bytes && started.elapsed() < Duration::from_secs(180) {
         let partition = rng.below(u64::from(PARTITIONS)) as u32;
@@ -681,9 +698,21 @@ async fn produce_big(
             size += len + RECORD_OVERHEAD;
         }
         let sent_after = losses.load(Ordering::SeqCst);
+        let asked = started.elapsed();
         let sent = client.send(TOPIC, partition, &records).await;
-        if sent.is_ok() {
-            acked += size as u64;
+        match &sent {
+            Ok(_) => acked += size as u64,
+            Err(e) => {
+                failures += 1;
+                if last_failures.len() == 8 {
+                    last_failures.remove(0);
+                }
+                last_failures.push(format!(
+                    "{} ms +{} ms partition {partition}: {e}",
+                    asked.as_millis(),
+                    (started.elapsed() - asked).as_millis()
+                ));
+            }
         }
         for i in 0..records.len() as u64 {
             let offset = match &sent {
@@ -696,7 +725,9 @@ async fn produce_big(
     }
     assert!(
         acked >= bytes,
-        "producer {producer}: {acked} of {bytes} bytes acknowledged"
+        "producer {producer}: {acked} of {bytes} bytes acknowledged in {:?}; {failures} sends \
+         failed, the last: {last_failures:#?}",
+        started.elapsed()
     );
     eprintln!("producer {producer}: {acked} bytes acknowledged in {n} records");
     ops
@@ -768,9 +799,16 @@ async fn big_schedule(seed: u64, mib: u64) {
             }
             2 => {
                 let (loss, delay) = (rng.below(100) as u32, rng.below(20));
+                // Half the time the links are slow too: 16 to 64 MiB/s, so that a batch of
+                // 4 MiB takes longer to reach a follower than a heartbeat's deadline.
+                let mib_per_sec = [0, 16 + rng.below(49)][rng.below(2) as usize];
                 cluster.net.set_loss(loss);
                 cluster.net.set_delay(0, delay);
-                timeline.note(format!("loss {loss}/1000, delay up to {delay} ms"));
+                cluster.net.set_link_rate(mib_per_sec << 20);
+                timeline.note(format!(
+                    "loss {loss}/1000, delay up to {delay} ms, links at {mib_per_sec} MiB/s \
+                     (0: unlimited)"
+                ));
             }
             _ => {
                 cluster.net.heal();
@@ -780,7 +818,14 @@ async fn big_schedule(seed: u64, mib: u64) {
     }
     let mut ops = Vec::new();
     for p in small.into_iter().chain(std::iter::once(big)) {
-        ops.extend(p.await.unwrap().into_iter().map(|(op, _)| op));
+        match p.await {
+            Ok(sent) => ops.extend(sent.into_iter().map(|(op, _)| op)),
+            Err(e) => panic!(
+                "seed {seed} at real sizes: a producer failed ({e}); faults: {}; cluster: {}",
+                timeline.lines.join("; "),
+                cluster.dump()
+            ),
+        }
     }
     cluster.net.heal();
     for id in cluster.down() {
@@ -821,6 +866,129 @@ async fn fault_schedules_at_real_sizes_lose_and_duplicate_nothing() {
     for seed in 1..=env_u64("FAULT_BIG_SCHEDULES", 2) {
         big_schedule(seed, mib).await;
     }
+}
+
+/// A partition whose preferred leader wins the first election and stops before anyone hears
+/// from it as leader still forms among the others. Broker 1 leads partition 0 first; its
+/// replication is muted from the start, so the others grant it their votes and never get the
+/// group's first entry from it. Before the fix, they had no membership of their own (only the
+/// preferred leader initialized at once; the others later, and openraft refuses a replica that
+/// has seen a vote), so they could neither elect a leader nor initialize: the partition stayed
+/// without a leader for as long as broker 1 was down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_forms_when_its_first_leader_stops_before_replicating_anything() {
+    let mut cluster = Cluster::start(3, Durability::Fsync).await;
+    cluster.net.mute_replication_from(1);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // Bounded by the deadline.
+    while cluster
+        .node(1)
+        .and_then(|n| n.status(TOPIC, 0).ok()?.leader)
+        != Some(1)
+    {
+        if cluster.leader(0).is_some_and(|l| l != 1) {
+            // Another broker led first: nothing to stop before it replicates.
+            break;
+        }
+        assert!(Instant::now() < deadline, "broker 1 never led partition 0");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    cluster.stop(1).await;
+    cluster.net.heal();
+    let started = Instant::now();
+    let leader = loop {
+        let leaders: Vec<Option<u64>> = [2, 3]
+            .iter()
+            .map(|id| {
+                cluster
+                    .node(*id)
+                    .and_then(|n| n.status(TOPIC, 0).ok()?.leader)
+            })
+            .collect();
+        if let [Some(a), Some(b)] = leaders[..]
+            && a == b
+            && a != 1
+        {
+            break a;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "partition 0 has no leader among brokers 2 and 3 20 s after broker 1 stopped: {}",
+            cluster.dump()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    eprintln!(
+        "broker {leader} leads partition 0 {:?} after broker 1 stopped",
+        started.elapsed()
+    );
+    let client = producer_client(&cluster.addrs, 0).await;
+    let written = client
+        .send(TOPIC, 0, &[Record::new(&b"formed"[..])])
+        .await
+        .unwrap();
+    assert_eq!(written.base_offset.get(), 0);
+    cluster.shutdown().await;
+}
+
+/// A follower behind a slow link (a slow network, or a slow disk under it) still takes
+/// batches of `batch_bytes_max` and catches up from 16 MiB behind. Each AppendEntries needs
+/// longer to arrive than the deadline openraft gives a heartbeat (75 ms here): every link
+/// carries 16 MiB/s, so a 4 MiB batch takes 250 ms and a catch-up request of 16 MiB a second.
+/// With a fixed deadline, the leader resent the same entries forever and no write was
+/// acknowledged (the fault schedules at real sizes stalled so on a loaded CI machine).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replication_over_a_slow_link_carries_full_size_batches_and_catches_up() {
+    let mut log = LogConfig::default();
+    log.segment_bytes = 16 << 20;
+    let mut cluster = Cluster::start_sized(3, Durability::Fsync, None, log.clone()).await;
+    let leader = wait_leader_of(&cluster, 0).await;
+    let behind = (1..=3).find(|id| *id != leader).unwrap();
+    cluster.stop(behind).await;
+    cluster.net.set_link_rate(16 << 20);
+    let mut config = ClientConfig::default();
+    config.record_bytes_max = log.record_bytes_max;
+    config.batch_bytes_max = log.batch_bytes_max;
+    let client = Client::connect(&cluster.addrs, config).await.unwrap();
+    // Four records of 1000 KiB fill a batch of 4 MiB; four batches make 16 MiB.
+    let mut sent = Vec::new();
+    for batch in 0..4u64 {
+        let records: Vec<Record> = (0..4u64)
+            .map(|i| Record::new(Op::payload_sized(9, batch * 4 + i, 1000 << 10)))
+            .collect();
+        let started = Instant::now();
+        let delivered = client.send(TOPIC, 0, &records).await;
+        let delivered = delivered.unwrap_or_else(|e| {
+            panic!(
+                "batch {batch} over a slow link: {e} after {:?}",
+                started.elapsed()
+            )
+        });
+        eprintln!(
+            "batch {batch} (4 MiB) acknowledged at offset {} in {:?}",
+            delivered.base_offset.get(),
+            started.elapsed()
+        );
+        sent.extend(records.into_iter().map(|r| r.value.to_vec()));
+    }
+    cluster.restart(behind).await;
+    let started = Instant::now();
+    cluster.converge(Duration::from_secs(60)).await;
+    eprintln!(
+        "broker {behind} caught up 16 MiB over the slow link in {:?}",
+        started.elapsed()
+    );
+    cluster.net.heal();
+    for replica in cluster.read_all().iter().filter(|r| r.partition == 0) {
+        let values: Vec<&Vec<u8>> = replica.records.iter().map(|(_, v)| v).collect();
+        assert_eq!(
+            values,
+            sent.iter().collect::<Vec<_>>(),
+            "broker {}: partition 0 holds other records than were acknowledged",
+            replica.node
+        );
+    }
+    cluster.shutdown().await;
 }
 
 /// Threads that keep the CPU busy until dropped.
