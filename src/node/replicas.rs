@@ -36,9 +36,10 @@ impl Broker {
     /// Initializes a fresh group whose members are `replicas`, before its replica can be
     /// reached: every founding replica writes the same first entry (the group's membership), so
     /// that each is a voter from the start. The first replica (the preferred leader; the lowest
-    /// broker id for the metadata group) then runs for leader at once, while the others wait
-    /// out their election timeouts, so that it usually wins. On a replica that has a log or a
-    /// vote, this does nothing.
+    /// broker id for the metadata group) may run for leader at once; the k-th other one runs
+    /// no election before k + 1 election timeouts have passed, so that the preferred leader
+    /// usually wins, and a founder that comes up after the group formed follows its leader
+    /// instead of disturbing it. On a replica that has a log or a vote, this does nothing.
     ///
     /// Why every founder, and why before it is reachable: openraft refuses to initialize a
     /// replica once it has seen a vote, and a replica with no membership is no voter and never
@@ -46,16 +47,32 @@ impl Broker {
     /// the membership itself was therefore stuck for good if that leader stopped before it
     /// replicated its first entry: the group never formed while that broker stayed down (the
     /// fault schedules at real sizes found this, the preferred leader of a partition stopped
-    /// 76 ms after the cluster started; the others only initialized later, and only while they
+    /// 76 ms after the cluster started; the others initialized only later, and only while they
     /// knew no leader, which they did).
     pub(super) async fn initialize(&self, group: &Arc<HostedReplica>, replicas: &[NodeId]) {
         let Some(rank) = replicas.iter().position(|id| *id == self.config.id) else {
             return;
         };
         let members = self.members(replicas);
-        if group.raft.initialize(&members).await && rank == 0 {
-            group.raft.elect().await;
+        if rank == 0 {
+            group.raft.initialize(&members).await;
+            return;
         }
+        group.raft.allow_elections(false);
+        let initialized = group.raft.initialize(&members).await;
+        if !initialized {
+            group.raft.allow_elections(true);
+            return;
+        }
+        let weak = Arc::downgrade(group);
+        let delay = Duration::from_millis(self.config.election_timeout_ms * (rank as u64 + 1));
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            // A group stopped meanwhile (its topic deleted, the broker shut down) is gone.
+            if let Some(group) = weak.upgrade() {
+                group.raft.allow_elections(true);
+            }
+        });
     }
 
     /// Brokers' ids and addresses, as a group's initial membership.

@@ -285,11 +285,10 @@ impl Replica {
         }
     }
 
-    /// Runs for leader now instead of after an election timeout.
-    pub(crate) async fn elect(&self) {
-        if let Err(e) = self.raft.trigger().elect(false).await {
-            tracing::debug!(error = %e, "no election");
-        }
+    /// Lets this member run for leader when its election timeout passes, or not (it still
+    /// votes and follows a leader either way).
+    pub(crate) fn allow_elections(&self, allowed: bool) {
+        self.raft.runtime_config().elect(allowed);
     }
 
     /// Proposes a batch and waits until it is committed and applied.
