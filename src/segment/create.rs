@@ -264,7 +264,7 @@ pub(crate) fn reserve(
     if opts.preallocate != Preallocate::Fallocate
         && !handle.has_ahead()
         && from < capacity
-        && from - (end as u64) < step
+        && from.saturating_sub(end as u64) < step
     {
         let to = from.saturating_add(step).min(capacity);
         let (mode, faults) = (opts.preallocate, opts.faults.clone());

@@ -261,22 +261,17 @@ impl PeerSet {
         if let Some(faults) = &self.faults {
             use crate::env::Verdict;
             let muted = op == Op::AppendEntries && faults.replication_muted(self.self_id);
-            match faults.verdict(self.self_id, to) {
-                _ if muted => {
-                    tokio::time::sleep(timeout).await;
-                    return Err(CallError::Timeout);
-                }
-                Verdict::Lose => {
-                    tokio::time::sleep(timeout).await;
-                    return Err(CallError::Timeout);
-                }
-                Verdict::Deliver(delay) => tokio::time::sleep(delay).await,
-            }
             // A slow link: the request's bytes take their time to arrive, within its deadline.
             let transit = faults.transit(body.len());
-            if transit >= timeout {
-                tokio::time::sleep(timeout).await;
-                return Err(CallError::Timeout);
+            match faults.verdict(self.self_id, to) {
+                Verdict::Deliver(delay) if !muted && transit < timeout => {
+                    tokio::time::sleep(delay).await;
+                }
+                // Never delivered: lost, muted, or too slow to arrive within its deadline.
+                _ => {
+                    tokio::time::sleep(timeout).await;
+                    return Err(CallError::Timeout);
+                }
             }
             let started = tokio::time::Instant::now();
             tokio::time::sleep(transit).await;
