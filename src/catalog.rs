@@ -453,7 +453,7 @@ pub(crate) fn assign(
 mod tests {
     use super::*;
 
-    /// Regression (D6 of "2 of 4"): names of 245 to 249 bytes were taken, but their replicas'
+    /// Regression: names of 245 to 249 bytes were taken, but their replicas'
     /// deletion names passed 255 bytes, so deleting them failed and left the directory behind.
     #[test]
     fn the_longest_topic_name_still_makes_file_names_that_fit() {

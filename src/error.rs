@@ -102,6 +102,20 @@ pub enum Error {
         end: Offset,
     },
 
+    /// The asker's leader epoch for the partition (Kafka's `current_leader_epoch`; a Raft term
+    /// here) is not the replica's current term. Older: the asker missed a leader change
+    /// (Kafka's FENCED_LEADER_EPOCH); newer: this replica has not heard of the new term yet
+    /// (UNKNOWN_LEADER_EPOCH). Either way the asker refreshes its metadata and asks again.
+    #[error("{partition}: leader epoch {asked} asked, the replica is at term {current}")]
+    LeaderEpochMismatch {
+        /// The partition.
+        partition: PartitionId,
+        /// The epoch the asker named.
+        asked: u64,
+        /// The replica's current term.
+        current: u64,
+    },
+
     /// The requested log index is not in the log.
     #[error("log index {requested} is outside the log [{first}, {next})")]
     LogIndexOutOfRange {
@@ -277,6 +291,15 @@ impl Clone for Error {
                 requested: *requested,
                 start: *start,
                 end: *end,
+            },
+            Error::LeaderEpochMismatch {
+                partition,
+                asked,
+                current,
+            } => Error::LeaderEpochMismatch {
+                partition: partition.clone(),
+                asked: *asked,
+                current: *current,
             },
             Error::LogIndexOutOfRange {
                 requested,

@@ -88,6 +88,16 @@ pub(crate) struct FetchResponse {
     pub(crate) log_start: u64,
 }
 
+/// `Op::Reassign` request: move partition `partition` of the created topic `topic` to
+/// `replicas` (the preferred leader first); answered `Result<(), WireError>` once the metadata
+/// leader has recorded the move (the partition's leader carries it out).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct ReassignRequest {
+    pub(crate) topic: String,
+    pub(crate) partition: u32,
+    pub(crate) replicas: Vec<crate::types::NodeId>,
+}
+
 /// `Op::ListOffsets` request: where `partition` is at `at`; answered
 /// `Result<Option<u64>, WireError>` (`None`: no batch written at or after the time).
 #[derive(Debug, Serialize, Deserialize)]
@@ -105,6 +115,8 @@ pub(crate) enum OffsetAt {
     Latest,
     /// The first committed batch written at or after this time, in ms since the epoch.
     Timestamp(u64),
+    /// The first committed batch with the latest time (Kafka's −3, KIP-734).
+    MaxTimestamp,
 }
 
 /// One batch in a fetch response: the frame's fields and its record bytes as stored.

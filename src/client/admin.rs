@@ -11,7 +11,7 @@ use super::{Client, elapsed_ms, jitter};
 use crate::error::{Error, Result};
 use crate::protocol::{
     CreateTopicRequest, DeleteTopicRequest, MetadataRequest, MetadataResponse, PartitionMetadata,
-    ProposeRequest, WireError,
+    ReassignRequest, WireError,
 };
 use crate::transport::CallError;
 use crate::transport::frame::Op;
@@ -284,15 +284,12 @@ impl Client {
         partition: u32,
         replicas: &[NodeId],
     ) -> Result<()> {
-        let request = ProposeRequest {
-            command: crate::catalog::MetaCommand::ReassignPartition {
-                name: topic.to_string(),
-                partition,
-                replicas: replicas.to_vec(),
-            },
-            forwarded: false,
+        let request = ReassignRequest {
+            topic: topic.to_string(),
+            partition,
+            replicas: replicas.to_vec(),
         };
-        self.admin(Op::Propose, &request, topic).await
+        self.admin(Op::Reassign, &request, topic).await
     }
 
     /// Every broker of the cluster and its address, as the metadata group records them (a

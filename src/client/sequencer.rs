@@ -20,7 +20,7 @@
 //!   after it may already have landed under the new epoch), so it fails: definitely not written
 //!   if no attempt of it may have landed, outcome unknown otherwise.
 //!
-//! Before the fix this module exists for (D0), a failure took a fresh random producer id
+//! Before this module, a failure took a fresh random producer id
 //! instead of a new epoch: nothing tied the two ids together, so a batch still in flight under
 //! the old id could be taken after batches sent under the new one.
 
@@ -238,7 +238,7 @@ mod tests {
         assert_eq!((f.epoch, before.epoch), (2, 1));
     }
 
-    /// Regression (D0): the batch still on its way when another failed for good went on under
+    /// Regression: the batch still on its way when another failed for good went on under
     /// its old numbers while the batches behind it moved to a fresh producer id, and a broker
     /// took them first. It now keeps an epoch the partition fences once the new one writes,
     /// and a refusal of it cannot renumber it behind them.

@@ -1,5 +1,5 @@
 //! Kafka's admin and cluster APIs over the broker service: CreateTopics, DeleteTopics,
-//! DescribeConfigs (topics and brokers), DescribeCluster and OffsetForLeaderEpoch. Codec only:
+//! DescribeConfigs (topics and brokers) and DescribeCluster. Codec only:
 //! each request is mapped to the service's operation and each answer or error to Kafka's.
 
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
@@ -8,20 +8,17 @@ use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult,
 };
-use kafka_protocol::messages::offset_for_leader_epoch_response::{
-    EpochEndOffset, OffsetForLeaderTopicResult,
-};
 use kafka_protocol::messages::{
     CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
     DescribeClusterRequest, DescribeClusterResponse, DescribeConfigsRequest,
-    DescribeConfigsResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, TopicName,
+    DescribeConfigsResponse, TopicName,
 };
 use kafka_protocol::messages::{RequestKind, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
 
 use super::{KafkaConfig, broker_id, code, error_code};
 use crate::error::Error;
-use crate::node::service::{BrokerService, EpochError};
+use crate::node::service::BrokerService;
 use crate::protocol::{CreateTopicRequest, DeleteTopicRequest};
 use crate::types::PartitionId;
 
@@ -344,45 +341,6 @@ pub(super) fn describe_cluster(
             b
         })
         .collect();
-    r
-}
-
-/// OffsetForLeaderEpoch (KIP-320: a consumer that saw a leader change checks its position
-/// against the new leader's log). A leader epoch is a Raft term.
-pub(super) fn offset_for_leader_epoch(
-    request: OffsetForLeaderEpochRequest,
-    service: &BrokerService,
-) -> OffsetForLeaderEpochResponse {
-    let mut r = OffsetForLeaderEpochResponse::default();
-    for topic in request.topics {
-        let name = topic.topic.0.to_string();
-        let mut t = OffsetForLeaderTopicResult::default();
-        t.topic = topic.topic.clone();
-        for p in topic.partitions {
-            let mut e = EpochEndOffset::default();
-            e.partition = p.partition;
-            e.leader_epoch = -1;
-            e.end_offset = -1;
-            let id = PartitionId::new(name.clone(), u32::try_from(p.partition).unwrap_or(u32::MAX));
-            let current = u64::try_from(p.current_leader_epoch).ok();
-            match u64::try_from(p.leader_epoch) {
-                // Kafka's undefined epoch: an undefined answer, not an error.
-                Err(_) => {}
-                Ok(epoch) => match service.epoch_end(&id, epoch, current) {
-                    Ok(Some((term, end))) => {
-                        e.leader_epoch = i32::try_from(term).unwrap_or(i32::MAX);
-                        e.end_offset = i64::try_from(end.get()).unwrap_or(i64::MAX);
-                    }
-                    Ok(None) => {}
-                    Err(EpochError::Fenced) => e.error_code = code::FENCED_LEADER_EPOCH,
-                    Err(EpochError::Unknown) => e.error_code = code::UNKNOWN_LEADER_EPOCH,
-                    Err(EpochError::Service(err)) => e.error_code = error_code(&err),
-                },
-            }
-            t.partitions.push(e);
-        }
-        r.topics.push(t);
-    }
     r
 }
 

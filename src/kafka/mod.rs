@@ -1,23 +1,32 @@
-//! A Kafka-protocol listener ("4 of 4", first part): Kafka's own clients (kcat, librdkafka,
-//! kafka-python) reach a broker on `NodeConfig::kafka_listen` and are served by the same
-//! [`BrokerService`] as the native door. This module is a codec only: it decodes Kafka's
-//! requests (the `kafka-protocol` crate), calls the service, and encodes the answers.
+//! The Kafka-protocol listener: Kafka's own clients (kcat, librdkafka, kafka-python) reach a
+//! broker on `NodeConfig::kafka_listen` and are served by the same [`BrokerService`] as the
+//! native door. This module and its files are a codec: each decodes Kafka's requests (the
+//! `kafka-protocol` crate), maps them to the service's, and maps the answers back; what a
+//! request means (which records a fetch answers, the long poll, epoch checks, validation) is
+//! the service's.
 //!
-//! Served so far: ApiVersions, Metadata, Produce (acks 0, 1 and -1: a write is acknowledged
-//! once committed, whatever the producer asked; an idempotent producer's numbers go through
-//! the partition's producer table), Fetch (with the long poll), ListOffsets, InitProducerId
-//! (no transactions), and the group APIs over the broker's coordinator (`groups.rs`).
-//! An API or version outside [`SUPPORTED`] closes the connection, as Kafka brokers do for
-//! requests they cannot parse; ApiVersions at a version newer than served is answered at
-//! version 0 with `UNSUPPORTED_VERSION` and the ranges, as Kafka does.
+//! Served: ApiVersions, Metadata, Produce (acks 0, 1 and −1: a write is acknowledged once
+//! committed, whatever the producer asked; an idempotent producer's numbers go through the
+//! partition's producer table), Fetch (`fetch.rs`), ListOffsets and OffsetForLeaderEpoch
+//! (`offsets.rs`), InitProducerId (no transactions), the group APIs over the broker's
+//! coordinators (`groups.rs`), and CreateTopics, DeleteTopics, DescribeConfigs and
+//! DescribeCluster (`admin.rs`), at the versions in [`SUPPORTED`]. Any other API or version
+//! is answered with its own answer refusing it (every item `UNSUPPORTED_VERSION`, or the
+//! API's own error) where that answer can say so, and the connection stays open; otherwise
+//! the connection is closed, as Kafka brokers do with requests they cannot parse.
+//! ApiVersions at a version newer than served is answered at version 0 with
+//! `UNSUPPORTED_VERSION` and the ranges, as Kafka does.
 //!
-//! Records: a Kafka producer's batch is checked here (its framing and CRC-32C), decoded whole by
-//! the write path, and stored as it was sent (FORMAT.md §4.2 and §6.4); a fetch serves it
-//! back byte for byte with its base offset and leader epoch set. A batch of replog's records
-//! is served as one uncompressed Kafka v2 batch with the same offsets and a valid CRC-32C.
+//! Records: a Kafka producer's batch is checked here (its framing), decoded whole by the
+//! write path (its CRC-32C, its records), and stored as it was sent (FORMAT.md §4.2 and
+//! §6.4); a fetch serves it back byte for byte with its base offset and leader epoch set. A
+//! batch of replog's records is served as one uncompressed Kafka v2 batch with the same
+//! offsets and a valid CRC-32C.
 
 mod admin;
+mod fetch;
 mod groups;
+mod offsets;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -26,18 +35,13 @@ use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::api_versions_response::ApiVersion;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::list_offsets_response::{
-    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
-};
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsResponse, BrokerId, FetchRequest, FetchResponse, ListOffsetsRequest,
-    ListOffsetsResponse, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse,
-    RequestHeader, RequestKind, ResponseHeader, ResponseKind, TopicName,
+    ApiKey, ApiVersionsResponse, BrokerId, MetadataRequest, MetadataResponse, ProduceRequest,
+    ProduceResponse, RequestHeader, RequestKind, ResponseHeader, ResponseKind, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -46,12 +50,11 @@ use tokio::sync::watch;
 
 use crate::error::Error;
 use crate::group::OFFSETS_TOPIC;
-use crate::node::service::{BrokerService, Fetch, Produce};
-use crate::protocol::OffsetAt;
+use crate::node::service::{BrokerService, Produce};
 use crate::raft::types::AppendRequest;
 use crate::segment::format::PayloadFormat;
 use crate::segment::kafka as kafka_batch;
-use crate::types::{NodeId, Offset, PartitionId};
+use crate::types::{NodeId, PartitionId};
 
 /// The APIs served and their version ranges.
 pub(crate) const SUPPORTED: &[(ApiKey, i16, i16)] = &[
@@ -113,8 +116,6 @@ pub(crate) struct KafkaConfig {
     pub(crate) connections_max: usize,
     pub(crate) idle: Duration,
     pub(crate) frame_timeout: Duration,
-    /// The largest batch a partition holds (a fetch answers at least one whole).
-    pub(crate) batch_bytes_max: u32,
     /// The broker's budgets for clients' request and answer bytes, shared with its native
     /// door.
     pub(crate) budgets: crate::transport::ClientBudgets,
@@ -292,7 +293,7 @@ async fn answer(
             ResponseKind::Produce(response)
         }
         RequestKind::Fetch(r) => {
-            let (response, held) = fetch(r, version, service, config).await;
+            let (response, held) = fetch::fetch(r, version, service, config).await;
             return encode(
                 header.correlation_id,
                 api,
@@ -301,7 +302,7 @@ async fn answer(
             )
             .map(|a| Some((a, held)));
         }
-        RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(list_offsets(r, service)),
+        RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(offsets::list_offsets(r, service)),
         RequestKind::InitProducerId(r) => ResponseKind::InitProducerId(init_producer_id(&r)),
         RequestKind::FindCoordinator(r) => {
             ResponseKind::FindCoordinator(groups::find_coordinator(r, service).await)
@@ -338,7 +339,7 @@ async fn answer(
             ResponseKind::DescribeCluster(admin::describe_cluster(&r, service, config))
         }
         RequestKind::OffsetForLeaderEpoch(r) => {
-            ResponseKind::OffsetForLeaderEpoch(admin::offset_for_leader_epoch(r, service))
+            ResponseKind::OffsetForLeaderEpoch(offsets::offset_for_leader_epoch(r, service))
         }
         other => return Err(bad(format!("{other:?} is not served"))),
     };
@@ -560,7 +561,12 @@ async fn metadata(
             let mut t = MetadataResponseTopic::default();
             t.is_internal = name == OFFSETS_TOPIC;
             if partitions.is_empty() {
-                t.error_code = code::UNKNOWN_TOPIC_OR_PARTITION;
+                // A name no topic can have is Kafka's INVALID_TOPIC_EXCEPTION; a valid one
+                // that no topic has, UNKNOWN_TOPIC_OR_PARTITION.
+                t.error_code = match crate::catalog::check_topic_name(&name) {
+                    Ok(()) => code::UNKNOWN_TOPIC_OR_PARTITION,
+                    Err(_) => code::INVALID_TOPIC_EXCEPTION,
+                };
             }
             t.name = Some(topic_name(&name));
             t.partitions = partitions;
@@ -576,6 +582,10 @@ fn error_code(e: &Error) -> i16 {
         Error::NotLeader { .. } | Error::TryAgain { .. } => code::NOT_LEADER_OR_FOLLOWER,
         Error::UnknownPartition(_) => code::UNKNOWN_TOPIC_OR_PARTITION,
         Error::OffsetOutOfRange { .. } => code::OFFSET_OUT_OF_RANGE,
+        Error::LeaderEpochMismatch { asked, current, .. } if asked < current => {
+            code::FENCED_LEADER_EPOCH
+        }
+        Error::LeaderEpochMismatch { .. } => code::UNKNOWN_LEADER_EPOCH,
         Error::RecordTooLarge { .. } | Error::BatchTooLarge { .. } => code::MESSAGE_TOO_LARGE,
         Error::InvalidBatch { .. } | Error::EmptyBatch => code::CORRUPT_MESSAGE,
         Error::InvalidTopic { .. } => code::INVALID_TOPIC_EXCEPTION,
@@ -734,266 +744,5 @@ async fn produce(
             n
         })
         .collect();
-    r
-}
-
-/// Batches as a Kafka fetch answers them: one a Kafka producer sent as it was sent (its base
-/// offset and leader epoch set, FORMAT.md §4.2); one of replog's records as an uncompressed
-/// Kafka v2 batch with the same offsets, stamped with its append time.
-fn kafka_batches(batches: &[crate::segment::record::Batch]) -> Bytes {
-    // A Kafka batch's header and each record's are a little longer than replog's.
-    let size: usize = batches.iter().map(|b| b.payload.len() + 64).sum();
-    let mut out = BytesMut::with_capacity(size + size / 8);
-    for b in batches {
-        if b.format() == PayloadFormat::Kafka {
-            kafka_batch::serve(&b.payload, b.base_offset().get(), b.term().get(), &mut out);
-            continue;
-        }
-        let records: Vec<(u64, crate::segment::record::Record)> =
-            b.records().map(|(offset, r)| (offset.get(), r)).collect();
-        kafka_batch::encode_appended(&records, b.term().get(), b.timestamp_ms(), &mut out);
-    }
-    out.freeze()
-}
-
-/// What a Kafka fetch answer may hold in memory, reserved before the log is read: its records
-/// (within `budget`, and each partition's own `partition_max_bytes`, but a partition's first
-/// batch is sent whole), twice (the Kafka batches built from them, then the encoded answer),
-/// at most two frames (which the broker's answer budget always holds).
-fn fetch_answer_bytes(request: &FetchRequest, budget: usize, config: &KafkaConfig) -> usize {
-    let batch = config.batch_bytes_max as usize + 4096;
-    let asked: usize = request
-        .topics
-        .iter()
-        .flat_map(|t| t.partitions.iter())
-        .map(|p| {
-            usize::try_from(p.partition_max_bytes)
-                .unwrap_or(0)
-                .max(batch)
-                .saturating_add(256)
-        })
-        .fold(0, usize::saturating_add);
-    asked
-        .min(budget.max(batch))
-        .saturating_add(64 << 10)
-        .saturating_mul(2)
-        .min((config.frame_bytes_max as usize).saturating_mul(2))
-}
-
-/// A topic's partitions as a fetch read them.
-type PartitionAnswers = (
-    TopicName,
-    Vec<(
-        i32,
-        std::result::Result<crate::node::service::Fetched, Error>,
-    )>,
-);
-
-/// A partition's marks without its records (a fetch whose byte budget is spent).
-fn marks_only(
-    service: &BrokerService,
-    f: &Fetch,
-) -> std::result::Result<crate::node::service::Fetched, Error> {
-    let high_watermark = service
-        .list_offset(&f.partition, OffsetAt::Latest)?
-        .unwrap_or_default();
-    let log_start = service
-        .list_offset(&f.partition, OffsetAt::Earliest)?
-        .unwrap_or_default();
-    Ok(crate::node::service::Fetched {
-        batches: Vec::new(),
-        high_watermark,
-        log_start,
-    })
-}
-
-async fn fetch(
-    request: FetchRequest,
-    version: i16,
-    service: &BrokerService,
-    config: &KafkaConfig,
-) -> (FetchResponse, Held) {
-    // An answer leaves room for its own framing within the frame limit.
-    let frame_budget = (config.frame_bytes_max as usize).saturating_sub(64 << 10);
-    let max_wait = Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0));
-    let asks: Vec<(TopicName, Vec<(i32, Fetch)>)> = request
-        .topics
-        .iter()
-        .map(|t| {
-            let name = t.topic.0.to_string();
-            let partitions = t
-                .partitions
-                .iter()
-                .map(|p| {
-                    let fetch = Fetch {
-                        partition: PartitionId::new(
-                            name.clone(),
-                            u32::try_from(p.partition).unwrap_or(u32::MAX),
-                        ),
-                        offset: Offset(u64::try_from(p.fetch_offset).unwrap_or(0)),
-                        max_bytes: usize::try_from(p.partition_max_bytes).unwrap_or(0).max(1),
-                        max_wait: Duration::ZERO,
-                        min_bytes: 0,
-                    };
-                    (p.partition, fetch)
-                })
-                .collect();
-            (t.topic.clone(), partitions)
-        })
-        .collect();
-    // The whole answer stays within the request's max_bytes and this broker's frame limit
-    // (Kafka's fetch.max.bytes): the first partition with records is answered whatever its
-    // size; after it, a partition's records join only if they fit what is left, and the others
-    // are answered with their marks and no records (the client asks again for them).
-    let budget = usize::try_from(request.max_bytes)
-        .unwrap_or(0)
-        .min(frame_budget);
-    // `allowed`: whether records may be read (the answer's bytes were reserved).
-    let read = |allowed: bool| {
-        let mut any = false;
-        let mut records = false;
-        let mut spent = 0usize;
-        let answers: Vec<PartitionAnswers> = asks
-            .iter()
-            .map(|(name, ps)| {
-                let rs = ps
-                    .iter()
-                    .map(|(i, f)| {
-                        let left = budget.saturating_sub(spent);
-                        let size = |f: &crate::node::service::Fetched| -> usize {
-                            f.batches.iter().map(|b| b.payload.len() + 64).sum()
-                        };
-                        let r = if !allowed {
-                            marks_only(service, f)
-                        } else if !records {
-                            service.fetch(f)
-                        } else if left == 0 {
-                            marks_only(service, f)
-                        } else {
-                            let within = Fetch {
-                                partition: f.partition.clone(),
-                                offset: f.offset,
-                                max_bytes: f.max_bytes.min(left),
-                                max_wait: Duration::ZERO,
-                                min_bytes: 0,
-                            };
-                            match service.fetch(&within) {
-                                // A first batch larger than what is left is not sent.
-                                Ok(fetched) if size(&fetched) > left => marks_only(service, f),
-                                other => other,
-                            }
-                        };
-                        if let Ok(fetched) = &r {
-                            spent = spent.saturating_add(size(fetched));
-                            records |= !fetched.batches.is_empty();
-                        }
-                        any |= r.as_ref().is_ok_and(|f| !f.batches.is_empty()) || r.is_err();
-                        (*i, r)
-                    })
-                    .collect();
-                (name.clone(), rs)
-            })
-            .collect();
-        (any, answers)
-    };
-    // What the answer may take comes out of the broker's answer budget before the log is read,
-    // and goes back once the answer is written. While the budget is spent (clients that never
-    // read hold it until the frame timeout closes them), a fetch waits for it no longer than
-    // it would long-poll and is answered with its partitions' marks and no records: the client
-    // asks again, and fetches do not queue up behind the budget.
-    let answer_bytes = fetch_answer_bytes(&request, budget, config);
-    let within = max_wait.clamp(Duration::from_millis(10), Duration::from_secs(5));
-    let reserve = || async {
-        tokio::time::timeout(within, take(&config.budgets.answers, answer_bytes))
-            .await
-            .ok()
-            .flatten()
-    };
-    let mut held = reserve().await;
-    let (any, mut answers) = read(held.is_some());
-    if held.is_some() && !any && request.min_bytes > 0 && !max_wait.is_zero() {
-        // The long poll: wait on the first partition asked for, holding no budget, then read
-        // again.
-        if let Some((_, f)) = asks.first().and_then(|(_, ps)| ps.first()) {
-            let wait = Fetch {
-                partition: f.partition.clone(),
-                offset: f.offset,
-                max_bytes: f.max_bytes,
-                max_wait,
-                min_bytes: 1,
-            };
-            drop(held);
-            service.wait_for_fetch(&wait).await;
-            held = reserve().await;
-            (_, answers) = read(held.is_some());
-        }
-    }
-    let mut r = FetchResponse::default();
-    for (name, partitions) in answers {
-        let mut t = FetchableTopicResponse::default();
-        t.topic = name;
-        for (index, outcome) in partitions {
-            let mut pd = PartitionData::default();
-            pd.partition_index = index;
-            pd.high_watermark = -1;
-            pd.last_stable_offset = -1;
-            pd.log_start_offset = -1;
-            pd.preferred_read_replica = BrokerId(-1);
-            match outcome {
-                Ok(fetched) => {
-                    let hw = i64::try_from(fetched.high_watermark.get()).unwrap_or(i64::MAX);
-                    pd.high_watermark = hw;
-                    pd.last_stable_offset = hw;
-                    pd.log_start_offset = i64::try_from(fetched.log_start.get()).unwrap_or(0);
-                    pd.records = Some(kafka_batches(&fetched.batches));
-                }
-                Err(e) => {
-                    pd.error_code = error_code(&e);
-                    // The leader, for a broker that hosts no replica (Fetch v12+ carries it).
-                    if version >= 12
-                        && let Some((node, term, _)) = current_leader(&e, service).await
-                    {
-                        pd.current_leader.leader_id = broker_id(node);
-                        pd.current_leader.leader_epoch = i32::try_from(term).unwrap_or(i32::MAX);
-                    }
-                }
-            }
-            t.partitions.push(pd);
-        }
-        r.responses.push(t);
-    }
-    r.error_code = code::NONE;
-    (r, held)
-}
-
-fn list_offsets(request: ListOffsetsRequest, service: &BrokerService) -> ListOffsetsResponse {
-    let mut r = ListOffsetsResponse::default();
-    for topic in request.topics {
-        let name = topic.name.0.to_string();
-        let mut t = ListOffsetsTopicResponse::default();
-        t.name = topic.name.clone();
-        for p in topic.partitions {
-            let mut pr = ListOffsetsPartitionResponse::default();
-            pr.partition_index = p.partition_index;
-            pr.timestamp = -1;
-            pr.offset = -1;
-            let at = match p.timestamp {
-                -2 => OffsetAt::Earliest,
-                -1 => OffsetAt::Latest,
-                ms => OffsetAt::Timestamp(u64::try_from(ms).unwrap_or(0)),
-            };
-            let id = PartitionId::new(
-                name.clone(),
-                u32::try_from(p.partition_index).unwrap_or(u32::MAX),
-            );
-            match service.list_offset(&id, at) {
-                Ok(Some(o)) => pr.offset = i64::try_from(o.get()).unwrap_or(i64::MAX),
-                Ok(None) => {}
-                Err(e) => pr.error_code = error_code(&e),
-            }
-            t.partitions.push(pr);
-        }
-        r.topics.push(t);
-    }
     r
 }

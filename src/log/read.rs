@@ -89,6 +89,13 @@ impl PartitionLog {
     ///
     /// [`Error::Corrupt`] if a frame on the way fails validation.
     pub fn offset_for_timestamp(&self, timestamp_ms: u64) -> Result<Option<Offset>> {
+        Ok(self
+            .batch_for_timestamp(timestamp_ms)?
+            .map(|(offset, _)| offset))
+    }
+
+    /// [`offset_for_timestamp`](Self::offset_for_timestamp), with the time of the batch found.
+    pub(crate) fn batch_for_timestamp(&self, timestamp_ms: u64) -> Result<Option<(Offset, u64)>> {
         let seg = {
             let segs = self.segments.read();
             segs.iter()
@@ -107,7 +114,7 @@ impl PartitionLog {
             |_, _, h| {
                 if h.kind == EntryKind::Data && h.record_count > 0 && h.timestamp_ms >= timestamp_ms
                 {
-                    found = Some(Offset(h.base_offset));
+                    found = Some((Offset(h.base_offset), h.timestamp_ms));
                     return Ok(false);
                 }
                 Ok(true)

@@ -117,12 +117,14 @@ impl Handler for NodeHandler {
                     .await,
                 ),
                 Op::Fetch => {
-                    let request = decode_request(&body).map(|req: FetchRequest| Fetch {
-                        partition: req.partition,
-                        offset: Offset(req.offset),
-                        max_bytes: req.max_bytes as usize,
-                        max_wait: std::time::Duration::from_millis(req.max_wait_ms.into()),
-                        min_bytes: req.min_bytes as usize,
+                    let request = decode_request(&body).map(|req: FetchRequest| {
+                        Fetch::one(
+                            req.partition,
+                            Offset(req.offset),
+                            req.max_bytes as usize,
+                            std::time::Duration::from_millis(req.max_wait_ms.into()),
+                            req.min_bytes as usize,
+                        )
                     });
                     // A long poll waits for records first, holding nothing; then the answer's
                     // bytes are reserved before it is read from the log: a client that
@@ -133,7 +135,11 @@ impl Handler for NodeHandler {
                     }
                     let answer = async {
                         let fetch = request?;
-                        let fetched = service.fetch(&fetch).map_err(wire)?;
+                        let fetched = service
+                            .fetch(&fetch)
+                            .pop()
+                            .ok_or_else(|| WireError::Other("fetch: no partition".into()))?
+                            .map_err(wire)?;
                         let max = service.fetch_bytes_max(&fetch);
                         let (high_watermark, log_start) =
                             (fetched.high_watermark.get(), fetched.log_start.get());
@@ -180,6 +186,13 @@ impl Handler for NodeHandler {
                 Op::Propose => encode_response(
                     &async { service.propose(decode_request(&body)?).await.map_err(wire) }.await,
                 ),
+                Op::Reassign => encode_response(
+                    &async {
+                        let request = decode_request(&body)?;
+                        service.reassign_partition(request).await.map_err(wire)
+                    }
+                    .await,
+                ),
                 Op::Group => match decode_request::<GroupRequest>(&body) {
                     Err(e) => encode_response::<()>(&Err(e)),
                     Ok(request) => group_answer(service, request, from).await,
@@ -187,8 +200,8 @@ impl Handler for NodeHandler {
                 Op::ListOffsets => {
                     encode_response(&decode_request(&body).and_then(|req: ListOffsetsRequest| {
                         service
-                            .list_offset(&req.partition, req.at)
-                            .map(|o| o.map(Offset::get))
+                            .list_offset(&req.partition, req.at, None)
+                            .map(|o| o.map(|l| l.offset.get()))
                             .map_err(wire)
                     }))
                 }

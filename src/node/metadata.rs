@@ -529,7 +529,7 @@ mod tests {
         cluster.shutdown().await.unwrap();
     }
 
-    /// Regression (D5 of "2 of 4"): a proposed registration moved the broker's traffic to the
+    /// Regression: a proposed registration moved the broker's traffic to the
     /// new address at once, before it was committed (or even if it never was). Now only a
     /// committed registration does, or an address where the broker answers as itself.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -92,6 +92,18 @@ struct HostedReplica {
     rebuilding: AtomicBool,
 }
 
+impl HostedReplica {
+    /// The replica's high watermark: where its committed records end (never past its log's end,
+    /// which a commit learned before the log caught up could name).
+    fn committed_end(&self) -> Offset {
+        Offset(
+            self.sm
+                .high_watermark()
+                .min(self.store.log().end_offset().get()),
+        )
+    }
+}
+
 /// A broker's state, shared by [`Node`] and every task it runs.
 struct Broker {
     config: NodeConfig,
@@ -352,7 +364,6 @@ impl Node {
                     connections_max: broker.config.connections_max,
                     idle: Duration::from_millis(broker.config.connections_max_idle_ms),
                     frame_timeout: Duration::from_millis(broker.config.frame_read_timeout_ms),
-                    batch_bytes_max: broker.config.log.batch_bytes_max,
                     budgets: client_budgets.clone(),
                 };
                 tracing::info!(%local, "kafka listener");
@@ -416,6 +427,12 @@ impl Node {
     /// The address this broker listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The address this broker's Kafka listener gives Kafka's clients (its advertised one, or
+    /// the one it bound), if it has a Kafka listener ([`NodeConfig::kafka_listen`]).
+    pub fn kafka_addr(&self) -> Option<SocketAddr> {
+        self.broker.kafka_addr.get().copied()
     }
 
     /// Appends `records` as one batch to a partition this broker leads, and returns where the

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use crate::error::{CorruptKind, Error, Result};
 use crate::log::AppendInfo;
-use crate::protocol::OffsetAt;
 use crate::raft::replica::WriteError;
 use crate::raft::types::AppendRequest;
 use crate::segment::format::PayloadFormat;
@@ -194,33 +193,25 @@ impl Broker {
         max_bytes: usize,
     ) -> Result<Fetched> {
         let group = self.group(&PartitionId::new(topic, partition))?;
-        let read = read_committed(&group, offset, max_bytes);
+        self.read_replica(&group, offset, max_bytes)
+    }
+
+    /// [`read_marked`](Self::read_marked) of a replica already looked up.
+    pub(crate) fn read_replica(
+        self: &Arc<Self>,
+        group: &Arc<HostedReplica>,
+        offset: Offset,
+        max_bytes: usize,
+    ) -> Result<Fetched> {
+        let read = read_committed(group, offset, max_bytes);
         // Never served: the reader gets the error, and the replica is rebuilt from the leader.
         if let Err(damage @ Error::Corrupt { .. }) = &read {
-            self.request_rebuild(Arc::clone(&group), RebuildCause::Damaged(damage.clone()));
+            self.request_rebuild(Arc::clone(group), RebuildCause::Damaged(damage.clone()));
         }
-        let log = group.store.log();
         Ok(Fetched {
             batches: read?,
-            high_watermark: Offset(group.sm.high_watermark().min(log.end_offset().get())),
-            log_start: log.start_offset(),
-        })
-    }
-}
-
-impl Broker {
-    /// See [`BrokerService::list_offset`](super::service::BrokerService::list_offset).
-    pub(crate) fn list_offset(&self, id: &PartitionId, at: OffsetAt) -> Result<Option<Offset>> {
-        let group = self.group(id)?;
-        let log = group.store.log();
-        let high_watermark = Offset(group.sm.high_watermark().min(log.end_offset().get()));
-        Ok(match at {
-            OffsetAt::Earliest => Some(log.start_offset()),
-            OffsetAt::Latest => Some(high_watermark),
-            // Only a committed batch counts.
-            OffsetAt::Timestamp(ms) => log
-                .offset_for_timestamp(ms)?
-                .filter(|o| *o < high_watermark),
+            high_watermark: group.committed_end(),
+            log_start: group.store.log().start_offset(),
         })
     }
 }
@@ -240,18 +231,18 @@ pub(super) fn read_committed(
     max_bytes: usize,
 ) -> Result<Vec<Batch>> {
     let log = group.store.log();
-    let high_watermark = group.sm.high_watermark().min(log.end_offset().get());
-    if offset.get() > high_watermark {
+    let high_watermark = group.committed_end();
+    if offset > high_watermark {
         return Err(Error::OffsetOutOfRange {
             requested: offset,
             start: log.start_offset(),
-            end: Offset(high_watermark),
+            end: high_watermark,
         });
     }
-    if offset.get() == high_watermark {
+    if offset == high_watermark {
         return Ok(Vec::new());
     }
     let mut batches = log.read(offset, max_bytes)?;
-    batches.retain(|b| b.base_offset().get() < high_watermark);
+    batches.retain(|b| b.base_offset() < high_watermark);
     Ok(batches)
 }

@@ -255,7 +255,7 @@ mod tests {
         assert_eq!(t.check(9, (0, 17, 4), &first), Check::New);
     }
 
-    /// Regression (D0, a pipelined producer under faults): a client that gave up on a batch
+    /// Regression (a pipelined producer under faults): a client that gave up on a batch
     /// took a fresh producer id, so a batch it still had in flight under the old id (its
     /// outcome unknown, resent, or still queued on a broker) was taken after the batches sent
     /// under the new one. A later epoch now fences the earlier ones once it has written.

@@ -491,6 +491,12 @@ impl Replica {
         }
     }
 
+    /// The replica's current term (a leader epoch, to Kafka's clients), without the rest of
+    /// [`state`](Self::state).
+    pub(crate) fn term(&self) -> u64 {
+        self.raft.metrics().borrow_watched().current_term
+    }
+
     /// Snapshots the state machine (waiting up to `timeout` for it to cover `upto`), then asks
     /// openraft to purge the log up to and including `upto`.
     pub(crate) async fn purge_through(

@@ -45,8 +45,9 @@ pub(crate) enum Op {
     CreateTopic = 7,
     /// Admin: delete a created topic.
     DeleteTopic = 8,
-    /// Admin or broker: commit a metadata command (a broker's registration, a partition's
-    /// reassignment, its end).
+    /// Broker: commit a metadata command (a broker's registration, a partition's move, its
+    /// end, a topic's creation forwarded to the metadata leader). Never a client's: what
+    /// clients may ask of the metadata log has operations of its own, with their checks.
     Propose = 9,
     /// Raft leader transfer: the leader asks a follower to take over (controlled shutdown).
     TransferLeader = 10,
@@ -56,6 +57,9 @@ pub(crate) enum Op {
     /// Client: the offset of a partition at a point (its start, its end, or the first batch
     /// written at or after a time), as Kafka's ListOffsets.
     ListOffsets = 12,
+    /// Admin: move a created topic's partition to other brokers (Kafka's partition
+    /// reassignment).
+    Reassign = 13,
 }
 
 impl Op {
@@ -74,6 +78,7 @@ impl Op {
             Op::TransferLeader => "transfer_leader",
             Op::Group => "group",
             Op::ListOffsets => "list_offsets",
+            Op::Reassign => "reassign",
         }
     }
 
@@ -91,6 +96,7 @@ impl Op {
             10 => Some(Op::TransferLeader),
             11 => Some(Op::Group),
             12 => Some(Op::ListOffsets),
+            13 => Some(Op::Reassign),
             _ => None,
         }
     }

@@ -1,4 +1,4 @@
-//! The attack suite of "2 of 4" at the sizes it names, against a `replog node` process with
+//! Attacks at real sizes, against a `replog node` process with
 //! its default budgets, measuring the broker's memory: ignored in CI (it opens some twenty
 //! thousand connections and moves gigabytes); run it with
 //! `cargo test --release --test cluster -- --ignored attack --nocapture`.

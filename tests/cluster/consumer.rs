@@ -1,4 +1,4 @@
-//! `Consumer` ("3 of 4", item 2 in part): every partition of a topic, each record once and in
+//! `Consumer`: every partition of a topic, each record once and in
 //! order, seek, pause and resume, lag, the end of the log, leader changes, and a stream.
 
 use std::collections::BTreeMap;

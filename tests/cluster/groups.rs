@@ -1,4 +1,4 @@
-//! Consumer groups ("3 of 4", item 3): members sharing a topic's partitions, a killed member's
+//! Consumer groups: members sharing a topic's partitions, a killed member's
 //! partitions moving to the others within the session timeout, commits fenced by generation,
 //! committed offsets surviving the coordinator's failover, and a restarted consumer resuming
 //! at its group's committed offset.

@@ -308,7 +308,7 @@ pub(crate) fn fetch_body(topic: &str, offset: u64, max_bytes: u32) -> Vec<u8> {
     body
 }
 
-/// D3 of "2 of 4" at its size: 512 pipelined fetches of 1 MiB whose answers are never read.
+/// At real size: 512 pipelined fetches of 1 MiB whose answers are never read.
 /// Each answer's bytes are reserved before the log is read, a connection holds at most two
 /// frames of them, and one whose answers are not written within the frame timeout is
 /// closed; meanwhile an honest client still produces and fetches. Before, the broker built

@@ -1,4 +1,4 @@
-//! The Kafka listener ("4 of 4", first part): the seed walkthrough with Kafka's own `kcat`
+//! The Kafka listener: the seed walkthrough with Kafka's own `kcat`
 //! against three `replog node` processes, compressed batches, one log behind two doors, and
 //! hostile bytes on the Kafka port. `.ci/run` installs `kcat` (Debian's package); without it
 //! these tests fail in CI and are skipped elsewhere.

@@ -1,4 +1,4 @@
-//! Long-poll fetch ("3 of 4", item 1): a fetch at the end of the log waits, at most its
+//! Long-poll fetch: a fetch at the end of the log waits, at most its
 //! `max_wait`, for `min_bytes` of committed records and is woken by the commit that brings
 //! them; every answer carries the partition's high watermark and log start.
 

@@ -13,6 +13,7 @@ mod consumer;
 mod groups;
 mod hostile;
 mod kafka;
+mod kafka_fetch;
 mod long_poll;
 mod metrics;
 #[path = "../support/ports.rs"]
@@ -554,7 +555,7 @@ async fn an_idempotent_batch_is_written_once_even_across_a_leader_change() {
     shutdown_all(nodes).await;
 }
 
-/// Regression (D0): once a partition has taken a batch of a producer's later epoch, it refuses
+/// Regression: once a partition has taken a batch of a producer's later epoch, it refuses
 /// the earlier epochs, on every leader after it too, so that a batch a client gave up on can
 /// never land after the batches it sent in its place.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1979,7 +1980,7 @@ async fn a_partition_moves_off_its_leader_onto_a_joined_broker() {
     shutdown_all(nodes).await;
 }
 
-/// Regression (D1b of "2 of 4"): a batch over the partition's `batch_bytes_max` (each record
+/// Regression: a batch over the partition's `batch_bytes_max` (each record
 /// under `record_bytes_max`) reached openraft's log write, whose storage error stopped the
 /// leader's group for good, and a client retried it into the next leader. It is refused now,
 /// typed, before Raft, and the partition goes on taking writes; a client with larger limits
@@ -2014,7 +2015,7 @@ async fn an_oversized_batch_is_refused_before_raft_and_the_partition_keeps_worki
     // the next write; before, no replica of it ever led again.
     append_to_leader(&nodes, &[Record::new("after")]).await;
 
-    // A client configured with larger limits than the brokers (D9): it learned theirs from
+    // A client configured with larger limits than the brokers: it learned theirs from
     // metadata and refuses the batch itself, typed, naming the brokers' limit, at once (far
     // below the delivery timeout); nothing was written.
     let mut config = ClientConfig::default();
@@ -2066,7 +2067,7 @@ async fn an_oversized_batch_is_refused_before_raft_and_the_partition_keeps_worki
     shutdown_all(nodes).await;
 }
 
-/// Regression (D1 of "2 of 4"): openraft packs up to 300 entries into one replication request,
+/// Regression: openraft packs up to 300 entries into one replication request,
 /// and the log store read them with no byte limit, so a follower further behind than its frame
 /// limit got a request it had to refuse, again and again, and never caught up. Each request now
 /// carries at most the receiver's frame limit of entries: here a follower 9 MiB behind a 1 MiB
@@ -2113,7 +2114,7 @@ async fn a_follower_further_behind_than_a_frame_catches_up() {
         .sum::<u32>();
     assert_eq!(read, 160, "the follower holds every record");
 
-    // Regression (D3 of "2 of 4"): a fetch that allows any size got an answer over the frame
+    // Regression: a fetch that allows any size got an answer over the frame
     // limit, which the asker then refused. Answers now stay within both ends' frame limits.
     use replog::{Client, ClientConfig};
     let mut config = ClientConfig::default();
@@ -2136,7 +2137,7 @@ async fn a_follower_further_behind_than_a_frame_catches_up() {
     shutdown_all(nodes).await;
 }
 
-/// Regression (D8 of "2 of 4"): a clean shutdown was as bad as a crash: the partitions a
+/// Regression: a clean shutdown was as bad as a crash: the partitions a
 /// leader led had no leader until an election timeout passed. `Node::shutdown` now hands each
 /// of them to a live follower first, so the moment it returns another broker leads them, in a
 /// later term.
@@ -2180,7 +2181,7 @@ async fn a_leader_that_shuts_down_hands_its_partitions_over_first() {
     shutdown_all(nodes).await;
 }
 
-/// "3 of 4", item 4 in part: `replog produce` goes through `Producer` (batched; keyed lines to
+/// `replog produce` goes through `Producer` (batched; keyed lines to
 /// Kafka's partition for their key) and says how many records were acknowledged; `replog
 /// consume` reads every partition unless `--partition` narrows it, printing the fields asked
 /// for; a line that cannot be written is named and the exit is non-zero.
@@ -2278,7 +2279,7 @@ async fn the_cli_produces_keyed_lines_batched_and_consumes_every_partition() {
     cluster.shutdown().await.unwrap();
 }
 
-/// "3 of 4": `Producer::flush` sends the open batches and waits until every record sent is
+/// `Producer::flush` sends the open batches and waits until every record sent is
 /// settled (it used to return at once); `close` does the same and ends the producer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn producer_flush_waits_until_every_record_is_settled() {
@@ -2317,7 +2318,7 @@ async fn producer_flush_waits_until_every_record_is_settled() {
     cluster.shutdown().await.unwrap();
 }
 
-/// "3 of 4": `Node::wait_ready` says when a broker serves: once the metadata group and every
+/// `Node::wait_ready` says when a broker serves: once the metadata group and every
 /// partition it hosts know a leader, and not while a quorum is missing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_says_when_it_is_ready() {

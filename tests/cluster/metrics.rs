@@ -1,4 +1,4 @@
-//! Metrics ("3 of 4", item 6): a `replog node` serves Prometheus' text format on
+//! Metrics: a `replog node` serves Prometheus' text format on
 //! `--metrics-listen`, and a scrape of the leader shows a stopped follower's lag rise.
 
 use std::net::SocketAddr;

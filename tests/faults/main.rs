@@ -733,7 +733,7 @@ async fn produce_big(
     ops
 }
 
-/// Item 10 of "2 of 4": a schedule at real sizes, on five brokers. A follower of partition 0
+/// A schedule at real sizes, on five brokers. A follower of partition 0
 /// is stopped while a producer writes at least `mib` MiB in records up to `record_bytes_max`
 /// (1 MiB) and batches up to `batch_bytes_max` (4 MiB), beside two small producers; among the
 /// other four, at random, one more broker is stopped (a partition's leader half the time) and
@@ -1415,7 +1415,7 @@ async fn a_leader_whose_disk_fails(point: FaultPoint, kind: std::io::ErrorKind) 
     cluster.shutdown().await;
 }
 
-/// Item 3 of "2 of 4" (no replica dies silently): a follower's disk fails every sync, so the
+/// No replica dies silently: a follower's disk fails every sync, so the
 /// Raft members of its replicas stop. The broker finds them within an election timeout, says
 /// why in their status, keeps trying to bring them back (pausing longer after each failure),
 /// and once the disk is healthy brings them back by itself, rebuilt from the leader; they

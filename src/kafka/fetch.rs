@@ -1,0 +1,169 @@
+//! Kafka's Fetch (versions 4 to 12) over the broker service's fetch: the request mapped to the
+//! service's, the answer mapped back. Which records are answered, the long poll and the
+//! epoch checks are the service's (`node/service/fetch.rs`).
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse};
+
+use super::{Held, KafkaConfig, broker_id, code, current_leader, error_code, take};
+use crate::node::service::{BrokerService, Fetch, Fetched, PartitionFetch};
+use crate::segment::format::PayloadFormat;
+use crate::segment::kafka as kafka_batch;
+use crate::segment::record::Batch;
+use crate::types::{Offset, PartitionId};
+
+/// A Kafka offset as the service takes it: a negative one names no record, and is past any
+/// log's end (answered OFFSET_OUT_OF_RANGE).
+pub(super) fn offset(kafka: i64) -> Offset {
+    u64::try_from(kafka).map_or(Offset(u64::MAX), Offset)
+}
+
+/// A Kafka leader epoch as the service takes it: −1 (and any negative) is "not checked".
+pub(super) fn epoch(kafka: i32) -> Option<u64> {
+    u64::try_from(kafka).ok()
+}
+
+/// A Kafka partition index as the service takes it: a negative one is a partition no topic
+/// has.
+pub(super) fn partition(topic: &str, index: i32) -> PartitionId {
+    PartitionId::new(topic, u32::try_from(index).unwrap_or(u32::MAX))
+}
+
+/// The service's fetch for a Kafka Fetch request.
+fn service_fetch(request: &FetchRequest, config: &KafkaConfig) -> Fetch {
+    // An answer leaves room for its own framing within the frame limit.
+    let frame_budget = (config.frame_bytes_max as usize).saturating_sub(64 << 10);
+    let partitions = request
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(|p| PartitionFetch {
+                partition: partition(&t.topic, p.partition),
+                offset: offset(p.fetch_offset),
+                max_bytes: usize::try_from(p.partition_max_bytes).unwrap_or(0),
+                current_epoch: epoch(p.current_leader_epoch),
+            })
+        })
+        .collect();
+    Fetch {
+        partitions,
+        max_bytes: usize::try_from(request.max_bytes)
+            .unwrap_or(0)
+            .min(frame_budget),
+        max_wait: Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0)),
+        min_bytes: usize::try_from(request.min_bytes).unwrap_or(0),
+    }
+}
+
+/// What a Kafka fetch answer may hold in memory, reserved before the log is read: the batches
+/// the service may answer with, grown by an eighth (a Kafka batch built from replog's records
+/// is a little longer than its frame), each partition's fields, twice (the Kafka batches
+/// built, then the encoded answer), at most two frames (which the answer budget always
+/// holds).
+fn answer_bytes(fetch: &Fetch, service: &BrokerService, config: &KafkaConfig) -> usize {
+    let batches = service.fetch_answer_bytes(fetch);
+    batches
+        .saturating_add(batches / 8)
+        .saturating_add(fetch.partitions.len().saturating_mul(128))
+        .saturating_mul(2)
+        .min((config.frame_bytes_max as usize).saturating_mul(2))
+}
+
+/// Serves a Kafka Fetch: waits (holding nothing) for the service's long poll, then takes the
+/// answer's bytes from the broker's answer budget and reads. While the budget is spent
+/// (clients that never read hold it until the frame timeout closes them), a fetch waits for it
+/// no longer than it would long-poll and is answered with its partitions' marks and no
+/// records: the client asks again, and fetches do not queue up behind the budget.
+pub(super) async fn fetch(
+    request: FetchRequest,
+    version: i16,
+    service: &BrokerService,
+    config: &KafkaConfig,
+) -> (FetchResponse, Held) {
+    let fetch = service_fetch(&request, config);
+    service.wait_for_fetch(&fetch).await;
+    let within = fetch
+        .max_wait
+        .clamp(Duration::from_millis(10), Duration::from_secs(5));
+    let wanted = answer_bytes(&fetch, service, config);
+    let held = tokio::time::timeout(within, take(&config.budgets.answers, wanted))
+        .await
+        .ok()
+        .flatten();
+    let mut answers = if held.is_some() {
+        service.fetch(&fetch)
+    } else {
+        service.fetch_marks(&fetch)
+    }
+    .into_iter();
+    let mut r = FetchResponse::default();
+    for topic in request.topics {
+        let mut t = FetchableTopicResponse::default();
+        for p in &topic.partitions {
+            let Some(answer) = answers.next() else { break };
+            t.partitions
+                .push(partition_answer(p.partition, answer, version, service).await);
+        }
+        t.topic = topic.topic;
+        r.responses.push(t);
+    }
+    r.error_code = code::NONE;
+    (r, held)
+}
+
+/// One partition's part of the answer.
+async fn partition_answer(
+    index: i32,
+    answer: crate::Result<Fetched>,
+    version: i16,
+    service: &BrokerService,
+) -> PartitionData {
+    let mut pd = PartitionData::default();
+    pd.partition_index = index;
+    pd.high_watermark = -1;
+    pd.last_stable_offset = -1;
+    pd.log_start_offset = -1;
+    pd.preferred_read_replica = BrokerId(-1);
+    match answer {
+        Ok(fetched) => {
+            let hw = i64::try_from(fetched.high_watermark.get()).unwrap_or(i64::MAX);
+            pd.high_watermark = hw;
+            pd.last_stable_offset = hw;
+            pd.log_start_offset = i64::try_from(fetched.log_start.get()).unwrap_or(0);
+            pd.records = Some(kafka_batches(&fetched.batches));
+        }
+        Err(e) => {
+            pd.error_code = error_code(&e);
+            // The leader, for a broker that hosts no replica (Fetch v12+ carries it).
+            if version >= 12
+                && let Some((node, term, _)) = current_leader(&e, service).await
+            {
+                pd.current_leader.leader_id = broker_id(node);
+                pd.current_leader.leader_epoch = i32::try_from(term).unwrap_or(i32::MAX);
+            }
+        }
+    }
+    pd
+}
+
+/// Batches as a Kafka fetch answers them: one a Kafka producer sent as it was sent (its base
+/// offset and leader epoch set, FORMAT.md §4.2); one of replog's records as an uncompressed
+/// Kafka v2 batch with the same offsets, stamped with its append time.
+fn kafka_batches(batches: &[Batch]) -> Bytes {
+    // A Kafka batch's header and each record's are a little longer than replog's.
+    let size: usize = batches.iter().map(|b| b.payload.len() + 64).sum();
+    let mut out = BytesMut::with_capacity(size + size / 8);
+    for b in batches {
+        if b.format() == PayloadFormat::Kafka {
+            kafka_batch::serve(&b.payload, b.base_offset().get(), b.term().get(), &mut out);
+            continue;
+        }
+        let records: Vec<(u64, crate::segment::record::Record)> =
+            b.records().map(|(offset, r)| (offset.get(), r)).collect();
+        kafka_batch::encode_appended(&records, b.term().get(), b.timestamp_ms(), &mut out);
+    }
+    out.freeze()
+}

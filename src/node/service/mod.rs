@@ -1,0 +1,221 @@
+//! The broker service: what a client can ask of a broker, as typed requests and answers, with
+//! no wire encoding in sight. Every door to the broker is a thin codec over it: the native one
+//! (`handler.rs`) today, a Kafka-protocol listener next. The meaning of each request (which
+//! replica answers, what is refused and why, what counts as written) lives behind this type,
+//! never in a codec.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::catalog::MetaCommand;
+use crate::error::{Error, Result};
+use crate::group::api::{
+    CommittedOffset, Coordinator, GroupDescription, GroupListing, JoinGroup, JoinReply,
+    OffsetCommit, PartitionResult, SyncGroup,
+};
+use crate::group::{GroupError, OFFSETS_TOPIC};
+use crate::log::AppendInfo;
+use crate::protocol::{
+    CreateTopicRequest, DeleteTopicRequest, MetadataResponse, ProposeRequest, ReassignRequest,
+};
+use crate::raft::types::AppendRequest;
+use crate::transport::Turn;
+use crate::types::PartitionId;
+
+use super::Broker;
+pub(crate) use super::write::Fetched;
+
+mod fetch;
+mod offsets;
+pub(crate) use fetch::{Fetch, PartitionFetch};
+
+/// A produce: one encoded batch for one partition.
+pub(crate) struct Produce {
+    pub(crate) partition: PartitionId,
+    /// The records as the producer encoded them, with its idempotence numbers.
+    pub(crate) batch: AppendRequest,
+    /// The request's place among its connection's requests, if the codec keeps one: batches of
+    /// one producer are checked in that order.
+    pub(crate) turn: Option<Turn>,
+}
+
+type GroupResult<T> = std::result::Result<T, GroupError>;
+
+fn internal_topic() -> Error {
+    Error::InvalidTopic {
+        reason: format!("{OFFSETS_TOPIC} is written by the group coordinators only"),
+    }
+}
+
+/// The broker's operations for clients.
+#[derive(Clone)]
+pub(crate) struct BrokerService {
+    broker: Arc<Broker>,
+}
+
+impl BrokerService {
+    pub(super) fn new(broker: Arc<Broker>) -> BrokerService {
+        BrokerService { broker }
+    }
+
+    /// Appends a batch on the partition's leader: [`crate::Node::append`]'s rules. The offsets
+    /// topic is written by its coordinators only.
+    pub(crate) async fn produce(&self, request: Produce) -> Result<AppendInfo> {
+        if request.partition.topic == OFFSETS_TOPIC {
+            return Err(internal_topic());
+        }
+        self.broker
+            .append_encoded(&request.partition, request.batch, request.turn)
+            .await
+    }
+
+    /// Brokers, topics and every partition's current leader (`local_only`: only the partitions
+    /// hosted here, as brokers ask each other).
+    pub(crate) async fn metadata(&self, topic: Option<&str>, local_only: bool) -> MetadataResponse {
+        self.broker.metadata(topic, local_only).await
+    }
+
+    /// Creates a topic through the metadata group. The offsets topic is created by the
+    /// brokers only (a broker forwards its creation to the metadata leader).
+    pub(crate) async fn create_topic(&self, request: CreateTopicRequest) -> Result<()> {
+        if request.name == OFFSETS_TOPIC && !request.forwarded {
+            return Err(internal_topic());
+        }
+        self.broker.create_topic(request).await
+    }
+
+    /// Deletes a created topic through the metadata group (never the offsets topic).
+    pub(crate) async fn delete_topic(&self, request: DeleteTopicRequest) -> Result<()> {
+        if request.name == OFFSETS_TOPIC {
+            return Err(internal_topic());
+        }
+        self.broker.delete_topic(request).await
+    }
+
+    /// Every broker's Kafka address as clients reach it: the one it registered in the
+    /// metadata log, else the one this broker was configured with (`NodeConfig::kafka_peers`),
+    /// and this broker's own.
+    pub(crate) fn kafka_brokers(
+        &self,
+    ) -> std::collections::BTreeMap<crate::types::NodeId, SocketAddr> {
+        let catalog = self.broker.catalog.read();
+        let mut out = std::collections::BTreeMap::new();
+        for id in catalog.brokers() {
+            if let Some(addr) = catalog
+                .kafka_addr(id)
+                .or_else(|| self.broker.config.kafka_peers.get(&id).copied())
+            {
+                out.insert(id, addr);
+            }
+        }
+        if let Some(me) = self.broker.kafka_addr.get() {
+            out.insert(self.broker.config.id, *me);
+        }
+        out
+    }
+
+    /// The brokers in the cluster's catalog.
+    pub(crate) fn broker_count(&self) -> usize {
+        self.broker.catalog.read().brokers().len()
+    }
+
+    /// A topic's partition count and replication factor, if the catalog has it.
+    pub(crate) fn topic_shape(&self, name: &str) -> Option<(u32, u32)> {
+        let catalog = self.broker.catalog.read();
+        let t = catalog.topic(name)?;
+        let partitions = u32::try_from(t.assignment.len()).unwrap_or(u32::MAX);
+        let factor = t.assignment.first().map_or(0, Vec::len);
+        Some((partitions, u32::try_from(factor).unwrap_or(u32::MAX)))
+    }
+
+    /// The log settings every partition of this broker is written with.
+    pub(crate) fn log_config(&self) -> &crate::config::LogConfig {
+        &self.broker.config.log
+    }
+
+    /// FindCoordinator: the broker leading the group's offsets partition.
+    pub(crate) async fn find_coordinator(&self, group: &str) -> GroupResult<Coordinator> {
+        self.broker.find_coordinator(group).await
+    }
+
+    /// JoinGroup (Kafka's classic protocol): answered once the rebalance completes.
+    /// `from` is the member's address, shown as its host.
+    pub(crate) async fn join_group(
+        &self,
+        request: JoinGroup,
+        from: Option<SocketAddr>,
+    ) -> GroupResult<JoinReply> {
+        self.broker.join_group(request, from).await
+    }
+
+    /// SyncGroup: the member's assignment, once the leader's is written.
+    pub(crate) async fn sync_group(&self, request: SyncGroup) -> GroupResult<Bytes> {
+        self.broker.sync_group(request).await
+    }
+
+    /// Heartbeat.
+    pub(crate) async fn heartbeat(
+        &self,
+        group: &str,
+        generation: i32,
+        member_id: &str,
+    ) -> GroupResult<()> {
+        self.broker.heartbeat(group, generation, member_id).await
+    }
+
+    /// LeaveGroup.
+    pub(crate) async fn leave_group(&self, group: &str, member_id: &str) -> GroupResult<()> {
+        self.broker.leave_group(group, member_id).await
+    }
+
+    /// OffsetCommit, fenced by the member's generation.
+    pub(crate) async fn commit_offsets(
+        &self,
+        request: OffsetCommit,
+    ) -> GroupResult<Vec<PartitionResult>> {
+        self.broker.commit_offsets(request).await
+    }
+
+    /// OffsetFetch (every committed partition of the group when `partitions` is `None`).
+    pub(crate) async fn fetch_offsets(
+        &self,
+        group: &str,
+        partitions: Option<Vec<(String, u32)>>,
+    ) -> GroupResult<Vec<CommittedOffset>> {
+        self.broker.fetch_offsets(group, partitions).await
+    }
+
+    /// ListGroups: the groups this broker coordinates.
+    pub(crate) async fn list_groups(&self) -> Vec<GroupListing> {
+        self.broker.list_groups().await
+    }
+
+    /// DescribeGroups for one group.
+    pub(crate) async fn describe_group(&self, group: &str) -> GroupResult<GroupDescription> {
+        self.broker.describe_group(group).await
+    }
+
+    /// Moves a created topic's partition to other brokers: recorded through the metadata group
+    /// (the metadata leader checks the move), carried out by the partition's leader.
+    pub(crate) async fn reassign_partition(&self, request: ReassignRequest) -> Result<()> {
+        let command = MetaCommand::ReassignPartition {
+            name: request.topic,
+            partition: request.partition,
+            replicas: request.replicas,
+        };
+        self.broker
+            .propose(ProposeRequest {
+                command,
+                forwarded: false,
+            })
+            .await
+    }
+
+    /// Commits a metadata command a peer broker sends (a registration, a forwarded proposal,
+    /// a move's end).
+    pub(crate) async fn propose(&self, request: ProposeRequest) -> Result<()> {
+        self.broker.propose(request).await
+    }
+}

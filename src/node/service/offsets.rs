@@ -1,0 +1,104 @@
+//! Where a partition is: ListOffsets (its start, its high watermark, a time, its latest time)
+//! and OffsetForLeaderEpoch (where a term's records end), for both doors.
+
+use super::BrokerService;
+use super::fetch::check_epoch;
+use crate::error::{Error, Result};
+use crate::protocol::OffsetAt;
+use crate::types::{Offset, PartitionId};
+
+/// An offset ListOffsets found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Listed {
+    pub(crate) offset: Offset,
+    /// The time of the batch found, for a lookup by time; `None` for the log start and the high
+    /// watermark.
+    pub(crate) timestamp_ms: Option<u64>,
+}
+
+impl BrokerService {
+    /// ListOffsets on this broker's replica: the log start, the high watermark, the first
+    /// committed batch written at or after a time, or the first committed batch of the latest
+    /// time (`None` if there is no such batch). `current_epoch` is the asker's leader epoch
+    /// (`None`: not checked).
+    pub(crate) fn list_offset(
+        &self,
+        partition: &PartitionId,
+        at: OffsetAt,
+        current_epoch: Option<u64>,
+    ) -> Result<Option<Listed>> {
+        let replica = self.broker.group(partition)?;
+        check_epoch(&replica, current_epoch)?;
+        let log = replica.store.log();
+        let high_watermark = replica.committed_end();
+        let mark = |offset| Listed {
+            offset,
+            timestamp_ms: None,
+        };
+        let by_time = |ms| -> Result<Option<Listed>> {
+            // Only a committed batch counts.
+            Ok(log
+                .batch_for_timestamp(ms)?
+                .filter(|(o, _)| *o < high_watermark)
+                .map(|(offset, ms)| Listed {
+                    offset,
+                    timestamp_ms: Some(ms),
+                }))
+        };
+        match at {
+            OffsetAt::Earliest => Ok(Some(mark(log.start_offset()))),
+            OffsetAt::Latest => Ok(Some(mark(high_watermark))),
+            OffsetAt::Timestamp(ms) => by_time(ms),
+            OffsetAt::MaxTimestamp => {
+                // Batch times never decrease along a replicated log (the leader stamps each
+                // batch no earlier than the one before): the latest committed time is the last
+                // committed batch's, and the first batch with that time answers.
+                let Some(last) = high_watermark.get().checked_sub(1) else {
+                    return Ok(None);
+                };
+                if Offset(last) < log.start_offset() {
+                    return Ok(None);
+                }
+                let Some(batch) = log.read(Offset(last), 1)?.into_iter().next() else {
+                    return Ok(None);
+                };
+                by_time(batch.timestamp_ms())
+            }
+        }
+    }
+
+    /// Kafka's OffsetForLeaderEpoch on this broker, which must lead the partition, with
+    /// Kafka's answers (its `LeaderEpochFileCache::endOffsetFor`): for the current term, the
+    /// high watermark (only committed records are ever served); for an earlier `epoch`, the
+    /// largest term at or below it that the log holds and the offset where that term's
+    /// records end (a leader's log never loses entries of earlier terms, so this is not capped
+    /// by a high watermark that may still lag right after an election); for an epoch older
+    /// than the log, the epoch itself and the log start; `Ok(None)` (Kafka's undefined epoch
+    /// and offset) for an epoch above the current term. `current` is the asker's idea of the
+    /// current term (`None`: not checked; otherwise [`Error::LeaderEpochMismatch`]).
+    pub(crate) fn epoch_end(
+        &self,
+        partition: &PartitionId,
+        epoch: u64,
+        current: Option<u64>,
+    ) -> Result<Option<(u64, Offset)>> {
+        let replica = self.broker.group(partition)?;
+        let state = replica.raft.state();
+        if state.leader != Some(self.broker.config.id) {
+            return Err(Error::NotLeader {
+                partition: partition.clone(),
+                leader: None,
+            });
+        }
+        check_epoch(&replica, current)?;
+        if epoch > state.term {
+            return Ok(None);
+        }
+        if epoch == state.term {
+            return Ok(Some((state.term, replica.committed_end())));
+        }
+        let log = replica.store.log();
+        let end = log.end_of_term(epoch)?;
+        Ok(Some(end.unwrap_or((epoch, log.start_offset()))))
+    }
+}
