@@ -1,4 +1,4 @@
-//! The Kafka listener's targets ("4 of 4"), each measured in one run and reported as a ratio
+//! The Kafka listener's targets, each measured in one run and reported as a ratio
 //! to a floor measured in the same run (these machines are shared and noisy). Three brokers in
 //! this process (`Fsync`), each with a Kafka listener; Kafka's own client is `kcat`.
 //!
@@ -12,7 +12,10 @@
 //!    to tell the broker from kcat, the same Kafka fetches by a Rust client that decodes every
 //!    record (CRC-32C included);
 //! 3. a Kafka client that connects to a follower, asks for metadata, connects to the leader
-//!    and produces one record (acks=all): the time to its ack, p50 and p99.
+//!    and produces one record (acks=all): the time to its ack, p50 and p99;
+//! 4. a kafka-python consumer assigned six partitions while one record every 100 ms goes to
+//!    one partition at a time: the time from send to poll, p50 and p99 per partition (needs
+//!    `python3` with kafka-python).
 //!
 //! Run: `cargo build --release && cargo run --release --example kafka_targets` (about a
 //! minute; needs `kcat` on the PATH, and for part 1's `replog produce` the `replog` binary
@@ -455,6 +458,75 @@ async fn first_record_latency(n: usize) -> replog::Result<()> {
     cluster.shutdown().await
 }
 
+/// Part 4: a kafka-python consumer assigned the six partitions of a topic, each partition in
+/// turn written one record every 100 ms (`per_partition` records each): the time from the send
+/// to the consumer's poll, p50 and p99 per partition. A Fetch's long poll must wake for
+/// whichever of its partitions gets a record, not wait out `fetch.max.wait.ms` (500 ms).
+async fn consumer_latency(per_partition: usize) -> replog::Result<()> {
+    use std::io::BufRead;
+    const PARTITIONS: u32 = 6;
+    let dir = tempfile::tempdir()?;
+    let (cluster, kafka) = cluster(dir.path(), vec![("latency".into(), PARTITIONS)]).await?;
+    cluster
+        .wait_for_leaders("latency", PARTITIONS, Duration::from_secs(30))
+        .await?;
+    let client = Client::connect(&cluster.addrs(), ClientConfig::default()).await?;
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/kafka_clients/consumer_latency.py"
+    );
+    let total = per_partition * PARTITIONS as usize;
+    let mut child = Command::new("python3")
+        .args([script, &kafka[&1].to_string(), "latency"])
+        .args([PARTITIONS.to_string(), total.to_string()])
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("piped")).lines();
+    if lines.next().transpose()?.as_deref() != Some("ready") {
+        println!("4. kafka-python consumer: did not start (pip install kafka-python)");
+        let _ = child.wait();
+        return cluster.shutdown().await;
+    }
+    let now_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+    };
+    for p in 0..PARTITIONS {
+        for _ in 0..per_partition {
+            let sent = format!("{:.3}", now_ms());
+            client.send("latency", p, &[Record::new(sent)]).await?;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let report = tokio::task::spawn_blocking(move || {
+        let report = lines.next().transpose();
+        let _ = child.wait();
+        report
+    })
+    .await
+    .map_err(std::io::Error::other)??
+    .unwrap_or_default();
+    let latencies: BTreeMap<String, Vec<f64>> = serde_json::from_str(&report)
+        .map_err(|e| std::io::Error::other(format!("consumer report {report:?}: {e}")))?;
+    println!("4. kafka-python consumer of 6 partitions, one record per 100 ms to one partition:");
+    for (p, mut ms) in latencies {
+        ms.sort_by(f64::total_cmp);
+        let at = |q: f64| {
+            ms.get(((ms.len() as f64 - 1.0) * q).round() as usize)
+                .copied()
+        };
+        println!(
+            "   partition {p}: {} records, produce->consume p50 {:.1} ms, p99 {:.1} ms",
+            ms.len(),
+            at(0.5).unwrap_or(f64::NAN),
+            at(0.99).unwrap_or(f64::NAN)
+        );
+    }
+    drop(client);
+    cluster.shutdown().await
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> replog::Result<()> {
     if Command::new("kcat").arg("-V").output().is_err() {
@@ -465,5 +537,6 @@ async fn main() -> replog::Result<()> {
         fetch_rates(262_144).await?;
     }
     first_record_latency(500).await?;
+    consumer_latency(50).await?;
     Ok(())
 }

@@ -95,7 +95,31 @@ pub(crate) enum MetaCommand {
     /// broker's Kafka metadata names it there. Each broker with a Kafka listener registers it
     /// when it starts wherever it differs from the catalog's.
     RegisterKafka { id: NodeId, addr: String },
+    /// Broker `broker` takes the next `count` producer ids (at most [`PRODUCER_ID_BLOCK_MAX`])
+    /// to hand out to producers (Kafka's InitProducerId): no other block ever holds them, so
+    /// no two producers of the cluster share an id. `tag`, a random number, tells the broker
+    /// which block is the one it asked for (not one it took before a restart, replayed later).
+    AllocateProducerIds {
+        broker: NodeId,
+        count: u64,
+        tag: u64,
+    },
 }
+
+/// A block of producer ids a broker took: `ids`, by the command tagged `tag`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ProducerBlock {
+    pub(crate) ids: std::ops::Range<u64>,
+    pub(crate) tag: u64,
+}
+
+/// The most producer ids one [`MetaCommand::AllocateProducerIds`] takes.
+pub(crate) const PRODUCER_ID_BLOCK_MAX: u64 = 1 << 20;
+
+/// Producer ids the cluster hands out lie in `[1, 2^63)`: positive as Kafka's (an `i64`), 0 being
+/// replog's "no producer". A native client's own random ids lie above (see
+/// `client::new_producer_id`), so the two never meet.
+const PRODUCER_IDS_END: u64 = 1 << 63;
 
 /// One topic in the catalog.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -153,6 +177,10 @@ pub(crate) struct Catalog {
     /// The cluster's brokers: the founding ones (every broker's configuration names the same),
     /// and those that joined since.
     brokers: BTreeSet<NodeId>,
+    /// The first producer id no block has taken (0 until the first block: ids start at 1).
+    next_producer_id: u64,
+    /// Each broker's latest block of producer ids, `[start, end)`, with its command's tag.
+    producer_blocks: BTreeMap<NodeId, ProducerBlock>,
 }
 
 impl Catalog {
@@ -207,6 +235,11 @@ impl Catalog {
     /// Broker `id`'s registered Kafka address, if it has one.
     pub(crate) fn kafka_addr(&self, id: NodeId) -> Option<std::net::SocketAddr> {
         self.kafka_addrs.get(&id).copied()
+    }
+
+    /// Broker `id`'s latest block of producer ids, if it took one.
+    pub(crate) fn producer_block(&self, id: NodeId) -> Option<ProducerBlock> {
+        self.producer_blocks.get(&id).cloned()
     }
 
     /// Whether the created topic `id` was deleted.
@@ -287,6 +320,9 @@ impl Catalog {
                     }
                 }
             }
+            Some(MetaCommand::AllocateProducerIds { broker, count, tag }) => {
+                self.allocate_producer_ids(*broker, *count, *tag)
+            }
             Some(MetaCommand::ReassignDone {
                 topic_id,
                 partition,
@@ -311,6 +347,41 @@ impl Catalog {
         while self.outcomes.len() > OUTCOMES_KEPT {
             self.outcomes.pop_first();
         }
+    }
+}
+
+impl Catalog {
+    /// Gives `broker` the next `count` producer ids.
+    fn allocate_producer_ids(
+        &mut self,
+        broker: NodeId,
+        count: u64,
+        tag: u64,
+    ) -> Result<(), Refused> {
+        if !self.brokers.contains(&broker) {
+            return Err(Refused::Invalid(format!(
+                "broker {broker} is not in the cluster"
+            )));
+        }
+        if count == 0 || count > PRODUCER_ID_BLOCK_MAX {
+            return Err(Refused::Invalid(format!(
+                "a block of 1 to {PRODUCER_ID_BLOCK_MAX} producer ids, not {count}"
+            )));
+        }
+        let start = self.next_producer_id.max(1);
+        let end = start
+            .checked_add(count)
+            .filter(|end| *end <= PRODUCER_IDS_END)
+            .ok_or_else(|| Refused::Invalid("the cluster's producer ids are spent".into()))?;
+        self.producer_blocks.insert(
+            broker,
+            ProducerBlock {
+                ids: start..end,
+                tag,
+            },
+        );
+        self.next_producer_id = end;
+        Ok(())
     }
 }
 
@@ -452,6 +523,48 @@ pub(crate) fn assign(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Blocks of producer ids never overlap, whichever broker takes them, start at 1, and
+    /// refuse what cannot be given; a replay of the same commands gives the same blocks.
+    #[test]
+    fn producer_id_blocks_never_overlap_and_replay_alike() {
+        let commands: Vec<MetaCommand> = [(1, 1000), (2, 1), (1, 1000), (3, 5), (9, 10), (2, 0)]
+            .into_iter()
+            .map(|(broker, count)| MetaCommand::AllocateProducerIds {
+                broker,
+                count,
+                tag: count + broker,
+            })
+            .collect();
+        let replay = || {
+            let mut catalog = Catalog::with_configured(&[], &[1, 2, 3]);
+            let mut blocks = Vec::new();
+            for (offset, command) in commands.iter().enumerate() {
+                catalog.apply(offset as u64, Some(command));
+                let MetaCommand::AllocateProducerIds { broker, .. } = command else {
+                    unreachable!()
+                };
+                let outcome = catalog.outcome(offset as u64).unwrap();
+                blocks.push(outcome.map(|()| catalog.producer_block(*broker).unwrap().ids));
+            }
+            blocks
+        };
+        let blocks = replay();
+        assert_eq!(blocks, replay());
+        let given: Vec<_> = blocks.iter().filter_map(|b| b.clone().ok()).collect();
+        assert_eq!(given, [1..1001, 1001..1002, 1002..2002, 2002..2007]);
+        // Broker 9 is not in the cluster; a block of none is no block.
+        assert!(blocks[4].is_err() && blocks[5].is_err());
+        let mut catalog = Catalog::with_configured(&[], &[1]);
+        catalog.next_producer_id = PRODUCER_IDS_END - 10;
+        let command = MetaCommand::AllocateProducerIds {
+            broker: 1,
+            count: 11,
+            tag: 0,
+        };
+        catalog.apply(0, Some(&command));
+        assert!(catalog.outcome(0).unwrap().is_err(), "past 2^63: spent");
+    }
 
     /// Regression: names of 245 to 249 bytes were taken, but their replicas'
     /// deletion names passed 255 bytes, so deleting them failed and left the directory behind.

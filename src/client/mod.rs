@@ -126,7 +126,9 @@ pub struct Client {
     shutdown: watch::Sender<bool>,
 }
 
-/// A random, non-zero producer id.
+/// A random producer id at or above 2^63 (63 random bits): the cluster hands out the ids
+/// below to Kafka's producers (`MetaCommand::AllocateProducerIds`), so a native producer's id
+/// never meets one of theirs.
 pub(crate) fn new_producer_id() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -136,7 +138,7 @@ pub(crate) fn new_producer_id() -> u64 {
         h.write_u128(t.as_nanos());
     }
     h.write_u32(std::process::id());
-    h.finish().max(1)
+    h.finish() | (1 << 63)
 }
 
 impl Drop for Client {

@@ -35,7 +35,7 @@ pub(super) fn partition(topic: &str, index: i32) -> PartitionId {
 /// The service's fetch for a Kafka Fetch request.
 fn service_fetch(request: &FetchRequest, config: &KafkaConfig) -> Fetch {
     // An answer leaves room for its own framing within the frame limit.
-    let frame_budget = (config.frame_bytes_max as usize).saturating_sub(64 << 10);
+    let frame_budget = (config.limits.frame_bytes_max as usize).saturating_sub(64 << 10);
     let partitions = request
         .topics
         .iter()
@@ -69,7 +69,7 @@ fn answer_bytes(fetch: &Fetch, service: &BrokerService, config: &KafkaConfig) ->
         .saturating_add(batches / 8)
         .saturating_add(fetch.partitions.len().saturating_mul(128))
         .saturating_mul(2)
-        .min((config.frame_bytes_max as usize).saturating_mul(2))
+        .min((config.limits.frame_bytes_max as usize).saturating_mul(2))
 }
 
 /// Serves a Kafka Fetch: waits (holding nothing) for the service's long poll, then takes the

@@ -24,37 +24,34 @@
 //! offsets and a valid CRC-32C.
 
 mod admin;
+mod conn;
 mod fetch;
 mod groups;
 mod offsets;
+mod produce;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsResponse, BrokerId, MetadataRequest, MetadataResponse, ProduceRequest,
-    ProduceResponse, RequestHeader, RequestKind, ResponseHeader, ResponseKind, TopicName,
+    ApiKey, ApiVersionsResponse, BrokerId, MetadataRequest, MetadataResponse, RequestHeader,
+    RequestKind, ResponseHeader, ResponseKind, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::error::Error;
 use crate::group::OFFSETS_TOPIC;
-use crate::node::service::{BrokerService, Produce};
-use crate::raft::types::AppendRequest;
-use crate::segment::format::PayloadFormat;
-use crate::segment::kafka as kafka_batch;
-use crate::types::{NodeId, PartitionId};
+use crate::node::service::BrokerService;
+use crate::transport::Turn;
+use crate::types::NodeId;
 
 /// The APIs served and their version ranges.
 pub(crate) const SUPPORTED: &[(ApiKey, i16, i16)] = &[
@@ -109,16 +106,16 @@ mod code {
 }
 
 /// What the listener needs beside the service.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(crate) struct KafkaConfig {
     pub(crate) me: NodeId,
-    pub(crate) frame_bytes_max: u32,
-    pub(crate) connections_max: usize,
-    pub(crate) idle: Duration,
-    pub(crate) frame_timeout: Duration,
+    /// The broker's limits, the same as its native door's.
+    pub(crate) limits: crate::transport::ServerLimits,
     /// The broker's budgets for clients' request and answer bytes, shared with its native
     /// door.
     pub(crate) budgets: crate::transport::ClientBudgets,
+    /// The broker's connection cap, shared with its native door.
+    pub(crate) admission: Arc<crate::transport::Admission>,
 }
 
 /// Bytes of a budget held until an answer is written (or a request served).
@@ -130,91 +127,34 @@ async fn take(budget: &Arc<tokio::sync::Semaphore>, bytes: usize) -> Held {
     Arc::clone(budget).acquire_many_owned(n).await.ok()
 }
 
-/// Serves Kafka clients on `listener` until `shutdown`.
+/// Serves Kafka clients on `listener` until `shutdown`, each connection admitted under the
+/// broker's one connection cap (the room kept for peer brokers is not theirs).
 pub(crate) fn spawn(
     listener: TcpListener,
     service: BrokerService,
     config: KafkaConfig,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let slots = Arc::new(tokio::sync::Semaphore::new(config.connections_max.max(1)));
-        let config = Arc::new(config);
-        // Ends at shutdown.
-        loop {
-            let accepted = tokio::select! {
-                a = listener.accept() => a,
-                _ = shutdown.changed() => return,
-            };
-            let Ok((stream, from)) = accepted else {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            };
-            // Past the cap the newcomer is closed at once.
-            let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
-                drop(stream);
-                continue;
-            };
-            let (service, config, shutdown) =
-                (service.clone(), Arc::clone(&config), shutdown.clone());
-            tokio::spawn(async move {
-                let _permit = permit;
-                if let Err(e) = serve(stream, Some(from), &service, &config, shutdown).await {
-                    tracing::debug!(%from, error = %e, "kafka connection closed");
-                }
-            });
-        }
-    })
-}
-
-/// Reads one request at a time and answers it before reading the next (Kafka answers a
-/// connection's requests in order).
-async fn serve(
-    mut stream: TcpStream,
-    from: Option<SocketAddr>,
-    service: &BrokerService,
-    config: &KafkaConfig,
-    mut shutdown: watch::Receiver<bool>,
-) -> std::io::Result<()> {
-    let _ = stream.set_nodelay(true);
-    // Bounded by the connection: each turn reads one request or ends it.
-    loop {
-        let mut len = [0u8; 4];
-        tokio::select! {
-            r = tokio::time::timeout(config.idle, stream.read_exact(&mut len)) => {
-                r.map_err(|_| std::io::Error::other("idle"))??;
-            }
-            _ = shutdown.changed() => return Ok(()),
-        }
-        // Kafka's framing is big-endian: `Buf` reads it.
-        let len = (&len[..]).get_i32();
-        if len < 8 || len as u64 > u64::from(config.frame_bytes_max) {
-            return Err(std::io::Error::other(format!("a request of {len} bytes")));
-        }
-        // The body's bytes come out of the broker's request budget before they are read, and
-        // go back once the request is served (a produce's records are read from the body).
-        let read_body = async {
-            let held = take(&config.budgets.requests, len as usize).await;
-            let mut body = vec![0u8; len as usize];
-            stream.read_exact(&mut body).await.map(|_| (body, held))
-        };
-        let (body, request_held) = tokio::time::timeout(config.frame_timeout, read_body)
-            .await
-            .map_err(|_| std::io::Error::other("request not sent in time"))??;
-        let started = std::time::Instant::now();
-        let api = ApiKey::try_from((&body[..]).get_i16())
-            .map_or_else(|_| "unknown".to_string(), |k| format!("{k:?}"));
-        let answered = answer(Bytes::from(body), service, config, from).await;
-        crate::metrics::kafka_request(api, started.elapsed());
-        let answered = answered?;
-        drop(request_held);
-        let Some((answer, _answer_held)) = answered else {
-            continue;
-        };
-        tokio::time::timeout(config.frame_timeout, stream.write_all(&answer))
-            .await
-            .map_err(|_| std::io::Error::other("answer not read in time"))??;
-    }
+    let config = Arc::new(config);
+    let admission = Arc::clone(&config.admission);
+    let closing = shutdown.clone();
+    crate::transport::spawn_accept(
+        listener,
+        admission,
+        false,
+        closing,
+        move |stream, from, admitted| {
+            let (service, config) = (service.clone(), Arc::clone(&config));
+            Box::pin(conn::serve(
+                stream,
+                from,
+                admitted,
+                service,
+                config,
+                shutdown.clone(),
+            ))
+        },
+    )
 }
 
 /// Decodes a request, serves it, encodes the answer (`None`: no answer, a produce with acks 0),
@@ -224,6 +164,7 @@ async fn answer(
     service: &BrokerService,
     config: &KafkaConfig,
     from: Option<SocketAddr>,
+    turn: Turn,
 ) -> std::io::Result<Option<(Bytes, Held)>> {
     let bad = |what: String| std::io::Error::other(what);
     let (key, version) = {
@@ -281,12 +222,15 @@ async fn answer(
     let request =
         decode_guarded(|| RequestKind::decode(api, &mut body, version).map_err(|e| e.to_string()))
             .map_err(bad)?;
+    // Only a produce keeps its place among the connection's requests; the others pass it at
+    // once (a long poll must not hold up the produces behind it).
+    let turn = matches!(request, RequestKind::Produce(_)).then_some(turn);
     let response = match request {
         RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions()),
         RequestKind::Metadata(r) => ResponseKind::Metadata(metadata(r, service, config).await),
         RequestKind::Produce(r) => {
             let acks = r.acks;
-            let response = produce(r, version, service).await;
+            let response = produce::produce(r, version, service, turn).await;
             if acks == 0 {
                 return Ok(None);
             }
@@ -303,7 +247,9 @@ async fn answer(
             .map(|a| Some((a, held)));
         }
         RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(offsets::list_offsets(r, service)),
-        RequestKind::InitProducerId(r) => ResponseKind::InitProducerId(init_producer_id(&r)),
+        RequestKind::InitProducerId(r) => {
+            ResponseKind::InitProducerId(init_producer_id(&r, service).await)
+        }
         RequestKind::FindCoordinator(r) => {
             ResponseKind::FindCoordinator(groups::find_coordinator(r, service).await)
         }
@@ -596,11 +542,11 @@ fn error_code(e: &Error) -> i16 {
     }
 }
 
-/// InitProducerId for an idempotent producer (no transactions): a new producer id at epoch
-/// 0, or the producer's own id at the next epoch when it asks with them (KIP-360), which
-/// fences what it sent under the old one.
-fn init_producer_id(
+/// InitProducerId for an idempotent producer (no transactions): a producer id from the
+/// cluster at epoch 0 (the service's rules).
+async fn init_producer_id(
     request: &kafka_protocol::messages::InitProducerIdRequest,
+    service: &BrokerService,
 ) -> kafka_protocol::messages::InitProducerIdResponse {
     use kafka_protocol::messages::ProducerId;
     let mut r = kafka_protocol::messages::InitProducerIdResponse::default();
@@ -610,14 +556,12 @@ fn init_producer_id(
         r.error_code = code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
         return r;
     }
-    if request.producer_id.0 >= 0 && request.producer_epoch >= 0 {
-        r.producer_id = request.producer_id;
-        r.producer_epoch = request.producer_epoch.saturating_add(1);
-    } else {
-        // Random, positive, and never 0 (replog's "no producer").
-        let id = crate::client::new_producer_id() & (i64::MAX as u64);
-        r.producer_id = ProducerId(i64::try_from(id.max(1)).unwrap_or(1));
-        r.producer_epoch = 0;
+    match service.init_producer_id().await {
+        Ok((id, epoch)) => {
+            r.producer_id = ProducerId(i64::try_from(id).unwrap_or(-1));
+            r.producer_epoch = i16::try_from(epoch).unwrap_or(-1);
+        }
+        Err(e) => r.error_code = error_code(&e),
     }
     r
 }
@@ -639,110 +583,4 @@ async fn current_leader(e: &Error, service: &BrokerService) -> Option<(NodeId, u
         }
     };
     Some((node, term, *service.kafka_brokers().get(&node)?))
-}
-
-/// KIP-951's fields for a refused produce (Produce v10+): the leader and its term, with the
-/// leader's Kafka address among the answer's endpoints.
-async fn leader_hint(
-    e: &Error,
-    service: &BrokerService,
-    endpoints: &mut BTreeMap<NodeId, SocketAddr>,
-) -> Option<kafka_protocol::messages::produce_response::LeaderIdAndEpoch> {
-    let (node, term, addr) = current_leader(e, service).await?;
-    endpoints.insert(node, addr);
-    let mut l = kafka_protocol::messages::produce_response::LeaderIdAndEpoch::default();
-    l.leader_id = broker_id(node);
-    l.leader_epoch = i32::try_from(term).unwrap_or(i32::MAX);
-    Some(l)
-}
-
-async fn produce(
-    request: ProduceRequest,
-    version: i16,
-    service: &BrokerService,
-) -> ProduceResponse {
-    let mut r = ProduceResponse::default();
-    let mut endpoints = BTreeMap::new();
-    for topic in request.topic_data {
-        let name = topic.name.0.to_string();
-        let mut t = TopicProduceResponse::default();
-        t.name = topic.name.clone();
-        for p in topic.partition_data {
-            let mut pr = PartitionProduceResponse::default();
-            pr.index = p.index;
-            pr.base_offset = -1;
-            pr.log_append_time_ms = -1;
-            let outcome = async {
-                let partition =
-                    u32::try_from(p.index).map_err(|_| code::UNKNOWN_TOPIC_OR_PARTITION)?;
-                // The batch is kept as sent (FORMAT.md §4.2); its header is read here, and the
-                // write path checks it whole (CRC-32C, records) before it is proposed.
-                let records = p.records.unwrap_or_default();
-                let info = kafka_batch::header(&records).map_err(|e| {
-                    tracing::debug!(error = %e, "a kafka batch refused");
-                    code::CORRUPT_MESSAGE
-                })?;
-                // An idempotent producer's numbers (id ≥ 1: replog's 0 is "none") go through
-                // the partition's producer table as a replog producer's do: a resend is
-                // answered with the offsets it got the first time.
-                let idempotent = info.producer_id > 0 && info.base_sequence >= 0;
-                let produce = Produce {
-                    partition: PartitionId::new(name.clone(), partition),
-                    batch: AppendRequest {
-                        records,
-                        record_count: info.record_count,
-                        producer_id: if idempotent {
-                            u64::try_from(info.producer_id).unwrap_or(0)
-                        } else {
-                            0
-                        },
-                        producer_epoch: if idempotent {
-                            u16::try_from(info.producer_epoch).unwrap_or(0)
-                        } else {
-                            0
-                        },
-                        base_sequence: if idempotent {
-                            u32::try_from(info.base_sequence).unwrap_or(0)
-                        } else {
-                            0
-                        },
-                        timestamp_ms: 0,
-                        format: PayloadFormat::Kafka,
-                    },
-                    turn: None,
-                };
-                match service.produce(produce).await {
-                    Ok(info) => Ok(info),
-                    Err(e) => {
-                        if version >= 10
-                            && let Some(l) = leader_hint(&e, service, &mut endpoints).await
-                        {
-                            pr.current_leader = l;
-                        }
-                        Err(error_code(&e))
-                    }
-                }
-            }
-            .await;
-            match outcome {
-                Ok(info) => {
-                    pr.base_offset = i64::try_from(info.base_offset.get()).unwrap_or(i64::MAX);
-                }
-                Err(c) => pr.error_code = c,
-            }
-            t.partition_responses.push(pr);
-        }
-        r.responses.push(t);
-    }
-    r.node_endpoints = endpoints
-        .into_iter()
-        .map(|(id, addr)| {
-            let mut n = kafka_protocol::messages::produce_response::NodeEndpoint::default();
-            n.node_id = broker_id(id);
-            n.host = StrBytes::from_string(addr.ip().to_string());
-            n.port = i32::from(addr.port());
-            n
-        })
-        .collect();
-    r
 }

@@ -26,6 +26,9 @@ use crate::types::{NodeId, Offset, PartitionId};
 use super::write::read_committed;
 use super::{Broker, META_RECORD_BYTES_MAX};
 
+/// Producer ids a broker takes from the cluster at a time (as Kafka's brokers do).
+const PRODUCER_ID_BLOCK: u64 = 1000;
+
 impl Broker {
     /// Where broker `id` is: this broker's own address, or the one it registered in the
     /// metadata log, or else the configured one.
@@ -105,6 +108,69 @@ impl Broker {
                 reason: "the topic exists".into(),
             })
         })
+    }
+
+    /// A producer id no other producer of the cluster has (Kafka's `ProducerIdManager`): the
+    /// next of this broker's block, and when the block is spent, a new one of
+    /// [`PRODUCER_ID_BLOCK`] ids taken through the metadata log (asked again while the
+    /// metadata group's leadership settles, within the request timeout).
+    pub(crate) async fn new_producer_id(&self) -> Result<u64> {
+        let mut ids = self.producer_ids.lock().await;
+        if ids.is_empty() {
+            let deadline =
+                tokio::time::Instant::now() + Duration::from_millis(self.config.request_timeout_ms);
+            // Bounded by the deadline.
+            *ids = loop {
+                match self.take_producer_ids(deadline).await {
+                    Err(Error::NotLeader { .. } | Error::TryAgain { .. })
+                        if tokio::time::Instant::now() < deadline =>
+                    {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    taken => break taken?,
+                }
+            };
+        }
+        let id = ids.start;
+        ids.start += 1;
+        Ok(id)
+    }
+
+    /// Takes a new block of producer ids through the metadata log; returns it once the catalog
+    /// here has applied it.
+    async fn take_producer_ids(
+        &self,
+        deadline: tokio::time::Instant,
+    ) -> Result<std::ops::Range<u64>> {
+        let me = self.config.id;
+        let tag = crate::client::new_producer_id();
+        let command = MetaCommand::AllocateProducerIds {
+            broker: me,
+            count: PRODUCER_ID_BLOCK,
+            tag,
+        };
+        self.propose(ProposeRequest {
+            command,
+            forwarded: false,
+        })
+        .await?;
+        // Applied by the metadata leader; here a moment later.
+        let mut applied = self.catalog_applied.subscribe();
+        // Bounded by the deadline.
+        loop {
+            let block = self.catalog.read().producer_block(me);
+            if let Some(block) = block.filter(|b| b.tag == tag) {
+                return Ok(block.ids);
+            }
+            let changed = tokio::time::timeout_at(deadline, applied.changed()).await;
+            if !matches!(changed, Ok(Ok(()))) {
+                return Err(Error::Indeterminate {
+                    partition: self.meta.id.clone(),
+                    reason: "a block of producer ids was taken, but not applied here in time"
+                        .into(),
+                });
+            }
+        }
     }
 
     /// Whether the broker listening at `addr` is broker `id`: it answers a metadata request

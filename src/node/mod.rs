@@ -142,6 +142,9 @@ struct Broker {
     /// The Kafka address this broker advertises, once its Kafka listener is bound: registered
     /// in the metadata log, so that every broker's Kafka metadata names it.
     kafka_addr: std::sync::OnceLock<SocketAddr>,
+    /// The producer ids this broker has left to hand out, from its latest block (see
+    /// [`MetaCommand::AllocateProducerIds`](crate::catalog::MetaCommand)).
+    producer_ids: tokio::sync::Mutex<std::ops::Range<u64>>,
 }
 
 /// A broker: hosts a replica of every configured partition, each its own Raft group, and
@@ -341,6 +344,7 @@ impl Node {
             offsets_topic_creating: AtomicBool::new(false),
             offsets_scans: parking_lot::Mutex::default(),
             kafka_addr: std::sync::OnceLock::new(),
+            producer_ids: tokio::sync::Mutex::new(0..0),
         });
         // Before anything can reach the groups (see `Broker::initialize`).
         initialize_groups(&broker).await;
@@ -351,6 +355,8 @@ impl Node {
         let shutdown_for_retention = shutdown_rx.clone();
         let limits = broker.config.server_limits();
         let client_budgets = crate::transport::ClientBudgets::new(&limits);
+        // One connection cap for both doors.
+        let admission = crate::transport::Admission::new(limits);
         let kafka = match broker.config.kafka_listen {
             Some(at) => {
                 let listener = tokio::net::TcpListener::bind(at).await?;
@@ -360,11 +366,9 @@ impl Node {
                     .set(broker.config.kafka_advertised.unwrap_or(local));
                 let config = crate::kafka::KafkaConfig {
                     me: broker.config.id,
-                    frame_bytes_max: broker.config.frame_bytes_max,
-                    connections_max: broker.config.connections_max,
-                    idle: Duration::from_millis(broker.config.connections_max_idle_ms),
-                    frame_timeout: Duration::from_millis(broker.config.frame_read_timeout_ms),
+                    limits,
                     budgets: client_budgets.clone(),
+                    admission: Arc::clone(&admission),
                 };
                 tracing::info!(%local, "kafka listener");
                 Some(crate::kafka::spawn(
@@ -376,7 +380,14 @@ impl Node {
             }
             None => None,
         };
-        let server = spawn_server(listener, handler, limits, client_budgets, shutdown_rx);
+        let server = spawn_server(
+            listener,
+            handler,
+            limits,
+            client_budgets,
+            admission,
+            shutdown_rx,
+        );
         let follower = tokio::spawn(follow_metadata(
             Arc::clone(&broker),
             shutdown_for_retention.clone(),

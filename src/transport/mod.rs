@@ -23,7 +23,10 @@ use tokio::sync::mpsc;
 
 use frame::OutFrame;
 pub(crate) use peer::{CallError, Peer, PeerSet};
-pub(crate) use server::{Answer, AnswerBudget, ClientBudgets, Handler, ServerLimits, spawn_server};
+pub(crate) use server::{
+    Admission, Admitted, Answer, AnswerBudget, ClientBudgets, Handler, ServerLimits, spawn_accept,
+    spawn_server,
+};
 pub(crate) use turns::{Turn, Turns};
 
 /// A boxed, sendable future.

@@ -3,6 +3,7 @@
 //! serving each on a task of its own, and writing answers within the answer budget.
 
 use std::collections::VecDeque;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -180,68 +181,144 @@ impl Probation {
     }
 }
 
-/// Accepts connections on `listener` until `shutdown` turns true, within `limits`.
-/// Clients' memory comes from `clients`, which the broker's other door may share.
+/// The connections a broker has open on all its listeners (the native one and the Kafka one),
+/// within one cap, `ServerLimits::connections_max`, of which `peer_connections_reserved` only
+/// peer brokers may take.
+pub(crate) struct Admission {
+    limits: ServerLimits,
+    open: AtomicU64,
+    /// Connections accepted into the room kept for peers, until their first request.
+    probation: parking_lot::Mutex<Probation>,
+    /// When a refusal was last logged (at most one line a second).
+    refused_logged: parking_lot::Mutex<Option<tokio::time::Instant>>,
+}
+
+/// An admitted connection's place under the cap, given back when it is dropped.
+pub(crate) struct Admitted {
+    admission: Arc<Admission>,
+    /// In the room kept for peers: what closes it before its first request (see
+    /// [`Probation`]).
+    pub(crate) probation: Option<oneshot::Receiver<()>>,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.admission.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Admission {
+    pub(crate) fn new(limits: ServerLimits) -> Arc<Admission> {
+        Arc::new(Admission {
+            limits,
+            open: AtomicU64::new(0),
+            probation: parking_lot::Mutex::default(),
+            refused_logged: parking_lot::Mutex::new(None),
+        })
+    }
+
+    /// Admits a connection from `from`, or refuses it (`None`, logged at most once a
+    /// second). A connection that may be a peer's (`peer`: it came to the native listener)
+    /// may take the room kept for peers, on probation, or the place of the oldest connection
+    /// on probation there; any other only the clients' room.
+    pub(crate) fn admit(self: &Arc<Self>, from: SocketAddr, peer: bool) -> Option<Admitted> {
+        let max = self.limits.connections_max as u64;
+        let clients_max = max.saturating_sub(self.limits.peer_connections_reserved as u64);
+        let mut probation = self.probation.lock();
+        let now_open = self.open.load(Ordering::Acquire);
+        let room = if peer {
+            now_open < max || probation.evict_oldest()
+        } else {
+            now_open < clients_max
+        };
+        if !room {
+            drop(probation);
+            let mut logged = self.refused_logged.lock();
+            if logged.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                tracing::warn!(%from, max, "connection refused: too many open");
+                *logged = Some(tokio::time::Instant::now());
+            }
+            return None;
+        }
+        self.open.fetch_add(1, Ordering::AcqRel);
+        Some(Admitted {
+            admission: Arc::clone(self),
+            probation: (peer && now_open >= clients_max).then(|| probation.admit()),
+        })
+    }
+}
+
+/// Accepts connections on `listener` until `shutdown` turns true, each admitted by
+/// `admission` (`peer`: connections here may be peer brokers') and served by `serve`. A
+/// failed accept is logged and tried again after a moment.
+pub(crate) fn spawn_accept<F>(
+    listener: TcpListener,
+    admission: Arc<Admission>,
+    peer: bool,
+    mut shutdown: watch::Receiver<bool>,
+    serve: F,
+) -> tokio::task::JoinHandle<()>
+where
+    F: Fn(TcpStream, SocketAddr, Admitted) -> BoxFuture<()> + Send + 'static,
+{
+    tokio::spawn(async move {
+        // Ends at shutdown.
+        loop {
+            let accepted = tokio::select! {
+                _ = shutdown.changed() => break,
+                accepted = listener.accept() => accepted,
+            };
+            match accepted {
+                Ok((stream, from)) => {
+                    let Some(admitted) = admission.admit(from, peer) else {
+                        continue;
+                    };
+                    let _ = stream.set_nodelay(true);
+                    tokio::spawn(serve(stream, from, admitted));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        }
+    })
+}
+
+/// Serves peers and native clients on `listener` until `shutdown` turns true, within
+/// `limits` and the broker's `admission`. Clients' memory comes from `clients`, which the
+/// broker's other door shares.
 pub(crate) fn spawn_server(
     listener: TcpListener,
     handler: Arc<dyn Handler>,
     limits: ServerLimits,
     clients: ClientBudgets,
-    mut shutdown: watch::Receiver<bool>,
+    admission: Arc<Admission>,
+    shutdown: watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let open = Arc::new(AtomicU64::new(0));
-        let budgets = Arc::new(Budgets {
-            clients: clients.requests,
-            peers: Arc::new(tokio::sync::Semaphore::new(limits.peer_buffered_bytes_max)),
-            answers: clients.answers,
-        });
-        let clients_max = limits
-            .connections_max
-            .saturating_sub(limits.peer_connections_reserved);
-        let mut probation = Probation::default();
-        let mut refused_logged: Option<tokio::time::Instant> = None;
-        loop {
-            tokio::select! {
-                _ = shutdown.changed() => break,
-                accepted = listener.accept() => match accepted {
-                    Ok((stream, from)) => {
-                        let now_open = open.load(Ordering::Acquire);
-                        if now_open >= limits.connections_max as u64 && !probation.evict_oldest() {
-                            // At most one line a second, however many are refused.
-                            if refused_logged.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
-                                tracing::warn!(%from, max = limits.connections_max, "connection refused: too many open");
-                                refused_logged = Some(tokio::time::Instant::now());
-                            }
-                            drop(stream);
-                            continue;
-                        }
-                        let _ = stream.set_nodelay(true);
-                        open.fetch_add(1, Ordering::AcqRel);
-                        // In the room kept for peers: on probation until its first request.
-                        let peers_only = (now_open >= clients_max as u64).then(|| probation.admit());
-                        let conn = serve_conn(
-                            stream,
-                            Arc::clone(&handler),
-                            limits,
-                            Arc::clone(&budgets),
-                            peers_only,
-                            shutdown.clone(),
-                        );
-                        let open = Arc::clone(&open);
-                        tokio::spawn(async move {
-                            conn.await;
-                            open.fetch_sub(1, Ordering::AcqRel);
-                        });
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                    }
-                }
-            }
-        }
-    })
+    let budgets = Arc::new(Budgets {
+        clients: clients.requests,
+        peers: Arc::new(tokio::sync::Semaphore::new(limits.peer_buffered_bytes_max)),
+        answers: clients.answers,
+    });
+    let closing = shutdown.clone();
+    spawn_accept(
+        listener,
+        admission,
+        true,
+        closing,
+        move |stream, _, admitted| {
+            let conn = serve_conn(
+                stream,
+                Arc::clone(&handler),
+                limits,
+                Arc::clone(&budgets),
+                admitted,
+                shutdown.clone(),
+            );
+            Box::pin(conn)
+        },
+    )
 }
 
 /// Why a server stopped reading a connection.
@@ -352,9 +429,10 @@ async fn serve_conn(
     handler: Arc<dyn Handler>,
     limits: ServerLimits,
     budgets: Arc<Budgets>,
-    mut probation: Option<oneshot::Receiver<()>>,
+    mut admitted: Admitted,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let probation = &mut admitted.probation;
     let from = stream.peer_addr().ok();
     let (mut rd, wr) = stream.into_split();
     // Answers go out in the order they finish; each holds its request's in-flight slot until
@@ -382,7 +460,7 @@ async fn serve_conn(
                 tracing::debug!(?from, "connection closed: its answers are not read");
                 break;
             }
-            f = read_request(&mut rd, &limits, idle, &budgets, &mut probation) => f,
+            f = read_request(&mut rd, &limits, idle, &budgets, probation) => f,
         };
         let (head, body, share) = match next {
             Ok(frame) => frame,

@@ -62,6 +62,14 @@ impl Turns {
     }
 }
 
+impl Turns {
+    /// Waits until the first `n` turns issued have passed.
+    pub(crate) async fn passed(&self, n: u64) {
+        let mut passed = self.passed_below.subscribe();
+        let _ = passed.wait_for(|below| *below >= n).await;
+    }
+}
+
 /// One task's place in the order; dropping it lets the next one through.
 #[derive(Debug)]
 pub(crate) struct Turn {

@@ -408,3 +408,41 @@ async fn a_peer_that_began_its_first_frame_is_never_evicted() {
     drop((newer, clients));
     cluster.shutdown().await.unwrap();
 }
+
+/// One connection cap for both doors: six connections at most, two kept for peer brokers.
+/// Two native clients and two Kafka clients fill the clients' room; a third Kafka client is
+/// closed at once (the peers' room is never a Kafka client's), while a native connection may
+/// still enter the peers' room on probation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kafka_door_shares_the_connection_cap_and_never_takes_the_peers_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = one_broker(dir.path(), |c| {
+        c.connections_max = 6;
+        c.peer_connections_reserved = 2;
+        c.connections_max_idle_ms = 5_000;
+        c.kafka_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    })
+    .await;
+    let addr = cluster.addrs()[0];
+    let kafka = cluster.node(1).and_then(|n| n.kafka_addr()).unwrap();
+    let mut native = connect_one_by_one(addr, 2).await;
+    let mut admitted = connect_one_by_one(kafka, 2).await;
+    let mut refused = TcpStream::connect(kafka).unwrap();
+    assert!(
+        closed_within(&mut refused, Duration::from_secs(2)),
+        "a Kafka client past the clients' room is closed at once"
+    );
+    let mut peer_room = TcpStream::connect(addr).unwrap();
+    for conn in admitted.iter_mut().chain(&mut native) {
+        assert!(
+            !closed_within(conn, Duration::from_millis(200)),
+            "still open"
+        );
+    }
+    assert!(
+        !closed_within(&mut peer_room, Duration::from_millis(200)),
+        "a native connection may wait in the peers' room"
+    );
+    drop((native, admitted, peer_room));
+    cluster.shutdown().await.unwrap();
+}

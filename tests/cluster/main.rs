@@ -13,7 +13,7 @@ mod consumer;
 mod groups;
 mod hostile;
 mod kafka;
-mod kafka_fetch;
+mod kafka_answers;
 mod long_poll;
 mod metrics;
 #[path = "../support/ports.rs"]

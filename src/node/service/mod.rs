@@ -197,6 +197,14 @@ impl BrokerService {
         self.broker.describe_group(group).await
     }
 
+    /// InitProducerId for an idempotent producer: a producer id no other producer of the
+    /// cluster has, at epoch 0. As Kafka's brokers do for a producer without a transactional
+    /// id, a producer that asks again (after a fatal error, KIP-360) gets a new id: what it
+    /// sent under the old one cannot be confused with what it sends next.
+    pub(crate) async fn init_producer_id(&self) -> Result<(u64, u16)> {
+        Ok((self.broker.new_producer_id().await?, 0))
+    }
+
     /// Moves a created topic's partition to other brokers: recorded through the metadata group
     /// (the metadata leader checks the move), carried out by the partition's leader.
     pub(crate) async fn reassign_partition(&self, request: ReassignRequest) -> Result<()> {

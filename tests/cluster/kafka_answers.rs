@@ -1,7 +1,8 @@
-//! The Kafka door's Fetch, ListOffsets and Metadata answered as Kafka's brokers answer them,
-//! on three in-process brokers with Kafka listeners: a long poll that any of its partitions
-//! wakes, an answer within `max_bytes` but for its first batch, offsets out of range, leader
-//! epochs checked (KIP-320), the latest time (KIP-734), names no topic can have.
+//! The Kafka door's Fetch, ListOffsets, Metadata and InitProducerId answered as Kafka's brokers
+//! answer them, on three in-process brokers with Kafka listeners: a long poll that any of its
+//! partitions wakes, an answer within `max_bytes` but for its first batch, offsets out of range,
+//! leader epochs checked (KIP-320), the latest time (KIP-734), names no topic can have,
+//! producer ids from the cluster.
 
 // Kafka's wire is big-endian; the crate's own formats are little-endian, which the lint guards.
 #![allow(clippy::big_endian_bytes)]
@@ -333,6 +334,60 @@ async fn kafka_metadata_tells_an_invalid_topic_name_from_an_unknown_one() {
             kafka_call(kafka[1], ApiKey::Metadata, 12, &request).await;
         assert_eq!(r.topics[0].error_code, code, "{topic}");
     }
+    drop(client);
+    cluster.shutdown().await.unwrap();
+}
+
+/// InitProducerId hands out ids from blocks each broker takes through the metadata log: no
+/// two producers get the same id, on any broker, across a broker's restart, and a producer
+/// that asks again (KIP-360) gets a new id at epoch 0, as Kafka's brokers answer a producer
+/// without a transactional id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_producer_ids_come_from_the_cluster_and_never_repeat() {
+    use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
+    let dir = tempfile::tempdir().unwrap();
+    let (mut cluster, kafka, client) = kafka_cluster(dir.path(), 1).await;
+    let init = |at: SocketAddr, previous: Option<(i64, i16)>| async move {
+        let mut request = InitProducerIdRequest::default();
+        request.transaction_timeout_ms = 60_000;
+        request.transactional_id = None;
+        (request.producer_id, request.producer_epoch) = match previous {
+            Some((id, epoch)) => (ProducerId(id), epoch),
+            None => (ProducerId(-1), -1),
+        };
+        let mut s = tokio::net::TcpStream::connect(at).await.unwrap();
+        let mut answers = Vec::new();
+        for _ in 0..400 {
+            use tokio::io::AsyncWriteExt;
+            s.write_all(&kafka_frame(ApiKey::InitProducerId, 4, &request))
+                .await
+                .unwrap();
+            let r: InitProducerIdResponse = read_answer(&mut s, ApiKey::InitProducerId, 4).await;
+            assert_eq!(r.error_code, 0);
+            answers.push((r.producer_id.0, r.producer_epoch));
+        }
+        answers
+    };
+    let mut ids = Vec::new();
+    for at in &kafka {
+        ids.extend(init(*at, None).await);
+    }
+    // A producer that asks again with its id and epoch.
+    let again = init(kafka[0], Some(ids[0])).await;
+    ids.extend(again);
+    cluster.stop(2).await.unwrap();
+    cluster.restart(2).await.unwrap();
+    let node = cluster.node(2).unwrap();
+    node.wait_ready(Duration::from_secs(30)).await.unwrap();
+    let restarted = node.kafka_addr().unwrap();
+    ids.extend(init(restarted, None).await);
+    assert!(
+        ids.iter().all(|(id, epoch)| *id > 0 && *epoch == 0),
+        "{:?}",
+        &ids[..5]
+    );
+    let distinct: std::collections::BTreeSet<i64> = ids.iter().map(|(id, _)| *id).collect();
+    assert_eq!(distinct.len(), ids.len(), "no id handed out twice");
     drop(client);
     cluster.shutdown().await.unwrap();
 }

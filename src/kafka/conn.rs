@@ -1,0 +1,140 @@
+//! A Kafka client's connection. Requests are read as they come (Kafka's clients pipeline up to
+//! `max.in.flight.requests.per.connection` of them), each is served on a task of its own, and
+//! the answers are written in the order the requests came, as Kafka's protocol requires. The
+//! broker's limits hold as on its native door, from the same budgets: the connection cap
+//! (`transport::Admission`), the idle and frame deadlines, the bytes of requests being read and
+//! of answers not yet written, and `in_flight_max` unwritten answers per connection (past it,
+//! nothing more is read from the connection until answers drain).
+//!
+//! Framing (Kafka's, big-endian): a request or an answer is an `i32` length, then that many
+//! bytes: the header and the body. A length below 8 (no room for a header) or above the
+//! broker's `frame_bytes_max` closes the connection before anything is read or reserved.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::{Buf, Bytes};
+use kafka_protocol::messages::ApiKey;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use super::{Held, KafkaConfig, answer, take};
+use crate::node::service::BrokerService;
+use crate::transport::{Admitted, Turns};
+
+/// A request's answer as its task leaves it: the framed bytes and the budget they hold, `None`
+/// for a request answered with nothing (a produce with acks 0), or an error that closes the
+/// connection.
+type Answered = std::io::Result<Option<(Bytes, Held)>>;
+
+/// Serves one connection until the client closes it, a request breaks the protocol, a
+/// deadline passes, or the broker shuts down.
+pub(super) async fn serve(
+    stream: TcpStream,
+    from: SocketAddr,
+    admitted: Admitted,
+    service: BrokerService,
+    config: Arc<KafkaConfig>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let _admitted = admitted;
+    let (mut rd, wr) = stream.into_split();
+    let (queue, answers) = mpsc::channel(config.limits.in_flight_max.max(1));
+    let mut writer = tokio::spawn(write_in_order(wr, answers, config.limits.frame_timeout));
+    let turns = Turns::new();
+    // Bounded by the connection: each turn reads one request or ends it.
+    let why = loop {
+        let request = tokio::select! {
+            r = read_request(&mut rd, &config) => r,
+            _ = shutdown.changed() => break "the broker is shutting down".to_string(),
+            _ = &mut writer => break "an answer was refused or not read in time".to_string(),
+        };
+        let (body, request_held) = match request {
+            Ok(request) => request,
+            Err(e) => break e.to_string(),
+        };
+        let (service, config, turn) = (service.clone(), Arc::clone(&config), turns.issue());
+        let task = tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let api = ApiKey::try_from((&body[..]).get_i16())
+                .map_or_else(|_| "unknown".to_string(), |k| format!("{k:?}"));
+            let answered = answer(body, &service, &config, Some(from), turn).await;
+            crate::metrics::kafka_request(api, started.elapsed());
+            // The body counted against the request budget until it was served (a produce's
+            // records are read from it).
+            drop(request_held);
+            answered
+        });
+        // Waits while `in_flight_max` answers are unwritten.
+        let sent = tokio::select! {
+            sent = queue.send(task) => sent.is_ok(),
+            _ = shutdown.changed() => false,
+        };
+        if !sent {
+            break "closed".to_string();
+        }
+    };
+    tracing::debug!(%from, why, "kafka connection closed");
+    drop(queue);
+    writer.abort();
+}
+
+/// Reads the next request within the connection's deadlines: its length within `idle`, then
+/// its bytes within the frame timeout, taken from the broker's request budget before they are
+/// read.
+async fn read_request(
+    rd: &mut OwnedReadHalf,
+    config: &KafkaConfig,
+) -> std::io::Result<(Bytes, Held)> {
+    let mut len = [0u8; 4];
+    tokio::time::timeout(config.limits.idle_timeout, rd.read_exact(&mut len))
+        .await
+        .map_err(|_| std::io::Error::other("idle"))??;
+    let len = (&len[..]).get_i32();
+    if len < 8 || len as u64 > u64::from(config.limits.frame_bytes_max) {
+        return Err(std::io::Error::other(format!("a request of {len} bytes")));
+    }
+    let read_body = async {
+        let held = take(&config.budgets.requests, len as usize).await;
+        let mut body = vec![0u8; len as usize];
+        rd.read_exact(&mut body)
+            .await
+            .map(|_| (Bytes::from(body), held))
+    };
+    tokio::time::timeout(config.limits.frame_timeout, read_body)
+        .await
+        .map_err(|_| std::io::Error::other("request not sent in time"))?
+}
+
+/// Writes each answer once its task is done, in the order the tasks were queued, each within
+/// `timeout`; ends at the first request that closes the connection or answer not written in
+/// time, aborting the requests still queued.
+async fn write_in_order(
+    mut wr: OwnedWriteHalf,
+    mut answers: mpsc::Receiver<JoinHandle<Answered>>,
+    timeout: std::time::Duration,
+) {
+    while let Some(task) = answers.recv().await {
+        let (bytes, held) = match task.await {
+            Ok(Ok(Some(answer))) => answer,
+            Ok(Ok(None)) => continue,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "kafka request refused; closing the connection");
+                break;
+            }
+            Err(_) => break,
+        };
+        let written = tokio::time::timeout(timeout, wr.write_all(&bytes)).await;
+        if !matches!(written, Ok(Ok(()))) {
+            break;
+        }
+        drop(held);
+    }
+    answers.close();
+    while let Ok(task) = answers.try_recv() {
+        task.abort();
+    }
+}
