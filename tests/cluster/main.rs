@@ -13,6 +13,7 @@ mod consumer;
 mod groups;
 mod hostile;
 mod kafka;
+mod kafka_groups;
 mod long_poll;
 mod metrics;
 #[path = "../support/ports.rs"]
