@@ -56,15 +56,16 @@ impl Group {
         self.protocol_type = Some(snapshot.protocol_type).filter(|t| !t.is_empty());
         self.protocol = Some(snapshot.protocol).filter(|p| !p.is_empty());
         self.leader = Some(snapshot.leader).filter(|l| !l.is_empty());
+        let protocol = self.protocol.clone().unwrap_or_default();
         let mut before = std::mem::take(&mut self.members);
         for m in snapshot.members {
             let session_timeout = Duration::from_millis(m.session_timeout_ms.into());
-            let (deadline, protocols) = match before.remove(&m.member_id) {
-                Some(kept) => (kept.deadline, kept.protocols),
-                None => (
-                    now + session_timeout,
-                    vec![(self.protocol.clone().unwrap_or_default(), m.subscription)],
-                ),
+            let kept = before.remove(&m.member_id);
+            let deadline = kept.as_ref().map_or(now + session_timeout, |k| k.deadline);
+            // Its protocols as it joined with them, unless they do not say what was written.
+            let protocols = match kept {
+                Some(k) if k.metadata(&protocol) == m.subscription => k.protocols,
+                _ => vec![(protocol.clone(), m.subscription)],
             };
             self.members.insert(
                 m.member_id,

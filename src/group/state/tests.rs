@@ -304,3 +304,36 @@ fn a_restored_group_keeps_its_generation_and_members() {
         Err(GroupError::UnknownMemberId)
     );
 }
+
+/// Snapshots read back one after the other (a coordinator loading a partition) leave each
+/// member with the last one's protocol and subscription, and its session from the first.
+#[test]
+fn a_later_snapshot_read_back_replaces_the_protocol_and_subscriptions() {
+    let now = Instant::now();
+    let member = |subscription: &'static [u8]| SnapshotMember {
+        member_id: "m".into(),
+        client_id: "c".into(),
+        client_host: "h".into(),
+        session_timeout_ms: 10_000,
+        rebalance_timeout_ms: 5_000,
+        subscription: Bytes::from_static(subscription),
+        assignment: Bytes::from_static(b"A"),
+        group_instance_id: None,
+    };
+    let snapshot = |generation: i32, protocol: &str, subscription: &'static [u8]| Snapshot {
+        generation,
+        protocol_type: "consumer".into(),
+        protocol: protocol.into(),
+        leader: "m".into(),
+        members: vec![member(subscription)],
+    };
+    let mut g = Group::new();
+    g.restore(snapshot(5, "range", b"sub-range"), now);
+    g.restore(
+        snapshot(6, "roundrobin", b"sub-rr"),
+        now + Duration::from_secs(1),
+    );
+    assert_eq!(g.generation, 6);
+    assert_eq!(g.snapshot(), snapshot(6, "roundrobin", b"sub-rr"));
+    assert_eq!(g.heartbeat("m", None, 6, now), Ok(()));
+}
