@@ -446,3 +446,38 @@ async fn a_static_member_that_returns_keeps_its_assignment_without_a_rebalance()
     );
     cluster.shutdown().await.unwrap();
 }
+
+/// The coordinator reads static members back from the offsets topic: after a restart, the
+/// static member that restarted too takes its old place without a rebalance, and the
+/// instance id it left behind is fenced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_member_keeps_its_place_across_a_coordinator_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut cluster, at) = broker(dir.path()).await;
+    let group = "static-restart";
+    let (generation, old_a, b) = stable_pair(at, group).await;
+    cluster.restart(1).await.unwrap();
+    let back = join(at, group, "", Some("a")).await;
+    assert_eq!(back.error_code, NONE);
+    assert_eq!(back.generation_id, generation, "no new generation");
+    let new_a = back.member_id.to_string();
+    let synced = sync(at, group, generation, &new_a, Some("a"), &[]).await;
+    assert_eq!(
+        (synced.error_code, &synced.assignment[..]),
+        (NONE, &b"asg-a"[..])
+    );
+    assert_eq!(heartbeat(at, group, generation, &b, None).await, NONE);
+    assert_eq!(
+        heartbeat(at, group, generation, &old_a, Some("a")).await,
+        FENCED_INSTANCE_ID
+    );
+    let d = describe(at, group).await;
+    let static_ids: Vec<_> = d
+        .members
+        .iter()
+        .filter(|m| m.group_instance_id.as_deref() == Some("a"))
+        .map(|m| m.member_id.to_string())
+        .collect();
+    assert_eq!(static_ids, vec![new_a]);
+    cluster.shutdown().await.unwrap();
+}
