@@ -213,6 +213,7 @@ impl Client {
             group: group.to_string(),
             generation,
             member_id: member_id.to_string(),
+            group_instance_id: None,
         };
         let addr = self.coordinator(group, self.group_deadline()).await?;
         match self
@@ -244,6 +245,7 @@ impl Client {
         let request = GroupRequest::Leave {
             group: group.to_string(),
             member_id: member_id.to_string(),
+            group_instance_id: None,
         };
         self.group_call(group, &request, Duration::ZERO).await
     }
@@ -261,6 +263,7 @@ impl Client {
             generation,
             member_id: member_id.to_string(),
             offsets,
+            group_instance_id: None,
         });
         let results: Vec<PartitionResult> =
             self.group_call(group, &request, Duration::ZERO).await?;
@@ -388,6 +391,7 @@ impl Client {
                 partition: *partition,
                 offset: offset.map(Offset::get),
                 metadata: String::new(),
+                leader_epoch: None,
             })
             .collect();
         self.commit_group(group, -1, "", offsets).await

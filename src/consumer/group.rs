@@ -250,6 +250,7 @@ impl Consumer {
                 protocol_type: CONSUMER_PROTOCOL.into(),
                 protocols: protocols.clone(),
                 require_known_member_id: true,
+                group_instance_id: None,
             };
             let joined = match self.client.join_group(request).await {
                 Ok(JoinReply::Joined(j)) => j,
@@ -275,6 +276,7 @@ impl Consumer {
                 generation: joined.generation,
                 member_id: joined.member_id.clone(),
                 assignments,
+                group_instance_id: None,
             };
             match self
                 .client
@@ -380,6 +382,7 @@ impl Consumer {
                 partition: id.partition,
                 offset: Some(o.get()),
                 metadata: String::new(),
+                leader_epoch: None,
             })
             .collect();
         let result = self

@@ -23,9 +23,16 @@ pub(crate) enum GroupRequest {
         group: String,
         generation: i32,
         member_id: String,
+        /// A static member's `group.instance.id`.
+        group_instance_id: Option<String>,
     },
-    /// Answered `Result<(), GroupError>`.
-    Leave { group: String, member_id: String },
+    /// Answered `Result<(), GroupError>`. A static member may be named by its
+    /// `group_instance_id` alone (an empty `member_id`).
+    Leave {
+        group: String,
+        member_id: String,
+        group_instance_id: Option<String>,
+    },
     /// Answered `Result<Vec<PartitionResult>, GroupError>`.
     Commit(OffsetCommit),
     /// Answered `Result<Vec<CommittedOffset>, GroupError>`; every committed partition when
@@ -59,8 +66,21 @@ pub(crate) struct JoinGroup {
     pub(crate) protocol_type: String,
     /// Protocol names and the member's subscription for each, preferred first.
     pub(crate) protocols: Vec<(String, Bytes)>,
-    /// A first join is answered [`JoinReply::MemberIdRequired`] (Kafka's JoinGroup v4+).
+    /// A first join is answered [`JoinReply::MemberIdRequired`] (Kafka's JoinGroup v4+),
+    /// unless it is a static member's.
     pub(crate) require_known_member_id: bool,
+    /// A static member's `group.instance.id` (Kafka's JoinGroup v5+): it keeps its place in
+    /// the group when it comes back within its session (see `group/state/static_member.rs`).
+    pub(crate) group_instance_id: Option<String>,
+}
+
+/// The member a Heartbeat or LeaveGroup speaks for.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct MemberRef {
+    /// Empty in a LeaveGroup that names a static member by its instance id alone.
+    pub(crate) member_id: String,
+    /// A static member's `group.instance.id`.
+    pub(crate) group_instance_id: Option<String>,
 }
 
 /// What a JoinGroup gets when it is not refused.
@@ -91,6 +111,8 @@ pub(crate) struct SyncGroup {
     pub(crate) member_id: String,
     /// The leader's assignment of every member (empty from the others).
     pub(crate) assignments: Vec<(String, Bytes)>,
+    /// A static member's `group.instance.id`.
+    pub(crate) group_instance_id: Option<String>,
 }
 
 /// Kafka's OffsetCommit. A negative generation with an empty member id commits for a group
@@ -101,6 +123,8 @@ pub(crate) struct OffsetCommit {
     pub(crate) generation: i32,
     pub(crate) member_id: String,
     pub(crate) offsets: Vec<CommitOffset>,
+    /// A static member's `group.instance.id`.
+    pub(crate) group_instance_id: Option<String>,
 }
 
 /// One partition's offset to commit: the offset of the next record to consume.
@@ -111,6 +135,9 @@ pub(crate) struct CommitOffset {
     /// `None` deletes the committed offset (a reset to "nothing committed").
     pub(crate) offset: Option<u64>,
     pub(crate) metadata: String,
+    /// The committer's leader epoch of the partition (Kafka's `committed_leader_epoch`),
+    /// kept with the offset and answered by OffsetFetch.
+    pub(crate) leader_epoch: Option<i32>,
 }
 
 /// One partition's outcome in a commit.
@@ -129,6 +156,8 @@ pub(crate) struct CommittedOffset {
     /// `None`: nothing committed.
     pub(crate) offset: Option<u64>,
     pub(crate) metadata: String,
+    /// The leader epoch committed with the offset, if the committer named one.
+    pub(crate) leader_epoch: Option<i32>,
 }
 
 /// A group in ListGroups' answer.
@@ -159,4 +188,6 @@ pub(crate) struct MemberDescription {
     pub(crate) client_host: String,
     pub(crate) metadata: Bytes,
     pub(crate) assignment: Bytes,
+    /// A static member's `group.instance.id`.
+    pub(crate) group_instance_id: Option<String>,
 }

@@ -12,7 +12,8 @@
 //!
 //! The parts, one file each:
 //! - `state.rs`: one group's state machine (Empty, PreparingRebalance, CompletingRebalance,
-//!   Stable), with no I/O: the rules of join, sync, heartbeat, leave and commit.
+//!   Stable), with no I/O: the rules of join, sync, heartbeat, leave and commit;
+//!   `state/static_member.rs` those of static members (a `group.instance.id`).
 //! - `records.rs`: the bytes of the records in the offsets topic.
 //! - `coordinator.rs`: a broker's coordinators, one per offsets partition it leads: loading,
 //!   writing, timers.
@@ -79,6 +80,9 @@ pub enum GroupError {
     /// A commit for a partition that does not exist.
     #[error("unknown topic or partition")]
     UnknownTopicOrPartition,
+    /// Another member joined with this member's `group.instance.id` and took its place.
+    #[error("another member joined with this member's group instance id")]
+    FencedInstanceId,
 }
 
 impl GroupError {
@@ -99,6 +103,7 @@ impl GroupError {
             GroupError::NonEmptyGroup => 68,
             GroupError::GroupIdNotFound => 69,
             GroupError::GroupMaxSizeReached => 81,
+            GroupError::FencedInstanceId => 82,
         }
     }
 

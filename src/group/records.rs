@@ -8,20 +8,30 @@
 //!
 //! ```text
 //! key:   u8 kind = 1 | str group | str topic | u32 partition
-//! value: u8 version = 0 | u64 offset | u64 commit_timestamp_ms | i32 generation
-//!        | str metadata
+//! value: u8 version = 1 | u64 offset | u64 commit_timestamp_ms | i32 generation
+//!        | str metadata | i32 leader_epoch
 //! ```
 //!
-//! **Group**, written when a rebalance completes (the leader's assignment) and when the group
-//! empties:
+//! `leader_epoch` is the committer's leader epoch of the partition (Kafka's
+//! `committed_leader_epoch`, OffsetCommit v6+), -1 when it named none. Version 0, written
+//! before it was kept, is the same without `leader_epoch`, and still loads (as -1).
+//!
+//! **Group**, written when a rebalance completes (the leader's assignment), when a static
+//! member comes back with a new member id, and when the group empties:
 //!
 //! ```text
 //! key:   u8 kind = 2 | str group
-//! value: u8 version = 0 | i32 generation | str protocol_type | str protocol | str leader
+//! value: u8 version = 1 | i32 generation | str protocol_type | str protocol | str leader
 //!        | u32 member_count | member_count × member
 //! member: str member_id | str client_id | str client_host | u32 session_timeout_ms
 //!        | u32 rebalance_timeout_ms | blob subscription | blob assignment
+//!        | str group_instance_id
 //! ```
+//!
+//! `group_instance_id` is the member's `group.instance.id` (a static member, Kafka's
+//! KIP-345), empty for a dynamic member (Kafka refuses an empty instance id). Version 0,
+//! written before it was kept, is the same without `group_instance_id` (every member
+//! dynamic), and still loads.
 //!
 //! **Rewrite**, written after a coordinator re-appended every live record of its partition
 //! (each group's latest membership and committed offsets):
@@ -80,7 +90,12 @@ pub(crate) enum DecodeError {
 const KIND_OFFSET: u8 = 1;
 const KIND_GROUP: u8 = 2;
 const KIND_REWRITE: u8 = 3;
-const VERSION: u8 = 0;
+/// The version of every value written (a rewrite's is still 0).
+const VERSION: u8 = 1;
+/// The rewrite record's value version.
+const REWRITE_VERSION: u8 = 0;
+/// The offset and group values' first version (no leader epoch, no instance ids): read only.
+const VERSION_0: u8 = 0;
 
 fn put_str(b: &mut BytesMut, s: &str) {
     // Every string written is bounded (names by GROUP_NAME_BYTES_MAX, metadata by
@@ -115,6 +130,7 @@ pub(crate) fn offset_record(
     value.put_u64_le(committed.commit_timestamp_ms);
     value.put_i32_le(generation);
     put_str(&mut value, &committed.metadata);
+    value.put_i32_le(committed.leader_epoch.unwrap_or(-1));
     (key.freeze(), value.freeze())
 }
 
@@ -148,6 +164,10 @@ pub(crate) fn group_record(group: &str, snapshot: &Snapshot) -> (Bytes, Bytes) {
         value.put_u32_le(m.rebalance_timeout_ms);
         put_blob(&mut value, &m.subscription);
         put_blob(&mut value, &m.assignment);
+        put_str(
+            &mut value,
+            m.group_instance_id.as_deref().unwrap_or_default(),
+        );
     }
     (key.freeze(), value.freeze())
 }
@@ -155,7 +175,7 @@ pub(crate) fn group_record(group: &str, snapshot: &Snapshot) -> (Bytes, Bytes) {
 /// The key and value of a rewrite's end.
 pub(crate) fn rewrite_record(keep_from_log_index: u64) -> (Bytes, Bytes) {
     let mut value = BytesMut::new();
-    value.put_u8(VERSION);
+    value.put_u8(REWRITE_VERSION);
     value.put_u64_le(keep_from_log_index);
     (Bytes::from_static(&[KIND_REWRITE]), value.freeze())
 }
@@ -234,7 +254,7 @@ pub(crate) fn decode(key: &[u8], value: &[u8]) -> Result<GroupRecord, DecodeErro
         k.end()?;
         let mut v = Reader { rest: value };
         let version = v.u8()?;
-        if version != VERSION {
+        if version != REWRITE_VERSION {
             return Err(DecodeError::UnknownVersion(version));
         }
         let keep_from_log_index = v.u64()?;
@@ -259,13 +279,18 @@ pub(crate) fn decode(key: &[u8], value: &[u8]) -> Result<GroupRecord, DecodeErro
             }
             let mut v = Reader { rest: value };
             let version = v.u8()?;
-            if version != VERSION {
+            if version != VERSION && version != VERSION_0 {
                 return Err(DecodeError::UnknownVersion(version));
             }
             let offset = v.u64()?;
             let commit_timestamp_ms = v.u64()?;
             let generation = v.i32()?;
             let metadata = v.str()?;
+            let leader_epoch = if version == VERSION_0 {
+                None
+            } else {
+                Some(v.i32()?).filter(|e| *e >= 0)
+            };
             v.end()?;
             Ok(GroupRecord::Offset {
                 group,
@@ -276,6 +301,7 @@ pub(crate) fn decode(key: &[u8], value: &[u8]) -> Result<GroupRecord, DecodeErro
                         offset,
                         metadata,
                         commit_timestamp_ms,
+                        leader_epoch,
                     },
                     generation,
                 )),
@@ -291,7 +317,7 @@ pub(crate) fn decode(key: &[u8], value: &[u8]) -> Result<GroupRecord, DecodeErro
             }
             let mut v = Reader { rest: value };
             let version = v.u8()?;
-            if version != VERSION {
+            if version != VERSION && version != VERSION_0 {
                 return Err(DecodeError::UnknownVersion(version));
             }
             let generation = v.i32()?;
@@ -310,6 +336,11 @@ pub(crate) fn decode(key: &[u8], value: &[u8]) -> Result<GroupRecord, DecodeErro
                     rebalance_timeout_ms: v.u32()?,
                     subscription: v.blob()?,
                     assignment: v.blob()?,
+                    group_instance_id: if version == VERSION_0 {
+                        None
+                    } else {
+                        Some(v.str()?).filter(|i| !i.is_empty())
+                    },
                 });
             }
             v.end()?;
@@ -346,6 +377,7 @@ mod tests {
                 rebalance_timeout_ms: 30_000,
                 subscription: Bytes::from_static(b"sub"),
                 assignment: Bytes::from_static(b"asg"),
+                group_instance_id: Some("instance-1".into()),
             }],
         }
     }
@@ -356,6 +388,7 @@ mod tests {
             offset: 42,
             metadata: "meta".into(),
             commit_timestamp_ms: 1234,
+            leader_epoch: Some(2),
         };
         let (k, v) = offset_record("g", "t", 3, &committed, 5);
         assert_eq!(
@@ -420,5 +453,140 @@ mod tests {
         }
         huge.extend_from_slice(&u32::MAX.to_le_bytes());
         assert_eq!(decode(&k, &huge), Err(DecodeError::Truncated));
+    }
+}
+
+#[cfg(test)]
+mod version_tests {
+    use super::*;
+
+    /// The values written today, byte by byte: an offset commit ends with its leader epoch
+    /// (-1 for none), a group member with its instance id (empty for none).
+    #[test]
+    fn values_carry_the_leader_epoch_and_the_instance_ids() {
+        let committed = Committed {
+            offset: 7,
+            metadata: "m".into(),
+            commit_timestamp_ms: 9,
+            leader_epoch: Some(2),
+        };
+        let (_, v) = offset_record("g", "t", 0, &committed, 3);
+        let mut want = vec![1u8];
+        want.extend_from_slice(&7u64.to_le_bytes());
+        want.extend_from_slice(&9u64.to_le_bytes());
+        want.extend_from_slice(&3i32.to_le_bytes());
+        want.extend_from_slice(&[1, 0, b'm']);
+        want.extend_from_slice(&2i32.to_le_bytes());
+        assert_eq!(&v[..], &want[..]);
+        let none = Committed {
+            leader_epoch: None,
+            ..committed
+        };
+        let (k, v) = offset_record("g", "t", 0, &none, 3);
+        assert_eq!(&v[v.len() - 4..], &(-1i32).to_le_bytes());
+        assert!(matches!(
+            decode(&k, &v),
+            Ok(GroupRecord::Offset { committed: Some((c, 3)), .. }) if c == none
+        ));
+        let snapshot = Snapshot {
+            generation: 1,
+            protocol_type: "consumer".into(),
+            protocol: "range".into(),
+            leader: "a".into(),
+            members: vec![SnapshotMember {
+                member_id: "a".into(),
+                client_id: "c".into(),
+                client_host: "h".into(),
+                session_timeout_ms: 1,
+                rebalance_timeout_ms: 2,
+                subscription: Bytes::new(),
+                assignment: Bytes::new(),
+                group_instance_id: None,
+            }],
+        };
+        let (k, v) = group_record("g", &snapshot);
+        assert_eq!(v[0], 1);
+        // The member ends with an empty instance id: a dynamic member.
+        assert_eq!(&v[v.len() - 2..], &[0, 0]);
+        assert_eq!(
+            decode(&k, &v),
+            Ok(GroupRecord::Group {
+                group: "g".into(),
+                snapshot: Some(snapshot),
+            })
+        );
+    }
+
+    /// Records written before the leader epoch and the instance ids were kept (value version
+    /// 0) still load: no epoch, every member dynamic.
+    #[test]
+    fn version_0_records_still_load() {
+        let key = offset_tombstone("g", "t", 4);
+        let mut v0 = vec![0u8];
+        v0.extend_from_slice(&42u64.to_le_bytes());
+        v0.extend_from_slice(&1234u64.to_le_bytes());
+        v0.extend_from_slice(&5i32.to_le_bytes());
+        v0.extend_from_slice(&[4, 0]);
+        v0.extend_from_slice(b"meta");
+        assert_eq!(
+            decode(&key, &v0),
+            Ok(GroupRecord::Offset {
+                group: "g".into(),
+                topic: "t".into(),
+                partition: 4,
+                committed: Some((
+                    Committed {
+                        offset: 42,
+                        metadata: "meta".into(),
+                        commit_timestamp_ms: 1234,
+                        leader_epoch: None,
+                    },
+                    5
+                )),
+            })
+        );
+        let (key, _) = group_record(
+            "g",
+            &Snapshot {
+                generation: 0,
+                protocol_type: String::new(),
+                protocol: String::new(),
+                leader: String::new(),
+                members: Vec::new(),
+            },
+        );
+        let str_ = |b: &mut Vec<u8>, s: &str| {
+            b.extend_from_slice(&(s.len() as u16).to_le_bytes());
+            b.extend_from_slice(s.as_bytes());
+        };
+        let mut v0 = vec![0u8];
+        v0.extend_from_slice(&7i32.to_le_bytes());
+        for s in ["consumer", "range", "m-1"] {
+            str_(&mut v0, s);
+        }
+        v0.extend_from_slice(&1u32.to_le_bytes());
+        for s in ["m-1", "c", "/127.0.0.1"] {
+            str_(&mut v0, s);
+        }
+        v0.extend_from_slice(&10_000u32.to_le_bytes());
+        v0.extend_from_slice(&30_000u32.to_le_bytes());
+        for blob in [&b"sub"[..], &b"asg"[..]] {
+            v0.extend_from_slice(&(blob.len() as u32).to_le_bytes());
+            v0.extend_from_slice(blob);
+        }
+        let Ok(GroupRecord::Group {
+            snapshot: Some(s), ..
+        }) = decode(&key, &v0)
+        else {
+            panic!("a version 0 group record loads");
+        };
+        assert_eq!(s.generation, 7);
+        assert_eq!(s.members.len(), 1);
+        assert_eq!(s.members[0].member_id, "m-1");
+        assert_eq!(s.members[0].assignment, Bytes::from_static(b"asg"));
+        assert_eq!(s.members[0].group_instance_id, None);
+        // A version 0 value with bytes after its end is still refused.
+        v0.extend_from_slice(&[0, 0]);
+        assert_eq!(decode(&key, &v0), Err(DecodeError::Trailing));
     }
 }

@@ -12,6 +12,8 @@
 //! leader's assignment is written) are parked as oneshot senders in the member. Whatever must be
 //! written before the group may move on (a completed rebalance) is returned to the caller as a
 //! [`Snapshot`], which the coordinator writes and then reports back ([`Group::synced`]).
+//! A static member's return to a Stable group (`static_member.rs`) is a [`StaticRejoin`]: its
+//! snapshot is written, then applied as a loaded one is ([`Group::restore`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -21,6 +23,12 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::GroupError;
+
+mod snapshot;
+mod static_member;
+
+pub(crate) use snapshot::{Committed, Snapshot, SnapshotMember};
+pub(crate) use static_member::StaticRejoin;
 
 /// A group's state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,10 +79,14 @@ pub(crate) struct JoinRequest {
     pub(crate) protocols: Vec<(String, Bytes)>,
     /// A first join is answered with a member id to join with (Kafka's JoinGroup v4+).
     pub(crate) require_known_member_id: bool,
+    /// A static member's `group.instance.id` (Kafka's JoinGroup v5+): see `static_member.rs`.
+    pub(crate) group_instance_id: Option<String>,
 }
 
 /// One member.
 pub(crate) struct Member {
+    /// A static member's `group.instance.id`.
+    pub(crate) group_instance_id: Option<String>,
     pub(crate) client_id: String,
     pub(crate) client_host: String,
     pub(crate) session_timeout: Duration,
@@ -97,37 +109,6 @@ impl Member {
             .map(|(_, m)| m.clone())
             .unwrap_or_default()
     }
-}
-
-/// A committed offset.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Committed {
-    pub(crate) offset: u64,
-    pub(crate) metadata: String,
-    pub(crate) commit_timestamp_ms: u64,
-}
-
-/// What the coordinator writes after a rebalance completes (or the group empties): enough
-/// to serve the group from another broker after a failover.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Snapshot {
-    pub(crate) generation: i32,
-    pub(crate) protocol_type: String,
-    pub(crate) protocol: String,
-    pub(crate) leader: String,
-    pub(crate) members: Vec<SnapshotMember>,
-}
-
-/// One member in a [`Snapshot`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct SnapshotMember {
-    pub(crate) member_id: String,
-    pub(crate) client_id: String,
-    pub(crate) client_host: String,
-    pub(crate) session_timeout_ms: u32,
-    pub(crate) rebalance_timeout_ms: u32,
-    pub(crate) subscription: Bytes,
-    pub(crate) assignment: Bytes,
 }
 
 /// Limits the brokers put on groups.
@@ -171,6 +152,9 @@ pub(crate) enum JoinOutcome {
     /// (`MEMBER_ID_REQUIRED`).
     MemberIdRequired(String),
     Parked(oneshot::Receiver<Result<Joined, GroupError>>),
+    /// A static member came back to a Stable group: write the rejoin's snapshot, then apply
+    /// it with [`Group::rejoined`], which answers the join.
+    Rejoin(StaticRejoin),
 }
 
 /// The answer to a sync.
@@ -199,40 +183,6 @@ impl Group {
             next_member: 0,
             pending: HashMap::new(),
         }
-    }
-
-    /// A group as a [`Snapshot`] left it (read back after a failover): Stable with its
-    /// members, each given a whole session from `now` to be heard from again.
-    pub(crate) fn restore(&mut self, snapshot: Snapshot, now: Instant) {
-        self.persisted = Some(snapshot.clone());
-        self.generation = snapshot.generation;
-        self.protocol_type = Some(snapshot.protocol_type).filter(|t| !t.is_empty());
-        self.protocol = Some(snapshot.protocol).filter(|p| !p.is_empty());
-        self.leader = Some(snapshot.leader).filter(|l| !l.is_empty());
-        self.members.clear();
-        for m in snapshot.members {
-            let session_timeout = Duration::from_millis(m.session_timeout_ms.into());
-            self.members.insert(
-                m.member_id,
-                Member {
-                    client_id: m.client_id,
-                    client_host: m.client_host,
-                    session_timeout,
-                    rebalance_timeout: Duration::from_millis(m.rebalance_timeout_ms.into()),
-                    protocols: vec![(self.protocol.clone().unwrap_or_default(), m.subscription)],
-                    assignment: m.assignment,
-                    deadline: now + session_timeout,
-                    awaiting_join: None,
-                    awaiting_sync: None,
-                },
-            );
-        }
-        self.state = if self.members.is_empty() {
-            State::Empty
-        } else {
-            State::Stable
-        };
-        self.rebalance_deadline = None;
     }
 
     /// Nothing to keep: no members and no committed offsets.
@@ -273,6 +223,18 @@ impl Group {
         {
             return JoinOutcome::Now(Err(GroupError::InconsistentGroupProtocol));
         }
+        if let Some(instance) = request.group_instance_id.clone() {
+            match self.static_member_id(&instance) {
+                // A static member back with no member id takes its old slot.
+                Some(old) if request.member_id.is_empty() => {
+                    return self.replace_static_member(old, request, limits, now);
+                }
+                Some(current) if current != request.member_id => {
+                    return JoinOutcome::Now(Err(GroupError::FencedInstanceId));
+                }
+                _ => {}
+            }
+        }
         let (tx, rx) = oneshot::channel();
         let pending = self.pending.remove(&request.member_id).is_some();
         if request.member_id.is_empty() || pending {
@@ -282,15 +244,10 @@ impl Group {
             let id = if pending {
                 request.member_id.clone()
             } else {
-                self.next_member += 1;
-                format!(
-                    "{}-{}-{}",
-                    request.client_id,
-                    self.generation,
-                    new_member_suffix(self.next_member)
-                )
+                self.new_member_id(&request.client_id)
             };
-            if !pending && request.require_known_member_id {
+            // A static member is known by its instance id: it joins at once (as in Kafka).
+            if !pending && request.require_known_member_id && request.group_instance_id.is_none() {
                 // Kafka's JoinGroup v4+: the id is handed out first, and the member joins
                 // with it, so that a join sent again after a lost answer adds no one.
                 self.pending
@@ -336,10 +293,14 @@ impl Group {
     pub(crate) fn sync(
         &mut self,
         member_id: &str,
+        group_instance_id: Option<&str>,
         generation: i32,
         assignments: Vec<(String, Bytes)>,
         now: Instant,
     ) -> SyncOutcome {
+        if let Err(e) = self.check_fenced(member_id, group_instance_id) {
+            return SyncOutcome::Now(Err(e));
+        }
         let Some(member) = self.members.get_mut(member_id) else {
             return SyncOutcome::Now(Err(GroupError::UnknownMemberId));
         };
@@ -405,9 +366,11 @@ impl Group {
     pub(crate) fn heartbeat(
         &mut self,
         member_id: &str,
+        group_instance_id: Option<&str>,
         generation: i32,
         now: Instant,
     ) -> Result<(), GroupError> {
+        self.check_fenced(member_id, group_instance_id)?;
         let state = self.state;
         let current = self.generation;
         let member = self
@@ -427,16 +390,31 @@ impl Group {
         }
     }
 
-    /// Handles a member's leave: it is removed, and the group rebalances without it.
+    /// Handles a member's leave: it is removed, and the group rebalances without it. A static
+    /// member may be named by its instance id alone (an empty member id), as Kafka's
+    /// LeaveGroup v3+ allows.
     pub(crate) fn leave(
         &mut self,
         member_id: &str,
+        group_instance_id: Option<&str>,
         limits: &GroupLimits,
         now: Instant,
     ) -> Result<(), GroupError> {
+        let id = match group_instance_id {
+            Some(instance) => {
+                let current = self
+                    .static_member_id(instance)
+                    .ok_or(GroupError::UnknownMemberId)?;
+                if !member_id.is_empty() && member_id != current {
+                    return Err(GroupError::FencedInstanceId);
+                }
+                current
+            }
+            None => member_id.to_string(),
+        };
         let member = self
             .members
-            .remove(member_id)
+            .remove(&id)
             .ok_or(GroupError::UnknownMemberId)?;
         answer_removed(member);
         self.after_removal(limits, now);
@@ -450,9 +428,11 @@ impl Group {
     pub(crate) fn check_commit(
         &mut self,
         member_id: &str,
+        group_instance_id: Option<&str>,
         generation: i32,
         now: Instant,
     ) -> Result<(), GroupError> {
+        self.check_fenced(member_id, group_instance_id)?;
         // Kafka's `validateOffsetCommit`: a commit from outside the group only while it has
         // no members; a member's commit names its generation.
         if generation < 0 && member_id.is_empty() {
@@ -515,30 +495,6 @@ impl Group {
         (!was_empty && self.state == State::Empty).then(|| self.snapshot())
     }
 
-    /// The group as it stands, for writing.
-    pub(crate) fn snapshot(&self) -> Snapshot {
-        let protocol = self.protocol.clone().unwrap_or_default();
-        Snapshot {
-            generation: self.generation,
-            protocol_type: self.protocol_type.clone().unwrap_or_default(),
-            protocol: protocol.clone(),
-            leader: self.leader.clone().unwrap_or_default(),
-            members: self
-                .members
-                .iter()
-                .map(|(id, m)| SnapshotMember {
-                    member_id: id.clone(),
-                    client_id: m.client_id.clone(),
-                    client_host: m.client_host.clone(),
-                    session_timeout_ms: millis_u32(m.session_timeout),
-                    rebalance_timeout_ms: millis_u32(m.rebalance_timeout),
-                    subscription: m.metadata(&protocol),
-                    assignment: m.assignment.clone(),
-                })
-                .collect(),
-        }
-    }
-
     fn is_leader(&self, member_id: &str) -> bool {
         self.leader.as_deref() == Some(member_id)
     }
@@ -565,6 +521,7 @@ impl Group {
         self.members.insert(
             id,
             Member {
+                group_instance_id: request.group_instance_id,
                 client_id: request.client_id,
                 client_host: request.client_host,
                 session_timeout: request.session_timeout,
@@ -624,11 +581,12 @@ impl Group {
         }
     }
 
+    /// The last member is gone. The group keeps its protocol type (as Kafka's does: an empty
+    /// consumer group is still listed as one), which the next first member may change.
     fn become_empty(&mut self) {
         self.state = State::Empty;
         self.generation += 1;
         self.protocol = None;
-        self.protocol_type = None;
         self.leader = None;
         self.rebalance_deadline = None;
     }
@@ -690,31 +648,7 @@ impl Group {
     /// member votes for its first choice among those all support; ties go to the first
     /// name).
     fn choose_protocol(&self) -> String {
-        let Some(first) = self.members.values().next() else {
-            return String::new();
-        };
-        let common: Vec<&String> = first
-            .protocols
-            .iter()
-            .map(|(n, _)| n)
-            .filter(|n| {
-                self.members
-                    .values()
-                    .all(|m| m.protocols.iter().any(|(p, _)| p == *n))
-            })
-            .collect();
-        let mut votes: BTreeMap<&String, usize> = BTreeMap::new();
-        for m in self.members.values() {
-            if let Some((n, _)) = m.protocols.iter().find(|(p, _)| common.contains(&p)) {
-                *votes.entry(n).or_default() += 1;
-            }
-        }
-        let best = votes.values().copied().max().unwrap_or(0);
-        common
-            .into_iter()
-            .find(|n| votes.get(n).copied().unwrap_or(0) == best)
-            .cloned()
-            .unwrap_or_default()
+        vote(self.members.values().map(|m| m.protocols.as_slice()))
     }
 
     /// The join answer for `member_id` in the current generation.
@@ -739,7 +673,34 @@ impl Group {
     }
 }
 
+/// The protocol every member (each given by its protocols, preferred first) supports that
+/// most prefer: each votes for its first choice among those all support; ties go to the
+/// first member's order.
+fn vote<'a>(members: impl Iterator<Item = &'a [(String, Bytes)]> + Clone) -> String {
+    let Some(first) = members.clone().next() else {
+        return String::new();
+    };
+    let common: Vec<&String> = first
+        .iter()
+        .map(|(n, _)| n)
+        .filter(|n| members.clone().all(|m| m.iter().any(|(p, _)| p == *n)))
+        .collect();
+    let mut votes: BTreeMap<&String, usize> = BTreeMap::new();
+    for m in members {
+        if let Some((n, _)) = m.iter().find(|(p, _)| common.contains(&p)) {
+            *votes.entry(n).or_default() += 1;
+        }
+    }
+    let best = votes.values().copied().max().unwrap_or(0);
+    common
+        .into_iter()
+        .find(|n| votes.get(n).copied().unwrap_or(0) == best)
+        .cloned()
+        .unwrap_or_default()
+}
+
 fn update_member(member: &mut Member, request: JoinRequest, tx: JoinReply) {
+    member.group_instance_id = request.group_instance_id;
     member.protocols = request.protocols;
     member.session_timeout = request.session_timeout;
     member.rebalance_timeout = request.rebalance_timeout;
@@ -769,291 +730,4 @@ fn new_member_suffix(counter: u64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const LIMITS: GroupLimits = GroupLimits {
-        session_timeout_min: Duration::from_millis(100),
-        session_timeout_max: Duration::from_secs(60),
-        members_max: 3,
-        initial_rebalance_delay: Duration::from_millis(0),
-    };
-
-    fn join_request(member_id: &str, protocols: &[&str]) -> JoinRequest {
-        JoinRequest {
-            member_id: member_id.into(),
-            client_id: "c".into(),
-            client_host: "/127.0.0.1".into(),
-            session_timeout: Duration::from_secs(10),
-            rebalance_timeout: Duration::from_secs(5),
-            require_known_member_id: false,
-            protocol_type: "consumer".into(),
-            protocols: protocols
-                .iter()
-                .map(|p| (p.to_string(), Bytes::from(format!("sub-{p}"))))
-                .collect(),
-        }
-    }
-
-    fn parked(outcome: JoinOutcome) -> oneshot::Receiver<Result<Joined, GroupError>> {
-        match outcome {
-            JoinOutcome::Parked(rx) => rx,
-            JoinOutcome::Now(r) => panic!("answered at once: {r:?}"),
-            JoinOutcome::MemberIdRequired(id) => panic!("asked to join again as {id}"),
-        }
-    }
-
-    /// Kafka's JoinGroup v4+: a first join gets its id and joins with it; a join sent twice
-    /// before it adds one member; an id handed out and never used expires with its session.
-    #[test]
-    fn a_first_join_may_ask_for_its_member_id_first() {
-        let now = Instant::now();
-        let mut g = Group::new();
-        let mut first = join_request("", &["range"]);
-        first.require_known_member_id = true;
-        let JoinOutcome::MemberIdRequired(id) = g.join(first.clone(), &LIMITS, now) else {
-            panic!("an id first");
-        };
-        // The same first join again (its answer was lost): another id, nobody joined.
-        let JoinOutcome::MemberIdRequired(ghost) = g.join(first, &LIMITS, now) else {
-            panic!("an id first");
-        };
-        assert!(g.members.is_empty());
-        let mut again = join_request(&id, &["range"]);
-        again.require_known_member_id = true;
-        let joined = answered(&mut parked(g.join(again, &LIMITS, now))).unwrap();
-        assert_eq!(joined.member_id, id);
-        assert_eq!(g.members.len(), 1);
-        // The unused id expires with its session; then it is unknown.
-        g.tick(&LIMITS, now + Duration::from_secs(11));
-        assert!(matches!(
-            g.join(join_request(&ghost, &["range"]), &LIMITS, now),
-            JoinOutcome::Now(Err(GroupError::UnknownMemberId))
-        ));
-    }
-
-    fn answered<T: std::fmt::Debug>(
-        rx: &mut oneshot::Receiver<Result<T, GroupError>>,
-    ) -> Result<T, GroupError> {
-        rx.try_recv().expect("answered")
-    }
-
-    /// Two members join, the leader assigns, both are Stable with their assignments.
-    #[test]
-    fn two_members_join_sync_and_heartbeat() {
-        let now = Instant::now();
-        let mut g = Group::new();
-        let mut a = parked(g.join(join_request("", &["range"]), &LIMITS, now));
-        // Alone and the initial delay is 0: the first join completes at once.
-        let a_joined = answered(&mut a).unwrap();
-        assert_eq!(a_joined.generation, 1);
-        assert_eq!(a_joined.leader, a_joined.member_id);
-        // A second member starts a rebalance; the first must rejoin.
-        let mut b = parked(g.join(join_request("", &["range", "roundrobin"]), &LIMITS, now));
-        assert_eq!(
-            g.heartbeat(&a_joined.member_id, 1, now),
-            Err(GroupError::RebalanceInProgress)
-        );
-        let mut a = parked(g.join(join_request(&a_joined.member_id, &["range"]), &LIMITS, now));
-        let a2 = answered(&mut a).unwrap();
-        let b2 = answered(&mut b).unwrap();
-        assert_eq!((a2.generation, b2.generation), (2, 2));
-        assert_eq!(a2.protocol, "range");
-        assert_eq!(a2.leader, a_joined.member_id, "the leader stays the leader");
-        assert_eq!(a2.members.len(), 2, "the leader sees every subscription");
-        assert!(b2.members.is_empty());
-        // A follower's sync waits for the leader's.
-        let SyncOutcome::Parked(mut b_sync) = g.sync(&b2.member_id, 2, vec![], now) else {
-            panic!("the follower waits");
-        };
-        assert_eq!(
-            g.check_commit(&b2.member_id, 2, now),
-            Err(GroupError::RebalanceInProgress)
-        );
-        let assignments = vec![
-            (a2.member_id.clone(), Bytes::from_static(b"A")),
-            (b2.member_id.clone(), Bytes::from_static(b"B")),
-        ];
-        let SyncOutcome::Write(snapshot, mut a_sync) = g.sync(&a2.member_id, 2, assignments, now)
-        else {
-            panic!("the leader's sync writes");
-        };
-        assert_eq!(snapshot.members.len(), 2);
-        assert!(b_sync.try_recv().is_err(), "not before it is written");
-        g.synced(2, Ok(()), &LIMITS, now);
-        assert_eq!(answered(&mut a_sync).unwrap(), "A");
-        assert_eq!(answered(&mut b_sync).unwrap(), "B");
-        assert_eq!(g.state, State::Stable);
-        assert_eq!(g.heartbeat(&b2.member_id, 2, now), Ok(()));
-        assert_eq!(
-            g.heartbeat(&b2.member_id, 1, now),
-            Err(GroupError::IllegalGeneration)
-        );
-        assert_eq!(
-            g.check_commit(&b2.member_id, 1, now),
-            Err(GroupError::IllegalGeneration)
-        );
-        assert_eq!(g.check_commit(&b2.member_id, 2, now), Ok(()));
-        assert_eq!(
-            g.check_commit("", -1, now),
-            Err(GroupError::UnknownMemberId)
-        );
-    }
-
-    /// A member that stops heartbeating is removed once its session ends, and the others
-    /// rebalance without it; a member that does not rejoin in time is dropped.
-    #[test]
-    fn a_silent_member_is_expired_and_the_group_rebalances() {
-        let t0 = Instant::now();
-        let mut g = Group::new();
-        let a = answered(&mut parked(g.join(
-            join_request("", &["range"]),
-            &LIMITS,
-            t0,
-        )))
-        .unwrap();
-        let mut b = parked(g.join(join_request("", &["range"]), &LIMITS, t0));
-        let a = answered(&mut parked(g.join(
-            join_request(&a.member_id, &["range"]),
-            &LIMITS,
-            t0,
-        )))
-        .unwrap();
-        let b = answered(&mut b).unwrap();
-        let SyncOutcome::Write(_, _rx) = g.sync(&a.member_id, a.generation, vec![], t0) else {
-            panic!()
-        };
-        g.synced(a.generation, Ok(()), &LIMITS, t0);
-        // b keeps heartbeating; a falls silent.
-        let t1 = t0 + Duration::from_secs(6);
-        g.heartbeat(&b.member_id, b.generation, t1).unwrap();
-        assert!(g.tick(&LIMITS, t1).is_none());
-        assert_eq!(g.members.len(), 2);
-        let t2 = t0 + Duration::from_secs(11);
-        g.tick(&LIMITS, t2);
-        assert_eq!(g.members.len(), 1, "a's session ended");
-        assert_eq!(g.state, State::PreparingRebalance);
-        assert_eq!(
-            g.heartbeat(&b.member_id, b.generation, t2),
-            Err(GroupError::RebalanceInProgress)
-        );
-        let b3 = answered(&mut parked(g.join(
-            join_request(&b.member_id, &["range"]),
-            &LIMITS,
-            t2,
-        )))
-        .unwrap();
-        assert_eq!(b3.generation, b.generation + 1);
-        assert_eq!(b3.leader, b.member_id, "the survivor leads");
-        // The expired member is gone for good: its heartbeats (and, once the group is
-        // stable, its commits) are refused.
-        assert_eq!(
-            g.heartbeat(&a.member_id, a.generation, t2),
-            Err(GroupError::UnknownMemberId)
-        );
-        let SyncOutcome::Write(_, _rx) = g.sync(&b3.member_id, b3.generation, vec![], t2) else {
-            panic!()
-        };
-        g.synced(b3.generation, Ok(()), &LIMITS, t2);
-        assert_eq!(
-            g.check_commit(&a.member_id, a.generation, t2),
-            Err(GroupError::UnknownMemberId)
-        );
-    }
-
-    /// A rebalance completes without a member that does not rejoin within the rebalance
-    /// timeout, and a group whose last member leaves is Empty (and says so to be written).
-    #[test]
-    fn a_member_that_does_not_rejoin_is_dropped_and_the_last_leave_empties_the_group() {
-        let t0 = Instant::now();
-        let mut g = Group::new();
-        let a = answered(&mut parked(g.join(
-            join_request("", &["range"]),
-            &LIMITS,
-            t0,
-        )))
-        .unwrap();
-        let mut b = parked(g.join(join_request("", &["range"]), &LIMITS, t0));
-        // `a` never rejoins: the rebalance waits its 5 s, then goes on without it.
-        g.tick(&LIMITS, t0 + Duration::from_secs(4));
-        assert!(b.try_recv().is_err());
-        g.tick(&LIMITS, t0 + Duration::from_secs(5));
-        let b = answered(&mut b).unwrap();
-        assert_eq!(g.members.len(), 1);
-        assert_eq!(b.leader, b.member_id);
-        assert!(!g.members.contains_key(&a.member_id));
-        g.leave(&b.member_id, &LIMITS, t0).unwrap();
-        assert_eq!(g.state, State::Empty);
-        // Kept: its generation must not go back to 0 (a later snapshot would read as older).
-        assert!(!g.is_forgettable());
-        assert!(Group::new().is_forgettable());
-        assert_eq!(g.check_commit("", -1, t0), Ok(()));
-        assert_eq!(
-            g.leave(&b.member_id, &LIMITS, t0),
-            Err(GroupError::UnknownMemberId)
-        );
-    }
-
-    #[test]
-    fn joins_that_do_not_fit_are_refused() {
-        let now = Instant::now();
-        let mut g = Group::new();
-        let mut short = join_request("", &["range"]);
-        short.session_timeout = Duration::from_millis(1);
-        assert!(matches!(
-            g.join(short, &LIMITS, now),
-            JoinOutcome::Now(Err(GroupError::InvalidSessionTimeout))
-        ));
-        let _a = parked(g.join(join_request("", &["range"]), &LIMITS, now));
-        assert!(matches!(
-            g.join(join_request("", &["roundrobin"]), &LIMITS, now),
-            JoinOutcome::Now(Err(GroupError::InconsistentGroupProtocol))
-        ));
-        let mut other_type = join_request("", &["range"]);
-        other_type.protocol_type = "connect".into();
-        assert!(matches!(
-            g.join(other_type, &LIMITS, now),
-            JoinOutcome::Now(Err(GroupError::InconsistentGroupProtocol))
-        ));
-        let _b = parked(g.join(join_request("", &["range"]), &LIMITS, now));
-        let _c = parked(g.join(join_request("", &["range"]), &LIMITS, now));
-        assert!(matches!(
-            g.join(join_request("", &["range"]), &LIMITS, now),
-            JoinOutcome::Now(Err(GroupError::GroupMaxSizeReached))
-        ));
-        assert!(matches!(
-            g.join(join_request("nobody", &["range"]), &LIMITS, now),
-            JoinOutcome::Now(Err(GroupError::UnknownMemberId))
-        ));
-    }
-
-    /// A restored snapshot serves the same generation: its members' heartbeats and commits
-    /// pass, a stranger's do not.
-    #[test]
-    fn a_restored_group_keeps_its_generation_and_members() {
-        let now = Instant::now();
-        let mut g = Group::new();
-        let a = answered(&mut parked(g.join(
-            join_request("", &["range"]),
-            &LIMITS,
-            now,
-        )))
-        .unwrap();
-        let SyncOutcome::Write(snapshot, _rx) = g.sync(&a.member_id, a.generation, vec![], now)
-        else {
-            panic!()
-        };
-        let mut restored = Group::new();
-        restored.restore(snapshot, now);
-        assert_eq!(restored.state, State::Stable);
-        assert_eq!(restored.heartbeat(&a.member_id, a.generation, now), Ok(()));
-        assert_eq!(
-            restored.check_commit(&a.member_id, a.generation, now),
-            Ok(())
-        );
-        assert_eq!(
-            restored.heartbeat("stranger", a.generation, now),
-            Err(GroupError::UnknownMemberId)
-        );
-    }
-}
+mod tests;

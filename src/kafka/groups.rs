@@ -25,7 +25,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use crate::group::GroupError;
-use crate::group::api::{CommitOffset, JoinGroup, JoinReply, OffsetCommit, SyncGroup};
+use crate::group::api::{CommitOffset, JoinGroup, JoinReply, MemberRef, OffsetCommit, SyncGroup};
 use crate::node::service::BrokerService;
 
 /// COORDINATOR_NOT_AVAILABLE, for what no coordinator here serves (transactions).
@@ -35,6 +35,12 @@ const MEMBER_ID_REQUIRED: i16 = 79;
 
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
+}
+
+/// A request's `group_instance_id`: a static member's, or `None` (null, or empty: Kafka
+/// takes no empty instance id).
+fn instance_id(id: Option<&StrBytes>) -> Option<String> {
+    id.map(|i| i.to_string()).filter(|i| !i.is_empty())
 }
 
 pub(super) async fn find_coordinator(
@@ -92,6 +98,7 @@ pub(super) async fn join_group(
             .map(|p| (p.name.to_string(), p.metadata.clone()))
             .collect(),
         require_known_member_id: version >= 4,
+        group_instance_id: instance_id(request.group_instance_id.as_ref()),
     };
     let mut r = JoinGroupResponse::default();
     r.generation_id = -1;
@@ -137,6 +144,7 @@ pub(super) async fn sync_group(
             .iter()
             .map(|a| (a.member_id.to_string(), a.assignment.clone()))
             .collect(),
+        group_instance_id: instance_id(request.group_instance_id.as_ref()),
     };
     let mut r = SyncGroupResponse::default();
     match service.sync_group(sync).await {
@@ -155,12 +163,12 @@ pub(super) async fn heartbeat(
     service: &BrokerService,
 ) -> HeartbeatResponse {
     let mut r = HeartbeatResponse::default();
+    let member = MemberRef {
+        member_id: request.member_id.to_string(),
+        group_instance_id: instance_id(request.group_instance_id.as_ref()),
+    };
     if let Err(e) = service
-        .heartbeat(
-            &request.group_id.0,
-            request.generation_id,
-            &request.member_id,
-        )
+        .heartbeat(&request.group_id.0, request.generation_id, &member)
         .await
     {
         r.error_code = e.code();
@@ -176,15 +184,25 @@ pub(super) async fn leave_group(
     let group = request.group_id.0.to_string();
     let mut r = LeaveGroupResponse::default();
     if version < 3 {
-        if let Err(e) = service.leave_group(&group, &request.member_id).await {
+        let member = MemberRef {
+            member_id: request.member_id.to_string(),
+            group_instance_id: None,
+        };
+        if let Err(e) = service.leave_group(&group, &member).await {
             r.error_code = e.code();
         }
         return r;
     }
+    // v3+: each member by its member id, or a static member by its instance id.
     for m in request.members {
         let mut mr = MemberResponse::default();
         mr.member_id = m.member_id.clone();
-        if let Err(e) = service.leave_group(&group, &m.member_id).await {
+        mr.group_instance_id = m.group_instance_id.clone();
+        let member = MemberRef {
+            member_id: m.member_id.to_string(),
+            group_instance_id: instance_id(m.group_instance_id.as_ref()),
+        };
+        if let Err(e) = service.leave_group(&group, &member).await {
             mr.error_code = e.code();
         }
         r.members.push(mr);
@@ -209,6 +227,8 @@ pub(super) async fn offset_commit(
                     .as_ref()
                     .map(|m| m.to_string())
                     .unwrap_or_default(),
+                // -1 (and every version before 6): none.
+                leader_epoch: Some(p.committed_leader_epoch).filter(|e| *e >= 0),
             })
         })
         .collect();
@@ -217,6 +237,7 @@ pub(super) async fn offset_commit(
         generation: request.generation_id_or_member_epoch,
         member_id: request.member_id.to_string(),
         offsets,
+        group_instance_id: instance_id(request.group_instance_id.as_ref()),
     };
     let outcome = service.commit_offsets(commit).await;
     let mut r = OffsetCommitResponse::default();
@@ -267,7 +288,7 @@ pub(super) async fn offset_fetch(
                 p.committed_offset = c
                     .offset
                     .map_or(-1, |o| i64::try_from(o).unwrap_or(i64::MAX));
-                p.committed_leader_epoch = -1;
+                p.committed_leader_epoch = c.leader_epoch.unwrap_or(-1);
                 p.metadata = Some(s(&c.metadata));
                 match topics.iter_mut().find(|t| *t.name.0 == c.topic) {
                     Some(t) => t.partitions.push(p),
@@ -323,6 +344,8 @@ pub(super) async fn describe_groups(
                     .map(|m| {
                         let mut dm = DescribedGroupMember::default();
                         dm.member_id = s(&m.member_id);
+                        // Null for a dynamic member, as Kafka answers.
+                        dm.group_instance_id = m.group_instance_id.as_deref().map(s);
                         dm.client_id = s(&m.client_id);
                         dm.client_host = s(&m.client_host);
                         dm.member_metadata = m.metadata;

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use crate::error::Error;
 use crate::group::api::{
     CommitOffset, CommittedOffset, Coordinator, GroupDescription, GroupListing, JoinAnswer,
-    JoinGroup, JoinReply, MemberDescription, OffsetCommit, PartitionResult, SyncGroup,
+    JoinGroup, JoinReply, MemberDescription, MemberRef, OffsetCommit, PartitionResult, SyncGroup,
 };
 use crate::group::coordinator::Shard;
 use crate::group::records::{group_record, offset_record, offset_tombstone};
@@ -393,7 +393,7 @@ impl Broker {
         {
             return Err(GroupError::InconsistentGroupProtocol);
         }
-        let (_hosted, shard) = self.coordinate(&request.group).await?;
+        let (hosted, shard) = self.coordinate(&request.group).await?;
         let rebalance_timeout = Duration::from_millis(request.rebalance_timeout_ms.into());
         let join = JoinRequest {
             member_id: request.member_id,
@@ -404,6 +404,7 @@ impl Broker {
             protocol_type: request.protocol_type,
             protocols: request.protocols,
             require_known_member_id: request.require_known_member_id,
+            group_instance_id: request.group_instance_id,
         };
         let outcome = {
             let mut groups = shard.groups.lock();
@@ -415,6 +416,31 @@ impl Broker {
         let joined = match outcome {
             JoinOutcome::MemberIdRequired(id) => return Ok(JoinReply::MemberIdRequired(id)),
             JoinOutcome::Now(r) => r,
+            // A static member back in a Stable group: its new member id is written, then
+            // applied, before it is answered (no rebalance).
+            JoinOutcome::Rejoin(rejoin) => {
+                let _writer = shard.writer.lock().await;
+                let stands = shard
+                    .groups
+                    .lock()
+                    .get(&request.group)
+                    .is_some_and(|g| g.rejoin_stands(&rejoin));
+                let written = if !stands {
+                    Err(GroupError::RebalanceInProgress)
+                } else {
+                    match self.may_write(&shard) {
+                        Ok(()) => self
+                            .write_snapshot(&hosted, &shard, &request.group, &rejoin.snapshot)
+                            .await
+                            .map_err(|_| GroupError::CoordinatorNotAvailable),
+                        Err(e) => Err(e),
+                    }
+                };
+                match shard.groups.lock().get_mut(&request.group) {
+                    Some(g) => g.rejoined(&rejoin, written, Instant::now()),
+                    None => Err(GroupError::UnknownMemberId),
+                }
+            }
             // The rebalance ends by its deadline (the timers complete it); a dropped answer
             // means the shard went away with the leadership.
             JoinOutcome::Parked(rx) => {
@@ -453,6 +479,7 @@ impl Broker {
             };
             group.sync(
                 &request.member_id,
+                request.group_instance_id.as_deref(),
                 request.generation,
                 request.assignments,
                 Instant::now(),
@@ -494,26 +521,36 @@ impl Broker {
         self: &Arc<Self>,
         group: &str,
         generation: i32,
-        member_id: &str,
+        member: &MemberRef,
     ) -> GroupResult<()> {
         let (_hosted, shard) = self.coordinate(group).await?;
         let mut groups = shard.groups.lock();
         let g = groups.get_mut(group).ok_or(GroupError::UnknownMemberId)?;
-        g.heartbeat(member_id, generation, Instant::now())
+        g.heartbeat(
+            &member.member_id,
+            member.group_instance_id.as_deref(),
+            generation,
+            Instant::now(),
+        )
     }
 
     /// LeaveGroup.
     pub(crate) async fn leave_group(
         self: &Arc<Self>,
         group: &str,
-        member_id: &str,
+        member: &MemberRef,
     ) -> GroupResult<()> {
         let (hosted, shard) = self.coordinate(group).await?;
         let emptied = {
             let mut groups = shard.groups.lock();
             let g = groups.get_mut(group).ok_or(GroupError::UnknownMemberId)?;
             let was_empty = g.state == State::Empty;
-            g.leave(member_id, &self.group_limits(), Instant::now())?;
+            g.leave(
+                &member.member_id,
+                member.group_instance_id.as_deref(),
+                &self.group_limits(),
+                Instant::now(),
+            )?;
             (!was_empty && g.state == State::Empty).then(|| g.snapshot())
         };
         if let Some(snapshot) = emptied {
@@ -545,7 +582,12 @@ impl Broker {
             let g = groups
                 .entry(request.group.clone())
                 .or_insert_with(Group::new);
-            g.check_commit(&request.member_id, request.generation, now)?;
+            g.check_commit(
+                &request.member_id,
+                request.group_instance_id.as_deref(),
+                request.generation,
+                now,
+            )?;
         }
         let mut results = Vec::with_capacity(request.offsets.len());
         let mut records = Vec::new();
@@ -565,6 +607,7 @@ impl Broker {
                             offset,
                             metadata: o.metadata.clone(),
                             commit_timestamp_ms,
+                            leader_epoch: o.leader_epoch,
                         };
                         let (key, value) = offset_record(
                             &request.group,
@@ -605,6 +648,7 @@ impl Broker {
                             offset,
                             metadata: o.metadata,
                             commit_timestamp_ms,
+                            leader_epoch: o.leader_epoch,
                         },
                     ),
                     None => {
@@ -639,6 +683,7 @@ impl Broker {
                 partition,
                 offset: c.map(|c| c.offset),
                 metadata: c.map(|c| c.metadata.clone()).unwrap_or_default(),
+                leader_epoch: c.and_then(|c| c.leader_epoch),
             }
         };
         let mut out: Vec<CommittedOffset> = match partitions {
@@ -710,6 +755,7 @@ impl Broker {
                     client_host: m.client_host.clone(),
                     metadata: m.metadata(&protocol),
                     assignment: m.assignment.clone(),
+                    group_instance_id: m.group_instance_id.clone(),
                 })
                 .collect(),
         })

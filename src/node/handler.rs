@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::error::Error;
-use crate::group::api::GroupRequest;
+use crate::group::api::{GroupRequest, MemberRef};
 use crate::protocol::{
     FetchRequest, FetchResponse, ListOffsetsRequest, MetadataRequest, ProduceRequestRef,
     ProduceResponse, WireBatch, WireError,
@@ -57,9 +57,24 @@ async fn group_answer(
             group,
             generation,
             member_id,
-        } => ok(service.heartbeat(&group, generation, &member_id).await),
-        GroupRequest::Leave { group, member_id } => {
-            ok(service.leave_group(&group, &member_id).await)
+            group_instance_id,
+        } => {
+            let member = MemberRef {
+                member_id,
+                group_instance_id,
+            };
+            ok(service.heartbeat(&group, generation, &member).await)
+        }
+        GroupRequest::Leave {
+            group,
+            member_id,
+            group_instance_id,
+        } => {
+            let member = MemberRef {
+                member_id,
+                group_instance_id,
+            };
+            ok(service.leave_group(&group, &member).await)
         }
         GroupRequest::Commit(commit) => ok(service.commit_offsets(commit).await),
         GroupRequest::FetchOffsets { group, partitions } => {

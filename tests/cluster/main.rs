@@ -14,6 +14,7 @@ mod groups;
 mod hostile;
 mod kafka;
 mod kafka_answers;
+mod kafka_groups;
 mod long_poll;
 mod metrics;
 #[path = "../support/ports.rs"]

@@ -11,6 +11,7 @@ use bytes::Bytes;
 
 use crate::catalog::MetaCommand;
 use crate::error::{Error, Result};
+use crate::group::api::MemberRef;
 use crate::group::api::{
     CommittedOffset, Coordinator, GroupDescription, GroupListing, JoinGroup, JoinReply,
     OffsetCommit, PartitionResult, SyncGroup,
@@ -160,13 +161,13 @@ impl BrokerService {
         &self,
         group: &str,
         generation: i32,
-        member_id: &str,
+        member_id: &MemberRef,
     ) -> GroupResult<()> {
         self.broker.heartbeat(group, generation, member_id).await
     }
 
     /// LeaveGroup.
-    pub(crate) async fn leave_group(&self, group: &str, member_id: &str) -> GroupResult<()> {
+    pub(crate) async fn leave_group(&self, group: &str, member_id: &MemberRef) -> GroupResult<()> {
         self.broker.leave_group(group, member_id).await
     }
 
