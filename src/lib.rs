@@ -183,6 +183,7 @@ pub mod __tools {
 /// Entry points for the fuzz targets. Not part of the API.
 #[doc(hidden)]
 pub mod __fuzz {
+    pub use crate::kafka::fuzz_kafka_request;
     pub use crate::segment::fuzz_scan_segment;
     pub use crate::segment::kafka::fuzz_kafka_batch;
     pub use crate::segment::record::fuzz_decode_frame;

@@ -27,9 +27,9 @@ use kafka_protocol::protocol::StrBytes;
 use crate::group::GroupError;
 use crate::group::api::{CommitOffset, JoinGroup, JoinReply, MemberRef, OffsetCommit, SyncGroup};
 use crate::node::service::BrokerService;
+// For what no coordinator here serves (transactions).
+use super::code::COORDINATOR_NOT_AVAILABLE;
 
-/// COORDINATOR_NOT_AVAILABLE, for what no coordinator here serves (transactions).
-const COORDINATOR_NOT_AVAILABLE: i16 = 15;
 /// MEMBER_ID_REQUIRED.
 const MEMBER_ID_REQUIRED: i16 = 79;
 

@@ -99,6 +99,7 @@ mod code {
     pub(super) const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
     pub(super) const INVALID_CONFIG: i16 = 40;
     pub(super) const NOT_CONTROLLER: i16 = 41;
+    pub(super) const COORDINATOR_NOT_AVAILABLE: i16 = 15;
     pub(super) const INVALID_REQUEST: i16 = 42;
     pub(super) const FENCED_LEADER_EPOCH: i16 = 74;
     pub(super) const UNKNOWN_LEADER_EPOCH: i16 = 75;
@@ -157,21 +158,33 @@ pub(crate) fn spawn(
     )
 }
 
-/// Decodes a request, serves it, encodes the answer (`None`: no answer, a produce with acks 0),
-/// with the answer budget's bytes it holds until it is written (a fetch's).
-async fn answer(
-    mut body: Bytes,
-    service: &BrokerService,
-    config: &KafkaConfig,
-    from: Option<SocketAddr>,
-    turn: Turn,
-) -> std::io::Result<Option<(Bytes, Held)>> {
-    let bad = |what: String| std::io::Error::other(what);
+/// What a request's bytes (its header and body, after the length) ask for.
+pub(crate) enum Decoded {
+    /// A request for the service.
+    Serve {
+        header: RequestHeader,
+        api: ApiKey,
+        version: i16,
+        request: Box<RequestKind>,
+    },
+    /// A request answered without the service (an API or version not served, an ApiVersions
+    /// newer than served): the answer's frame.
+    Answered(Bytes),
+}
+
+/// Decodes a request. `Err`: bytes that cannot be answered (an unknown API, a malformed
+/// header or body, an API or version not served whose answer cannot say so), which close the
+/// connection, as Kafka brokers do with requests they cannot parse. Never panics, whatever the
+/// bytes.
+pub(crate) fn decode_request(mut body: Bytes) -> Result<Decoded, String> {
     let (key, version) = {
         let mut peek = &body[..];
+        if peek.len() < 4 {
+            return Err(format!("a request of {} bytes", peek.len()));
+        }
         (peek.get_i16(), peek.get_i16())
     };
-    let api = ApiKey::try_from(key).map_err(|_| bad(format!("unknown api key {key}")))?;
+    let api = ApiKey::try_from(key).map_err(|_| format!("unknown api key {key}"))?;
     let served = SUPPORTED.iter().find(|(k, _, _)| *k == api);
     if api == ApiKey::ApiVersions && served.is_some_and(|(_, _, max)| version > *max) {
         // Kafka's answer to a newer ApiVersions: version 0, UNSUPPORTED_VERSION, our ranges.
@@ -181,24 +194,19 @@ async fn answer(
         };
         let mut r = api_versions();
         r.error_code = code::UNSUPPORTED_VERSION;
-        return encode(
-            correlation,
-            ApiKey::ApiVersions,
-            0,
-            &ResponseKind::ApiVersions(r),
-        )
-        .map(|a| Some((a, None)));
+        let answer = ResponseKind::ApiVersions(r);
+        return encode(correlation, ApiKey::ApiVersions, 0, &answer)
+            .map(Decoded::Answered)
+            .map_err(|e| e.to_string());
     }
+    let header = decode_guarded(|| {
+        RequestHeader::decode(&mut body, api.request_header_version(version))
+            .map_err(|e| e.to_string())
+    })?;
     if !served.is_some_and(|(_, min, max)| (*min..=*max).contains(&version)) {
         // Answered with the API's own answer carrying UNSUPPORTED_VERSION where that answer
         // has a top-level error code at this version; otherwise (an API whose answer cannot
-        // say so, or a version the codec cannot write) the connection is closed, as Kafka
-        // brokers do for requests they cannot parse.
-        let header = decode_guarded(|| {
-            RequestHeader::decode(&mut body, api.request_header_version(version))
-                .map_err(|e| e.to_string())
-        })
-        .map_err(bad)?;
+        // say so, or a version the codec cannot write) the connection is closed.
         // Admin APIs whose answer names each item: decoded, and every item refused.
         let per_item = admin::refused_per_item(api)
             .then(|| {
@@ -210,18 +218,48 @@ async fn answer(
             .flatten()
             .and_then(admin::refuse_items);
         let Some(refusal) = per_item.or_else(|| unsupported(api, version)) else {
-            return Err(bad(format!("{api:?} v{version} is not served")));
+            return Err(format!("{api:?} v{version} is not served"));
         };
-        return encode(header.correlation_id, api, version, &refusal).map(|a| Some((a, None)));
+        return encode(header.correlation_id, api, version, &refusal)
+            .map(Decoded::Answered)
+            .map_err(|e| e.to_string());
     }
-    let header = decode_guarded(|| {
-        RequestHeader::decode(&mut body, api.request_header_version(version))
-            .map_err(|e| e.to_string())
-    })
-    .map_err(bad)?;
     let request =
-        decode_guarded(|| RequestKind::decode(api, &mut body, version).map_err(|e| e.to_string()))
-            .map_err(bad)?;
+        decode_guarded(|| RequestKind::decode(api, &mut body, version).map_err(|e| e.to_string()))?;
+    Ok(Decoded::Serve {
+        header,
+        api,
+        version,
+        request: Box::new(request),
+    })
+}
+
+/// For the `kafka_request` fuzz target: `data` decoded as a Kafka request's header and body,
+/// as the listener decodes what a client sends (any `Err` is fine; a panic is a bug).
+#[doc(hidden)]
+pub fn fuzz_kafka_request(data: &[u8]) -> Result<(), String> {
+    decode_request(Bytes::copy_from_slice(data)).map(|_| ())
+}
+
+/// Decodes a request, serves it, encodes the answer (`None`: no answer, a produce with acks 0),
+/// with the answer budget's bytes it holds until it is written (a fetch's).
+async fn answer(
+    body: Bytes,
+    service: &BrokerService,
+    config: &KafkaConfig,
+    from: Option<SocketAddr>,
+    turn: Turn,
+) -> std::io::Result<Option<(Bytes, Held)>> {
+    let (header, api, version, request) = match decode_request(body) {
+        Ok(Decoded::Serve {
+            header,
+            api,
+            version,
+            request,
+        }) => (header, api, version, *request),
+        Ok(Decoded::Answered(answer)) => return Ok(Some((answer, None))),
+        Err(e) => return Err(std::io::Error::other(e)),
+    };
     // Only a produce keeps its place among the connection's requests; the others pass it at
     // once (a long poll must not hold up the produces behind it).
     let turn = matches!(request, RequestKind::Produce(_)).then_some(turn);
@@ -287,7 +325,10 @@ async fn answer(
         RequestKind::OffsetForLeaderEpoch(r) => {
             ResponseKind::OffsetForLeaderEpoch(offsets::offset_for_leader_epoch(r, service))
         }
-        other => return Err(bad(format!("{other:?} is not served"))),
+        other => {
+            let what = format!("{other:?} is not served");
+            return Err(std::io::Error::other(what));
+        }
     };
     encode(header.correlation_id, api, version, &response).map(|a| Some((a, None)))
 }
@@ -561,7 +602,12 @@ async fn init_producer_id(
             r.producer_id = ProducerId(i64::try_from(id).unwrap_or(-1));
             r.producer_epoch = i16::try_from(epoch).unwrap_or(-1);
         }
-        Err(e) => r.error_code = error_code(&e),
+        // No id could be had in time (the metadata group has no reachable leader): Kafka's
+        // answer when its producer id manager cannot hand one out, which clients retry.
+        Err(e) => {
+            tracing::debug!(error = %e, "no producer id");
+            r.error_code = code::COORDINATOR_NOT_AVAILABLE;
+        }
     }
     r
 }

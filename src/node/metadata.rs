@@ -112,8 +112,9 @@ impl Broker {
 
     /// A producer id no other producer of the cluster has (Kafka's `ProducerIdManager`): the
     /// next of this broker's block, and when the block is spent, a new one of
-    /// [`PRODUCER_ID_BLOCK`] ids taken through the metadata log (asked again while the
-    /// metadata group's leadership settles, within the request timeout).
+    /// [`PRODUCER_ID_BLOCK`] ids taken through the metadata log (asked again, within the
+    /// request timeout, while the metadata group has no leader or its leader cannot be
+    /// reached: a leader that just died is still named until the others elect another).
     pub(crate) async fn new_producer_id(&self) -> Result<u64> {
         let mut ids = self.producer_ids.lock().await;
         if ids.is_empty() {
@@ -122,9 +123,11 @@ impl Broker {
             // Bounded by the deadline.
             *ids = loop {
                 match self.take_producer_ids(deadline).await {
-                    Err(Error::NotLeader { .. } | Error::TryAgain { .. })
-                        if tokio::time::Instant::now() < deadline =>
-                    {
+                    Err(
+                        Error::NotLeader { .. }
+                        | Error::TryAgain { .. }
+                        | Error::NoBrokerReachable { .. },
+                    ) if tokio::time::Instant::now() < deadline => {
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
                     taken => break taken?,

@@ -181,6 +181,9 @@ impl Peer {
 struct Connections {
     bulk: Arc<Peer>,
     control: Arc<Peer>,
+    /// Whether the broker's latest call failed to connect: logged once when it turns, once
+    /// when it turns back.
+    lost: AtomicBool,
 }
 
 /// Connections to the other brokers: a bulk one and a control one each, so that heartbeats and
@@ -235,6 +238,7 @@ impl PeerSet {
                 v.insert(Connections {
                     bulk: make(),
                     control: make(),
+                    lost: AtomicBool::new(false),
                 });
             }
         }
@@ -248,8 +252,35 @@ impl PeerSet {
     }
 
     /// Calls broker `to` over `peer`, subject to injected network faults (with the
-    /// `failpoints` feature): a lost request or response looks like a timeout.
+    /// `failpoints` feature): a lost request or response looks like a timeout. A broker that
+    /// cannot be connected to is logged once (a warning), and once when it answers again.
     pub(crate) async fn call(
+        &self,
+        peer: &Peer,
+        to: u64,
+        op: Op,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, CallError> {
+        let result = self.call_faulty(peer, to, op, body, timeout).await;
+        if !*self.shutdown.borrow()
+            && let Some(c) = self.peers.read().get(&to)
+        {
+            match &result {
+                Err(CallError::Unreachable(why)) if !c.lost.swap(true, Ordering::AcqRel) => {
+                    tracing::warn!(broker = to, error = %why, "lost contact with a peer broker");
+                }
+                Ok(_) if c.lost.swap(false, Ordering::AcqRel) => {
+                    tracing::info!(broker = to, "peer broker reachable again");
+                }
+                _ => {}
+            }
+        }
+        result
+    }
+
+    /// [`call`](Self::call) without the log.
+    async fn call_faulty(
         &self,
         peer: &Peer,
         to: u64,

@@ -3,6 +3,9 @@
 //! - `corpus/segment_open/`: each `.log` segment file, whole (preallocated to
 //!   `segment_bytes`), plus a copy cut after its last frame (a smaller, faster seed).
 //! - `corpus/record_decode/`: each frame of the first segment on its own.
+//! - `corpus/kafka_batch/`: a Kafka record batch per codec.
+//! - `corpus/kafka_request/`: a Kafka request (header and body) per API served, at its oldest
+//!   and newest version served.
 //!
 //! Run with `cargo run --manifest-path fuzz/Cargo.toml --bin make_corpus`.
 
@@ -81,6 +84,46 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         frame_out.display()
     );
     kafka_batches(&corpus.join("kafka_batch"))?;
+    kafka_requests(&corpus.join("kafka_request"))?;
+    Ok(())
+}
+
+/// A default request of each API the Kafka listener serves, at the oldest and newest versions
+/// it serves, as a client sends it after the length (header, then body), into `out`.
+fn kafka_requests(out: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::Encodable;
+    fn write<R: Encodable + Default>(
+        out: &Path,
+        api: ApiKey,
+        versions: [i16; 2],
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        for version in versions {
+            let mut header = RequestHeader::default();
+            header.request_api_key = api as i16;
+            header.request_api_version = version;
+            header.correlation_id = 1;
+            let mut bytes = bytes::BytesMut::new();
+            header.encode(&mut bytes, api.request_header_version(version))?;
+            R::default().encode(&mut bytes, version)?;
+            fs::write(out.join(format!("{api:?}-v{version}")), &bytes)?;
+        }
+        Ok(())
+    }
+    fs::create_dir_all(out)?;
+    write::<ApiVersionsRequest>(out, ApiKey::ApiVersions, [0, 3])?;
+    write::<MetadataRequest>(out, ApiKey::Metadata, [1, 12])?;
+    write::<ProduceRequest>(out, ApiKey::Produce, [3, 11])?;
+    write::<FetchRequest>(out, ApiKey::Fetch, [4, 12])?;
+    write::<ListOffsetsRequest>(out, ApiKey::ListOffsets, [1, 7])?;
+    write::<FindCoordinatorRequest>(out, ApiKey::FindCoordinator, [0, 3])?;
+    write::<JoinGroupRequest>(out, ApiKey::JoinGroup, [0, 7])?;
+    write::<OffsetCommitRequest>(out, ApiKey::OffsetCommit, [2, 8])?;
+    write::<OffsetFetchRequest>(out, ApiKey::OffsetFetch, [1, 7])?;
+    write::<CreateTopicsRequest>(out, ApiKey::CreateTopics, [2, 7])?;
+    write::<InitProducerIdRequest>(out, ApiKey::InitProducerId, [0, 4])?;
+    write::<OffsetForLeaderEpochRequest>(out, ApiKey::OffsetForLeaderEpoch, [2, 4])?;
+    println!("wrote Kafka request seeds to {}", out.display());
     Ok(())
 }
 

@@ -71,12 +71,18 @@ fn main() -> ExitCode {
 
 /// Logs to stderr, filtered by `RUST_LOG` (for example `RUST_LOG=debug`, or
 /// `RUST_LOG=replog=debug,openraft=info`). Without it a broker logs at `info` (elections won and
-/// lost, replicas started, rebuilt or removed, damage found; nothing per request) and the other
-/// subcommands log warnings only, so that their output stays the tool's own. openraft's own lines
-/// start at `warn` either way.
+/// lost, replicas started, rebuilt or removed, peers lost and back, damage found; nothing per
+/// request) and the other subcommands log warnings only, so that their output stays the tool's
+/// own. openraft's own lines are off unless asked for: replog says what they would (a peer
+/// lost, a replica's Raft member stopped and why) once per event, where openraft repeats a line
+/// per failed heartbeat and per request to a stopping replica.
 fn install_logging(broker: bool) {
     use tracing_subscriber::EnvFilter;
-    let default = if broker { "info,openraft=warn" } else { "warn" };
+    let default = if broker {
+        "info,openraft=off"
+    } else {
+        "warn,openraft=off"
+    };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
