@@ -116,6 +116,24 @@ pub enum Error {
         current: u64,
     },
 
+    /// A topic cannot have this many partitions (1 to `max`).
+    #[error("a topic has 1 to {max} partitions, not {requested}")]
+    InvalidPartitionCount {
+        /// The partition count asked for.
+        requested: u32,
+        /// The most a topic may have.
+        max: u32,
+    },
+
+    /// A topic's replication factor is 0 or larger than the cluster's broker count.
+    #[error("replication factor {requested} with {brokers} brokers")]
+    InvalidReplicationFactor {
+        /// The replication factor asked for.
+        requested: u32,
+        /// The brokers in the cluster.
+        brokers: u32,
+    },
+
     /// The requested log index is not in the log.
     #[error("log index {requested} is outside the log [{first}, {next})")]
     LogIndexOutOfRange {
@@ -292,6 +310,16 @@ impl Clone for Error {
                 start: *start,
                 end: *end,
             },
+            Error::InvalidPartitionCount { requested, max } => Error::InvalidPartitionCount {
+                requested: *requested,
+                max: *max,
+            },
+            Error::InvalidReplicationFactor { requested, brokers } => {
+                Error::InvalidReplicationFactor {
+                    requested: *requested,
+                    brokers: *brokers,
+                }
+            }
             Error::LeaderEpochMismatch {
                 partition,
                 asked,

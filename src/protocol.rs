@@ -319,6 +319,16 @@ pub(crate) enum WireError {
         len: u64,
         max: u64,
     },
+    /// A topic's partition count out of range: not created.
+    InvalidPartitionCount {
+        requested: u32,
+        max: u32,
+    },
+    /// A topic's replication factor out of range: not created.
+    InvalidReplicationFactor {
+        requested: u32,
+        brokers: u32,
+    },
 }
 
 impl WireError {
@@ -363,6 +373,16 @@ impl WireError {
             },
             Error::TopicExists(t) => WireError::TopicExists(t.clone()),
             Error::InvalidTopic { reason } => WireError::InvalidTopic(reason.clone()),
+            Error::InvalidPartitionCount { requested, max } => WireError::InvalidPartitionCount {
+                requested: *requested,
+                max: *max,
+            },
+            Error::InvalidReplicationFactor { requested, brokers } => {
+                WireError::InvalidReplicationFactor {
+                    requested: *requested,
+                    brokers: *brokers,
+                }
+            }
             other => WireError::Other(other.to_string()),
         }
     }
@@ -415,6 +435,12 @@ impl WireError {
             WireError::BatchTooLarge { len, max } => Error::BatchTooLarge { len, max },
             WireError::TopicExists(t) => Error::TopicExists(t),
             WireError::InvalidTopic(reason) => Error::InvalidTopic { reason },
+            WireError::InvalidPartitionCount { requested, max } => {
+                Error::InvalidPartitionCount { requested, max }
+            }
+            WireError::InvalidReplicationFactor { requested, brokers } => {
+                Error::InvalidReplicationFactor { requested, brokers }
+            }
         }
     }
 }

@@ -133,8 +133,10 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`Error::TopicExists`]; [`Error::InvalidTopic`] (a bad name, 0 partitions, a
-    /// replication factor above the broker count); [`Error::NoBrokerReachable`];
+    /// [`Error::TopicExists`]; [`Error::InvalidTopic`] (a bad name);
+    /// [`Error::InvalidPartitionCount`] (0, or more than a topic may have);
+    /// [`Error::InvalidReplicationFactor`] (0, or above the broker count);
+    /// [`Error::NoBrokerReachable`];
     /// [`Error::Indeterminate`] if an attempt's outcome stayed unknown (the topic may exist);
     /// [`Error::Timeout`] if the partitions have no leader by the deadline (the topic exists).
     pub async fn create_topic(
@@ -228,6 +230,8 @@ impl Client {
                     Ok(Err(
                         e @ (WireError::TopicExists(_)
                         | WireError::InvalidTopic(_)
+                        | WireError::InvalidPartitionCount { .. }
+                        | WireError::InvalidReplicationFactor { .. }
                         | WireError::UnknownPartition),
                     )) => return Err(e.into_error(&id, 0)),
                     // Refused before anything was proposed.

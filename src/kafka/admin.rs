@@ -18,9 +18,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::{KafkaConfig, broker_id, code, error_code};
 use crate::error::Error;
-use crate::node::service::BrokerService;
-use crate::protocol::{CreateTopicRequest, DeleteTopicRequest};
-use crate::types::PartitionId;
+use crate::node::service::{BrokerService, NewTopic};
 
 /// Kafka's resource types in DescribeConfigs.
 const RESOURCE_TOPIC: i8 = 2;
@@ -43,40 +41,17 @@ fn deadline(timeout_ms: i32) -> tokio::time::Instant {
     tokio::time::Instant::now() + std::time::Duration::from_millis(ms)
 }
 
-/// Runs a topic change, again every 100 ms while no metadata leader takes it (one is being
-/// elected, as right after the cluster starts), until `deadline`: the controller's wait a
-/// Kafka admin request gets within its timeout.
-async fn until_controller<F, Fut>(
-    deadline: tokio::time::Instant,
-    mut change: F,
-) -> crate::Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = crate::Result<()>>,
-{
-    // Bounded by `deadline`.
-    loop {
-        match change().await {
-            Err(e)
-                if metadata_error(&e) == code::NOT_CONTROLLER
-                    && tokio::time::Instant::now() + std::time::Duration::from_millis(100)
-                        < deadline =>
-            {
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            }
-            other => return other,
-        }
-    }
-}
-
-/// Kafka's code for a topic change the metadata group did not take: with no metadata leader
-/// to reach (one being elected, or gone), `NOT_CONTROLLER`, which admin clients retry after
-/// refreshing their metadata, as against a Kafka cluster whose controller moved.
-fn metadata_error(e: &Error) -> i16 {
+/// Kafka's code for a topic change refused: with no metadata leader to reach (one being
+/// elected, or gone), `NOT_CONTROLLER`, which admin clients retry after refreshing their
+/// metadata, as against a Kafka cluster whose controller moved.
+fn topic_error(e: &Error) -> i16 {
     match e {
         Error::NotLeader { .. } | Error::TryAgain { .. } | Error::NoBrokerReachable { .. } => {
             code::NOT_CONTROLLER
         }
+        Error::TopicExists(_) => code::TOPIC_ALREADY_EXISTS,
+        Error::InvalidPartitionCount { .. } => code::INVALID_PARTITIONS,
+        Error::InvalidReplicationFactor { .. } => code::INVALID_REPLICATION_FACTOR,
         other => error_code(other),
     }
 }
@@ -85,16 +60,21 @@ fn message(s: impl Into<String>) -> Option<StrBytes> {
     Some(StrBytes::from_string(s.into()))
 }
 
-/// CreateTopics: each topic through the metadata group, answered once it is in the catalog
-/// (its leaders are elected right after; clients retry `LEADER_NOT_AVAILABLE`). A partition
-/// count or replication factor of -1 takes the broker's default (1 partition, a factor of
-/// three or the broker count if smaller). Manual replica assignments and per-topic configs
-/// are refused: replog places replicas itself and has no per-topic settings.
+/// A Kafka count as the service takes it: −1 is the broker's default; any other negative is
+/// out of range (0 is refused by the service).
+fn count<T: TryInto<u32> + PartialEq>(kafka: T, default: T) -> Option<u32> {
+    (kafka != default).then(|| kafka.try_into().unwrap_or(0))
+}
+
+/// CreateTopics: each topic through the service (its defaults, checks and wait for a metadata
+/// leader), answered once it is in the catalog (its leaders are elected right after; clients
+/// retry `LEADER_NOT_AVAILABLE`). Manual replica assignments and per-topic configs are
+/// refused here: the service's request has no room for them (replog places replicas itself
+/// and has no per-topic settings).
 pub(super) async fn create_topics(
     request: CreateTopicsRequest,
     service: &BrokerService,
 ) -> CreateTopicsResponse {
-    let brokers = service.broker_count();
     let request_deadline = deadline(request.timeout_ms);
     let mut r = CreateTopicsResponse::default();
     for t in request.topics {
@@ -102,49 +82,13 @@ pub(super) async fn create_topics(
         res.name = t.name.clone();
         res.num_partitions = -1;
         res.replication_factor = -1;
-        let name = t.name.0.to_string();
-        let partitions = if t.num_partitions == -1 {
-            1
-        } else {
-            t.num_partitions
-        };
-        let factor = if t.replication_factor == -1 {
-            i16::try_from(brokers.min(3)).unwrap_or(3)
-        } else {
-            t.replication_factor
-        };
         let refused = if !t.assignments.is_empty() {
             Some((
                 code::INVALID_REPLICA_ASSIGNMENT,
-                "replog assigns replicas itself".to_string(),
+                "replog assigns replicas itself",
             ))
         } else if !t.configs.is_empty() {
-            Some((
-                code::INVALID_CONFIG,
-                "replog has no per-topic configs".to_string(),
-            ))
-        } else if partitions < 1
-            || u32::try_from(partitions).unwrap_or(u32::MAX) > crate::catalog::PARTITIONS_MAX
-        {
-            Some((
-                code::INVALID_PARTITIONS,
-                format!(
-                    "{partitions} partitions (1 to {})",
-                    crate::catalog::PARTITIONS_MAX
-                ),
-            ))
-        } else if let Err(reason) = crate::catalog::check_topic_name(&name) {
-            Some((code::INVALID_TOPIC_EXCEPTION, reason))
-        } else if factor < 1 || usize::try_from(factor).unwrap_or(0) > brokers {
-            Some((
-                code::INVALID_REPLICATION_FACTOR,
-                format!("replication factor {factor} with {brokers} brokers"),
-            ))
-        } else if service.topic_shape(&name).is_some() {
-            Some((
-                code::TOPIC_ALREADY_EXISTS,
-                format!("topic {name} already exists"),
-            ))
+            Some((code::INVALID_CONFIG, "replog has no per-topic configs"))
         } else {
             None
         };
@@ -154,32 +98,21 @@ pub(super) async fn create_topics(
             r.topics.push(res);
             continue;
         }
-        let (partitions, factor) = (
-            u32::try_from(partitions).unwrap_or(1),
-            u32::try_from(factor).unwrap_or(1),
-        );
-        let created = if request.validate_only {
-            Ok(())
-        } else {
-            let request = CreateTopicRequest {
-                name: name.clone(),
-                partitions,
-                replication_factor: factor,
-                forwarded: false,
-            };
-            until_controller(request_deadline, || service.create_topic(request.clone())).await
+        let topic = NewTopic {
+            name: t.name.0.to_string(),
+            partitions: count(t.num_partitions, -1),
+            replication_factor: count(t.replication_factor, -1),
         };
+        let created = service
+            .create_new_topic(topic, request.validate_only, request_deadline)
+            .await;
         match created {
-            Ok(()) => {
+            Ok((partitions, factor)) => {
                 res.num_partitions = i32::try_from(partitions).unwrap_or(i32::MAX);
                 res.replication_factor = i16::try_from(factor).unwrap_or(i16::MAX);
             }
             Err(e) => {
-                res.error_code = match &e {
-                    Error::TopicExists(_) => code::TOPIC_ALREADY_EXISTS,
-                    Error::InvalidTopic { .. } => code::INVALID_TOPIC_EXCEPTION,
-                    other => metadata_error(other),
-                };
+                res.error_code = topic_error(&e);
                 res.error_message = message(e.to_string());
             }
         }
@@ -200,31 +133,18 @@ pub(super) async fn delete_topics(
     for name in names {
         let mut res = DeletableTopicResult::default();
         res.name = name.clone();
-        match name {
-            None => {
-                res.error_code = code::UNKNOWN_TOPIC_ID;
-                res.error_message = message("replog deletes topics by name");
-            }
-            Some(n) => {
-                let name = n.0.to_string();
-                let deleted = if service.topic_shape(&name).is_none() {
-                    Err(Error::UnknownPartition(PartitionId::new(name, 0)))
-                } else {
-                    let request = DeleteTopicRequest {
-                        name,
-                        forwarded: false,
-                    };
-                    until_controller(request_deadline, || service.delete_topic(request.clone()))
-                        .await
-                };
-                if let Err(e) = deleted {
-                    res.error_code = match &e {
-                        Error::InvalidTopic { .. } => code::INVALID_TOPIC_EXCEPTION,
-                        other => metadata_error(other),
-                    };
-                    res.error_message = message(e.to_string());
-                }
-            }
+        let Some(name) = name else {
+            res.error_code = code::UNKNOWN_TOPIC_ID;
+            res.error_message = message("replog deletes topics by name");
+            r.responses.push(res);
+            continue;
+        };
+        let deleted = service
+            .delete_topic_by_name(name.0.to_string(), request_deadline)
+            .await;
+        if let Err(e) = deleted {
+            res.error_code = topic_error(&e);
+            res.error_message = message(e.to_string());
         }
         r.responses.push(res);
     }

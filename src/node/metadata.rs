@@ -238,29 +238,43 @@ impl Broker {
         postcard::from_bytes(&bytes).map_err(|e| unreachable(format!("bad answer: {e}")))
     }
 
+    /// The command that creates the topic `request` names, with its replicas placed, or why
+    /// it cannot be created: a name no topic can have, a partition count or replication factor
+    /// out of range, a name taken. The metadata leader applies the same checks again.
+    pub(crate) fn plan_topic(&self, request: &CreateTopicRequest) -> Result<MetaCommand> {
+        check_topic_name(&request.name).map_err(|reason| Error::InvalidTopic { reason })?;
+        if request.partitions == 0 || request.partitions > PARTITIONS_MAX {
+            return Err(Error::InvalidPartitionCount {
+                requested: request.partitions,
+                max: PARTITIONS_MAX,
+            });
+        }
+        let catalog = self.catalog.read();
+        if catalog.topic(&request.name).is_some() {
+            return Err(Error::TopicExists(request.name.clone()));
+        }
+        let brokers = catalog.brokers();
+        let factor = request.replication_factor;
+        if factor == 0 || factor as usize > brokers.len() {
+            return Err(Error::InvalidReplicationFactor {
+                requested: factor,
+                brokers: u32::try_from(brokers.len()).unwrap_or(u32::MAX),
+            });
+        }
+        let created = catalog.created();
+        let assignment =
+            crate::catalog::assign(&brokers, request.partitions, factor as usize, created)
+                .map_err(|reason| Error::InvalidTopic { reason })?;
+        Ok(MetaCommand::CreateTopic {
+            name: request.name.clone(),
+            assignment,
+        })
+    }
+
     /// Creates a topic through the metadata group: proposed here when this broker leads it,
     /// otherwise forwarded (once) to its leader.
     pub(crate) async fn create_topic(&self, request: CreateTopicRequest) -> Result<()> {
-        check_topic_name(&request.name).map_err(|reason| Error::InvalidTopic { reason })?;
-        if request.partitions == 0 || request.partitions > PARTITIONS_MAX {
-            return Err(Error::InvalidTopic {
-                reason: format!("a topic has 1 to {PARTITIONS_MAX} partitions"),
-            });
-        }
-        let factor = usize::try_from(request.replication_factor).unwrap_or(usize::MAX);
-        let (created, brokers) = {
-            let catalog = self.catalog.read();
-            if catalog.topic(&request.name).is_some() {
-                return Err(Error::TopicExists(request.name));
-            }
-            (catalog.created(), catalog.brokers())
-        };
-        let assignment = crate::catalog::assign(&brokers, request.partitions, factor, created)
-            .map_err(|reason| Error::InvalidTopic { reason })?;
-        let command = MetaCommand::CreateTopic {
-            name: request.name.clone(),
-            assignment,
-        };
+        let command = self.plan_topic(&request)?;
         self.meta_command(command, request.forwarded, Op::CreateTopic, &request)
             .await
             .map_err(|e| {

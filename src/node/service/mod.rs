@@ -30,7 +30,9 @@ pub(crate) use super::write::Fetched;
 
 mod fetch;
 mod offsets;
+mod topics;
 pub(crate) use fetch::{Fetch, PartitionFetch};
+pub(crate) use topics::NewTopic;
 
 /// A produce: one encoded batch for one partition.
 pub(crate) struct Produce {

@@ -1,0 +1,97 @@
+//! Creating and deleting topics through the metadata group, as admin clients of either door
+//! ask: the broker's defaults for what a request leaves out, every check, and the wait for a
+//! metadata leader within the request's deadline.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::BrokerService;
+use crate::error::{Error, Result};
+use crate::protocol::{CreateTopicRequest, DeleteTopicRequest};
+use crate::types::PartitionId;
+
+/// The partition count of a topic created without one.
+const DEFAULT_PARTITIONS: u32 = 1;
+
+/// The replication factor of a topic created without one, or the broker count if smaller.
+const DEFAULT_REPLICATION_FACTOR: u32 = 3;
+
+/// A topic to create, as an admin client asks for it.
+pub(crate) struct NewTopic {
+    pub(crate) name: String,
+    /// `None`: [`DEFAULT_PARTITIONS`].
+    pub(crate) partitions: Option<u32>,
+    /// `None`: [`DEFAULT_REPLICATION_FACTOR`], or the broker count if smaller.
+    pub(crate) replication_factor: Option<u32>,
+}
+
+/// Whether a topic change failed only because no metadata leader took it (one is being
+/// elected, or the one named cannot be reached): asked again until the deadline.
+fn no_leader(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::NotLeader { .. } | Error::TryAgain { .. } | Error::NoBrokerReachable { .. }
+    )
+}
+
+/// Runs `change` again every 100 ms while no metadata leader takes it, until `deadline`.
+async fn until_leader<F, Fut>(deadline: Instant, mut change: F) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    let pause = Duration::from_millis(100);
+    // Bounded by `deadline`.
+    loop {
+        match change().await {
+            Err(e) if no_leader(&e) && Instant::now() + pause < deadline => {
+                tokio::time::sleep(pause).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+impl BrokerService {
+    /// Creates `topic` through the metadata group (with `validate_only`, only checks that it
+    /// could be), by [`create_topic`](Self::create_topic)'s rules; returns its partition count
+    /// and replication factor. Asked again while no metadata leader takes it, until
+    /// `deadline`.
+    pub(crate) async fn create_new_topic(
+        &self,
+        topic: NewTopic,
+        validate_only: bool,
+        deadline: Instant,
+    ) -> Result<(u32, u32)> {
+        let brokers = u32::try_from(self.broker_count()).unwrap_or(u32::MAX);
+        let request = CreateTopicRequest {
+            name: topic.name,
+            partitions: topic.partitions.unwrap_or(DEFAULT_PARTITIONS),
+            replication_factor: topic
+                .replication_factor
+                .unwrap_or(DEFAULT_REPLICATION_FACTOR.min(brokers)),
+            forwarded: false,
+        };
+        let shape = (request.partitions, request.replication_factor);
+        if validate_only {
+            self.broker.plan_topic(&request)?;
+            return Ok(shape);
+        }
+        until_leader(deadline, || self.create_topic(request.clone())).await?;
+        Ok(shape)
+    }
+
+    /// Deletes the created topic `name` through the metadata group, asked again while no
+    /// metadata leader takes it, until `deadline`.
+    pub(crate) async fn delete_topic_by_name(&self, name: String, deadline: Instant) -> Result<()> {
+        if self.topic_shape(&name).is_none() {
+            return Err(Error::UnknownPartition(PartitionId::new(name, 0)));
+        }
+        let request = DeleteTopicRequest {
+            name,
+            forwarded: false,
+        };
+        until_leader(deadline, || self.delete_topic(request.clone())).await
+    }
+}
