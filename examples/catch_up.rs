@@ -31,13 +31,13 @@ async fn write(leader: &Arc<Node>, count: usize) -> replog::Result<Duration> {
         if tasks.len() >= IN_FLIGHT
             && let Some(done) = tasks.join_next().await
         {
-            done.map_err(|e| replog::Error::Io(std::io::Error::other(e)))??;
+            done.map_err(|e| replog::Error::from(std::io::Error::other(e)))??;
         }
         let (leader, record) = (Arc::clone(leader), Arc::clone(&record));
         tasks.spawn(async move { leader.append(TOPIC, 0, &record).await.map(|_| i) });
     }
     while let Some(done) = tasks.join_next().await {
-        done.map_err(|e| replog::Error::Io(std::io::Error::other(e)))??;
+        done.map_err(|e| replog::Error::from(std::io::Error::other(e)))??;
     }
     Ok(started.elapsed())
 }

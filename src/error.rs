@@ -1,6 +1,7 @@
 //! The crate's error type.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::types::{LeaderHint, LogIndex, Offset, PartitionId};
 
@@ -10,7 +11,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Everything that can go wrong in replog.
 ///
 /// Input from disk or the network only ever produces one of these, never a panic.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// This broker does not lead the partition, so it did not take the write. `leader` names
@@ -247,139 +248,15 @@ pub enum Error {
         reason: String,
     },
 
-    /// An I/O error from the operating system.
+    /// An I/O error from the operating system (shared, so that an error can be copied: a
+    /// producer hands each record of a failed batch the same one).
     #[error("i/o error: {0}")]
-    Io(#[from] std::io::Error),
+    Io(#[source] Arc<std::io::Error>),
 }
 
-/// A copy of the error. An [`Error::Io`] copy keeps the kind and the message of the original
-/// (an `io::Error` cannot be cloned), which is what a producer hands each record of a failed
-/// batch.
-impl Clone for Error {
-    fn clone(&self) -> Self {
-        match self {
-            Error::NotLeader { partition, leader } => Error::NotLeader {
-                partition: partition.clone(),
-                leader: *leader,
-            },
-            Error::UnknownPartition(p) => Error::UnknownPartition(p.clone()),
-            Error::TopicExists(t) => Error::TopicExists(t.clone()),
-            Error::Group { group, error } => Error::Group {
-                group: group.clone(),
-                error: *error,
-            },
-            Error::InvalidTopic { reason } => Error::InvalidTopic {
-                reason: reason.clone(),
-            },
-            Error::Indeterminate { partition, reason } => Error::Indeterminate {
-                partition: partition.clone(),
-                reason: reason.clone(),
-            },
-            Error::TryAgain { partition, reason } => Error::TryAgain {
-                partition: partition.clone(),
-                reason: reason.clone(),
-            },
-            Error::OutOfOrderSequence {
-                partition,
-                producer_id,
-                expected,
-                got,
-            } => Error::OutOfOrderSequence {
-                partition: partition.clone(),
-                producer_id: *producer_id,
-                expected: *expected,
-                got: *got,
-            },
-            Error::ProducerFenced {
-                partition,
-                producer_id,
-                epoch,
-                current,
-            } => Error::ProducerFenced {
-                partition: partition.clone(),
-                producer_id: *producer_id,
-                epoch: *epoch,
-                current: *current,
-            },
-            Error::OffsetOutOfRange {
-                requested,
-                start,
-                end,
-            } => Error::OffsetOutOfRange {
-                requested: *requested,
-                start: *start,
-                end: *end,
-            },
-            Error::InvalidPartitionCount { requested, max } => Error::InvalidPartitionCount {
-                requested: *requested,
-                max: *max,
-            },
-            Error::InvalidReplicationFactor { requested, brokers } => {
-                Error::InvalidReplicationFactor {
-                    requested: *requested,
-                    brokers: *brokers,
-                }
-            }
-            Error::LeaderEpochMismatch {
-                partition,
-                asked,
-                current,
-            } => Error::LeaderEpochMismatch {
-                partition: partition.clone(),
-                asked: *asked,
-                current: *current,
-            },
-            Error::LogIndexOutOfRange {
-                requested,
-                first,
-                next,
-            } => Error::LogIndexOutOfRange {
-                requested: *requested,
-                first: *first,
-                next: *next,
-            },
-            Error::RecordTooLarge { len, max } => Error::RecordTooLarge {
-                len: *len,
-                max: *max,
-            },
-            Error::BatchTooLarge { len, max } => Error::BatchTooLarge {
-                len: *len,
-                max: *max,
-            },
-            Error::InvalidBatch { kind } => Error::InvalidBatch { kind: kind.clone() },
-            Error::TermRegression {
-                previous,
-                requested,
-            } => Error::TermRegression {
-                previous: *previous,
-                requested: *requested,
-            },
-            Error::NoBrokerReachable { tried } => Error::NoBrokerReachable {
-                tried: tried.clone(),
-            },
-            Error::Timeout { elapsed_ms, last } => Error::Timeout {
-                elapsed_ms: *elapsed_ms,
-                last: last.clone(),
-            },
-            Error::Remote(msg) => Error::Remote(msg.clone()),
-            Error::EmptyBatch => Error::EmptyBatch,
-            Error::Corrupt {
-                file,
-                position,
-                kind,
-            } => Error::Corrupt {
-                file: file.clone(),
-                position: *position,
-                kind: kind.clone(),
-            },
-            Error::PreviousIo => Error::PreviousIo,
-            Error::Locked { path } => Error::Locked { path: path.clone() },
-            Error::InvalidConfig { field, reason } => Error::InvalidConfig {
-                field,
-                reason: reason.clone(),
-            },
-            Error::Io(e) => Error::Io(std::io::Error::new(e.kind(), e.to_string())),
-        }
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Error {
+        Error::Io(Arc::new(e))
     }
 }
 

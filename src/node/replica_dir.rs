@@ -30,7 +30,7 @@ pub(super) fn prepare_partition_dir(dir: &Path, topic_id: u64) -> Result<()> {
         Ok(text) => match parse_topic_id(&text) {
             Some(found) if found == topic_id => return Ok(()),
             Some(found) if found > topic_id => {
-                return Err(Error::Io(std::io::Error::other(format!(
+                return Err(Error::from(std::io::Error::other(format!(
                     "{} holds topic id {found}, newer than {topic_id}: waiting for the \
                      catalog to catch up",
                     dir.display()

@@ -161,7 +161,7 @@ impl Broker {
                 let prepared = dir.clone();
                 tokio::task::spawn_blocking(move || prepare_partition_dir(&prepared, topic_id))
                     .await
-                    .map_err(|e| Error::Io(std::io::Error::other(e)))??;
+                    .map_err(|e| Error::from(std::io::Error::other(e)))??;
                 let others = replicas.iter().filter(|r| **r != me).count();
                 open_replica(others, self.replica_spec(&id, topic_id)).await
             };
@@ -300,7 +300,7 @@ pub(super) async fn open_group(spec: ReplicaSpec) -> Result<Arc<HostedReplica>> 
         Ok((store, sm))
     })
     .await
-    .map_err(|e| Error::Io(std::io::Error::other(e)))??;
+    .map_err(|e| Error::from(std::io::Error::other(e)))??;
     // openraft reads the log as it starts; damage it found is reported as such, not as the
     // text openraft makes of it.
     let (me, id, timing) = (spec.me, spec.id, spec.timing);
@@ -352,6 +352,6 @@ pub(super) async fn open_replica(others: usize, spec: ReplicaSpec) -> Result<Arc
         replace_with_empty_replica(&target, topic_id, meta.vote, below)
     })
     .await
-    .map_err(|e| Error::Io(std::io::Error::other(e)))??;
+    .map_err(|e| Error::from(std::io::Error::other(e)))??;
     open_group(spec).await
 }

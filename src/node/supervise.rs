@@ -358,7 +358,7 @@ impl Broker {
                     replace_with_empty_replica(&target, topic_id, vote, below)
                 })
                 .await
-                .map_err(|e| Error::Io(std::io::Error::other(e)))??;
+                .map_err(|e| Error::from(std::io::Error::other(e)))??;
                 open_group(spec).await
             }
         }

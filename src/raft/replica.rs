@@ -208,7 +208,7 @@ impl Replica {
         };
         let raft = openraft::Raft::new(id, Arc::new(config), network, store.clone(), sm.clone())
             .await
-            .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?;
+            .map_err(|e| Error::from(std::io::Error::other(e.to_string())))?;
         let stopped = Arc::default();
         watch_group(group, id, &raft, Arc::clone(&stopped));
         Ok(Replica {

@@ -322,7 +322,8 @@ pub(crate) fn entry_from_batch(b: &Batch) -> io::Result<Entry> {
 
 fn to_io(e: Error) -> io::Error {
     match e {
-        Error::Io(e) => e,
+        Error::Io(e) => std::sync::Arc::try_unwrap(e)
+            .unwrap_or_else(|e| io::Error::new(e.kind(), e.to_string())),
         other => io::Error::other(other),
     }
 }
