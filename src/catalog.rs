@@ -628,6 +628,14 @@ mod tests {
                 },
                 vec![5, 2, 3, b'h', b':', b'9'],
             ),
+            (
+                MetaCommand::AllocateProducerIds {
+                    broker: 3,
+                    count: 1000,
+                    tag: 1,
+                },
+                vec![6, 3, 0xE8, 0x07, 1],
+            ),
         ];
         for (command, golden) in cases {
             assert_eq!(bytes(&command), golden, "{command:?}");
