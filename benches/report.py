@@ -42,6 +42,8 @@ for size in ["100B", "1KiB"]:
           f"append/{size}/batch100/nosync_steady", f"baseline/memcpy_crc/{size}/batch100")
     ratio(f"append {size} batch100 sync / nosync",
           f"append/{size}/batch100/sync", f"append/{size}/batch100/nosync")
+ratio("append 1KiB batch100 nosync / commitlog (same batches)",
+      "append/1KiB/batch100/nosync", "baseline/commitlog/1KiB/batch100")
 ratio("append 100B batch100 sync / pwrite+fdatasync floor",
       "append/100B/batch100/sync", "baseline/write_fdatasync/100B/batch100")
 for case in ["sync_steady", "sync_growing_zeros", "sync_growing_fallocate"]:
