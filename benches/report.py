@@ -61,5 +61,5 @@ for size in ["100B", "1KiB"]:
               f"replicate/{size}/batch100/inflight{inflight}/replicated", f"local/{size}/batch100/nosync")
 for mode in ["replicated", "fsync"]:
     ratio(f"Producer+Client / Node::append, 100B, {mode}",
-          f"produce/100B/producer_outstanding50000/{mode}",
+          f"produce/100B/producer_all_outstanding/{mode}",
           f"produce/100B/node_append_batch100_inflight64/{mode}")
