@@ -2,6 +2,11 @@
 //! in the same run so that every figure can be stated as a ratio.
 //!
 //! Run: `cargo bench --bench append`; then `python3 benches/report.py` prints the ratios.
+//! `baseline/commitlog/1KiB/batch100` is another Rust commit log (`commitlog` 0.2) taking the
+//! same batches, an anchor for `append/1KiB/batch100/nosync`. Sustained appends far past one
+//! segment (1 GiB or more per case, default configuration against each preallocation mode and
+//! `commitlog`) are `cargo run --release --example append_sustained`, which prints records/s
+//! and their ratios from one run: a criterion sample of that size would take minutes.
 //! Disk use stays bounded: old segments are purged between samples (outside the timing).
 
 use std::hint::black_box;
@@ -179,7 +184,38 @@ fn baseline(c: &mut Criterion) {
             pos += bytes.len() as u64;
         });
     });
+    commitlog_anchor(&mut g);
     g.finish();
+}
+
+/// Another Rust commit log taking the same batches of 100 × 1 KiB without sync, an anchor
+/// for `append/1KiB/batch100/nosync` in the same run: `commitlog` 0.2 with 64 MiB segments,
+/// as replog's default (it writes each batch with `write(2)`, indexes every message in a
+/// mapped file, and never syncs unless asked). Each append encodes the batch into a reused
+/// buffer first (every message with its CRC), as `PartitionLog::append` encodes its frame.
+/// Each sample starts on a new log, created and removed outside the timing, so disk use stays
+/// bounded.
+fn commitlog_anchor(g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>) {
+    let batch = records(1024, 100);
+    let mut buf = commitlog::message::MessageBuf::default();
+    g.throughput(Throughput::Elements(100));
+    g.bench_function(BenchmarkId::new("commitlog", "1KiB/batch100"), |b| {
+        b.iter_custom(|iters| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let mut opts = commitlog::LogOptions::new(dir.path());
+            opts.segment_max_bytes(64 << 20);
+            let mut log = commitlog::CommitLog::new(opts).expect("commitlog");
+            let start = Instant::now();
+            for _ in 0..iters {
+                buf.clear();
+                for r in &batch {
+                    buf.push(&r.value).expect("encode");
+                }
+                black_box(log.append(&mut buf).expect("append"));
+            }
+            start.elapsed()
+        });
+    });
 }
 
 /// A mapped file that is replaced by a new one when full.

@@ -1,4 +1,4 @@
-//! Replication cost (issue #3): appends to a three-node cluster in one process, next to the
+//! Replication cost: appends to a three-node cluster in one process, next to the
 //! same appends on a local `PartitionLog`, measured in the same run so that every replicated
 //! figure can be stated as a ratio of a local one.
 //!
@@ -11,11 +11,15 @@
 //! - `local/{size}/batch100/{fsync,nosync}`: `PartitionLog::append` of the same batch, with
 //!   `flush` after each (compare with `fsync`) or without (compare with `replicated`).
 //!
-//! - `produce/100B/{node_append_batch100_inflight64,producer_outstanding50000}/{replicated,fsync}`:
-//!   the same cluster taking 100 B records either as batches of 100 through `Node::append` on
-//!   the leader, or one record at a time through `Producer` (batching by size and linger) and
-//!   `Client` over loopback with 50,000 sends outstanding (about 5 MB of records, a sixth of
-//!   a Kafka producer's default `buffer.memory`). The ratio is the client's cost.
+//! - `produce/100B/{node_append_batch100_inflight64,producer_all_outstanding}/{replicated,fsync}`:
+//!   a cluster whose topic has three partitions, as in `kafka_targets`, taking 100 B records
+//!   either as batches of 100 through `Node::append` on partition 0's leader (64 in flight),
+//!   or one record at a time through `Producer` (batching by size and linger, over the three
+//!   partitions) and `Client` over loopback, every record of an iteration sent before the
+//!   first is awaited (about 26 MB). The ratio is the client's cost. One iteration is
+//!   [`PRODUCE_RECORDS`] records either way (throughput, not the latency of a burst): the
+//!   `fsync` figure of `Producer` is what `cargo run --release --example kafka_targets`
+//!   reports as `Producer` in part 1 (100 B).
 //!
 //! For every replicated case the latency of each append during the measurement phase (the
 //! criterion samples, not the warm-up) is recorded, and its p50/p99 are printed after the
@@ -26,7 +30,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use replog::{
     Client, ClientConfig, Durability, LocalCluster, LogConfig, Node, PartitionLog, Producer,
     ProducerConfig, Record,
@@ -43,11 +47,19 @@ const BATCH: usize = 100;
 const IN_FLIGHT: [usize; 2] = [1, 64];
 const SAMPLE_SIZE: usize = 10;
 const LEADER_WAIT: Duration = Duration::from_secs(10);
-/// Sends the produce bench keeps outstanding. With 10,000 (about four 256 KiB batches) the
-/// producer was bound by its own window, not by CPU: each batch waited for the one before it
-/// to fill, and the case ran at 1.3 M records/s whatever the code did.
-const OUTSTANDING: usize = 50_000;
-/// Retention of the produce bench's partition.
+/// Records one iteration of the produce bench sends, all of them outstanding at once for
+/// `Producer`: a whole number of batches of 100, about as many as `kafka_targets` sends in
+/// part 1 (262,144, all outstanding). With an iteration of one batch of 100, criterion sized
+/// samples by wall time, which includes an untimed `sync(2)` per sample: on a disk where that
+/// takes seconds each sample held one iteration, and the case measured the latency of a
+/// burst of 100 records, not throughput. (With 10,000 sends outstanding, about four 256 KiB
+/// batches, the producer was bound by its own window: each batch waited for the one before
+/// it to fill.)
+const PRODUCE_RECORDS: u64 = 262_100;
+/// Partitions of the produce bench's topic, as in `kafka_targets`: `Producer` spreads its
+/// records over them (the `Node::append` case writes to partition 0 only).
+const PRODUCE_PARTITIONS: u32 = 3;
+/// Retention of the produce bench's partitions.
 const PRODUCE_RETENTION_BYTES: u64 = 256 << 20;
 
 fn records(value_len: usize, n: usize) -> Vec<Record> {
@@ -71,11 +83,16 @@ struct Cluster {
 }
 
 impl Cluster {
-    /// Starts three brokers; with `retention_bytes`, each applies it twice a second.
-    async fn start(durability: Durability, retention_bytes: Option<u64>) -> Cluster {
+    /// Starts three brokers with one topic of `partitions`; with `retention_bytes`, each
+    /// applies it twice a second.
+    async fn start(
+        durability: Durability,
+        retention_bytes: Option<u64>,
+        partitions: u32,
+    ) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let cluster = LocalCluster::start(3, dir.path(), |c| {
-            c.topics = vec![(TOPIC.into(), 1)];
+            c.topics = vec![(TOPIC.into(), partitions)];
             c.heartbeat_interval_ms = 100;
             c.election_timeout_ms = 1000;
             c.durability = durability;
@@ -88,7 +105,7 @@ impl Cluster {
         .await
         .expect("LocalCluster::start");
         let leaders = cluster
-            .wait_for_leaders(TOPIC, 1, LEADER_WAIT)
+            .wait_for_leaders(TOPIC, partitions, LEADER_WAIT)
             .await
             .expect("a leader");
         let leader = cluster.shared(leaders[0]).expect("the leader runs");
@@ -179,7 +196,7 @@ fn replicate(c: &mut Criterion) {
                     b.iter_custom(|iters| {
                         let mut cluster = cluster.borrow_mut();
                         let cluster = cluster
-                            .get_or_insert_with(|| start_cluster(&rt, durability, None, &batch));
+                            .get_or_insert_with(|| start_cluster(&rt, durability, None, 1, &batch));
                         let (elapsed, latencies) =
                             rt.block_on(timed_appends(cluster.leader(), &batch, iters, in_flight));
                         calls.borrow_mut().push(latencies);
@@ -214,10 +231,11 @@ fn start_cluster(
     rt: &Runtime,
     durability: Durability,
     retention_bytes: Option<u64>,
+    partitions: u32,
     batch: &Arc<Vec<Record>>,
 ) -> Cluster {
     rt.block_on(async {
-        let cluster = Cluster::start(durability, retention_bytes).await;
+        let cluster = Cluster::start(durability, retention_bytes, partitions).await;
         timed_appends(cluster.leader(), batch, 20, 1).await;
         cluster
     })
@@ -244,7 +262,7 @@ fn local(c: &mut Criterion) {
     g.finish();
 }
 
-/// Sends `iters * BATCH` records one at a time through `producer`, keeping up to
+/// Sends `iters * PRODUCE_RECORDS` records one at a time through `producer`, keeping up to
 /// `outstanding` sends in flight (awaited oldest first, as an application that keeps its
 /// records' futures in order would), and returns the wall time until the last is
 /// acknowledged.
@@ -254,7 +272,7 @@ async fn timed_produce(
     iters: u64,
     outstanding: usize,
 ) -> Duration {
-    let total = iters * BATCH as u64;
+    let total = iters * PRODUCE_RECORDS;
     let value = bytes::Bytes::from(vec![7u8; value_len]);
     let mut pending = std::collections::VecDeque::with_capacity(outstanding);
     let start = Instant::now();
@@ -284,7 +302,8 @@ fn settle_disk() {
 
 /// Producing through `Producer` and `Client` over loopback, against `Node::append` on the
 /// leader in the same cluster and run: records/s of both, so that the client's cost is a
-/// ratio. One iteration is 100 records either way; each sample starts on a settled disk.
+/// ratio. One iteration is [`PRODUCE_RECORDS`] records either way, and every sample the same
+/// number of iterations (flat sampling); each sample starts on a settled disk.
 fn produce(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -292,7 +311,9 @@ fn produce(c: &mut Criterion) {
         .build()
         .expect("tokio runtime");
     let mut g = group(c, "produce", SAMPLE_SIZE, 3);
-    g.throughput(Throughput::Elements(BATCH as u64));
+    g.sampling_mode(SamplingMode::Flat)
+        .throughput(Throughput::Elements(PRODUCE_RECORDS));
+    let batches_per_iter = PRODUCE_RECORDS / BATCH as u64;
     for (durability, label) in [
         (Durability::Replicated, "replicated"),
         (Durability::Fsync, "fsync"),
@@ -301,7 +322,10 @@ fn produce(c: &mut Criterion) {
         // Each case gets a cluster of its own, started empty, whose logs retention keeps
         // under 256 MiB: sharing one let the second case run on a page cache the first had
         // filled with gigabytes (same-run ratios swung from 0.5 to 0.7).
-        let start = || start_cluster(&rt, durability, Some(PRODUCE_RETENTION_BYTES), &batch);
+        let start = || {
+            let retention = Some(PRODUCE_RETENTION_BYTES);
+            start_cluster(&rt, durability, retention, PRODUCE_PARTITIONS, &batch)
+        };
         let cluster: RefCell<Option<Cluster>> = RefCell::new(None);
         g.bench_function(
             format!("100B/node_append_batch100_inflight64/{label}"),
@@ -310,7 +334,8 @@ fn produce(c: &mut Criterion) {
                     let mut cluster = cluster.borrow_mut();
                     let cluster = cluster.get_or_insert_with(start);
                     settle_disk();
-                    rt.block_on(timed_appends(cluster.leader(), &batch, iters, 64))
+                    let batches = iters * batches_per_iter;
+                    rt.block_on(timed_appends(cluster.leader(), &batch, batches, 64))
                         .0
                 });
             },
@@ -319,7 +344,7 @@ fn produce(c: &mut Criterion) {
             rt.block_on(cluster.shutdown());
         }
         let producer: RefCell<Option<(Arc<Client>, Producer)>> = RefCell::new(None);
-        g.bench_function(format!("100B/producer_outstanding50000/{label}"), |b| {
+        g.bench_function(format!("100B/producer_all_outstanding/{label}"), |b| {
             b.iter_custom(|iters| {
                 let mut cluster = cluster.borrow_mut();
                 let cluster = cluster.get_or_insert_with(start);
@@ -337,7 +362,8 @@ fn produce(c: &mut Criterion) {
                     })
                 });
                 settle_disk();
-                rt.block_on(timed_produce(producer, 100, iters, OUTSTANDING))
+                let all = PRODUCE_RECORDS as usize;
+                rt.block_on(timed_produce(producer, 100, iters, all))
             });
         });
         drop(producer);

@@ -42,6 +42,8 @@ for size in ["100B", "1KiB"]:
           f"append/{size}/batch100/nosync_steady", f"baseline/memcpy_crc/{size}/batch100")
     ratio(f"append {size} batch100 sync / nosync",
           f"append/{size}/batch100/sync", f"append/{size}/batch100/nosync")
+ratio("append 1KiB batch100 nosync / commitlog (same batches)",
+      "append/1KiB/batch100/nosync", "baseline/commitlog/1KiB/batch100")
 ratio("append 100B batch100 sync / pwrite+fdatasync floor",
       "append/100B/batch100/sync", "baseline/write_fdatasync/100B/batch100")
 for case in ["sync_steady", "sync_growing_zeros", "sync_growing_fallocate"]:
@@ -59,5 +61,5 @@ for size in ["100B", "1KiB"]:
               f"replicate/{size}/batch100/inflight{inflight}/replicated", f"local/{size}/batch100/nosync")
 for mode in ["replicated", "fsync"]:
     ratio(f"Producer+Client / Node::append, 100B, {mode}",
-          f"produce/100B/producer_outstanding50000/{mode}",
+          f"produce/100B/producer_all_outstanding/{mode}",
           f"produce/100B/node_append_batch100_inflight64/{mode}")

@@ -3,7 +3,9 @@
 //! one frame, check it against the writer's cursor, and write it after the active segment's
 //! published bytes, rolling first if it does not fit.
 
-use super::{PartitionLog, now_ms};
+use std::sync::atomic::Ordering;
+
+use super::{PartitionLog, Writer, now_ms};
 use crate::env::FaultPoint;
 use crate::error::{Error, Result};
 use crate::segment::Cursor;
@@ -202,7 +204,7 @@ impl PartitionLog {
         // Blocks first, so that a full disk refuses the batch before any byte of it is written
         // (and the log stays writable once space is freed).
         let end = w.handle.capacity() - w.handle.free_len() + frame_len + trailer;
-        crate::segment::reserve(&mut w.handle, end, &self.opts)?;
+        self.reserve_locked(w, end)?;
         let written = self.opts.faults.check(FaultPoint::Write).and_then(|()| {
             match payload {
                 // An encoded payload (a Raft entry, a Kafka batch) is written where it is,
@@ -267,6 +269,22 @@ impl PartitionLog {
             base_offset: Offset(header.base_offset),
             record_count,
         })
+    }
+}
+
+impl PartitionLog {
+    /// Gives the active segment blocks up to byte `end` ([`reserve`](crate::segment::reserve)),
+    /// telling it whether `flush` synced since the last step was preallocated: only then are
+    /// zeros written and synced ahead of the writer. A log that is never flushed never pays for
+    /// a sync; one flushed at least once a step gets blocks whose allocation is durable before
+    /// its frames are written there, so that its syncs write only their bytes.
+    fn reserve_locked(&self, w: &mut Writer, end: usize) -> Result<()> {
+        let flushes = self.syncs.load(Ordering::Relaxed);
+        let synced = flushes != w.flushes_seen;
+        if crate::segment::reserve(&mut w.handle, end, &self.opts, synced)? {
+            w.flushes_seen = flushes;
+        }
+        Ok(())
     }
 }
 

@@ -134,6 +134,10 @@ struct Writer {
     /// Files of deleted segments kept to become new ones (`LogConfig::recycle_segments`);
     /// rolls take these before `spare`.
     recycled: Vec<SpareFile>,
+    /// `PartitionLog::syncs` when the active segment's last step of blocks was preallocated:
+    /// zeros are written and synced ahead of the writer only if `flush` synced since (see
+    /// [`reserve`](crate::segment::reserve)).
+    flushes_seen: u64,
 }
 
 /// A sealed segment being synced and indexed on its own thread.
@@ -206,6 +210,13 @@ impl PartitionLog {
     #[doc(hidden)]
     pub fn sync_count(&self) -> u64 {
         self.syncs.load(Ordering::Relaxed)
+    }
+
+    /// How many steps of zeros preallocated ahead of the writer were synced since open (only
+    /// ever while `flush` syncs: see [`Preallocate::Zeros`](crate::Preallocate::Zeros)).
+    #[doc(hidden)]
+    pub fn zeros_sync_count(&self) -> u64 {
+        self.opts.zeros_syncs.load(Ordering::Relaxed)
     }
 
     /// The log's directory.

@@ -59,6 +59,7 @@ impl PartitionLog {
                 batch_bytes_max: config.batch_bytes_max,
             },
             faults: env.disk_faults(),
+            zeros_syncs: Arc::default(),
         };
         let bases = drop_segments_before_restart(&dir, list_segments(&dir)?)?;
         let (segments, handle, recovery) = match bases.split_last() {
@@ -127,6 +128,7 @@ impl PartitionLog {
                 buf: Vec::new(),
                 spare: None,
                 recycled: Vec::new(),
+                flushes_seen: 0,
             }),
             sync: Mutex::new(()),
             durable_next_log_index: AtomicU64::new(cursor.next_log_index),

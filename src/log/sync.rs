@@ -162,6 +162,49 @@ mod tests {
         log.flush().unwrap();
     }
 
+    /// Zeros preallocated ahead of the writer are synced only while `flush` syncs: a sync of
+    /// the file also writes back the writer's dirty pages, so a log that is never flushed paid
+    /// for a sync every step. A single flush of such a log still makes everything before it
+    /// durable: a power loss right after it takes nothing.
+    #[test]
+    fn zeros_ahead_are_synced_only_while_the_log_is_flushed() {
+        for mode in [crate::Preallocate::Zeros, crate::Preallocate::Auto] {
+            let dir = tempfile::tempdir().unwrap();
+            let (faults, _, env) = small_with_faults();
+            let cfg = LogConfig {
+                preallocate: mode,
+                preallocate_step_bytes: 4096,
+                ..LogConfig::default()
+            };
+            let log = PartitionLog::open_in(dir.path(), cfg.clone(), &env).unwrap();
+            let value = |i: u64| format!("{i:08}").repeat(125);
+            // About 250 steps of 4 KiB, not one flush.
+            for i in 0..1000 {
+                log.append(&[Record::new(value(i))]).unwrap();
+            }
+            assert_eq!(
+                log.zeros_sync_count(),
+                0,
+                "{mode:?}: never flushed, never synced"
+            );
+            log.flush().unwrap();
+            let loss = faults.lose_power();
+            assert_eq!(loss.bytes(), 0, "{mode:?}: the flush covered every append");
+            drop(log);
+            faults.clear();
+            let log = PartitionLog::open_in(dir.path(), cfg, &env).unwrap();
+            assert_eq!(log.end_offset(), Offset(1000));
+            // Flushed after every append: the zeros ahead are synced too.
+            for i in 1000..1100 {
+                log.append(&[Record::new(value(i))]).unwrap();
+                log.flush().unwrap();
+            }
+            assert!(log.zeros_sync_count() > 0, "{mode:?}: flushed, so synced");
+            let want: Vec<_> = (0..1100).map(|i| (i, value(i).into_bytes())).collect();
+            assert_eq!(values(&log, 0), want);
+        }
+    }
+
     #[test]
     fn one_sync_covers_every_append_queued_behind_it() {
         let dir = tempfile::tempdir().unwrap();

@@ -26,18 +26,24 @@ pub enum Preallocate {
     /// `fallocate(2)` of each step: instant, but the first write to each block later converts
     /// an "unwritten" extent, which makes each sync after it slower.
     Fallocate,
-    /// Write zeros over each step, and sync them, on a background thread one step ahead of
-    /// the writer (falls back from `Fallocate` where the file system lacks it). Costs one more
-    /// sequential write of every byte, off the append path, and makes syncs cheaper: frames
-    /// overwrite blocks that already exist, so a sync writes only their bytes.
+    /// Write zeros over each step on a background thread one step ahead of the writer (falls
+    /// back from `Fallocate` where the file system lacks it), and sync them if the log was
+    /// flushed since the previous step. Costs one more write of every byte, off the append
+    /// path, and makes syncs cheaper: frames overwrite blocks whose allocation is already
+    /// durable, so a sync writes only their bytes. The zeros are never synced ahead of a writer
+    /// that does not flush: `fdatasync` of the file would write back that writer's dirty pages
+    /// too, and a log that never syncs would run at the speed of one that syncs every step.
     Zeros,
-    /// `Zeros` for a log on its own, `Fallocate` for a broker's logs. A log on its own that
-    /// syncs every batch runs at 0.94 of the disk's `pwrite`+`fdatasync` floor with zeros
-    /// and 0.63 with `fallocate` (`cargo bench --bench append -- sync_growing`). A broker's
-    /// three replicas share the disk and group commit spreads syncs over many batches: there
-    /// the zeros' second write of every byte costs more than the extents' conversion (with
-    /// zeros, `kcat -P` of 1 KiB lines through a follower of a `Fsync` cluster ran at half
-    /// the rate; `cargo run --release --example kafka_targets`).
+    /// `Zeros` for a log on its own while it is flushed at least once a step, `fallocate(2)`
+    /// for its steps otherwise and for a broker's logs. A log on its own that syncs every
+    /// batch runs at 0.94 of the disk's `pwrite`+`fdatasync` floor with zeros and 0.63 with
+    /// `fallocate` (`cargo bench --bench append -- sync_growing`); one that is not flushed
+    /// gains nothing from zeros (they are not synced) and would pay for their second copy of
+    /// every byte, so it runs at `Fallocate`'s speed (`cargo run --release --example
+    /// append_sustained`). A broker's three replicas share the disk and group commit spreads
+    /// syncs over many batches: there the zeros' second write of every byte costs more than the
+    /// extents' conversion (with zeros, `kcat -P` of 1 KiB lines through a follower of a
+    /// `Fsync` cluster ran at half the rate; `cargo run --release --example kafka_targets`).
     #[default]
     Auto,
 }
@@ -231,21 +237,35 @@ impl Segment {
 }
 
 /// Gives the file `handle` writes blocks at least up to byte `end`, so that writing there
-/// cannot run out of disk: rounded up to a whole step. With [`Preallocate::Zeros`] the next
-/// step is also zeroed and synced on a thread of its own while the writer fills this one, so
-/// that neither the zeros nor the sync that gives them their blocks are on the append path
-/// (the writer waits for that thread only if it catches up with it). Nothing below the
-/// published length is touched. On an error nothing the log holds has changed.
+/// cannot run out of disk: rounded up to a whole step. Nothing below the published length is
+/// touched. On an error nothing the log holds has changed.
+///
+/// `synced` tells whether the writer synced (`flush`) since the last step was preallocated.
+/// Zeros ([`Preallocate::Zeros`], and `Auto` while `synced`) are written a step ahead on a
+/// thread of its own while the writer fills this one, so that they are not on the append path
+/// (the writer waits for that thread only if it catches up with it). That thread syncs them
+/// only if `synced`: its `fdatasync` of the file also writes back every dirty page the writer
+/// left there, so syncing zeros ahead of a writer that never syncs made that log run at the
+/// speed of a synced one. `Auto` takes `fallocate(2)` steps while the writer does not sync:
+/// unsynced zeros buy nothing but a second copy of every byte. Returns whether a step was
+/// preallocated (or started ahead).
 pub(crate) fn reserve(
     handle: &mut WriteHandle,
     end: usize,
     opts: &SegmentOptions,
-) -> io::Result<()> {
+    synced: bool,
+) -> io::Result<bool> {
+    let mode = match opts.preallocate {
+        Preallocate::Auto if synced => Preallocate::Zeros,
+        Preallocate::Auto => Preallocate::Fallocate,
+        mode => mode,
+    };
     let step = opts.preallocate_step.max(1);
     let capacity = handle.capacity() as u64;
     if end > handle.allocated() {
         handle.join_ahead();
     }
+    let mut reserved = false;
     if end > handle.allocated() {
         let to = (end as u64)
             .div_ceil(step)
@@ -255,32 +275,55 @@ pub(crate) fn reserve(
             handle.file(),
             handle.allocated() as u64,
             to,
-            opts.preallocate,
+            mode,
             &opts.faults,
         )?;
         handle.allocated_to(usize::try_from(to).unwrap_or(usize::MAX));
+        reserved = true;
     }
     let from = handle.allocated() as u64;
-    if opts.preallocate != Preallocate::Fallocate
+    if mode == Preallocate::Zeros
         && !handle.has_ahead()
         && from < capacity
         && from.saturating_sub(end as u64) < step
     {
         let to = from.saturating_add(step).min(capacity);
-        let (mode, faults) = (opts.preallocate, opts.faults.clone());
-        if let Ok(file) = handle.file().try_clone()
-            && let Ok(thread) = std::thread::Builder::new()
-                .name("replog-zeros".into())
-                .spawn(move || {
-                    preallocate_from(&file, from, to, mode, &faults)?;
-                    file.sync_data()?;
-                    Ok(usize::try_from(to).unwrap_or(usize::MAX))
-                })
-        {
-            handle.set_ahead(thread);
-        }
+        reserved |= zeros_ahead(handle, from, to, opts, synced);
     }
-    Ok(())
+    Ok(reserved)
+}
+
+/// Starts a thread that writes zeros over `[from, to)` of `handle`'s file, and syncs them if
+/// `sync` (counted in `SegmentOptions::zeros_syncs`). Returns whether it started.
+fn zeros_ahead(
+    handle: &mut WriteHandle,
+    from: u64,
+    to: u64,
+    opts: &SegmentOptions,
+    sync: bool,
+) -> bool {
+    let faults = opts.faults.clone();
+    let syncs = sync.then(|| Arc::clone(&opts.zeros_syncs));
+    let Ok(file) = handle.file().try_clone() else {
+        return false;
+    };
+    let spawned = std::thread::Builder::new()
+        .name("replog-zeros".into())
+        .spawn(move || {
+            preallocate_from(&file, from, to, Preallocate::Zeros, &faults)?;
+            if let Some(syncs) = syncs {
+                file.sync_data()?;
+                syncs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            Ok(usize::try_from(to).unwrap_or(usize::MAX))
+        });
+    match spawned {
+        Ok(thread) => {
+            handle.set_ahead(thread);
+            true
+        }
+        Err(_) => false,
+    }
 }
 
 /// Gives bytes `[from, len)` of `file` allocated blocks that read as zeros.

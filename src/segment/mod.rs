@@ -101,6 +101,8 @@ pub(crate) struct SegmentOptions {
     pub(crate) preallocate_step: u64,
     pub(crate) limits: Limits,
     pub(crate) faults: Faults,
+    /// Syncs of zeros made ahead of the writer ([`reserve`]), shared by the log's segments.
+    pub(crate) zeros_syncs: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// What recovery did to a segment, for the log and for tests.
