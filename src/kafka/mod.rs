@@ -27,28 +27,24 @@ mod admin;
 mod conn;
 mod fetch;
 mod groups;
+mod metadata;
 mod offsets;
 mod produce;
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::api_versions_response::ApiVersion;
-use kafka_protocol::messages::metadata_response::{
-    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
-};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsResponse, BrokerId, MetadataRequest, MetadataResponse, RequestHeader,
-    RequestKind, ResponseHeader, ResponseKind, TopicName,
+    ApiKey, ApiVersionsResponse, BrokerId, RequestHeader, RequestKind, ResponseHeader,
+    ResponseKind, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::error::Error;
-use crate::group::OFFSETS_TOPIC;
 use crate::node::service::BrokerService;
 use crate::transport::Turn;
 use crate::types::NodeId;
@@ -265,7 +261,9 @@ async fn answer(
     let turn = matches!(request, RequestKind::Produce(_)).then_some(turn);
     let response = match request {
         RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions()),
-        RequestKind::Metadata(r) => ResponseKind::Metadata(metadata(r, service, config).await),
+        RequestKind::Metadata(r) => {
+            ResponseKind::Metadata(metadata::metadata(r, service, config).await)
+        }
         RequestKind::Produce(r) => {
             let acks = r.acks;
             let response = produce::produce(r, version, service, turn).await;
@@ -468,99 +466,6 @@ fn broker_id(id: NodeId) -> BrokerId {
 
 fn topic_name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.to_string()))
-}
-
-async fn metadata(
-    request: MetadataRequest,
-    service: &BrokerService,
-    config: &KafkaConfig,
-) -> MetadataResponse {
-    let wanted: Option<Vec<String>> = request.topics.map(|ts| {
-        ts.into_iter()
-            .filter_map(|t| t.name.map(|n| n.0.to_string()))
-            .collect()
-    });
-    // One gathering per request: of the one topic asked for, or of all (filtered to those
-    // asked for), since each gathering may ask other brokers.
-    let names: Option<std::collections::BTreeSet<String>> = wanted
-        .filter(|names| !names.is_empty())
-        .map(|names| names.into_iter().collect());
-    let only = names
-        .as_ref()
-        .filter(|n| n.len() == 1)
-        .and_then(|n| n.first());
-    let mut gathered = service.metadata(only.map(String::as_str), false).await;
-    if let Some(names) = &names {
-        gathered
-            .partitions
-            .retain(|p| names.contains(&p.partition.topic));
-    }
-
-    let mut r = MetadataResponse::default();
-    r.cluster_id = Some(StrBytes::from_static_str("replog"));
-    r.controller_id = broker_id(config.me);
-    r.brokers = service
-        .kafka_brokers()
-        .iter()
-        .map(|(id, addr)| {
-            let mut b = MetadataResponseBroker::default();
-            b.node_id = broker_id(*id);
-            b.host = StrBytes::from_string(addr.ip().to_string());
-            b.port = i32::from(addr.port());
-            b
-        })
-        .collect();
-    let mut topics: BTreeMap<String, Vec<MetadataResponsePartition>> = BTreeMap::new();
-    // A topic asked for and not found is answered with its error.
-    for name in names.iter().flatten() {
-        topics.entry(name.clone()).or_default();
-    }
-    for p in &gathered.partitions {
-        if p.partition.topic.starts_with("__") && p.partition.topic != OFFSETS_TOPIC {
-            continue;
-        }
-        let mut mp = MetadataResponsePartition::default();
-        mp.partition_index = i32::try_from(p.partition.partition).unwrap_or(i32::MAX);
-        match p.leader {
-            Some(l) => mp.leader_id = broker_id(l),
-            None => {
-                mp.leader_id = BrokerId(-1);
-                mp.error_code = code::LEADER_NOT_AVAILABLE;
-            }
-        }
-        mp.leader_epoch = i32::try_from(p.term).unwrap_or(i32::MAX);
-        mp.replica_nodes = p.replicas.iter().map(|r| broker_id(*r)).collect();
-        let isr = if p.isr.is_empty() {
-            p.leader.into_iter().collect::<Vec<_>>()
-        } else {
-            p.isr.clone()
-        };
-        mp.isr_nodes = isr.into_iter().map(broker_id).collect();
-        topics
-            .entry(p.partition.topic.clone())
-            .or_default()
-            .push(mp);
-    }
-    r.topics = topics
-        .into_iter()
-        .map(|(name, mut partitions)| {
-            partitions.sort_by_key(|p| p.partition_index);
-            let mut t = MetadataResponseTopic::default();
-            t.is_internal = name == OFFSETS_TOPIC;
-            if partitions.is_empty() {
-                // A name no topic can have is Kafka's INVALID_TOPIC_EXCEPTION; a valid one
-                // that no topic has, UNKNOWN_TOPIC_OR_PARTITION.
-                t.error_code = match crate::catalog::check_topic_name(&name) {
-                    Ok(()) => code::UNKNOWN_TOPIC_OR_PARTITION,
-                    Err(_) => code::INVALID_TOPIC_EXCEPTION,
-                };
-            }
-            t.name = Some(topic_name(&name));
-            t.partitions = partitions;
-            t
-        })
-        .collect();
-    r
 }
 
 /// Kafka's code for an error of the service.

@@ -417,6 +417,29 @@ fn is_peer_first(op: Op) -> bool {
     is_raft(op) || op == Op::Propose
 }
 
+/// Says why a connection was closed: a warning for what a well-behaved client never does (a
+/// frame left unfinished, a malformed one), otherwise at debug level.
+fn log_closed(from: Option<SocketAddr>, why: Closed) {
+    match why {
+        Closed::Gone => {}
+        Closed::Idle => tracing::debug!(?from, "idle connection closed"),
+        Closed::Slow => {
+            tracing::warn!(?from, "connection closed: a frame was not finished in time");
+        }
+        Closed::Malformed(e) => {
+            tracing::warn!(?from, error = %e, "malformed frame; closing the connection");
+        }
+        Closed::Evicted => tracing::debug!(
+            ?from,
+            "connection closed: a newer one took its place in the room kept for peers"
+        ),
+        Closed::NotPeer => tracing::debug!(
+            ?from,
+            "connection closed: the room left is kept for peer brokers"
+        ),
+    }
+}
+
 /// Reads requests from one connection, serves each on its own task, writes responses back in
 /// whatever order they finish. A malformed frame, a frame not finished in time, or a
 /// connection idle for too long closes the connection.
@@ -464,31 +487,8 @@ async fn serve_conn(
         };
         let (head, body, share) = match next {
             Ok(frame) => frame,
-            Err(Closed::Gone) => break,
-            Err(Closed::Idle) => {
-                tracing::debug!(?from, "idle connection closed");
-                break;
-            }
-            Err(Closed::Slow) => {
-                tracing::warn!(?from, "connection closed: a frame was not finished in time");
-                break;
-            }
-            Err(Closed::Malformed(e)) => {
-                tracing::warn!(?from, error = %e, "malformed frame; closing the connection");
-                break;
-            }
-            Err(Closed::Evicted) => {
-                tracing::debug!(
-                    ?from,
-                    "connection closed: a newer one took its place in the room kept for peers"
-                );
-                break;
-            }
-            Err(Closed::NotPeer) => {
-                tracing::debug!(
-                    ?from,
-                    "connection closed: the room left is kept for peer brokers"
-                );
+            Err(why) => {
+                log_closed(from, why);
                 break;
             }
         };

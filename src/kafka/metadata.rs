@@ -1,0 +1,118 @@
+//! Kafka's Metadata (versions 1 to 12) over the broker service's: every broker's Kafka
+//! address, and each topic's partitions with their leader, leader epoch (a Raft term),
+//! replicas and in-sync replicas.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse};
+use kafka_protocol::protocol::StrBytes;
+
+use super::{KafkaConfig, broker_id, code, topic_name};
+use crate::group::OFFSETS_TOPIC;
+use crate::node::service::BrokerService;
+use crate::protocol::PartitionMetadata;
+
+/// Serves Metadata: one gathering per request, of the one topic asked for or of all (filtered
+/// to those asked for), since each gathering may ask other brokers.
+pub(super) async fn metadata(
+    request: MetadataRequest,
+    service: &BrokerService,
+    config: &KafkaConfig,
+) -> MetadataResponse {
+    let names: Option<BTreeSet<String>> = request
+        .topics
+        .map(|ts| {
+            ts.into_iter()
+                .filter_map(|t| t.name.map(|n| n.0.to_string()))
+                .collect::<BTreeSet<String>>()
+        })
+        .filter(|names| !names.is_empty());
+    let only = names
+        .as_ref()
+        .filter(|n| n.len() == 1)
+        .and_then(|n| n.first());
+    let mut gathered = service.metadata(only.map(String::as_str), false).await;
+    if let Some(names) = &names {
+        gathered
+            .partitions
+            .retain(|p| names.contains(&p.partition.topic));
+    }
+    let mut r = MetadataResponse::default();
+    r.cluster_id = Some(StrBytes::from_static_str("replog"));
+    r.controller_id = broker_id(config.me);
+    r.brokers = service
+        .kafka_brokers()
+        .iter()
+        .map(|(id, addr)| {
+            let mut b = MetadataResponseBroker::default();
+            b.node_id = broker_id(*id);
+            b.host = StrBytes::from_string(addr.ip().to_string());
+            b.port = i32::from(addr.port());
+            b
+        })
+        .collect();
+    let mut topics: BTreeMap<String, Vec<MetadataResponsePartition>> = BTreeMap::new();
+    // A topic asked for and not found is answered with its error.
+    for name in names.iter().flatten() {
+        topics.entry(name.clone()).or_default();
+    }
+    for p in &gathered.partitions {
+        // replog's own topics are not Kafka's clients' business; the offsets topic is, as
+        // Kafka's.
+        if p.partition.topic.starts_with("__") && p.partition.topic != OFFSETS_TOPIC {
+            continue;
+        }
+        topics
+            .entry(p.partition.topic.clone())
+            .or_default()
+            .push(partition(p));
+    }
+    r.topics = topics.into_iter().map(topic).collect();
+    r
+}
+
+/// One partition as Kafka's Metadata names it: a partition without a leader is
+/// LEADER_NOT_AVAILABLE, which clients ask again for; its in-sync replicas are the leader's
+/// view, or the leader alone when the answering replica has none.
+fn partition(p: &PartitionMetadata) -> MetadataResponsePartition {
+    let mut mp = MetadataResponsePartition::default();
+    mp.partition_index = i32::try_from(p.partition.partition).unwrap_or(i32::MAX);
+    match p.leader {
+        Some(l) => mp.leader_id = broker_id(l),
+        None => {
+            mp.leader_id = BrokerId(-1);
+            mp.error_code = code::LEADER_NOT_AVAILABLE;
+        }
+    }
+    mp.leader_epoch = i32::try_from(p.term).unwrap_or(i32::MAX);
+    mp.replica_nodes = p.replicas.iter().map(|r| broker_id(*r)).collect();
+    let isr = if p.isr.is_empty() {
+        p.leader.into_iter().collect::<Vec<_>>()
+    } else {
+        p.isr.clone()
+    };
+    mp.isr_nodes = isr.into_iter().map(broker_id).collect();
+    mp
+}
+
+/// One topic: its partitions in order, or, with none, why (a name no topic can have is
+/// INVALID_TOPIC_EXCEPTION; a valid one that no topic has, UNKNOWN_TOPIC_OR_PARTITION).
+fn topic(
+    (name, mut partitions): (String, Vec<MetadataResponsePartition>),
+) -> MetadataResponseTopic {
+    partitions.sort_by_key(|p| p.partition_index);
+    let mut t = MetadataResponseTopic::default();
+    t.is_internal = name == OFFSETS_TOPIC;
+    if partitions.is_empty() {
+        t.error_code = match crate::catalog::check_topic_name(&name) {
+            Ok(()) => code::UNKNOWN_TOPIC_OR_PARTITION,
+            Err(_) => code::INVALID_TOPIC_EXCEPTION,
+        };
+    }
+    t.name = Some(topic_name(&name));
+    t.partitions = partitions;
+    t
+}
