@@ -17,9 +17,10 @@
 //!    one partition at a time: the time from send to poll, p50 and p99 per partition (needs
 //!    `python3` with kafka-python).
 //!
-//! Run: `cargo build --release && cargo run --release --example kafka_targets` (about a
-//! minute; needs `kcat` on the PATH, and for part 1's `replog produce` the `replog` binary
-//! beside the example's directory, which `cargo build --release` puts there).
+//! Run: `cargo build --release && cargo run --release --example kafka_targets` (about two
+//! minutes; needs `kcat` on the PATH, and for part 1's `replog produce` the `replog` binary
+//! beside the example's directory, which `cargo build --release` puts there). Parts named
+//! after `--` run alone: `cargo run --release --example kafka_targets -- 2 4`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -538,14 +539,25 @@ async fn consumer_latency(per_partition: usize) -> replog::Result<()> {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> replog::Result<()> {
-    if Command::new("kcat").arg("-V").output().is_err() {
+    // The parts named on the command line (`-- 2 4`), or all of them.
+    let asked: Vec<String> = std::env::args().skip(1).collect();
+    let part = |n: &str| asked.is_empty() || asked.iter().any(|a| a == n);
+    let kcat = Command::new("kcat").arg("-V").output().is_ok();
+    if !kcat {
         println!("kcat is not installed (apt-get install kcat); parts 1 and 2 skipped");
-    } else {
+    }
+    if kcat && part("1") {
         produce_rates(100, 262_144).await?;
         produce_rates(1024, 65_536).await?;
+    }
+    if kcat && part("2") {
         fetch_rates(262_144).await?;
     }
-    first_record_latency(500).await?;
-    consumer_latency(50).await?;
+    if part("3") {
+        first_record_latency(500).await?;
+    }
+    if part("4") {
+        consumer_latency(50).await?;
+    }
     Ok(())
 }

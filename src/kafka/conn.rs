@@ -21,6 +21,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use super::frame::Frame;
 use super::{Held, KafkaConfig, answer, take};
 use crate::node::service::BrokerService;
 use crate::transport::{Admitted, Turns};
@@ -28,7 +29,7 @@ use crate::transport::{Admitted, Turns};
 /// A request's answer as its task leaves it: the framed bytes and the budget they hold, `None`
 /// for a request answered with nothing (a produce with acks 0), or an error that closes the
 /// connection.
-type Answered = std::io::Result<Option<(Bytes, Held)>>;
+type Answered = std::io::Result<Option<(Frame, Held)>>;
 
 /// Serves one connection until the client closes it, a request breaks the protocol, a
 /// deadline passes, or the broker shuts down.
@@ -118,7 +119,7 @@ async fn write_in_order(
     timeout: std::time::Duration,
 ) {
     while let Some(task) = answers.recv().await {
-        let (bytes, held) = match task.await {
+        let (mut frame, held) = match task.await {
             Ok(Ok(Some(answer))) => answer,
             Ok(Ok(None)) => continue,
             Ok(Err(e)) => {
@@ -127,7 +128,8 @@ async fn write_in_order(
             }
             Err(_) => break,
         };
-        let written = tokio::time::timeout(timeout, wr.write_all(&bytes)).await;
+        // Vectored: a fetch's batches go out from where they lie.
+        let written = tokio::time::timeout(timeout, wr.write_all_buf(&mut frame)).await;
         if !matches!(written, Ok(Ok(()))) {
             break;
         }

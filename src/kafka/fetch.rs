@@ -60,15 +60,14 @@ fn service_fetch(request: &FetchRequest, config: &KafkaConfig) -> Fetch {
 
 /// What a Kafka fetch answer may hold in memory, reserved before the log is read: the batches
 /// the service may answer with, grown by an eighth (a Kafka batch built from replog's records
-/// is a little longer than its frame), each partition's fields, twice (the Kafka batches
-/// built, then the encoded answer), at most two frames (which the answer budget always
-/// holds).
+/// is a little longer than its frame; a Kafka producer's batch is sent from where it lies, and
+/// counts as held until written), and each partition's fields; at most two frames (which the
+/// answer budget always holds).
 fn answer_bytes(fetch: &Fetch, service: &BrokerService, config: &KafkaConfig) -> usize {
     let batches = service.fetch_answer_bytes(fetch);
     batches
         .saturating_add(batches / 8)
         .saturating_add(fetch.partitions.len().saturating_mul(128))
-        .saturating_mul(2)
         .min((config.limits.frame_bytes_max as usize).saturating_mul(2))
 }
 
@@ -76,13 +75,15 @@ fn answer_bytes(fetch: &Fetch, service: &BrokerService, config: &KafkaConfig) ->
 /// answer's bytes from the broker's answer budget and reads. While the budget is spent
 /// (clients that never read hold it until the frame timeout closes them), a fetch waits for it
 /// no longer than it would long-poll and is answered with its partitions' marks and no
-/// records: the client asks again, and fetches do not queue up behind the budget.
+/// records: the client asks again, and fetches do not queue up behind the budget. Returns the
+/// answer without its records, each partition's records as pieces (see `fetch_answer.rs`),
+/// and the budget held until the answer is written.
 pub(super) async fn fetch(
     request: FetchRequest,
     version: i16,
     service: &BrokerService,
     config: &KafkaConfig,
-) -> (FetchResponse, Held) {
+) -> (FetchResponse, Vec<Vec<Bytes>>, Held) {
     let fetch = service_fetch(&request, config);
     service.wait_for_fetch(&fetch).await;
     let within = fetch
@@ -100,40 +101,43 @@ pub(super) async fn fetch(
     }
     .into_iter();
     let mut r = FetchResponse::default();
+    let mut records = Vec::with_capacity(fetch.partitions.len());
     for topic in request.topics {
         let mut t = FetchableTopicResponse::default();
         for p in &topic.partitions {
             let Some(answer) = answers.next() else { break };
-            t.partitions
-                .push(partition_answer(p.partition, answer, version, service).await);
+            let (pd, pieces) = partition_answer(p.partition, answer, version, service).await;
+            t.partitions.push(pd);
+            records.push(pieces);
         }
         t.topic = topic.topic;
         r.responses.push(t);
     }
     r.error_code = code::NONE;
-    (r, held)
+    (r, records, held)
 }
 
-/// One partition's part of the answer.
+/// One partition's part of the answer, and its records as pieces.
 async fn partition_answer(
     index: i32,
     answer: crate::Result<Fetched>,
     version: i16,
     service: &BrokerService,
-) -> PartitionData {
+) -> (PartitionData, Vec<Bytes>) {
     let mut pd = PartitionData::default();
     pd.partition_index = index;
     pd.high_watermark = -1;
     pd.last_stable_offset = -1;
     pd.log_start_offset = -1;
     pd.preferred_read_replica = BrokerId(-1);
+    let mut pieces = Vec::new();
     match answer {
         Ok(fetched) => {
             let hw = i64::try_from(fetched.high_watermark.get()).unwrap_or(i64::MAX);
             pd.high_watermark = hw;
             pd.last_stable_offset = hw;
             pd.log_start_offset = i64::try_from(fetched.log_start.get()).unwrap_or(0);
-            pd.records = Some(kafka_batches(&fetched.batches));
+            pieces = kafka_batches(&fetched.batches);
         }
         Err(e) => {
             pd.error_code = error_code(&e);
@@ -146,24 +150,33 @@ async fn partition_answer(
             }
         }
     }
-    pd
+    (pd, pieces)
 }
 
-/// Batches as a Kafka fetch answers them: one a Kafka producer sent as it was sent (its base
-/// offset and leader epoch set, FORMAT.md §4.2); one of replog's records as an uncompressed
-/// Kafka v2 batch with the same offsets, stamped with its append time.
-fn kafka_batches(batches: &[Batch]) -> Bytes {
-    // A Kafka batch's header and each record's are a little longer than replog's.
-    let size: usize = batches.iter().map(|b| b.payload.len() + 64).sum();
-    let mut out = BytesMut::with_capacity(size + size / 8);
+/// Batches as a Kafka fetch answers them, as pieces: one a Kafka producer sent as it was sent
+/// (its base offset and leader epoch set, FORMAT.md §4.2), from where it lies but for its first
+/// 16 bytes; a run of replog's batches as uncompressed Kafka v2 batches with the same offsets,
+/// stamped with their append time, encoded into one piece.
+fn kafka_batches(batches: &[Batch]) -> Vec<Bytes> {
+    let mut pieces = Vec::new();
+    let mut run = BytesMut::new();
     for b in batches {
         if b.format() == PayloadFormat::Kafka {
-            kafka_batch::serve(&b.payload, b.base_offset().get(), b.term().get(), &mut out);
+            if !run.is_empty() {
+                pieces.push(run.split().freeze());
+            }
+            let base = b.base_offset().get();
+            pieces.extend(kafka_batch::serve_pieces(&b.payload, base, b.term().get()));
             continue;
         }
+        // A Kafka batch's header and each record's are a little longer than replog's.
+        run.reserve(b.payload.len() + b.payload.len() / 8 + 64);
         let records: Vec<(u64, crate::segment::record::Record)> =
             b.records().map(|(offset, r)| (offset.get(), r)).collect();
-        kafka_batch::encode_appended(&records, b.term().get(), b.timestamp_ms(), &mut out);
+        kafka_batch::encode_appended(&records, b.term().get(), b.timestamp_ms(), &mut run);
     }
-    out.freeze()
+    if !run.is_empty() {
+        pieces.push(run.freeze());
+    }
+    pieces
 }

@@ -26,6 +26,8 @@
 mod admin;
 mod conn;
 mod fetch;
+mod fetch_answer;
+mod frame;
 mod groups;
 mod metadata;
 mod offsets;
@@ -245,7 +247,7 @@ async fn answer(
     config: &KafkaConfig,
     from: Option<SocketAddr>,
     turn: Turn,
-) -> std::io::Result<Option<(Bytes, Held)>> {
+) -> std::io::Result<Option<(frame::Frame, Held)>> {
     let (header, api, version, request) = match decode_request(body) {
         Ok(Decoded::Serve {
             header,
@@ -253,7 +255,7 @@ async fn answer(
             version,
             request,
         }) => (header, api, version, *request),
-        Ok(Decoded::Answered(answer)) => return Ok(Some((answer, None))),
+        Ok(Decoded::Answered(answer)) => return Ok(Some((answer.into(), None))),
         Err(e) => return Err(std::io::Error::other(e)),
     };
     // Only a produce keeps its place among the connection's requests; the others pass it at
@@ -273,14 +275,11 @@ async fn answer(
             ResponseKind::Produce(response)
         }
         RequestKind::Fetch(r) => {
-            let (response, held) = fetch::fetch(r, version, service, config).await;
-            return encode(
-                header.correlation_id,
-                api,
-                version,
-                &ResponseKind::Fetch(response),
-            )
-            .map(|a| Some((a, held)));
+            let (response, records, held) = fetch::fetch(r, version, service, config).await;
+            let correlation = header.correlation_id;
+            return fetch_answer::encode(correlation, version, &response, records)
+                .map(|frame| Some((frame, held)))
+                .map_err(std::io::Error::other);
         }
         RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(offsets::list_offsets(r, service)),
         RequestKind::InitProducerId(r) => {
@@ -328,7 +327,7 @@ async fn answer(
             return Err(std::io::Error::other(what));
         }
     };
-    encode(header.correlation_id, api, version, &response).map(|a| Some((a, None)))
+    encode(header.correlation_id, api, version, &response).map(|a| Some((a.into(), None)))
 }
 
 /// The answer to an API (or version) this listener does not serve, for the APIs whose answer

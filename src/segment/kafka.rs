@@ -383,6 +383,20 @@ pub(crate) fn serve(stored: &[u8], base_offset: u64, leader_epoch: u64, out: &mu
     }
 }
 
+/// [`serve`] as two pieces: the first 16 bytes (up to the magic byte) with the base offset and
+/// leader epoch set, then the rest of the stored bytes where they lie (no copy).
+pub(crate) fn serve_pieces(stored: &Bytes, base_offset: u64, leader_epoch: u64) -> [Bytes; 2] {
+    let split = MAGIC_POS.min(stored.len());
+    let mut head = BytesMut::with_capacity(split);
+    serve(
+        stored.get(..split).unwrap_or_default(),
+        base_offset,
+        leader_epoch,
+        &mut head,
+    );
+    [head.freeze(), stored.slice(split..)]
+}
+
 /// Attribute bit 3: the batch's time is the broker's (LogAppendTime), not the producer's.
 const LOG_APPEND_TIME: i16 = 1 << 3;
 
