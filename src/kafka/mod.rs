@@ -5,17 +5,21 @@
 //! request means (which records a fetch answers, the long poll, epoch checks, validation) is
 //! the service's.
 //!
-//! Served: ApiVersions, Metadata, Produce (acks 0, 1 and −1: a write is acknowledged once
-//! committed, whatever the producer asked; an idempotent producer's numbers go through the
-//! partition's producer table), Fetch (`fetch.rs`), ListOffsets and OffsetForLeaderEpoch
-//! (`offsets.rs`), InitProducerId (no transactions), the group APIs over the broker's
-//! coordinators (`groups.rs`), and CreateTopics, DeleteTopics, DescribeConfigs and
-//! DescribeCluster (`admin.rs`), at the versions in [`SUPPORTED`]. Any other API or version
-//! is answered with its own answer refusing it (every item `UNSUPPORTED_VERSION`, or the
-//! API's own error) where that answer can say so, and the connection stays open; otherwise
-//! the connection is closed, as Kafka brokers do with requests they cannot parse.
-//! ApiVersions at a version newer than served is answered at version 0 with
-//! `UNSUPPORTED_VERSION` and the ranges, as Kafka does.
+//! - `handlers/`: one file per API or family of APIs (ApiVersions, Metadata, Produce, Fetch,
+//!   ListOffsets and OffsetForLeaderEpoch, InitProducerId, the group APIs, the admin APIs),
+//!   each declaring what it serves and at which versions.
+//! - `refusals.rs`: the answers to what is not served. Any other API or version gets its own
+//!   answer refusing it (every item `UNSUPPORTED_VERSION`, or the API's own error) where that
+//!   answer can say so, and the connection stays open; otherwise the connection is closed,
+//!   as Kafka brokers do with requests they cannot parse. ApiVersions at a version newer than
+//!   served is answered at version 0 with `UNSUPPORTED_VERSION` and the ranges, as Kafka
+//!   does.
+//! - `conn.rs`: a connection (requests pipelined, answers in order); `frame.rs` and
+//!   `fetch_answer.rs`: answers written in pieces, a fetch's batches from where they lie.
+//!
+//! Produce takes acks 0, 1 and −1 (a write is acknowledged once committed, whatever the
+//! producer asked); an idempotent producer's numbers go through the partition's producer
+//! table. Transactions are not served.
 //!
 //! Records: a Kafka producer's batch is checked here (its framing), decoded whole by the
 //! write path (its CRC-32C, its records), and stored as it was sent (FORMAT.md §4.2 and
@@ -23,24 +27,20 @@
 //! batch of replog's records is served as one uncompressed Kafka v2 batch with the same
 //! offsets and a valid CRC-32C.
 
-mod admin;
 mod conn;
-mod fetch;
 mod fetch_answer;
 mod frame;
-mod groups;
-mod metadata;
-mod offsets;
-mod produce;
+mod handlers;
+mod refusals;
+
+use handlers::{admin, api_versions, fetch, groups, metadata, offsets, produce, producer_ids};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsResponse, BrokerId, RequestHeader, RequestKind, ResponseHeader,
-    ResponseKind, TopicName,
+    ApiKey, BrokerId, RequestHeader, RequestKind, ResponseHeader, ResponseKind, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tokio::net::TcpListener;
@@ -50,30 +50,6 @@ use crate::error::Error;
 use crate::node::service::BrokerService;
 use crate::transport::Turn;
 use crate::types::NodeId;
-
-/// The APIs served and their version ranges.
-pub(crate) const SUPPORTED: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 11),
-    (ApiKey::Fetch, 4, 12),
-    (ApiKey::ListOffsets, 1, 7),
-    (ApiKey::Metadata, 1, 12),
-    (ApiKey::ApiVersions, 0, 3),
-    (ApiKey::FindCoordinator, 0, 3),
-    (ApiKey::JoinGroup, 0, 7),
-    (ApiKey::SyncGroup, 0, 5),
-    (ApiKey::Heartbeat, 0, 4),
-    (ApiKey::LeaveGroup, 0, 4),
-    (ApiKey::OffsetCommit, 2, 8),
-    (ApiKey::OffsetFetch, 1, 7),
-    (ApiKey::ListGroups, 0, 4),
-    (ApiKey::DescribeGroups, 0, 5),
-    (ApiKey::InitProducerId, 0, 4),
-    (ApiKey::CreateTopics, 2, 7),
-    (ApiKey::DeleteTopics, 1, 6),
-    (ApiKey::DescribeConfigs, 1, 4),
-    (ApiKey::DescribeCluster, 0, 2),
-    (ApiKey::OffsetForLeaderEpoch, 2, 4),
-];
 
 /// Kafka's error codes used here.
 mod code {
@@ -183,14 +159,14 @@ pub(crate) fn decode_request(mut body: Bytes) -> Result<Decoded, String> {
         (peek.get_i16(), peek.get_i16())
     };
     let api = ApiKey::try_from(key).map_err(|_| format!("unknown api key {key}"))?;
-    let served = SUPPORTED.iter().find(|(k, _, _)| *k == api);
-    if api == ApiKey::ApiVersions && served.is_some_and(|(_, _, max)| version > *max) {
+    let served = handlers::served().find(|(k, _, _)| *k == api);
+    if api == ApiKey::ApiVersions && served.is_some_and(|(_, _, max)| version > max) {
         // Kafka's answer to a newer ApiVersions: version 0, UNSUPPORTED_VERSION, our ranges.
         let correlation = {
             let mut peek = &body[4..];
             if peek.len() < 4 { 0 } else { peek.get_i32() }
         };
-        let mut r = api_versions();
+        let mut r = api_versions::api_versions();
         r.error_code = code::UNSUPPORTED_VERSION;
         let answer = ResponseKind::ApiVersions(r);
         return encode(correlation, ApiKey::ApiVersions, 0, &answer)
@@ -201,12 +177,12 @@ pub(crate) fn decode_request(mut body: Bytes) -> Result<Decoded, String> {
         RequestHeader::decode(&mut body, api.request_header_version(version))
             .map_err(|e| e.to_string())
     })?;
-    if !served.is_some_and(|(_, min, max)| (*min..=*max).contains(&version)) {
+    if !served.is_some_and(|(_, min, max)| (min..=max).contains(&version)) {
         // Answered with the API's own answer carrying UNSUPPORTED_VERSION where that answer
         // has a top-level error code at this version; otherwise (an API whose answer cannot
         // say so, or a version the codec cannot write) the connection is closed.
         // Admin APIs whose answer names each item: decoded, and every item refused.
-        let per_item = admin::refused_per_item(api)
+        let per_item = refusals::refused_per_item(api)
             .then(|| {
                 decode_guarded(|| {
                     RequestKind::decode(api, &mut body, version).map_err(|e| e.to_string())
@@ -214,8 +190,8 @@ pub(crate) fn decode_request(mut body: Bytes) -> Result<Decoded, String> {
                 .ok()
             })
             .flatten()
-            .and_then(admin::refuse_items);
-        let Some(refusal) = per_item.or_else(|| unsupported(api, version)) else {
+            .and_then(refusals::refuse_items);
+        let Some(refusal) = per_item.or_else(|| refusals::unsupported(api, version)) else {
             return Err(format!("{api:?} v{version} is not served"));
         };
         return encode(header.correlation_id, api, version, &refusal)
@@ -262,7 +238,7 @@ async fn answer(
     // once (a long poll must not hold up the produces behind it).
     let turn = matches!(request, RequestKind::Produce(_)).then_some(turn);
     let response = match request {
-        RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions()),
+        RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions::api_versions()),
         RequestKind::Metadata(r) => {
             ResponseKind::Metadata(metadata::metadata(r, service, config).await)
         }
@@ -283,7 +259,7 @@ async fn answer(
         }
         RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(offsets::list_offsets(r, service)),
         RequestKind::InitProducerId(r) => {
-            ResponseKind::InitProducerId(init_producer_id(&r, service).await)
+            ResponseKind::InitProducerId(producer_ids::init_producer_id(&r, service).await)
         }
         RequestKind::FindCoordinator(r) => {
             ResponseKind::FindCoordinator(groups::find_coordinator(r, service).await)
@@ -330,87 +306,6 @@ async fn answer(
     encode(header.correlation_id, api, version, &response).map(|a| Some((a.into(), None)))
 }
 
-/// The answer to an API (or version) this listener does not serve, for the APIs whose answer
-/// has a top-level error code at the version asked (Fetch from 7, ElectLeaders from 1,
-/// DescribeLogDirs from 3, AddPartitionsToTxn from 4: the versions that gained the field):
-/// `UNSUPPORTED_VERSION`; for SASL `UNSUPPORTED_SASL_MECHANISM` and `ILLEGAL_SASL_STATE`
-/// (replog has no authentication); for transactions `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`,
-/// as InitProducerId answers a transactional id.
-fn unsupported(api: ApiKey, version: i16) -> Option<ResponseKind> {
-    use kafka_protocol::messages as m;
-    macro_rules! refuse {
-        ($kind:ident, $ty:ident, $code:expr) => {{
-            let mut r = m::$ty::default();
-            r.error_code = $code;
-            ResponseKind::$kind(r)
-        }};
-    }
-    let no = code::UNSUPPORTED_VERSION;
-    let txn = code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
-    Some(match api {
-        ApiKey::SaslHandshake => refuse!(SaslHandshake, SaslHandshakeResponse, 33),
-        ApiKey::SaslAuthenticate => refuse!(SaslAuthenticate, SaslAuthenticateResponse, 34),
-        // Transactions are refused as InitProducerId refuses a transactional id.
-        ApiKey::AddOffsetsToTxn => refuse!(AddOffsetsToTxn, AddOffsetsToTxnResponse, txn),
-        ApiKey::EndTxn => refuse!(EndTxn, EndTxnResponse, txn),
-        ApiKey::AddPartitionsToTxn if version >= 4 => {
-            refuse!(AddPartitionsToTxn, AddPartitionsToTxnResponse, txn)
-        }
-        ApiKey::OffsetDelete => refuse!(OffsetDelete, OffsetDeleteResponse, no),
-        ApiKey::ElectLeaders if version >= 1 => refuse!(ElectLeaders, ElectLeadersResponse, no),
-        ApiKey::DescribeLogDirs if version >= 3 => {
-            refuse!(DescribeLogDirs, DescribeLogDirsResponse, no)
-        }
-        ApiKey::RenewDelegationToken => {
-            refuse!(RenewDelegationToken, RenewDelegationTokenResponse, no)
-        }
-        ApiKey::ExpireDelegationToken => {
-            refuse!(ExpireDelegationToken, ExpireDelegationTokenResponse, no)
-        }
-        ApiKey::ListTransactions => refuse!(ListTransactions, ListTransactionsResponse, no),
-        ApiKey::DescribeAcls => refuse!(DescribeAcls, DescribeAclsResponse, no),
-        ApiKey::DescribeQuorum => refuse!(DescribeQuorum, DescribeQuorumResponse, no),
-        ApiKey::GetTelemetrySubscriptions => refuse!(
-            GetTelemetrySubscriptions,
-            GetTelemetrySubscriptionsResponse,
-            no
-        ),
-        ApiKey::PushTelemetry => refuse!(PushTelemetry, PushTelemetryResponse, no),
-        ApiKey::ConsumerGroupHeartbeat => {
-            refuse!(ConsumerGroupHeartbeat, ConsumerGroupHeartbeatResponse, no)
-        }
-        ApiKey::ShareGroupHeartbeat => {
-            refuse!(ShareGroupHeartbeat, ShareGroupHeartbeatResponse, no)
-        }
-        ApiKey::DescribeUserScramCredentials => refuse!(
-            DescribeUserScramCredentials,
-            DescribeUserScramCredentialsResponse,
-            no
-        ),
-        ApiKey::ListPartitionReassignments => refuse!(
-            ListPartitionReassignments,
-            ListPartitionReassignmentsResponse,
-            no
-        ),
-        ApiKey::AlterPartitionReassignments => refuse!(
-            AlterPartitionReassignments,
-            AlterPartitionReassignmentsResponse,
-            no
-        ),
-        ApiKey::DescribeClientQuotas => {
-            refuse!(DescribeClientQuotas, DescribeClientQuotasResponse, no)
-        }
-        ApiKey::CreateDelegationToken => {
-            refuse!(CreateDelegationToken, CreateDelegationTokenResponse, no)
-        }
-        ApiKey::DescribeDelegationToken => {
-            refuse!(DescribeDelegationToken, DescribeDelegationTokenResponse, no)
-        }
-        ApiKey::Fetch if version >= 7 => refuse!(Fetch, FetchResponse, no),
-        _ => return None,
-    })
-}
-
 /// Runs a decoder over bytes from the network, turning a panic inside it into an error.
 fn decode_guarded<T>(f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
@@ -444,19 +339,9 @@ fn encode(
     Ok(out.freeze())
 }
 
-fn api_versions() -> ApiVersionsResponse {
-    let mut r = ApiVersionsResponse::default();
-    r.api_keys = SUPPORTED
-        .iter()
-        .map(|(k, min, max)| {
-            let mut v = ApiVersion::default();
-            v.api_key = *k as i16;
-            v.min_version = *min;
-            v.max_version = *max;
-            v
-        })
-        .collect();
-    r
+/// A Kafka string field's value.
+fn message(s: impl Into<String>) -> Option<StrBytes> {
+    Some(StrBytes::from_string(s.into()))
 }
 
 fn broker_id(id: NodeId) -> BrokerId {
@@ -485,35 +370,6 @@ fn error_code(e: &Error) -> i16 {
         Error::ProducerFenced { .. } => code::INVALID_PRODUCER_EPOCH,
         _ => code::UNKNOWN_SERVER_ERROR,
     }
-}
-
-/// InitProducerId for an idempotent producer (no transactions): a producer id from the
-/// cluster at epoch 0 (the service's rules).
-async fn init_producer_id(
-    request: &kafka_protocol::messages::InitProducerIdRequest,
-    service: &BrokerService,
-) -> kafka_protocol::messages::InitProducerIdResponse {
-    use kafka_protocol::messages::ProducerId;
-    let mut r = kafka_protocol::messages::InitProducerIdResponse::default();
-    r.producer_id = ProducerId(-1);
-    r.producer_epoch = -1;
-    if request.transactional_id.is_some() {
-        r.error_code = code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
-        return r;
-    }
-    match service.init_producer_id().await {
-        Ok((id, epoch)) => {
-            r.producer_id = ProducerId(i64::try_from(id).unwrap_or(-1));
-            r.producer_epoch = i16::try_from(epoch).unwrap_or(-1);
-        }
-        // No id could be had in time (the metadata group has no reachable leader): Kafka's
-        // answer when its producer id manager cannot hand one out, which clients retry.
-        Err(e) => {
-            tracing::debug!(error = %e, "no producer id");
-            r.error_code = code::COORDINATOR_NOT_AVAILABLE;
-        }
-    }
-    r
 }
 
 /// The current leader of a partition and its term, for the answer to a request refused with

@@ -10,14 +10,17 @@ use kafka_protocol::messages::metadata_response::{
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse};
 use kafka_protocol::protocol::StrBytes;
 
-use super::{KafkaConfig, broker_id, code, topic_name};
 use crate::group::OFFSETS_TOPIC;
+use crate::kafka::{KafkaConfig, broker_id, code, topic_name};
 use crate::node::service::BrokerService;
 use crate::protocol::PartitionMetadata;
 
+/// The versions served.
+pub(crate) const APIS: &[super::Served] = &[(kafka_protocol::messages::ApiKey::Metadata, 1, 12)];
+
 /// Serves Metadata: one gathering per request, of the one topic asked for or of all (filtered
 /// to those asked for), since each gathering may ask other brokers.
-pub(super) async fn metadata(
+pub(crate) async fn metadata(
     request: MetadataRequest,
     service: &BrokerService,
     config: &KafkaConfig,

@@ -8,27 +8,30 @@ use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse};
 
-use super::{Held, KafkaConfig, broker_id, code, current_leader, error_code, take};
+use crate::kafka::{Held, KafkaConfig, broker_id, code, current_leader, error_code, take};
 use crate::node::service::{BrokerService, Fetch, Fetched, PartitionFetch};
 use crate::segment::format::PayloadFormat;
 use crate::segment::kafka as kafka_batch;
 use crate::segment::record::Batch;
 use crate::types::{Offset, PartitionId};
 
+/// The versions served.
+pub(crate) const APIS: &[super::Served] = &[(kafka_protocol::messages::ApiKey::Fetch, 4, 12)];
+
 /// A Kafka offset as the service takes it: a negative one names no record, and is past any
 /// log's end (answered OFFSET_OUT_OF_RANGE).
-pub(super) fn offset(kafka: i64) -> Offset {
+pub(crate) fn offset(kafka: i64) -> Offset {
     u64::try_from(kafka).map_or(Offset(u64::MAX), Offset)
 }
 
 /// A Kafka leader epoch as the service takes it: −1 (and any negative) is "not checked".
-pub(super) fn epoch(kafka: i32) -> Option<u64> {
+pub(crate) fn epoch(kafka: i32) -> Option<u64> {
     u64::try_from(kafka).ok()
 }
 
 /// A Kafka partition index as the service takes it: a negative one is a partition no topic
 /// has.
-pub(super) fn partition(topic: &str, index: i32) -> PartitionId {
+pub(crate) fn partition(topic: &str, index: i32) -> PartitionId {
     PartitionId::new(topic, u32::try_from(index).unwrap_or(u32::MAX))
 }
 
@@ -78,7 +81,7 @@ fn answer_bytes(fetch: &Fetch, service: &BrokerService, config: &KafkaConfig) ->
 /// records: the client asks again, and fetches do not queue up behind the budget. Returns the
 /// answer without its records, each partition's records as pieces (see `fetch_answer.rs`),
 /// and the budget held until the answer is written.
-pub(super) async fn fetch(
+pub(crate) async fn fetch(
     request: FetchRequest,
     version: i16,
     service: &BrokerService,

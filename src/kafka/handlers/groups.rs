@@ -28,7 +28,20 @@ use crate::group::GroupError;
 use crate::group::api::{CommitOffset, JoinGroup, JoinReply, MemberRef, OffsetCommit, SyncGroup};
 use crate::node::service::BrokerService;
 // For what no coordinator here serves (transactions).
-use super::code::COORDINATOR_NOT_AVAILABLE;
+use crate::kafka::code::COORDINATOR_NOT_AVAILABLE;
+
+/// The versions served.
+pub(crate) const APIS: &[super::Served] = &[
+    (kafka_protocol::messages::ApiKey::FindCoordinator, 0, 3),
+    (kafka_protocol::messages::ApiKey::JoinGroup, 0, 7),
+    (kafka_protocol::messages::ApiKey::SyncGroup, 0, 5),
+    (kafka_protocol::messages::ApiKey::Heartbeat, 0, 4),
+    (kafka_protocol::messages::ApiKey::LeaveGroup, 0, 4),
+    (kafka_protocol::messages::ApiKey::OffsetCommit, 2, 8),
+    (kafka_protocol::messages::ApiKey::OffsetFetch, 1, 7),
+    (kafka_protocol::messages::ApiKey::ListGroups, 0, 4),
+    (kafka_protocol::messages::ApiKey::DescribeGroups, 0, 5),
+];
 
 /// MEMBER_ID_REQUIRED.
 const MEMBER_ID_REQUIRED: i16 = 79;
@@ -43,7 +56,7 @@ fn instance_id(id: Option<&StrBytes>) -> Option<String> {
     id.map(|i| i.to_string()).filter(|i| !i.is_empty())
 }
 
-pub(super) async fn find_coordinator(
+pub(crate) async fn find_coordinator(
     request: FindCoordinatorRequest,
     service: &BrokerService,
 ) -> FindCoordinatorResponse {
@@ -54,14 +67,14 @@ pub(super) async fn find_coordinator(
     if request.key_type != 0 {
         // A transactional producer asks first: a fatal error for it, with the reason (a
         // retriable one would have it ask until its timeout).
-        r.error_code = super::code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+        r.error_code = crate::kafka::code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
         r.error_message = Some(s("transactions are not served"));
         return r;
     }
     match service.find_coordinator(&request.key).await {
         Ok(c) => match service.kafka_brokers().get(&c.node) {
             Some(addr) => {
-                r.node_id = super::broker_id(c.node);
+                r.node_id = crate::kafka::broker_id(c.node);
                 r.host = s(&addr.ip().to_string());
                 r.port = i32::from(addr.port());
             }
@@ -72,7 +85,7 @@ pub(super) async fn find_coordinator(
     r
 }
 
-pub(super) async fn join_group(
+pub(crate) async fn join_group(
     request: JoinGroupRequest,
     version: i16,
     client_id: &str,
@@ -131,7 +144,7 @@ pub(super) async fn join_group(
     r
 }
 
-pub(super) async fn sync_group(
+pub(crate) async fn sync_group(
     request: SyncGroupRequest,
     service: &BrokerService,
 ) -> SyncGroupResponse {
@@ -158,7 +171,7 @@ pub(super) async fn sync_group(
     r
 }
 
-pub(super) async fn heartbeat(
+pub(crate) async fn heartbeat(
     request: HeartbeatRequest,
     service: &BrokerService,
 ) -> HeartbeatResponse {
@@ -176,7 +189,7 @@ pub(super) async fn heartbeat(
     r
 }
 
-pub(super) async fn leave_group(
+pub(crate) async fn leave_group(
     request: LeaveGroupRequest,
     version: i16,
     service: &BrokerService,
@@ -210,7 +223,7 @@ pub(super) async fn leave_group(
     r
 }
 
-pub(super) async fn offset_commit(
+pub(crate) async fn offset_commit(
     request: OffsetCommitRequest,
     service: &BrokerService,
 ) -> OffsetCommitResponse {
@@ -265,7 +278,7 @@ pub(super) async fn offset_commit(
     r
 }
 
-pub(super) async fn offset_fetch(
+pub(crate) async fn offset_fetch(
     request: OffsetFetchRequest,
     service: &BrokerService,
 ) -> OffsetFetchResponse {
@@ -307,7 +320,7 @@ pub(super) async fn offset_fetch(
     r
 }
 
-pub(super) async fn list_groups(service: &BrokerService) -> ListGroupsResponse {
+pub(crate) async fn list_groups(service: &BrokerService) -> ListGroupsResponse {
     let mut r = ListGroupsResponse::default();
     r.groups = service
         .list_groups()
@@ -325,7 +338,7 @@ pub(super) async fn list_groups(service: &BrokerService) -> ListGroupsResponse {
     r
 }
 
-pub(super) async fn describe_groups(
+pub(crate) async fn describe_groups(
     request: DescribeGroupsRequest,
     service: &BrokerService,
 ) -> DescribeGroupsResponse {

@@ -13,12 +13,19 @@ use kafka_protocol::messages::{
     DescribeClusterRequest, DescribeClusterResponse, DescribeConfigsRequest,
     DescribeConfigsResponse, TopicName,
 };
-use kafka_protocol::messages::{RequestKind, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
 
-use super::{KafkaConfig, broker_id, code, error_code};
 use crate::error::Error;
+use crate::kafka::{KafkaConfig, broker_id, code, error_code, message};
 use crate::node::service::{BrokerService, NewTopic};
+
+/// The versions served.
+pub(crate) const APIS: &[super::Served] = &[
+    (kafka_protocol::messages::ApiKey::CreateTopics, 2, 7),
+    (kafka_protocol::messages::ApiKey::DeleteTopics, 1, 6),
+    (kafka_protocol::messages::ApiKey::DescribeConfigs, 1, 4),
+    (kafka_protocol::messages::ApiKey::DescribeCluster, 0, 2),
+];
 
 /// Kafka's resource types in DescribeConfigs.
 const RESOURCE_TOPIC: i8 = 2;
@@ -56,10 +63,6 @@ fn topic_error(e: &Error) -> i16 {
     }
 }
 
-fn message(s: impl Into<String>) -> Option<StrBytes> {
-    Some(StrBytes::from_string(s.into()))
-}
-
 /// A Kafka count as the service takes it: −1 is the broker's default; any other negative is
 /// out of range (0 is refused by the service).
 fn count<T: TryInto<u32> + PartialEq>(kafka: T, default: T) -> Option<u32> {
@@ -71,7 +74,7 @@ fn count<T: TryInto<u32> + PartialEq>(kafka: T, default: T) -> Option<u32> {
 /// retry `LEADER_NOT_AVAILABLE`). Manual replica assignments and per-topic configs are
 /// refused here: the service's request has no room for them (replog places replicas itself
 /// and has no per-topic settings).
-pub(super) async fn create_topics(
+pub(crate) async fn create_topics(
     request: CreateTopicsRequest,
     service: &BrokerService,
 ) -> CreateTopicsResponse {
@@ -122,7 +125,7 @@ pub(super) async fn create_topics(
 }
 
 /// DeleteTopics, by name (topic ids are Kafka's UUIDs, which replog's topics do not have).
-pub(super) async fn delete_topics(
+pub(crate) async fn delete_topics(
     request: DeleteTopicsRequest,
     service: &BrokerService,
 ) -> DeleteTopicsResponse {
@@ -192,7 +195,7 @@ fn topic_configs(service: &BrokerService) -> Vec<DescribeConfigsResourceResult> 
 
 /// DescribeConfigs of topics and of brokers (the same log settings), read-only; other
 /// resource types are Kafka's INVALID_REQUEST.
-pub(super) fn describe_configs(
+pub(crate) fn describe_configs(
     request: DescribeConfigsRequest,
     service: &BrokerService,
     config: &KafkaConfig,
@@ -235,7 +238,7 @@ pub(super) fn describe_configs(
 
 /// DescribeCluster: every broker with its Kafka address; the answering broker stands in as
 /// the controller, as in Metadata.
-pub(super) fn describe_cluster(
+pub(crate) fn describe_cluster(
     request: &DescribeClusterRequest,
     service: &BrokerService,
     config: &KafkaConfig,
@@ -262,170 +265,4 @@ pub(super) fn describe_cluster(
         })
         .collect();
     r
-}
-
-/// The answer to an admin request replog does not serve but whose answer names each item
-/// (a topic, a resource, a partition) and has no error of its own: every item is answered
-/// `UNSUPPORTED_VERSION` with the reason, so the client reports it instead of losing its
-/// connection. `None` for any other request.
-pub(super) fn refuse_items(request: RequestKind) -> Option<ResponseKind> {
-    use kafka_protocol::messages as m;
-    use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
-    use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
-    use kafka_protocol::messages::delete_records_response::{
-        DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
-    };
-    use kafka_protocol::messages::incremental_alter_configs_response as incremental;
-    use kafka_protocol::messages::{
-        AlterConfigsResponse, CreatePartitionsResponse, DeleteRecordsResponse,
-        IncrementalAlterConfigsResponse,
-    };
-    let no = code::UNSUPPORTED_VERSION;
-    Some(match request {
-        RequestKind::CreatePartitions(r) => {
-            let mut out = CreatePartitionsResponse::default();
-            for t in r.topics {
-                let mut res = CreatePartitionsTopicResult::default();
-                res.name = t.name;
-                res.error_code = no;
-                res.error_message = message("replog does not add partitions to a topic");
-                out.results.push(res);
-            }
-            ResponseKind::CreatePartitions(out)
-        }
-        RequestKind::AlterConfigs(r) => {
-            let mut out = AlterConfigsResponse::default();
-            for resource in r.resources {
-                let mut res = AlterConfigsResourceResponse::default();
-                res.resource_type = resource.resource_type;
-                res.resource_name = resource.resource_name;
-                res.error_code = no;
-                res.error_message = message("replog's settings are static");
-                out.responses.push(res);
-            }
-            ResponseKind::AlterConfigs(out)
-        }
-        RequestKind::IncrementalAlterConfigs(r) => {
-            let mut out = IncrementalAlterConfigsResponse::default();
-            for resource in r.resources {
-                let mut res = incremental::AlterConfigsResourceResponse::default();
-                res.resource_type = resource.resource_type;
-                res.resource_name = resource.resource_name;
-                res.error_code = no;
-                res.error_message = message("replog's settings are static");
-                out.responses.push(res);
-            }
-            ResponseKind::IncrementalAlterConfigs(out)
-        }
-        RequestKind::DeleteRecords(r) => {
-            let mut out = DeleteRecordsResponse::default();
-            for topic in r.topics {
-                let mut t = DeleteRecordsTopicResult::default();
-                t.name = topic.name;
-                for p in topic.partitions {
-                    let mut res = DeleteRecordsPartitionResult::default();
-                    res.partition_index = p.partition_index;
-                    res.low_watermark = -1;
-                    res.error_code = no;
-                    t.partitions.push(res);
-                }
-                out.topics.push(t);
-            }
-            ResponseKind::DeleteRecords(out)
-        }
-        RequestKind::DeleteGroups(r) => {
-            let mut out = m::DeleteGroupsResponse::default();
-            for g in r.groups_names {
-                let mut res = m::delete_groups_response::DeletableGroupResult::default();
-                res.group_id = g;
-                res.error_code = no;
-                out.results.push(res);
-            }
-            ResponseKind::DeleteGroups(out)
-        }
-        RequestKind::CreateAcls(r) => {
-            let mut out = m::CreateAclsResponse::default();
-            for _ in r.creations {
-                let mut res = m::create_acls_response::AclCreationResult::default();
-                res.error_code = no;
-                res.error_message = message("replog has no ACLs");
-                out.results.push(res);
-            }
-            ResponseKind::CreateAcls(out)
-        }
-        RequestKind::DeleteAcls(r) => {
-            let mut out = m::DeleteAclsResponse::default();
-            for _ in r.filters {
-                let mut res = m::delete_acls_response::DeleteAclsFilterResult::default();
-                res.error_code = no;
-                res.error_message = message("replog has no ACLs");
-                out.filter_results.push(res);
-            }
-            ResponseKind::DeleteAcls(out)
-        }
-        RequestKind::TxnOffsetCommit(r) => {
-            let mut out = m::TxnOffsetCommitResponse::default();
-            for topic in r.topics {
-                let mut t = m::txn_offset_commit_response::TxnOffsetCommitResponseTopic::default();
-                t.name = topic.name;
-                for p in topic.partitions {
-                    let mut res =
-                        m::txn_offset_commit_response::TxnOffsetCommitResponsePartition::default();
-                    res.partition_index = p.partition_index;
-                    res.error_code = code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
-                    t.partitions.push(res);
-                }
-                out.topics.push(t);
-            }
-            ResponseKind::TxnOffsetCommit(out)
-        }
-        RequestKind::DescribeProducers(r) => {
-            let mut out = m::DescribeProducersResponse::default();
-            for topic in r.topics {
-                let mut t = m::describe_producers_response::TopicResponse::default();
-                t.name = topic.name;
-                for index in topic.partition_indexes {
-                    let mut res = m::describe_producers_response::PartitionResponse::default();
-                    res.partition_index = index;
-                    res.error_code = no;
-                    res.error_message = message("replog does not describe producers");
-                    t.partitions.push(res);
-                }
-                out.topics.push(t);
-            }
-            ResponseKind::DescribeProducers(out)
-        }
-        RequestKind::DescribeTransactions(r) => {
-            let mut out = m::DescribeTransactionsResponse::default();
-            for id in r.transactional_ids {
-                let mut res = m::describe_transactions_response::TransactionState::default();
-                res.transactional_id = id;
-                res.error_code = TRANSACTIONAL_ID_NOT_FOUND;
-                out.transaction_states.push(res);
-            }
-            ResponseKind::DescribeTransactions(out)
-        }
-        _ => return None,
-    })
-}
-
-/// Kafka's answer for a transactional id it has no transaction of.
-const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
-
-/// The APIs [`refuse_items`] answers.
-pub(super) fn refused_per_item(api: kafka_protocol::messages::ApiKey) -> bool {
-    use kafka_protocol::messages::ApiKey as K;
-    matches!(
-        api,
-        K::CreatePartitions
-            | K::AlterConfigs
-            | K::IncrementalAlterConfigs
-            | K::DeleteRecords
-            | K::DeleteGroups
-            | K::CreateAcls
-            | K::DeleteAcls
-            | K::TxnOffsetCommit
-            | K::DescribeProducers
-            | K::DescribeTransactions
-    )
 }

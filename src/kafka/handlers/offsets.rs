@@ -15,9 +15,15 @@ use kafka_protocol::messages::{
 };
 
 use super::fetch::{epoch, partition};
-use super::{code, error_code};
+use crate::kafka::{code, error_code};
 use crate::node::service::BrokerService;
 use crate::protocol::OffsetAt;
+
+/// The versions served.
+pub(crate) const APIS: &[super::Served] = &[
+    (kafka_protocol::messages::ApiKey::ListOffsets, 1, 7),
+    (kafka_protocol::messages::ApiKey::OffsetForLeaderEpoch, 2, 4),
+];
 
 /// Kafka's ListOffsets timestamp as the service's point: −1 the high watermark, −2 the log
 /// start, −3 the latest time (KIP-734); `None` for the other negative ones, which name points
@@ -32,7 +38,7 @@ fn offset_at(timestamp: i64) -> Option<OffsetAt> {
 }
 
 /// ListOffsets, each partition answered by this broker's replica.
-pub(super) fn list_offsets(
+pub(crate) fn list_offsets(
     request: ListOffsetsRequest,
     service: &BrokerService,
 ) -> ListOffsetsResponse {
@@ -69,7 +75,7 @@ pub(super) fn list_offsets(
 }
 
 /// OffsetForLeaderEpoch, on the partitions' leader.
-pub(super) fn offset_for_leader_epoch(
+pub(crate) fn offset_for_leader_epoch(
     request: OffsetForLeaderEpochRequest,
     service: &BrokerService,
 ) -> OffsetForLeaderEpochResponse {

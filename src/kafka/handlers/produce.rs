@@ -17,8 +17,8 @@ use kafka_protocol::messages::{ProduceRequest, ProduceResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
 use super::fetch::partition;
-use super::{broker_id, code, current_leader, error_code};
 use crate::error::Error;
+use crate::kafka::{broker_id, code, current_leader, error_code};
 use crate::node::service::{BrokerService, Produce};
 use crate::raft::types::AppendRequest;
 use crate::segment::format::PayloadFormat;
@@ -26,9 +26,12 @@ use crate::segment::kafka as kafka_batch;
 use crate::transport::{Turn, Turns};
 use crate::types::NodeId;
 
+/// The versions served.
+pub(crate) const APIS: &[super::Served] = &[(kafka_protocol::messages::ApiKey::Produce, 3, 11)];
+
 /// Serves a Produce request whose place among its connection's requests is `turn` (`None`:
 /// no order to keep).
-pub(super) async fn produce(
+pub(crate) async fn produce(
     request: ProduceRequest,
     version: i16,
     service: &BrokerService,
