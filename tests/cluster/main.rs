@@ -17,6 +17,8 @@ mod idempotence;
 mod kafka;
 mod kafka_answers;
 mod kafka_groups;
+mod kafka_python;
+mod kafka_wire;
 mod long_poll;
 mod metrics;
 #[path = "../support/ports.rs"]
