@@ -422,26 +422,16 @@ fn put_varint(out: &mut BytesMut, v: i64) {
     out.put_u8(z as u8);
 }
 
-/// A header's name as Kafka gets it: empty unless it is UTF-8.
-fn header_name(h: &Header) -> &[u8] {
-    if std::str::from_utf8(&h.name).is_ok() {
-        &h.name
-    } else {
-        &[]
-    }
-}
-
 /// A length as Kafka writes it (lengths here are bounded by the batch limit, far below 2^31).
 fn len_i64(len: usize) -> i64 {
     i64::try_from(len).unwrap_or(i64::MAX)
 }
 
 /// Appends the records of a batch replog wrote (each with its offset, in order) to `out` as one
-/// uncompressed Kafka v2 record batch: the log's append time as LogAppendTime, no producer,
-/// partition leader epoch `leader_epoch`, a fresh CRC-32C. Written field by field straight
-/// from the records (no intermediate copy of each). Header names that are not UTF-8 go out
-/// empty: Kafka's header keys are strings. Writes nothing for no records.
-pub(crate) fn encode_appended(
+/// uncompressed Kafka v2 record batch: see [`encode_native`], which encodes a stored batch's
+/// records in place; this one takes decoded records (the tests' model of it).
+#[cfg(test)]
+fn encode_appended(
     records: &[(u64, Record)],
     leader_epoch: u64,
     timestamp_ms: u64,
@@ -450,39 +440,109 @@ pub(crate) fn encode_appended(
     let (Some((base, _)), Some((last, _))) = (records.first(), records.last()) else {
         return;
     };
+    let fields = records.iter().map(|(offset, r)| {
+        let headers = r.headers.iter().map(|h| (&h.name[..], &h.value[..]));
+        (
+            offset.saturating_sub(*base),
+            r.key.as_deref(),
+            &r.value[..],
+            headers,
+        )
+    });
+    let head = BatchHead {
+        base: *base,
+        last_delta: last.saturating_sub(*base),
+        count: records.len(),
+        leader_epoch,
+        timestamp_ms,
+    };
+    encode_batch(&head, fields, out);
+}
+
+/// Appends a stored batch of replog's own records (`Batch::record_refs`) to `out` as one
+/// uncompressed Kafka v2 record batch: the log's append time as LogAppendTime, no producer,
+/// partition leader epoch `leader_epoch`, a fresh CRC-32C. Written field by field straight
+/// from the stored bytes: no record is decoded into values of its own. Header names that are
+/// not UTF-8 go out empty: Kafka's header keys are strings. Writes nothing for no records.
+pub(crate) fn encode_native(batch: &crate::segment::record::Batch, out: &mut BytesMut) {
+    let count = batch.record_refs().count();
+    let Some(last_delta) = (count as u64).checked_sub(1) else {
+        return;
+    };
+    let fields = batch
+        .record_refs()
+        .enumerate()
+        .map(|(i, r)| (i as u64, r.key, r.value, r.headers()));
+    let head = BatchHead {
+        base: batch.base_offset().get(),
+        last_delta,
+        count,
+        leader_epoch: batch.term().get(),
+        timestamp_ms: batch.timestamp_ms(),
+    };
+    encode_batch(&head, fields, out);
+}
+
+/// What a Kafka batch's header says of its records.
+struct BatchHead {
+    base: u64,
+    /// The last record's offset less the first's.
+    last_delta: u64,
+    count: usize,
+    leader_epoch: u64,
+    timestamp_ms: u64,
+}
+
+/// A record's Kafka header key: its name if it is UTF-8, else empty.
+fn header_key(name: &[u8]) -> &[u8] {
+    if std::str::from_utf8(name).is_ok() {
+        name
+    } else {
+        &[]
+    }
+}
+
+/// Writes one Kafka v2 batch of `records`, each its offset delta, key, value and headers.
+fn encode_batch<'a, H>(
+    head: &BatchHead,
+    records: impl Iterator<Item = (u64, Option<&'a [u8]>, &'a [u8], H)>,
+    out: &mut BytesMut,
+) where
+    H: Iterator<Item = (&'a [u8], &'a [u8])> + Clone,
+{
     let start = out.len();
-    let timestamp = i64::try_from(timestamp_ms).unwrap_or(i64::MAX);
-    out.put_i64(i64::try_from(*base).unwrap_or(i64::MAX));
+    let timestamp = i64::try_from(head.timestamp_ms).unwrap_or(i64::MAX);
+    out.put_i64(i64::try_from(head.base).unwrap_or(i64::MAX));
     out.put_i32(0); // the batch length, set below
-    out.put_i32(i32::try_from(leader_epoch).unwrap_or(i32::MAX));
+    out.put_i32(i32::try_from(head.leader_epoch).unwrap_or(i32::MAX));
     out.put_i8(2);
     out.put_u32(0); // the CRC-32C, set below
     out.put_i16(LOG_APPEND_TIME);
-    out.put_i32(i32::try_from(last.saturating_sub(*base)).unwrap_or(i32::MAX));
+    out.put_i32(i32::try_from(head.last_delta).unwrap_or(i32::MAX));
     out.put_i64(timestamp);
     out.put_i64(timestamp);
     out.put_i64(-1);
     out.put_i16(-1);
     out.put_i32(-1);
-    out.put_i32(i32::try_from(records.len()).unwrap_or(i32::MAX));
-    for (offset, r) in records {
-        let delta = i64::try_from(offset.saturating_sub(*base)).unwrap_or(i64::MAX);
-        let key_len = r.key.as_ref().map_or(-1, |k| len_i64(k.len()));
-        let value_len = len_i64(r.value.len());
-        let headers = len_i64(r.headers.len());
+    out.put_i32(i32::try_from(head.count).unwrap_or(i32::MAX));
+    for (delta, key, value, headers) in records {
+        let delta = i64::try_from(delta).unwrap_or(i64::MAX);
+        let key_len = key.map_or(-1, |k| len_i64(k.len()));
+        let value_len = len_i64(value.len());
+        let header_count = len_i64(headers.clone().count());
         let body = 1 // attributes
             + varint_len(0) // timestamp delta
             + varint_len(delta)
             + varint_len(key_len)
-            + r.key.as_ref().map_or(0, |k| k.len())
+            + key.map_or(0, <[u8]>::len)
             + varint_len(value_len)
-            + r.value.len()
-            + varint_len(headers)
-            + r.headers
-                .iter()
-                .map(|h| {
-                    let n = header_name(h).len();
-                    varint_len(len_i64(n)) + n + varint_len(len_i64(h.value.len())) + h.value.len()
+            + value.len()
+            + varint_len(header_count)
+            + headers
+                .clone()
+                .map(|(name, value)| {
+                    let n = header_key(name).len();
+                    varint_len(len_i64(n)) + n + varint_len(len_i64(value.len())) + value.len()
                 })
                 .sum::<usize>();
         put_varint(out, len_i64(body));
@@ -490,18 +550,18 @@ pub(crate) fn encode_appended(
         put_varint(out, 0);
         put_varint(out, delta);
         put_varint(out, key_len);
-        if let Some(k) = &r.key {
+        if let Some(k) = key {
             out.extend_from_slice(k);
         }
         put_varint(out, value_len);
-        out.extend_from_slice(&r.value);
-        put_varint(out, headers);
-        for h in &r.headers {
-            let n = header_name(h);
-            put_varint(out, len_i64(n.len()));
-            out.extend_from_slice(n);
-            put_varint(out, len_i64(h.value.len()));
-            out.extend_from_slice(&h.value);
+        out.extend_from_slice(value);
+        put_varint(out, header_count);
+        for (name, value) in headers {
+            let name = header_key(name);
+            put_varint(out, len_i64(name.len()));
+            out.extend_from_slice(name);
+            put_varint(out, len_i64(value.len()));
+            out.extend_from_slice(value);
         }
     }
     let batch_len = out.len() - start - BATCH_LENGTH_END;
@@ -874,5 +934,41 @@ mod tests {
         let mut none = BytesMut::new();
         encode_appended(&[], 7, 0, &mut none);
         assert!(none.is_empty());
+    }
+
+    /// A stored batch encoded in place is the batch its decoded records encode to.
+    #[test]
+    fn a_stored_batch_encodes_in_place_as_its_decoded_records_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = crate::PartitionLog::open(dir.path(), crate::LogConfig::default()).unwrap();
+        let batches: Vec<Vec<Record>> = vec![
+            vec![
+                Record::new("v0")
+                    .with_key("k0")
+                    .with_header("h", "x")
+                    .with_header("", ""),
+                Record::new(Bytes::new()),
+                Record::new(vec![b'v'; 300]).with_key(Bytes::new()),
+                Record::new("v3").with_header(Bytes::from_static(&[0xff, 0xfe]), "not utf-8"),
+            ],
+            vec![Record::new(vec![7u8; 1024])],
+        ];
+        for records in &batches {
+            log.append(records).unwrap();
+        }
+        let stored = log.read(crate::types::Offset(0), 1 << 20).unwrap();
+        assert_eq!(stored.len(), 2);
+        for b in &stored {
+            let decoded: Vec<(u64, Record)> = b.records().map(|(o, r)| (o.get(), r)).collect();
+            let mut model = BytesMut::new();
+            encode_appended(&decoded, b.term().get(), b.timestamp_ms(), &mut model);
+            let mut in_place = BytesMut::new();
+            encode_native(b, &mut in_place);
+            assert_eq!(in_place, model);
+            assert_eq!(
+                check(&in_place).unwrap().record_count as usize,
+                decoded.len()
+            );
+        }
     }
 }

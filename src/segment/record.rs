@@ -638,43 +638,98 @@ impl Iterator for RecordIter {
     }
 }
 
+/// A record of a replog payload read in place: its key, value and headers borrow the payload
+/// (no reference taken on it, nothing allocated). Layout: FORMAT.md §4.1.
+#[derive(Clone, Copy)]
+pub(crate) struct RecordRef<'a> {
+    pub(crate) key: Option<&'a [u8]>,
+    pub(crate) value: &'a [u8],
+    /// The headers' bytes, `header_count` of them one after the other.
+    headers: &'a [u8],
+    header_count: u16,
+}
+
+impl<'a> RecordRef<'a> {
+    /// Reads the record at `*pos` of `payload`, advancing `*pos`; `None` if it does not fit.
+    pub(crate) fn read(payload: &'a [u8], pos: &mut usize) -> Option<RecordRef<'a>> {
+        let rec = payload.get(*pos..)?;
+        let key_len = get_u32(rec, RECORD_KEY_LEN_POS)?;
+        let value_len = usize::try_from(get_u32(rec, RECORD_VALUE_LEN_POS)?).ok()?;
+        let header_count = get_u16(rec, RECORD_HEADER_COUNT_POS)?;
+        let mut p = RECORD_FIXED_LEN;
+        let mut take = |n: usize| -> Option<&'a [u8]> {
+            let bytes = rec.get(p..p.checked_add(n)?)?;
+            p += n;
+            Some(bytes)
+        };
+        let key = if key_len == NULL_KEY_LEN {
+            None
+        } else {
+            Some(take(usize::try_from(key_len).ok()?)?)
+        };
+        let value = take(value_len)?;
+        let headers_start = p;
+        for _ in 0..header_count {
+            let name_len = usize::from(get_u16(rec, p)?);
+            let val_len = usize::try_from(get_u32(rec, p + 2)?).ok()?;
+            p = p
+                .checked_add(RECORD_HEADER_FIXED_LEN + name_len)?
+                .checked_add(val_len)?;
+        }
+        let headers = rec.get(headers_start..p)?;
+        *pos += p;
+        Some(RecordRef {
+            key,
+            value,
+            headers,
+            header_count,
+        })
+    }
+
+    /// Its headers, each a name and a value.
+    pub(crate) fn headers(self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + Clone + 'a {
+        let bytes = self.headers;
+        let mut p = 0usize;
+        (0..self.header_count).map_while(move |_| {
+            let name_len = usize::from(get_u16(bytes, p)?);
+            let val_len = usize::try_from(get_u32(bytes, p + 2)?).ok()?;
+            let name_at = p + RECORD_HEADER_FIXED_LEN;
+            let name = bytes.get(name_at..name_at + name_len)?;
+            let value = bytes.get(name_at + name_len..name_at + name_len + val_len)?;
+            p = name_at + name_len + val_len;
+            Some((name, value))
+        })
+    }
+}
+
+impl Batch {
+    /// The records of a batch of replog's own format, read in place, in order (none for a
+    /// Kafka producer's batch or a control entry). Every payload handed out was validated, so
+    /// every record reads; if one did not (a replog bug), the iteration ends there.
+    pub(crate) fn record_refs(&self) -> impl Iterator<Item = RecordRef<'_>> {
+        let count = if self.kind == EntryKind::Data && self.format == PayloadFormat::Replog {
+            self.record_count
+        } else {
+            0
+        };
+        let mut pos = 0usize;
+        (0..count).map_while(move |_| RecordRef::read(&self.payload, &mut pos))
+    }
+}
+
 /// Decodes one record at `*pos`, advancing `*pos`. The returned fields share `payload`.
 fn decode_record(payload: &Bytes, pos: &mut usize) -> Option<Record> {
-    let start = *pos;
-    let rec = payload.get(start..)?;
-    let key_len = get_u32(rec, RECORD_KEY_LEN_POS)?;
-    let value_len = usize::try_from(get_u32(rec, RECORD_VALUE_LEN_POS)?).ok()?;
-    let header_count = get_u16(rec, RECORD_HEADER_COUNT_POS)?;
-    let mut p = start + RECORD_FIXED_LEN;
-    let take = |p: &mut usize, n: usize| -> Option<Bytes> {
-        let end = p.checked_add(n)?;
-        if end > payload.len() {
-            return None;
-        }
-        let b = payload.slice(*p..end);
-        *p = end;
-        Some(b)
-    };
-    let key = if key_len == NULL_KEY_LEN {
-        None
-    } else {
-        Some(take(&mut p, usize::try_from(key_len).ok()?)?)
-    };
-    let value = take(&mut p, value_len)?;
-    let mut headers = Vec::with_capacity(usize::from(header_count).min(64));
-    for _ in 0..header_count {
-        let name_len = usize::from(get_u16(payload, p)?);
-        let val_len = usize::try_from(get_u32(payload, p + 2)?).ok()?;
-        p += RECORD_HEADER_FIXED_LEN;
-        let name = take(&mut p, name_len)?;
-        let value = take(&mut p, val_len)?;
-        headers.push(Header { name, value });
-    }
-    *pos = p;
+    let r = RecordRef::read(payload, pos)?;
     Some(Record {
-        key,
-        value,
-        headers,
+        key: r.key.map(|k| payload.slice_ref(k)),
+        value: payload.slice_ref(r.value),
+        headers: r
+            .headers()
+            .map(|(name, value)| Header {
+                name: payload.slice_ref(name),
+                value: payload.slice_ref(value),
+            })
+            .collect(),
     })
 }
 

@@ -174,9 +174,7 @@ fn kafka_batches(batches: &[Batch]) -> Vec<Bytes> {
         }
         // A Kafka batch's header and each record's are a little longer than replog's.
         run.reserve(b.payload.len() + b.payload.len() / 8 + 64);
-        let records: Vec<(u64, crate::segment::record::Record)> =
-            b.records().map(|(offset, r)| (offset.get(), r)).collect();
-        kafka_batch::encode_appended(&records, b.term().get(), b.timestamp_ms(), &mut run);
+        kafka_batch::encode_native(b, &mut run);
     }
     if !run.is_empty() {
         pieces.push(run.freeze());
