@@ -261,27 +261,18 @@ async fn answer(
         RequestKind::InitProducerId(r) => {
             ResponseKind::InitProducerId(producer_ids::init_producer_id(&r, service).await)
         }
-        RequestKind::FindCoordinator(r) => {
-            ResponseKind::FindCoordinator(groups::find_coordinator(r, service).await)
-        }
-        RequestKind::JoinGroup(r) => {
+        group @ (RequestKind::FindCoordinator(_)
+        | RequestKind::JoinGroup(_)
+        | RequestKind::SyncGroup(_)
+        | RequestKind::Heartbeat(_)
+        | RequestKind::LeaveGroup(_)
+        | RequestKind::OffsetCommit(_)
+        | RequestKind::OffsetFetch(_)
+        | RequestKind::ListGroups(_)
+        | RequestKind::DescribeGroups(_)) => {
             let client_id = header.client_id.as_ref().map_or("", |c| c.as_str());
-            ResponseKind::JoinGroup(groups::join_group(r, version, client_id, from, service).await)
-        }
-        RequestKind::SyncGroup(r) => ResponseKind::SyncGroup(groups::sync_group(r, service).await),
-        RequestKind::Heartbeat(r) => ResponseKind::Heartbeat(groups::heartbeat(r, service).await),
-        RequestKind::LeaveGroup(r) => {
-            ResponseKind::LeaveGroup(groups::leave_group(r, version, service).await)
-        }
-        RequestKind::OffsetCommit(r) => {
-            ResponseKind::OffsetCommit(groups::offset_commit(r, service).await)
-        }
-        RequestKind::OffsetFetch(r) => {
-            ResponseKind::OffsetFetch(groups::offset_fetch(r, service).await)
-        }
-        RequestKind::ListGroups(_) => ResponseKind::ListGroups(groups::list_groups(service).await),
-        RequestKind::DescribeGroups(r) => {
-            ResponseKind::DescribeGroups(groups::describe_groups(r, service).await)
+            let served = groups::serve(group, version, client_id, from, service).await;
+            served.ok_or_else(|| std::io::Error::other("not a group request"))?
         }
         RequestKind::CreateTopics(r) => {
             ResponseKind::CreateTopics(admin::create_topics(r, service).await)

@@ -94,7 +94,22 @@ pub(super) fn unsupported(api: ApiKey, version: i16) -> Option<ResponseKind> {
 /// `UNSUPPORTED_VERSION` with the reason, so the client reports it instead of losing its
 /// connection. `None` for any other request.
 pub(super) fn refuse_items(request: RequestKind) -> Option<ResponseKind> {
-    use kafka_protocol::messages as m;
+    use RequestKind as R;
+    match request {
+        R::CreatePartitions(_) | R::AlterConfigs(_) | R::IncrementalAlterConfigs(_) => {
+            refuse_topic_changes(request)
+        }
+        R::DeleteRecords(_) => refuse_topic_changes(request),
+        R::DeleteGroups(_) | R::CreateAcls(_) | R::DeleteAcls(_) => refuse_groups_and_acls(request),
+        R::TxnOffsetCommit(_) | R::DescribeProducers(_) | R::DescribeTransactions(_) => {
+            refuse_transactions(request)
+        }
+        _ => None,
+    }
+}
+
+/// [`refuse_items`] for topics' partitions, configs and records; `None` for any other.
+fn refuse_topic_changes(request: RequestKind) -> Option<ResponseKind> {
     use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
     use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
     use kafka_protocol::messages::delete_records_response::{
@@ -158,6 +173,15 @@ pub(super) fn refuse_items(request: RequestKind) -> Option<ResponseKind> {
             }
             ResponseKind::DeleteRecords(out)
         }
+        _ => return None,
+    })
+}
+
+/// [`refuse_items`] for groups' deletion and ACLs; `None` for any other.
+fn refuse_groups_and_acls(request: RequestKind) -> Option<ResponseKind> {
+    use kafka_protocol::messages as m;
+    let no = code::UNSUPPORTED_VERSION;
+    Some(match request {
         RequestKind::DeleteGroups(r) => {
             let mut out = m::DeleteGroupsResponse::default();
             for g in r.groups_names {
@@ -188,6 +212,15 @@ pub(super) fn refuse_items(request: RequestKind) -> Option<ResponseKind> {
             }
             ResponseKind::DeleteAcls(out)
         }
+        _ => return None,
+    })
+}
+
+/// [`refuse_items`] for transactions and producers; `None` for any other.
+fn refuse_transactions(request: RequestKind) -> Option<ResponseKind> {
+    use kafka_protocol::messages as m;
+    let no = code::UNSUPPORTED_VERSION;
+    Some(match request {
         RequestKind::TxnOffsetCommit(r) => {
             let mut out = m::TxnOffsetCommitResponse::default();
             for topic in r.topics {

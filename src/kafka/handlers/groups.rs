@@ -20,7 +20,7 @@ use kafka_protocol::messages::{
     FindCoordinatorResponse, GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
     JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsResponse,
     OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
-    SyncGroupRequest, SyncGroupResponse, TopicName,
+    RequestKind, ResponseKind, SyncGroupRequest, SyncGroupResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -372,4 +372,35 @@ pub(crate) async fn describe_groups(
         r.groups.push(d);
     }
     r
+}
+
+/// Serves a group API's request (`None` for any other request): `client_id` and `from`, the
+/// asking client's id and address, name a joining member.
+pub(crate) async fn serve(
+    request: RequestKind,
+    version: i16,
+    client_id: &str,
+    from: Option<std::net::SocketAddr>,
+    service: &BrokerService,
+) -> Option<ResponseKind> {
+    Some(match request {
+        RequestKind::FindCoordinator(r) => {
+            ResponseKind::FindCoordinator(find_coordinator(r, service).await)
+        }
+        RequestKind::JoinGroup(r) => {
+            ResponseKind::JoinGroup(join_group(r, version, client_id, from, service).await)
+        }
+        RequestKind::SyncGroup(r) => ResponseKind::SyncGroup(sync_group(r, service).await),
+        RequestKind::Heartbeat(r) => ResponseKind::Heartbeat(heartbeat(r, service).await),
+        RequestKind::LeaveGroup(r) => {
+            ResponseKind::LeaveGroup(leave_group(r, version, service).await)
+        }
+        RequestKind::OffsetCommit(r) => ResponseKind::OffsetCommit(offset_commit(r, service).await),
+        RequestKind::OffsetFetch(r) => ResponseKind::OffsetFetch(offset_fetch(r, service).await),
+        RequestKind::ListGroups(_) => ResponseKind::ListGroups(list_groups(service).await),
+        RequestKind::DescribeGroups(r) => {
+            ResponseKind::DescribeGroups(describe_groups(r, service).await)
+        }
+        _ => return None,
+    })
 }
