@@ -1,0 +1,341 @@
+//! Unit tests of `catalog.rs`.
+
+use super::*;
+
+/// Blocks of producer ids never overlap, whichever broker takes them, start at 1, and
+/// refuse what cannot be given; a replay of the same commands gives the same blocks.
+#[test]
+fn producer_id_blocks_never_overlap_and_replay_alike() {
+    let commands: Vec<MetaCommand> = [(1, 1000), (2, 1), (1, 1000), (3, 5), (9, 10), (2, 0)]
+        .into_iter()
+        .map(|(broker, count)| MetaCommand::AllocateProducerIds {
+            broker,
+            count,
+            tag: count + broker,
+        })
+        .collect();
+    let replay = || {
+        let mut catalog = Catalog::with_configured(&[], &[1, 2, 3]);
+        let mut blocks = Vec::new();
+        for (offset, command) in commands.iter().enumerate() {
+            catalog.apply(offset as u64, Some(command));
+            let MetaCommand::AllocateProducerIds { broker, .. } = command else {
+                unreachable!()
+            };
+            let outcome = catalog.outcome(offset as u64).unwrap();
+            blocks.push(outcome.map(|()| catalog.producer_block(*broker).unwrap().ids));
+        }
+        blocks
+    };
+    let blocks = replay();
+    assert_eq!(blocks, replay());
+    let given: Vec<_> = blocks.iter().filter_map(|b| b.clone().ok()).collect();
+    assert_eq!(given, [1..1001, 1001..1002, 1002..2002, 2002..2007]);
+    // Broker 9 is not in the cluster; a block of none is no block.
+    assert!(blocks[4].is_err() && blocks[5].is_err());
+    let mut catalog = Catalog::with_configured(&[], &[1]);
+    catalog.next_producer_id = PRODUCER_IDS_END - 10;
+    let command = MetaCommand::AllocateProducerIds {
+        broker: 1,
+        count: 11,
+        tag: 0,
+    };
+    catalog.apply(0, Some(&command));
+    assert!(catalog.outcome(0).unwrap().is_err(), "past 2^63: spent");
+}
+
+/// Regression: names of 245 to 249 bytes were taken, but their replicas'
+/// deletion names passed 255 bytes, so deleting them failed and left the directory behind.
+#[test]
+fn the_longest_topic_name_still_makes_file_names_that_fit() {
+    let longest = "t".repeat(TOPIC_NAME_BYTES_MAX);
+    check_topic_name(&longest).unwrap();
+    let deleted = format!("{longest}-{}.{}-delete", PARTITIONS_MAX - 1, u64::MAX);
+    assert!(deleted.len() <= FILE_NAME_BYTES_MAX, "{}", deleted.len());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join(&deleted)).unwrap();
+    let err = check_topic_name(&"t".repeat(TOPIC_NAME_BYTES_MAX + 1)).unwrap_err();
+    assert!(err.contains(&TOPIC_NAME_BYTES_MAX.to_string()), "{err}");
+}
+
+/// FORMAT.md §6.2: a metadata record's value is the command in postcard. The variant order
+/// and the field order are the format: pinned here, byte by byte.
+#[test]
+fn metadata_commands_are_pinned_byte_by_byte() {
+    let bytes = |c: &MetaCommand| postcard::to_stdvec(c).unwrap();
+    let cases: Vec<(MetaCommand, Vec<u8>)> = vec![
+        (
+            MetaCommand::CreateTopic {
+                name: "t".into(),
+                assignment: vec![vec![1, 2], vec![300]],
+            },
+            vec![0, 1, b't', 2, 2, 1, 2, 1, 0xAC, 0x02],
+        ),
+        (
+            MetaCommand::DeleteTopic { name: "ab".into() },
+            vec![1, 2, b'a', b'b'],
+        ),
+        (
+            MetaCommand::RegisterBroker {
+                id: 4,
+                addr: "h:1".into(),
+                join: true,
+            },
+            vec![2, 4, 3, b'h', b':', b'1', 1],
+        ),
+        (
+            MetaCommand::ReassignPartition {
+                name: "t".into(),
+                partition: 2,
+                replicas: vec![3],
+            },
+            vec![3, 1, b't', 2, 1, 3],
+        ),
+        (
+            MetaCommand::ReassignDone {
+                topic_id: 129,
+                partition: 0,
+                replicas: vec![],
+            },
+            vec![4, 0x81, 0x01, 0, 0],
+        ),
+        (
+            MetaCommand::RegisterKafka {
+                id: 2,
+                addr: "h:9".into(),
+            },
+            vec![5, 2, 3, b'h', b':', b'9'],
+        ),
+        (
+            MetaCommand::AllocateProducerIds {
+                broker: 3,
+                count: 1000,
+                tag: 1,
+            },
+            vec![6, 3, 0xE8, 0x07, 1],
+        ),
+    ];
+    for (command, golden) in cases {
+        assert_eq!(bytes(&command), golden, "{command:?}");
+        assert_eq!(
+            postcard::from_bytes::<MetaCommand>(&golden).unwrap(),
+            command
+        );
+    }
+}
+
+/// Kafka's own expectation (`AdminZkClientTest.testReplicaAssignment`): five brokers, ten
+/// partitions, three replicas, start index 0.
+#[test]
+fn assignment_matches_kafka() {
+    let got = assign(&[0, 1, 2, 3, 4], 10, 3, 0).unwrap();
+    let want: Vec<Vec<NodeId>> = vec![
+        vec![0, 1, 2],
+        vec![1, 2, 3],
+        vec![2, 3, 4],
+        vec![3, 4, 0],
+        vec![4, 0, 1],
+        vec![0, 2, 3],
+        vec![1, 3, 4],
+        vec![2, 4, 0],
+        vec![3, 0, 1],
+        vec![4, 1, 2],
+    ];
+    assert_eq!(got, want);
+}
+
+#[test]
+fn assignment_spreads_leaders_and_bounds_the_factor() {
+    let got = assign(&[3, 1, 2], 3, 3, 1).unwrap();
+    let leaders: Vec<NodeId> = got.iter().map(|r| r[0]).collect();
+    assert_eq!(leaders, vec![2, 3, 1]);
+    assert!(got.iter().all(|r| r.len() == 3));
+    assert_eq!(assign(&[1], 4, 1, 7).unwrap(), vec![vec![1]; 4]);
+    assert!(assign(&[1, 2], 1, 3, 0).is_err());
+    assert!(assign(&[1, 2], 1, 0, 0).is_err());
+}
+
+#[test]
+fn topic_names_follow_kafkas_rules() {
+    for ok in [
+        "email.send",
+        "a",
+        "A-b_c.9",
+        &"x".repeat(TOPIC_NAME_BYTES_MAX),
+    ] {
+        assert_eq!(check_topic_name(ok), Ok(()), "{ok}");
+    }
+    for bad in [
+        "",
+        ".",
+        "..",
+        "a b",
+        "é",
+        "a/b",
+        "__internal",
+        &"x".repeat(250),
+        &"x".repeat(TOPIC_NAME_BYTES_MAX + 1),
+    ] {
+        assert!(check_topic_name(bad).is_err(), "{bad:?}");
+    }
+}
+
+#[test]
+fn commands_apply_in_order_and_report_outcomes() {
+    let brokers = [1, 2, 3];
+    let mut c = Catalog::with_configured(&[("fixed".into(), 2)], &brokers);
+    let create = |name: &str| MetaCommand::CreateTopic {
+        name: name.into(),
+        assignment: assign(&brokers, 2, 2, 0).unwrap(),
+    };
+    c.apply(0, Some(&create("t")));
+    assert_eq!(c.outcome(0), Some(Ok(())));
+    assert_eq!(c.topic("t").unwrap().id, 1);
+    c.apply(1, Some(&create("t")));
+    assert_eq!(c.outcome(1), Some(Err(Refused::TopicExists)));
+    c.apply(2, None);
+    assert!(matches!(c.outcome(2), Some(Err(Refused::Invalid(_)))));
+    let delete = |name: &str| MetaCommand::DeleteTopic { name: name.into() };
+    c.apply(3, Some(&delete("fixed")));
+    assert!(matches!(c.outcome(3), Some(Err(Refused::Invalid(_)))));
+    c.apply(4, Some(&delete("t")));
+    assert_eq!(c.outcome(4), Some(Ok(())));
+    assert!(c.topic("t").is_none() && c.is_deleted(1));
+    c.apply(5, Some(&delete("t")));
+    assert_eq!(c.outcome(5), Some(Err(Refused::UnknownTopic)));
+    // Created again: a new id.
+    c.apply(6, Some(&create("t")));
+    assert_eq!(c.topic("t").unwrap().id, 7);
+    assert_eq!((c.next_offset(), c.created()), (7, 2));
+    // A broker outside the cluster is refused.
+    let stray = MetaCommand::CreateTopic {
+        name: "u".into(),
+        assignment: vec![vec![1, 9]],
+    };
+    c.apply(7, Some(&stray));
+    assert!(matches!(c.outcome(7), Some(Err(Refused::Invalid(_)))));
+    assert!(c.topic("u").is_none());
+}
+
+#[test]
+fn brokers_register_their_addresses_and_the_latest_one_counts() {
+    let brokers = [1, 2, 3];
+    let mut c = Catalog::with_configured(&[], &brokers);
+    let register = |id, addr: &str| MetaCommand::RegisterBroker {
+        id,
+        addr: addr.into(),
+        join: false,
+    };
+    assert_eq!(c.broker_addr(2), None);
+    c.apply(0, Some(&register(2, "127.0.0.1:19092")));
+    assert_eq!(c.outcome(0), Some(Ok(())));
+    c.apply(1, Some(&register(2, "127.0.0.1:19093")));
+    assert_eq!(c.broker_addr(2), Some("127.0.0.1:19093".parse().unwrap()));
+    c.apply(2, Some(&register(9, "127.0.0.1:1")));
+    assert!(matches!(c.outcome(2), Some(Err(Refused::Invalid(_)))));
+    c.apply(3, Some(&register(3, "localhost")));
+    assert!(matches!(c.outcome(3), Some(Err(Refused::Invalid(_)))));
+    assert_eq!((c.broker_addr(9), c.broker_addr(3)), (None, None));
+    assert_eq!(c.brokers(), vec![1, 2, 3], "no join, no new broker");
+    // A broker that joins is one of the cluster's from then on: topics may use it.
+    let join = MetaCommand::RegisterBroker {
+        id: 4,
+        addr: "127.0.0.1:39092".into(),
+        join: true,
+    };
+    let on_4 = MetaCommand::CreateTopic {
+        name: "t".into(),
+        assignment: vec![vec![4, 1]],
+    };
+    c.apply(4, Some(&on_4));
+    assert!(
+        matches!(c.outcome(4), Some(Err(Refused::Invalid(_)))),
+        "not a broker yet"
+    );
+    c.apply(5, Some(&join));
+    assert_eq!(c.brokers(), vec![1, 2, 3, 4]);
+    c.apply(6, Some(&on_4));
+    assert_eq!(c.outcome(6), Some(Ok(())));
+    // Joining again under a taken id is refused; the broker itself re-registers without
+    // `join` when it moves.
+    c.apply(7, Some(&join));
+    assert!(matches!(c.outcome(7), Some(Err(Refused::Invalid(_)))));
+    c.apply(8, Some(&register(4, "127.0.0.1:49092")));
+    assert_eq!(c.broker_addr(4), Some("127.0.0.1:49092".parse().unwrap()));
+    // The command keeps its place in the encoding: older logs still decode.
+    let bytes = postcard::to_allocvec(&register(1, "127.0.0.1:9092")).unwrap();
+    assert_eq!(bytes[0], 2, "the third variant");
+    // Kafka addresses: of the cluster's brokers only; the latest counts.
+    let kafka = |id, addr: &str| MetaCommand::RegisterKafka {
+        id,
+        addr: addr.into(),
+    };
+    c.apply(9, Some(&kafka(2, "127.0.0.1:9093")));
+    c.apply(10, Some(&kafka(2, "127.0.0.1:9094")));
+    assert_eq!(c.kafka_addr(2), Some("127.0.0.1:9094".parse().unwrap()));
+    c.apply(11, Some(&kafka(9, "127.0.0.1:9095")));
+    assert!(matches!(c.outcome(11), Some(Err(Refused::Invalid(_)))));
+    c.apply(12, Some(&kafka(3, "nowhere")));
+    assert!(matches!(c.outcome(12), Some(Err(Refused::Invalid(_)))));
+    assert_eq!((c.kafka_addr(9), c.kafka_addr(3)), (None, None));
+}
+
+#[test]
+fn a_partition_moves_and_the_brokers_it_leaves_keep_their_replica_until_done() {
+    let brokers = [1, 2, 3, 4];
+    let mut c = Catalog::with_configured(&[("fixed".into(), 1)], &brokers);
+    let create = MetaCommand::CreateTopic {
+        name: "t".into(),
+        assignment: vec![vec![1, 2, 3], vec![2, 3, 4]],
+    };
+    c.apply(0, Some(&create));
+    let id = c.topic("t").unwrap().id;
+    let reassign = |name: &str, partition, replicas: Vec<NodeId>| MetaCommand::ReassignPartition {
+        name: name.into(),
+        partition,
+        replicas,
+    };
+    c.apply(1, Some(&reassign("t", 0, vec![4, 2, 3])));
+    assert_eq!(c.outcome(1), Some(Ok(())));
+    let t = c.topic("t").unwrap();
+    assert_eq!(t.assignment[0], vec![4, 2, 3]);
+    assert_eq!(t.leaving[0], vec![1]);
+    assert_eq!(t.moved, vec![true, false]);
+    // A second move of the partition waits for the first.
+    c.apply(2, Some(&reassign("t", 0, vec![1, 2, 3])));
+    assert!(matches!(c.outcome(2), Some(Err(Refused::Invalid(_)))));
+    // The same move again (a retried request) is no change.
+    c.apply(3, Some(&reassign("t", 0, vec![4, 2, 3])));
+    assert_eq!(c.outcome(3), Some(Ok(())));
+    assert_eq!(c.topic("t").unwrap().leaving[0], vec![1]);
+    // A Done naming other replicas is stale; the right one ends the move.
+    let done = |replicas| MetaCommand::ReassignDone {
+        topic_id: id,
+        partition: 0,
+        replicas,
+    };
+    c.apply(4, Some(&done(vec![1, 2, 3])));
+    assert!(matches!(c.outcome(4), Some(Err(Refused::Invalid(_)))));
+    assert_eq!(c.topic("t").unwrap().leaving[0], vec![1]);
+    c.apply(5, Some(&done(vec![4, 2, 3])));
+    assert_eq!(c.outcome(5), Some(Ok(())));
+    assert!(c.topic("t").unwrap().leaving[0].is_empty());
+    // What is refused: a configured topic, a partition or broker that does not exist,
+    // a broker twice, an unknown topic.
+    let bad = [
+        reassign("fixed", 0, vec![1]),
+        reassign("t", 5, vec![1]),
+        reassign("t", 1, vec![9]),
+        reassign("t", 1, vec![2, 2]),
+    ];
+    for (offset, command) in (6..).zip(&bad) {
+        c.apply(offset, Some(command));
+        assert!(
+            matches!(c.outcome(offset), Some(Err(Refused::Invalid(_)))),
+            "{command:?}"
+        );
+    }
+    c.apply(10, Some(&reassign("nope", 0, vec![1])));
+    assert_eq!(c.outcome(10), Some(Err(Refused::UnknownTopic)));
+    assert_eq!(c.topic("t").unwrap().assignment[1], vec![2, 3, 4]);
+}

@@ -1,0 +1,319 @@
+//! Unit tests of `segment/record.rs`.
+
+use super::*;
+
+const LIMITS: Limits = Limits {
+    record_bytes_max: 1024,
+    batch_bytes_max: 64 * 1024,
+};
+
+fn header_for(records: &[Record], log_index: u64, base_offset: u64) -> FrameHeader {
+    let payload_len: usize = records
+        .iter()
+        .map(|r| r.encoded_len(LIMITS.record_bytes_max).unwrap())
+        .sum();
+    FrameHeader {
+        body_len: body_len_for(payload_len, &LIMITS).unwrap(),
+        log_index,
+        term: 3,
+        base_offset,
+        record_count: u32::try_from(records.len()).unwrap(),
+        kind: EntryKind::Data,
+        format: PayloadFormat::Replog,
+        timestamp_ms: 1_700_000_000_000,
+        producer_id: 0,
+        producer_epoch: 0,
+        base_sequence: 0,
+    }
+}
+
+fn encode(records: &[Record]) -> (FrameHeader, Vec<u8>) {
+    let h = header_for(records, 5, 10);
+    let mut buf = vec![0u8; h.frame_len()];
+    let n = encode_frame(&mut buf, &h, &Payload::Records(records));
+    assert_eq!(n, buf.len());
+    (h, buf)
+}
+
+fn sample() -> Vec<Record> {
+    vec![
+        Record::new("v1"),
+        Record::new("").with_key(""),
+        Record::new(vec![7u8; 100])
+            .with_key("k")
+            .with_header("h1", "x")
+            .with_header("", ""),
+    ]
+}
+
+#[test]
+fn frame_round_trips_with_all_record_shapes() {
+    let records = sample();
+    let (h, buf) = encode(&records);
+    assert_eq!(decode_frame(&buf, 0, &LIMITS), Ok(Some(h)));
+    let batch = Batch {
+        log_index: LogIndex(5),
+        term: Term(3),
+        base_offset: Offset(10),
+        record_count: 3,
+        timestamp_ms: 0,
+        kind: EntryKind::Data,
+        format: PayloadFormat::Replog,
+        producer_id: 0,
+        producer_epoch: 0,
+        base_sequence: 0,
+        payload: Bytes::copy_from_slice(&buf[FRAME_HEADER_LEN..]),
+    };
+    let got: Vec<_> = batch.records().collect();
+    assert_eq!(got.len(), 3);
+    for (i, (off, rec)) in got.into_iter().enumerate() {
+        assert_eq!(off, Offset(10 + i as u64));
+        assert_eq!(rec, records[i]);
+    }
+}
+
+#[test]
+fn zero_length_is_end_of_data() {
+    assert_eq!(decode_frame(&[0u8; 64], 0, &LIMITS), Ok(None));
+    assert_eq!(
+        decode_frame(&[0u8; 3], 0, &LIMITS),
+        Err(CorruptKind::Truncated)
+    );
+    assert_eq!(
+        decode_frame(&[0u8; 8], 9, &LIMITS),
+        Err(CorruptKind::Truncated)
+    );
+}
+
+#[test]
+fn length_out_of_range() {
+    let (_, mut buf) = encode(&sample());
+    buf[0..4].copy_from_slice(&u32::MAX.to_le_bytes());
+    assert!(matches!(
+        decode_frame(&buf, 0, &LIMITS),
+        Err(CorruptKind::LengthOutOfRange {
+            len: 0xFFFF_FFFF,
+            ..
+        })
+    ));
+    buf[0..4].copy_from_slice(&39u32.to_le_bytes());
+    assert!(matches!(
+        decode_frame(&buf, 0, &LIMITS),
+        Err(CorruptKind::LengthOutOfRange { len: 39, .. })
+    ));
+}
+
+#[test]
+fn truncated_frame() {
+    let (_, buf) = encode(&sample());
+    for cut in 4..buf.len() {
+        assert_eq!(
+            decode_frame(&buf[..cut], 0, &LIMITS),
+            Err(CorruptKind::Truncated)
+        );
+    }
+}
+
+#[test]
+fn checksum_mismatch_on_any_body_flip() {
+    let (_, buf) = encode(&sample());
+    for i in FRAME_LOG_INDEX_POS..buf.len() {
+        let mut bad = buf.clone();
+        bad[i] ^= 0x10;
+        assert!(matches!(
+            decode_frame(&bad, 0, &LIMITS),
+            Err(CorruptKind::ChecksumMismatch { .. })
+        ));
+    }
+}
+
+/// Re-seals a hand-edited frame with a correct CRC, so later checks are reached.
+fn reseal(buf: &mut [u8]) {
+    let crc = crc32fast::hash(&buf[FRAME_LOG_INDEX_POS..]);
+    buf[FRAME_CRC_POS..FRAME_CRC_POS + 4].copy_from_slice(&crc.to_le_bytes());
+}
+
+#[test]
+fn unknown_kind_and_reserved_bits() {
+    let (_, buf) = encode(&sample());
+    let mut bad = buf.clone();
+    bad[FRAME_KIND_POS] = 9;
+    reseal(&mut bad);
+    assert_eq!(
+        decode_frame(&bad, 0, &LIMITS),
+        Err(CorruptKind::UnknownEntryKind(9))
+    );
+    let mut bad = buf.clone();
+    bad[FRAME_KIND_POS] = 0;
+    reseal(&mut bad);
+    assert_eq!(
+        decode_frame(&bad, 0, &LIMITS),
+        Err(CorruptKind::UnknownEntryKind(0))
+    );
+    for flags in [2, 3, 0x80] {
+        let mut bad = buf.clone();
+        bad[FRAME_FLAGS_POS] = flags;
+        reseal(&mut bad);
+        assert_eq!(
+            decode_frame(&bad, 0, &LIMITS),
+            Err(CorruptKind::NonZeroReserved)
+        );
+    }
+    // The Kafka flag on replog records: the payload is checked as a Kafka batch.
+    let mut bad = buf.clone();
+    bad[FRAME_FLAGS_POS] = FRAME_FLAG_KAFKA;
+    reseal(&mut bad);
+    assert!(matches!(
+        decode_frame(&bad, 0, &LIMITS),
+        Err(CorruptKind::BadKafkaBatch(_))
+    ));
+    let mut bad = buf;
+    // A producer epoch without a producer.
+    bad[FRAME_PRODUCER_EPOCH_POS + 1] = 1;
+    reseal(&mut bad);
+    assert_eq!(
+        decode_frame(&bad, 0, &LIMITS),
+        Err(CorruptKind::NonZeroReserved)
+    );
+}
+
+#[test]
+fn bad_record_layout() {
+    let (_, buf) = encode(&sample());
+    // Count says one more record than the payload holds.
+    let mut bad = buf.clone();
+    bad[FRAME_RECORD_COUNT_POS] = 4;
+    reseal(&mut bad);
+    assert_eq!(decode_frame(&bad, 0, &LIMITS), Err(CorruptKind::BadRecord));
+    // Count says fewer: bytes left over.
+    let mut bad = buf.clone();
+    bad[FRAME_RECORD_COUNT_POS] = 2;
+    reseal(&mut bad);
+    assert_eq!(decode_frame(&bad, 0, &LIMITS), Err(CorruptKind::BadRecord));
+    // A value length running past the payload.
+    let mut bad = buf.clone();
+    let vpos = FRAME_HEADER_LEN + RECORD_VALUE_LEN_POS;
+    bad[vpos..vpos + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+    reseal(&mut bad);
+    assert!(decode_frame(&bad, 0, &LIMITS).is_err());
+    // Zero records in a data frame.
+    let mut bad = buf;
+    bad[FRAME_RECORD_COUNT_POS] = 0;
+    reseal(&mut bad);
+    assert_eq!(decode_frame(&bad, 0, &LIMITS), Err(CorruptKind::BadRecord));
+}
+
+#[test]
+fn record_of_exactly_the_limit() {
+    let max = LIMITS.record_bytes_max as usize;
+    let exact = Record::new(vec![1u8; max - RECORD_FIXED_LEN]);
+    assert_eq!(exact.encoded_len(LIMITS.record_bytes_max).unwrap(), max);
+    let (_, buf) = encode(std::slice::from_ref(&exact));
+    assert!(decode_frame(&buf, 0, &LIMITS).unwrap().is_some());
+    let over = Record::new(vec![1u8; max - RECORD_FIXED_LEN + 1]);
+    assert!(matches!(
+        over.encoded_len(LIMITS.record_bytes_max),
+        Err(Error::RecordTooLarge { len, max: 1024 }) if len == 1025
+    ));
+    // A record over the limit on disk is rejected by the decoder, too.
+    let big = Limits {
+        record_bytes_max: 4096,
+        ..LIMITS
+    };
+    let h = FrameHeader {
+        body_len: body_len_for(max + 1, &big).unwrap(),
+        ..header_for(std::slice::from_ref(&exact), 1, 1)
+    };
+    let mut buf = vec![0u8; h.frame_len()];
+    encode_frame(&mut buf, &h, &Payload::Records(std::slice::from_ref(&over)));
+    assert!(matches!(
+        decode_frame(&buf, 0, &LIMITS),
+        Err(CorruptKind::LengthOutOfRange {
+            len: 1025,
+            max: 1024
+        })
+    ));
+}
+
+#[test]
+fn a_header_written_before_its_payload_is_the_frame_encode_frame_writes() {
+    let records = sample();
+    let (h, whole) = encode(&records);
+    let payload = &whole[FRAME_HEADER_LEN..];
+    let head = encode_frame_header(&h, payload);
+    assert_eq!([&head[..], payload].concat(), whole);
+    let kafka = FrameHeader {
+        format: PayloadFormat::Kafka,
+        producer_id: 7,
+        producer_epoch: 2,
+        base_sequence: 40,
+        ..h
+    };
+    let mut raw = vec![0u8; kafka.frame_len()];
+    encode_frame(&mut raw, &kafka, &Payload::Raw(payload));
+    assert_eq!(
+        [&encode_frame_header(&kafka, payload)[..], payload].concat(),
+        raw
+    );
+}
+
+#[test]
+fn control_frames_carry_no_records() {
+    let h = FrameHeader {
+        body_len: body_len_for(3, &LIMITS).unwrap(),
+        log_index: 1,
+        term: 1,
+        base_offset: 0,
+        record_count: 0,
+        kind: EntryKind::Control,
+        format: PayloadFormat::Replog,
+        timestamp_ms: 0,
+        producer_id: 9,
+        producer_epoch: 0x0102,
+        base_sequence: 4,
+    };
+    let mut buf = vec![0u8; h.frame_len()];
+    encode_frame(&mut buf, &h, &Payload::Raw(b"abc"));
+    assert_eq!(decode_frame(&buf, 0, &LIMITS), Ok(Some(h)));
+    assert_eq!(
+        buf[FRAME_PRODUCER_EPOCH_POS..FRAME_PRODUCER_EPOCH_POS + 2],
+        [0x02, 0x01],
+        "the producer epoch is little-endian at bytes 38..40"
+    );
+    buf[FRAME_RECORD_COUNT_POS] = 1;
+    reseal(&mut buf);
+    assert_eq!(decode_frame(&buf, 0, &LIMITS), Err(CorruptKind::BadRecord));
+}
+
+#[test]
+fn fuzz_entry_point_accepts_garbage() {
+    for len in 0..200 {
+        let data: Vec<u8> = (0..len).map(|i| (i * 37 + len) as u8).collect();
+        let _ = fuzz_decode_frame(&data);
+    }
+    let (_, buf) = encode(&sample());
+    assert_eq!(fuzz_decode_frame(&buf), Ok(3));
+}
+
+/// A frame whose offsets would overflow made the record iterator overflow (a panic in
+/// debug and fuzz builds).
+#[test]
+fn regression_overflowing_counters_are_corruption() {
+    let (payload, n) = encode_records(&[Record::new("x")], 1024).unwrap();
+    let h = FrameHeader {
+        body_len: body_len_for(payload.len(), &Limits::ON_DISK).unwrap(),
+        log_index: 0,
+        term: 0,
+        base_offset: u64::MAX,
+        record_count: n,
+        kind: EntryKind::Data,
+        format: PayloadFormat::Replog,
+        timestamp_ms: 0,
+        producer_id: 0,
+        producer_epoch: 0,
+        base_sequence: 0,
+    };
+    let mut buf = vec![0u8; h.frame_len()];
+    encode_frame(&mut buf, &h, &Payload::Raw(&payload));
+    assert!(fuzz_decode_frame(&buf).is_err());
+}
