@@ -24,9 +24,12 @@
 //!   ([`NodeConfig::kafka_listen`]): Kafka's own clients (kcat, librdkafka, kafka-python)
 //!   create and delete topics, produce (idempotently too), fetch, list offsets, check their
 //!   position after a leader change (OffsetForLeaderEpoch) and consume in groups against the
-//!   same logs and coordinators, unchanged. A Kafka producer's batches are stored as sent and
-//!   served back byte for byte; native clients read them as [`Record`]s. Transactions are
-//!   not served.
+//!   same logs and coordinators (static members too), unchanged. Both doors go through one
+//!   broker service (fetch rules, leader-epoch checks, topic defaults, producer ids handed out
+//!   from blocks taken through the metadata log) and share one connection cap and one set of
+//!   memory budgets. A Kafka producer's batches are stored as sent and served back byte for
+//!   byte from where they lie; native clients read them as [`Record`]s. Transactions are not
+//!   served.
 //! - [`LocalCluster`]: a cluster's brokers in one process on loopback, for tests, benches and
 //!   the demo.
 //!
