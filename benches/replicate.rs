@@ -93,13 +93,13 @@ impl Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let cluster = LocalCluster::start(3, dir.path(), |c| {
             c.topics = vec![(TOPIC.into(), partitions)];
-            c.heartbeat_interval_ms = 100;
-            c.election_timeout_ms = 1000;
+            c.heartbeat_interval = Duration::from_millis(100);
+            c.election_timeout = Duration::from_millis(1000);
             c.durability = durability;
             c.log = log_config();
             c.log.retention_bytes = retention_bytes;
             if retention_bytes.is_some() {
-                c.retention_check_ms = 500;
+                c.retention_check_interval = Duration::from_millis(500);
             }
         })
         .await

@@ -52,8 +52,8 @@ async fn main() -> replog::Result<()> {
     let dir = tempfile::tempdir()?;
     let mut cluster = LocalCluster::start(3, dir.path(), |c| {
         c.topics = vec![(TOPIC.into(), 1)];
-        c.heartbeat_interval_ms = 250;
-        c.election_timeout_ms = 1000;
+        c.heartbeat_interval = Duration::from_millis(250);
+        c.election_timeout = Duration::from_millis(1000);
         c.durability = Durability::Fsync;
         c.log.segment_bytes = 64 << 20;
     })

@@ -55,8 +55,8 @@ async fn main() -> replog::Result<()> {
     let (anon_before, file_before) = (status_kib("RssAnon"), status_kib("RssFile"));
     let cluster = LocalCluster::start(3, dir.path(), |c| {
         c.topics = vec![("idle".into(), partitions)];
-        c.heartbeat_interval_ms = 250;
-        c.election_timeout_ms = 2000;
+        c.heartbeat_interval = Duration::from_millis(250);
+        c.election_timeout = Duration::from_millis(2000);
         c.log.segment_bytes = 1 << 20;
         c.log.record_bytes_max = 64 << 10;
         c.log.batch_bytes_max = 256 << 10;

@@ -20,8 +20,8 @@ async fn main() -> replog::Result<()> {
     let dir = tempfile::tempdir()?;
     let mut cluster = LocalCluster::start(3, dir.path(), |c| {
         c.topics = vec![(TOPIC.into(), PARTITIONS)];
-        c.heartbeat_interval_ms = 250;
-        c.election_timeout_ms = ELECTION_TIMEOUT_MS;
+        c.heartbeat_interval = Duration::from_millis(250);
+        c.election_timeout = Duration::from_millis(ELECTION_TIMEOUT_MS);
     })
     .await?;
     cluster

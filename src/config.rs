@@ -30,7 +30,7 @@ pub struct LogConfig {
     /// Kafka does). The active segment is never deleted. Default: no limit.
     pub retention_bytes: Option<u64>,
     /// Delete segments whose newest batch is older than this. Default: no limit.
-    pub retention_ms: Option<u64>,
+    pub retention_time: Option<std::time::Duration>,
     /// How segment files are preallocated. Default [`Preallocate::Auto`].
     pub preallocate: Preallocate,
     /// Bytes of disk blocks given to the active segment file at a time, ahead of the writer.
@@ -67,7 +67,7 @@ impl Default for LogConfig {
             record_bytes_max: 1 << 20,
             batch_bytes_max: 4 << 20,
             retention_bytes: None,
-            retention_ms: None,
+            retention_time: None,
             preallocate: Preallocate::default(),
             preallocate_step_bytes: 1 << 20,
             recycle_segments: 2,

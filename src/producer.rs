@@ -20,7 +20,7 @@ use crate::types::{Offset, PartitionId};
 pub struct ProducerConfig {
     /// How long a record may wait for more records to join its batch. Default 5 ms (Kafka's
     /// default since 4.0).
-    pub linger_ms: u64,
+    pub linger: Duration,
     /// A batch is sent as soon as its records take this many bytes (encoded). Default
     /// 256 KiB (large, because at most five batches per partition are in flight); at most the
     /// client's `batch_bytes_max`.
@@ -30,7 +30,7 @@ pub struct ProducerConfig {
 impl Default for ProducerConfig {
     fn default() -> Self {
         ProducerConfig {
-            linger_ms: 5,
+            linger: Duration::from_millis(5),
             batch_bytes: 256 << 10,
         }
     }
@@ -167,7 +167,7 @@ impl Drop for Working {
 ///   ([`partitioner`](crate::partitioner)); a record without a key goes to the topic's
 ///   current sticky partition, which changes each time its batch is sent.
 /// - **Batching.** A partition's batch is sent when its records reach
-///   [`ProducerConfig::batch_bytes`], or [`ProducerConfig::linger_ms`] after its first record
+///   [`ProducerConfig::batch_bytes`], or [`ProducerConfig::linger`] after its first record
 ///   arrived, whichever comes first.
 /// - **Delivery.** Each batch goes through [`Client`]: to the leader, following redirects,
 ///   resent with the same sequence numbers after an unknown outcome, at most five batches in
@@ -443,12 +443,12 @@ impl Shared {
         }
     }
 
-    /// After `linger_ms`, sends the batch of `partition` if it is still generation
+    /// After `linger`, sends the batch of `partition` if it is still generation
     /// `generation`.
     fn start_linger(self: &Arc<Self>, topic: &str, partition: u32, generation: u64) {
         let shared = Arc::clone(self);
         let topic = topic.to_string();
-        let linger = Duration::from_millis(self.config.linger_ms);
+        let linger = self.config.linger;
         tokio::spawn(async move {
             tokio::time::sleep(linger).await;
             let mut state = shared.state.lock();

@@ -154,7 +154,7 @@ impl Client {
         let started = Instant::now();
         self.admin(Op::CreateTopic, &request, topic).await?;
         // Bounded by the delivery deadline.
-        let deadline = started + Duration::from_millis(self.config.delivery_timeout_ms);
+        let deadline = started + self.config.delivery_timeout;
         let mut last = String::from("no leader yet");
         loop {
             match self.refresh(Some(topic)).await {
@@ -206,7 +206,7 @@ impl Client {
     async fn admin<Req: Serialize>(&self, op: Op, request: &Req, topic: &str) -> Result<()> {
         let id = PartitionId::new(topic, 0);
         let started = Instant::now();
-        let deadline = started + Duration::from_millis(self.config.delivery_timeout_ms);
+        let deadline = started + self.config.delivery_timeout;
         let mut backoff = Duration::from_millis(100);
         let mut tried = Vec::new();
         let mut maybe_applied = false;

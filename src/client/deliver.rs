@@ -139,7 +139,7 @@ impl Client {
             },
             slot,
             started,
-            deadline: started + Duration::from_millis(self.config.delivery_timeout_ms),
+            deadline: started + self.config.delivery_timeout,
         })
     }
 

@@ -66,7 +66,7 @@ pub struct GroupMemberInfo {
 impl Client {
     /// How long a group request may retry (coordinator moves, elections).
     fn group_deadline(&self) -> Instant {
-        Instant::now() + Duration::from_millis(self.config.delivery_timeout_ms)
+        Instant::now() + self.config.delivery_timeout
     }
 
     /// The coordinator of `group`: from the cache, or asked of any broker (the one that

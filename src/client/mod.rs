@@ -41,9 +41,9 @@ pub use deliver::{Delivery, RouteStep};
 #[non_exhaustive]
 pub struct ClientConfig {
     /// How long one request may wait for its response. Default 5 s.
-    pub request_timeout_ms: u64,
+    pub request_timeout: Duration,
     /// How long `send` may keep retrying (redirects, elections, dead brokers). Default 30 s.
-    pub delivery_timeout_ms: u64,
+    pub delivery_timeout: Duration,
     /// How many `NotLeader` redirects one `send` follows. Default 8.
     pub redirect_hops_max: u32,
     /// Largest network frame accepted. Default 16 MiB.
@@ -67,8 +67,8 @@ pub struct ClientConfig {
 impl Default for ClientConfig {
     fn default() -> Self {
         ClientConfig {
-            request_timeout_ms: 5000,
-            delivery_timeout_ms: 30_000,
+            request_timeout: Duration::from_secs(5),
+            delivery_timeout: Duration::from_secs(30),
             redirect_hops_max: 8,
             frame_bytes_max: 16 << 20,
             record_bytes_max: 1 << 20,
@@ -203,7 +203,7 @@ impl Client {
     }
 
     fn timeout(&self) -> Duration {
-        Duration::from_millis(self.config.request_timeout_ms)
+        self.config.request_timeout
     }
 
     async fn call<Req: Serialize, Resp: DeserializeOwned>(

@@ -44,8 +44,8 @@ impl PartitionLog {
         Ok(self.start_offset())
     }
 
-    /// Applies `retention_bytes` and `retention_ms` at `now_ms` (milliseconds since the Unix
-    /// epoch): deletes the oldest segments whose newest batch is older than `retention_ms`, and
+    /// Applies `retention_bytes` and `retention_time` at `now_ms` (milliseconds since the Unix
+    /// epoch): deletes the oldest segments whose newest batch is older than `retention_time`, and
     /// the oldest segments while the rest would still hold at least `retention_bytes` (as Kafka
     /// does). The active segment is never deleted. Returns the number of segments deleted.
     ///
@@ -71,7 +71,11 @@ impl PartitionLog {
 
     /// Says whether leading segment `i` is due for deletion, given those before it are.
     fn retention_rule(&self, now_ms: u64) -> impl FnMut(&[Arc<Segment>], usize) -> bool {
-        let (ms, max_bytes) = (self.config.retention_ms, self.config.retention_bytes);
+        let ms = self
+            .config
+            .retention_time
+            .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
+        let max_bytes = self.config.retention_bytes;
         let mut total: u64 = self.size_bytes();
         move |segs, i| {
             let Some(seg) = segs.get(i) else { return false };
@@ -183,7 +187,7 @@ mod tests {
 
         // Time retention: every sealed segment is older than 0 ms in the future.
         let log_ms = LogConfig {
-            retention_ms: Some(1),
+            retention_time: Some(std::time::Duration::from_millis(1)),
             ..small()
         };
         drop(log);

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use crate::catalog::{PARTITIONS_MAX, check_topic_name};
 use crate::config::LogConfig;
@@ -39,11 +40,11 @@ pub struct NodeConfig {
     /// When an append counts as written. Default [`Durability::Fsync`].
     pub durability: Durability,
     /// Raft heartbeat interval. Default 250 ms.
-    pub heartbeat_interval_ms: u64,
+    pub heartbeat_interval: Duration,
     /// Raft election timeout (the lower bound; the upper is twice it). Default 1000 ms.
-    pub election_timeout_ms: u64,
+    pub election_timeout: Duration,
     /// How long an append may wait for commit before it fails as indeterminate. Default 5 s.
-    pub request_timeout_ms: u64,
+    pub request_timeout: Duration,
     /// Largest network frame accepted. Default 16 MiB.
     pub frame_bytes_max: u32,
     /// Connections this broker keeps open at once, peers' and clients' together (Kafka's
@@ -57,11 +58,11 @@ pub struct NodeConfig {
     pub peer_connections_reserved: usize,
     /// A connection that sends nothing for this long is closed (Kafka's
     /// `connections.max.idle.ms`; a peer or client reconnects when it needs to). Default 10 min.
-    pub connections_max_idle_ms: u64,
+    pub connections_max_idle: Duration,
     /// A frame whose first bytes arrived must be whole within this, or its connection is
     /// closed (a client that starts frames and never finishes them holds no buffer for long).
     /// Default 30 s.
-    pub frame_read_timeout_ms: u64,
+    pub frame_read_timeout: Duration,
     /// Client requests one connection may have unanswered, counting answers not yet written
     /// to it; past it the broker reads no further from that connection until answers drain
     /// (a client that pipelines without reading holds at most this many answers). Peers' Raft
@@ -69,19 +70,19 @@ pub struct NodeConfig {
     pub requests_in_flight_max: usize,
     /// Bytes of frame bodies being read, over all connections together, the Kafka
     /// listener's included (Kafka's `queued.max.request.bytes`); a frame waits for its share,
-    /// within `frame_read_timeout_ms`. At least `frame_bytes_max`. Default 256 MiB.
+    /// within `frame_read_timeout`. At least `frame_bytes_max`. Default 256 MiB.
     pub buffered_request_bytes_max: usize,
     /// Bytes of answers built and not yet written, over all connections together, the Kafka
     /// listener's included: a fetch reserves the bytes its answer may take before it reads
     /// the log, and waits for them (a Kafka fetch waits no longer than its `max_wait_ms`, and
     /// is then answered without records).
     /// One connection holds at most two full frames of them, and a connection whose answers
-    /// are not written within `frame_read_timeout_ms` (a client that never reads) is closed.
+    /// are not written within `frame_read_timeout` (a client that never reads) is closed.
     /// At least two full frames (`2 × frame_bytes_max`). Default 256 MiB.
     pub buffered_response_bytes_max: usize,
     /// How often the broker applies retention by itself (see [`Node::enforce_retention`](crate::Node::enforce_retention)).
     /// Default 60 s; 0 turns the background task off.
-    pub retention_check_ms: u64,
+    pub retention_check_interval: Duration,
     /// This broker joins a running cluster instead of founding one (`replog node --join`).
     /// Its `peers` are the cluster's founding brokers, as they were started (the same ids), and
     /// its id is new. It registers itself through them; the metadata group makes it a learner
@@ -115,14 +116,14 @@ pub struct NodeConfig {
     pub offsets_rewrite_bytes: u64,
     /// Shortest session timeout a group member may ask for (Kafka's
     /// `group.min.session.timeout.ms`). Default 1 s.
-    pub group_session_timeout_min_ms: u64,
+    pub group_session_timeout_min: Duration,
     /// Longest session timeout a group member may ask for (Kafka's
     /// `group.max.session.timeout.ms`). Default 30 min.
-    pub group_session_timeout_max_ms: u64,
+    pub group_session_timeout_max: Duration,
     /// How long the first rebalance of an empty group waits for more members to join
     /// (Kafka's `group.initial.rebalance.delay.ms`, at most the members' rebalance timeout).
     /// Default 300 ms.
-    pub group_initial_rebalance_delay_ms: u64,
+    pub group_initial_rebalance_delay: Duration,
     /// Most members one group may have (Kafka's `group.max.size`). Default 1000.
     pub group_members_max: usize,
 }
@@ -143,18 +144,18 @@ impl NodeConfig {
             topics: Vec::new(),
             log: LogConfig::default(),
             durability: Durability::default(),
-            heartbeat_interval_ms: 250,
-            election_timeout_ms: 1000,
-            request_timeout_ms: 5000,
+            heartbeat_interval: Duration::from_millis(250),
+            election_timeout: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(5),
             frame_bytes_max: 16 << 20,
             connections_max: 4096,
             peer_connections_reserved: 64,
-            connections_max_idle_ms: 600_000,
-            frame_read_timeout_ms: 30_000,
+            connections_max_idle: Duration::from_secs(600),
+            frame_read_timeout: Duration::from_secs(30),
             requests_in_flight_max: 256,
             buffered_request_bytes_max: 256 << 20,
             buffered_response_bytes_max: 256 << 20,
-            retention_check_ms: 60_000,
+            retention_check_interval: Duration::from_secs(60),
             join: false,
             kafka_listen: None,
             kafka_advertised: None,
@@ -163,9 +164,9 @@ impl NodeConfig {
             offsets_topic_replication_factor: 3,
             offsets_segment_bytes: 16 << 20,
             offsets_rewrite_bytes: 64 << 20,
-            group_session_timeout_min_ms: 1000,
-            group_session_timeout_max_ms: 1_800_000,
-            group_initial_rebalance_delay_ms: 300,
+            group_session_timeout_min: Duration::from_secs(1),
+            group_session_timeout_max: Duration::from_secs(1800),
+            group_initial_rebalance_delay: Duration::from_millis(300),
             group_members_max: 1000,
         }
     }
@@ -199,14 +200,12 @@ impl NodeConfig {
             frame_bytes_max: self.frame_bytes_max,
             connections_max: self.connections_max,
             peer_connections_reserved: self.peer_connections_reserved,
-            first_frame_timeout: std::time::Duration::from_millis(
-                self.election_timeout_ms.saturating_mul(2),
-            ),
+            first_frame_timeout: self.election_timeout.saturating_mul(2),
             peer_buffered_bytes_max: self.peer_buffered_bytes_max(),
             answer_bytes_max: self.buffered_response_bytes_max,
             connection_answer_bytes_max: self.connection_answer_bytes_max(),
-            idle_timeout: std::time::Duration::from_millis(self.connections_max_idle_ms),
-            frame_timeout: std::time::Duration::from_millis(self.frame_read_timeout_ms),
+            idle_timeout: self.connections_max_idle,
+            frame_timeout: self.frame_read_timeout,
             in_flight_max: self.requests_in_flight_max,
             buffered_bytes_max: self.buffered_request_bytes_max,
         }
@@ -227,21 +226,20 @@ impl NodeConfig {
     pub fn validate(&self) -> Result<()> {
         let bad = |field, reason: String| Err(Error::InvalidConfig { field, reason });
         self.log.validate()?;
-        if self.election_timeout_ms == 0 {
-            return bad("election_timeout_ms", "must be positive".into());
+        if self.election_timeout.is_zero() {
+            return bad("election_timeout", "must be positive".into());
         }
-        if self.heartbeat_interval_ms == 0 || self.heartbeat_interval_ms >= self.election_timeout_ms
-        {
+        if self.heartbeat_interval.is_zero() || self.heartbeat_interval >= self.election_timeout {
             return bad(
-                "heartbeat_interval_ms",
+                "heartbeat_interval",
                 format!(
-                    "must be positive and below election_timeout_ms ({})",
-                    self.election_timeout_ms
+                    "must be positive and below election_timeout ({:?})",
+                    self.election_timeout
                 ),
             );
         }
-        if self.request_timeout_ms == 0 {
-            return bad("request_timeout_ms", "must be positive".into());
+        if self.request_timeout.is_zero() {
+            return bad("request_timeout", "must be positive".into());
         }
         let batch = self.log.batch_bytes_max.max(META_RECORD_BYTES_MAX);
         let needed = u64::from(batch) + u64::from(REQUEST_OVERHEAD_BYTES_MAX);
@@ -272,15 +270,15 @@ impl NodeConfig {
                 ),
             );
         }
-        if self.connections_max_idle_ms <= self.heartbeat_interval_ms {
+        if self.connections_max_idle <= self.heartbeat_interval {
             return bad(
-                "connections_max_idle_ms",
-                "must be above heartbeat_interval_ms, or peers' connections close between heartbeats"
+                "connections_max_idle",
+                "must be above heartbeat_interval, or peers' connections close between heartbeats"
                     .into(),
             );
         }
-        if self.frame_read_timeout_ms == 0 {
-            return bad("frame_read_timeout_ms", "must be positive".into());
+        if self.frame_read_timeout.is_zero() {
+            return bad("frame_read_timeout", "must be positive".into());
         }
         if self.requests_in_flight_max == 0 {
             return bad("requests_in_flight_max", "must be positive".into());
@@ -379,12 +377,12 @@ impl NodeConfig {
                 "must be positive".into(),
             );
         }
-        if self.group_session_timeout_min_ms == 0
-            || self.group_session_timeout_min_ms > self.group_session_timeout_max_ms
+        if self.group_session_timeout_min.is_zero()
+            || self.group_session_timeout_min > self.group_session_timeout_max
         {
             return bad(
-                "group_session_timeout_min_ms",
-                "must be positive and at most group_session_timeout_max_ms".into(),
+                "group_session_timeout_min",
+                "must be positive and at most group_session_timeout_max".into(),
             );
         }
         if self.group_members_max == 0 {
@@ -423,15 +421,21 @@ mod tests {
         };
         assert_eq!(field(&|c| c.log.record_bytes_max = 3), "record_bytes_max");
         assert_eq!(
-            field(&|c| c.heartbeat_interval_ms = c.election_timeout_ms),
-            "heartbeat_interval_ms"
+            field(&|c| c.heartbeat_interval = c.election_timeout),
+            "heartbeat_interval"
         );
         assert_eq!(
-            field(&|c| c.heartbeat_interval_ms = 0),
-            "heartbeat_interval_ms"
+            field(&|c| c.heartbeat_interval = Duration::ZERO),
+            "heartbeat_interval"
         );
-        assert_eq!(field(&|c| c.election_timeout_ms = 0), "election_timeout_ms");
-        assert_eq!(field(&|c| c.request_timeout_ms = 0), "request_timeout_ms");
+        assert_eq!(
+            field(&|c| c.election_timeout = Duration::ZERO),
+            "election_timeout"
+        );
+        assert_eq!(
+            field(&|c| c.request_timeout = Duration::ZERO),
+            "request_timeout"
+        );
         assert_eq!(
             field(&|c| c.frame_bytes_max = c.log.batch_bytes_max),
             "frame_bytes_max",
@@ -492,8 +496,9 @@ mod tests {
             "offsets_topic_partitions"
         );
         assert_eq!(
-            field(&|c| c.group_session_timeout_min_ms = c.group_session_timeout_max_ms + 1),
-            "group_session_timeout_min_ms"
+            field(&|c| c.group_session_timeout_min =
+                c.group_session_timeout_max + Duration::from_millis(1)),
+            "group_session_timeout_min"
         );
         assert_eq!(field(&|c| c.topics.push(("bad/name".into(), 1))), "topics");
         assert_eq!(field(&|c| c.topics.push(("empty".into(), 0))), "topics");

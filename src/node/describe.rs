@@ -2,7 +2,6 @@
 //! that name every partition's current leader.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use crate::error::Result;
 use crate::protocol::{BrokerLimits, MetadataRequest, MetadataResponse, PartitionMetadata};
@@ -65,7 +64,7 @@ impl Broker {
         // ISR_LAG_REQUESTS_MAX full replication requests of bytes behind, and acknowledged the
         // leader within two election timeouts (a follower far behind in bytes with few large
         // entries is not in sync, however often it answers).
-        let silence_max = Duration::from_millis(self.config.election_timeout_ms * 2);
+        let silence_max = self.config.election_timeout * 2;
         let bytes_max =
             (self.config.payload_bytes_max() as u64).saturating_mul(ISR_LAG_REQUESTS_MAX);
         let log = group.store.log();

@@ -60,7 +60,7 @@ impl Broker {
         }
         // No metadata leader known here (a joining broker is nobody's follower yet): any
         // founding broker takes the registration to its leader.
-        let timeout = Duration::from_millis(self.config.request_timeout_ms);
+        let timeout = self.config.request_timeout;
         let mut tried = Vec::new();
         for peer in self.config.peers.keys() {
             let answer: Result<std::result::Result<(), WireError>> =
@@ -118,8 +118,7 @@ impl Broker {
     pub(crate) async fn new_producer_id(&self) -> Result<u64> {
         let mut ids = self.producer_ids.lock().await;
         if ids.is_empty() {
-            let deadline =
-                tokio::time::Instant::now() + Duration::from_millis(self.config.request_timeout_ms);
+            let deadline = tokio::time::Instant::now() + self.config.request_timeout;
             // Bounded by the deadline.
             *ids = loop {
                 match self.take_producer_ids(deadline).await {
@@ -186,7 +185,7 @@ impl Broker {
         let Ok(body) = crate::transport::body::encode(&request) else {
             return false;
         };
-        let timeout = Duration::from_millis(self.config.election_timeout_ms);
+        let timeout = self.config.election_timeout;
         match self.peers.probe(addr, Op::Metadata, body, timeout).await {
             Ok(bytes) => {
                 postcard::from_bytes::<std::result::Result<MetadataResponse, WireError>>(&bytes)
@@ -204,11 +203,10 @@ impl Broker {
         op: Op,
         request: Req,
     ) -> Option<Resp> {
-        let timeout = Duration::from_millis(
-            self.config
-                .request_timeout_ms
-                .min(self.config.election_timeout_ms),
-        );
+        let timeout = self
+            .config
+            .request_timeout
+            .min(self.config.election_timeout);
         let result: std::result::Result<Resp, WireError> =
             self.forward(to, op, &request, timeout).await.ok()?;
         result.ok()
@@ -320,8 +318,7 @@ impl Broker {
         op: Op,
         request: &Req,
     ) -> std::result::Result<(), MetaError> {
-        let deadline =
-            tokio::time::Instant::now() + Duration::from_millis(self.config.request_timeout_ms);
+        let deadline = tokio::time::Instant::now() + self.config.request_timeout;
         // Wait (boundedly) for the metadata group to have a leader.
         let leader = loop {
             if let Some(leader) = self.meta.raft.state().leader {
@@ -619,9 +616,9 @@ mod tests {
     async fn an_uncommitted_registration_moves_no_traffic() {
         let dir = tempfile::tempdir().unwrap();
         let mut cluster = LocalCluster::start(3, dir.path(), |c| {
-            c.heartbeat_interval_ms = 100;
-            c.election_timeout_ms = 500;
-            c.request_timeout_ms = 1000;
+            c.heartbeat_interval = Duration::from_millis(100);
+            c.election_timeout = Duration::from_millis(500);
+            c.request_timeout = Duration::from_millis(1000);
         })
         .await
         .unwrap();

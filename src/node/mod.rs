@@ -236,8 +236,8 @@ impl Node {
         let addr = listener.local_addr()?;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let timing = Timing {
-            heartbeat_ms: config.heartbeat_interval_ms,
-            election_timeout_ms: config.election_timeout_ms,
+            heartbeat: config.heartbeat_interval,
+            election_timeout: config.election_timeout,
         };
         let peers = PeerSet::new(
             &config.peers,
@@ -260,7 +260,7 @@ impl Node {
         // records are a few topic commands: small segments, preallocated without writing.
         let mut meta_log = config.log.clone();
         meta_log.retention_bytes = None;
-        meta_log.retention_ms = None;
+        meta_log.retention_time = None;
         meta_log.segment_bytes = META_SEGMENT_BYTES;
         meta_log.record_bytes_max = META_RECORD_BYTES_MAX;
         meta_log.batch_bytes_max = META_RECORD_BYTES_MAX;
@@ -407,15 +407,15 @@ impl Node {
         Ok(node)
     }
 
-    /// Applies retention every `retention_check_ms` until shutdown.
+    /// Applies retention every `retention_check_interval` until shutdown.
     fn spawn_retention(&self, mut shutdown: watch::Receiver<bool>) {
-        let period = self.broker.config.retention_check_ms;
-        if period == 0 {
+        let period = self.broker.config.retention_check_interval;
+        if period.is_zero() {
             return;
         }
         let broker = Arc::clone(&self.broker);
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(period));
+            let mut tick = tokio::time::interval(period);
             tick.tick().await;
             loop {
                 tokio::select! {
@@ -560,7 +560,7 @@ impl Node {
         self.broker.status(topic, partition)
     }
 
-    /// Applies each partition's retention (`LogConfig::retention_bytes` / `retention_ms`)
+    /// Applies each partition's retention (`LogConfig::retention_bytes` / `retention_time`)
     /// through Raft: snapshots the partition if needed, then lets openraft purge the log up to
     /// the last segment retention would delete. A follower that later needs purged entries
     /// gets the snapshot instead and continues from the new log start, as a Kafka follower
@@ -596,7 +596,7 @@ impl Node {
     /// election. The metadata group goes last, so that the partitions' new leaders find it led.
     async fn hand_off_leadership(&self) {
         let me = self.broker.config.id;
-        let timeout = Duration::from_millis(self.broker.config.election_timeout_ms);
+        let timeout = self.broker.config.election_timeout;
         let partitions = self.broker.all_groups();
         let (meta, partitions): (Vec<_>, Vec<_>) = partitions
             .into_iter()

@@ -65,7 +65,7 @@ impl Broker {
             return;
         }
         let weak = Arc::downgrade(group);
-        let delay = Duration::from_millis(self.config.election_timeout_ms * (rank as u64 + 1));
+        let delay = self.config.election_timeout * (rank as u32 + 1);
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
             // A group stopped meanwhile (its topic deleted, the broker shut down) is gone.

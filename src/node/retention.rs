@@ -1,7 +1,6 @@
 //! Retention: each hosted partition's leader purges what its limits no longer keep.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::error::{Error, Result};
 
@@ -29,7 +28,7 @@ impl Broker {
             if applied.is_none_or(|a| a < upto) {
                 continue; // not applied here yet: purge later
             }
-            let timeout = Duration::from_millis(self.config.request_timeout_ms);
+            let timeout = self.config.request_timeout;
             if let Err(reason) = group.raft.purge_through(upto, timeout).await {
                 return Err(Error::Indeterminate {
                     partition: group.id.clone(),

@@ -96,7 +96,7 @@ impl Broker {
     /// Every election timeout until shutdown: brings back the replicas that stopped since, and
     /// the ones whose earlier bring-back failed once their pause is over.
     pub(super) async fn supervise(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
-        let period = Duration::from_millis(self.config.election_timeout_ms);
+        let period = self.config.election_timeout;
         let mut metadata_reported = false;
         // Per partition: how many times in a row its replica stopped, and when it last did. A
         // replica that stops again soon after it was brought back (its disk still fails)

@@ -3,7 +3,6 @@
 //! reads from any replica.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::error::{CorruptKind, Error, Result};
 use crate::log::AppendInfo;
@@ -123,7 +122,7 @@ impl Broker {
             timestamp_ms: crate::env::now_ms().max(group.store.log().max_timestamp_ms()),
             ..request
         };
-        let timeout = Duration::from_millis(self.config.request_timeout_ms);
+        let timeout = self.config.request_timeout;
         let outcome = tokio::time::timeout(timeout, group.raft.write(request, turn)).await;
         let indeterminate = |reason: String| Error::Indeterminate {
             partition: group.id.clone(),

@@ -23,9 +23,14 @@ use crate::types::{LeaderHint, NodeId, PartitionId, Term};
 /// Raft timing for every replica of a node.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Timing {
-    pub(crate) heartbeat_ms: u64,
+    pub(crate) heartbeat: Duration,
     /// The lower bound; the upper is twice it.
-    pub(crate) election_timeout_ms: u64,
+    pub(crate) election_timeout: Duration,
+}
+
+/// `d` in whole milliseconds, as openraft's config takes them.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Why a write was not committed.
@@ -180,9 +185,9 @@ impl Replica {
     ) -> Result<Replica> {
         let config = openraft::Config {
             cluster_name: "replog".into(),
-            heartbeat_interval: timing.heartbeat_ms,
-            election_timeout_min: timing.election_timeout_ms,
-            election_timeout_max: timing.election_timeout_ms * 2,
+            heartbeat_interval: millis(timing.heartbeat),
+            election_timeout_min: millis(timing.election_timeout),
+            election_timeout_max: millis(timing.election_timeout * 2),
             // Retention purges the log, never openraft's own policy.
             max_in_snapshot_log_to_keep: u64::MAX,
             // A restarted leader runs an election like anyone else. Restored in its old term,

@@ -100,8 +100,8 @@ async fn start_broker(
     let broker = crate::Broker(broker);
     let status = std::fs::File::open(format!("/proc/{}/status", broker.0.id())).unwrap();
     let mut config = ClientConfig::default();
-    config.request_timeout_ms = 30_000;
-    config.delivery_timeout_ms = 60_000;
+    config.request_timeout = Duration::from_millis(30_000);
+    config.delivery_timeout = Duration::from_millis(60_000);
     let deadline = Instant::now() + Duration::from_secs(30);
     let client = loop {
         match Client::connect(&[addr], config.clone()).await {

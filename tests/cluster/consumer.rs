@@ -198,8 +198,8 @@ async fn a_client_waits_until_a_topic_can_take_writes() {
     let dir = tempfile::tempdir().unwrap();
     let cluster = replog::LocalCluster::start(3, dir.path(), |c| {
         c.topics = vec![(TOPIC.into(), 3)];
-        c.heartbeat_interval_ms = 100;
-        c.election_timeout_ms = crate::ELECTION_TIMEOUT_MS;
+        c.heartbeat_interval = Duration::from_millis(100);
+        c.election_timeout = Duration::from_millis(crate::ELECTION_TIMEOUT_MS);
     })
     .await
     .unwrap();
@@ -214,7 +214,7 @@ async fn a_client_waits_until_a_topic_can_take_writes() {
         assert!(d.leader.is_some(), "{d}");
     }
     let mut config = ClientConfig::default();
-    config.delivery_timeout_ms = 2000;
+    config.delivery_timeout = Duration::from_millis(2000);
     let quick = Client::connect(&cluster.addrs(), config).await.unwrap();
     quick
         .send(TOPIC, 2, &[Record::new("at once")])

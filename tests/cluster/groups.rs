@@ -724,7 +724,7 @@ async fn the_offsets_topic_is_rewritten_purged_on_every_replica_and_reads_back_t
         c.offsets_rewrite_bytes = 256 << 10;
         c.durability = replog::Durability::Replicated;
         c.offsets_topic_partitions = 1;
-        c.retention_check_ms = 0; // applied below, by hand
+        c.retention_check_interval = Duration::from_millis(0); // applied below, by hand
     })
     .await;
     let client = Client::connect(&cluster.addrs(), ClientConfig::default())

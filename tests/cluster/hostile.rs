@@ -79,8 +79,8 @@ async fn honest_write(addr: SocketAddr, value: &'static str) {
 async fn idle_connections_and_unfinished_frames_are_closed() {
     let dir = tempfile::tempdir().unwrap();
     let cluster = one_broker(dir.path(), |c| {
-        c.connections_max_idle_ms = 300;
-        c.frame_read_timeout_ms = 300;
+        c.connections_max_idle = Duration::from_millis(300);
+        c.frame_read_timeout = Duration::from_millis(300);
     })
     .await;
     let addr = cluster.addrs()[0];
@@ -115,7 +115,7 @@ async fn connections_past_the_cap_are_refused_and_the_peers_room_holds_only_peer
     let cluster = one_broker(dir.path(), |c| {
         c.connections_max = 8;
         c.peer_connections_reserved = 4;
-        c.connections_max_idle_ms = 1500;
+        c.connections_max_idle = Duration::from_millis(1500);
     })
     .await;
     let addr = cluster.addrs()[0];
@@ -230,8 +230,8 @@ async fn a_connection_flood_never_keeps_a_peer_out() {
     let dir = tempfile::tempdir().unwrap();
     let mut cluster = LocalCluster::start(3, dir.path(), |c| {
         c.topics = vec![(TOPIC.into(), 1)];
-        c.heartbeat_interval_ms = 100;
-        c.election_timeout_ms = 1000;
+        c.heartbeat_interval = Duration::from_millis(100);
+        c.election_timeout = Duration::from_millis(1000);
         c.connections_max = 32;
         c.peer_connections_reserved = 8;
     })
@@ -317,7 +317,7 @@ pub(crate) fn fetch_body(topic: &str, offset: u64, max_bytes: u32) -> Vec<u8> {
 async fn a_client_that_fetches_without_reading_holds_two_frames_and_is_closed() {
     let dir = tempfile::tempdir().unwrap();
     let cluster = one_broker(dir.path(), |c| {
-        c.frame_read_timeout_ms = 1000;
+        c.frame_read_timeout = Duration::from_millis(1000);
         c.requests_in_flight_max = 1024;
     })
     .await;
@@ -383,7 +383,7 @@ async fn a_peer_that_began_its_first_frame_is_never_evicted() {
     let cluster = one_broker(dir.path(), |c| {
         c.connections_max = 6;
         c.peer_connections_reserved = 2;
-        c.frame_read_timeout_ms = 10_000;
+        c.frame_read_timeout = Duration::from_millis(10_000);
     })
     .await;
     let addr = cluster.addrs()[0];
@@ -419,7 +419,7 @@ async fn the_kafka_door_shares_the_connection_cap_and_never_takes_the_peers_room
     let cluster = one_broker(dir.path(), |c| {
         c.connections_max = 6;
         c.peer_connections_reserved = 2;
-        c.connections_max_idle_ms = 5_000;
+        c.connections_max_idle = Duration::from_millis(5_000);
         c.kafka_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
     })
     .await;

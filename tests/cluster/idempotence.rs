@@ -279,8 +279,8 @@ async fn a_batch_resent_after_an_unknown_outcome_is_written_once() {
     let mut nodes = start_all(one_partition).await;
     let leader = leader_of(&nodes, 0).await;
     let mut config = ClientConfig::default();
-    config.request_timeout_ms = 300;
-    config.delivery_timeout_ms = 20_000;
+    config.request_timeout = Duration::from_millis(300);
+    config.delivery_timeout = Duration::from_millis(20_000);
     let client = std::sync::Arc::new(
         Client::connect(&[addrs[leader as usize - 1]], config)
             .await
@@ -379,7 +379,7 @@ async fn a_producer_partitions_by_key_batches_and_keeps_each_keys_order() {
             .unwrap(),
     );
     let mut config = ProducerConfig::default();
-    config.linger_ms = 20;
+    config.linger = Duration::from_millis(20);
     let producer = std::sync::Arc::new(Producer::new(std::sync::Arc::clone(&client), config));
 
     // 8 keys × 25 records, all in flight at once.
@@ -492,7 +492,7 @@ async fn producer_flush_waits_until_every_record_is_settled() {
     );
     // A linger far longer than the test: only a flush sends these batches.
     let mut config = ProducerConfig::default();
-    config.linger_ms = 600_000;
+    config.linger = Duration::from_millis(600_000);
     let producer = Producer::new(client, config);
     let sent: Vec<_> = (0..10)
         .map(|i| producer.send(FLUSHED, Record::new(format!("r{i}"))))

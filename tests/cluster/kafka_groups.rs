@@ -50,7 +50,7 @@ async fn broker(dir: &std::path::Path) -> (replog::LocalCluster, SocketAddr) {
     let cluster = crate::local_cluster(1, dir, TOPIC, 2, |c| {
         c.kafka_listen = Some(kafka);
         c.offsets_topic_partitions = 1;
-        c.group_initial_rebalance_delay_ms = 0;
+        c.group_initial_rebalance_delay = Duration::from_millis(0);
     })
     .await;
     (cluster, kafka)

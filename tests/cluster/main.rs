@@ -44,8 +44,8 @@ async fn local_cluster(
 ) -> replog::LocalCluster {
     let cluster = replog::LocalCluster::start(n, dir, |c| {
         c.topics = vec![(topic.into(), partitions)];
-        c.heartbeat_interval_ms = 100;
-        c.election_timeout_ms = ELECTION_TIMEOUT_MS;
+        c.heartbeat_interval = Duration::from_millis(100);
+        c.election_timeout = Duration::from_millis(ELECTION_TIMEOUT_MS);
         configure(c);
     })
     .await
@@ -100,8 +100,8 @@ fn config(id: u64, addrs: &[SocketAddr], dir: &Path) -> NodeConfig {
         dir.join(format!("node-{id}")),
     );
     c.topics = vec![(TOPIC.to_string(), PARTITIONS)];
-    c.heartbeat_interval_ms = 100;
-    c.election_timeout_ms = ELECTION_TIMEOUT_MS;
+    c.heartbeat_interval = Duration::from_millis(100);
+    c.election_timeout = Duration::from_millis(ELECTION_TIMEOUT_MS);
     let mut log = LogConfig::default();
     log.segment_bytes = 1 << 20;
     log.record_bytes_max = 64 << 10;

@@ -157,7 +157,7 @@ async fn a_follower_that_missed_purged_segments_catches_up_by_snapshot() {
         c.log.batch_bytes_max = 16 << 10;
         c.log.retention_bytes = Some(64 << 10);
         // Retention runs by itself on every broker.
-        c.retention_check_ms = 200;
+        c.retention_check_interval = Duration::from_millis(200);
         c
     };
     let mut nodes = start_all(small).await;
@@ -267,7 +267,7 @@ async fn an_oversized_batch_is_refused_before_raft_and_the_partition_keeps_worki
     let mut config = ClientConfig::default();
     config.record_bytes_max = 1 << 20;
     config.batch_bytes_max = 4 << 20;
-    config.delivery_timeout_ms = 60_000;
+    config.delivery_timeout = Duration::from_millis(60_000);
     let client = Client::connect(&addrs, config).await.unwrap();
     let started = Instant::now();
     match client.send(TOPIC, 0, &big).await {
@@ -293,7 +293,7 @@ async fn an_oversized_batch_is_refused_before_raft_and_the_partition_keeps_worki
     config.record_bytes_max = 128 << 20;
     config.batch_bytes_max = 128 << 20;
     config.frame_bytes_max = 256 << 20;
-    config.delivery_timeout_ms = 60_000;
+    config.delivery_timeout = Duration::from_millis(60_000);
     let client = Client::connect(&addrs, config).await.unwrap();
     let started = Instant::now();
     match client

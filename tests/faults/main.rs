@@ -130,9 +130,9 @@ impl Cluster {
                 if created.is_none() {
                     c.topics = vec![(TOPIC.into(), PARTITIONS)];
                 }
-                c.heartbeat_interval_ms = 100;
-                c.election_timeout_ms = 500;
-                c.request_timeout_ms = 2000;
+                c.heartbeat_interval = Duration::from_millis(100);
+                c.election_timeout = Duration::from_millis(500);
+                c.request_timeout = Duration::from_millis(2000);
                 c.durability = durability;
                 c.log = log.clone();
             },
@@ -159,8 +159,8 @@ impl Cluster {
             // outlast a producer's one-second request timeout, and a retry then meets the
             // topic its first attempt created (an indeterminate outcome, as it should be).
             let mut config = ClientConfig::default();
-            config.request_timeout_ms = 10_000;
-            config.delivery_timeout_ms = 30_000;
+            config.request_timeout = Duration::from_millis(10_000);
+            config.delivery_timeout = Duration::from_millis(30_000);
             let client = Client::connect(&cluster.addrs, config).await.unwrap();
             client
                 .create_topic(TOPIC, PARTITIONS, factor)
@@ -324,8 +324,8 @@ impl Cluster {
 /// A producer's client (short timeouts, so faults show), retried while the brokers start.
 async fn producer_client(addrs: &[SocketAddr], producer: u32) -> Client {
     let mut config = ClientConfig::default();
-    config.request_timeout_ms = 1000;
-    config.delivery_timeout_ms = 4000;
+    config.request_timeout = Duration::from_millis(1000);
+    config.delivery_timeout = Duration::from_millis(4000);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         match Client::connect(addrs, config.clone()).await {
@@ -420,7 +420,7 @@ async fn produce_pipelined(
     let mut rng = Rng::new(seed ^ u64::from(producer) << 32);
     let client = Arc::new(producer_client(&addrs, producer).await);
     let mut pconfig = ProducerConfig::default();
-    pconfig.linger_ms = 2;
+    pconfig.linger = Duration::from_millis(2);
     let sender = Producer::new(client, pconfig);
     // Keys that Kafka's partitioner sends to each partition.
     let keys: Vec<String> = (0..PARTITIONS)

@@ -19,8 +19,8 @@ async fn produce_big(
     const RECORD_OVERHEAD: usize = 64;
     let mut rng = Rng::new(seed ^ u64::from(producer) << 32);
     let mut config = ClientConfig::default();
-    config.request_timeout_ms = 5000;
-    config.delivery_timeout_ms = 20_000;
+    config.request_timeout = Duration::from_millis(5000);
+    config.delivery_timeout = Duration::from_millis(20_000);
     config.record_bytes_max = log.record_bytes_max;
     config.batch_bytes_max = log.batch_bytes_max;
     let client = Client::connect(&addrs, config).await.unwrap();

@@ -81,8 +81,8 @@ impl Cluster {
         );
         // Short Raft timings, small segments.
         let brokers = LocalCluster::start_on(listeners, dir.path(), |c| {
-            c.heartbeat_interval_ms = 100;
-            c.election_timeout_ms = 500;
+            c.heartbeat_interval = Duration::from_millis(100);
+            c.election_timeout = Duration::from_millis(500);
             c.log.segment_bytes = 4 << 20;
             c.log.batch_bytes_max = 1 << 20;
         })

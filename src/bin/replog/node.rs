@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::ValueEnum;
 use replog::{Durability, Node, NodeConfig};
@@ -105,8 +106,8 @@ impl NodeArgs {
         );
         config.topics = self.topics;
         config.join = self.join;
-        config.election_timeout_ms = self.election_timeout_ms;
-        config.heartbeat_interval_ms = (self.election_timeout_ms / 4).max(20);
+        config.election_timeout = Duration::from_millis(self.election_timeout_ms);
+        config.heartbeat_interval = (config.election_timeout / 4).max(Duration::from_millis(20));
         config.durability = self.durability.into();
         config.kafka_listen = self.kafka_listen;
         config.kafka_advertised = self.kafka_advertised;

@@ -186,7 +186,7 @@ fn topic_configs(service: &BrokerService) -> Vec<DescribeConfigsResourceResult> 
         ),
         entry(
             "retention.ms",
-            or_unlimited(log.retention_ms).to_string(),
+            or_unlimited(log.retention_time.map(|t| t.as_millis() as u64)).to_string(),
             TYPE_LONG,
         ),
         entry("segment.bytes", log.segment_bytes.to_string(), TYPE_INT),

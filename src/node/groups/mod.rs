@@ -50,12 +50,10 @@ const LOAD_BYTES: usize = 4 << 20;
 impl Broker {
     fn group_limits(&self) -> GroupLimits {
         GroupLimits {
-            session_timeout_min: Duration::from_millis(self.config.group_session_timeout_min_ms),
-            session_timeout_max: Duration::from_millis(self.config.group_session_timeout_max_ms),
+            session_timeout_min: self.config.group_session_timeout_min,
+            session_timeout_max: self.config.group_session_timeout_max,
             members_max: self.config.group_members_max,
-            initial_rebalance_delay: Duration::from_millis(
-                self.config.group_initial_rebalance_delay_ms,
-            ),
+            initial_rebalance_delay: self.config.group_initial_rebalance_delay,
         }
     }
 

@@ -28,7 +28,7 @@ impl Broker {
             if *loaded {
                 Ok(())
             } else {
-                let timeout = Duration::from_millis(self.config.request_timeout_ms);
+                let timeout = self.config.request_timeout;
                 let r = tokio::time::timeout(timeout, self.load_shard(&hosted, &shard))
                     .await
                     .unwrap_or(Err(GroupError::CoordinatorLoadInProgress));
