@@ -24,9 +24,14 @@ pub enum Error {
         leader: Option<LeaderHint>,
     },
 
-    /// The broker hosts no such partition.
-    #[error("unknown topic or partition {0}")]
+    /// The topic exists, but not this partition of it (its number is past the topic's
+    /// partition count).
+    #[error("unknown partition {0}")]
     UnknownPartition(PartitionId),
+
+    /// No topic of this name exists (Kafka's `UNKNOWN_TOPIC_OR_PARTITION` for a whole topic).
+    #[error("unknown topic {0}")]
+    UnknownTopic(String),
 
     /// A topic of this name exists already.
     #[error("topic {0} already exists")]

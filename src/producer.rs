@@ -371,7 +371,7 @@ impl Shared {
                 other => {
                     let e = other
                         .err()
-                        .unwrap_or_else(|| Error::UnknownPartition(PartitionId::new(&*topic, 0)));
+                        .unwrap_or_else(|| Error::UnknownTopic(topic.to_string()));
                     for (_, _, _, reply) in waiting {
                         let _ = reply.send(Ticket::Done(Err(e.clone())));
                     }
@@ -391,7 +391,7 @@ impl Shared {
         len: usize,
     ) -> Ticket {
         let Some(t) = state.topics.get_mut(topic) else {
-            return Ticket::Done(Err(Error::UnknownPartition(PartitionId::new(topic, 0))));
+            return Ticket::Done(Err(Error::UnknownTopic(topic.to_string())));
         };
         let partitions = t.open.len() as u32;
         let partition = match (chosen, &record.key) {

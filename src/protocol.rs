@@ -329,6 +329,8 @@ pub(crate) enum WireError {
         requested: u32,
         brokers: u32,
     },
+    /// No topic of the name asked about (the partition's, for a request about one).
+    UnknownTopic,
 }
 
 impl WireError {
@@ -336,6 +338,7 @@ impl WireError {
         match e {
             Error::NotLeader { leader, .. } => WireError::NotLeader { leader: *leader },
             Error::UnknownPartition(_) => WireError::UnknownPartition,
+            Error::UnknownTopic(_) => WireError::UnknownTopic,
             Error::Indeterminate { reason, .. } => WireError::Indeterminate(reason.clone()),
             Error::OffsetOutOfRange { start, end, .. } => WireError::OffsetOutOfRange {
                 start: start.get(),
@@ -394,6 +397,7 @@ impl WireError {
                 leader,
             },
             WireError::UnknownPartition => Error::UnknownPartition(partition.clone()),
+            WireError::UnknownTopic => Error::UnknownTopic(partition.topic.clone()),
             WireError::Indeterminate(reason) => Error::Indeterminate {
                 partition: partition.clone(),
                 reason,

@@ -63,11 +63,11 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`Error::NoBrokerReachable`]; [`Error::UnknownPartition`] for an unknown topic.
+    /// [`Error::NoBrokerReachable`]; [`Error::UnknownTopic`].
     pub async fn describe(&self, topic: &str) -> Result<Vec<PartitionDescription>> {
         let meta = self.refresh(Some(topic)).await?;
         if meta.partitions.is_empty() {
-            return Err(Error::UnknownPartition(PartitionId::new(topic, 0)));
+            return Err(Error::UnknownTopic(topic.to_string()));
         }
         let mut out = Vec::new();
         for p in &meta.partitions {
@@ -183,7 +183,7 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`Error::UnknownPartition`] for an unknown topic; [`Error::InvalidTopic`] for a
+    /// [`Error::UnknownTopic`]; [`Error::InvalidTopic`] for a
     /// configured one; [`Error::NoBrokerReachable`].
     pub async fn delete_topic(&self, topic: &str) -> Result<()> {
         let request = DeleteTopicRequest {
@@ -222,7 +222,7 @@ impl Client {
             for addr in self.candidates() {
                 match self.call::<_, ()>(addr, op, request).await {
                     Ok(Ok(())) => return Ok(()),
-                    Ok(Err(e @ (WireError::TopicExists(_) | WireError::UnknownPartition)))
+                    Ok(Err(e @ (WireError::TopicExists(_) | WireError::UnknownTopic)))
                         if maybe_applied =>
                     {
                         return Err(indeterminate(&tried, format!("{e:?}")));
@@ -232,7 +232,7 @@ impl Client {
                         | WireError::InvalidTopic(_)
                         | WireError::InvalidPartitionCount { .. }
                         | WireError::InvalidReplicationFactor { .. }
-                        | WireError::UnknownPartition),
+                        | WireError::UnknownTopic),
                     )) => return Err(e.into_error(&id, 0)),
                     // Refused before anything was proposed.
                     Ok(Err(e @ (WireError::TryAgain(_) | WireError::NotLeader { .. }))) => {
@@ -278,7 +278,7 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`Error::UnknownPartition`] for an unknown topic; [`Error::InvalidTopic`] for a
+    /// [`Error::UnknownTopic`]; [`Error::InvalidTopic`] for a
     /// configured topic, a partition or broker that does not exist, a broker named twice, or
     /// a partition that is still moving; [`Error::NoBrokerReachable`];
     /// [`Error::Indeterminate`] if an attempt's outcome stayed unknown.
@@ -332,7 +332,7 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`Error::UnknownPartition`] for an unknown topic; [`Error::NoBrokerReachable`].
+    /// [`Error::UnknownTopic`]; [`Error::NoBrokerReachable`].
     pub async fn partition_count(&self, topic: &str) -> Result<u32> {
         if let Some(n) = self.topics.lock().get(topic) {
             return Ok(*n);
@@ -342,7 +342,7 @@ impl Client {
             .lock()
             .get(topic)
             .copied()
-            .ok_or_else(|| Error::UnknownPartition(PartitionId::new(topic, 0)))
+            .ok_or_else(|| Error::UnknownTopic(topic.to_string()))
     }
 }
 

@@ -83,7 +83,7 @@ impl Client {
     ///   the delivery deadline passes (or at once, if the client is not idempotent).
     /// - [`Error::Timeout`] if no leader accepted it before the delivery deadline (it was never
     ///   applied).
-    /// - [`Error::UnknownPartition`], [`Error::RecordTooLarge`], [`Error::BatchTooLarge`] (over
+    /// - [`Error::UnknownTopic`], [`Error::UnknownPartition`], [`Error::RecordTooLarge`], [`Error::BatchTooLarge`] (over
     ///   this client's limits or those of a broker it has metadata from, refused before
     ///   anything is sent; or refused by the broker for its own: never resent),
     ///   [`Error::EmptyBatch`].
@@ -317,6 +317,9 @@ impl<'a> Delivering<'a> {
         }
         let topic = &self.id.topic;
         match self.client.refresh_for(Some(topic), Some(&self.id)).await {
+            Ok(meta) if meta.partitions.is_empty() => {
+                return Next::Done(Err(Error::UnknownTopic(topic.clone())));
+            }
             Ok(meta) if !meta.partitions.iter().any(|p| p.partition == self.id) => {
                 return Next::Done(Err(Error::UnknownPartition(self.id.clone())));
             }

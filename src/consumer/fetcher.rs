@@ -38,7 +38,7 @@ impl Fetcher {
                 }
                 // One broker not knowing the partition (it is behind on the catalog) is not the
                 // partition gone: only the cluster's metadata says that.
-                Err(e @ Error::UnknownPartition(_)) => {
+                Err(e @ (Error::UnknownPartition(_) | Error::UnknownTopic(_))) => {
                     let exists = self
                         .client
                         .describe(t)

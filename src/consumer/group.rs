@@ -338,7 +338,7 @@ impl Consumer {
             // A topic that does not exist (yet) has no partitions to assign.
             let n = match self.client.partition_count(topic).await {
                 Ok(n) => n,
-                Err(Error::UnknownPartition(_)) => 0,
+                Err(Error::UnknownTopic(_)) => 0,
                 Err(e) => return Err(e),
             };
             counts.insert(topic.clone(), n);

@@ -462,7 +462,7 @@ impl Consumer {
     ///
     /// # Errors
     ///
-    /// [`Error::UnknownPartition`] for an unknown topic or partition; what
+    /// [`Error::UnknownTopic`], [`Error::UnknownPartition`] for a partition past the topic's; what
     /// [`Client::describe`] returns.
     pub async fn assign(
         &mut self,
@@ -567,7 +567,8 @@ impl Consumer {
     ///
     /// # Errors
     ///
-    /// [`Error::UnknownPartition`] if an assigned partition is gone (its topic deleted); it is
+    /// [`Error::UnknownTopic`] or [`Error::UnknownPartition`] if an assigned partition is gone
+    /// (its topic deleted); it is
     /// no longer fetched.
     pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>> {
         if let Some(e) = self.failed.take() {

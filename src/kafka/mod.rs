@@ -347,7 +347,7 @@ fn topic_name(s: &str) -> TopicName {
 fn error_code(e: &Error) -> i16 {
     match e {
         Error::NotLeader { .. } | Error::TryAgain { .. } => code::NOT_LEADER_OR_FOLLOWER,
-        Error::UnknownPartition(_) => code::UNKNOWN_TOPIC_OR_PARTITION,
+        Error::UnknownPartition(_) | Error::UnknownTopic(_) => code::UNKNOWN_TOPIC_OR_PARTITION,
         Error::OffsetOutOfRange { .. } => code::OFFSET_OUT_OF_RANGE,
         Error::LeaderEpochMismatch { asked, current, .. } if asked < current => {
             code::FENCED_LEADER_EPOCH

@@ -277,7 +277,7 @@ impl Broker {
             .await
             .map_err(|e| {
                 e.into_error(
-                    || Error::UnknownPartition(PartitionId::new(request.name.clone(), 0)),
+                    || Error::UnknownTopic(request.name.clone()),
                     || Error::TopicExists(request.name.clone()),
                 )
             })
@@ -286,7 +286,7 @@ impl Broker {
     /// Deletes a created topic through the metadata group (see
     /// [`create_topic`](Self::create_topic)).
     pub(crate) async fn delete_topic(&self, request: DeleteTopicRequest) -> Result<()> {
-        let unknown = || Error::UnknownPartition(PartitionId::new(request.name.clone(), 0));
+        let unknown = || Error::UnknownTopic(request.name.clone());
         match self.catalog.read().topic(&request.name) {
             None => return Err(unknown()),
             Some(t) if t.id == CONFIGURED_TOPIC_ID => {

@@ -83,18 +83,17 @@ impl Broker {
     }
 
     /// The replica of a partition hosted here. A partition of a known topic that is hosted
-    /// elsewhere is [`Error::NotLeader`] without a hint (ask for metadata); an unknown one is
-    /// [`Error::UnknownPartition`].
+    /// elsewhere is [`Error::NotLeader`] without a hint (ask for metadata); one past its topic's
+    /// partitions is [`Error::UnknownPartition`], one of no topic [`Error::UnknownTopic`].
     pub(super) fn group(&self, id: &PartitionId) -> Result<Arc<HostedReplica>> {
         if let Some(group) = self.groups.read().get(id) {
             return Ok(Arc::clone(group));
         }
-        let known = self
-            .catalog
-            .read()
-            .topic(&id.topic)
-            .is_some_and(|t| (id.partition as usize) < t.assignment.len());
-        if known {
+        let partitions = match self.catalog.read().topic(&id.topic) {
+            Some(t) => t.assignment.len(),
+            None => return Err(Error::UnknownTopic(id.topic.clone())),
+        };
+        if (id.partition as usize) < partitions {
             return Err(Error::NotLeader {
                 partition: id.clone(),
                 leader: None,

@@ -264,7 +264,7 @@ async fn a_client_bootstrapped_on_a_follower_writes_to_the_leader_and_follows_fa
     // Unknown topics are a typed error.
     assert!(matches!(
         client.send("nope", 0, &[Record::new("x")]).await,
-        Err(Error::UnknownPartition(_))
+        Err(Error::UnknownTopic(_))
     ));
     drop(client);
     shutdown_all(nodes).await;
@@ -470,7 +470,7 @@ async fn a_producer_partitions_by_key_batches_and_keeps_each_keys_order() {
     assert_eq!(b.offset.get(), a.offset.get() + 1);
     assert!(matches!(
         producer.send("no.such.topic", Record::new("x")).await,
-        Err(Error::UnknownPartition(_))
+        Err(Error::UnknownTopic(_))
     ));
     drop(producer);
     drop(client);

@@ -74,6 +74,20 @@ async fn topics_are_created_and_deleted_through_the_metadata_group() {
         outsider_node.append(ORDERS, 0, &[Record::new("x")]).await,
         Err(Error::NotLeader { leader: None, .. })
     ));
+    // A partition past the topic's count, and a topic no one has: told apart, on a broker
+    // and through the client.
+    assert!(matches!(
+        outsider_node.append(ORDERS, 9, &[Record::new("x")]).await,
+        Err(Error::UnknownPartition(p)) if p.partition == 9
+    ));
+    assert!(matches!(
+        outsider_node.append("no.such.topic", 0, &[Record::new("x")]).await,
+        Err(Error::UnknownTopic(t)) if t == "no.such.topic"
+    ));
+    assert!(matches!(
+        client.send(ORDERS, 9, &[Record::new("x")]).await,
+        Err(Error::UnknownPartition(p)) if p.partition == 9
+    ));
 
     // Refusals: the same name again, bad names, too many replicas.
     assert!(matches!(
@@ -102,7 +116,7 @@ async fn topics_are_created_and_deleted_through_the_metadata_group() {
     ));
     assert!(matches!(
         client.delete_topic("missing").await,
-        Err(Error::UnknownPartition(_))
+        Err(Error::UnknownTopic(_))
     ));
     let mut listed = client.list_topics().await.unwrap();
     listed.sort();
@@ -133,7 +147,7 @@ async fn topics_are_created_and_deleted_through_the_metadata_group() {
     .await;
     assert!(matches!(
         client.send(ORDERS, 0, &[Record::new("late")]).await,
-        Err(Error::UnknownPartition(_))
+        Err(Error::UnknownTopic(_))
     ));
     // Brokers 1 and 2 are a quorum of the metadata group and of every partition of the new
     // topic, which has a replica on each broker, broker 3 included.

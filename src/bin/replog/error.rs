@@ -17,8 +17,8 @@ pub(crate) enum CliError {
     /// A broker, the client or the library refused or failed.
     #[error(transparent)]
     Broker(#[from] replog::Error),
-    /// No broker hosts the topic (the library's `UnknownPartition`, named by topic, for the
-    /// commands that take a topic rather than one partition).
+    /// No broker hosts the topic (the library's `UnknownTopic`, or its `UnknownPartition`
+    /// named by topic, for the commands that take a topic rather than one partition).
     #[error("unknown topic {0:?}")]
     UnknownTopic(String),
     /// A bootstrap server's name did not resolve.
@@ -73,7 +73,9 @@ impl CliError {
     /// topic.
     pub(crate) fn about_topic(topic: &str, e: replog::Error) -> CliError {
         match e {
-            replog::Error::UnknownPartition(_) => CliError::UnknownTopic(topic.to_string()),
+            replog::Error::UnknownPartition(_) | replog::Error::UnknownTopic(_) => {
+                CliError::UnknownTopic(topic.to_string())
+            }
             other => CliError::Broker(other),
         }
     }

@@ -9,7 +9,6 @@ use tokio::time::Instant;
 use super::BrokerService;
 use crate::error::{Error, Result};
 use crate::protocol::{CreateTopicRequest, DeleteTopicRequest};
-use crate::types::PartitionId;
 
 /// The partition count of a topic created without one.
 const DEFAULT_PARTITIONS: u32 = 1;
@@ -86,7 +85,7 @@ impl BrokerService {
     /// metadata leader takes it, until `deadline`.
     pub(crate) async fn delete_topic_by_name(&self, name: String, deadline: Instant) -> Result<()> {
         if self.topic_shape(&name).is_none() {
-            return Err(Error::UnknownPartition(PartitionId::new(name, 0)));
+            return Err(Error::UnknownTopic(name));
         }
         let request = DeleteTopicRequest {
             name,
