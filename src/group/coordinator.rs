@@ -20,14 +20,14 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
+use super::live::LiveGroup;
 use super::records::{DecodeError, GroupRecord, decode};
-use super::state::Group;
 
 /// One offsets partition's groups, as one term's leader serves them.
 pub(crate) struct Shard {
     pub(crate) partition: u32,
     pub(crate) term: u64,
-    pub(crate) groups: Mutex<HashMap<String, Group>>,
+    pub(crate) groups: Mutex<HashMap<String, LiveGroup>>,
     /// Held from a write's check until its record is committed.
     pub(crate) writer: tokio::sync::Mutex<()>,
     /// Locked while loading; `true` once loaded.
@@ -72,16 +72,11 @@ impl Shard {
                 partition,
                 committed,
             } => {
-                let g = groups.entry(group).or_insert_with(Group::new);
-                match committed {
-                    Some((c, _generation)) => g.commit(topic, partition, c),
-                    None => {
-                        g.offsets.remove(&(topic, partition));
-                    }
-                }
+                let g = groups.entry(group).or_default();
+                g.commit(topic, partition, committed.map(|(c, _generation)| c));
             }
             GroupRecord::Group { group, snapshot } => {
-                let g = groups.entry(group).or_insert_with(Group::new);
+                let g = groups.entry(group).or_default();
                 match snapshot {
                     // A later generation only: an older one written late changes nothing.
                     Some(s) if s.generation >= g.generation => g.restore(s, now),

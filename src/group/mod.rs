@@ -12,8 +12,11 @@
 //!
 //! The parts, one file each:
 //! - `state.rs`: one group's state machine (Empty, PreparingRebalance, CompletingRebalance,
-//!   Stable), with no I/O: the rules of join, sync, heartbeat, leave and commit;
-//!   `state/static_member.rs` those of static members (a `group.instance.id`).
+//!   Stable), with no I/O, no channel, no randomness and no logging: the rules of join, sync,
+//!   heartbeat, leave and commit; `state/static_member.rs` those of static members (a
+//!   `group.instance.id`).
+//! - `live.rs`: a group as its coordinator serves it, the state machine with the channels
+//!   of the joins and syncs waiting on it.
 //! - `records.rs`: the bytes of the records in the offsets topic.
 //! - `coordinator.rs`: a broker's coordinators, one per offsets partition it leads: loading,
 //!   writing, timers.
@@ -23,6 +26,7 @@
 pub(crate) mod api;
 pub(crate) mod assignor;
 pub(crate) mod coordinator;
+pub(crate) mod live;
 pub(crate) mod records;
 pub(crate) mod state;
 

@@ -9,7 +9,11 @@
 //! - **Stable**: every member has its assignment and heartbeats.
 //!
 //! Answers that must wait (a join until the rebalance completes, a follower's sync until the
-//! leader's assignment is written) are parked as oneshot senders in the member. Whatever must be
+//! leader's assignment is written) are parked as tickets in the member: the caller numbers
+//! each join and sync, and takes the answers the group gives since ([`Group::take_replies`]),
+//! each to its ticket. The state machine holds no channel, draws no random number and logs
+//! nothing: what it does depends on its requests and the clock it is given only
+//! (`group/live.rs` keeps the waiting requests' channels). Whatever must be
 //! written before the group may move on (a completed rebalance) is returned to the caller as a
 //! [`Snapshot`], which the coordinator writes and then reports back ([`Group::synced`]).
 //! A static member's return to a Stable group (`static_member.rs`) is a [`StaticRejoin`]: its
@@ -19,7 +23,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::GroupError;
@@ -62,8 +65,15 @@ pub(crate) struct Joined {
     pub(crate) members: Vec<(String, Bytes)>,
 }
 
-pub(crate) type JoinReply = oneshot::Sender<Result<Joined, GroupError>>;
-pub(crate) type SyncReply = oneshot::Sender<Result<Bytes, GroupError>>;
+/// The caller's number for a join or sync that waits for its answer.
+pub(crate) type Ticket = u64;
+
+/// An answer to a join or sync that waited, for its ticket.
+#[derive(Debug)]
+pub(crate) enum Reply {
+    Join(Ticket, Result<Joined, GroupError>),
+    Sync(Ticket, Result<Bytes, GroupError>),
+}
 
 /// A join request's fields.
 #[derive(Clone, Debug)]
@@ -81,6 +91,10 @@ pub(crate) struct JoinRequest {
     pub(crate) require_known_member_id: bool,
     /// A static member's `group.instance.id` (Kafka's JoinGroup v5+): see `static_member.rs`.
     pub(crate) group_instance_id: Option<String>,
+    /// A random number the caller draws for the member id this join may hand out (the state
+    /// machine draws none, so that its tests are deterministic): with the group's own counter,
+    /// it keeps ids from two coordinators of the group apart.
+    pub(crate) nonce: u64,
 }
 
 /// One member.
@@ -96,8 +110,8 @@ pub(crate) struct Member {
     pub(crate) assignment: Bytes,
     /// When its session ends unless it is heard from.
     deadline: Instant,
-    awaiting_join: Option<JoinReply>,
-    awaiting_sync: Option<SyncReply>,
+    awaiting_join: Option<Ticket>,
+    awaiting_sync: Option<Ticket>,
 }
 
 impl Member {
@@ -143,28 +157,47 @@ pub(crate) struct Group {
     /// Member ids handed out to first joins that have not joined with them yet, and until
     /// when they may.
     pending: HashMap<String, Instant>,
+    /// Answers to waiting joins and syncs, not yet taken by the caller.
+    replies: Vec<Reply>,
 }
 
 /// The answer to a join: now, or once the rebalance completes.
-pub(crate) enum JoinOutcome {
+pub(crate) enum JoinStep {
     Now(Result<Joined, GroupError>),
     /// A first join that asked for it gets its member id to join again with
     /// (`MEMBER_ID_REQUIRED`).
     MemberIdRequired(String),
-    Parked(oneshot::Receiver<Result<Joined, GroupError>>),
+    /// Answered later, as a [`Reply::Join`] for the join's ticket.
+    Parked,
     /// A static member came back to a Stable group: write the rejoin's snapshot, then apply
     /// it with [`Group::rejoined`], which answers the join.
     Rejoin(StaticRejoin),
 }
 
+/// What moving a group's time on did.
+#[derive(Debug, Default)]
+pub(crate) struct Ticked {
+    /// The members whose session ended, removed.
+    pub(crate) expired: Vec<String>,
+    /// The group's snapshot to write, if it emptied.
+    pub(crate) emptied: Option<Snapshot>,
+}
+
 /// The answer to a sync.
-pub(crate) enum SyncOutcome {
+pub(crate) enum SyncStep {
     Now(Result<Bytes, GroupError>),
-    /// Waiting for the leader's assignment to be written.
-    Parked(oneshot::Receiver<Result<Bytes, GroupError>>),
+    /// Waiting for the leader's assignment to be written: answered later, as a
+    /// [`Reply::Sync`] for the sync's ticket.
+    Parked,
     /// The leader's sync: write `snapshot`, then call [`Group::synced`]; the member's answer
-    /// comes through the receiver.
-    Write(Snapshot, oneshot::Receiver<Result<Bytes, GroupError>>),
+    /// comes as a [`Reply::Sync`].
+    Write(Snapshot),
+}
+
+impl Default for Group {
+    fn default() -> Self {
+        Group::new()
+    }
 }
 
 impl Group {
@@ -182,7 +215,20 @@ impl Group {
             persisted: None,
             next_member: 0,
             pending: HashMap::new(),
+            replies: Vec::new(),
         }
+    }
+
+    /// The answers given to waiting joins and syncs since the last call.
+    pub(crate) fn take_replies(&mut self) -> Vec<Reply> {
+        std::mem::take(&mut self.replies)
+    }
+
+    /// Whether a member still waits on `ticket` (an answer not given yet).
+    pub(crate) fn holds(&self, ticket: Ticket) -> bool {
+        self.members
+            .values()
+            .any(|m| m.awaiting_join == Some(ticket) || m.awaiting_sync == Some(ticket))
     }
 
     /// Nothing to keep: no members and no committed offsets.
@@ -205,46 +251,46 @@ impl Group {
         }
     }
 
-    /// Handles a join (see the module's rules).
+    /// Handles a join (see the module's rules); a join that waits is answered for `ticket`.
     pub(crate) fn join(
         &mut self,
         request: JoinRequest,
+        ticket: Ticket,
         limits: &GroupLimits,
         now: Instant,
-    ) -> JoinOutcome {
+    ) -> JoinStep {
         if request.session_timeout < limits.session_timeout_min
             || request.session_timeout > limits.session_timeout_max
         {
-            return JoinOutcome::Now(Err(GroupError::InvalidSessionTimeout));
+            return JoinStep::Now(Err(GroupError::InvalidSessionTimeout));
         }
         if request.protocol_type.is_empty()
             || request.protocols.is_empty()
             || !self.supports(&request.protocol_type, &request.protocols)
         {
-            return JoinOutcome::Now(Err(GroupError::InconsistentGroupProtocol));
+            return JoinStep::Now(Err(GroupError::InconsistentGroupProtocol));
         }
         if let Some(instance) = request.group_instance_id.clone() {
             match self.static_member_id(&instance) {
                 // A static member back with no member id takes its old slot.
                 Some(old) if request.member_id.is_empty() => {
-                    return self.replace_static_member(old, request, limits, now);
+                    return self.replace_static_member(old, request, ticket, limits, now);
                 }
                 Some(current) if current != request.member_id => {
-                    return JoinOutcome::Now(Err(GroupError::FencedInstanceId));
+                    return JoinStep::Now(Err(GroupError::FencedInstanceId));
                 }
                 _ => {}
             }
         }
-        let (tx, rx) = oneshot::channel();
         let pending = self.pending.remove(&request.member_id).is_some();
         if request.member_id.is_empty() || pending {
             if self.members.len() + self.pending.len() >= limits.members_max {
-                return JoinOutcome::Now(Err(GroupError::GroupMaxSizeReached));
+                return JoinStep::Now(Err(GroupError::GroupMaxSizeReached));
             }
             let id = if pending {
                 request.member_id.clone()
             } else {
-                self.new_member_id(&request.client_id)
+                self.new_member_id(&request.client_id, request.nonce)
             };
             // A static member is known by its instance id: it joins at once (as in Kafka).
             if !pending && request.require_known_member_id && request.group_instance_id.is_none() {
@@ -252,23 +298,23 @@ impl Group {
                 // with it, so that a join sent again after a lost answer adds no one.
                 self.pending
                     .insert(id.clone(), now + request.session_timeout);
-                return JoinOutcome::MemberIdRequired(id);
+                return JoinStep::MemberIdRequired(id);
             }
-            self.add_member(id, request, tx, now);
+            self.add_member(id, request, ticket, now);
             match self.state {
                 State::PreparingRebalance => self.maybe_complete_join(now),
                 _ => self.prepare_rebalance(now, limits),
             }
-            return JoinOutcome::Parked(rx);
+            return JoinStep::Parked;
         }
         let id = request.member_id.clone();
         let Some(member) = self.members.get_mut(&id) else {
-            return JoinOutcome::Now(Err(GroupError::UnknownMemberId));
+            return JoinStep::Now(Err(GroupError::UnknownMemberId));
         };
         let same = member.protocols == request.protocols;
         member.deadline = now + member.session_timeout.max(request.session_timeout);
         let answer_now = match self.state {
-            State::Empty => return JoinOutcome::Now(Err(GroupError::UnknownMemberId)),
+            State::Empty => return JoinStep::Now(Err(GroupError::UnknownMemberId)),
             State::PreparingRebalance => false,
             // A member that lost its answer asks again: the same generation, unchanged.
             State::CompletingRebalance => same,
@@ -276,53 +322,54 @@ impl Group {
             State::Stable => same && !self.is_leader(&id),
         };
         if answer_now {
-            return JoinOutcome::Now(Ok(self.joined(&id)));
+            return JoinStep::Now(Ok(self.joined(&id)));
         }
         if let Some(member) = self.members.get_mut(&id) {
-            update_member(member, request, tx);
+            update_member(member, request, ticket);
         }
         if self.state == State::PreparingRebalance {
             self.maybe_complete_join(now);
         } else {
             self.prepare_rebalance(now, limits);
         }
-        JoinOutcome::Parked(rx)
+        JoinStep::Parked
     }
 
-    /// Handles a sync: the leader's carries every member's assignment.
+    /// Handles a sync: the leader's carries every member's assignment. A sync that waits is
+    /// answered for `ticket`.
     pub(crate) fn sync(
         &mut self,
         member_id: &str,
         group_instance_id: Option<&str>,
         generation: i32,
         assignments: Vec<(String, Bytes)>,
+        ticket: Ticket,
         now: Instant,
-    ) -> SyncOutcome {
+    ) -> SyncStep {
         if let Err(e) = self.check_fenced(member_id, group_instance_id) {
-            return SyncOutcome::Now(Err(e));
+            return SyncStep::Now(Err(e));
         }
         let Some(member) = self.members.get_mut(member_id) else {
-            return SyncOutcome::Now(Err(GroupError::UnknownMemberId));
+            return SyncStep::Now(Err(GroupError::UnknownMemberId));
         };
         if generation != self.generation {
-            return SyncOutcome::Now(Err(GroupError::IllegalGeneration));
+            return SyncStep::Now(Err(GroupError::IllegalGeneration));
         }
         member.deadline = now + member.session_timeout;
         match self.state {
-            State::Empty => SyncOutcome::Now(Err(GroupError::UnknownMemberId)),
-            State::PreparingRebalance => SyncOutcome::Now(Err(GroupError::RebalanceInProgress)),
-            State::Stable => SyncOutcome::Now(Ok(member.assignment.clone())),
+            State::Empty => SyncStep::Now(Err(GroupError::UnknownMemberId)),
+            State::PreparingRebalance => SyncStep::Now(Err(GroupError::RebalanceInProgress)),
+            State::Stable => SyncStep::Now(Ok(member.assignment.clone())),
             State::CompletingRebalance => {
-                let (tx, rx) = oneshot::channel();
-                member.awaiting_sync = Some(tx);
+                member.awaiting_sync = Some(ticket);
                 if !self.is_leader(member_id) {
-                    return SyncOutcome::Parked(rx);
+                    return SyncStep::Parked;
                 }
                 let mut given: HashMap<String, Bytes> = assignments.into_iter().collect();
                 for (id, m) in &mut self.members {
                     m.assignment = given.remove(id).unwrap_or_default();
                 }
-                SyncOutcome::Write(self.snapshot(), rx)
+                SyncStep::Write(self.snapshot())
             }
         }
     }
@@ -344,8 +391,9 @@ impl Group {
             Ok(()) => {
                 self.state = State::Stable;
                 for m in self.members.values_mut() {
-                    if let Some(tx) = m.awaiting_sync.take() {
-                        let _ = tx.send(Ok(m.assignment.clone()));
+                    if let Some(ticket) = m.awaiting_sync.take() {
+                        self.replies
+                            .push(Reply::Sync(ticket, Ok(m.assignment.clone())));
                     }
                     m.deadline = now + m.session_timeout;
                 }
@@ -353,8 +401,8 @@ impl Group {
             Err(e) => {
                 for m in self.members.values_mut() {
                     m.assignment = Bytes::new();
-                    if let Some(tx) = m.awaiting_sync.take() {
-                        let _ = tx.send(Err(e));
+                    if let Some(ticket) = m.awaiting_sync.take() {
+                        self.replies.push(Reply::Sync(ticket, Err(e)));
                     }
                 }
                 self.prepare_rebalance(now, limits);
@@ -416,7 +464,7 @@ impl Group {
             .members
             .remove(&id)
             .ok_or(GroupError::UnknownMemberId)?;
-        answer_removed(member);
+        self.answer_removed(member);
         self.after_removal(limits, now);
         Ok(())
     }
@@ -460,16 +508,28 @@ impl Group {
         Ok(())
     }
 
-    /// Applies a written commit.
-    pub(crate) fn commit(&mut self, topic: String, partition: u32, committed: Committed) {
-        self.offsets.insert((topic, partition), committed);
+    /// Applies a written commit (`None`: the partition's offset deleted).
+    pub(crate) fn commit(&mut self, topic: String, partition: u32, committed: Option<Committed>) {
+        match committed {
+            Some(c) => {
+                self.offsets.insert((topic, partition), c);
+            }
+            None => {
+                self.offsets.remove(&(topic, partition));
+            }
+        }
+    }
+
+    /// `snapshot` was written: what a rewrite of the partition writes again.
+    pub(crate) fn written(&mut self, snapshot: Snapshot) {
+        self.persisted = Some(snapshot);
     }
 
     /// Moves time on: members whose session ended are removed (a member waiting for its join
     /// or sync answer is kept: it is waiting on the group), and a rebalance whose deadline
-    /// passed completes without the members that did not rejoin. Returns a snapshot to write
-    /// if the group emptied.
-    pub(crate) fn tick(&mut self, limits: &GroupLimits, now: Instant) -> Option<Snapshot> {
+    /// passed completes without the members that did not rejoin. Says which members expired,
+    /// and gives a snapshot to write if the group emptied.
+    pub(crate) fn tick(&mut self, limits: &GroupLimits, now: Instant) -> Ticked {
         self.pending.retain(|_, until| *until > now);
         let expired: Vec<String> = self
             .members
@@ -482,8 +542,7 @@ impl Group {
         let was_empty = self.state == State::Empty;
         for id in &expired {
             if let Some(m) = self.members.remove(id) {
-                tracing::info!(member = %id, "group member's session expired");
-                answer_removed(m);
+                self.answer_removed(m);
             }
         }
         if !expired.is_empty() {
@@ -492,7 +551,10 @@ impl Group {
         if self.state == State::PreparingRebalance {
             self.maybe_complete_join(now);
         }
-        (!was_empty && self.state == State::Empty).then(|| self.snapshot())
+        Ticked {
+            emptied: (!was_empty && self.state == State::Empty).then(|| self.snapshot()),
+            expired,
+        }
     }
 
     fn is_leader(&self, member_id: &str) -> bool {
@@ -514,7 +576,7 @@ impl Group {
         })
     }
 
-    fn add_member(&mut self, id: String, request: JoinRequest, tx: JoinReply, now: Instant) {
+    fn add_member(&mut self, id: String, request: JoinRequest, ticket: Ticket, now: Instant) {
         if self.members.is_empty() {
             self.protocol_type = Some(request.protocol_type.clone());
         }
@@ -529,7 +591,7 @@ impl Group {
                 protocols: request.protocols,
                 assignment: Bytes::new(),
                 deadline: now + request.session_timeout,
-                awaiting_join: Some(tx),
+                awaiting_join: Some(ticket),
                 awaiting_sync: None,
             },
         );
@@ -540,8 +602,9 @@ impl Group {
     fn prepare_rebalance(&mut self, now: Instant, limits: &GroupLimits) {
         if self.state == State::CompletingRebalance {
             for m in self.members.values_mut() {
-                if let Some(tx) = m.awaiting_sync.take() {
-                    let _ = tx.send(Err(GroupError::RebalanceInProgress));
+                if let Some(ticket) = m.awaiting_sync.take() {
+                    self.replies
+                        .push(Reply::Sync(ticket, Err(GroupError::RebalanceInProgress)));
                 }
             }
         }
@@ -612,7 +675,7 @@ impl Group {
             .collect();
         for id in missing {
             if let Some(m) = self.members.remove(&id) {
-                answer_removed(m);
+                self.answer_removed(m);
             }
         }
         if self.members.is_empty() {
@@ -637,8 +700,8 @@ impl Group {
             if let Some(m) = self.members.get_mut(&id) {
                 m.deadline = now + m.session_timeout;
                 m.assignment = Bytes::new();
-                if let Some(tx) = m.awaiting_join.take() {
-                    let _ = tx.send(Ok(joined));
+                if let Some(ticket) = m.awaiting_join.take() {
+                    self.replies.push(Reply::Join(ticket, Ok(joined)));
                 }
             }
         }
@@ -699,7 +762,7 @@ fn vote<'a>(members: impl Iterator<Item = &'a [(String, Bytes)]> + Clone) -> Str
         .unwrap_or_default()
 }
 
-fn update_member(member: &mut Member, request: JoinRequest, tx: JoinReply) {
+fn update_member(member: &mut Member, request: JoinRequest, ticket: Ticket) {
     member.group_instance_id = request.group_instance_id;
     member.protocols = request.protocols;
     member.session_timeout = request.session_timeout;
@@ -707,16 +770,23 @@ fn update_member(member: &mut Member, request: JoinRequest, tx: JoinReply) {
     member.client_id = request.client_id;
     member.client_host = request.client_host;
     // A join sent again while the first waits replaces it (the first's asker gave up).
-    member.awaiting_join = Some(tx);
+    member.awaiting_join = Some(ticket);
 }
 
-/// A removed member's waiting requests are told it is gone.
-fn answer_removed(member: Member) {
-    if let Some(tx) = member.awaiting_join {
-        let _ = tx.send(Err(GroupError::UnknownMemberId));
+impl Group {
+    /// A removed member's waiting requests are told it is gone.
+    fn answer_removed(&mut self, mut member: Member) {
+        self.answer_waiting(&mut member, GroupError::UnknownMemberId);
     }
-    if let Some(tx) = member.awaiting_sync {
-        let _ = tx.send(Err(GroupError::UnknownMemberId));
+
+    /// A member's waiting join and sync are answered `error`.
+    pub(super) fn answer_waiting(&mut self, member: &mut Member, error: GroupError) {
+        if let Some(ticket) = member.awaiting_join.take() {
+            self.replies.push(Reply::Join(ticket, Err(error)));
+        }
+        if let Some(ticket) = member.awaiting_sync.take() {
+            self.replies.push(Reply::Sync(ticket, Err(error)));
+        }
     }
 }
 
@@ -724,9 +794,9 @@ fn millis_u32(d: Duration) -> u32 {
     u32::try_from(d.as_millis()).unwrap_or(u32::MAX)
 }
 
-/// A member id's unique part: a random number and a counter.
-fn new_member_suffix(counter: u64) -> String {
-    format!("{:016x}{counter:x}", crate::client::new_producer_id())
+/// A member id's unique part: the caller's random number and the group's counter.
+fn new_member_suffix(nonce: u64, counter: u64) -> String {
+    format!("{nonce:016x}{counter:x}")
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use super::{Group, Member, State, answer_removed, millis_u32};
+use super::{Group, Member, State, millis_u32};
 
 /// A committed offset.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -84,7 +84,7 @@ impl Group {
             );
         }
         for (_, gone) in before {
-            answer_removed(gone);
+            self.answer_removed(gone);
         }
         self.state = if self.members.is_empty() {
             State::Empty

@@ -20,11 +20,10 @@
 //!   rebalances): it must come back within its session timeout to keep its place.
 //! - A LeaveGroup may name a static member by its instance id alone (see [`Group::leave`]).
 
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::{
-    Group, GroupLimits, JoinOutcome, JoinRequest, Joined, Member, Snapshot, State, millis_u32,
+    Group, GroupLimits, JoinRequest, JoinStep, Joined, Snapshot, State, Ticket, millis_u32,
     new_member_suffix, update_member, vote,
 };
 use crate::group::GroupError;
@@ -67,12 +66,12 @@ impl Group {
     }
 
     /// A member id never handed out before.
-    pub(super) fn new_member_id(&mut self, client_id: &str) -> String {
+    pub(super) fn new_member_id(&mut self, client_id: &str, nonce: u64) -> String {
         self.next_member += 1;
         format!(
             "{client_id}-{}-{}",
             self.generation,
-            new_member_suffix(self.next_member)
+            new_member_suffix(nonce, self.next_member)
         )
     }
 
@@ -81,10 +80,11 @@ impl Group {
         &mut self,
         old: String,
         request: JoinRequest,
+        ticket: Ticket,
         limits: &GroupLimits,
         now: Instant,
-    ) -> JoinOutcome {
-        let member_id = self.new_member_id(&request.client_id);
+    ) -> JoinStep {
+        let member_id = self.new_member_id(&request.client_id, request.nonce);
         if self.state == State::Stable && self.keeps_protocol(&old, &request) {
             let base = self.snapshot();
             let mut snapshot = base.clone();
@@ -105,7 +105,7 @@ impl Group {
             if snapshot.leader == old {
                 snapshot.leader.clone_from(&member_id);
             }
-            return JoinOutcome::Rejoin(StaticRejoin {
+            return JoinStep::Rejoin(StaticRejoin {
                 leader: base.leader.clone(),
                 base,
                 snapshot,
@@ -114,22 +114,21 @@ impl Group {
             });
         }
         let Some(mut member) = self.members.remove(&old) else {
-            return JoinOutcome::Now(Err(GroupError::UnknownMemberId));
+            return JoinStep::Now(Err(GroupError::UnknownMemberId));
         };
-        fence(&mut member);
+        self.answer_waiting(&mut member, GroupError::FencedInstanceId);
         if self.leader.as_deref() == Some(old.as_str()) {
             self.leader = Some(member_id.clone());
         }
-        let (tx, rx) = oneshot::channel();
         member.deadline = now + request.session_timeout;
-        update_member(&mut member, request, tx);
+        update_member(&mut member, request, ticket);
         self.members.insert(member_id, member);
         if self.state == State::PreparingRebalance {
             self.maybe_complete_join(now);
         } else {
             self.prepare_rebalance(now, limits);
         }
-        JoinOutcome::Parked(rx)
+        JoinStep::Parked
     }
 
     /// Whether the group's protocol stays its protocol with `request`'s protocols in place of
@@ -171,7 +170,7 @@ impl Group {
             return Err(GroupError::RebalanceInProgress);
         }
         if let Some(mut old) = self.members.remove(&rejoin.replaced) {
-            fence(&mut old);
+            self.answer_waiting(&mut old, GroupError::FencedInstanceId);
         }
         self.restore(rejoin.snapshot.clone(), now);
         Ok(Joined {
@@ -184,25 +183,15 @@ impl Group {
     }
 }
 
-/// A replaced member's waiting join or sync is told it was fenced.
-fn fence(member: &mut Member) {
-    if let Some(tx) = member.awaiting_join.take() {
-        let _ = tx.send(Err(GroupError::FencedInstanceId));
-    }
-    if let Some(tx) = member.awaiting_sync.take() {
-        let _ = tx.send(Err(GroupError::FencedInstanceId));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
     use bytes::Bytes;
 
-    use super::super::SyncOutcome;
     use super::super::tests::{LIMITS, answered, join_request, parked};
     use super::*;
+    use crate::group::live::{JoinOutcome, LiveGroup, SyncOutcome};
 
     fn static_join(member_id: &str, instance: &str) -> JoinRequest {
         let mut r = join_request(member_id, &["range"]);
@@ -213,8 +202,8 @@ mod tests {
 
     /// A Stable group of two: `a` static (instance "a", the leader), `b` dynamic, with
     /// assignments "A" and "B".
-    fn stable_pair(now: Instant) -> (Group, Joined, Joined) {
-        let mut g = Group::new();
+    fn stable_pair(now: Instant) -> (LiveGroup, Joined, Joined) {
+        let mut g = LiveGroup::default();
         // A static member joins at once: it is not asked to join again with a member id.
         let a = answered(&mut parked(g.join(static_join("", "a"), &LIMITS, now))).unwrap();
         let mut b = parked(g.join(join_request("", &["range"]), &LIMITS, now));
@@ -309,7 +298,7 @@ mod tests {
         );
         assert_eq!(g.state, State::Stable);
         // Read back after a failover, the group knows the member by its new id.
-        let mut restored = Group::new();
+        let mut restored = LiveGroup::default();
         restored.restore(r.snapshot.clone(), t1);
         assert_eq!(
             restored.static_member_id("a"),

@@ -1,6 +1,8 @@
 //! The state machine's rules, one scenario each.
 
 use super::*;
+use crate::group::live::{JoinOutcome, LiveGroup, SyncOutcome};
+use tokio::sync::oneshot;
 
 pub(super) const LIMITS: GroupLimits = GroupLimits {
     session_timeout_min: Duration::from_millis(100),
@@ -18,6 +20,7 @@ pub(super) fn join_request(member_id: &str, protocols: &[&str]) -> JoinRequest {
         rebalance_timeout: Duration::from_secs(5),
         require_known_member_id: false,
         group_instance_id: None,
+        nonce: 7,
         protocol_type: "consumer".into(),
         protocols: protocols
             .iter()
@@ -40,7 +43,7 @@ pub(super) fn parked(outcome: JoinOutcome) -> oneshot::Receiver<Result<Joined, G
 #[test]
 fn a_first_join_may_ask_for_its_member_id_first() {
     let now = Instant::now();
-    let mut g = Group::new();
+    let mut g = LiveGroup::default();
     let mut first = join_request("", &["range"]);
     first.require_known_member_id = true;
     let JoinOutcome::MemberIdRequired(id) = g.join(first.clone(), &LIMITS, now) else {
@@ -74,7 +77,7 @@ pub(super) fn answered<T: std::fmt::Debug>(
 #[test]
 fn two_members_join_sync_and_heartbeat() {
     let now = Instant::now();
-    let mut g = Group::new();
+    let mut g = LiveGroup::default();
     let mut a = parked(g.join(join_request("", &["range"]), &LIMITS, now));
     // Alone and the initial delay is 0: the first join completes at once.
     let a_joined = answered(&mut a).unwrap();
@@ -137,7 +140,7 @@ fn two_members_join_sync_and_heartbeat() {
 #[test]
 fn a_silent_member_is_expired_and_the_group_rebalances() {
     let t0 = Instant::now();
-    let mut g = Group::new();
+    let mut g = LiveGroup::default();
     let a = answered(&mut parked(g.join(
         join_request("", &["range"]),
         &LIMITS,
@@ -159,10 +162,11 @@ fn a_silent_member_is_expired_and_the_group_rebalances() {
     // b keeps heartbeating; a falls silent.
     let t1 = t0 + Duration::from_secs(6);
     g.heartbeat(&b.member_id, None, b.generation, t1).unwrap();
-    assert!(g.tick(&LIMITS, t1).is_none());
+    let ticked = g.tick(&LIMITS, t1);
+    assert!(ticked.emptied.is_none() && ticked.expired.is_empty());
     assert_eq!(g.members.len(), 2);
     let t2 = t0 + Duration::from_secs(11);
-    g.tick(&LIMITS, t2);
+    assert_eq!(g.tick(&LIMITS, t2).expired, vec![a.member_id.clone()]);
     assert_eq!(g.members.len(), 1, "a's session ended");
     assert_eq!(g.state, State::PreparingRebalance);
     assert_eq!(
@@ -198,7 +202,7 @@ fn a_silent_member_is_expired_and_the_group_rebalances() {
 #[test]
 fn a_member_that_does_not_rejoin_is_dropped_and_the_last_leave_empties_the_group() {
     let t0 = Instant::now();
-    let mut g = Group::new();
+    let mut g = LiveGroup::default();
     let a = answered(&mut parked(g.join(
         join_request("", &["range"]),
         &LIMITS,
@@ -221,17 +225,17 @@ fn a_member_that_does_not_rejoin_is_dropped_and_the_last_leave_empties_the_group
     assert_eq!(g.protocol_type.as_deref(), Some("consumer"));
     let written = g.snapshot();
     assert_eq!(written.protocol_type, "consumer");
-    let mut restored = Group::new();
+    let mut restored = LiveGroup::default();
     restored.restore(written, t0);
     assert_eq!(restored.state, State::Empty);
     assert_eq!(restored.protocol_type.as_deref(), Some("consumer"));
     // A group that only ever had commits has none.
-    let mut commits_only = Group::new();
+    let mut commits_only = LiveGroup::default();
     assert_eq!(commits_only.check_commit("", None, -1, t0), Ok(()));
     assert_eq!(commits_only.protocol_type, None);
     // Kept: its generation must not go back to 0 (a later snapshot would read as older).
     assert!(!g.is_forgettable());
-    assert!(Group::new().is_forgettable());
+    assert!(LiveGroup::default().is_forgettable());
     assert_eq!(g.check_commit("", None, -1, t0), Ok(()));
     assert_eq!(
         g.leave(&b.member_id, None, &LIMITS, t0),
@@ -242,7 +246,7 @@ fn a_member_that_does_not_rejoin_is_dropped_and_the_last_leave_empties_the_group
 #[test]
 fn joins_that_do_not_fit_are_refused() {
     let now = Instant::now();
-    let mut g = Group::new();
+    let mut g = LiveGroup::default();
     let mut short = join_request("", &["range"]);
     short.session_timeout = Duration::from_millis(1);
     assert!(matches!(
@@ -277,7 +281,7 @@ fn joins_that_do_not_fit_are_refused() {
 #[test]
 fn a_restored_group_keeps_its_generation_and_members() {
     let now = Instant::now();
-    let mut g = Group::new();
+    let mut g = LiveGroup::default();
     let a = answered(&mut parked(g.join(
         join_request("", &["range"]),
         &LIMITS,
@@ -288,7 +292,7 @@ fn a_restored_group_keeps_its_generation_and_members() {
     else {
         panic!()
     };
-    let mut restored = Group::new();
+    let mut restored = LiveGroup::default();
     restored.restore(snapshot, now);
     assert_eq!(restored.state, State::Stable);
     assert_eq!(
@@ -327,7 +331,7 @@ fn a_later_snapshot_read_back_replaces_the_protocol_and_subscriptions() {
         leader: "m".into(),
         members: vec![member(subscription)],
     };
-    let mut g = Group::new();
+    let mut g = LiveGroup::default();
     g.restore(snapshot(5, "range", b"sub-range"), now);
     g.restore(
         snapshot(6, "roundrobin", b"sub-rr"),
@@ -336,4 +340,49 @@ fn a_later_snapshot_read_back_replaces_the_protocol_and_subscriptions() {
     assert_eq!(g.generation, 6);
     assert_eq!(g.snapshot(), snapshot(6, "roundrobin", b"sub-rr"));
     assert_eq!(g.heartbeat("m", None, 6, now), Ok(()));
+}
+
+/// The state machine alone, with no channel: a join that waits is answered as a reply for
+/// its ticket once the rebalance completes, and the same requests at the same times give the
+/// same member ids and answers (it draws nothing of its own).
+#[test]
+fn the_state_machine_answers_waiting_joins_as_replies_for_their_tickets() {
+    let run = || {
+        let limits = GroupLimits {
+            initial_rebalance_delay: Duration::from_secs(1),
+            ..LIMITS
+        };
+        let now = Instant::now();
+        let mut g = Group::new();
+        assert!(matches!(
+            g.join(join_request("", &["range"]), 1, &limits, now),
+            JoinStep::Parked
+        ));
+        assert!(matches!(
+            g.join(join_request("", &["range"]), 2, &limits, now),
+            JoinStep::Parked
+        ));
+        assert!(g.holds(1) && g.holds(2));
+        assert!(g.take_replies().is_empty(), "waiting out the initial delay");
+        let ticked = g.tick(&limits, now + Duration::from_secs(1));
+        assert!(ticked.expired.is_empty());
+        let replies = g.take_replies();
+        assert!(!g.holds(1) && !g.holds(2), "both answered");
+        assert!(g.take_replies().is_empty(), "each answer is taken once");
+        replies
+            .into_iter()
+            .map(|r| match r {
+                Reply::Join(ticket, Ok(joined)) => (ticket, joined.member_id, joined.generation),
+                other => panic!("a join's answer: {other:?}"),
+            })
+            .collect::<Vec<_>>()
+    };
+    let first = run();
+    assert_eq!(first.len(), 2);
+    assert_eq!(
+        first.iter().map(|(t, _, _)| *t).collect::<Vec<_>>(),
+        vec![1, 2]
+    );
+    assert!(first.iter().all(|(_, _, generation)| *generation == 1));
+    assert_eq!(first, run(), "deterministic");
 }

@@ -14,14 +14,13 @@ use tokio::time::Instant;
 
 use crate::error::Error;
 use crate::group::api::{
-    CommitOffset, CommittedOffset, Coordinator, GroupDescription, GroupListing, JoinAnswer,
-    JoinGroup, JoinReply, MemberDescription, MemberRef, OffsetCommit, PartitionResult, SyncGroup,
+    CommittedOffset, Coordinator, GroupDescription, GroupListing, JoinAnswer, JoinGroup, JoinReply,
+    MemberDescription, MemberRef, OffsetCommit, PartitionResult, SyncGroup,
 };
 use crate::group::coordinator::Shard;
+use crate::group::live::{JoinOutcome, SyncOutcome};
 use crate::group::records::{group_record, offset_record, offset_tombstone};
-use crate::group::state::{
-    Committed, Group, GroupLimits, JoinOutcome, JoinRequest, Snapshot, State, SyncOutcome,
-};
+use crate::group::state::{Committed, GroupLimits, JoinRequest, Snapshot, State};
 use crate::group::{
     COMMIT_METADATA_BYTES_MAX, GROUP_NAME_BYTES_MAX, GroupError, MEMBER_BLOB_BYTES_MAX,
     OFFSETS_TOPIC, check_group_id, coordinator_partition,
@@ -205,7 +204,7 @@ impl Broker {
         self.write_group_records(hosted, vec![Record::new(value).with_key(key)])
             .await?;
         if let Some(g) = shard.groups.lock().get_mut(group) {
-            g.persisted = Some(snapshot.clone());
+            g.written(snapshot.clone());
         }
         Ok(())
     }
@@ -240,12 +239,13 @@ impl Broker {
             protocols: request.protocols,
             require_known_member_id: request.require_known_member_id,
             group_instance_id: request.group_instance_id,
+            nonce: crate::client::new_producer_id(),
         };
         let outcome = {
             let mut groups = shard.groups.lock();
             let group = groups
                 .entry(request.group.clone())
-                .or_insert_with(Group::new);
+                .or_default();
             group.join(join, &self.group_limits(), Instant::now())
         };
         let joined = match outcome {
@@ -416,7 +416,7 @@ impl Broker {
             let mut groups = shard.groups.lock();
             let g = groups
                 .entry(request.group.clone())
-                .or_insert_with(Group::new);
+                .or_default();
             g.check_commit(
                 &request.member_id,
                 request.group_instance_id.as_deref(),
@@ -426,7 +426,6 @@ impl Broker {
         }
         let mut results = Vec::with_capacity(request.offsets.len());
         let mut records = Vec::new();
-        let mut accepted: Vec<CommitOffset> = Vec::new();
         for o in request.offsets {
             let error = if o.metadata.len() > COMMIT_METADATA_BYTES_MAX {
                 Some(GroupError::OffsetMetadataTooLarge)
@@ -460,7 +459,6 @@ impl Broker {
                     )),
                 };
                 records.push(record);
-                accepted.push(o.clone());
             }
             results.push(PartitionResult {
                 topic: o.topic,
@@ -469,26 +467,14 @@ impl Broker {
             });
         }
         if !records.is_empty() {
-            self.write_group_records(&hosted, records).await?;
-            let mut groups = shard.groups.lock();
-            let g = groups
-                .entry(request.group.clone())
-                .or_insert_with(Group::new);
-            for o in accepted {
-                match o.offset {
-                    Some(offset) => g.commit(
-                        o.topic,
-                        o.partition,
-                        Committed {
-                            offset,
-                            metadata: o.metadata,
-                            commit_timestamp_ms,
-                            leader_epoch: o.leader_epoch,
-                        },
-                    ),
-                    None => {
-                        g.offsets.remove(&(o.topic, o.partition));
-                    }
+            self.write_group_records(&hosted, records.clone()).await?;
+            // The written records change the groups as they do when a coordinator loads
+            // them: one path from record to state.
+            let now = Instant::now();
+            for r in &records {
+                let key = r.key.as_deref().unwrap_or_default();
+                if let Err(e) = shard.apply(key, &r.value, now) {
+                    tracing::error!(group = %request.group, error = %e, "a commit just written does not decode");
                 }
             }
         }
@@ -635,10 +621,14 @@ impl Broker {
                 let now = Instant::now();
                 let emptied: Vec<(String, Snapshot)> = {
                     let mut groups = shard.groups.lock();
-                    let out = groups
-                        .iter_mut()
-                        .filter_map(|(name, g)| g.tick(&limits, now).map(|s| (name.clone(), s)))
-                        .collect();
+                    let mut out = Vec::new();
+                    for (name, g) in groups.iter_mut() {
+                        let ticked = g.tick(&limits, now);
+                        for member in ticked.expired {
+                            tracing::info!(group = %name, %member, "group member's session expired");
+                        }
+                        out.extend(ticked.emptied.map(|s| (name.clone(), s)));
+                    }
                     groups.retain(|_, g| !g.is_forgettable());
                     out
                 };
