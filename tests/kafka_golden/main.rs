@@ -140,6 +140,24 @@ impl Broker {
         .expect("an answer in time")
     }
 
+    /// Sends `request` as [`exchange`](Self::exchange) does, for a request the broker closes
+    /// the connection on: `None` once it is closed, or the answer if one came.
+    pub(crate) async fn exchange_unanswered(
+        &mut self,
+        api: ApiKey,
+        version: i16,
+        request: &impl Encodable,
+    ) -> Option<Bytes> {
+        self.correlation += 1;
+        let frame = request_frame(api, version, self.correlation, request);
+        tokio::time::timeout(WAIT, async {
+            self.conn.write_all(&frame).await.unwrap();
+            read_frame(&mut self.conn).await
+        })
+        .await
+        .expect("closed in time")
+    }
+
     /// Checks that `answer` (from [`exchange`](Self::exchange)) is, byte for byte, the frame
     /// of `expected` answering the last request (its correlation id) at `version`. On a
     /// difference, shows where, and both answers decoded.
