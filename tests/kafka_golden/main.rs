@@ -45,7 +45,7 @@ pub(crate) const TOPIC_PARTITIONS: u32 = 2;
 const WAIT: Duration = Duration::from_secs(30);
 
 /// The client id every request carries.
-const CLIENT_ID: &str = "golden-client";
+pub(crate) const CLIENT_ID: &str = "golden-client";
 
 /// The APIs a family's tests exchange, each with the versions exchanged.
 pub(crate) type Golden = &'static [(ApiKey, &'static [i16])];
