@@ -117,6 +117,8 @@ pub(crate) async fn join_group(
     r.generation_id = -1;
     r.member_id = request.member_id.clone();
     r.leader = s("");
+    // No protocol chosen (yet): Kafka's empty name, null from version 7, where it may be.
+    r.protocol_name = (version < 7).then(|| s(""));
     match service.join_group(join, from).await {
         Ok(JoinReply::Joined(j)) => {
             r.generation_id = j.generation;
