@@ -162,6 +162,8 @@ fn entry(name: &str, value: String, config_type: i8) -> DescribeConfigsResourceR
     c.read_only = true;
     c.config_source = SOURCE_STATIC_BROKER;
     c.config_type = config_type;
+    // Kafka writes a setting's documentation only when asked for it (and replog has none).
+    c.documentation = None;
     c
 }
 
