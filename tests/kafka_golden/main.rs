@@ -31,6 +31,7 @@ use replog::{LocalCluster, NodeConfig};
 mod admin;
 mod api_versions;
 mod fetch;
+mod group_coordinator;
 mod groups;
 mod metadata;
 mod offsets;
@@ -78,9 +79,18 @@ impl Broker {
     }
 
     /// [`start`](Self::start) with `configure` applied after the fixture's settings.
-    pub(crate) async fn start_with(mut configure: impl FnMut(&mut NodeConfig)) -> Broker {
+    pub(crate) async fn start_with(configure: impl FnMut(&mut NodeConfig)) -> Broker {
+        Broker::start_brokers(1, configure).await
+    }
+
+    /// [`start_with`](Self::start_with) a cluster of `n` brokers (for what takes more than
+    /// one: a broker that is not a group's coordinator), connected to broker 1.
+    pub(crate) async fn start_brokers(
+        n: usize,
+        mut configure: impl FnMut(&mut NodeConfig),
+    ) -> Broker {
         let dir = tempfile::tempdir().unwrap();
-        let cluster = LocalCluster::start(1, dir.path(), |c| {
+        let cluster = LocalCluster::start(n, dir.path(), |c| {
             c.kafka_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
             c.topics = vec![(TOPIC.into(), TOPIC_PARTITIONS)];
             c.offsets_topic_partitions = 1;
@@ -113,6 +123,20 @@ impl Broker {
     /// The cluster (for its native API: a partition's term, its leader).
     pub(crate) fn cluster(&self) -> &LocalCluster {
         self.cluster.as_ref().unwrap()
+    }
+
+    /// Broker `id`'s Kafka address.
+    pub(crate) fn kafka_of(&self, id: u64) -> SocketAddr {
+        self.cluster().node(id).unwrap().kafka_addr().unwrap()
+    }
+
+    /// Speaks to broker `id` from now on, on a new connection.
+    pub(crate) async fn connect_to(&mut self, id: u64) {
+        self.kafka = self.kafka_of(id);
+        self.conn = tokio::time::timeout(WAIT, TcpStream::connect(self.kafka))
+            .await
+            .expect("connected in time")
+            .unwrap();
     }
 
     /// The Raft term of partition `p` of `topic`: Kafka's leader epoch.
@@ -322,6 +346,7 @@ fn golden_cases() -> Vec<(ApiKey, i16)> {
         api_versions::GOLDEN,
         fetch::GOLDEN,
         groups::GOLDEN,
+        group_coordinator::GOLDEN,
         metadata::GOLDEN,
         offsets::GOLDEN,
         produce::GOLDEN,
