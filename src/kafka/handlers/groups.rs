@@ -282,6 +282,7 @@ pub(crate) async fn offset_commit(
 
 pub(crate) async fn offset_fetch(
     request: OffsetFetchRequest,
+    version: i16,
     service: &BrokerService,
 ) -> OffsetFetchResponse {
     let wanted = request.topics.as_ref().map(|ts| {
@@ -317,9 +318,32 @@ pub(crate) async fn offset_fetch(
             }
             r.topics = topics;
         }
+        Err(e) if version < 2 => r.topics = refused_fetch(&request, e.code()),
         Err(e) => r.error_code = e.code(),
     }
     r
+}
+
+/// The topics of an OffsetFetch refused before version 2, whose answer has no error of its
+/// own: each partition asked for carries the error, with no offset, as Kafka answers (a
+/// client would otherwise read an answer without error as "nothing committed").
+fn refused_fetch(request: &OffsetFetchRequest, error_code: i16) -> Vec<OffsetFetchResponseTopic> {
+    let asked = request.topics.iter().flatten();
+    asked
+        .map(|t| {
+            let mut tr = OffsetFetchResponseTopic::default();
+            tr.name = t.name.clone();
+            for index in &t.partition_indexes {
+                let mut p = OffsetFetchResponsePartition::default();
+                p.partition_index = *index;
+                p.committed_offset = -1;
+                p.metadata = Some(s(""));
+                p.error_code = error_code;
+                tr.partitions.push(p);
+            }
+            tr
+        })
+        .collect()
 }
 
 pub(crate) async fn list_groups(service: &BrokerService) -> ListGroupsResponse {
@@ -398,7 +422,9 @@ pub(crate) async fn serve(
             ResponseKind::LeaveGroup(leave_group(r, version, service).await)
         }
         RequestKind::OffsetCommit(r) => ResponseKind::OffsetCommit(offset_commit(r, service).await),
-        RequestKind::OffsetFetch(r) => ResponseKind::OffsetFetch(offset_fetch(r, service).await),
+        RequestKind::OffsetFetch(r) => {
+            ResponseKind::OffsetFetch(offset_fetch(r, version, service).await)
+        }
         RequestKind::ListGroups(_) => ResponseKind::ListGroups(list_groups(service).await),
         RequestKind::DescribeGroups(r) => {
             ResponseKind::DescribeGroups(describe_groups(r, service).await)
