@@ -218,6 +218,13 @@ pub(crate) async fn leave_group(
             group_instance_id: instance_id(m.group_instance_id.as_ref()),
         };
         if let Err(e) = service.leave_group(&group, &member).await {
+            // The coordinator's error (or the group id's), not the member's: the answer's own,
+            // with no member listed, as Kafka answers.
+            if e.coordinator_moved() || matches!(e, GroupError::InvalidGroupId) {
+                r.error_code = e.code();
+                r.members.clear();
+                return r;
+            }
             mr.error_code = e.code();
         }
         r.members.push(mr);
