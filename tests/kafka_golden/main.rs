@@ -16,6 +16,9 @@
 
 // Kafka's wire is big-endian; the crate's own formats are little-endian, which the lint guards.
 #![allow(clippy::big_endian_bytes)]
+// The futures of a test's exchanges nest deeper than the default limit when clippy computes
+// their layout.
+#![recursion_limit = "256"]
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
