@@ -39,7 +39,7 @@ const NOT_COORDINATOR: i16 = 16;
 /// broker 1, and the coordinator's id, which FindCoordinator at broker 1 named (checked
 /// against its answer byte for byte at each version).
 async fn three_brokers() -> (Broker, u64) {
-    let mut broker = Broker::start_brokers(3, |_| {}).await;
+    let mut broker = Broker::start_brokers(3).await;
     let mut coordinator = None;
     for &v in versions(GOLDEN, ApiKey::FindCoordinator) {
         let request = FindCoordinatorRequest::default().with_key(s(GROUP));

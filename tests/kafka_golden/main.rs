@@ -29,7 +29,7 @@ use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use replog::{LocalCluster, NodeConfig};
+use replog::LocalCluster;
 
 mod admin;
 mod api_versions;
@@ -78,20 +78,12 @@ impl Broker {
     /// A broker with the fixture's settings: the offsets topic of one partition and one
     /// replica (its leader is the broker), no wait for more members of a new group.
     pub(crate) async fn start() -> Broker {
-        Broker::start_with(|_| {}).await
+        Broker::start_brokers(1).await
     }
 
-    /// [`start`](Self::start) with `configure` applied after the fixture's settings.
-    pub(crate) async fn start_with(configure: impl FnMut(&mut NodeConfig)) -> Broker {
-        Broker::start_brokers(1, configure).await
-    }
-
-    /// [`start_with`](Self::start_with) a cluster of `n` brokers (for what takes more than
-    /// one: a broker that is not a group's coordinator), connected to broker 1.
-    pub(crate) async fn start_brokers(
-        n: usize,
-        mut configure: impl FnMut(&mut NodeConfig),
-    ) -> Broker {
+    /// [`start`](Self::start) with a cluster of `n` brokers (for what takes more than one: a
+    /// broker that is not a group's coordinator), connected to broker 1.
+    pub(crate) async fn start_brokers(n: usize) -> Broker {
         let dir = tempfile::tempdir().unwrap();
         let cluster = LocalCluster::start(n, dir.path(), |c| {
             c.kafka_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
@@ -101,7 +93,6 @@ impl Broker {
             c.group_initial_rebalance_delay_ms = 0;
             c.heartbeat_interval_ms = 50;
             c.election_timeout_ms = 200;
-            configure(c);
         })
         .await
         .unwrap();
