@@ -158,6 +158,17 @@ impl Broker {
         .expect("an answer in time")
     }
 
+    /// Sends `request` as [`exchange`](Self::exchange) does, for a request that is not
+    /// answered (a produce with acks 0).
+    pub(crate) async fn send(&mut self, api: ApiKey, version: i16, request: &impl Encodable) {
+        self.correlation += 1;
+        let frame = request_frame(api, version, self.correlation, request);
+        tokio::time::timeout(WAIT, self.conn.write_all(&frame))
+            .await
+            .expect("sent in time")
+            .unwrap();
+    }
+
     /// Sends `request` as [`exchange`](Self::exchange) does, for a request the broker closes
     /// the connection on: `None` once it is closed, or the answer if one came.
     pub(crate) async fn exchange_unanswered(

@@ -1,6 +1,7 @@
 //! Produce (3 to 11): a Kafka producer's batch acknowledged with its base offset and the
-//! partition's log start; a topic that does not exist (UNKNOWN_TOPIC_OR_PARTITION) and the
-//! internal offsets topic (INVALID_TOPIC_EXCEPTION) refused per partition; a version not
+//! partition's log start; a topic that does not exist (UNKNOWN_TOPIC_OR_PARTITION), the
+//! internal offsets topic (INVALID_TOPIC_EXCEPTION) and a batch whose CRC does not hold
+//! (CORRUPT_MESSAGE) refused per partition; a produce with acks 0 unanswered; a version not
 //! served closes the connection unanswered, as a Kafka broker does.
 
 use bytes::Bytes;
@@ -99,13 +100,22 @@ fn refused(index: i32, error_code: i16) -> PartitionProduceResponse {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn produce_acknowledges_a_batch_with_its_base_offset_and_refuses_missing_and_internal_topics()
-{
+async fn produce_acknowledges_a_batch_with_its_base_offset_and_refuses_missing_internal_and_corrupt()
+ {
     let mut broker = Broker::start().await;
     let batch = kafka_batch();
     for (n, &v) in (0..).zip(versions(GOLDEN, ApiKey::Produce)) {
-        let topics = [(TOPIC, 0), ("no.such.topic", 0), ("__consumer_offsets", 0)];
-        let request = produce_request(&topics, &batch);
+        let topics = [
+            (TOPIC, 0),
+            ("no.such.topic", 0),
+            ("__consumer_offsets", 0),
+            (TOPIC, 1),
+        ];
+        let mut request = produce_request(&topics, &batch);
+        // A batch whose CRC-32C does not hold (a byte of its last record's value changed).
+        let mut corrupt = batch.to_vec();
+        *corrupt.last_mut().unwrap() ^= 0xff;
+        request.topic_data[3].partition_data[0].records = Some(Bytes::from(corrupt));
         let answer = broker.exchange(ApiKey::Produce, v, &request).await;
         // The n-th batch of the partition lands after the ones before; no LogAppendTime
         // (CreateTime topics), the log starts at 0, no record errors, no leader hint.
@@ -116,6 +126,7 @@ async fn produce_acknowledges_a_batch_with_its_base_offset_and_refuses_missing_a
             answered(TOPIC, taken),
             answered("no.such.topic", refused(0, 3)),
             answered("__consumer_offsets", refused(0, 17)),
+            answered(TOPIC, refused(1, 2)),
         ]);
         broker.assert_answer(ApiKey::Produce, v, &answer, &expected);
     }
@@ -136,5 +147,35 @@ async fn a_produce_at_a_version_not_served_closes_the_connection_unanswered() {
     );
     let status = broker.cluster().node(1).unwrap().status(TOPIC, 0).unwrap();
     assert_eq!(status.log_end.get(), 0, "nothing written");
+    broker.shutdown().await;
+}
+
+/// A Produce with acks 0 is written and not answered: the next request's answer is the next
+/// on the connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_produce_with_acks_0_is_written_and_not_answered() {
+    use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
+    let mut broker = Broker::start().await;
+    let versions = versions(GOLDEN, ApiKey::Produce);
+    for &v in versions {
+        let request = produce_request(&[(TOPIC, 0)], &kafka_batch()).with_acks(0);
+        broker.send(ApiKey::Produce, v, &request).await;
+        let answer = broker
+            .exchange(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default())
+            .await;
+        let r: ApiVersionsResponse = broker.decode(ApiKey::ApiVersions, 3, &answer);
+        assert_eq!(r.error_code, 0);
+    }
+    let written = BATCH_RECORDS * i64::try_from(versions.len()).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    // Bounded by the deadline: the writes commit soon after they are taken.
+    loop {
+        let status = broker.cluster().node(1).unwrap().status(TOPIC, 0).unwrap();
+        if i64::try_from(status.high_watermark.get()).unwrap() == written {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "written: {status:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     broker.shutdown().await;
 }
