@@ -59,6 +59,7 @@ async fn list_offsets_names_the_start_end_and_times_of_a_partition() {
     let before = now_ms();
     produce_one(&mut broker, 0).await;
     let after = now_ms();
+    let (term0, term1) = (broker.term(TOPIC, 0), broker.term(TOPIC, 1));
     for &v in versions(GOLDEN, ApiKey::ListOffsets) {
         let mut topics = vec![
             list(TOPIC, 0, -2),
@@ -85,23 +86,37 @@ async fn list_offsets_names_the_start_end_and_times_of_a_partition() {
             (before..=after).contains(&appended),
             "appended at {appended}"
         );
-        // The start and the end have no time (−1); no leader epoch (−1; Kafka names the
-        // epoch of the offset answered from version 4).
+        // The start and the end have no time (−1); from version 4 each offset found has its
+        // leader epoch: the batch's term, or the current term for the end (a partition
+        // refused has none).
+        let (term0, term1) = if v >= 4 { (term0, term1) } else { (-1, -1) };
         let mut expected = vec![
-            listed(TOPIC, 0, 0, -1),
-            listed(TOPIC, 0, BATCH_RECORDS, -1),
-            listed(TOPIC, 0, 0, appended),
-            listed(TOPIC, 1, 0, -1),
+            listed(TOPIC, 0, 0, -1).epoch(term0),
+            listed(TOPIC, 0, BATCH_RECORDS, -1).epoch(term0),
+            listed(TOPIC, 0, 0, appended).epoch(term0),
+            listed(TOPIC, 1, 0, -1).epoch(term1),
             listed("no.such.topic", 0, -1, -1),
         ];
         expected[4].partitions[0].error_code = 3;
         if v >= 7 {
-            expected.push(listed(TOPIC, 0, 0, appended));
+            expected.push(listed(TOPIC, 0, 0, appended).epoch(term0));
         }
         let expected = ListOffsetsResponse::default().with_topics(expected);
         broker.assert_answer(ApiKey::ListOffsets, v, &answer, &expected);
     }
     broker.shutdown().await;
+}
+
+/// A topic's answer with its one partition's leader epoch set.
+trait WithEpoch {
+    fn epoch(self, leader_epoch: i32) -> Self;
+}
+
+impl WithEpoch for ListOffsetsTopicResponse {
+    fn epoch(mut self, leader_epoch: i32) -> Self {
+        self.partitions[0].leader_epoch = leader_epoch;
+        self
+    }
 }
 
 fn epoch_of(name: &str, p: i32, current: i32, leader_epoch: i32) -> OffsetForLeaderTopic {
