@@ -257,7 +257,9 @@ async fn answer(
                 .map(|frame| Some((frame, held)))
                 .map_err(std::io::Error::other);
         }
-        RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(offsets::list_offsets(r, service)),
+        RequestKind::ListOffsets(r) => {
+            ResponseKind::ListOffsets(offsets::list_offsets(r, version, service))
+        }
         RequestKind::InitProducerId(r) => {
             ResponseKind::InitProducerId(producer_ids::init_producer_id(&r, service).await)
         }
