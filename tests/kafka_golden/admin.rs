@@ -4,7 +4,9 @@
 //! endpoint type replog does not have).
 
 use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
-use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult,
+};
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
@@ -30,13 +32,25 @@ fn creatable(name: &str, partitions: i32, factor: i16) -> CreatableTopic {
         .with_replication_factor(factor)
 }
 
-/// A topic's result: the crate's default empty message and configs (replog describes a
-/// topic's settings through DescribeConfigs only).
+/// A new topic's result: the crate's default empty message; from version 5 its settings, as
+/// DescribeConfigs lists them.
 fn created(name: &str, partitions: i32, factor: i16) -> CreatableTopicResult {
+    let configs = settings()
+        .into_iter()
+        .map(|c| {
+            CreatableTopicConfigs::default()
+                .with_name(c.name)
+                .with_value(c.value)
+                .with_read_only(c.read_only)
+                .with_config_source(c.config_source)
+                .with_is_sensitive(c.is_sensitive)
+        })
+        .collect();
     CreatableTopicResult::default()
         .with_name(topic(name))
         .with_num_partitions(partitions)
         .with_replication_factor(factor)
+        .with_configs(Some(configs))
 }
 
 fn refused(name: &str, error_code: i16, message: &str) -> CreatableTopicResult {
@@ -125,15 +139,12 @@ fn setting(name: &str, value: String, config_type: i8) -> DescribeConfigsResourc
         .with_documentation(None)
 }
 
-/// DescribeConfigs of a topic (every setting), of this broker (the one asked for), and
-/// refusals: a topic that does not exist (UNKNOWN_TOPIC_OR_PARTITION), a resource type
-/// replog does not describe (a broker logger: INVALID_REQUEST).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn describe_configs_lists_a_topics_and_a_brokers_settings() {
-    let mut broker = Broker::start().await;
+/// Every topic's settings (the broker's: replog has no per-topic settings), with their
+/// default values.
+fn settings() -> Vec<DescribeConfigsResourceResult> {
     let log = replog::LogConfig::default();
     let unlimited = |v: Option<u64>| v.map_or(-1, |v| i64::try_from(v).unwrap());
-    let settings = vec![
+    vec![
         setting("cleanup.policy", "delete".into(), 7),
         setting("compression.type", "producer".into(), 2),
         setting("max.message.bytes", log.batch_bytes_max.to_string(), 3),
@@ -145,7 +156,16 @@ async fn describe_configs_lists_a_topics_and_a_brokers_settings() {
         ),
         setting("retention.ms", unlimited(log.retention_ms).to_string(), 5),
         setting("segment.bytes", log.segment_bytes.to_string(), 3),
-    ];
+    ]
+}
+
+/// DescribeConfigs of a topic (every setting), of this broker (the one asked for), and
+/// refusals: a topic that does not exist (UNKNOWN_TOPIC_OR_PARTITION), a resource type
+/// replog does not describe (a broker logger: INVALID_REQUEST).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_configs_lists_a_topics_and_a_brokers_settings() {
+    let mut broker = Broker::start().await;
+    let settings = settings();
     for &v in versions(GOLDEN, ApiKey::DescribeConfigs) {
         let resource = |kind: i8, name: &str, keys: Option<Vec<&str>>| {
             DescribeConfigsResource::default()
