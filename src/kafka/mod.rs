@@ -277,7 +277,7 @@ async fn answer(
             served.ok_or_else(|| std::io::Error::other("not a group request"))?
         }
         RequestKind::CreateTopics(r) => {
-            ResponseKind::CreateTopics(admin::create_topics(r, service).await)
+            ResponseKind::CreateTopics(admin::create_topics(r, version, service).await)
         }
         RequestKind::DeleteTopics(r) => {
             ResponseKind::DeleteTopics(admin::delete_topics(r, service).await)
