@@ -257,7 +257,9 @@ async fn answer(
                 .map(|frame| Some((frame, held)))
                 .map_err(std::io::Error::other);
         }
-        RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(offsets::list_offsets(r, service)),
+        RequestKind::ListOffsets(r) => {
+            ResponseKind::ListOffsets(offsets::list_offsets(r, version, service))
+        }
         RequestKind::InitProducerId(r) => {
             ResponseKind::InitProducerId(producer_ids::init_producer_id(&r, service).await)
         }
@@ -275,7 +277,7 @@ async fn answer(
             served.ok_or_else(|| std::io::Error::other("not a group request"))?
         }
         RequestKind::CreateTopics(r) => {
-            ResponseKind::CreateTopics(admin::create_topics(r, service).await)
+            ResponseKind::CreateTopics(admin::create_topics(r, version, service).await)
         }
         RequestKind::DeleteTopics(r) => {
             ResponseKind::DeleteTopics(admin::delete_topics(r, service).await)

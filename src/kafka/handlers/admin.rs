@@ -2,7 +2,9 @@
 //! DescribeConfigs (topics and brokers) and DescribeCluster. Codec only:
 //! each request is mapped to the service's operation and each answer or error to Kafka's.
 
-use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult,
+};
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::describe_configs_response::{
@@ -76,6 +78,7 @@ fn count<T: TryInto<u32> + PartialEq>(kafka: T, default: T) -> Option<u32> {
 /// and has no per-topic settings).
 pub(crate) async fn create_topics(
     request: CreateTopicsRequest,
+    version: i16,
     service: &BrokerService,
 ) -> CreateTopicsResponse {
     let request_deadline = deadline(request.timeout_ms);
@@ -113,6 +116,10 @@ pub(crate) async fn create_topics(
             Ok((partitions, factor)) => {
                 res.num_partitions = i32::try_from(partitions).unwrap_or(i32::MAX);
                 res.replication_factor = i16::try_from(factor).unwrap_or(i16::MAX);
+                // From version 5 Kafka answers the new topic's settings too (KIP-525).
+                if version >= 5 {
+                    res.configs = Some(created_configs(service));
+                }
             }
             Err(e) => {
                 res.error_code = topic_error(&e);
@@ -122,6 +129,22 @@ pub(crate) async fn create_topics(
         r.topics.push(res);
     }
     r
+}
+
+/// A new topic's settings as CreateTopics answers them: the ones DescribeConfigs lists.
+fn created_configs(service: &BrokerService) -> Vec<CreatableTopicConfigs> {
+    topic_configs(service)
+        .into_iter()
+        .map(|c| {
+            let mut created = CreatableTopicConfigs::default();
+            created.name = c.name;
+            created.value = c.value;
+            created.read_only = c.read_only;
+            created.config_source = c.config_source;
+            created.is_sensitive = c.is_sensitive;
+            created
+        })
+        .collect()
 }
 
 /// DeleteTopics, by name (topic ids are Kafka's UUIDs, which replog's topics do not have).
@@ -162,6 +185,8 @@ fn entry(name: &str, value: String, config_type: i8) -> DescribeConfigsResourceR
     c.read_only = true;
     c.config_source = SOURCE_STATIC_BROKER;
     c.config_type = config_type;
+    // Kafka writes a setting's documentation only when asked for it (and replog has none).
+    c.documentation = None;
     c
 }
 

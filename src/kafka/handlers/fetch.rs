@@ -105,11 +105,13 @@ pub(crate) async fn fetch(
     .into_iter();
     let mut r = FetchResponse::default();
     let mut records = Vec::with_capacity(fetch.partitions.len());
+    let committed = request.isolation_level == READ_COMMITTED;
     for topic in request.topics {
         let mut t = FetchableTopicResponse::default();
         for p in &topic.partitions {
             let Some(answer) = answers.next() else { break };
-            let (pd, pieces) = partition_answer(p.partition, answer, version, service).await;
+            let (pd, pieces) =
+                partition_answer(p.partition, answer, version, committed, service).await;
             t.partitions.push(pd);
             records.push(pieces);
         }
@@ -120,11 +122,18 @@ pub(crate) async fn fetch(
     (r, records, held)
 }
 
-/// One partition's part of the answer, and its records as pieces.
+/// Kafka's isolation level of a consumer that reads committed transactions only.
+const READ_COMMITTED: i8 = 1;
+
+/// One partition's part of the answer, and its records as pieces. `read_committed`: the
+/// consumer reads committed transactions only, and is answered the aborted ones among the
+/// records (none: replog has no transactions); Kafka lists none (a null list) for the others
+/// and for a partition refused.
 async fn partition_answer(
     index: i32,
     answer: crate::Result<Fetched>,
     version: i16,
+    read_committed: bool,
     service: &BrokerService,
 ) -> (PartitionData, Vec<Bytes>) {
     let mut pd = PartitionData::default();
@@ -132,6 +141,7 @@ async fn partition_answer(
     pd.high_watermark = -1;
     pd.last_stable_offset = -1;
     pd.log_start_offset = -1;
+    pd.aborted_transactions = None;
     pd.preferred_read_replica = BrokerId(-1);
     let mut pieces = Vec::new();
     match answer {
@@ -140,6 +150,9 @@ async fn partition_answer(
             pd.high_watermark = hw;
             pd.last_stable_offset = hw;
             pd.log_start_offset = i64::try_from(fetched.log_start.get()).unwrap_or(0);
+            if read_committed {
+                pd.aborted_transactions = Some(Vec::new());
+            }
             pieces = kafka_batches(&fetched.batches);
         }
         Err(e) => {

@@ -117,6 +117,8 @@ pub(crate) async fn join_group(
     r.generation_id = -1;
     r.member_id = request.member_id.clone();
     r.leader = s("");
+    // No protocol chosen (yet): Kafka's empty name, null from version 7, where it may be.
+    r.protocol_name = (version < 7).then(|| s(""));
     match service.join_group(join, from).await {
         Ok(JoinReply::Joined(j)) => {
             r.generation_id = j.generation;
@@ -216,6 +218,13 @@ pub(crate) async fn leave_group(
             group_instance_id: instance_id(m.group_instance_id.as_ref()),
         };
         if let Err(e) = service.leave_group(&group, &member).await {
+            // The coordinator's error (or the group id's), not the member's: the answer's own,
+            // with no member listed, as Kafka answers.
+            if e.coordinator_moved() || matches!(e, GroupError::InvalidGroupId) {
+                r.error_code = e.code();
+                r.members.clear();
+                return r;
+            }
             mr.error_code = e.code();
         }
         r.members.push(mr);
@@ -280,6 +289,7 @@ pub(crate) async fn offset_commit(
 
 pub(crate) async fn offset_fetch(
     request: OffsetFetchRequest,
+    version: i16,
     service: &BrokerService,
 ) -> OffsetFetchResponse {
     let wanted = request.topics.as_ref().map(|ts| {
@@ -315,9 +325,32 @@ pub(crate) async fn offset_fetch(
             }
             r.topics = topics;
         }
+        Err(e) if version < 2 => r.topics = refused_fetch(&request, e.code()),
         Err(e) => r.error_code = e.code(),
     }
     r
+}
+
+/// The topics of an OffsetFetch refused before version 2, whose answer has no error of its
+/// own: each partition asked for carries the error, with no offset, as Kafka answers (a
+/// client would otherwise read an answer without error as "nothing committed").
+fn refused_fetch(request: &OffsetFetchRequest, error_code: i16) -> Vec<OffsetFetchResponseTopic> {
+    let asked = request.topics.iter().flatten();
+    asked
+        .map(|t| {
+            let mut tr = OffsetFetchResponseTopic::default();
+            tr.name = t.name.clone();
+            for index in &t.partition_indexes {
+                let mut p = OffsetFetchResponsePartition::default();
+                p.partition_index = *index;
+                p.committed_offset = -1;
+                p.metadata = Some(s(""));
+                p.error_code = error_code;
+                tr.partitions.push(p);
+            }
+            tr
+        })
+        .collect()
 }
 
 pub(crate) async fn list_groups(service: &BrokerService) -> ListGroupsResponse {
@@ -396,7 +429,9 @@ pub(crate) async fn serve(
             ResponseKind::LeaveGroup(leave_group(r, version, service).await)
         }
         RequestKind::OffsetCommit(r) => ResponseKind::OffsetCommit(offset_commit(r, service).await),
-        RequestKind::OffsetFetch(r) => ResponseKind::OffsetFetch(offset_fetch(r, service).await),
+        RequestKind::OffsetFetch(r) => {
+            ResponseKind::OffsetFetch(offset_fetch(r, version, service).await)
+        }
         RequestKind::ListGroups(_) => ResponseKind::ListGroups(list_groups(service).await),
         RequestKind::DescribeGroups(r) => {
             ResponseKind::DescribeGroups(describe_groups(r, service).await)

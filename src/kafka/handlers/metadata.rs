@@ -25,23 +25,26 @@ pub(crate) async fn metadata(
     service: &BrokerService,
     config: &KafkaConfig,
 ) -> MetadataResponse {
-    let names: Option<BTreeSet<String>> = request
-        .topics
-        .map(|ts| {
-            ts.into_iter()
-                .filter_map(|t| t.name.map(|n| n.0.to_string()))
-                .collect::<BTreeSet<String>>()
-        })
-        .filter(|names| !names.is_empty());
+    // A null list asks for every topic; an empty one (from version 1) for none: only the
+    // brokers.
+    let names: Option<BTreeSet<String>> = request.topics.map(|ts| {
+        ts.into_iter()
+            .filter_map(|t| t.name.map(|n| n.0.to_string()))
+            .collect::<BTreeSet<String>>()
+    });
     let only = names
         .as_ref()
         .filter(|n| n.len() == 1)
         .and_then(|n| n.first());
-    let mut gathered = service.metadata(only.map(String::as_str), false).await;
+    let mut partitions = Vec::new();
+    if names.as_ref().is_none_or(|n| !n.is_empty()) {
+        partitions = service
+            .metadata(only.map(String::as_str), false)
+            .await
+            .partitions;
+    }
     if let Some(names) = &names {
-        gathered
-            .partitions
-            .retain(|p| names.contains(&p.partition.topic));
+        partitions.retain(|p| names.contains(&p.partition.topic));
     }
     let mut r = MetadataResponse::default();
     r.cluster_id = Some(StrBytes::from_static_str("replog"));
@@ -62,7 +65,7 @@ pub(crate) async fn metadata(
     for name in names.iter().flatten() {
         topics.entry(name.clone()).or_default();
     }
-    for p in &gathered.partitions {
+    for p in &partitions {
         // replog's own topics are not Kafka's clients' business; the offsets topic is, as
         // Kafka's.
         if p.partition.topic.starts_with("__") && p.partition.topic != OFFSETS_TOPIC {

@@ -2,6 +2,11 @@
 //! serves and their versions (`APIS`), maps Kafka's request to the broker service's, and maps
 //! the answer back, nothing more: ApiVersions and the decoder's refusals come from these
 //! declarations.
+//!
+//! Every API declared here has golden tests in `tests/kafka_golden/` (a family's file there
+//! per file here): its answers at its oldest and newest version, compared byte for byte with
+//! the response Kafka gives. An API declared without them fails
+//! `every_served_api_has_a_golden_case_at_its_oldest_and_newest_version`.
 
 pub(super) mod admin;
 pub(super) mod api_versions;

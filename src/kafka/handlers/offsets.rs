@@ -1,6 +1,7 @@
 //! Kafka's ListOffsets (versions 1 to 7) and OffsetForLeaderEpoch (2 to 4) over the broker
-//! service: where a partition starts and ends, where a time or the latest time falls, and
-//! where a leader epoch's records end (KIP-320: a consumer that saw a leader change checks its
+//! service: where a partition starts and ends, where a time or the latest time falls (with
+//! the leader epoch of the offset found, from ListOffsets v4), and where a leader epoch's
+//! records end (KIP-320: a consumer that saw a leader change checks its
 //! position against the new leader's log). A leader epoch is a Raft term.
 
 use kafka_protocol::messages::list_offsets_response::{
@@ -40,6 +41,7 @@ fn offset_at(timestamp: i64) -> Option<OffsetAt> {
 /// ListOffsets, each partition answered by this broker's replica.
 pub(crate) fn list_offsets(
     request: ListOffsetsRequest,
+    version: i16,
     service: &BrokerService,
 ) -> ListOffsetsResponse {
     let mut r = ListOffsetsResponse::default();
@@ -61,6 +63,12 @@ pub(crate) fn list_offsets(
                     pr.offset = i64::try_from(listed.offset.get()).unwrap_or(i64::MAX);
                     if let Some(ms) = listed.timestamp_ms {
                         pr.timestamp = i64::try_from(ms).unwrap_or(i64::MAX);
+                    }
+                    let epoch = (version >= 4)
+                        .then(|| service.listed_epoch(&id, at, listed.offset))
+                        .flatten();
+                    if let Some(e) = epoch {
+                        pr.leader_epoch = i32::try_from(e).unwrap_or(i32::MAX);
                     }
                 }
                 Ok(None) => {}

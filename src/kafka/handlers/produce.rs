@@ -20,6 +20,7 @@ use super::fetch::partition;
 use crate::error::Error;
 use crate::kafka::{broker_id, code, current_leader, error_code};
 use crate::node::service::{BrokerService, Produce};
+use crate::protocol::OffsetAt;
 use crate::raft::types::AppendRequest;
 use crate::segment::format::PayloadFormat;
 use crate::segment::kafka as kafka_batch;
@@ -103,8 +104,9 @@ async fn write(
     // offsets it got the first time.
     let idempotent = info.producer_id > 0 && info.base_sequence >= 0;
     let number = |n: i64| if idempotent { n } else { 0 };
+    let produce_partition = partition(topic, p.index);
     let produce = Produce {
-        partition: partition(topic, p.index),
+        partition: produce_partition.clone(),
         batch: AppendRequest {
             records,
             record_count: info.record_count,
@@ -119,6 +121,12 @@ async fn write(
     match service.produce(produce).await {
         Ok(info) => {
             pr.base_offset = i64::try_from(info.base_offset.get()).unwrap_or(i64::MAX);
+            // Kafka answers the partition's log start with a batch taken (an idempotent
+            // producer compares it with what it sent to tell retention from lost state).
+            let start = service.list_offset(&produce_partition, OffsetAt::Earliest, None);
+            if let Ok(Some(start)) = start {
+                pr.log_start_offset = i64::try_from(start.offset.get()).unwrap_or(-1);
+            }
             (pr, None)
         }
         Err(e) => {

@@ -67,6 +67,26 @@ impl BrokerService {
         }
     }
 
+    /// The leader epoch Kafka answers with an offset ListOffsets found (from version 4), so
+    /// that a consumer can check its new position against the leader's log (KIP-320): for the
+    /// high watermark (`OffsetAt::Latest`), the replica's current term, as a Kafka leader
+    /// names its latest epoch; for any other offset, the term of the batch that holds it, or
+    /// the current term past the last batch. `None` if the replica cannot say.
+    pub(crate) fn listed_epoch(
+        &self,
+        partition: &PartitionId,
+        at: OffsetAt,
+        offset: Offset,
+    ) -> Option<u64> {
+        let replica = self.broker.group(partition).ok()?;
+        let current = replica.raft.term();
+        if at == OffsetAt::Latest {
+            return Some(current);
+        }
+        let batches = replica.store.log().read(offset, 1).ok()?;
+        Some(batches.first().map_or(current, |b| b.term().get()))
+    }
+
     /// Kafka's OffsetForLeaderEpoch on this broker, which must lead the partition, with
     /// Kafka's answers (its `LeaderEpochFileCache::endOffsetFor`): for the current term, the
     /// high watermark (only committed records are ever served); for an earlier `epoch`, the

@@ -1,0 +1,238 @@
+//! The admin APIs: CreateTopics (2 to 7), DeleteTopics (1 to 6), DescribeConfigs (1 to 4) and
+//! DescribeCluster (0 to 2), with their refusals (a topic that exists, a name no topic can
+//! have, a manual assignment, a topic that does not exist, a resource type not described, an
+//! endpoint type replog does not have).
+
+use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
+use kafka_protocol::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult,
+};
+use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult,
+};
+use kafka_protocol::messages::*;
+
+use crate::{Broker, Golden, TOPIC, s, topic, versions};
+
+pub(crate) const GOLDEN: Golden = &[
+    (ApiKey::CreateTopics, &[2, 7]),
+    (ApiKey::DeleteTopics, &[1, 6]),
+    (ApiKey::DescribeConfigs, &[1, 4]),
+    (ApiKey::DescribeCluster, &[0, 2]),
+];
+
+fn creatable(name: &str, partitions: i32, factor: i16) -> CreatableTopic {
+    CreatableTopic::default()
+        .with_name(topic(name))
+        .with_num_partitions(partitions)
+        .with_replication_factor(factor)
+}
+
+/// A new topic's result: the crate's default empty message; from version 5 its settings, as
+/// DescribeConfigs lists them.
+fn created(name: &str, partitions: i32, factor: i16) -> CreatableTopicResult {
+    let configs = settings()
+        .into_iter()
+        .map(|c| {
+            CreatableTopicConfigs::default()
+                .with_name(c.name)
+                .with_value(c.value)
+                .with_read_only(c.read_only)
+                .with_config_source(c.config_source)
+                .with_is_sensitive(c.is_sensitive)
+        })
+        .collect();
+    CreatableTopicResult::default()
+        .with_name(topic(name))
+        .with_num_partitions(partitions)
+        .with_replication_factor(factor)
+        .with_configs(Some(configs))
+}
+
+fn refused(name: &str, error_code: i16, message: &str) -> CreatableTopicResult {
+    CreatableTopicResult::default()
+        .with_name(topic(name))
+        .with_error_code(error_code)
+        .with_error_message(Some(s(message)))
+}
+
+/// CreateTopics of a new topic (its partitions and replicas as asked, or the broker's
+/// defaults for −1), and refusals; then DeleteTopics of it and of one that does not exist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_and_delete_topics_answer_each_topic() {
+    let mut broker = Broker::start().await;
+    let create = versions(GOLDEN, ApiKey::CreateTopics);
+    let delete = versions(GOLDEN, ApiKey::DeleteTopics);
+    for (&cv, &dv) in create.iter().zip(delete) {
+        let made = format!("made.v{cv}");
+        let assigned = CreatableTopic::default()
+            .with_name(topic("assigned"))
+            .with_num_partitions(-1)
+            .with_replication_factor(-1)
+            .with_assignments(vec![
+                CreatableReplicaAssignment::default()
+                    .with_partition_index(0)
+                    .with_broker_ids(vec![BrokerId(1)]),
+            ]);
+        let request = CreateTopicsRequest::default()
+            .with_timeout_ms(10_000)
+            .with_topics(vec![
+                creatable(&made, 3, -1),
+                creatable(TOPIC, 1, 1),
+                creatable("not a topic name!", 1, 1),
+                assigned,
+            ]);
+        let answer = broker.exchange(ApiKey::CreateTopics, cv, &request).await;
+        // The service's reasons, as the messages say them.
+        let expected = CreateTopicsResponse::default().with_topics(vec![
+            created(&made, 3, 1),
+            refused(TOPIC, 36, "topic golden already exists"),
+            refused(
+                "not a topic name!",
+                17,
+                "invalid topic request: topic names use ASCII letters, digits, '.', '_' and '-', \
+                 not ' '",
+            ),
+            refused("assigned", 39, "replog assigns replicas itself"),
+        ]);
+        broker.assert_answer(ApiKey::CreateTopics, cv, &answer, &expected);
+
+        // By name before version 6; from 6 in a list of names or ids.
+        let request = DeleteTopicsRequest::default().with_timeout_ms(10_000);
+        let names = [made.as_str(), "no.such.topic"];
+        let request = if dv >= 6 {
+            request.with_topics(
+                names
+                    .iter()
+                    .map(|n| DeleteTopicState::default().with_name(Some(topic(n))))
+                    .collect(),
+            )
+        } else {
+            request.with_topic_names(names.iter().map(|n| topic(n)).collect())
+        };
+        let answer = broker.exchange(ApiKey::DeleteTopics, dv, &request).await;
+        let expected = DeleteTopicsResponse::default().with_responses(vec![
+            DeletableTopicResult::default().with_name(Some(topic(&made))),
+            DeletableTopicResult::default()
+                .with_name(Some(topic("no.such.topic")))
+                .with_error_code(3)
+                .with_error_message(Some(s("unknown topic no.such.topic"))),
+        ]);
+        broker.assert_answer(ApiKey::DeleteTopics, dv, &answer, &expected);
+    }
+    broker.shutdown().await;
+}
+
+/// One setting as replog describes it: read-only, from the broker's static configuration,
+/// not sensitive, no synonyms; from version 3 its type and no documentation (not asked for).
+fn setting(name: &str, value: String, config_type: i8) -> DescribeConfigsResourceResult {
+    DescribeConfigsResourceResult::default()
+        .with_name(s(name))
+        .with_value(Some(s(&value)))
+        .with_read_only(true)
+        .with_config_source(4)
+        .with_config_type(config_type)
+        .with_documentation(None)
+}
+
+/// Every topic's settings (the broker's: replog has no per-topic settings), with their
+/// default values.
+fn settings() -> Vec<DescribeConfigsResourceResult> {
+    let log = replog::LogConfig::default();
+    let unlimited = |v: Option<u64>| v.map_or(-1, |v| i64::try_from(v).unwrap());
+    vec![
+        setting("cleanup.policy", "delete".into(), 7),
+        setting("compression.type", "producer".into(), 2),
+        setting("max.message.bytes", log.batch_bytes_max.to_string(), 3),
+        setting("message.timestamp.type", "CreateTime".into(), 2),
+        setting(
+            "retention.bytes",
+            unlimited(log.retention_bytes).to_string(),
+            5,
+        ),
+        setting("retention.ms", unlimited(log.retention_time.map(|t| t.as_millis() as u64)).to_string(), 5),
+        setting("segment.bytes", log.segment_bytes.to_string(), 3),
+    ]
+}
+
+/// DescribeConfigs of a topic (every setting), of this broker (the one asked for), and
+/// refusals: a topic that does not exist (UNKNOWN_TOPIC_OR_PARTITION), a resource type
+/// replog does not describe (a broker logger: INVALID_REQUEST).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_configs_lists_a_topics_and_a_brokers_settings() {
+    let mut broker = Broker::start().await;
+    let settings = settings();
+    for &v in versions(GOLDEN, ApiKey::DescribeConfigs) {
+        let resource = |kind: i8, name: &str, keys: Option<Vec<&str>>| {
+            DescribeConfigsResource::default()
+                .with_resource_type(kind)
+                .with_resource_name(s(name))
+                .with_configuration_keys(keys.map(|k| k.into_iter().map(s).collect()))
+        };
+        let request = DescribeConfigsRequest::default().with_resources(vec![
+            resource(2, TOPIC, None),
+            resource(4, "1", Some(vec!["segment.bytes"])),
+            resource(2, "no.such.topic", None),
+            resource(8, "1", None),
+        ]);
+        let answer = broker.exchange(ApiKey::DescribeConfigs, v, &request).await;
+        let result = |kind: i8, name: &str| {
+            DescribeConfigsResult::default()
+                .with_resource_type(kind)
+                .with_resource_name(s(name))
+        };
+        let expected = DescribeConfigsResponse::default().with_results(vec![
+            result(2, TOPIC).with_configs(settings.clone()),
+            result(4, "1").with_configs(vec![settings[6].clone()]),
+            result(2, "no.such.topic")
+                .with_error_code(3)
+                .with_error_message(Some(s("no such resource: no.such.topic"))),
+            result(8, "1")
+                .with_error_code(42)
+                .with_error_message(Some(s("replog describes topics and brokers only"))),
+        ]);
+        broker.assert_answer(ApiKey::DescribeConfigs, v, &answer, &expected);
+    }
+    broker.shutdown().await;
+}
+
+/// DescribeCluster: the broker at its Kafka address, standing in as the controller; from
+/// version 1 a request for the controllers' endpoints is refused
+/// (UNSUPPORTED_ENDPOINT_TYPE: replog has no KRaft quorum).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_cluster_names_the_brokers() {
+    let mut broker = Broker::start().await;
+    for &v in versions(GOLDEN, ApiKey::DescribeCluster) {
+        let answer = broker
+            .exchange(
+                ApiKey::DescribeCluster,
+                v,
+                &DescribeClusterRequest::default(),
+            )
+            .await;
+        let expected = DescribeClusterResponse::default()
+            .with_cluster_id(s("replog"))
+            .with_controller_id(BrokerId(1))
+            .with_brokers(vec![
+                DescribeClusterBroker::default()
+                    .with_broker_id(BrokerId(1))
+                    .with_host(s(&broker.kafka.ip().to_string()))
+                    .with_port(i32::from(broker.kafka.port())),
+            ]);
+        broker.assert_answer(ApiKey::DescribeCluster, v, &answer, &expected);
+        if v >= 1 {
+            let request = DescribeClusterRequest::default().with_endpoint_type(2);
+            let answer = broker.exchange(ApiKey::DescribeCluster, v, &request).await;
+            let expected = DescribeClusterResponse::default()
+                .with_error_code(119)
+                .with_error_message(Some(s("replog describes its brokers only")))
+                .with_endpoint_type(2);
+            broker.assert_answer(ApiKey::DescribeCluster, v, &answer, &expected);
+        }
+    }
+    broker.shutdown().await;
+}
