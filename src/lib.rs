@@ -32,6 +32,9 @@
 //!   served.
 //! - [`LocalCluster`]: a cluster's brokers in one process on loopback, for tests, benches and
 //!   the demo.
+//! - [`ScramCredential`]: what a broker will store to check a user's SCRAM-SHA-256/512 (and
+//!   PLAIN) logins: a salt, an iteration count and two keys, never the password. The brokers
+//!   do not authenticate anyone yet: run them on a trusted network.
 //!
 //! # Metrics
 //!
@@ -144,6 +147,7 @@ pub mod partitioner;
 mod producer;
 mod protocol;
 mod raft;
+mod security;
 mod segment;
 mod transport;
 mod types;
@@ -173,6 +177,7 @@ pub use log::{AppendInfo, LogIter, PartitionLog};
 pub use node::{Node, NodeConfig, PartitionStatus};
 pub use producer::{Producer, ProducerConfig, RecordMetadata};
 
+pub use security::{SaslError, ScramCredential, ScramMechanism};
 pub use segment::record::{Batch, Header, Record, RecordIter};
 pub use segment::{Preallocate, RecoveryEvent};
 pub use types::{Durability, LeaderHint, LogIndex, NodeId, Offset, PartitionId, ProducerSeq, Term};
@@ -187,6 +192,7 @@ pub mod __tools {
 #[doc(hidden)]
 pub mod __fuzz {
     pub use crate::kafka::fuzz_kafka_request;
+    pub use crate::security::fuzz_sasl_server;
     pub use crate::segment::fuzz_scan_segment;
     pub use crate::segment::kafka::fuzz_kafka_batch;
     pub use crate::segment::record::fuzz_decode_frame;

@@ -154,7 +154,11 @@ fn settings() -> Vec<DescribeConfigsResourceResult> {
             unlimited(log.retention_bytes).to_string(),
             5,
         ),
-        setting("retention.ms", unlimited(log.retention_time.map(|t| t.as_millis() as u64)).to_string(), 5),
+        setting(
+            "retention.ms",
+            unlimited(log.retention_time.map(|t| t.as_millis() as u64)).to_string(),
+            5,
+        ),
         setting("segment.bytes", log.segment_bytes.to_string(), 3),
     ]
 }

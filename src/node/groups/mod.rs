@@ -243,9 +243,7 @@ impl Broker {
         };
         let outcome = {
             let mut groups = shard.groups.lock();
-            let group = groups
-                .entry(request.group.clone())
-                .or_default();
+            let group = groups.entry(request.group.clone()).or_default();
             group.join(join, &self.group_limits(), Instant::now())
         };
         let joined = match outcome {
@@ -414,9 +412,7 @@ impl Broker {
         // The fencing check, then each partition's own.
         {
             let mut groups = shard.groups.lock();
-            let g = groups
-                .entry(request.group.clone())
-                .or_default();
+            let g = groups.entry(request.group.clone()).or_default();
             g.check_commit(
                 &request.member_id,
                 request.group_instance_id.as_deref(),
