@@ -26,6 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::security::{ScramCredential, ScramMechanism};
 use crate::types::NodeId;
 
 /// The metadata group's topic name (one partition).
@@ -104,7 +105,23 @@ pub(crate) enum MetaCommand {
         count: u64,
         tag: u64,
     },
+    /// User `user` logs in with SCRAM mechanism `mechanism` (Kafka's code: 1 SHA-256, 2
+    /// SHA-512) by this credential, replacing any it had for the mechanism: a salt, an
+    /// iteration count and the two keys the password derives (never the password).
+    PutScramCredential {
+        user: String,
+        mechanism: u8,
+        salt: Vec<u8>,
+        iterations: u32,
+        stored_key: Vec<u8>,
+        server_key: Vec<u8>,
+    },
+    /// User `user` no longer logs in with SCRAM mechanism `mechanism`.
+    DeleteScramCredential { user: String, mechanism: u8 },
 }
+
+/// Longest user name a credential may have, in bytes.
+pub(crate) const USER_NAME_BYTES_MAX: usize = 255;
 
 /// A block of producer ids a broker took: `ids`, by the command tagged `tag`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -181,6 +198,8 @@ pub(crate) struct Catalog {
     next_producer_id: u64,
     /// Each broker's latest block of producer ids, `[start, end)`, with its command's tag.
     producer_blocks: BTreeMap<NodeId, ProducerBlock>,
+    /// Each user's SCRAM credentials, by mechanism.
+    users: BTreeMap<String, BTreeMap<ScramMechanism, ScramCredential>>,
 }
 
 impl Catalog {
@@ -240,6 +259,28 @@ impl Catalog {
     /// Broker `id`'s latest block of producer ids, if it took one.
     pub(crate) fn producer_block(&self, id: NodeId) -> Option<ProducerBlock> {
         self.producer_blocks.get(&id).cloned()
+    }
+
+    /// User `user`'s credential for `mechanism`, if it has one.
+    pub(crate) fn scram_credential(
+        &self,
+        user: &str,
+        mechanism: ScramMechanism,
+    ) -> Option<ScramCredential> {
+        self.users.get(user)?.get(&mechanism).cloned()
+    }
+
+    /// Whether any user has a credential.
+    pub(crate) fn has_users(&self) -> bool {
+        !self.users.is_empty()
+    }
+
+    /// Every credential of user `user`.
+    pub(crate) fn scram_credentials(&self, user: &str) -> Vec<ScramCredential> {
+        self.users
+            .get(user)
+            .map(|c| c.values().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Whether the created topic `id` was deleted.
@@ -323,6 +364,27 @@ impl Catalog {
             Some(MetaCommand::AllocateProducerIds { broker, count, tag }) => {
                 self.allocate_producer_ids(*broker, *count, *tag)
             }
+            Some(put @ MetaCommand::PutScramCredential { user, .. }) => {
+                scram_credential(put).map(|c| {
+                    self.users
+                        .entry(user.clone())
+                        .or_default()
+                        .insert(c.mechanism, c);
+                })
+            }
+            Some(MetaCommand::DeleteScramCredential { user, mechanism }) => {
+                let removed = ScramMechanism::from_kafka_type(*mechanism as i8).and_then(|m| {
+                    let credentials = self.users.get_mut(user)?;
+                    let removed = credentials.remove(&m);
+                    if credentials.is_empty() {
+                        self.users.remove(user);
+                    }
+                    removed
+                });
+                removed.map(|_| ()).ok_or_else(|| {
+                    Refused::Invalid(format!("user {user:?} has no such credential"))
+                })
+            }
             Some(MetaCommand::ReassignDone {
                 topic_id,
                 partition,
@@ -348,6 +410,36 @@ impl Catalog {
             self.outcomes.pop_first();
         }
     }
+}
+
+/// The credential a [`MetaCommand::PutScramCredential`] carries, checked.
+fn scram_credential(command: &MetaCommand) -> Result<ScramCredential, Refused> {
+    let MetaCommand::PutScramCredential {
+        user,
+        mechanism,
+        salt,
+        iterations,
+        stored_key,
+        server_key,
+    } = command
+    else {
+        return Err(Refused::Invalid("not a credential".into()));
+    };
+    if user.is_empty() || user.len() > USER_NAME_BYTES_MAX {
+        return Err(Refused::Invalid(format!(
+            "a user name has 1 to {USER_NAME_BYTES_MAX} bytes"
+        )));
+    }
+    let mechanism = ScramMechanism::from_kafka_type(*mechanism as i8)
+        .ok_or_else(|| Refused::Invalid(format!("unknown SCRAM mechanism {mechanism}")))?;
+    ScramCredential::from_keys(
+        mechanism,
+        salt.clone(),
+        *iterations,
+        stored_key.clone(),
+        server_key.clone(),
+    )
+    .map_err(|e| Refused::Invalid(e.to_string()))
 }
 
 impl Catalog {

@@ -177,7 +177,9 @@ pub use log::{AppendInfo, LogIter, PartitionLog};
 pub use node::{Node, NodeConfig, PartitionStatus};
 pub use producer::{Producer, ProducerConfig, RecordMetadata};
 
-pub use security::{SaslError, ScramCredential, ScramMechanism};
+pub use security::{
+    KafkaSecurityProtocol, SaslError, SaslMechanism, ScramCredential, ScramMechanism,
+};
 pub use segment::record::{Batch, Header, Record, RecordIter};
 pub use segment::{Preallocate, RecoveryEvent};
 pub use types::{Durability, LeaderHint, LogIndex, NodeId, Offset, PartitionId, ProducerSeq, Term};

@@ -114,6 +114,24 @@ fn metadata_commands_are_pinned_byte_by_byte() {
             },
             vec![6, 3, 0xE8, 0x07, 1],
         ),
+        (
+            MetaCommand::PutScramCredential {
+                user: "u".into(),
+                mechanism: 2,
+                salt: vec![1],
+                iterations: 4096,
+                stored_key: vec![9],
+                server_key: vec![8],
+            },
+            vec![7, 1, b'u', 2, 1, 1, 0x80, 0x20, 1, 9, 1, 8],
+        ),
+        (
+            MetaCommand::DeleteScramCredential {
+                user: "u".into(),
+                mechanism: 1,
+            },
+            vec![8, 1, b'u', 1],
+        ),
     ];
     for (command, golden) in cases {
         assert_eq!(bytes(&command), golden, "{command:?}");
@@ -338,4 +356,86 @@ fn a_partition_moves_and_the_brokers_it_leaves_keep_their_replica_until_done() {
     c.apply(10, Some(&reassign("nope", 0, vec![1])));
     assert_eq!(c.outcome(10), Some(Err(Refused::UnknownTopic)));
     assert_eq!(c.topic("t").unwrap().assignment[1], vec![2, 3, 4]);
+}
+
+/// Users' SCRAM credentials: put (replacing the mechanism's), checked, deleted; the same on
+/// every catalog that applies the same records.
+#[test]
+fn scram_credentials_are_put_checked_and_deleted() {
+    use crate::security::{ScramCredential, ScramMechanism};
+    let mut catalog = Catalog::with_configured(&[], &[1, 2, 3]);
+    let sha512 = ScramCredential::with_salt(ScramMechanism::Sha512, "pw", b"salt", 4096).unwrap();
+    let sha256 = ScramCredential::with_salt(ScramMechanism::Sha256, "pw", b"salt", 8192).unwrap();
+    catalog.apply(0, Some(&sha512.put_command("alice")));
+    catalog.apply(1, Some(&sha256.put_command("alice")));
+    assert_eq!(catalog.outcome(1), Some(Ok(())));
+    assert_eq!(
+        catalog.scram_credential("alice", ScramMechanism::Sha512),
+        Some(sha512.clone())
+    );
+    assert_eq!(catalog.scram_credentials("alice").len(), 2);
+    assert_eq!(
+        catalog.scram_credential("bob", ScramMechanism::Sha512),
+        None
+    );
+    // A new password replaces the mechanism's credential.
+    let changed =
+        ScramCredential::with_salt(ScramMechanism::Sha512, "new", b"salt2", 4096).unwrap();
+    catalog.apply(2, Some(&changed.put_command("alice")));
+    assert_eq!(
+        catalog.scram_credential("alice", ScramMechanism::Sha512),
+        Some(changed)
+    );
+    // Refused: an unknown mechanism, iterations out of bounds, keys of the wrong length, no
+    // name; the credentials stay as they were.
+    let bad = |f: &dyn Fn(&mut MetaCommand)| {
+        let mut c = sha512.put_command("mallory");
+        f(&mut c);
+        c
+    };
+    let refusals = [
+        bad(&|c| {
+            if let MetaCommand::PutScramCredential { mechanism, .. } = c {
+                *mechanism = 3;
+            }
+        }),
+        bad(&|c| {
+            if let MetaCommand::PutScramCredential { iterations, .. } = c {
+                *iterations = 100;
+            }
+        }),
+        bad(&|c| {
+            if let MetaCommand::PutScramCredential { stored_key, .. } = c {
+                stored_key.pop();
+            }
+        }),
+        bad(&|c| {
+            if let MetaCommand::PutScramCredential { user, .. } = c {
+                user.clear();
+            }
+        }),
+    ];
+    for (i, command) in refusals.iter().enumerate() {
+        let offset = 3 + i as u64;
+        catalog.apply(offset, Some(command));
+        assert!(
+            matches!(catalog.outcome(offset), Some(Err(Refused::Invalid(_)))),
+            "{command:?}"
+        );
+    }
+    assert!(catalog.scram_credentials("mallory").is_empty());
+    let delete = |user: &str, mechanism| MetaCommand::DeleteScramCredential {
+        user: user.into(),
+        mechanism,
+    };
+    catalog.apply(10, Some(&delete("alice", 1)));
+    assert_eq!(catalog.outcome(10), Some(Ok(())));
+    assert_eq!(catalog.scram_credentials("alice").len(), 1);
+    catalog.apply(11, Some(&delete("alice", 1)));
+    assert!(matches!(
+        catalog.outcome(11),
+        Some(Err(Refused::Invalid(_)))
+    ));
+    catalog.apply(12, Some(&delete("alice", 2)));
+    assert!(catalog.scram_credentials("alice").is_empty());
 }

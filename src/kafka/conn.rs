@@ -42,14 +42,26 @@ pub(super) async fn serve(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let _admitted = admitted;
-    let (mut rd, wr) = stream.into_split();
+    let (mut rd, mut wr) = stream.into_split();
+    // A SASL listener serves a connection only once it has authenticated.
+    let _user = match &config.sasl {
+        Some(settings) => {
+            let user =
+                super::sasl::authenticate(&mut rd, &mut wr, &service, &config, settings, from);
+            match user.await {
+                Some(user) => Some(user),
+                None => return,
+            }
+        }
+        None => None,
+    };
     let (queue, answers) = mpsc::channel(config.limits.in_flight_max.max(1));
     let mut writer = tokio::spawn(write_in_order(wr, answers, config.limits.frame_timeout));
     let turns = Turns::new();
     // Bounded by the connection: each turn reads one request or ends it.
     let why = loop {
         let request = tokio::select! {
-            r = read_request(&mut rd, &config) => r,
+            r = read_request(&mut rd, &config, config.limits.frame_bytes_max) => r,
             _ = shutdown.changed() => break "the broker is shutting down".to_string(),
             _ = &mut writer => break "an answer was refused or not read in time".to_string(),
         };
@@ -85,17 +97,18 @@ pub(super) async fn serve(
 
 /// Reads the next request within the connection's deadlines: its length within `idle`, then
 /// its bytes within the frame timeout, taken from the broker's request budget before they are
-/// read.
-async fn read_request(
+/// read. A request over `cap` bytes closes the connection unread.
+pub(super) async fn read_request(
     rd: &mut OwnedReadHalf,
     config: &KafkaConfig,
+    cap: u32,
 ) -> std::io::Result<(Bytes, Held)> {
     let mut len = [0u8; 4];
     tokio::time::timeout(config.limits.idle_timeout, rd.read_exact(&mut len))
         .await
         .map_err(|_| std::io::Error::other("idle"))??;
     let len = (&len[..]).get_i32();
-    if len < 8 || len as u64 > u64::from(config.limits.frame_bytes_max) {
+    if len < 8 || len as u64 > u64::from(cap) {
         return Err(std::io::Error::other(format!("a request of {len} bytes")));
     }
     let read_body = async {

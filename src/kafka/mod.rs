@@ -32,8 +32,12 @@ mod fetch_answer;
 mod frame;
 mod handlers;
 mod refusals;
+mod sasl;
 
-use handlers::{admin, api_versions, fetch, groups, metadata, offsets, produce, producer_ids};
+use handlers::{
+    admin, api_versions, fetch, groups, metadata, offsets, produce, producer_ids,
+    sasl as sasl_state,
+};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -78,6 +82,9 @@ mod code {
     pub(super) const FENCED_LEADER_EPOCH: i16 = 74;
     pub(super) const UNKNOWN_LEADER_EPOCH: i16 = 75;
     pub(super) const UNKNOWN_TOPIC_ID: i16 = 100;
+    pub(super) const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
+    pub(super) const ILLEGAL_SASL_STATE: i16 = 34;
+    pub(super) const SASL_AUTHENTICATION_FAILED: i16 = 58;
 }
 
 /// What the listener needs beside the service.
@@ -91,6 +98,20 @@ pub(crate) struct KafkaConfig {
     pub(crate) budgets: crate::transport::ClientBudgets,
     /// The broker's connection cap, shared with its native door.
     pub(crate) admission: Arc<crate::transport::Admission>,
+    /// The SASL authentication every connection goes through first, if the listener asks
+    /// for one.
+    pub(crate) sasl: Option<sasl::SaslSettings>,
+}
+
+/// What the listener's SASL authentication offers, if `config` asks for it.
+pub(crate) fn sasl_settings(config: &crate::NodeConfig) -> Option<sasl::SaslSettings> {
+    match config.kafka_security_protocol {
+        crate::KafkaSecurityProtocol::Plaintext => None,
+        crate::KafkaSecurityProtocol::SaslPlaintext => Some(sasl::SaslSettings {
+            mechanisms: config.sasl_mechanisms.clone(),
+            fake: crate::security::FakeCredentials::random(),
+        }),
+    }
 }
 
 /// Bytes of a budget held until an answer is written (or a request served).
@@ -290,6 +311,9 @@ async fn answer(
         }
         RequestKind::OffsetForLeaderEpoch(r) => {
             ResponseKind::OffsetForLeaderEpoch(offsets::offset_for_leader_epoch(r, service))
+        }
+        RequestKind::SaslHandshake(_) | RequestKind::SaslAuthenticate(_) => {
+            sasl_state::out_of_place(api).ok_or_else(|| std::io::Error::other("not SASL"))?
         }
         other => {
             let what = format!("{other:?} is not served");

@@ -11,8 +11,8 @@ use crate::kafka::{code, message};
 /// The answer to an API (or version) this listener does not serve, for the APIs whose answer
 /// has a top-level error code at the version asked (Fetch from 7, ElectLeaders from 1,
 /// DescribeLogDirs from 3, AddPartitionsToTxn from 4: the versions that gained the field):
-/// `UNSUPPORTED_VERSION`; for SASL `UNSUPPORTED_SASL_MECHANISM` and `ILLEGAL_SASL_STATE`
-/// (replog has no authentication); for transactions `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`,
+/// `UNSUPPORTED_VERSION`; for SaslHandshake v0 (raw tokens outside Kafka's framing)
+/// `UNSUPPORTED_SASL_MECHANISM`; for transactions `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`,
 /// as InitProducerId answers a transactional id.
 pub(super) fn unsupported(api: ApiKey, version: i16) -> Option<ResponseKind> {
     use kafka_protocol::messages as m;
@@ -26,8 +26,16 @@ pub(super) fn unsupported(api: ApiKey, version: i16) -> Option<ResponseKind> {
     let no = code::UNSUPPORTED_VERSION;
     let txn = code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
     Some(match api {
-        ApiKey::SaslHandshake => refuse!(SaslHandshake, SaslHandshakeResponse, 33),
-        ApiKey::SaslAuthenticate => refuse!(SaslAuthenticate, SaslAuthenticateResponse, 34),
+        ApiKey::SaslHandshake => refuse!(
+            SaslHandshake,
+            SaslHandshakeResponse,
+            code::UNSUPPORTED_SASL_MECHANISM
+        ),
+        ApiKey::SaslAuthenticate => refuse!(
+            SaslAuthenticate,
+            SaslAuthenticateResponse,
+            code::ILLEGAL_SASL_STATE
+        ),
         // Transactions are refused as InitProducerId refuses a transactional id.
         ApiKey::AddOffsetsToTxn => refuse!(AddOffsetsToTxn, AddOffsetsToTxnResponse, txn),
         ApiKey::EndTxn => refuse!(EndTxn, EndTxnResponse, txn),

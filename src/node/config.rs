@@ -10,6 +10,7 @@ use crate::config::LogConfig;
 use crate::error::{Error, Result};
 use crate::types::Durability;
 use crate::types::NodeId;
+use crate::{KafkaSecurityProtocol, SaslMechanism, ScramCredential, ScramMechanism};
 
 use super::META_RECORD_BYTES_MAX;
 
@@ -126,6 +127,20 @@ pub struct NodeConfig {
     pub group_initial_rebalance_delay: Duration,
     /// Most members one group may have (Kafka's `group.max.size`). Default 1000.
     pub group_members_max: usize,
+    /// What the Kafka listener asks of its clients (Kafka's `security.protocol`). Default
+    /// [`KafkaSecurityProtocol::Plaintext`]: no authentication, for trusted networks only.
+    pub kafka_security_protocol: KafkaSecurityProtocol,
+    /// The SASL mechanisms offered where clients authenticate. Default SCRAM-SHA-512 and
+    /// SCRAM-SHA-256. PLAIN sends the password itself: it is refused here without TLS unless
+    /// `sasl_plain_without_tls`.
+    pub sasl_mechanisms: Vec<SaslMechanism>,
+    /// Offers PLAIN on a listener without TLS (the password crosses the network in the clear).
+    /// Default false.
+    pub sasl_plain_without_tls: bool,
+    /// Users the cluster starts with (Kafka's KIP-900 bootstrap): while the cluster has no
+    /// user at all, the brokers write these credentials to the metadata log; once it has one,
+    /// they are ignored. Empty by default.
+    pub bootstrap_users: Vec<(String, ScramCredential)>,
 }
 
 impl NodeConfig {
@@ -168,6 +183,13 @@ impl NodeConfig {
             group_session_timeout_max: Duration::from_secs(1800),
             group_initial_rebalance_delay: Duration::from_millis(300),
             group_members_max: 1000,
+            kafka_security_protocol: KafkaSecurityProtocol::default(),
+            sasl_mechanisms: vec![
+                SaslMechanism::Scram(ScramMechanism::Sha512),
+                SaslMechanism::Scram(ScramMechanism::Sha256),
+            ],
+            sasl_plain_without_tls: false,
+            bootstrap_users: Vec::new(),
         }
     }
 
@@ -387,6 +409,46 @@ impl NodeConfig {
         }
         if self.group_members_max == 0 {
             return bad("group_members_max", "must be positive".into());
+        }
+        self.validate_security()?;
+        Ok(())
+    }
+}
+
+impl NodeConfig {
+    /// The security settings' checks (see [`validate`](Self::validate)).
+    fn validate_security(&self) -> Result<()> {
+        let bad = |field, reason: String| Err(Error::InvalidConfig { field, reason });
+        let sasl = self.kafka_security_protocol == KafkaSecurityProtocol::SaslPlaintext;
+        if sasl && self.sasl_mechanisms.is_empty() {
+            return bad(
+                "sasl_mechanisms",
+                "a SASL listener needs at least one mechanism".into(),
+            );
+        }
+        if sasl
+            && self.sasl_mechanisms.contains(&SaslMechanism::Plain)
+            && !self.sasl_plain_without_tls
+        {
+            return bad(
+                "sasl_mechanisms",
+                "PLAIN sends passwords in the clear without TLS: set sasl_plain_without_tls to \
+                 offer it anyway"
+                    .into(),
+            );
+        }
+        if let Some((user, _)) = self
+            .bootstrap_users
+            .iter()
+            .find(|(u, _)| u.is_empty() || u.len() > crate::catalog::USER_NAME_BYTES_MAX)
+        {
+            return bad(
+                "bootstrap_users",
+                format!(
+                    "a user name has 1 to {} bytes, not {user:?}",
+                    crate::catalog::USER_NAME_BYTES_MAX
+                ),
+            );
         }
         Ok(())
     }

@@ -536,6 +536,35 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
                 }
             }));
         }
+        // The users the cluster starts with, while it has none (once it has one, they are the
+        // operators' to change).
+        if !broker.config.bootstrap_users.is_empty()
+            && !broker.catalog.read().has_users()
+            && broker.catalog.read().broker_addr(me) == Some(broker.addr)
+            && broker.meta.raft.state().leader.is_some()
+            && registering
+                .as_ref()
+                .is_none_or(tokio::task::JoinHandle::is_finished)
+        {
+            let broker = Arc::clone(&broker);
+            registering = Some(tokio::spawn(async move {
+                for (user, credential) in &broker.config.bootstrap_users {
+                    let request = ProposeRequest {
+                        command: credential.put_command(user),
+                        forwarded: false,
+                    };
+                    if let Err(e) = broker.propose(request).await {
+                        tracing::debug!(error = %e, "writing the bootstrap users failed; will retry");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        return;
+                    }
+                }
+                tracing::info!(
+                    users = broker.config.bootstrap_users.len(),
+                    "bootstrap users written to the metadata log"
+                );
+            }));
+        }
         broker.drive_moves(&mut moving);
         // The metadata leader makes every broker that joined a learner of the metadata group,
         // one at a time (a membership change waits for the previous one).

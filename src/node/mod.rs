@@ -364,13 +364,19 @@ impl Node {
                 let _ = broker
                     .kafka_addr
                     .set(broker.config.kafka_advertised.unwrap_or(local));
+                let sasl = crate::kafka::sasl_settings(&broker.config);
                 let config = crate::kafka::KafkaConfig {
                     me: broker.config.id,
                     limits,
                     budgets: client_budgets.clone(),
                     admission: Arc::clone(&admission),
+                    sasl,
                 };
-                tracing::info!(%local, "kafka listener");
+                tracing::info!(
+                    %local,
+                    security = ?broker.config.kafka_security_protocol,
+                    "kafka listener"
+                );
                 Some(crate::kafka::spawn(
                     listener,
                     BrokerService::new(Arc::clone(&broker)),

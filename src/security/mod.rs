@@ -13,9 +13,57 @@ mod scram;
 pub(crate) use plain::authenticate_plain;
 pub(crate) use scram::FakeCredentials;
 pub use scram::{ScramCredential, ScramMechanism};
+pub(crate) use scram::{ScramServer, server_nonce};
 
 #[doc(hidden)]
 pub use scram::fuzz_sasl_server;
+
+/// A SASL mechanism a broker offers its clients.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum SaslMechanism {
+    /// SCRAM-SHA-256 or SCRAM-SHA-512.
+    Scram(ScramMechanism),
+    /// PLAIN: the password itself crosses the wire, so only over TLS unless explicitly allowed
+    /// ([`NodeConfig::sasl_plain_without_tls`](crate::NodeConfig::sasl_plain_without_tls)).
+    Plain,
+}
+
+impl SaslMechanism {
+    /// The SASL name, as clients ask for it: `SCRAM-SHA-512`, `SCRAM-SHA-256`, `PLAIN`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SaslMechanism::Scram(m) => m.name(),
+            SaslMechanism::Plain => "PLAIN",
+        }
+    }
+
+    /// The mechanism of a SASL name.
+    pub fn from_name(name: &str) -> Option<SaslMechanism> {
+        if name == "PLAIN" {
+            return Some(SaslMechanism::Plain);
+        }
+        ScramMechanism::from_name(name).map(SaslMechanism::Scram)
+    }
+}
+
+impl std::fmt::Display for SaslMechanism {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What a Kafka listener asks of its clients (Kafka's `security.protocol`). TLS is not served
+/// yet: `SSL` and `SASL_SSL` are to come.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KafkaSecurityProtocol {
+    /// Nothing: every connection is served as is (the default, for trusted networks).
+    #[default]
+    Plaintext,
+    /// SASL authentication before any other request (ApiVersions aside), on a clear socket.
+    SaslPlaintext,
+}
 
 /// Why an authentication failed. A client is told only that it failed (Kafka's
 /// `SASL_AUTHENTICATION_FAILED`, with one message for every cause), except for an unknown

@@ -228,6 +228,44 @@ impl ScramCredential {
         })
     }
 
+    /// A credential from its stored parts (a metadata record's), checked as
+    /// [`from_salted_password`](Self::from_salted_password) checks them.
+    pub(crate) fn from_keys(
+        mechanism: ScramMechanism,
+        salt: Vec<u8>,
+        iterations: u32,
+        stored_key: Vec<u8>,
+        server_key: Vec<u8>,
+    ) -> Result<ScramCredential, SaslError> {
+        check_iterations(iterations)?;
+        if salt.is_empty() {
+            return Err(SaslError::Malformed("empty salt"));
+        }
+        let n = mechanism.key_len();
+        if stored_key.len() != n || server_key.len() != n {
+            return Err(SaslError::Malformed("keys of the wrong length"));
+        }
+        Ok(ScramCredential {
+            mechanism,
+            salt,
+            iterations,
+            stored_key,
+            server_key,
+        })
+    }
+
+    /// The metadata command that gives user `user` this credential.
+    pub(crate) fn put_command(&self, user: &str) -> crate::catalog::MetaCommand {
+        crate::catalog::MetaCommand::PutScramCredential {
+            user: user.to_string(),
+            mechanism: self.mechanism.kafka_type() as u8,
+            salt: self.salt.clone(),
+            iterations: self.iterations,
+            stored_key: self.stored_key.clone(),
+            server_key: self.server_key.clone(),
+        }
+    }
+
     /// Whether `password` is this credential's (PLAIN logins), in constant time once derived.
     pub(crate) fn verifies_password(&self, password: &str) -> bool {
         let m = self.mechanism;
@@ -252,6 +290,15 @@ fn check_iterations(iterations: u32) -> Result<(), SaslError> {
     Ok(())
 }
 
+/// A server nonce: 18 random bytes as 36 hex digits (printable, no comma), the client's nonce
+/// extended by it.
+pub(crate) fn server_nonce() -> String {
+    let mut bytes = [0u8; 18];
+    // Without a random source the exchange still works; its nonces are only guessable.
+    let _ = getrandom::fill(&mut bytes);
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The credentials an unknown user is answered with: made from a secret of the broker's and
 /// the user's name, so that the same name gets the same salt every time (as a real user's
 /// stays), and no answer but the last tells it from a known user with a wrong password.
@@ -261,6 +308,14 @@ pub(crate) struct FakeCredentials {
 }
 
 impl FakeCredentials {
+    /// Fake credentials from a secret drawn now (from the operating system's random source).
+    pub(crate) fn random() -> FakeCredentials {
+        let mut secret = [0u8; 32];
+        // Without a random source the fake salts are still per name, only guessable.
+        let _ = getrandom::fill(&mut secret);
+        FakeCredentials { secret }
+    }
+
     /// Fake credentials from a broker's secret (drawn when it starts: they change when it
     /// restarts, which a client cannot tell from a password change).
     pub(crate) fn from_secret(secret: [u8; 32]) -> FakeCredentials {

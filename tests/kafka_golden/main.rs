@@ -40,6 +40,7 @@ mod metadata;
 mod offsets;
 mod produce;
 mod producer_ids;
+mod sasl;
 
 /// The topic every fixture broker starts with, and its partition count.
 pub(crate) const TOPIC: &str = "golden";
@@ -84,6 +85,15 @@ impl Broker {
     /// [`start`](Self::start) with a cluster of `n` brokers (for what takes more than one: a
     /// broker that is not a group's coordinator), connected to broker 1.
     pub(crate) async fn start_brokers(n: usize) -> Broker {
+        Broker::start_configured(n, |_| {}).await
+    }
+
+    /// [`start_brokers`](Self::start_brokers) with `configure` applied last to each broker's
+    /// configuration (a SASL listener, its users).
+    pub(crate) async fn start_configured(
+        n: usize,
+        configure: impl Fn(&mut replog::NodeConfig),
+    ) -> Broker {
         let dir = tempfile::tempdir().unwrap();
         let cluster = LocalCluster::start(n, dir.path(), |c| {
             c.kafka_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
@@ -93,6 +103,7 @@ impl Broker {
             c.group_initial_rebalance_delay = Duration::ZERO;
             c.heartbeat_interval = Duration::from_millis(50);
             c.election_timeout = Duration::from_millis(200);
+            configure(c);
         })
         .await
         .unwrap();
@@ -356,6 +367,7 @@ fn golden_cases() -> Vec<(ApiKey, i16)> {
         offsets::GOLDEN,
         produce::GOLDEN,
         producer_ids::GOLDEN,
+        sasl::GOLDEN,
     ]
     .into_iter()
     .flatten()
@@ -374,7 +386,7 @@ async fn every_served_api_has_a_golden_case_at_its_oldest_and_newest_version() {
         .exchange(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default())
         .await;
     let served: ApiVersionsResponse = broker.decode(ApiKey::ApiVersions, 3, &answer);
-    assert_eq!(served.api_keys.len(), 20, "the twenty APIs served");
+    assert_eq!(served.api_keys.len(), 22, "the twenty-two APIs served");
     let cases = &golden_cases();
     let missing: Vec<String> = served
         .api_keys

@@ -37,6 +37,16 @@ pub(crate) enum CliError {
         /// What failed.
         source: io::Error,
     },
+    /// A file's contents are not what the option reading it needs.
+    #[error("{}:{line}: {reason}", .path.display())]
+    BadFile {
+        /// The file.
+        path: PathBuf,
+        /// The line at fault, counted from 1.
+        line: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// Standard input could not be read.
     #[error(transparent)]
     Stdin(io::Error),

@@ -55,6 +55,76 @@ pub(crate) struct NodeArgs {
     /// broker that has not.
     #[arg(long = "kafka-peer", value_parser = parse_peer, requires = "kafka_listen")]
     kafka_peers: Vec<(u64, SocketAddr)>,
+    /// What the Kafka listener asks of its clients: nothing (PLAINTEXT), or SASL
+    /// authentication first (SASL_PLAINTEXT). TLS is not served yet.
+    #[arg(long, value_enum, default_value_t = SecurityArg::Plaintext, requires = "kafka_listen")]
+    kafka_security_protocol: SecurityArg,
+    /// The SASL mechanisms offered, comma-separated: SCRAM-SHA-512, SCRAM-SHA-256, PLAIN.
+    #[arg(long, value_delimiter = ',', value_parser = parse_mechanism,
+          default_value = "SCRAM-SHA-512,SCRAM-SHA-256")]
+    sasl_mechanisms: Vec<replog::SaslMechanism>,
+    /// Offer PLAIN without TLS: passwords cross the network in the clear.
+    #[arg(long)]
+    sasl_plain_without_tls: bool,
+    /// A file of the users the cluster starts with, one `NAME:PASSWORD` per line (blank lines
+    /// and lines starting with `#` are skipped), each given SCRAM-SHA-256 and SCRAM-SHA-512
+    /// credentials. Read at every start; written to the metadata log only while the cluster has
+    /// no user at all. A file, so that no password is on the command line.
+    #[arg(long)]
+    bootstrap_user_file: Option<PathBuf>,
+}
+
+/// `--kafka-security-protocol`, as Kafka names them.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum SecurityArg {
+    #[value(name = "PLAINTEXT")]
+    Plaintext,
+    #[value(name = "SASL_PLAINTEXT")]
+    SaslPlaintext,
+}
+
+/// Parses one of `--sasl-mechanisms`.
+fn parse_mechanism(s: &str) -> Result<replog::SaslMechanism, String> {
+    replog::SaslMechanism::from_name(s.trim()).ok_or_else(|| {
+        format!("unknown SASL mechanism {s:?} (SCRAM-SHA-512, SCRAM-SHA-256, PLAIN)")
+    })
+}
+
+/// Iterations of the bootstrap users' credentials (twice Kafka's least).
+const BOOTSTRAP_ITERATIONS: u32 = 8192;
+
+/// Reads `--bootstrap-user-file`: each user with a credential per SCRAM mechanism.
+fn read_bootstrap_users(
+    path: &std::path::Path,
+) -> Result<Vec<(String, replog::ScramCredential)>, CliError> {
+    let text = std::fs::read_to_string(path).map_err(|source| CliError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut users = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim_end_matches('\r');
+        if line.trim().is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let bad = |reason: &str| CliError::BadFile {
+            path: path.to_path_buf(),
+            line: i + 1,
+            reason: reason.to_string(),
+        };
+        let (name, password) = line
+            .split_once(':')
+            .ok_or_else(|| bad("expected NAME:PASSWORD"))?;
+        if name.is_empty() || password.is_empty() {
+            return Err(bad("expected NAME:PASSWORD, both not empty"));
+        }
+        for m in replog::ScramMechanism::ALL {
+            let credential = replog::ScramCredential::new(m, password, BOOTSTRAP_ITERATIONS)
+                .map_err(|e| bad(&e.to_string()))?;
+            users.push((name.to_string(), credential));
+        }
+    }
+    Ok(users)
 }
 
 /// `--durability`: [`Durability`] on the command line.
@@ -97,7 +167,7 @@ fn parse_topic(s: &str) -> Result<(String, u32), String> {
 
 impl NodeArgs {
     /// The broker's configuration.
-    fn config(self) -> NodeConfig {
+    fn config(self) -> Result<NodeConfig, CliError> {
         let mut config = NodeConfig::new(
             self.id,
             self.listen,
@@ -112,7 +182,16 @@ impl NodeArgs {
         config.kafka_listen = self.kafka_listen;
         config.kafka_advertised = self.kafka_advertised;
         config.kafka_peers = self.kafka_peers.into_iter().collect();
-        config
+        config.kafka_security_protocol = match self.kafka_security_protocol {
+            SecurityArg::Plaintext => replog::KafkaSecurityProtocol::Plaintext,
+            SecurityArg::SaslPlaintext => replog::KafkaSecurityProtocol::SaslPlaintext,
+        };
+        config.sasl_mechanisms = self.sasl_mechanisms;
+        config.sasl_plain_without_tls = self.sasl_plain_without_tls;
+        if let Some(path) = &self.bootstrap_user_file {
+            config.bootstrap_users = read_bootstrap_users(path)?;
+        }
+        Ok(config)
     }
 }
 
@@ -123,7 +202,7 @@ pub(crate) async fn run(args: NodeArgs) -> Result<(), CliError> {
         let local = crate::metrics::serve(addr).await?;
         eprintln!("replog: metrics on http://{local}/metrics");
     }
-    let node = Node::start(args.config()).await?;
+    let node = Node::start(args.config()?).await?;
     eprintln!("replog: broker {id} listening on {}", node.addr());
     // Says once when every partition it hosts has a leader, or, every minute, what it still
     // waits for (a quorum that has not started yet).

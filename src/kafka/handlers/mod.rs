@@ -16,6 +16,7 @@ pub(super) mod metadata;
 pub(super) mod offsets;
 pub(super) mod produce;
 pub(super) mod producer_ids;
+pub(super) mod sasl;
 
 use kafka_protocol::messages::ApiKey;
 
@@ -33,6 +34,7 @@ pub(crate) fn served() -> impl Iterator<Item = Served> {
         groups::APIS,
         producer_ids::APIS,
         admin::APIS,
+        sasl::APIS,
     ]
     .into_iter()
     .flatten()
@@ -43,12 +45,12 @@ pub(crate) fn served() -> impl Iterator<Item = Served> {
 mod tests {
     use super::*;
 
-    /// The twenty APIs served, each once.
+    /// The twenty-two APIs served, each once.
     #[test]
     fn every_api_is_declared_by_one_handler() {
         let keys: std::collections::BTreeSet<i16> = served().map(|(k, _, _)| k as i16).collect();
         assert_eq!(keys.len(), served().count(), "an API declared twice");
-        assert_eq!(keys.len(), 20);
+        assert_eq!(keys.len(), 22);
         assert!(served().all(|(_, min, max)| min <= max));
     }
 }

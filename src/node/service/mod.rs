@@ -63,6 +63,20 @@ impl BrokerService {
         BrokerService { broker }
     }
 
+    /// User `user`'s SCRAM credential for `mechanism`, as the metadata log has it.
+    pub(crate) fn scram_credential(
+        &self,
+        user: &str,
+        mechanism: crate::ScramMechanism,
+    ) -> Option<crate::ScramCredential> {
+        self.broker.catalog.read().scram_credential(user, mechanism)
+    }
+
+    /// Every SCRAM credential of user `user` (a PLAIN login is checked against them).
+    pub(crate) fn scram_credentials(&self, user: &str) -> Vec<crate::ScramCredential> {
+        self.broker.catalog.read().scram_credentials(user)
+    }
+
     /// Appends a batch on the partition's leader: [`crate::Node::append`]'s rules. The offsets
     /// topic is written by its coordinators only.
     pub(crate) async fn produce(&self, request: Produce) -> Result<AppendInfo> {

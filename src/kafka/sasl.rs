@@ -1,0 +1,291 @@
+//! SASL authentication on a Kafka connection, before anything else is served, as Kafka's
+//! `SaslServerAuthenticator` does it:
+//!
+//! 1. ApiVersions, any number of times (clients ask which SASL framing the broker speaks);
+//! 2. SaslHandshake v1 naming a mechanism: one the listener offers is answered with no error
+//!    and the list; another is answered `UNSUPPORTED_SASL_MECHANISM` (33) with the list, and
+//!    the connection is closed;
+//! 3. SaslAuthenticate with the mechanism's messages: SCRAM's two (the server's first
+//!    message, then its final one), PLAIN's one. A wrong password, an unknown user or a
+//!    malformed message is `SASL_AUTHENTICATION_FAILED` (58), with one message whatever the
+//!    cause, and the connection is closed.
+//!
+//! Any other request before the end closes the connection unanswered (as Kafka does before
+//! the handshake; Kafka answers one between the SCRAM messages `ILLEGAL_SASL_STATE` first).
+//! The requests of this phase are read one at a time, at most
+//! [`SASL_FRAME_BYTES_MAX`] each (Kafka's `sasl.server.max.receive.size`), and the whole
+//! exchange must end within [`SASL_DEADLINE`]. Then the connection is served as any other,
+//! as the user it authenticated (`User:<name>`).
+
+use std::net::SocketAddr;
+
+use bytes::{Buf, Bytes};
+use kafka_protocol::messages::{
+    ApiKey, RequestKind, ResponseKind, SaslAuthenticateResponse, SaslHandshakeResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+
+use super::{Decoded, KafkaConfig, api_versions, code, decode_request, encode};
+use crate::node::service::BrokerService;
+use crate::security::{
+    FakeCredentials, SaslError, SaslMechanism, ScramServer, authenticate_plain, server_nonce,
+};
+
+/// Largest request read before authentication ends (Kafka's default
+/// `sasl.server.max.receive.size`).
+pub(crate) const SASL_FRAME_BYTES_MAX: u32 = 512 << 10;
+
+/// How long a connection has to authenticate, from its first byte.
+pub(crate) const SASL_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Most requests one authentication reads (ApiVersions, the handshake, the mechanism's
+/// messages: a handful).
+const SASL_REQUESTS_MAX: usize = 16;
+
+/// What a SASL listener offers.
+#[derive(Clone)]
+pub(crate) struct SaslSettings {
+    pub(crate) mechanisms: Vec<SaslMechanism>,
+    /// What an unknown user is answered with (SCRAM), so that it looks like a known one.
+    pub(crate) fake: FakeCredentials,
+}
+
+/// Where an exchange stands.
+enum Stage {
+    /// Before the handshake.
+    Handshake,
+    /// The mechanism is chosen; its next message is awaited.
+    Authenticate(SaslMechanism, Option<ScramServer>),
+}
+
+/// Why an authentication ended without a user, for the broker's log.
+struct Refused {
+    why: String,
+    /// A client's failure (wrong credentials, an unknown mechanism), as opposed to a request
+    /// out of turn, a malformed frame or a deadline.
+    failed_login: bool,
+}
+
+impl Refused {
+    fn closed(why: impl Into<String>) -> Refused {
+        Refused {
+            why: why.into(),
+            failed_login: false,
+        }
+    }
+}
+
+/// Runs the exchange on a new connection: the user's name once authenticated, or `None` (the
+/// connection is to be closed; the reason is logged here).
+pub(super) async fn authenticate(
+    rd: &mut OwnedReadHalf,
+    wr: &mut OwnedWriteHalf,
+    service: &BrokerService,
+    config: &KafkaConfig,
+    settings: &SaslSettings,
+    from: SocketAddr,
+) -> Option<String> {
+    let exchange = exchange(rd, wr, service, config, settings);
+    let outcome = match tokio::time::timeout(SASL_DEADLINE, exchange).await {
+        Ok(outcome) => outcome,
+        Err(_) => Err(Refused::closed("not authenticated in time")),
+    };
+    match outcome {
+        Ok(user) => {
+            tracing::debug!(%from, principal = %format!("User:{user}"), "kafka client authenticated");
+            Some(user)
+        }
+        Err(refused) if refused.failed_login => {
+            tracing::info!(%from, reason = %refused.why, "kafka client failed to authenticate");
+            None
+        }
+        Err(refused) => {
+            tracing::debug!(%from, reason = %refused.why, "kafka connection closed before authentication");
+            None
+        }
+    }
+}
+
+async fn exchange(
+    rd: &mut OwnedReadHalf,
+    wr: &mut OwnedWriteHalf,
+    service: &BrokerService,
+    config: &KafkaConfig,
+    settings: &SaslSettings,
+) -> Result<String, Refused> {
+    let mut stage = Stage::Handshake;
+    for _ in 0..SASL_REQUESTS_MAX {
+        let (body, _held) = super::conn::read_request(rd, config, SASL_FRAME_BYTES_MAX)
+            .await
+            .map_err(|e| Refused::closed(e.to_string()))?;
+        let api = ApiKey::try_from((&body[..]).get_i16()).ok();
+        let (correlation, version, request) = match (api, &stage) {
+            (Some(ApiKey::ApiVersions | ApiKey::SaslHandshake), Stage::Handshake)
+            | (Some(ApiKey::SaslAuthenticate), Stage::Authenticate(..)) => {
+                match decode_request(body).map_err(Refused::closed)? {
+                    Decoded::Serve {
+                        header,
+                        version,
+                        request,
+                        ..
+                    } => (header.correlation_id, version, *request),
+                    // A version not served: its refusal, then the end.
+                    Decoded::Answered(answer) => {
+                        let _ = wr.write_all(&answer).await;
+                        return Err(Refused::closed("a SASL version not served"));
+                    }
+                }
+            }
+            (api, _) => return Err(Refused::closed(format!("{api:?} before authentication"))),
+        };
+        let (answer, outcome) = step(request, &mut stage, service, settings).split();
+        let api = api.unwrap_or(ApiKey::ApiVersions);
+        let bytes = encode(correlation, api, version, &answer)
+            .map_err(|e| Refused::closed(e.to_string()))?;
+        wr.write_all(&bytes)
+            .await
+            .map_err(|e| Refused::closed(e.to_string()))?;
+        if let Some(outcome) = outcome {
+            return outcome;
+        }
+    }
+    Err(Refused::closed("too many requests before authentication"))
+}
+
+/// One request's answer, and whether the exchange ended with it.
+enum Step {
+    Answer(ResponseKind),
+    Done(ResponseKind, Result<String, Refused>),
+}
+
+impl Step {
+    /// The answer to write, and the exchange's outcome if it ended.
+    fn split(self) -> (ResponseKind, Option<Result<String, Refused>>) {
+        match self {
+            Step::Answer(answer) => (answer, None),
+            Step::Done(answer, outcome) => (answer, Some(outcome)),
+        }
+    }
+}
+
+fn step(
+    request: RequestKind,
+    stage: &mut Stage,
+    service: &BrokerService,
+    settings: &SaslSettings,
+) -> Step {
+    match request {
+        RequestKind::SaslHandshake(r) => handshake(r.mechanism.as_str(), stage, settings),
+        RequestKind::SaslAuthenticate(r) => {
+            let Stage::Authenticate(mechanism, scram) = stage else {
+                return Step::Done(
+                    authenticate_answer(code::ILLEGAL_SASL_STATE, None, Bytes::new()),
+                    Err(Refused::closed("SaslAuthenticate before SaslHandshake")),
+                );
+            };
+            match login(*mechanism, scram, &r.auth_bytes, service, settings) {
+                Ok(Login::Continue(bytes)) => {
+                    Step::Answer(authenticate_answer(code::NONE, None, bytes))
+                }
+                Ok(Login::Done(user, bytes)) => {
+                    Step::Done(authenticate_answer(code::NONE, None, bytes), Ok(user))
+                }
+                Err(e) => {
+                    let message = format!(
+                        "Authentication failed during authentication due to invalid credentials \
+                         with SASL mechanism {mechanism}"
+                    );
+                    Step::Done(
+                        authenticate_answer(
+                            code::SASL_AUTHENTICATION_FAILED,
+                            Some(message),
+                            Bytes::new(),
+                        ),
+                        Err(Refused {
+                            why: format!("{mechanism}: {e}"),
+                            failed_login: true,
+                        }),
+                    )
+                }
+            }
+        }
+        // Only ApiVersions is left: the caller lets no other request through.
+        _ => Step::Answer(ResponseKind::ApiVersions(api_versions::api_versions())),
+    }
+}
+
+/// A SaslHandshake: the mechanism, if the listener offers it.
+fn handshake(asked: &str, stage: &mut Stage, settings: &SaslSettings) -> Step {
+    let mut r = SaslHandshakeResponse::default();
+    r.mechanisms = settings
+        .mechanisms
+        .iter()
+        .map(|m| StrBytes::from_static_str(m.name()))
+        .collect();
+    match SaslMechanism::from_name(asked).filter(|m| settings.mechanisms.contains(m)) {
+        Some(m) => {
+            *stage = Stage::Authenticate(m, None);
+            Step::Answer(ResponseKind::SaslHandshake(r))
+        }
+        None => {
+            r.error_code = code::UNSUPPORTED_SASL_MECHANISM;
+            let refused = Refused {
+                why: SaslError::UnsupportedMechanism(asked.to_string()).to_string(),
+                failed_login: true,
+            };
+            Step::Done(ResponseKind::SaslHandshake(r), Err(refused))
+        }
+    }
+}
+
+/// Where a login stands after one of the client's messages.
+enum Login {
+    /// The server's message, and another of the client's awaited.
+    Continue(Bytes),
+    /// Authenticated as this user; the server's last message.
+    Done(String, Bytes),
+}
+
+fn login(
+    mechanism: SaslMechanism,
+    scram: &mut Option<ScramServer>,
+    message: &[u8],
+    service: &BrokerService,
+    settings: &SaslSettings,
+) -> Result<Login, SaslError> {
+    match (mechanism, scram.as_mut()) {
+        (SaslMechanism::Plain, _) => {
+            let user =
+                authenticate_plain(message, |u| service.scram_credentials(u), &settings.fake)?;
+            Ok(Login::Done(user, Bytes::new()))
+        }
+        (SaslMechanism::Scram(m), None) => {
+            let mut server = ScramServer::new(m);
+            let first = server.first(
+                message,
+                &server_nonce(),
+                |u| service.scram_credential(u, m),
+                &settings.fake,
+            )?;
+            *scram = Some(server);
+            Ok(Login::Continue(first.into()))
+        }
+        (SaslMechanism::Scram(_), Some(server)) => {
+            let (user, last) = server.finish(message)?;
+            Ok(Login::Done(user, last.into()))
+        }
+    }
+}
+
+fn authenticate_answer(error_code: i16, message: Option<String>, bytes: Bytes) -> ResponseKind {
+    let mut r = SaslAuthenticateResponse::default();
+    r.error_code = error_code;
+    // Kafka's answers leave the message at its default (empty) unless there is one to give.
+    if let Some(message) = message {
+        r.error_message = Some(StrBytes::from_string(message));
+    }
+    r.auth_bytes = bytes;
+    ResponseKind::SaslAuthenticate(r)
+}
