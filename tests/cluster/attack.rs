@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use replog::{Client, ClientConfig, Offset, Record};
 
 use crate::hostile::{fetch_body, header};
-use crate::ports::process_addrs;
+use crate::support::process_addrs;
 
 const TOPIC: &str = "attack";
 
@@ -97,8 +97,8 @@ async fn start_broker(
         .spawn()
         .unwrap();
     // Killed when dropped, so a failed test leaves no broker behind.
-    let broker = crate::Broker(broker);
-    let status = std::fs::File::open(format!("/proc/{}/status", broker.0.id())).unwrap();
+    let broker = crate::Broker::from(broker);
+    let status = std::fs::File::open(format!("/proc/{}/status", broker.child.id())).unwrap();
     let mut config = ClientConfig::default();
     config.request_timeout = Duration::from_millis(30_000);
     config.delivery_timeout = Duration::from_millis(60_000);
@@ -223,7 +223,7 @@ async fn attack_suite_at_full_size_stays_within_the_budgets() {
 
     drop(client);
     assert!(
-        broker.0.try_wait().unwrap().is_none(),
+        broker.child.try_wait().unwrap().is_none(),
         "the broker survived the attacks"
     );
 }
@@ -305,7 +305,7 @@ async fn the_kafka_door_holds_its_clients_to_the_brokers_budgets() {
     still_served(&client, "after K2").await;
     drop(client);
     assert!(
-        broker.0.try_wait().unwrap().is_none(),
+        broker.child.try_wait().unwrap().is_none(),
         "the broker survived the attacks"
     );
 }

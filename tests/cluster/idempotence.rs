@@ -323,10 +323,10 @@ async fn a_batch_resent_after_an_unknown_outcome_is_written_once() {
     // The leader holds the batch, uncommitted; then the client's request (300 ms) times out at
     // least twice while the followers are away.
     let holder = node_ref(&nodes, leader);
-    wait_for(
+    wait_until(
         Duration::from_secs(10),
         "the leader to append the batch",
-        || {
+        async || {
             let s = holder.status(TOPIC, 0).ok()?;
             (s.log_end > s.high_watermark).then_some(())
         },

@@ -122,7 +122,7 @@ fn the_tutorial_runs_through_the_cli_against_three_broker_processes() {
         "--replication-factor",
         "3",
     ];
-    let out = retry(Duration::from_secs(20), "the topic to be created", || {
+    let out = wait_until_blocking(Duration::from_secs(20), "the topic to be created", || {
         let (ok, out, _) = cli(&create, "");
         ok.then_some(out)
     });
@@ -136,7 +136,7 @@ fn the_tutorial_runs_through_the_cli_against_three_broker_processes() {
     assert!(ok && out.contains(TOPIC), "{out}");
 
     // Describe through broker 2 until a leader is elected: Kafka's line format.
-    let (leader, line) = retry(Duration::from_secs(20), "a leader", || {
+    let (leader, line) = wait_until_blocking(Duration::from_secs(20), "a leader", || {
         let (ok, out, _) = cli(
             &[
                 "topics",
@@ -187,7 +187,7 @@ fn the_tutorial_runs_through_the_cli_against_three_broker_processes() {
 
     // Consume from the beginning on each broker's own replica.
     for i in 0..3 {
-        let out = retry(
+        let out = wait_until_blocking(
             Duration::from_secs(10),
             "the record on every replica",
             || {
@@ -225,7 +225,7 @@ fn the_tutorial_runs_through_the_cli_against_three_broker_processes() {
         .build()
         .unwrap();
     let through_1 = addrs[0];
-    retry(
+    wait_until_blocking(
         Duration::from_secs(30),
         "broker 1 to know the joined broker",
         || {
@@ -262,7 +262,7 @@ fn the_tutorial_runs_through_the_cli_against_three_broker_processes() {
         "spread",
     ];
     // The joiner names the topic once it has applied the command.
-    let described = retry(
+    let described = wait_until_blocking(
         Duration::from_secs(20),
         "the joiner to describe the topic",
         || {

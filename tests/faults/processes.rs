@@ -41,8 +41,8 @@ async fn broker_processes_killed_and_paused_at_random_lose_and_duplicate_nothing
     let mut rng = Rng::new(seed);
     let dir = tempfile::tempdir().unwrap();
     let addrs = process_addrs(3);
-    let mut brokers: Vec<Option<Process>> = (1..=3)
-        .map(|id| Some(Process::spawn(id, &addrs, dir.path())))
+    let mut brokers: Vec<Option<Broker>> = (1..=3)
+        .map(|id| Some(spawn_process(id, &addrs, dir.path())))
         .collect();
     let end = Instant::now() + Duration::from_secs(secs);
     let producers: Vec<_> = (0..PRODUCERS)
@@ -67,7 +67,7 @@ async fn broker_processes_killed_and_paused_at_random_lose_and_duplicate_nothing
             // Heal the one broker that is down or paused.
             Some(id) => match brokers[id as usize - 1].as_mut() {
                 Some(paused) => paused.signal(Signal::CONT),
-                None => brokers[id as usize - 1] = Some(Process::spawn(id, &addrs, dir.path())),
+                None => brokers[id as usize - 1] = Some(spawn_process(id, &addrs, dir.path())),
             },
             None => {
                 let id = 1 + rng.below(3);
@@ -85,7 +85,7 @@ async fn broker_processes_killed_and_paused_at_random_lose_and_duplicate_nothing
         match brokers[id as usize - 1].as_mut() {
             Some(b) if b.stopped => b.signal(Signal::CONT),
             Some(_) => {}
-            None => brokers[id as usize - 1] = Some(Process::spawn(id, &addrs, dir.path())),
+            None => brokers[id as usize - 1] = Some(spawn_process(id, &addrs, dir.path())),
         }
     }
     let mut ops = Vec::new();
