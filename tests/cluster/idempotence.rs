@@ -332,6 +332,7 @@ async fn a_batch_resent_after_an_unknown_outcome_is_written_once() {
         },
     )
     .await;
+    // Time for the request to time out at least twice: the timeouts are the subject.
     tokio::time::sleep(Duration::from_millis(900)).await;
     let status = holder.status(TOPIC, 0).unwrap();
     assert_eq!(

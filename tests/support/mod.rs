@@ -1,6 +1,7 @@
 //! The fixture the test binaries share: brokers in this process ([`nodes`]) or as `replog node`
-//! processes ([`processes`]), free loopback ports for each ([`ports`]), and the one wait on a
-//! condition with a deadline ([`wait`]).
+//! processes ([`processes`]), free loopback ports for each ([`ports`]), what the kernel shows
+//! of a broker's connections ([`sockets`]), and the one wait on a condition with a deadline
+//! ([`wait`]).
 //!
 //! Each binary includes it with `#[path = "../support/mod.rs"] mod support;` and uses the part
 //! it needs, hence the `dead_code` and `unused_imports` allowances for this module only.
@@ -9,6 +10,7 @@
 pub mod nodes;
 pub mod ports;
 pub mod processes;
+pub mod sockets;
 pub mod wait;
 
 pub use nodes::{free_addrs, local_cluster, shutdown_all, start_all, start_node};
