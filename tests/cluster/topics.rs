@@ -444,8 +444,7 @@ async fn a_partition_moves_off_its_leader_onto_a_joined_broker() {
         .unwrap();
 
     let id = PartitionId::new("moving", 0);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let described = loop {
+    let described = wait_until(Duration::from_secs(20), "the move to finish", async || {
         let d = client.describe("moving").await.unwrap().remove(0);
         let mut isr = d.isr.clone();
         isr.sort_unstable();
@@ -456,14 +455,12 @@ async fn a_partition_moves_off_its_leader_onto_a_joined_broker() {
         // timeout after the move (until they notice it stepped down).
         let led_by_target = d.leader.is_some_and(|l| target.contains(&l));
         if d.replicas == target && isr == want && gone && led_by_target {
-            break d;
+            Ok(d)
+        } else {
+            Err(format!("{d:?}, left: {gone}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "the move did not finish: {d:?}, left: {gone}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    })
+    .await;
     assert!(target.contains(&described.leader.unwrap()), "{described:?}");
     assert!(
         !dir.path()
