@@ -1,6 +1,6 @@
-//! Brokers over real loopback TCP, in this process or as `replog node` processes: the shared
-//! helpers (clusters, ports held until a broker takes them, waits with deadlines) and one
-//! module per subject.
+//! Brokers over real loopback TCP, in this process or as `replog node` processes: the helpers
+//! of this binary's topic (configs, leaders, appends, reads) and one module per subject. The
+//! clusters, ports and waits come from the fixture all test binaries share, `tests/support`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

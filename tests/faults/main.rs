@@ -15,7 +15,8 @@
 //! replica's records to the file its panic names.
 //!
 //! This file holds what the modules share (clusters, producers, the fault timeline);
-//! `schedules.rs`, `real_sizes.rs`, `disks.rs` and `processes.rs` hold the tests.
+//! `schedules.rs`, `real_sizes.rs`, `disks.rs` and `processes.rs` hold the tests. Ports, broker
+//! processes and waits come from the fixture all test binaries share, `tests/support`.
 
 mod disks;
 mod history;
