@@ -3,9 +3,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::StreamExt;
+
+use crate::support::wait_until;
 use replog::{
     Client, ClientConfig, Consumer, ConsumerConfig, ConsumerRecord, Offset, Record, StartAt,
 };
@@ -14,12 +16,22 @@ const TOPIC: &str = "consumed";
 
 /// Polls until `n` records came (at most 30 s).
 async fn poll_n(consumer: &mut Consumer, n: usize) -> Vec<ConsumerRecord> {
-    let deadline = Instant::now() + Duration::from_secs(30);
     let mut out = Vec::new();
-    while out.len() < n {
-        assert!(Instant::now() < deadline, "{} of {n} records", out.len());
-        out.extend(consumer.poll(Duration::from_millis(500)).await.unwrap());
-    }
+    wait_until(
+        Duration::from_secs(30),
+        &format!("{n} records"),
+        async || {
+            if out.len() < n {
+                out.extend(consumer.poll(Duration::from_millis(500)).await.unwrap());
+            }
+            if out.len() >= n {
+                Ok(())
+            } else {
+                Err(format!("{} of {n} records", out.len()))
+            }
+        },
+    )
+    .await;
     out
 }
 
@@ -147,15 +159,20 @@ async fn a_consumer_starts_at_the_first_record_written_at_or_after_a_time() {
             .unwrap(),
     );
     write(&client, 0, 0..20).await;
-    tokio::time::sleep(Duration::from_millis(30)).await;
     let now_ms = || {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_millis() as u64
     };
-    let between = now_ms();
-    tokio::time::sleep(Duration::from_millis(30)).await;
+    // A time after every record written so far, and before every one written next.
+    let written = now_ms();
+    let what = "the clock to move on";
+    let between = wait_until(Duration::from_secs(5), what, async || {
+        Some(now_ms()).filter(|t| *t > written)
+    })
+    .await;
+    wait_until(Duration::from_secs(5), what, async || now_ms() > between).await;
     write(&client, 0, 20..30).await;
     assert_eq!(
         client

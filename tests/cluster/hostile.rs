@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use replog::{Client, ClientConfig, LocalCluster, Record};
 
+use crate::support::{sockets, wait_until};
+
 const TOPIC: &str = "hostile";
 
 /// A frame header as the native protocol has it: body length, kind (1: request), op, two
@@ -51,28 +53,60 @@ async fn one_broker(
 async fn connect_one_by_one(addr: SocketAddr, n: usize) -> Vec<TcpStream> {
     let mut conns = Vec::new();
     for _ in 0..n {
-        conns.push(TcpStream::connect(addr).unwrap());
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        conns.push(connect_accepted(addr).await);
     }
     conns
+}
+
+/// A connection to `addr`, once the broker has accepted it.
+async fn connect_accepted(addr: SocketAddr) -> TcpStream {
+    let conn = TcpStream::connect(addr).unwrap();
+    let client = conn.local_addr().unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        "the broker to accept",
+        async || sockets::accepted(addr, client),
+    )
+    .await;
+    conn
+}
+
+/// Waits until the broker has let go of each of `conns`, then drops them.
+async fn drop_released(addr: SocketAddr, conns: Vec<TcpStream>) {
+    let clients: Vec<SocketAddr> = conns.iter().map(|c| c.local_addr().unwrap()).collect();
+    drop(conns);
+    wait_until(
+        Duration::from_secs(10),
+        "the broker to let go",
+        async || clients.iter().all(|c| sockets::released(addr, *c)),
+    )
+    .await;
+}
+
+/// Reads one answer frame (header and body) from `conn`.
+fn read_answer(conn: &mut TcpStream) -> [u8; 16] {
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut header = [0u8; 16];
+    conn.read_exact(&mut header).unwrap();
+    let body_len = u32::from_le_bytes(header[0..4].try_into().unwrap());
+    let mut body = vec![0u8; body_len as usize];
+    conn.read_exact(&mut body).unwrap();
+    header
 }
 
 /// An honest client connects and writes, retrying (boundedly) while hostile connections
 /// hold the broker's slots.
 async fn honest_write(addr: SocketAddr, value: &'static str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Ok(client) = Client::connect(&[addr], ClientConfig::default()).await
-            && client.send(TOPIC, 0, &[Record::new(value)]).await.is_ok()
-        {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the honest client is never served"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until(
+        Duration::from_secs(20),
+        "the honest client to be served",
+        async || {
+            let client = Client::connect(&[addr], ClientConfig::default()).await?;
+            client.send(TOPIC, 0, &[Record::new(value)]).await
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -115,11 +149,14 @@ async fn connections_past_the_cap_are_refused_and_the_peers_room_holds_only_peer
     let cluster = one_broker(dir.path(), |c| {
         c.connections_max = 8;
         c.peer_connections_reserved = 4;
-        c.connections_max_idle = Duration::from_millis(1500);
+        // The clients' room must stay full until the connection past the cap is refused: the
+        // idle timeout outlasts the steps before it (up to 4.3 s on a loaded machine; at 1.5 s,
+        // an idle client went first and let the extra connection in). The end checks that
+        // idle connections are closed.
+        c.connections_max_idle = Duration::from_millis(8000);
     })
     .await;
     let addr = cluster.addrs()[0];
-    let settle = || tokio::time::sleep(Duration::from_millis(100));
     let mut clients = connect_one_by_one(addr, 4).await;
     // The peers' room: a client request there closes its connection.
     let mut intruder = TcpStream::connect(addr).unwrap();
@@ -137,15 +174,15 @@ async fn connections_past_the_cap_are_refused_and_the_peers_room_holds_only_peer
     );
     // Peers (their first request is Raft traffic: a vote, undecodable here, answered with an
     // error) are past probation and are never evicted.
-    drop(newer);
-    drop(silent);
-    settle().await;
+    silent.push(newer);
+    drop_released(addr, silent).await;
     let mut peers: Vec<TcpStream> = Vec::new();
     for id in 0..4 {
-        let mut peer = TcpStream::connect(addr).unwrap();
+        let mut peer = connect_accepted(addr).await;
         peer.write_all(&header(0, 1, id)).unwrap();
+        // Answered: the broker has taken it as a peer before the next one comes.
+        assert_eq!(read_answer(&mut peer)[4], 2, "a response frame");
         peers.push(peer);
-        settle().await;
     }
     let mut extra = TcpStream::connect(addr).unwrap();
     assert!(
@@ -210,9 +247,11 @@ fn flood(
                         open.push(c);
                         opened += 1;
                     }
+                    // Pacing the flood after a refused connect: the attack, not a wait.
                     Err(_) => std::thread::sleep(Duration::from_millis(5)),
                 }
             } else {
+                // Pacing the flood while it holds `keep` connections: the attack, not a wait.
                 std::thread::sleep(Duration::from_millis(5));
             }
         }
@@ -265,20 +304,17 @@ async fn a_connection_flood_never_keeps_a_peer_out() {
             .unwrap();
     }
     cluster.restart(follower).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    // Bounded by the deadline.
-    loop {
+    let what = "the follower to catch up under the flood";
+    wait_until(Duration::from_secs(30), what, async || {
         let want = cluster.node(leader).unwrap().status(TOPIC, 0).unwrap();
         let got = cluster.node(follower).unwrap().status(TOPIC, 0).unwrap();
         if got.high_watermark == want.high_watermark && got.high_watermark.get() == 21 {
-            break;
+            Ok(())
+        } else {
+            Err(format!("{got:?} vs {want:?}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "the follower never caught up under the flood: {got:?} vs {want:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let opened = attack.join().unwrap();
     assert!(opened >= 32, "the flood held the cap: {opened} connections");
@@ -352,7 +388,13 @@ async fn a_client_that_fetches_without_reading_holds_two_frames_and_is_closed() 
     assert!(!fetched.is_empty());
     // The greedy connection was closed once its answers went unread past the frame timeout:
     // what it gets, read now, ends well before 512 answers.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let greedy_addr = greedy.local_addr().unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        "the broker to close the greedy connection",
+        async || sockets::released(addr, greedy_addr),
+    )
+    .await;
     greedy
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
@@ -387,16 +429,21 @@ async fn a_peer_that_began_its_first_frame_is_never_evicted() {
     })
     .await;
     let addr = cluster.addrs()[0];
-    let settle = || tokio::time::sleep(Duration::from_millis(100));
     let clients = connect_one_by_one(addr, 4).await;
     // Into the peers' room: a vote announcing 64 KiB, half of it sent.
-    let mut peer = TcpStream::connect(addr).unwrap();
+    let mut peer = connect_accepted(addr).await;
     peer.write_all(&header(64 << 10, 1, 1)).unwrap();
     peer.write_all(&[0u8; 32 << 10]).unwrap();
-    settle().await;
+    // The broker has begun reading the frame once the half sent has left the socket's
+    // queue towards it (nothing is in flight in the peer's send queue).
+    wait_until(
+        Duration::from_secs(10),
+        "the broker to read the half frame",
+        async || sockets::unread_by_server(addr, peer.local_addr().unwrap()) == Some(0),
+    )
+    .await;
     // Newcomers past the cap take the place of silent ones only.
-    let mut silent = TcpStream::connect(addr).unwrap();
-    settle().await;
+    let mut silent = connect_accepted(addr).await;
     let newer = TcpStream::connect(addr).unwrap();
     assert!(closed_within(&mut silent, Duration::from_millis(400)));
     // The peer finishes its frame and is answered (an error: the body is no vote).

@@ -323,15 +323,16 @@ async fn a_batch_resent_after_an_unknown_outcome_is_written_once() {
     // The leader holds the batch, uncommitted; then the client's request (300 ms) times out at
     // least twice while the followers are away.
     let holder = node_ref(&nodes, leader);
-    wait_for(
+    wait_until(
         Duration::from_secs(10),
         "the leader to append the batch",
-        || {
+        async || {
             let s = holder.status(TOPIC, 0).ok()?;
             (s.log_end > s.high_watermark).then_some(())
         },
     )
     .await;
+    // Time for the request to time out at least twice: the timeouts are the subject.
     tokio::time::sleep(Duration::from_millis(900)).await;
     let status = holder.status(TOPIC, 0).unwrap();
     assert_eq!(

@@ -11,9 +11,11 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use replog::{Client, ClientConfig};
+
+use crate::support::wait_until;
 
 /// `kcat`, if installed: required in CI, skipped (with a line saying so) elsewhere.
 pub(crate) fn kcat() -> Option<&'static str> {
@@ -101,14 +103,7 @@ pub(crate) fn cluster_with(
 }
 
 pub(crate) async fn connect(addrs: &[SocketAddr]) -> Client {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match Client::connect(addrs, ClientConfig::default()).await {
-            Ok(c) => return c,
-            Err(e) => assert!(Instant::now() < deadline, "brokers did not start: {e}"),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    crate::support::connect(addrs, ClientConfig::default(), Duration::from_secs(30)).await
 }
 
 /// The seed walkthrough with kcat: describe (Leader / Replicas / Isr), produce through a
@@ -158,8 +153,8 @@ async fn the_seed_walkthrough_runs_with_kcat_through_a_follower() {
 
     // A follower learns the new partition's leader a moment after the leader is elected
     // (until then its Metadata says LEADER_NOT_AVAILABLE, and clients ask again).
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let what = format!("the follower to name leader {leader}");
+    wait_until(Duration::from_secs(30), &what, async || {
         let (ok, out, err) =
             kcat_async(args(&["-L", "-b", &at, "-t", "email.send"]), String::new())
                 .await
@@ -167,11 +162,12 @@ async fn the_seed_walkthrough_runs_with_kcat_through_a_follower() {
         assert!(ok, "{err}");
         assert!(out.contains("3 brokers"), "{out}");
         if out.contains(&format!("partition 0, leader {leader}, replicas: ")) {
-            break;
+            Ok(())
+        } else {
+            Err(out)
         }
-        assert!(Instant::now() < deadline, "{out}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
 
     let (ok, _, err) = kcat_async(
         args(&["-P", "-b", &at, "-t", "email.send"]),
@@ -187,30 +183,28 @@ async fn the_seed_walkthrough_runs_with_kcat_through_a_follower() {
 
     // SIGKILL the leader; the same follower address takes the next write.
     drop(brokers[leader as usize - 1].take());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (ok, _, err) = kcat_async(
-            args(&[
-                "-P",
-                "-b",
-                &at,
-                "-t",
-                "email.send",
-                "-X",
-                "message.timeout.ms=20000",
-            ]),
-            "follower-message-2\n".into(),
-        )
-        .await
-        .unwrap();
-        if ok {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no write after the leader died: {err}"
-        );
-    }
+    wait_until(
+        Duration::from_secs(30),
+        "a write after the leader died",
+        async || {
+            let (ok, _, err) = kcat_async(
+                args(&[
+                    "-P",
+                    "-b",
+                    &at,
+                    "-t",
+                    "email.send",
+                    "-X",
+                    "message.timeout.ms=20000",
+                ]),
+                "follower-message-2\n".into(),
+            )
+            .await
+            .unwrap();
+            if ok { Ok(()) } else { Err(err) }
+        },
+    )
+    .await;
     let survivors: Vec<&SocketAddr> = kafka
         .iter()
         .enumerate()
@@ -374,6 +368,7 @@ async fn an_idempotent_kafka_producer_loses_and_duplicates_nothing_across_a_lead
             .collect();
         stdin.write_all(lines.as_bytes()).unwrap();
         stdin.flush().unwrap();
+        // Pacing the producer's rounds (the leader dies mid-stream): not a wait.
         tokio::time::sleep(Duration::from_millis(100)).await;
         if round == 2 {
             drop(brokers[leader as usize - 1].take());
@@ -423,14 +418,12 @@ async fn an_idempotent_kafka_producer_loses_and_duplicates_nothing_across_a_lead
 
 /// A connection to a Kafka listener (retried while the broker starts).
 pub(crate) async fn kafka_connect(at: SocketAddr) -> tokio::net::TcpStream {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match tokio::net::TcpStream::connect(at).await {
-            Ok(s) => return s,
-            Err(e) => assert!(Instant::now() < deadline, "{e}"),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let what = format!("a Kafka listener at {at}");
+    // `move`: the wait runs in spawned tasks too, whose futures must stay `Send`.
+    wait_until(Duration::from_secs(30), &what, async move || {
+        tokio::net::TcpStream::connect(at).await
+    })
+    .await
 }
 
 /// A Kafka request as sent: a big-endian length, a header (correlation id 5), the body.
@@ -564,23 +557,15 @@ pub(crate) async fn kafka_produce_at_leader(
     request: &kafka_protocol::messages::ProduceRequest,
 ) -> kafka_protocol::messages::produce_response::PartitionProduceResponse {
     use kafka_protocol::messages::{ApiKey, ProduceResponse};
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let leader = client.describe(topic).await.unwrap()[0].leader;
-        if let Some(leader) = leader {
-            let (_, answer): (usize, ProduceResponse) =
-                kafka_call(kafka[leader as usize - 1], ApiKey::Produce, 9, request).await;
-            let p = answer.responses[0].partition_responses[0].clone();
-            if p.error_code != 5 && p.error_code != 6 {
-                return p;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no leader of {topic} took the produce"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let what = format!("a leader of {topic} to take the produce");
+    wait_until(Duration::from_secs(30), &what, async || {
+        let leader = client.describe(topic).await.unwrap()[0].leader?;
+        let (_, answer): (usize, ProduceResponse) =
+            kafka_call(kafka[leader as usize - 1], ApiKey::Produce, 9, request).await;
+        let p = answer.responses[0].partition_responses[0].clone();
+        (p.error_code != 5 && p.error_code != 6).then_some(p)
+    })
+    .await
 }
 
 /// A Kafka producer's batch of `values` (CreateTime stamps, a header, a key on every other

@@ -18,6 +18,7 @@ use kafka_protocol::protocol::StrBytes;
 use replog::{Client, ClientConfig, LocalCluster, Record};
 
 use crate::kafka::{fetch_request, kafka_call, kafka_frame};
+use crate::support::wait_until;
 
 const TOPIC: &str = "kafka.fetch";
 
@@ -73,20 +74,24 @@ async fn read_answer<Resp: kafka_protocol::protocol::Decodable>(
 /// Fetches (Fetch v11, at once) until every partition of the answer has no error, as a
 /// client does while a leadership settles; the answer.
 async fn fetch_settled(at: SocketAddr, request: &FetchRequest) -> FetchResponse {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let (_, r): (usize, FetchResponse) = kafka_call(at, ApiKey::Fetch, 11, request).await;
-        let errors: Vec<i16> = r.responses[0]
-            .partitions
-            .iter()
-            .map(|p| p.error_code)
-            .collect();
-        if errors.iter().all(|e| *e == 0) {
-            return r;
-        }
-        assert!(Instant::now() < deadline, "fetch errors: {errors:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until(
+        Duration::from_secs(20),
+        "a fetch without errors",
+        async || {
+            let (_, r): (usize, FetchResponse) = kafka_call(at, ApiKey::Fetch, 11, request).await;
+            let errors: Vec<i16> = r.responses[0]
+                .partitions
+                .iter()
+                .map(|p| p.error_code)
+                .collect();
+            if errors.iter().all(|e| *e == 0) {
+                Ok(r)
+            } else {
+                Err(format!("fetch errors: {errors:?}"))
+            }
+        },
+    )
+    .await
 }
 
 /// A consumer assigned several partitions long-polls them all in one Fetch: a record produced
@@ -146,8 +151,7 @@ async fn a_kafka_fetch_goes_past_max_bytes_by_its_first_batch_at_most() {
         p.partition_max_bytes = 16 << 20;
     }
     // Every broker hosts every replica; wait until the one asked has them committed.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let answer = loop {
+    let answer = wait_until(Duration::from_secs(20), "marks [768, 256]", async || {
         let r = fetch_settled(kafka[1], &request).await;
         let marks: Vec<i64> = r.responses[0]
             .partitions
@@ -155,11 +159,12 @@ async fn a_kafka_fetch_goes_past_max_bytes_by_its_first_batch_at_most() {
             .map(|p| p.high_watermark)
             .collect();
         if marks == [768, 256] {
-            break r;
+            Ok(r)
+        } else {
+            Err(format!("marks {marks:?}"))
         }
-        assert!(Instant::now() < deadline, "marks {marks:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    })
+    .await;
     let sizes: Vec<usize> = answer.responses[0]
         .partitions
         .iter()
@@ -246,15 +251,19 @@ async fn kafka_fetch_and_list_offsets_check_the_askers_leader_epoch() {
     };
     // The epoch metadata gives is the one the replica serves (asked again while a leadership
     // settles).
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let epoch = loop {
-        let epoch = leader_epoch(at).await;
-        if codes(epoch).await == (0, 0) {
-            break epoch;
-        }
-        assert!(Instant::now() < deadline, "epoch {epoch} never served");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let epoch = wait_until(
+        Duration::from_secs(20),
+        "the epoch to be served",
+        async || {
+            let epoch = leader_epoch(at).await;
+            if codes(epoch).await == (0, 0) {
+                Ok(epoch)
+            } else {
+                Err(format!("epoch {epoch} not served"))
+            }
+        },
+    )
+    .await;
     assert!(epoch >= 1);
     assert_eq!(codes(-1).await, (0, 0), "not checked");
     assert_eq!(codes(epoch - 1).await, (74, 74), "older: fenced");
@@ -279,30 +288,27 @@ async fn kafka_list_offsets_answers_the_latest_time() {
     for _ in 0..3 {
         // Each batch is stamped in a later millisecond than the one before.
         let before = now_ms();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while now_ms() <= before + 1 {
-            assert!(Instant::now() < deadline, "the clock does not move");
-            tokio::task::yield_now().await;
-        }
+        wait_until(Duration::from_secs(5), "the clock to move", async || {
+            now_ms() > before + 1
+        })
+        .await;
         let delivery = client.send(TOPIC, 0, &records(2, 10)).await.unwrap();
         bases.push(delivery.base_offset.get() as i64);
     }
     let at = kafka[0];
     fetch_settled(at, &fetch_request(TOPIC, 1, 1 << 20)).await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let latest = loop {
+    let what = format!("-3 to answer the last batch; batches at {bases:?}");
+    let latest = wait_until(Duration::from_secs(20), &what, async || {
         let (_, r): (usize, ListOffsetsResponse) =
             kafka_call(at, ApiKey::ListOffsets, 7, &list_offsets_request(-3, -1)).await;
         let p = r.topics[0].partitions[0].clone();
         if p.error_code == 0 && p.offset == bases[2] {
-            break p;
+            Ok(p)
+        } else {
+            Err(format!("-3 answered {p:?}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "-3 answered {p:?}; batches at {bases:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    })
+    .await;
     assert!(latest.timestamp > 0);
     // The same time looked up answers the same batch.
     let (_, r): (usize, ListOffsetsResponse) = kafka_call(

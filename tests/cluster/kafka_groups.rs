@@ -6,7 +6,7 @@
 //! listener on loopback; requests are sent with the `kafka-protocol` crate as a client would.
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
@@ -25,6 +25,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 use crate::kafka::kafka_call;
+use crate::support::wait_until;
 
 const TOPIC: &str = "events";
 
@@ -58,26 +59,25 @@ async fn broker(dir: &std::path::Path) -> (replog::LocalCluster, SocketAddr) {
 
 /// Sends `request` until its answer's error (read by `code`) is not a coordinator still
 /// being created or loaded, within 30 s.
-async fn call<Req: Encodable, Resp: Decodable>(
+async fn call<Req: Encodable + Clone, Resp: Decodable>(
     at: SocketAddr,
     api: ApiKey,
     version: i16,
     request: &Req,
     code: impl Fn(&Resp) -> i16,
 ) -> Resp {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    // Bounded by the deadline.
-    loop {
-        let (_, answer): (usize, Resp) = kafka_call(at, api, version, request).await;
-        if !coordinator_not_ready(code(&answer)) {
-            return answer;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the coordinator never became ready"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // `move`, owning a copy of the request: the wait runs in spawned tasks too, whose futures
+    // must stay `Send`.
+    let request = request.clone();
+    wait_until(
+        Duration::from_secs(30),
+        "the coordinator to become ready",
+        async move || {
+            let (_, answer): (usize, Resp) = kafka_call(at, api, version, &request).await;
+            (!coordinator_not_ready(code(&answer))).then_some(answer)
+        },
+    )
+    .await
 }
 
 /// JoinGroup v5 (a first dynamic join is answered MEMBER_ID_REQUIRED and joins again with
@@ -273,12 +273,15 @@ async fn stable_pair(at: SocketAddr, group: &str) -> (i32, String, String) {
     // `b` joins: a rebalance, which `a` rejoins.
     let owned = group.to_string();
     let b = tokio::spawn(async move { join(at, &owned, "", None).await });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    // Bounded by the deadline: `a` learns of the rebalance from its heartbeat.
-    while heartbeat(at, group, a.generation_id, &a_id, Some("a")).await != REBALANCE_IN_PROGRESS {
-        assert!(Instant::now() < deadline, "no rebalance for b's join");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // `a` learns of the rebalance from its heartbeat.
+    wait_until(
+        Duration::from_secs(30),
+        "a rebalance for b's join",
+        async || {
+            heartbeat(at, group, a.generation_id, &a_id, Some("a")).await == REBALANCE_IN_PROGRESS
+        },
+    )
+    .await;
     let a = join(at, group, &a_id, Some("a")).await;
     let b = b.await.unwrap();
     assert_eq!((a.error_code, b.error_code), (NONE, NONE));

@@ -7,6 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::kafka::*;
+use crate::support::wait_until;
 
 /// Python's Kafka clients, if installed (`.ci/run` installs kafka-python and
 /// confluent-kafka from PyPI): required in CI, skipped elsewhere.
@@ -138,7 +139,16 @@ async fn kafka_pythons_idempotent_producer_loses_and_duplicates_nothing_across_a
         "kafka_python.py",
         s(&["produce-many", &at, "idem", "10000"]),
     ));
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The leader dies mid-stream: once the producer's first records are committed.
+    wait_until(
+        Duration::from_secs(30),
+        "the producer's first records",
+        async || {
+            let described = client.describe("idem").await.ok()?;
+            (described[0].high_watermark.get() > 0).then_some(())
+        },
+    )
+    .await;
     drop(brokers[leader as usize - 1].take());
     let (ok, out, err) = producing.await.unwrap();
     assert!(ok, "{err}");

@@ -6,9 +6,10 @@
 // Kafka's wire is big-endian; the crate's own formats are little-endian, which the lint guards.
 #![allow(clippy::big_endian_bytes)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::kafka::*;
+use crate::support::wait_until;
 
 /// Bytes no Kafka client sends: a length prefix of 4 GiB, a too-new ApiVersions (answered as
 /// Kafka does: version 0, UNSUPPORTED_VERSION, the ranges), an unknown API; the broker closes
@@ -21,11 +22,7 @@ async fn the_kafka_port_refuses_hostile_bytes_and_answers_a_newer_api_versions()
     let _client = connect(&addrs).await;
     let at = kafka[0];
     // Broker 1 may still be starting.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while tokio::net::TcpStream::connect(at).await.is_err() {
-        assert!(Instant::now() < deadline, "no kafka listener at {at}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    kafka_connect(at).await;
     let closed = |mut s: tokio::net::TcpStream| async move {
         let mut buf = [0u8; 16];
         let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
@@ -94,8 +91,7 @@ async fn a_kafka_fetch_answer_stays_within_the_requests_max_bytes() {
     let request = fetch_request("wide", 4, 300 << 10);
     // A broker may not host a replica yet (a majority acknowledged the writes): it answers
     // NOT_LEADER_OR_FOLLOWER for it until it does; asked again until every partition answers.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let (len, response) = loop {
+    let (len, response) = wait_until(Duration::from_secs(20), "every mark given", async || {
         let (len, response): (usize, FetchResponse) =
             kafka_call(at, ApiKey::Fetch, 11, &request).await;
         let marks: Vec<(i64, i16)> = response.responses[0]
@@ -104,11 +100,12 @@ async fn a_kafka_fetch_answer_stays_within_the_requests_max_bytes() {
             .map(|p| (p.high_watermark, p.error_code))
             .collect();
         if marks.iter().all(|m| *m == (256, 0)) {
-            break (len, response);
+            Ok((len, response))
+        } else {
+            Err(format!("marks {marks:?}"))
         }
-        assert!(Instant::now() < deadline, "every mark is given: {marks:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    })
+    .await;
     assert!(
         len < 400 << 10,
         "an answer of {len} bytes for a max_bytes of 300 KiB"
@@ -233,22 +230,33 @@ async fn kafka_batches_are_served_as_sent_and_both_doors_read_one_log() {
     // The native door: every batch as replog records (a null value reads as empty).
     let mut native = Vec::new();
     let mut next = replog::Offset(0);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while next.get() < 20 {
-        assert!(Instant::now() < deadline, "native read stalled at {next}");
-        for b in client.fetch("doors", 0, next, 1 << 20, None).await.unwrap() {
-            for (o, r) in b.records() {
-                if o >= next {
-                    native.push((
-                        r.key.map(|k| String::from_utf8(k.to_vec()).unwrap()),
-                        String::from_utf8(r.value.to_vec()).unwrap(),
-                        r.headers.len(),
-                    ));
-                    next = replog::Offset(o.get() + 1);
+    wait_until(
+        Duration::from_secs(10),
+        "a native read of 20 records",
+        async || {
+            if next.get() >= 20 {
+                return Ok(());
+            }
+            for b in client.fetch("doors", 0, next, 1 << 20, None).await.unwrap() {
+                for (o, r) in b.records() {
+                    if o >= next {
+                        native.push((
+                            r.key.map(|k| String::from_utf8(k.to_vec()).unwrap()),
+                            String::from_utf8(r.value.to_vec()).unwrap(),
+                            r.headers.len(),
+                        ));
+                        next = replog::Offset(o.get() + 1);
+                    }
                 }
             }
-        }
-    }
+            if next.get() >= 20 {
+                Ok(())
+            } else {
+                Err(format!("native read stalled at {next}"))
+            }
+        },
+    )
+    .await;
     for (i, (key, value, headers)) in native.iter().enumerate() {
         assert_eq!((key, value), (&expected[i].0, &expected[i].1), "offset {i}");
         assert_eq!(*headers, usize::from(i % 4 != 3), "offset {i}");
@@ -277,8 +285,8 @@ async fn kafkas_admin_epoch_and_refusal_apis_answer_as_kafka_does() {
     let client = connect(&addrs).await;
     let name = |n: &str| TopicName(StrBytes::from_string(n.to_string()));
     for at in &kafka {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
+        let what = format!("{at} to know every broker");
+        wait_until(Duration::from_secs(20), &what, async || {
             let (_, info): (usize, DescribeClusterResponse) = kafka_call(
                 *at,
                 ApiKey::DescribeCluster,
@@ -291,11 +299,12 @@ async fn kafkas_admin_epoch_and_refusal_apis_answer_as_kafka_does() {
             let mut want: Vec<u16> = kafka.iter().map(|k| k.port()).collect();
             want.sort();
             if ports == want {
-                break;
+                Ok(())
+            } else {
+                Err(format!("{at} knows {ports:?}"))
             }
-            assert!(Instant::now() < deadline, "{at} knows {ports:?}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        })
+        .await;
     }
     let create = |topic: &str, partitions: i32, factor: i16| {
         let mut t = CreatableTopic::default();
@@ -346,8 +355,8 @@ async fn kafkas_admin_epoch_and_refusal_apis_answer_as_kafka_does() {
     t.name = Some(name("made"));
     metadata.topics = Some(vec![t]);
     for at in &kafka {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
+        let what = format!("every replica in sync through {at}");
+        wait_until(Duration::from_secs(20), &what, async || {
             let (_, m): (usize, MetadataResponse) =
                 kafka_call(*at, ApiKey::Metadata, 9, &metadata).await;
             let ps = &m.topics[0].partitions;
@@ -356,11 +365,12 @@ async fn kafkas_admin_epoch_and_refusal_apis_answer_as_kafka_does() {
                     .iter()
                     .all(|p| p.isr_nodes.len() == 3 && p.leader_id.0 > 0)
             {
-                break;
+                Ok(())
+            } else {
+                Err(format!("through {at}: {ps:?}"))
             }
-            assert!(Instant::now() < deadline, "through {at}: {ps:?}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        })
+        .await;
     }
 
     // DescribeConfigs of the topic, a key filter, an unknown topic.
@@ -457,17 +467,11 @@ async fn kafkas_admin_epoch_and_refusal_apis_answer_as_kafka_does() {
     // The leader is killed; the new one writes in a later term; the old term ends where
     // its records did.
     drop(brokers[leader as usize - 1].take());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let (new_leader, new_term) = loop {
-        if let Ok(s) = client.describe("made").await
-            && let Some(l) = s[0].leader
-            && l != leader
-        {
-            break (l, s[0].term);
-        }
-        assert!(Instant::now() < deadline, "no new leader");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let (new_leader, new_term) = wait_until(Duration::from_secs(30), "a new leader", async || {
+        let s = client.describe("made").await.ok()?;
+        s[0].leader.filter(|l| *l != leader).map(|l| (l, s[0].term))
+    })
+    .await;
     assert!(new_term > term);
     client
         .send("made", 0, &[replog::Record::new("later")])
@@ -569,16 +573,16 @@ async fn kafkas_admin_epoch_and_refusal_apis_answer_as_kafka_does() {
     delete.topic_names = vec![name("made"), name("never")];
     // NOT_CONTROLLER while the metadata group elects a leader (its leader may have been the
     // broker killed above): asked again, as admin clients do.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let deleted = loop {
+    let deleted = wait_until(Duration::from_secs(30), "a controller", async || {
         let (_, deleted): (usize, DeleteTopicsResponse) =
             kafka_call(at, ApiKey::DeleteTopics, 4, &delete).await;
         if deleted.responses[0].error_code != 41 {
-            break deleted;
+            Ok(deleted)
+        } else {
+            Err(format!("{deleted:?}"))
         }
-        assert!(Instant::now() < deadline, "{deleted:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    })
+    .await;
     assert_eq!(
         deleted.responses[0].error_code, 0,
         "{:?}",

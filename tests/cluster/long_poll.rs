@@ -43,6 +43,7 @@ async fn a_fetch_at_the_end_of_the_log_waits_for_the_next_commit() {
     // Nothing to read yet: the fetch waits (30 s at most), then the write's commit wakes it.
     let started = Instant::now();
     let poll = spawn_poll(&client, 1);
+    // The time an empty fetch is given to answer when it must not: that it waits is checked.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!poll.is_finished(), "an empty fetch waits for records");
     client
@@ -85,6 +86,7 @@ async fn a_fetch_waits_until_min_bytes_are_committed() {
         .send(TOPIC, 0, &[Record::new(vec![1u8; 1000])])
         .await
         .unwrap();
+    // The time the fetch is given to answer when it must not: that it waits is checked.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!poll.is_finished(), "1000 bytes are not the 1500 asked for");
     client
@@ -141,7 +143,11 @@ async fn shutdown_ends_a_long_poll_and_the_broker_restarts_at_once() {
             client.fetch_with(TOPIC, 0, Offset(0), &options).await
         })
     };
+    // Time for the fetch to reach the broker and park there: nothing outside the broker shows
+    // a parked fetch, so this one sleep stays (were it short, the fetch would end at once on
+    // the stopped broker, and the test would pass without checking its subject).
     tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!poll.is_finished(), "the long poll waits");
     cluster.stop(1).await.unwrap();
     cluster.restart(1).await.unwrap();
     let _ = tokio::time::timeout(Duration::from_secs(30), poll)

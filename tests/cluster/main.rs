@@ -1,6 +1,6 @@
-//! Brokers over real loopback TCP, in this process or as `replog node` processes: the shared
-//! helpers (clusters, ports held until a broker takes them, waits with deadlines) and one
-//! module per subject.
+//! Brokers over real loopback TCP, in this process or as `replog node` processes: the helpers
+//! of this binary's topic (configs, leaders, appends, reads) and one module per subject. The
+//! clusters, ports and waits come from the fixture all test binaries share, `tests/support`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -8,6 +8,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use replog::{Error, LogConfig, Node, NodeConfig, Offset, ProducerSeq, Record};
+use support::{
+    Broker, cli, free_addrs, local_cluster, process_addrs, shutdown_all, start_all, start_node,
+    wait_until, wait_until_blocking,
+};
 
 mod attack;
 mod consumer;
@@ -21,70 +25,15 @@ mod kafka_python;
 mod kafka_wire;
 mod long_poll;
 mod metrics;
-#[path = "../support/ports.rs"]
-mod ports;
 mod processes;
 mod replication;
+#[path = "../support/mod.rs"]
+mod support;
 mod topics;
-use ports::process_addrs;
 
 const TOPIC: &str = "email.send";
 const PARTITIONS: u32 = 3;
-const ELECTION_TIMEOUT_MS: u64 = 1000;
-
-/// `n` brokers in this process (a `LocalCluster`) with `topic` configured with `partitions`,
-/// fast heartbeats, `configure` applied last; returns once every partition has a settled
-/// leader.
-async fn local_cluster(
-    n: usize,
-    dir: &Path,
-    topic: &str,
-    partitions: u32,
-    configure: impl Fn(&mut NodeConfig),
-) -> replog::LocalCluster {
-    let cluster = replog::LocalCluster::start(n, dir, |c| {
-        c.topics = vec![(topic.into(), partitions)];
-        c.heartbeat_interval = Duration::from_millis(100);
-        c.election_timeout = Duration::from_millis(ELECTION_TIMEOUT_MS);
-        configure(c);
-    })
-    .await
-    .unwrap();
-    cluster
-        .wait_for_leaders(topic, partitions, Duration::from_secs(20))
-        .await
-        .unwrap();
-    cluster
-}
-
-/// Listeners bound by [`free_addrs`] and not yet handed to a broker.
-static HELD: std::sync::Mutex<BTreeMap<SocketAddr, std::net::TcpListener>> =
-    std::sync::Mutex::new(BTreeMap::new());
-
-/// Free loopback ports, each bound now and kept bound until [`start_node`] hands its listener
-/// to the broker that listens there (never released and bound again, which a test running
-/// beside this one could take in between).
-fn free_addrs(n: usize) -> Vec<SocketAddr> {
-    let mut held = HELD.lock().unwrap();
-    (0..n)
-        .map(|_| {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            let addr = l.local_addr().unwrap();
-            held.insert(addr, l);
-            addr
-        })
-        .collect()
-}
-
-/// Starts a broker: on the listener [`free_addrs`] holds for its address if there is one,
-/// else (a restart) on its address.
-async fn start_node(config: NodeConfig) -> replog::Result<Node> {
-    let held = HELD.lock().unwrap().remove(&config.listen);
-    match held {
-        Some(listener) => Node::start_on(config, listener).await,
-        None => Node::start(config).await,
-    }
-}
+const ELECTION_TIMEOUT_MS: u64 = support::nodes::ELECTION_TIMEOUT.as_millis() as u64;
 
 fn config(id: u64, addrs: &[SocketAddr], dir: &Path) -> NodeConfig {
     let peers: BTreeMap<u64, SocketAddr> = addrs
@@ -100,8 +49,8 @@ fn config(id: u64, addrs: &[SocketAddr], dir: &Path) -> NodeConfig {
         dir.join(format!("node-{id}")),
     );
     c.topics = vec![(TOPIC.to_string(), PARTITIONS)];
-    c.heartbeat_interval = Duration::from_millis(100);
-    c.election_timeout = Duration::from_millis(ELECTION_TIMEOUT_MS);
+    c.heartbeat_interval = support::nodes::HEARTBEAT_INTERVAL;
+    c.election_timeout = support::nodes::ELECTION_TIMEOUT;
     let mut log = LogConfig::default();
     log.segment_bytes = 1 << 20;
     log.record_bytes_max = 64 << 10;
@@ -125,10 +74,11 @@ async fn assert_every_replica_holds(nodes: &[Option<Node>], expected: &[&str]) {
         .map(|(o, v)| (o, v.as_bytes().to_vec()))
         .collect();
     for node in nodes.iter().flatten() {
-        wait_for(Duration::from_secs(10), "every replica to commit", || {
-            let hw = node.status(TOPIC, 0).unwrap().high_watermark;
-            (hw == Offset(want.len() as u64)).then_some(())
-        })
+        wait_until(
+            Duration::from_secs(10),
+            "every replica to commit",
+            async || node.status(TOPIC, 0).unwrap().high_watermark == Offset(want.len() as u64),
+        )
         .await;
         assert_eq!(
             values(node, 0),
@@ -139,43 +89,12 @@ async fn assert_every_replica_holds(nodes: &[Option<Node>], expected: &[&str]) {
     }
 }
 
-/// Stops every broker still running.
-async fn shutdown_all(nodes: Vec<Option<Node>>) {
-    for node in nodes.into_iter().flatten() {
-        node.shutdown().await.unwrap();
-    }
-}
-
-/// Starts brokers 1, 2 and 3.
-async fn start_all(config: impl Fn(u64) -> NodeConfig) -> Vec<Option<Node>> {
-    let mut nodes = Vec::new();
-    for id in 1..=3 {
-        nodes.push(Some(start_node(config(id)).await.unwrap()));
-    }
-    nodes
-}
-
-/// Waits until `f` returns `Some`, polling, for at most `limit`.
-async fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// The leader of `partition` as all live nodes agree on it.
 async fn leader_of(nodes: &[Option<Node>], partition: u32) -> u64 {
-    wait_for(
+    wait_until(
         Duration::from_secs(10),
         "a leader all nodes agree on",
-        || {
+        async || {
             let leaders: Vec<Option<u64>> = nodes
                 .iter()
                 .flatten()
@@ -192,18 +111,19 @@ async fn leader_of(nodes: &[Option<Node>], partition: u32) -> u64 {
 /// Appends to partition 0's leader, following a leadership change that happens meanwhile (a
 /// refusal with `NotLeader` was not applied, so resending is safe). Bounded by a deadline.
 async fn append_to_leader(nodes: &[Option<Node>], records: &[Record]) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let leader = leader_of(nodes, 0).await;
-        match node_ref(nodes, leader).append(TOPIC, 0, records).await {
-            Ok(_) => return,
-            Err(Error::NotLeader { .. }) => {
-                assert!(Instant::now() < deadline, "no leader took the write");
-                tokio::time::sleep(Duration::from_millis(20)).await;
+    wait_until(
+        Duration::from_secs(20),
+        "a leader to take the write",
+        async || {
+            let leader = leader_of(nodes, 0).await;
+            match node_ref(nodes, leader).append(TOPIC, 0, records).await {
+                Ok(_) => Ok(()),
+                Err(e @ Error::NotLeader { .. }) => Err(e),
+                Err(e) => panic!("append failed: {e}"),
             }
-            Err(e) => panic!("append failed: {e}"),
-        }
-    }
+        },
+    )
+    .await
 }
 
 fn values(node: &Node, partition: u32) -> Vec<(u64, Vec<u8>)> {
@@ -260,45 +180,36 @@ async fn append_numbered_to_leader(
     numbers: ProducerSeq,
     records: &[Record],
 ) -> replog::Result<replog::AppendInfo> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let leader = leader_of(nodes, 0).await;
-        match node_ref(nodes, leader)
-            .append_idempotent(TOPIC, 0, numbers, records)
-            .await
-        {
-            Err(Error::NotLeader { .. } | Error::TryAgain { .. }) => {
-                assert!(Instant::now() < deadline, "no leader took the write");
-                tokio::time::sleep(Duration::from_millis(20)).await;
+    wait_until(
+        Duration::from_secs(20),
+        "a leader to take the write",
+        async || {
+            let leader = leader_of(nodes, 0).await;
+            match node_ref(nodes, leader)
+                .append_idempotent(TOPIC, 0, numbers, records)
+                .await
+            {
+                Err(e @ (Error::NotLeader { .. } | Error::TryAgain { .. })) => Err(e),
+                other => Ok(other),
             }
-            other => return other,
-        }
-    }
+        },
+    )
+    .await
 }
 
 async fn wait_for_fetch(client: &replog::Client, addr: SocketAddr) -> Vec<replog::Batch> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let batches = client
-            .fetch(TOPIC, 0, Offset(0), 1 << 20, Some(addr))
-            .await
-            .unwrap();
-        if !batches.is_empty() {
-            return batches;
-        }
-        assert!(Instant::now() < deadline, "no data on {addr}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// A `replog node` process that is killed with SIGKILL when dropped.
-struct Broker(std::process::Child);
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+    wait_until(
+        Duration::from_secs(10),
+        &format!("data on {addr}"),
+        async || {
+            let batches = client
+                .fetch(TOPIC, 0, Offset(0), 1 << 20, Some(addr))
+                .await
+                .unwrap();
+            (!batches.is_empty()).then_some(batches)
+        },
+    )
+    .await
 }
 
 /// Starts `replog node` `id`; with `configured`, the broker is started with the topic
@@ -315,64 +226,13 @@ fn spawn_broker_with(
     configured: bool,
     more: &[&str],
 ) -> Broker {
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_replog"));
-    cmd.args([
-        "node",
-        "--id",
-        &id.to_string(),
-        "--listen",
-        &addrs[id as usize - 1].to_string(),
-    ]);
-    for (i, a) in addrs.iter().enumerate() {
-        if i as u64 + 1 != id {
-            cmd.args(["--peer", &format!("{}@{a}", i + 1)]);
-        }
-    }
+    let topic = format!("{TOPIC}:1");
+    let mut args = Vec::new();
     if configured {
-        cmd.args(["--topic", &format!("{TOPIC}:1")]);
+        args.extend(["--topic", topic.as_str()]);
     }
-    cmd.args(["--election-timeout-ms", "500"]);
-    cmd.args(more);
-    cmd.arg("--data").arg(dir.join(format!("proc-{id}")));
-    cmd.stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    Broker(cmd.spawn().expect("spawn replog node"))
-}
-
-/// Runs the `replog` binary with `args` and `stdin`; returns (success, stdout, stderr).
-fn cli(args: &[&str], stdin: &str) -> (bool, String, String) {
-    use std::io::Write;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_replog"))
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run replog");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// Retries `f` every 100 ms until it returns `Some`, for at most `limit`.
-fn retry<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    args.extend(more);
+    Broker::spawn(id, addrs, dir, &args)
 }
 
 /// Brokers without configured topics: `config` with none.
@@ -414,10 +274,10 @@ fn committed_values(node: &Node, topic: &str, partition: u32) -> Option<Vec<Stri
 
 /// Waits until every running broker's catalog has broker `id` at `addr`.
 async fn wait_for_broker_everywhere(nodes: &[Option<Node>], id: u64, addr: SocketAddr) {
-    wait_for(
+    wait_until(
         Duration::from_secs(10),
         "every broker to know the broker",
-        || {
+        async || {
             nodes
                 .iter()
                 .flatten()
@@ -435,18 +295,19 @@ async fn wait_for_broker(via: SocketAddr, id: u64, addr: SocketAddr) -> Vec<(u64
     let client = Client::connect(&[via], ClientConfig::default())
         .await
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let brokers = client.brokers().await.unwrap();
-        if brokers.contains(&(id, addr)) {
-            return brokers;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{via} still names {brokers:?}, not broker {id} at {addr}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until(
+        Duration::from_secs(10),
+        &format!("{via} to name broker {id} at {addr}"),
+        async || {
+            let brokers = client.brokers().await.unwrap();
+            if brokers.contains(&(id, addr)) {
+                Ok(brokers)
+            } else {
+                Err(format!("{via} still names {brokers:?}"))
+            }
+        },
+    )
+    .await
 }
 
 /// Bytes of disk blocks held by the files under `dir`.

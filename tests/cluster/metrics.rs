@@ -5,6 +5,8 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use replog::{Client, ClientConfig, Record};
+
+use crate::support::wait_until;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// One scrape of `addr`: the body of `GET /metrics`.
@@ -53,26 +55,16 @@ async fn a_scrape_of_the_leader_shows_a_stopped_followers_lag_rise() {
             ))
         })
         .collect();
+    // One deadline for the start, the election and the first scrape.
     let deadline = Instant::now() + Duration::from_secs(30);
-    let client = loop {
-        match Client::connect(&addrs, ClientConfig::default()).await {
-            Ok(c) => break c,
-            Err(e) => assert!(Instant::now() < deadline, "brokers did not start: {e}"),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    let leader = loop {
-        if let Some(l) = client
-            .describe(crate::TOPIC)
-            .await
-            .ok()
-            .and_then(|d| d[0].leader)
-        {
-            break l;
-        }
-        assert!(Instant::now() < deadline, "no leader");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let client = wait_until(deadline, "brokers to start", async || {
+        Client::connect(&addrs, ClientConfig::default()).await
+    })
+    .await;
+    let leader = wait_until(deadline, "a leader", async || {
+        client.describe(crate::TOPIC).await.ok()?[0].leader
+    })
+    .await;
     let follower = (1..=3u64).find(|id| *id != leader).unwrap();
     let at = metrics[leader as usize - 1];
     // A Kafka client's Metadata request, counted by API.
@@ -95,14 +87,15 @@ async fn a_scrape_of_the_leader_shows_a_stopped_followers_lag_rise() {
         .await
         .unwrap();
     // Caught up: the gauges are set every second.
-    let caught_up = loop {
+    let caught_up = wait_until(deadline, "a lag gauge at 0", async || {
         let body = scrape(at).await;
         if lag(&body) == Some(0.0) {
-            break body;
+            Ok(body)
+        } else {
+            Err(format!("\n{body}"))
         }
-        assert!(Instant::now() < deadline, "no lag gauge at 0:\n{body}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    })
+    .await;
     assert_eq!(
         sample(
             &caught_up,
@@ -147,19 +140,16 @@ async fn a_scrape_of_the_leader_shows_a_stopped_followers_lag_rise() {
                 .await
                 .unwrap();
         }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let value = loop {
+        let what = format!("a lag of {} after {} batches", round * 20, round * 20);
+        let value = wait_until(Duration::from_secs(10), &what, async || {
             let v = lag(&scrape(at).await).unwrap_or(0.0);
             if v >= f64::from(round * 20) {
-                break v;
+                Ok(v)
+            } else {
+                Err(format!("lag {v}"))
             }
-            assert!(
-                Instant::now() < deadline,
-                "lag {v} after {} batches",
-                round * 20
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        };
+        })
+        .await;
         seen.push(value);
     }
     println!("a stopped follower's lag in entries, scraped: {seen:?}");

@@ -14,20 +14,14 @@ async fn three_broker_processes_survive_sigkill_of_the_leader() {
 
     // Connect through broker 2 (retrying while the processes start) and wait for a leader.
     let deadline = Instant::now() + Duration::from_secs(20);
-    let client = loop {
-        match Client::connect(&[addrs[1]], ClientConfig::default()).await {
-            Ok(c) => break c,
-            Err(e) => assert!(Instant::now() < deadline, "brokers did not start: {e}"),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    let leader = loop {
-        if let Some(l) = client.describe(TOPIC).await.ok().and_then(|d| d[0].leader) {
-            break l;
-        }
-        assert!(Instant::now() < deadline, "no leader");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let client = wait_until(deadline, "brokers to start", async || {
+        Client::connect(&[addrs[1]], ClientConfig::default()).await
+    })
+    .await;
+    let leader = wait_until(deadline, "a leader", async || {
+        client.describe(TOPIC).await.ok()?[0].leader
+    })
+    .await;
 
     let mut acked = Vec::new();
     for i in 0..10 {
@@ -72,8 +66,8 @@ async fn three_broker_processes_survive_sigkill_of_the_leader() {
     // Restart it from its directory; every replica converges on the same records.
     brokers[leader as usize - 1] = Some(spawn_broker(leader, &addrs, dir.path(), true));
     for addr in &addrs {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
+        let what = format!("{addr} to hold {acked:?}");
+        wait_until(Duration::from_secs(20), &what, async || {
             let got: Vec<String> = match client
                 .fetch(TOPIC, 0, Offset(0), 1 << 20, Some(*addr))
                 .await
@@ -86,14 +80,12 @@ async fn three_broker_processes_survive_sigkill_of_the_leader() {
                 Err(_) => Vec::new(),
             };
             if got == acked {
-                break;
+                Ok(())
+            } else {
+                Err(format!("{addr} has {got:?}"))
             }
-            assert!(
-                Instant::now() < deadline,
-                "{addr} has {got:?}, expected {acked:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await;
     }
 }
 
@@ -122,7 +114,7 @@ fn the_tutorial_runs_through_the_cli_against_three_broker_processes() {
         "--replication-factor",
         "3",
     ];
-    let out = retry(Duration::from_secs(20), "the topic to be created", || {
+    let out = wait_until_blocking(Duration::from_secs(20), "the topic to be created", || {
         let (ok, out, _) = cli(&create, "");
         ok.then_some(out)
     });
@@ -136,7 +128,7 @@ fn the_tutorial_runs_through_the_cli_against_three_broker_processes() {
     assert!(ok && out.contains(TOPIC), "{out}");
 
     // Describe through broker 2 until a leader is elected: Kafka's line format.
-    let (leader, line) = retry(Duration::from_secs(20), "a leader", || {
+    let (leader, line) = wait_until_blocking(Duration::from_secs(20), "a leader", || {
         let (ok, out, _) = cli(
             &[
                 "topics",
@@ -187,7 +179,7 @@ fn the_tutorial_runs_through_the_cli_against_three_broker_processes() {
 
     // Consume from the beginning on each broker's own replica.
     for i in 0..3 {
-        let out = retry(
+        let out = wait_until_blocking(
             Duration::from_secs(10),
             "the record on every replica",
             || {
@@ -225,7 +217,7 @@ fn the_tutorial_runs_through_the_cli_against_three_broker_processes() {
         .build()
         .unwrap();
     let through_1 = addrs[0];
-    retry(
+    wait_until_blocking(
         Duration::from_secs(30),
         "broker 1 to know the joined broker",
         || {
@@ -262,7 +254,7 @@ fn the_tutorial_runs_through_the_cli_against_three_broker_processes() {
         "spread",
     ];
     // The joiner names the topic once it has applied the command.
-    let described = retry(
+    let described = wait_until_blocking(
         Duration::from_secs(20),
         "the joiner to describe the topic",
         || {
@@ -326,18 +318,15 @@ fn the_tutorial_runs_through_the_cli_against_three_broker_processes() {
         want.sort_unstable();
         field(l, "Partition:") == "0" && field(l, "Replicas:") == target && isr == want
     };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    let what = format!("partition 0 to move to {target}");
+    wait_until_blocking(Duration::from_secs(20), &what, || {
         let (ok, out, err) = cli(&describe_spread, "");
         if ok && out.lines().any(moved) {
-            break;
+            Ok(())
+        } else {
+            Err(format!("{out}{err}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "partition 0 not moved to {target}: {out}{err}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    });
 
     // Errors are one line and a non-zero exit, never a panic.
     for args in [

@@ -51,7 +51,7 @@ async fn three_brokers_elect_redirect_replicate_and_survive_a_leader_failure() {
     // Committed data is readable on every replica.
     for id in 1..=3 {
         let node = node_ref(&nodes, id);
-        wait_for(Duration::from_secs(5), "replication", || {
+        wait_until(Duration::from_secs(5), "replication", async || {
             (values(node, 0).len() == 2).then_some(())
         })
         .await;
@@ -105,7 +105,7 @@ async fn three_brokers_elect_redirect_replicate_and_survive_a_leader_failure() {
         .collect();
     for id in 1..=3 {
         let node = node_ref(&nodes, id);
-        wait_for(Duration::from_secs(10), "catch-up", || {
+        wait_until(Duration::from_secs(10), "catch-up", async || {
             (values(node, 0) == expected).then_some(())
         })
         .await;
@@ -179,7 +179,7 @@ async fn a_follower_that_missed_purged_segments_catches_up_by_snapshot() {
         count += 4;
     }
     let leader_node = node_ref(&nodes, leader);
-    let start = wait_for(Duration::from_secs(10), "the leader to purge", || {
+    let start = wait_until(Duration::from_secs(10), "the leader to purge", async || {
         let s = leader_node.status(TOPIC, 0).unwrap().log_start;
         (s > Offset(0)).then_some(s)
     })
@@ -188,10 +188,14 @@ async fn a_follower_that_missed_purged_segments_catches_up_by_snapshot() {
     // Back up: the entries it needs are gone, so it installs a snapshot and continues.
     nodes[down as usize - 1] = Some(start_node(small(down)).await.unwrap());
     let back = node_ref(&nodes, down);
-    wait_for(Duration::from_secs(15), "the follower to catch up", || {
-        let st = back.status(TOPIC, 0).unwrap();
-        (st.high_watermark == Offset(count)).then_some(())
-    })
+    wait_until(
+        Duration::from_secs(15),
+        "the follower to catch up",
+        async || {
+            let st = back.status(TOPIC, 0).unwrap();
+            (st.high_watermark == Offset(count)).then_some(())
+        },
+    )
     .await;
     let st = back.status(TOPIC, 0).unwrap();
     assert!(
@@ -201,7 +205,7 @@ async fn a_follower_that_missed_purged_segments_catches_up_by_snapshot() {
     );
     // New writes reach it, and everything it holds matches the leader offset for offset.
     append_to_leader(&nodes, &[Record::new("after")]).await;
-    wait_for(Duration::from_secs(10), "the new write", || {
+    wait_until(Duration::from_secs(10), "the new write", async || {
         (back.status(TOPIC, 0).unwrap().high_watermark == Offset(count + 1)).then_some(())
     })
     .await;
@@ -347,10 +351,14 @@ async fn a_follower_further_behind_than_a_frame_catches_up() {
     }
     nodes[behind as usize - 1] = Some(start_node(small_frames(behind)).await.unwrap());
     let follower = node_ref(&nodes, behind);
-    wait_for(Duration::from_secs(60), "the follower to catch up", || {
-        let s = follower.status(TOPIC, 0).ok()?;
-        (s.high_watermark == Offset(160)).then_some(())
-    })
+    wait_until(
+        Duration::from_secs(60),
+        "the follower to catch up",
+        async || {
+            let s = follower.status(TOPIC, 0).ok()?;
+            (s.high_watermark == Offset(160)).then_some(())
+        },
+    )
     .await;
     let read = follower
         .read(TOPIC, 0, Offset(0), usize::MAX)

@@ -136,10 +136,10 @@ async fn topics_are_created_and_deleted_through_the_metadata_group() {
             .filter(|n| n.starts_with(ORDERS))
             .collect()
     };
-    wait_for(
+    wait_until(
         Duration::from_secs(10),
         "the deleted topic's replicas to go",
-        || {
+        async || {
             let stopped = (0..4).all(|p| hosts(&nodes, ORDERS, p).is_empty());
             (stopped && leftovers(1).is_empty() && leftovers(2).is_empty()).then_some(())
         },
@@ -167,10 +167,10 @@ async fn topics_are_created_and_deleted_through_the_metadata_group() {
     assert!(stopped_dir.join(format!("{ORDERS}-1")).exists());
     nodes[2] = Some(start_node(bare(3, &addrs, dir.path())).await.unwrap());
     let node = node_ref(&nodes, 3);
-    wait_for(
+    wait_until(
         Duration::from_secs(10),
         "broker 3 to hold the new topic only",
-        || {
+        async || {
             let stale = (2..4).any(|p| stopped_dir.join(format!("{ORDERS}-{p}")).exists());
             let batches = node.read(ORDERS, 1, Offset(0), 1 << 20).ok()?;
             let values: Vec<_> = batches
@@ -217,9 +217,11 @@ async fn a_client_with_a_stale_leader_follows_the_newer_hint() {
             .await
             .unwrap(),
     );
-    wait_for(Duration::from_secs(10), "the old leader to follow", || {
-        (node_ref(&nodes, old).status(TOPIC, 0).ok()?.leader == Some(new)).then_some(())
-    })
+    wait_until(
+        Duration::from_secs(10),
+        "the old leader to follow",
+        async || (node_ref(&nodes, old).status(TOPIC, 0).ok()?.leader == Some(new)).then_some(()),
+    )
     .await;
 
     let d = stale.send(TOPIC, 0, &[Record::new("two")]).await.unwrap();
@@ -264,7 +266,7 @@ async fn a_broker_restarted_alone_rebuilds_its_topics_and_serves_committed_recor
     // Every replica has applied everything before the brokers stop.
     for node in &nodes {
         let node = node.as_ref().unwrap();
-        wait_for(Duration::from_secs(10), "replicas to apply", || {
+        wait_until(Duration::from_secs(10), "replicas to apply", async || {
             let hw = |p| node.status("audit", p).ok().map(|s| s.high_watermark);
             (hw(0)? == Offset(5) && hw(1)? == Offset(5)).then_some(())
         })
@@ -274,10 +276,10 @@ async fn a_broker_restarted_alone_rebuilds_its_topics_and_serves_committed_recor
     shutdown_all(nodes).await;
 
     let node = start_node(bare(2, &addrs, dir.path())).await.unwrap();
-    wait_for(
+    wait_until(
         Duration::from_secs(5),
         "the catalog and the replicas",
-        || {
+        async || {
             let parts = node.partitions();
             let want = [PartitionId::new("audit", 0), PartitionId::new("audit", 1)];
             (parts == want).then_some(())
@@ -285,11 +287,12 @@ async fn a_broker_restarted_alone_rebuilds_its_topics_and_serves_committed_recor
     )
     .await;
     for p in 0..2 {
-        let values: Vec<String> = wait_for(Duration::from_secs(5), "committed records", || {
-            let v = committed_values(&node, "audit", p)?;
-            (v.len() == 5).then_some(v)
-        })
-        .await;
+        let values: Vec<String> =
+            wait_until(Duration::from_secs(5), "committed records", async || {
+                let v = committed_values(&node, "audit", p)?;
+                (v.len() == 5).then_some(v)
+            })
+            .await;
         let want: Vec<String> = (0..10)
             .filter(|i| i % 2 == p)
             .map(|i| format!("r{i}"))
@@ -400,11 +403,12 @@ async fn a_broker_joins_a_running_cluster_and_takes_partitions_of_new_topics() {
     nodes[3] = Some(start_node(joiner()).await.unwrap());
     let node4 = nodes[3].as_ref().unwrap();
     for &p in &on_4 {
-        let values: Vec<String> =
-            wait_for(Duration::from_secs(10), "the joiner's replicas", || {
-                committed_values(node4, "after", p).filter(|v| !v.is_empty())
-            })
-            .await;
+        let values: Vec<String> = wait_until(
+            Duration::from_secs(10),
+            "the joiner's replicas",
+            async || committed_values(node4, "after", p).filter(|v| !v.is_empty()),
+        )
+        .await;
         assert_eq!(values, vec![format!("a{p}")]);
     }
     for p in 0..4 {
@@ -454,8 +458,7 @@ async fn a_partition_moves_off_its_leader_onto_a_joined_broker() {
         .unwrap();
 
     let id = PartitionId::new("moving", 0);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let described = loop {
+    let described = wait_until(Duration::from_secs(20), "the move to finish", async || {
         let d = client.describe("moving").await.unwrap().remove(0);
         let mut isr = d.isr.clone();
         isr.sort_unstable();
@@ -466,14 +469,12 @@ async fn a_partition_moves_off_its_leader_onto_a_joined_broker() {
         // timeout after the move (until they notice it stepped down).
         let led_by_target = d.leader.is_some_and(|l| target.contains(&l));
         if d.replicas == target && isr == want && gone && led_by_target {
-            break d;
+            Ok(d)
+        } else {
+            Err(format!("{d:?}, left: {gone}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "the move did not finish: {d:?}, left: {gone}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    })
+    .await;
     assert!(target.contains(&described.leader.unwrap()), "{described:?}");
     assert!(
         !dir.path()
@@ -491,10 +492,10 @@ async fn a_partition_moves_off_its_leader_onto_a_joined_broker() {
     let want: Vec<String> = (0..15).map(|i| format!("m{i}")).collect();
     for b in &target {
         let node = node_ref(&nodes, *b);
-        let got = wait_for(
+        let got = wait_until(
             Duration::from_secs(10),
             "every record on the new replicas",
-            || committed_values(node, "moving", 0).filter(|v| v.len() == want.len()),
+            async || committed_values(node, "moving", 0).filter(|v| v.len() == want.len()),
         )
         .await;
         assert_eq!(got, want, "broker {b}");

@@ -70,20 +70,19 @@ async fn a_replica_holding_a_committed_write_the_cluster_lost_rebuilds_from_the_
         .unwrap();
     let end = acked.last_offset().get() + 1;
     // `keeper` knows the batch is committed before it stops.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while node(&cluster, keeper)
-        .status(TOPIC, 0)
-        .unwrap()
-        .high_watermark
-        .get()
-        < end
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the follower never learned the commit"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until(
+        Duration::from_secs(10),
+        "the follower to learn the commit",
+        async || {
+            node(&cluster, keeper)
+                .status(TOPIC, 0)
+                .unwrap()
+                .high_watermark
+                .get()
+                >= end
+        },
+    )
+    .await;
     cluster.stop(keeper).await;
     assert!(
         cluster.lose_power(leader).await > 0,
@@ -130,17 +129,16 @@ async fn append_on_leader(
     records: &[Record],
     not: Option<u64>,
 ) -> (u64, replog::AppendInfo) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(l) = cluster.leader(0).filter(|l| Some(*l) != not)
-            && let Some(node) = cluster.node(l)
-            && let Ok(info) = node.append(TOPIC, 0, records).await
-        {
-            return (l, info);
-        }
-        assert!(Instant::now() < deadline, "no leader took the write");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until(
+        Duration::from_secs(20),
+        "a leader to take the write",
+        async || {
+            let l = cluster.leader(0).filter(|l| Some(*l) != not)?;
+            let info = cluster.node(l)?.append(TOPIC, 0, records).await.ok()?;
+            Some((l, info))
+        },
+    )
+    .await
 }
 
 /// An I/O error on sync (EIO, and the kernel may have dropped the pages): the leader's log
@@ -165,8 +163,7 @@ async fn a_leader_whose_disk_is_full_stops_leading_writes_go_on_elsewhere_and_it
 async fn a_leader_whose_disk_fails(point: FaultPoint, kind: std::io::ErrorKind) {
     let cluster = Cluster::start(3, Durability::Fsync).await;
     let wait_leader = async |cluster: &Cluster, not: Option<u64>| {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
+        wait_until(Duration::from_secs(15), "a leader", async || {
             let leaders: Vec<Option<u64>> = cluster
                 .local
                 .nodes()
@@ -177,11 +174,12 @@ async fn a_leader_whose_disk_fails(point: FaultPoint, kind: std::io::ErrorKind) 
                 && Some(*l) != not
                 && leaders.iter().all(|x| *x == Some(*l))
             {
-                return *l;
+                Ok(*l)
+            } else {
+                Err(format!("leaders {leaders:?}"))
             }
-            assert!(Instant::now() < deadline, "no leader: {leaders:?}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        })
+        .await
     };
     // The first leader all the brokers agree on may still give way (an election settling on
     // a loaded machine): the first write goes to whichever leads when it is taken.
@@ -310,17 +308,12 @@ fn node_status_stopped(cluster: &Cluster, id: u64) -> Option<String> {
 /// Waits (at most 10 s) until broker `id` reports its replica of partition 0 stopped by a
 /// storage error.
 async fn wait_reported_stopped(cluster: &Cluster, id: u64) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let why = loop {
-        if let Some(why) = node_status_stopped(cluster, id) {
-            break why;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the stopped replica is never reported"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let why = wait_until(
+        Duration::from_secs(10),
+        "the stopped replica reported",
+        async || node_status_stopped(cluster, id),
+    )
+    .await;
     assert!(why.contains("storage error"), "{why}");
 }
 
@@ -403,6 +396,7 @@ async fn a_bit_flip_in_a_followers_sealed_segment_is_repaired_from_the_leader() 
             "elected {:?} with the vote of a replica that had lost its log",
             status.leader
         );
+        // Sampling a window in which no election may succeed: the window is the subject.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // The leader returns: the rebuilt replica copies the log and everything converges.
@@ -452,17 +446,15 @@ async fn a_bit_flip_found_while_running_is_repaired_from_the_leader() {
     // Rebuilt and caught up: reads from offset 0 succeed again, byte for byte the leader's.
     // (Until the rebuild starts the replica still answers with the damage; while it runs the
     // broker hosts no replica of the partition.)
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !node
-        .read(TOPIC, 0, Offset(0), 1 << 20)
-        .is_ok_and(|b| !b.is_empty())
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the damaged replica was never rebuilt"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until(
+        Duration::from_secs(30),
+        "the damaged replica rebuilt",
+        async || {
+            node.read(TOPIC, 0, Offset(0), 1 << 20)
+                .is_ok_and(|b| !b.is_empty())
+        },
+    )
+    .await;
     cluster.converge(Duration::from_secs(30)).await;
     assert_partition_0_holds_the_same_480_records_everywhere(&cluster);
     drop(client);

@@ -15,15 +15,16 @@
 //! replica's records to the file its panic names.
 //!
 //! This file holds what the modules share (clusters, producers, the fault timeline);
-//! `schedules.rs`, `real_sizes.rs`, `disks.rs` and `processes.rs` hold the tests.
+//! `schedules.rs`, `real_sizes.rs`, `disks.rs` and `processes.rs` hold the tests. Ports, broker
+//! processes and waits come from the fixture all test binaries share, `tests/support`.
 
 mod disks;
 mod history;
-#[path = "../support/ports.rs"]
-mod ports;
 mod processes;
 mod real_sizes;
 mod schedules;
+#[path = "../support/mod.rs"]
+mod support;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -31,11 +32,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use history::{Op, Outcome, Replica};
-use ports::process_addrs;
 use replog::{
     Client, ClientConfig, Durability, Env, Error, FaultInjector, FaultPoint, LocalCluster,
     LogConfig, NetFaults, Node, Offset, Producer, ProducerConfig, Record,
 };
+use support::{Broker, process_addrs, wait_until};
 
 const TOPIC: &str = "faults";
 const PARTITIONS: u32 = 2;
@@ -211,17 +212,11 @@ impl Cluster {
     /// Starts broker `id` again (a no-op if it runs).
     async fn restart(&mut self, id: u64) {
         // A stopped broker's directory can stay locked for a moment while its last syncs end.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            match self.local.restart(id).await {
-                Ok(()) => return,
-                Err(e) if Instant::now() < deadline => {
-                    eprintln!("restart of {id} failed ({e}); retrying");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                Err(e) => panic!("broker {id} does not start: {e}"),
-            }
-        }
+        let what = format!("broker {id} to start again");
+        wait_until(Duration::from_secs(10), &what, async || {
+            self.local.restart(id).await
+        })
+        .await
     }
 
     /// The leader of `partition` as some live broker sees it.
@@ -234,9 +229,8 @@ impl Cluster {
     /// Waits until every live replica of every partition has the same high watermark, equal to
     /// its log end (nothing uncommitted left), under one leader.
     async fn converge(&self, limit: Duration) {
-        let deadline = Instant::now() + limit;
-        loop {
-            let settled = (0..PARTITIONS).all(|p| {
+        wait_until(limit, "every replica to converge", async || {
+            (0..PARTITIONS).all(|p| {
                 // A restarted broker starts the replicas of a created topic a moment later.
                 let Some(status) = self
                     .hosts(p)
@@ -252,13 +246,9 @@ impl Cluster {
                             && s.high_watermark == first.high_watermark
                             && s.log_end == first.high_watermark
                     })
-            });
-            if settled {
-                return;
-            }
-            assert!(Instant::now() < deadline, "no convergence within {limit:?}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            })
+        })
+        .await
     }
 
     /// Every broker's address, and every live replica's status: for a failed schedule's report.
@@ -326,16 +316,12 @@ async fn producer_client(addrs: &[SocketAddr], producer: u32) -> Client {
     let mut config = ClientConfig::default();
     config.request_timeout = Duration::from_millis(1000);
     config.delivery_timeout = Duration::from_millis(4000);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match Client::connect(addrs, config.clone()).await {
-            Ok(c) => return c,
-            Err(e) => {
-                assert!(Instant::now() < deadline, "producer {producer}: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    }
+    let what = format!("producer {producer} to connect");
+    let addrs = addrs.to_vec();
+    wait_until(Duration::from_secs(30), &what, async move || {
+        Client::connect(&addrs, config.clone()).await
+    })
+    .await
 }
 
 /// What a failed send means for the history: the client reports `Timeout` only for a send
@@ -508,61 +494,18 @@ impl Timeline {
     }
 }
 
-/// A `replog node` process; SIGKILLed when dropped.
-struct Process {
-    child: std::process::Child,
-    stopped: bool,
-}
-
-impl Process {
-    fn spawn(id: u64, addrs: &[SocketAddr], dir: &std::path::Path) -> Process {
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_replog"));
-        cmd.args(["node", "--id", &id.to_string()])
-            .args(["--listen", &addrs[id as usize - 1].to_string()]);
-        for (i, a) in (1u64..).zip(addrs) {
-            if i != id {
-                cmd.args(["--peer", &format!("{i}@{a}")]);
-            }
-        }
-        cmd.args(["--topic", &format!("{TOPIC}:{PARTITIONS}")])
-            .args(["--election-timeout-ms", "500"])
-            .arg("--data")
-            .arg(dir.join(format!("proc-{id}")))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
-        Process {
-            child: cmd.spawn().expect("spawn replog node"),
-            stopped: false,
-        }
-    }
-
-    fn signal(&mut self, signal: rustix::process::Signal) {
-        let pid = rustix::process::Pid::from_child(&self.child);
-        rustix::process::kill_process(pid, signal).expect("signal the broker");
-        self.stopped = signal == rustix::process::Signal::STOP;
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        if self.stopped {
-            self.signal(rustix::process::Signal::CONT);
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A `replog node` process of a cluster with this binary's topic configured.
+fn spawn_process(id: u64, addrs: &[SocketAddr], dir: &std::path::Path) -> Broker {
+    let topic = format!("{TOPIC}:{PARTITIONS}");
+    Broker::spawn(id, addrs, dir, &["--topic", &topic])
 }
 
 /// The leader of `partition`, waiting (at most 10 s) for one.
 async fn wait_leader_of(cluster: &Cluster, partition: u32) -> u64 {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(l) = cluster.leader(partition) {
-            return l;
-        }
-        assert!(Instant::now() < deadline, "no leader");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until(Duration::from_secs(10), "a leader", async || {
+        cluster.leader(partition)
+    })
+    .await
 }
 
 /// Writes everything needed to understand a failed schedule (the fault timeline, every

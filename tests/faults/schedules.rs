@@ -36,6 +36,7 @@ async fn schedule(
             started.elapsed() < Duration::from_secs(120),
             "seed {seed}: producers hang"
         );
+        // Pacing the faults at random: the faults are the subject, not a wait.
         tokio::time::sleep(Duration::from_millis(100 + rng.below(300))).await;
         let down = cluster.down();
         let mut impaired = down.clone();

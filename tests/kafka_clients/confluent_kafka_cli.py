@@ -22,6 +22,7 @@ def describe(admin, topic):
         )
         if t.error is None and parts and all(p[1] >= 0 and len(p[3]) == len(p[2]) for p in parts):
             break
+        # The pause between two polls of a bounded wait (100 at most), not a wait by itself.
         time.sleep(0.2)
     factor = len(parts[0][2]) if parts else 0
     print("Topic: %s\tPartitionCount: %d\tReplicationFactor: %d" % (topic, len(parts), factor))

@@ -49,6 +49,7 @@ def main():
         for round_ in range(10):
             for i in range(round_ * n // 10, (round_ + 1) * n // 10):
                 futures.append(p.send(topic, ("r-%d" % i).encode()))
+            # Pacing the rounds, so that the leader dies mid-stream: not a wait.
             time.sleep(0.1)
         for f in futures:
             f.get(timeout=120)
@@ -90,6 +91,7 @@ def main():
             ]
             if parts and all(p[1] >= 0 and len(p[3]) == len(p[2]) for p in parts):
                 break
+            # The pause between two polls of a bounded wait (100 at most), not a wait by itself.
             time.sleep(0.2)
         admin.close()
         print(describe_lines(topic, parts))
