@@ -11,8 +11,8 @@ use crate::kafka::{code, message};
 /// The answer to an API (or version) this listener does not serve, for the APIs whose answer
 /// has a top-level error code at the version asked (Fetch from 7, ElectLeaders from 1,
 /// DescribeLogDirs from 3, AddPartitionsToTxn from 4: the versions that gained the field):
-/// `UNSUPPORTED_VERSION`; for SaslHandshake v0 (raw tokens outside Kafka's framing)
-/// `UNSUPPORTED_SASL_MECHANISM`; for transactions `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`,
+/// `UNSUPPORTED_VERSION`; for SASL at a version not served `UNSUPPORTED_SASL_MECHANISM` and
+/// `ILLEGAL_SASL_STATE`; for transactions `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`,
 /// as InitProducerId answers a transactional id.
 pub(super) fn unsupported(api: ApiKey, version: i16) -> Option<ResponseKind> {
     use kafka_protocol::messages as m;

@@ -2,13 +2,15 @@
 //! `SaslServerAuthenticator` does it:
 //!
 //! 1. ApiVersions, any number of times (clients ask which SASL framing the broker speaks);
-//! 2. SaslHandshake v1 naming a mechanism: one the listener offers is answered with no error
+//! 2. SaslHandshake naming a mechanism: one the listener offers is answered with no error
 //!    and the list; another is answered `UNSUPPORTED_SASL_MECHANISM` (33) with the list, and
 //!    the connection is closed;
-//! 3. SaslAuthenticate with the mechanism's messages: SCRAM's two (the server's first
-//!    message, then its final one), PLAIN's one. A wrong password, an unknown user or a
-//!    malformed message is `SASL_AUTHENTICATION_FAILED` (58), with one message whatever the
-//!    cause, and the connection is closed.
+//! 3. the mechanism's messages: SCRAM's two (answered with the server's first message, then
+//!    its final one), PLAIN's one. After SaslHandshake v1 each comes in a SaslAuthenticate;
+//!    a wrong password, an unknown user or a malformed message is answered
+//!    `SASL_AUTHENTICATION_FAILED` (58), with one message whatever the cause, and the
+//!    connection is closed. After SaslHandshake v0 they come as raw tokens (a big-endian
+//!    `i32` length and the bytes, each way), and a failure closes the connection unanswered.
 //!
 //! Any other request before the end closes the connection unanswered (as Kafka does before
 //! the handshake; Kafka answers one between the SCRAM messages `ILLEGAL_SASL_STATE` first).
@@ -19,12 +21,12 @@
 
 use std::net::SocketAddr;
 
-use bytes::{Buf, Bytes};
+use bytes::{Buf, BufMut, Bytes};
 use kafka_protocol::messages::{
     ApiKey, RequestKind, ResponseKind, SaslAuthenticateResponse, SaslHandshakeResponse,
 };
 use kafka_protocol::protocol::StrBytes;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
 use super::{Decoded, KafkaConfig, api_versions, code, decode_request, encode};
@@ -56,8 +58,10 @@ pub(crate) struct SaslSettings {
 enum Stage {
     /// Before the handshake.
     Handshake,
-    /// The mechanism is chosen; its next message is awaited.
+    /// The mechanism is chosen; its next message is awaited in a SaslAuthenticate.
     Authenticate(SaslMechanism, Option<ScramServer>),
+    /// The mechanism is chosen by a SaslHandshake v0: its messages follow as raw tokens.
+    Raw(SaslMechanism),
 }
 
 /// Why an authentication ended without a user, for the broker's log.
@@ -117,6 +121,9 @@ async fn exchange(
 ) -> Result<String, Refused> {
     let mut stage = Stage::Handshake;
     for _ in 0..SASL_REQUESTS_MAX {
+        if let Stage::Raw(mechanism) = stage {
+            return raw_tokens(rd, wr, mechanism, service, settings).await;
+        }
         let (body, _held) = super::conn::read_request(rd, config, SASL_FRAME_BYTES_MAX)
             .await
             .map_err(|e| Refused::closed(e.to_string()))?;
@@ -131,16 +138,22 @@ async fn exchange(
                         request,
                         ..
                     } => (header.correlation_id, version, *request),
-                    // A version not served: its refusal, then the end.
+                    // A version not served: its refusal. A client tries an older ApiVersions
+                    // next; a SASL request is the end.
                     Decoded::Answered(answer) => {
-                        let _ = wr.write_all(&answer).await;
+                        wr.write_all(&answer)
+                            .await
+                            .map_err(|e| Refused::closed(e.to_string()))?;
+                        if api == Some(ApiKey::ApiVersions) {
+                            continue;
+                        }
                         return Err(Refused::closed("a SASL version not served"));
                     }
                 }
             }
             (api, _) => return Err(Refused::closed(format!("{api:?} before authentication"))),
         };
-        let (answer, outcome) = step(request, &mut stage, service, settings).split();
+        let (answer, outcome) = step(request, version, &mut stage, service, settings).split();
         let api = api.unwrap_or(ApiKey::ApiVersions);
         let bytes = encode(correlation, api, version, &answer)
             .map_err(|e| Refused::closed(e.to_string()))?;
@@ -172,12 +185,13 @@ impl Step {
 
 fn step(
     request: RequestKind,
+    version: i16,
     stage: &mut Stage,
     service: &BrokerService,
     settings: &SaslSettings,
 ) -> Step {
     match request {
-        RequestKind::SaslHandshake(r) => handshake(r.mechanism.as_str(), stage, settings),
+        RequestKind::SaslHandshake(r) => handshake(r.mechanism.as_str(), version, stage, settings),
         RequestKind::SaslAuthenticate(r) => {
             let Stage::Authenticate(mechanism, scram) = stage else {
                 return Step::Done(
@@ -216,8 +230,9 @@ fn step(
     }
 }
 
-/// A SaslHandshake: the mechanism, if the listener offers it.
-fn handshake(asked: &str, stage: &mut Stage, settings: &SaslSettings) -> Step {
+/// A SaslHandshake: the mechanism, if the listener offers it. After version 0 the
+/// mechanism's messages come as raw tokens, after version 1 in SaslAuthenticate requests.
+fn handshake(asked: &str, version: i16, stage: &mut Stage, settings: &SaslSettings) -> Step {
     let mut r = SaslHandshakeResponse::default();
     r.mechanisms = settings
         .mechanisms
@@ -226,7 +241,11 @@ fn handshake(asked: &str, stage: &mut Stage, settings: &SaslSettings) -> Step {
         .collect();
     match SaslMechanism::from_name(asked).filter(|m| settings.mechanisms.contains(m)) {
         Some(m) => {
-            *stage = Stage::Authenticate(m, None);
+            *stage = if version == 0 {
+                Stage::Raw(m)
+            } else {
+                Stage::Authenticate(m, None)
+            };
             Step::Answer(ResponseKind::SaslHandshake(r))
         }
         None => {
@@ -277,6 +296,55 @@ fn login(
             Ok(Login::Done(user, last.into()))
         }
     }
+}
+
+/// The mechanism's messages as raw tokens (after a SaslHandshake v0), each a big-endian `i32`
+/// length and its bytes, each way. A failure closes the connection without an answer, as
+/// Kafka does on this path.
+async fn raw_tokens(
+    rd: &mut OwnedReadHalf,
+    wr: &mut OwnedWriteHalf,
+    mechanism: SaslMechanism,
+    service: &BrokerService,
+    settings: &SaslSettings,
+) -> Result<String, Refused> {
+    let mut scram = None;
+    // SCRAM takes two tokens, PLAIN one.
+    for _ in 0..2 {
+        let mut len = [0u8; 4];
+        rd.read_exact(&mut len)
+            .await
+            .map_err(|e| Refused::closed(e.to_string()))?;
+        // Kafka's framing is big-endian: `Buf` reads it.
+        let len = (&len[..]).get_i32();
+        if len < 0 || len as u32 > SASL_FRAME_BYTES_MAX {
+            return Err(Refused::closed(format!("a SASL token of {len} bytes")));
+        }
+        let mut token = vec![0u8; len as usize];
+        rd.read_exact(&mut token)
+            .await
+            .map_err(|e| Refused::closed(e.to_string()))?;
+        let (answer, user) = match login(mechanism, &mut scram, &token, service, settings) {
+            Ok(Login::Continue(answer)) => (answer, None),
+            Ok(Login::Done(user, answer)) => (answer, Some(user)),
+            Err(e) => {
+                return Err(Refused {
+                    why: format!("{mechanism}: {e}"),
+                    failed_login: true,
+                });
+            }
+        };
+        let mut framed = bytes::BytesMut::with_capacity(4 + answer.len());
+        framed.put_u32(u32::try_from(answer.len()).unwrap_or(u32::MAX));
+        framed.put_slice(&answer);
+        wr.write_all(&framed)
+            .await
+            .map_err(|e| Refused::closed(e.to_string()))?;
+        if let Some(user) = user {
+            return Ok(user);
+        }
+    }
+    Err(Refused::closed("too many SASL tokens"))
 }
 
 fn authenticate_answer(error_code: i16, message: Option<String>, bytes: Bytes) -> ResponseKind {

@@ -559,8 +559,14 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
                         return;
                     }
                 }
+                let users: std::collections::BTreeSet<&str> = broker
+                    .config
+                    .bootstrap_users
+                    .iter()
+                    .map(|(user, _)| user.as_str())
+                    .collect();
                 tracing::info!(
-                    users = broker.config.bootstrap_users.len(),
+                    users = users.len(),
                     "bootstrap users written to the metadata log"
                 );
             }));

@@ -30,7 +30,8 @@
 //! client-final-without-proof`, and answers `HMAC(ServerKey, AuthMessage)` so that the client
 //! knows the server holds the credential too.
 //!
-//! Kafka's rules, kept here: no SASLprep (a name is its UTF-8 bytes); `,` and `=` in a name
+//! Kafka's rules, kept here: the client's final nonce must end with the agreed one (Kafka
+//! checks `endsWith`, and librdkafka sends its own nonce again before it); no SASLprep (a name is its UTF-8 bytes); `,` and `=` in a name
 //! travel as `=2C` and `=3D`, and any other `=` is malformed; an authorization id, if given,
 //! must be the user's own name; the `tokenauth` extension (delegation tokens) is refused and
 //! other extensions are ignored; credentials have 4,096 to 16,384 iterations. Unlike Kafka, an
@@ -435,7 +436,9 @@ impl ScramServer {
         if last.channel_binding != BASE64.encode(agreed.gs2_header.as_bytes()) {
             return Err(SaslError::ChannelBinding);
         }
-        if last.nonce != agreed.nonce {
+        // Kafka's rule, `endsWith`: librdkafka (at least to 2.0) sends its own nonce again
+        // before the whole agreed one. What was sent is in the proof's AuthMessage either way.
+        if !last.nonce.ends_with(&agreed.nonce) {
             return Err(SaslError::NonceMismatch);
         }
         let m = self.mechanism;

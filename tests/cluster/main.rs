@@ -22,6 +22,7 @@ mod kafka;
 mod kafka_answers;
 mod kafka_groups;
 mod kafka_python;
+mod kafka_sasl;
 mod kafka_wire;
 mod long_poll;
 mod metrics;

@@ -6,7 +6,11 @@
   consume BOOTSTRAP TOPIC              every record from the beginning; prints the values
   create BOOTSTRAP TOPIC PARTITIONS RF through the admin client; prints "created"
   describe BOOTSTRAP TOPIC             the topic as kafka-topics --describe prints it
+
+With REPLOG_SASL=MECHANISM:USER:PASSWORD in the environment, every client authenticates with
+SASL (security_protocol SASL_PLAINTEXT).
 """
+import os
 import sys
 import time
 
@@ -27,10 +31,26 @@ def describe_lines(topic, partitions):
     return "\n".join(lines)
 
 
+def security():
+    """The clients' SASL settings, from REPLOG_SASL (none without it)."""
+    sasl = os.environ.get("REPLOG_SASL")
+    if not sasl:
+        return {}
+    mechanism, user, password = sasl.split(":", 2)
+    return {
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": mechanism,
+        "sasl_plain_username": user,
+        "sasl_plain_password": password,
+    }
+
+
 def main():
     mode, bootstrap, topic = sys.argv[1], sys.argv[2], sys.argv[3]
     if mode == "produce":
-        p = KafkaProducer(bootstrap_servers=[bootstrap], acks="all", request_timeout_ms=30000)
+        p = KafkaProducer(
+            bootstrap_servers=[bootstrap], acks="all", request_timeout_ms=30000, **security()
+        )
         md = p.send(topic, sys.argv[4].encode()).get(timeout=60)
         p.flush()
         p.close()
@@ -44,6 +64,7 @@ def main():
             linger_ms=5,
             request_timeout_ms=30000,
             delivery_timeout_ms=120000,
+            **security(),
         )
         futures = []
         for round_ in range(10):
@@ -63,19 +84,20 @@ def main():
             enable_auto_commit=False,
             group_id=None,
             consumer_timeout_ms=5000,
+            **security(),
         )
         for m in c:
             print(m.value.decode())
         c.close()
     elif mode == "create":
-        admin = KafkaAdminClient(bootstrap_servers=[bootstrap], request_timeout_ms=30000)
+        admin = KafkaAdminClient(bootstrap_servers=[bootstrap], request_timeout_ms=30000, **security())
         admin.create_topics(
             [NewTopic(topic, num_partitions=int(sys.argv[4]), replication_factor=int(sys.argv[5]))]
         )
         admin.close()
         print("created")
     elif mode == "describe":
-        admin = KafkaAdminClient(bootstrap_servers=[bootstrap], request_timeout_ms=30000)
+        admin = KafkaAdminClient(bootstrap_servers=[bootstrap], request_timeout_ms=30000, **security())
         # Leaders are elected right after creation: asked again until every partition has one.
         for _ in range(100):
             [t] = admin.describe_topics([topic])

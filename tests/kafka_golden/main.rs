@@ -21,7 +21,7 @@
 #![recursion_limit = "256"]
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader, TopicName};
@@ -41,6 +41,8 @@ mod offsets;
 mod produce;
 mod producer_ids;
 mod sasl;
+#[path = "../support/mod.rs"]
+mod support;
 
 /// The topic every fixture broker starts with, and its partition count.
 pub(crate) const TOPIC: &str = "golden";
@@ -144,6 +146,11 @@ impl Broker {
             .unwrap();
     }
 
+    /// The fixture's connection, for bytes outside Kafka's framing (SASL's raw tokens).
+    pub(crate) fn conn_mut(&mut self) -> &mut TcpStream {
+        &mut self.conn
+    }
+
     /// The Raft term of partition `p` of `topic`: Kafka's leader epoch.
     pub(crate) fn term(&self, topic: &str, p: u32) -> i32 {
         let status = self.cluster().node(1).unwrap().status(topic, p).unwrap();
@@ -225,19 +232,12 @@ impl Broker {
         request: &impl Encodable,
         ready: impl Fn(&R) -> bool,
     ) -> Bytes {
-        let deadline = Instant::now() + WAIT;
-        // Bounded by the deadline.
-        loop {
+        let what = format!("{api:?} v{version} to be ready");
+        support::wait_until(WAIT, &what, async || {
             let answer = self.exchange(api, version, request).await;
-            if ready(&self.decode::<R>(api, version, &answer)) {
-                return answer;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{api:?} v{version}: not ready in time"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            ready(&self.decode::<R>(api, version, &answer)).then_some(answer)
+        })
+        .await
     }
 
     /// Shuts the broker down.

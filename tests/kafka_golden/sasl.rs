@@ -19,7 +19,7 @@ use replog::{KafkaSecurityProtocol, SaslMechanism, ScramCredential, ScramMechani
 use crate::{Broker, Golden, WAIT, s, versions};
 
 pub(crate) const GOLDEN: Golden = &[
-    (ApiKey::SaslHandshake, &[1]),
+    (ApiKey::SaslHandshake, &[0, 1]),
     (ApiKey::SaslAuthenticate, &[0, 2]),
 ];
 
@@ -47,19 +47,12 @@ async fn sasl_broker() -> Broker {
     })
     .await;
     // The bootstrap users are written to the metadata log shortly after the start: a PLAIN
-    // login, each on a new connection, until one goes through (bounded by the deadline).
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
+    // login, each on a new connection, until one goes through.
+    crate::support::wait_until(WAIT, "the bootstrap user to log in", async || {
         broker.connect_to(1).await;
-        if plain_login(&mut broker, 2).await.error_code == 0 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the bootstrap user is written in time"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+        plain_login(&mut broker, 2).await.error_code == 0
+    })
+    .await;
     broker.connect_to(1).await;
     broker
 }
@@ -282,6 +275,60 @@ async fn nothing_is_served_before_authentication() {
     assert!(
         answer.is_none(),
         "a SaslAuthenticate before the handshake closes"
+    );
+    broker.shutdown().await;
+}
+
+/// After SaslHandshake v0 the mechanism's messages come as raw tokens (a big-endian length and
+/// the bytes, each way): PLAIN's one, answered with an empty token; then requests are served.
+/// A wrong password closes the connection unanswered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_version_0_handshake_the_messages_are_raw_tokens() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut broker = sasl_broker().await;
+    for (password, accepted) in [("nope", false), (PASSWORD, true)] {
+        broker.connect_to(1).await;
+        let handshake = SaslHandshakeRequest::default().with_mechanism(s("PLAIN"));
+        let answer = broker.exchange(ApiKey::SaslHandshake, 0, &handshake).await;
+        let expected = SaslHandshakeResponse::default().with_mechanisms(offered());
+        broker.assert_answer(ApiKey::SaslHandshake, 0, &answer, &expected);
+        let token = format!("\0{USER}\0{password}");
+        let conn = broker.conn_mut();
+        let framed = [&(token.len() as u32).to_be_bytes()[..], token.as_bytes()].concat();
+        conn.write_all(&framed).await.unwrap();
+        let mut reply = [0u8; 4];
+        let read = tokio::time::timeout(WAIT, conn.read_exact(&mut reply))
+            .await
+            .expect("an answer or a close in time");
+        if accepted {
+            read.unwrap();
+            assert_eq!(reply, [0, 0, 0, 0], "an empty token");
+            let answer = broker
+                .exchange(ApiKey::Metadata, 12, &MetadataRequest::default())
+                .await;
+            let meta: MetadataResponse = broker.decode(ApiKey::Metadata, 12, &answer);
+            assert_eq!(meta.brokers.len(), 1, "served once authenticated");
+        } else {
+            assert!(read.is_err(), "closed unanswered: {reply:?}");
+        }
+    }
+    broker.shutdown().await;
+}
+
+/// A client that asks for a newer ApiVersions first (kafka-python 3 asks for v4) is answered
+/// at version 0 with the ranges, and goes on to authenticate on the same connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_api_versions_before_authentication_keeps_the_connection() {
+    let mut broker = sasl_broker().await;
+    let answer = broker
+        .exchange(ApiKey::ApiVersions, 4, &ApiVersionsRequest::default())
+        .await;
+    let refused: kafka_protocol::messages::ApiVersionsResponse =
+        broker.decode(ApiKey::ApiVersions, 0, &answer);
+    assert_eq!(refused.error_code, 35);
+    assert_eq!(
+        plain_login(&mut broker, 2).await,
+        SaslAuthenticateResponse::default()
     );
     broker.shutdown().await;
 }

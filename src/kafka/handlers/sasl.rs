@@ -1,4 +1,4 @@
-//! Kafka's SaslHandshake (version 1) and SaslAuthenticate (versions 0 to 2) once a connection
+//! Kafka's SaslHandshake (versions 0 and 1) and SaslAuthenticate (versions 0 to 2) once a connection
 //! is past authentication, or on a listener that asks for none: `ILLEGAL_SASL_STATE`, as Kafka
 //! answers them there. The exchange itself runs before any other request is served
 //! (`kafka/sasl.rs`).
@@ -10,9 +10,10 @@ use kafka_protocol::messages::{
 use super::Served;
 use crate::kafka::code;
 
-/// The versions served: SaslHandshake v0 (raw tokens outside Kafka's framing) is not.
+/// The versions served (after SaslHandshake v0, the mechanism's messages come as raw tokens,
+/// outside Kafka's framing; librdkafka looks for v0 in ApiVersions before it uses SASL at all).
 pub(crate) const APIS: &[Served] = &[
-    (ApiKey::SaslHandshake, 1, 1),
+    (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
 ];
 

@@ -302,6 +302,7 @@ fn bad_final_messages_are_refused() {
         ("c=biws,p=AA==".into(), SaslError::Malformed("no nonce")),
         ("c=eSws,r=cnsn,p=AA==".into(), SaslError::ChannelBinding),
         ("c=biws,r=cnXX,p=AA==".into(), SaslError::NonceMismatch),
+        ("c=biws,r=cnsnX,p=AA==".into(), SaslError::NonceMismatch),
         ("c=biws,r=cnsn,p=AA==".into(), SaslError::Failed),
         (truncated.to_string(), SaslError::Failed),
         (
@@ -377,4 +378,37 @@ fn the_fuzz_entry_runs_a_whole_exchange() {
     assert!(!fuzz_sasl_server(
         b"n,,n=user,r=x\xffc=biws,r=xservernonce,p=AA=="
     ));
+}
+
+/// librdkafka (2.0) sends its client nonce again before the agreed nonce in its final
+/// message, which Kafka takes (it checks that the nonce ends with the agreed one): so does
+/// this server, and the proof is over what was sent.
+#[test]
+fn a_final_nonce_that_repeats_the_clients_is_taken_as_kafka_takes_it() {
+    let m = ScramMechanism::Sha256;
+    let stored = credential(m, "pw");
+    let bare = "n=u,r=cn";
+    let mut server = ScramServer::new(m);
+    let first = server
+        .first(
+            format!("n,,{bare}").as_bytes(),
+            "sn",
+            |_| Some(stored.clone()),
+            &fake(),
+        )
+        .unwrap();
+    let first = String::from_utf8(first).unwrap();
+    // The client's final message as librdkafka writes it: r=<cnonce><cnonce><snonce>.
+    let salted = m.salted_password(b"pw", b"0123456789abcdef", 4096);
+    let client_key = m.hmac(&salted, b"Client Key");
+    let without_proof = "c=biws,r=cncnsn";
+    let auth = format!("{bare},{first},{without_proof}");
+    let signature = m.hmac(&m.hash(&client_key), auth.as_bytes());
+    let proof: Vec<u8> = client_key
+        .iter()
+        .zip(&signature)
+        .map(|(a, b)| a ^ b)
+        .collect();
+    let last = format!("{without_proof},p={}", BASE64.encode(proof));
+    assert_eq!(server.finish(last.as_bytes()).unwrap().0, "u");
 }
