@@ -32,9 +32,12 @@
 //!   served.
 //! - [`LocalCluster`]: a cluster's brokers in one process on loopback, for tests, benches and
 //!   the demo.
-//! - [`ScramCredential`]: what a broker will store to check a user's SCRAM-SHA-256/512 (and
-//!   PLAIN) logins: a salt, an iteration count and two keys, never the password. The brokers
-//!   do not authenticate anyone yet: run them on a trusted network.
+//! - SASL on the Kafka listener ([`NodeConfig::kafka_security_protocol`]):
+//!   SCRAM-SHA-256/512 and PLAIN ([`SaslMechanism`]) with Kafka's handshake and answers,
+//!   checked against each user's [`ScramCredential`] (a salt, an iteration count and two
+//!   keys, never the password), kept in the metadata log; the first users come from
+//!   [`NodeConfig::bootstrap_users`]. TLS, the native door's authentication and ACLs are not
+//!   there yet: without SASL, or with it but without TLS, run on a trusted network.
 //!
 //! # Metrics
 //!

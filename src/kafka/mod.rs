@@ -6,7 +6,8 @@
 //! the service's.
 //!
 //! - `handlers/`: one file per API or family of APIs (ApiVersions, Metadata, Produce, Fetch,
-//!   ListOffsets and OffsetForLeaderEpoch, InitProducerId, the group APIs, the admin APIs),
+//!   ListOffsets and OffsetForLeaderEpoch, InitProducerId, the group APIs, the admin APIs,
+//!   SASL's once a connection is past authentication),
 //!   each declaring what it serves and at which versions.
 //! - `refusals.rs`: the answers to what is not served. Any other API or version gets its own
 //!   answer refusing it (every item `UNSUPPORTED_VERSION`, or the API's own error) where that
@@ -14,6 +15,8 @@
 //!   as Kafka brokers do with requests they cannot parse. ApiVersions at a version newer than
 //!   served is answered at version 0 with `UNSUPPORTED_VERSION` and the ranges, as Kafka
 //!   does.
+//! - `sasl.rs`: on a listener that asks for it, SASL authentication before anything else
+//!   (SCRAM-SHA-256/512, PLAIN), as Kafka's `SaslServerAuthenticator` runs it.
 //! - `conn.rs`: a connection (requests pipelined, answers in order); `frame.rs` and
 //!   `fetch_answer.rs`: answers written in pieces, a fetch's batches from where they lie.
 //!
