@@ -28,7 +28,7 @@ fn python_clients() -> bool {
     found
 }
 
-/// Runs one of `tests/kafka_clients/`'s scripts (bounded by `timeout`, 120 s).
+/// Runs one of `tests/kafka_clients/`'s scripts (bounded by `timeout`, 180 s).
 async fn python(script: &str, args: Vec<String>) -> (bool, String, String) {
     let path = format!(
         "{}/tests/kafka_clients/{script}",
@@ -36,7 +36,7 @@ async fn python(script: &str, args: Vec<String>) -> (bool, String, String) {
     );
     tokio::task::spawn_blocking(move || {
         let out = Command::new("timeout")
-            .args(["120", "python3", &path])
+            .args(["180", "python3", &path])
             .args(&args)
             .stdin(Stdio::null())
             .output()
