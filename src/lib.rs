@@ -36,8 +36,11 @@
 //!   SCRAM-SHA-256/512 and PLAIN ([`SaslMechanism`]) with Kafka's handshake and answers,
 //!   checked against each user's [`ScramCredential`] (a salt, an iteration count and two
 //!   keys, never the password), kept in the metadata log; the first users come from
-//!   [`NodeConfig::bootstrap_users`]. TLS, the native door's authentication and ACLs are not
-//!   there yet: without SASL, or with it but without TLS, run on a trusted network.
+//!   [`NodeConfig::bootstrap_users`].
+//! - Kafka's ACLs ([`acl`]), enforced on both doors when [`NodeConfig::authorization`] is set,
+//!   kept in the metadata log and managed through Kafka's ACL APIs. TLS and the native door's
+//!   authentication are not there yet: without SASL, or with it but without TLS, run on a
+//!   trusted network.
 //!
 //! # Metrics
 //!
@@ -180,6 +183,7 @@ pub use log::{AppendInfo, LogIter, PartitionLog};
 pub use node::{Node, NodeConfig, PartitionStatus};
 pub use producer::{Producer, ProducerConfig, RecordMetadata};
 
+pub use security::acl;
 pub use security::{
     KafkaSecurityProtocol, SaslError, SaslMechanism, ScramCredential, ScramMechanism,
 };

@@ -11,7 +11,7 @@ use crate::support::wait_until;
 
 /// Python's Kafka clients, if installed (`.ci/run` installs kafka-python and
 /// confluent-kafka from PyPI): required in CI, skipped elsewhere.
-fn python_clients() -> bool {
+pub(crate) fn python_clients() -> bool {
     let found = Command::new("python3")
         .args(["-c", "import kafka, confluent_kafka"])
         .stdout(Stdio::null())
@@ -29,7 +29,7 @@ fn python_clients() -> bool {
 }
 
 /// Runs one of `tests/kafka_clients/`'s scripts (bounded by `timeout`, 180 s).
-async fn python(script: &str, args: Vec<String>) -> (bool, String, String) {
+pub(crate) async fn python(script: &str, args: Vec<String>) -> (bool, String, String) {
     let path = format!(
         "{}/tests/kafka_clients/{script}",
         env!("CARGO_MANIFEST_DIR")

@@ -19,8 +19,19 @@ const PASSWORD: &str = "wonder-land";
 fn sasl_cluster(
     dir: &std::path::Path,
 ) -> (Vec<Option<crate::Broker>>, Vec<SocketAddr>, Vec<SocketAddr>) {
+    sasl_cluster_with(dir, &[(USER, PASSWORD)], &[])
+}
+
+/// Three brokers as [`sasl_cluster`]'s, with `users` in the bootstrap user file and `extra`
+/// arguments for `replog node`.
+pub(crate) fn sasl_cluster_with(
+    dir: &std::path::Path,
+    users: &[(&str, &str)],
+    extra: &[&str],
+) -> (Vec<Option<crate::Broker>>, Vec<SocketAddr>, Vec<SocketAddr>) {
+    let lines: String = users.iter().map(|(u, p)| format!("{u}:{p}\n")).collect();
     let users = dir.join("users");
-    std::fs::write(&users, format!("# the first admin\n{USER}:{PASSWORD}\n")).unwrap();
+    std::fs::write(&users, format!("# the first users\n{lines}")).unwrap();
     let users = users.to_str().unwrap().to_string();
     let addrs = crate::process_addrs(3);
     let kafka = crate::process_addrs(3);
@@ -42,6 +53,7 @@ fn sasl_cluster(
             for p in &peers {
                 more.extend(["--kafka-peer", p]);
             }
+            more.extend(extra);
             Some(crate::spawn_broker_with(id, &addrs, dir, false, &more))
         })
         .collect();
