@@ -281,6 +281,17 @@ impl Catalog {
         self.users.get(user)?.get(&mechanism).cloned()
     }
 
+    /// Every user with a credential, and its mechanisms' iteration counts.
+    pub(crate) fn users(&self) -> impl Iterator<Item = (&String, Vec<(ScramMechanism, u32)>)> {
+        self.users.iter().map(|(name, credentials)| {
+            let infos = credentials
+                .iter()
+                .map(|(m, c)| (*m, c.iterations))
+                .collect();
+            (name, infos)
+        })
+    }
+
     /// Whether any user has a credential.
     pub(crate) fn has_users(&self) -> bool {
         !self.users.is_empty()

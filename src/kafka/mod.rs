@@ -39,7 +39,7 @@ mod sasl;
 
 use handlers::{
     acls, admin, api_versions, fetch, groups, metadata, offsets, produce, producer_ids,
-    sasl as sasl_state,
+    sasl as sasl_state, users,
 };
 
 use std::net::SocketAddr;
@@ -323,6 +323,12 @@ async fn answer(
         }
         RequestKind::CreateAcls(r) => ResponseKind::CreateAcls(acls::create_acls(r, service).await),
         RequestKind::DeleteAcls(r) => ResponseKind::DeleteAcls(acls::delete_acls(r, service).await),
+        RequestKind::DescribeUserScramCredentials(r) => {
+            ResponseKind::DescribeUserScramCredentials(users::describe(r, service))
+        }
+        RequestKind::AlterUserScramCredentials(r) => {
+            ResponseKind::AlterUserScramCredentials(users::alter(r, service).await)
+        }
         RequestKind::SaslHandshake(_) | RequestKind::SaslAuthenticate(_) => {
             sasl_state::out_of_place(api).ok_or_else(|| std::io::Error::other("not SASL"))?
         }

@@ -67,11 +67,6 @@ pub(super) fn unsupported(api: ApiKey, version: i16) -> Option<ResponseKind> {
         ApiKey::ShareGroupHeartbeat => {
             refuse!(ShareGroupHeartbeat, ShareGroupHeartbeatResponse, no)
         }
-        ApiKey::DescribeUserScramCredentials => refuse!(
-            DescribeUserScramCredentials,
-            DescribeUserScramCredentialsResponse,
-            no
-        ),
         ApiKey::ListPartitionReassignments => refuse!(
             ListPartitionReassignments,
             ListPartitionReassignmentsResponse,

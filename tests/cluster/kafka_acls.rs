@@ -1,9 +1,9 @@
-//! Kafka's ACLs with Kafka's own clients: three `replog node` processes with SASL and
-//! `--authorization`; a super user creates a topic and ACLs through confluent-kafka's admin
-//! client on one broker, and an ordinary user, on another, is refused (29, 30, 31) until it
-//! holds the ACLs it needs, let in on the same connection once they are committed, refused
-//! again by a DENY over its ALLOW, and refused when it changes ACLs itself; kcat, without
-//! the ACLs, is refused its produce.
+//! Kafka's ACLs and users with Kafka's own clients: three `replog node` processes with SASL
+//! and `--authorization`; a super user creates a topic and ACLs through confluent-kafka's
+//! admin client on one broker, and an ordinary user, on another, is refused (29, 30, 31) until
+//! it holds the ACLs it needs, let in once they are committed, refused again by a DENY over
+//! its ALLOW, and refused when it changes ACLs itself; a user created through the admin API
+//! logs in, and once deleted cannot; kcat, without the ACLs, is refused its produce.
 
 use std::time::Duration;
 
@@ -88,6 +88,13 @@ async fn kafka_acls_are_managed_by_a_super_user_and_enforced_on_every_broker() {
     assert_eq!(r["left"], 0, "{r}");
     assert_eq!(r["user_creates_acl"], "CLUSTER_AUTHORIZATION_FAILED", "{r}");
     assert_eq!(r["user_lists_topic"], false, "{r}");
+    assert_eq!(
+        r["carol_mechanisms"],
+        serde_json::json!(["SCRAM_SHA_512"]),
+        "{r}"
+    );
+    assert_eq!(r["carol_logs_in"], true, "{r}");
+    assert_eq!(r["deleted_carol_logs_in"], false, "{r}");
 
     // kcat as the user, who holds no ACL any more: its produce is refused.
     let mut args: Vec<String> = ["-P", "-b", &user_at, "-t", "orders"]

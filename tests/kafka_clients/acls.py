@@ -20,6 +20,10 @@ from confluent_kafka.admin import (
     NewTopic,
     ResourcePatternType,
     ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
 )
 
 
@@ -147,7 +151,36 @@ def main():
         report["user_creates_acl"] = e.args[0].name()
     listed = user_admin.list_topics(timeout=30).topics
     report["user_lists_topic"] = topic in listed
+
+    # A user created through the admin API logs in on another broker; deleted, it cannot.
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
+    new_user = UserScramCredentialUpsertion("carol", info, b"carol-secret", b"carol-salt")
+    admin.alter_user_scram_credentials([new_user])["carol"].result(30)
+    described = admin.describe_user_scram_credentials(["carol"])
+    if isinstance(described, dict):
+        described = {u: f.result(30) for u, f in described.items()}
+    else:
+        described = described.result(30)
+    report["carol_mechanisms"] = [
+        i.mechanism.name for i in described["carol"].scram_credential_infos
+    ]
+    report["carol_logs_in"] = logs_in(user_at, "carol:carol-secret")
+    gone = UserScramCredentialDeletion("carol", ScramMechanism.SCRAM_SHA_512)
+    admin.alter_user_scram_credentials([gone])["carol"].result(30)
+    report["deleted_carol_logs_in"] = logs_in(user_at, "carol:carol-secret")
     print(json.dumps(report))
+
+
+def logs_in(bootstrap, credentials):
+    """Whether a new admin client authenticates (it then lists topics, even none)."""
+    errors = []
+    config = dict(sasl(bootstrap, credentials), error_cb=lambda e: errors.append(e.name()))
+    client = AdminClient(config)
+    try:
+        client.list_topics(timeout=10)
+        return "_AUTHENTICATION" not in errors
+    except KafkaException:
+        return False
 
 
 if __name__ == "__main__":

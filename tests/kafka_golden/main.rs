@@ -44,6 +44,7 @@ mod producer_ids;
 mod sasl;
 #[path = "../support/mod.rs"]
 mod support;
+mod users;
 
 /// The topic every fixture broker starts with, and its partition count.
 pub(crate) const TOPIC: &str = "golden";
@@ -370,6 +371,7 @@ fn golden_cases() -> Vec<(ApiKey, i16)> {
         produce::GOLDEN,
         producer_ids::GOLDEN,
         sasl::GOLDEN,
+        users::GOLDEN,
     ]
     .into_iter()
     .flatten()
@@ -388,7 +390,7 @@ async fn every_served_api_has_a_golden_case_at_its_oldest_and_newest_version() {
         .exchange(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default())
         .await;
     let served: ApiVersionsResponse = broker.decode(ApiKey::ApiVersions, 3, &answer);
-    assert_eq!(served.api_keys.len(), 25, "the twenty-five APIs served");
+    assert_eq!(served.api_keys.len(), 27, "the twenty-seven APIs served");
     let cases = &golden_cases();
     let missing: Vec<String> = served
         .api_keys

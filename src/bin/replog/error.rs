@@ -47,6 +47,14 @@ pub(crate) enum CliError {
         /// What is wrong with it.
         reason: String,
     },
+    /// An environment variable's value is not what it must be.
+    #[error("{name}: {reason}")]
+    BadEnv {
+        /// The variable.
+        name: &'static str,
+        /// What is wrong with its value (never the value: it may hold a password).
+        reason: String,
+    },
     /// Standard input could not be read.
     #[error(transparent)]
     Stdin(io::Error),

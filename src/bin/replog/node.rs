@@ -66,10 +66,12 @@ pub(crate) struct NodeArgs {
     /// Offer PLAIN without TLS: passwords cross the network in the clear.
     #[arg(long)]
     sasl_plain_without_tls: bool,
-    /// A file of the users the cluster starts with, one `NAME:PASSWORD` per line (blank lines
-    /// and lines starting with `#` are skipped), each given SCRAM-SHA-256 and SCRAM-SHA-512
-    /// credentials. Read at every start; written to the metadata log only while the cluster has
-    /// no user at all. A file, so that no password is on the command line.
+    /// A file of the users the cluster starts with, one `NAME:PASSWORD[:MECHANISM]` per line
+    /// (blank lines and lines starting with `#` are skipped), each given SCRAM-SHA-256 and
+    /// SCRAM-SHA-512 credentials unless a mechanism is named. Read at every start; written to
+    /// the metadata log only while the cluster has no user at all. A file (or the
+    /// REPLOG_BOOTSTRAP_USER environment variable, in the same form), so that no password is
+    /// on the command line.
     #[arg(long)]
     bootstrap_user_file: Option<PathBuf>,
     /// Enforce Kafka's ACLs on every client request (both listeners): with no ACL on a
@@ -128,19 +130,38 @@ fn read_bootstrap_users(
             line: i + 1,
             reason: reason.to_string(),
         };
-        let (name, password) = line
-            .split_once(':')
-            .ok_or_else(|| bad("expected NAME:PASSWORD"))?;
-        if name.is_empty() || password.is_empty() {
-            return Err(bad("expected NAME:PASSWORD, both not empty"));
-        }
-        for m in replog::ScramMechanism::ALL {
-            let credential = replog::ScramCredential::new(m, password, BOOTSTRAP_ITERATIONS)
-                .map_err(|e| bad(&e.to_string()))?;
-            users.push((name.to_string(), credential));
-        }
+        users.extend(bootstrap_user(line).map_err(|reason| bad(&reason))?);
     }
     Ok(users)
+}
+
+/// The environment variable naming a first user (`NAME:PASSWORD[:MECHANISM]`), read when the
+/// broker starts and written while the cluster has no user, as the bootstrap user file's.
+const BOOTSTRAP_USER_ENV: &str = "REPLOG_BOOTSTRAP_USER";
+
+/// The credentials of `NAME:PASSWORD[:MECHANISM]`: for the mechanism named (SCRAM-SHA-256 or
+/// SCRAM-SHA-512), or for both. A password may hold `:`; a last field that names a SCRAM
+/// mechanism is taken as the mechanism.
+fn bootstrap_user(spec: &str) -> Result<Vec<(String, replog::ScramCredential)>, String> {
+    let (rest, mechanisms) = match spec.rsplit_once(':') {
+        Some((rest, last)) if rest.contains(':') => match replog::ScramMechanism::from_name(last) {
+            Some(m) => (rest, vec![m]),
+            None => (spec, replog::ScramMechanism::ALL.to_vec()),
+        },
+        _ => (spec, replog::ScramMechanism::ALL.to_vec()),
+    };
+    let (name, password) = rest
+        .split_once(':')
+        .filter(|(n, p)| !n.is_empty() && !p.is_empty())
+        .ok_or("expected NAME:PASSWORD[:MECHANISM], name and password not empty")?;
+    mechanisms
+        .into_iter()
+        .map(|m| {
+            replog::ScramCredential::new(m, password, BOOTSTRAP_ITERATIONS)
+                .map(|c| (name.to_string(), c))
+                .map_err(|e| e.to_string())
+        })
+        .collect()
 }
 
 /// `--durability`: [`Durability`] on the command line.
@@ -207,6 +228,13 @@ impl NodeArgs {
         if let Some(path) = &self.bootstrap_user_file {
             config.bootstrap_users = read_bootstrap_users(path)?;
         }
+        if let Ok(spec) = std::env::var(BOOTSTRAP_USER_ENV) {
+            let users = bootstrap_user(&spec).map_err(|reason| CliError::BadEnv {
+                name: BOOTSTRAP_USER_ENV,
+                reason,
+            })?;
+            config.bootstrap_users.extend(users);
+        }
         if self.authorization {
             config.authorization = Some(replog::acl::AuthorizerPolicy {
                 super_users: self.super_users,
@@ -265,4 +293,37 @@ async fn wait_for_signal() {
         }
     }
     let _ = tokio::signal::ctrl_c().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bootstrap_user_names_its_mechanism_or_gets_both() {
+        let mechanisms = |spec: &str| -> Vec<(String, replog::ScramMechanism)> {
+            bootstrap_user(spec)
+                .unwrap()
+                .into_iter()
+                .map(|(n, c)| (n, c.mechanism))
+                .collect()
+        };
+        let both = mechanisms("admin:s3cret");
+        assert_eq!(both.len(), 2);
+        assert!(both.iter().all(|(n, _)| n == "admin"));
+        assert_eq!(
+            mechanisms("admin:s3cret:SCRAM-SHA-256"),
+            vec![("admin".to_string(), replog::ScramMechanism::Sha256)]
+        );
+        // A password with colons keeps them; only a mechanism's name is taken off the end.
+        let colons = bootstrap_user("admin:a:b:c").unwrap();
+        assert_eq!(colons.len(), 2);
+        let c = &colons[0].1;
+        let again = replog::ScramCredential::with_salt(c.mechanism, "a:b:c", &c.salt, c.iterations)
+            .unwrap();
+        assert_eq!(again.stored_key, c.stored_key);
+        for bad in ["admin", ":pw", "admin:", ""] {
+            assert!(bootstrap_user(bad).is_err(), "{bad:?}");
+        }
+    }
 }

@@ -18,6 +18,7 @@ pub(super) mod offsets;
 pub(super) mod produce;
 pub(super) mod producer_ids;
 pub(super) mod sasl;
+pub(super) mod users;
 
 use kafka_protocol::messages::ApiKey;
 
@@ -37,6 +38,7 @@ pub(crate) fn served() -> impl Iterator<Item = Served> {
         admin::APIS,
         sasl::APIS,
         acls::APIS,
+        users::APIS,
     ]
     .into_iter()
     .flatten()
@@ -47,12 +49,12 @@ pub(crate) fn served() -> impl Iterator<Item = Served> {
 mod tests {
     use super::*;
 
-    /// The twenty-five APIs served, each once.
+    /// The twenty-seven APIs served, each once.
     #[test]
     fn every_api_is_declared_by_one_handler() {
         let keys: std::collections::BTreeSet<i16> = served().map(|(k, _, _)| k as i16).collect();
         assert_eq!(keys.len(), served().count(), "an API declared twice");
-        assert_eq!(keys.len(), 25);
+        assert_eq!(keys.len(), 27);
         assert!(served().all(|(_, min, max)| min <= max));
     }
 }

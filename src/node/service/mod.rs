@@ -35,8 +35,10 @@ mod authorize;
 mod fetch;
 mod offsets;
 mod topics;
+mod users;
 pub(crate) use fetch::{Fetch, PartitionFetch};
 pub(crate) use topics::NewTopic;
+pub(crate) use users::{CredentialChange, UserError};
 
 /// A produce: one encoded batch for one partition.
 pub(crate) struct Produce {
