@@ -148,6 +148,38 @@ kafka_codes! {
     }
 }
 
+impl ResourceType {
+    /// The operations that mean something on a resource of this type (Kafka's
+    /// `AclEntry.supportedOperations`), `ALL` aside: what Kafka's "authorized operations"
+    /// fields (KIP-430) report on.
+    pub fn operations(self) -> &'static [AclOperation] {
+        use AclOperation::*;
+        match self {
+            ResourceType::Topic => &[
+                Read,
+                Write,
+                Create,
+                Describe,
+                Delete,
+                Alter,
+                DescribeConfigs,
+                AlterConfigs,
+            ],
+            ResourceType::Group => &[Read, Describe, Delete],
+            ResourceType::Cluster => &[
+                Create,
+                ClusterAction,
+                DescribeConfigs,
+                AlterConfigs,
+                IdempotentWrite,
+                Alter,
+                Describe,
+            ],
+            ResourceType::TransactionalId => &[Describe, Write],
+        }
+    }
+}
+
 impl AclOperation {
     /// Whether an ACL allowing `self` allows `wanted`.
     fn allows(self, wanted: AclOperation) -> bool {

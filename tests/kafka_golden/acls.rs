@@ -246,3 +246,64 @@ async fn an_acl_change_applies_to_the_next_request_of_an_open_connection() {
     assert!(r.topics[0].partitions.is_empty());
     broker.shutdown().await;
 }
+
+/// Kafka's "authorized operations" (KIP-430) where a request asks for them: every operation
+/// a resource type supports on a broker that enforces no ACLs (Kafka's 3576 for a topic, 8096
+/// for the cluster); on one that does, those the ACLs allow (READ, and the DESCRIBE it
+/// implies: 264) and none on the cluster it is denied. Not asked for, Kafka's "not asked" (`i32::MIN`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authorized_operations_are_reported_where_asked() {
+    async fn operations(broker: &mut Broker, asked: bool) -> (i32, i32, i32) {
+        let request = MetadataRequest::default()
+            .with_topics(Some(vec![
+                MetadataRequestTopic::default().with_name(Some(topic(TOPIC))),
+            ]))
+            .with_include_cluster_authorized_operations(asked)
+            .with_include_topic_authorized_operations(asked);
+        let answer = broker.exchange(ApiKey::Metadata, 10, &request).await;
+        let m: MetadataResponse = broker.decode(ApiKey::Metadata, 10, &answer);
+        let request =
+            DescribeClusterRequest::default().with_include_cluster_authorized_operations(asked);
+        let answer = broker.exchange(ApiKey::DescribeCluster, 0, &request).await;
+        let c: DescribeClusterResponse = broker.decode(ApiKey::DescribeCluster, 0, &answer);
+        (
+            m.topics[0].topic_authorized_operations,
+            m.cluster_authorized_operations,
+            c.cluster_authorized_operations,
+        )
+    }
+    let mut open = Broker::start().await;
+    assert_eq!(operations(&mut open, true).await, (3576, 8096, 8096));
+    assert_eq!(
+        operations(&mut open, false).await,
+        (i32::MIN, i32::MIN, i32::MIN)
+    );
+    open.shutdown().await;
+
+    // Everyone may do anything no ACL names: the anonymous connection grants itself READ on
+    // the topic and denies itself everything on the cluster.
+    let mut guarded = Broker::start_configured(1, |c| {
+        c.authorization = Some(AuthorizerPolicy {
+            super_users: Vec::new(),
+            allow_everyone_if_no_acl: true,
+        });
+    })
+    .await;
+    let deny_cluster = AclCreation::default()
+        .with_resource_type(4)
+        .with_resource_name(s("kafka-cluster"))
+        .with_resource_pattern_type(LITERAL)
+        .with_principal(s("User:ANONYMOUS"))
+        .with_host(s("*"))
+        .with_operation(2)
+        .with_permission_type(DENY);
+    let request = CreateAclsRequest::default().with_creations(vec![
+        creation(TOPIC, LITERAL, "User:ANONYMOUS", READ, ALLOW),
+        deny_cluster,
+    ]);
+    let answer = guarded.exchange(ApiKey::CreateAcls, 3, &request).await;
+    let created: CreateAclsResponse = guarded.decode(ApiKey::CreateAcls, 3, &answer);
+    assert!(created.results.iter().all(|r| r.error_code == 0));
+    assert_eq!(operations(&mut guarded, true).await, (264, 0, 0));
+    guarded.shutdown().await;
+}

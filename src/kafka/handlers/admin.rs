@@ -20,7 +20,7 @@ use kafka_protocol::protocol::StrBytes;
 use crate::error::Error;
 use crate::kafka::{KafkaConfig, broker_id, code, error_code, message};
 use crate::node::service::{BrokerService, NewTopic};
-use crate::security::acl::{AclOperation, ResourceType};
+use crate::security::acl::{AclOperation, CLUSTER_RESOURCE_NAME, ResourceType};
 
 /// The versions served.
 pub(crate) const APIS: &[super::Served] = &[
@@ -293,7 +293,11 @@ pub(crate) fn describe_cluster(
     }
     r.cluster_id = StrBytes::from_static_str("replog");
     r.controller_id = broker_id(config.me);
-    r.cluster_authorized_operations = i32::MIN;
+    r.cluster_authorized_operations = if request.include_cluster_authorized_operations {
+        service.authorized_operations(ResourceType::Cluster, CLUSTER_RESOURCE_NAME)
+    } else {
+        i32::MIN
+    };
     r.brokers = service
         .kafka_brokers()
         .iter()

@@ -382,6 +382,10 @@ pub(crate) async fn describe_groups(
         d.group_id = g.clone();
         match service.describe_group(&g.0).await {
             Ok(info) => {
+                if request.include_authorized_operations {
+                    d.authorized_operations = service
+                        .authorized_operations(crate::security::acl::ResourceType::Group, &g.0);
+                }
                 d.group_state = s(&info.state);
                 d.protocol_type = s(&info.protocol_type);
                 d.protocol_data = s(&info.protocol);

@@ -14,7 +14,7 @@ use crate::group::OFFSETS_TOPIC;
 use crate::kafka::{KafkaConfig, broker_id, code, topic_name};
 use crate::node::service::BrokerService;
 use crate::protocol::PartitionMetadata;
-use crate::security::acl::{AclOperation, ResourceType};
+use crate::security::acl::{AclOperation, CLUSTER_RESOURCE_NAME, ResourceType};
 
 /// The versions served.
 pub(crate) const APIS: &[super::Served] = &[(kafka_protocol::messages::ApiKey::Metadata, 1, 12)];
@@ -26,6 +26,10 @@ pub(crate) async fn metadata(
     service: &BrokerService,
     config: &KafkaConfig,
 ) -> MetadataResponse {
+    let request_ops = AuthorizedOps {
+        topics: request.include_topic_authorized_operations,
+        cluster: request.include_cluster_authorized_operations,
+    };
     // A null list asks for every topic; an empty one (from version 1) for none: only the
     // brokers.
     let names: Option<BTreeSet<String>> = request.topics.map(|ts| {
@@ -78,6 +82,17 @@ pub(crate) async fn metadata(
             .push(partition(p));
     }
     r.topics = topics.into_iter().map(topic).collect();
+    if request_ops.topics {
+        for t in r.topics.iter_mut().filter(|t| t.error_code == 0) {
+            let name = t.name.as_ref().map_or("", |n| n.0.as_str());
+            t.topic_authorized_operations =
+                service.authorized_operations(ResourceType::Topic, name);
+        }
+    }
+    if request_ops.cluster {
+        r.cluster_authorized_operations =
+            service.authorized_operations(ResourceType::Cluster, CLUSTER_RESOURCE_NAME);
+    }
     // A topic asked for that the client may not describe is refused whether it exists or not.
     for t in r.topics.iter_mut().filter(|t| t.partitions.is_empty()) {
         let name = t.name.as_ref().map_or("", |n| n.0.as_str());
@@ -86,6 +101,12 @@ pub(crate) async fn metadata(
         }
     }
     r
+}
+
+/// Which authorized operations (KIP-430) a request asked for.
+struct AuthorizedOps {
+    topics: bool,
+    cluster: bool,
 }
 
 /// One partition as Kafka's Metadata names it: a partition without a leader is

@@ -27,18 +27,10 @@ impl BrokerService {
         self.broker.config.authorization.is_some()
     }
 
-    /// Whether the session may do `operation` on resource `name` of type `kind`.
+    /// Whether the session may do `operation` on resource `name` of type `kind` (a refusal is
+    /// logged at debug).
     pub(crate) fn may(&self, operation: AclOperation, kind: ResourceType, name: &str) -> bool {
-        let Some(policy) = &self.broker.config.authorization else {
-            return true;
-        };
-        let who = self.session.requester();
-        let allowed = self
-            .broker
-            .catalog
-            .read()
-            .acls()
-            .decide(policy, &who, operation, kind, name);
+        let allowed = self.decide(operation, kind, name);
         if !allowed {
             tracing::debug!(
                 principal = %self.session.principal,
@@ -50,6 +42,25 @@ impl BrokerService {
             );
         }
         allowed
+    }
+
+    fn decide(&self, operation: AclOperation, kind: ResourceType, name: &str) -> bool {
+        let Some(policy) = &self.broker.config.authorization else {
+            return true;
+        };
+        let who = self.session.requester();
+        let catalog = self.broker.catalog.read();
+        catalog.acls().decide(policy, &who, operation, kind, name)
+    }
+
+    /// The operations the session may do on resource `name` of type `kind`, as Kafka's
+    /// "authorized operations" fields carry them (KIP-430): bit `1 << code` of each allowed
+    /// operation among those the type supports (all of them where no ACLs are enforced).
+    pub(crate) fn authorized_operations(&self, kind: ResourceType, name: &str) -> i32 {
+        kind.operations()
+            .iter()
+            .filter(|op| self.decide(**op, kind, name))
+            .fold(0, |mask, op| mask | (1 << op.code()))
     }
 
     /// `Ok` if the session may do `operation` on topic `topic`, else
