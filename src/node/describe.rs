@@ -63,7 +63,9 @@ impl Broker {
         // In sync: the leader, and followers that are at most ISR_LAG_ENTRIES_MAX entries and
         // ISR_LAG_REQUESTS_MAX full replication requests of bytes behind, and acknowledged the
         // leader within two election timeouts (a follower far behind in bytes with few large
-        // entries is not in sync, however often it answers).
+        // entries is not in sync, however often it answers), and whose broker this one could
+        // connect to at its last try (a new leader heard its predecessor a moment ago, but
+        // once the predecessor's port refuses, it is not in sync).
         let silence_max = self.config.election_timeout * 2;
         let bytes_max =
             (self.config.payload_bytes_max() as u64).saturating_mul(ISR_LAG_REQUESTS_MAX);
@@ -81,6 +83,7 @@ impl Broker {
                         let behind = last.saturating_sub(matched);
                         let heard = m.ack_age.is_some_and(|age| age < silence_max);
                         heard
+                            && !self.peers.is_lost(*id)
                             && behind <= ISR_LAG_ENTRIES_MAX
                             && (behind == 0 || log.bytes_after(matched) <= bytes_max)
                     })

@@ -244,6 +244,15 @@ impl PeerSet {
         }
     }
 
+    /// Whether broker `id` could not be connected to at the last try (and has not answered
+    /// since).
+    pub(crate) fn is_lost(&self, id: u64) -> bool {
+        self.peers
+            .read()
+            .get(&id)
+            .is_some_and(|c| c.lost.load(Ordering::Acquire))
+    }
+
     /// Lets `faults` decide the fate of every message between this broker and the others.
     #[cfg(any(test, feature = "failpoints"))]
     pub(crate) fn with_faults(mut self, faults: Option<Arc<crate::env::NetFaults>>) -> Self {

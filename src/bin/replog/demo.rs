@@ -107,8 +107,18 @@ impl Cluster {
         let creator = Client::connect(&[self.addr(2)], ClientConfig::default()).await?;
         creator.create_topic(TOPIC, 1, 3).await?;
         println!("Created topic {TOPIC}.");
-        drop(creator);
-        self.wait_leader().await
+        let leader = self.wait_leader().await?;
+        // The followers are in sync once they acknowledged the new leader: a moment after its
+        // election. Bounded: at most 10 s of 20 ms turns.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            let described = creator.describe(TOPIC).await?;
+            if described.iter().all(|p| p.isr.len() == 3) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(leader)
     }
 
     /// `replog topics --describe` through the broker at `addr`.
@@ -156,16 +166,31 @@ impl Cluster {
     }
 
     /// Shuts broker `leader` down; returns the leader the others elect, printing how long
-    /// that took.
+    /// that took from the stop (a stopping leader hands its leadership over first).
     async fn kill(&mut self, leader: u64) -> Result<u64, CliError> {
         println!("\n== broker {leader} (the leader) dies");
-        self.brokers.stop(leader).await?;
         let t = Instant::now();
+        self.brokers.stop(leader).await?;
         let new_leader = self.wait_leader().await?;
         println!(
             "   broker {new_leader} was elected leader after {} ms",
             t.elapsed().as_millis()
         );
+        // The new leader drops the dead broker from the in-sync replicas at its first
+        // heartbeat the dead broker's port refuses. Bounded: at most 10 s of 20 ms turns.
+        let client = Client::connect(&[self.addr(new_leader)], ClientConfig::default()).await?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            let described = client.describe(TOPIC).await?;
+            if described.iter().all(|p| !p.isr.contains(&leader)) {
+                println!(
+                    "   broker {leader} left the in-sync replicas after {} ms",
+                    t.elapsed().as_millis()
+                );
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         Ok(new_leader)
     }
 
