@@ -230,12 +230,20 @@ impl LocalCluster {
         }
     }
 
-    /// Shuts every running broker down, all of them even if one fails.
+    /// Shuts every running broker down, all of them even if one fails: each is told first that
+    /// the whole cluster stops (no leadership is handed over, no peer is reported lost).
     ///
     /// # Errors
     ///
     /// The first error [`stop`](Self::stop) returned for a broker.
     pub async fn shutdown(mut self) -> Result<()> {
+        // Every broker learns first that all of them stop, so that none logs the others' going
+        // as a lost peer. A broker still shared elsewhere is left as it is (stop refuses it).
+        for node in self.nodes.iter().flatten() {
+            if Arc::strong_count(node) == 1 {
+                node.stopping_with_its_cluster();
+            }
+        }
         let mut first = Ok(());
         for id in (1..).take(self.nodes.len()) {
             let result = self.stop(id).await;

@@ -622,13 +622,24 @@ impl Node {
         }
     }
 
+    /// Tells the broker that every broker of its cluster is stopping (an embedded cluster
+    /// shut down whole): it stops serving and talking to its peers, and does not take their
+    /// going for a fault; [`shutdown`](Self::shutdown) then stops it without handing its
+    /// leaderships over.
+    pub(crate) fn stopping_with_its_cluster(&self) {
+        let _ = self.shutdown.send(true);
+    }
+
     /// Stops every Raft group and the listener, and flushes every log.
     ///
     /// # Errors
     ///
     /// [`Error::Io`] if a log could not be flushed.
     pub async fn shutdown(self) -> Result<()> {
-        self.hand_off_leadership().await;
+        // A broker stopping with its whole cluster has no one to hand its leaderships to.
+        if !*self.shutdown.borrow() {
+            self.hand_off_leadership().await;
+        }
         let _ = self.shutdown.send(true);
         // The metadata follower finishes the round it is in (it may be starting a replica).
         let _ = self.follower.await;
