@@ -152,6 +152,7 @@ mod protocol;
 mod raft;
 mod security;
 mod segment;
+mod tls;
 mod transport;
 mod types;
 
@@ -185,6 +186,7 @@ pub use security::{
 };
 pub use segment::record::{Batch, Header, Record, RecordIter};
 pub use segment::{Preallocate, RecoveryEvent};
+pub use tls::{DevCertificates, TlsConfig, TlsError};
 pub use types::{Durability, LeaderHint, LogIndex, NodeId, Offset, PartitionId, ProducerSeq, Term};
 
 /// Helpers for the `replog` binary's inspection tools. Not part of the API.

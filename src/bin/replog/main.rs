@@ -1,5 +1,5 @@
 //! The `replog` command line, shaped like Kafka's tools: run a broker, describe topics,
-//! produce, consume, inspect segment files, and `demo`, which plays the whole tutorial on an
+//! produce, consume, inspect segment files, make dev TLS certificates, and `demo`, which plays the whole tutorial on an
 //! embedded three-broker cluster.
 //!
 //! This file owns the command line's shape ([`Cli`], [`Command`]), the dispatch to each
@@ -7,6 +7,7 @@
 //! here, as `replog: error: ...`) or when `check` finds damage, 2 for a bad command line
 //! (clap's). Each subcommand's arguments and work live in its own module.
 
+mod certs;
 mod check;
 mod connect;
 mod consume;
@@ -52,6 +53,9 @@ enum Command {
     /// Plays the tutorial on an embedded three-broker cluster (ports 9092, 19092, 29092, or
     /// free ports when those are taken), in a temporary directory.
     Demo,
+    /// Makes TLS certificates: `certs dev` writes a local CA and certificates for a dev
+    /// cluster.
+    Certs(certs::CertsArgs),
     /// Checks every segment file in a partition directory without changing anything, and
     /// prints what each holds and where (and why) its valid data ends.
     Check(check::CheckArgs),
@@ -103,6 +107,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
             Command::Consume(args) => done(consume::run(args).await),
             Command::Groups(args) => done(groups::run(args).await),
             Command::Demo => done(demo::run().await),
+            Command::Certs(args) => done(certs::run(args)),
             Command::Check(args) => check::run(&args),
         }
     })
