@@ -30,6 +30,16 @@ fn python_clients() -> bool {
 
 /// Runs one of `tests/kafka_clients/`'s scripts (bounded by `timeout`, 120 s).
 async fn python(script: &str, args: Vec<String>) -> (bool, String, String) {
+    python_env(script, args, Vec::new()).await
+}
+
+/// [`python`] with `env` set (the scripts' security settings: `REPLOG_SASL`,
+/// `REPLOG_SSL_CAFILE`).
+pub(crate) async fn python_env(
+    script: &str,
+    args: Vec<String>,
+    env: Vec<(&'static str, String)>,
+) -> (bool, String, String) {
     let path = format!(
         "{}/tests/kafka_clients/{script}",
         env!("CARGO_MANIFEST_DIR")
@@ -38,6 +48,7 @@ async fn python(script: &str, args: Vec<String>) -> (bool, String, String) {
         let out = Command::new("timeout")
             .args(["120", "python3", &path])
             .args(&args)
+            .envs(env)
             .stdin(Stdio::null())
             .output()
             .expect("run python3");

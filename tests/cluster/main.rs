@@ -23,6 +23,7 @@ mod kafka_answers;
 mod kafka_groups;
 mod kafka_python;
 mod kafka_sasl;
+mod kafka_tls;
 mod kafka_wire;
 mod long_poll;
 mod metrics;
