@@ -32,12 +32,15 @@
 //!   served.
 //! - [`LocalCluster`]: a cluster's brokers in one process on loopback, for tests, benches and
 //!   the demo.
-//! - SASL on the Kafka listener ([`NodeConfig::kafka_security_protocol`]):
+//! - Security on the Kafka listener ([`NodeConfig::kafka_security_protocol`]): SASL,
 //!   SCRAM-SHA-256/512 and PLAIN ([`SaslMechanism`]) with Kafka's handshake and answers,
 //!   checked against each user's [`ScramCredential`] (a salt, an iteration count and two
 //!   keys, never the password), kept in the metadata log; the first users come from
-//!   [`NodeConfig::bootstrap_users`]. TLS, the native door's authentication and ACLs are not
-//!   there yet: without SASL, or with it but without TLS, run on a trusted network.
+//!   [`NodeConfig::bootstrap_users`]; TLS on the Kafka listener (`SSL`, `SASL_SSL`) with the
+//!   certificate and key of [`NodeConfig::tls`] ([`TlsConfig`]), reloaded without a restart
+//!   by [`Node::reload_tls`]; [`DevCertificates`] makes a local CA and certificates for dev
+//!   clusters and tests. The native door (shared with peer brokers' Raft traffic) has no TLS
+//!   and no authentication yet, and there are no ACLs: keep it on a trusted network.
 //!
 //! # Metrics
 //!
