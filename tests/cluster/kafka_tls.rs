@@ -4,7 +4,8 @@
 //! plaintext client are refused, and the broker serves on; a broker's certificate replaced
 //! and reloaded on SIGHUP is the one new connections get. Over SASL_SSL, kcat authenticates
 //! with SCRAM-SHA-512 and PLAIN (no `--sasl-plain-without-tls` inside TLS), wrong credentials
-//! are refused, and kafka-python authenticates with SCRAM-SHA-512.
+//! are refused, and kafka-python authenticates with SCRAM-SHA-512. And an embedded broker:
+//! its certificate swapped by `Node::reload_tls`, its TLS settings refused clearly.
 
 use std::path::Path;
 use std::time::Duration;
@@ -159,4 +160,97 @@ async fn kcat_and_kafka_python_authenticate_over_sasl_ssl_with_scram_and_plain()
     kafka_python_produces_and_consumes(&at, env).await;
     drop(client);
     drop(brokers);
+}
+
+/// A TLS connection to `at` trusting only `certs`' CA, as `127.0.0.1`.
+async fn tls_connect(
+    at: std::net::SocketAddr,
+    certs: &replog::DevCertificates,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    let ca = rustls_pki_types::CertificateDer::from_pem_slice(certs.ca_pem().as_bytes()).unwrap();
+    roots.add(ca).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(at).await?;
+    connector.connect(at.ip().into(), tcp).await
+}
+
+/// Whether a client trusting `certs`' CA is answered ApiVersions over TLS at `at`.
+async fn answered(at: std::net::SocketAddr, certs: &replog::DevCertificates) -> bool {
+    use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
+    let Ok(mut s) = tls_connect(at, certs).await else {
+        return false;
+    };
+    let request = ApiVersionsRequest::default();
+    let (_, answer): (_, ApiVersionsResponse) =
+        crate::kafka::kafka_call_on(&mut s, ApiKey::ApiVersions, 3, &request).await;
+    answer.error_code == 0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_embedded_brokers_certificate_is_swapped_by_reload_tls_and_bad_settings_are_named() {
+    use replog::{DevCertificates, Error, KafkaSecurityProtocol, TlsError};
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    let hosts = ["127.0.0.1".to_string()];
+    let old = DevCertificates::generate(&[1], &hosts).unwrap();
+    let new = DevCertificates::generate(&[1], &hosts).unwrap();
+    old.write_to(&certs).unwrap();
+    let tls = DevCertificates::broker_config(&certs, 1);
+    let kafka = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    let configured = tls.clone();
+    let cluster = crate::local_cluster(1, dir.path(), "email.send", 1, move |c| {
+        c.kafka_listen = Some(kafka);
+        c.tls = Some(configured.clone());
+        c.kafka_security_protocol = KafkaSecurityProtocol::Ssl;
+    })
+    .await;
+    let node = cluster.node(1).unwrap();
+    let at = node.kafka_addr().unwrap();
+    assert!(answered(at, &old).await);
+    assert!(!answered(at, &new).await);
+    new.write_to(&certs).unwrap();
+    node.reload_tls().unwrap();
+    assert!(answered(at, &new).await);
+    assert!(!answered(at, &old).await);
+    // A file that does not load: named, and the certificate stays.
+    std::fs::write(&tls.cert_chain, "junk").unwrap();
+    match node.reload_tls() {
+        Err(Error::Tls(TlsError::File { path, .. })) => assert_eq!(path, tls.cert_chain),
+        other => panic!("a junk certificate file: {other:?}"),
+    }
+    assert!(answered(at, &new).await);
+    cluster.shutdown().await.unwrap();
+
+    // SSL without a certificate, missing files, and a reload without TLS: each named.
+    let mut config = crate::config(1, &crate::free_addrs(1), &dir.path().join("again"));
+    config.kafka_listen = Some(kafka);
+    config.kafka_security_protocol = KafkaSecurityProtocol::SaslSsl;
+    match crate::start_node(config.clone()).await {
+        Err(Error::InvalidConfig { field, .. }) => assert_eq!(field, "kafka_security_protocol"),
+        other => panic!("SASL_SSL without a certificate: {other:?}"),
+    }
+    config.tls = Some(replog::TlsConfig::new(
+        dir.path().join("none.pem"),
+        dir.path().join("none.key"),
+    ));
+    assert!(matches!(
+        replog::Node::start(config.clone()).await,
+        Err(Error::Tls(TlsError::File { .. }))
+    ));
+    config.tls = None;
+    config.kafka_security_protocol = KafkaSecurityProtocol::Plaintext;
+    let plain = replog::Node::start(config).await.unwrap();
+    match plain.reload_tls() {
+        Err(Error::InvalidConfig { field, .. }) => assert_eq!(field, "tls"),
+        other => panic!("a reload without TLS: {other:?}"),
+    }
+    plain.shutdown().await.unwrap();
 }
