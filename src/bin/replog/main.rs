@@ -41,7 +41,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Runs a broker until interrupted (Ctrl-C or SIGTERM).
-    Node(node::NodeArgs),
+    Node(Box<node::NodeArgs>),
     /// Creates, deletes, describes or lists topics.
     Topics(topics::TopicsArgs),
     /// Sends each line of standard input as a record.
@@ -101,7 +101,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
     let done = |r: Result<(), CliError>| r.map(|()| ExitCode::SUCCESS);
     runtime.block_on(async {
         match cli.command {
-            Command::Node(args) => done(node::run(args).await),
+            Command::Node(args) => done(node::run(*args).await),
             Command::Topics(args) => done(topics::run(args).await),
             Command::Produce(args) => done(produce::run(args).await),
             Command::Consume(args) => done(consume::run(args).await),
