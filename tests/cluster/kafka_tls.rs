@@ -46,6 +46,23 @@ fn tls_args(certs: &Path, id: u64) -> Vec<String> {
     ]
 }
 
+/// Three brokers whose Kafka listeners use `protocol` (SSL or SASL_SSL), with certificates
+/// made by `replog certs dev` in `dir/certs`: that directory, the brokers, their native and
+/// their Kafka addresses.
+fn tls_cluster(dir: &Path, protocol: &str) -> (std::path::PathBuf, Cluster) {
+    let certs = dir.join("certs");
+    dev_certs(&certs);
+    let cluster = secure_cluster(dir, protocol, |id| tls_args(&certs, id));
+    (certs, cluster)
+}
+
+/// Brokers as processes, their native addresses and their Kafka addresses.
+type Cluster = (
+    Vec<Option<crate::Broker>>,
+    Vec<std::net::SocketAddr>,
+    Vec<std::net::SocketAddr>,
+);
+
 /// kcat's settings for SSL trusting the CA certificate `ca`.
 fn ssl(ca: &Path) -> Vec<String> {
     vec![
@@ -84,9 +101,7 @@ async fn kcat_over_ssl_writes_through_a_follower_and_reads_from_every_broker() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let certs = dir.path().join("certs");
-    dev_certs(&certs);
-    let (mut brokers, addrs, kafka) = secure_cluster(dir.path(), "SSL", |id| tls_args(&certs, id));
+    let (certs, (mut brokers, addrs, kafka)) = tls_cluster(dir.path(), "SSL");
     let (client, leader, follower) = topic(&addrs).await;
     let at = kafka[follower as usize - 1].to_string();
     let ca = certs.join("ca.pem");
