@@ -20,7 +20,9 @@
 //!    serve SSL (certificates from `DevCertificates`) and one PLAINTEXT; in three rounds,
 //!    `kcat -P -l` of 1 KiB lines through a follower (acks=all) and the Rust Kafka fetch loop
 //!    of part 2 reading them back from the leader, on each cluster in turn; records/s and the
-//!    TLS/plaintext ratio of the rounds together.
+//!    TLS/plaintext ratio of the rounds together; and, as the floor those ratios stand on,
+//!    256 MiB streamed one way through TLS (rustls, as the brokers run it) and through plain
+//!    TCP on loopback.
 //!
 //! Run: `cargo build --release && cargo run --release --example kafka_targets` (about two
 //! minutes; needs `kcat` on the PATH, and for part 1's `replog produce` the `replog` binary
@@ -376,6 +378,8 @@ async fn raw_kafka_fetch_tls(
     let s = TcpStream::connect(at).await?;
     let _ = s.set_nodelay(true);
     let name = rustls_pki_types::ServerName::from(at.ip());
+    // Read-buffered below rustls (which reads 4 KiB at a time), as the brokers do.
+    let s = tokio::io::BufReader::with_capacity(16 << 10, s);
     let mut s = tls.connect(name, s).await?;
     fetch_loop(&mut s, topic, total).await
 }
@@ -642,6 +646,72 @@ async fn tls_round(
     Ok((produced, fetched as f64))
 }
 
+/// MB/s of `total` bytes written in 4 MiB pieces by one end of a loopback connection and read
+/// by the other, through TLS if `tls` gives a server and a client (the server's end read-
+/// buffered, as the brokers' are), else through plain TCP.
+async fn stream_rate(
+    total: usize,
+    tls: Option<(tokio_rustls::TlsAcceptor, tokio_rustls::TlsConnector)>,
+) -> std::io::Result<f64> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let at = listener.local_addr()?;
+    let acceptor = tls.as_ref().map(|(a, _)| a.clone());
+    let piece = vec![7u8; 4 << 20];
+    let server = tokio::spawn(async move {
+        let (s, _) = listener.accept().await?;
+        s.set_nodelay(true)?;
+        let mut s: Box<dyn AsyncWrite + Send + Unpin> = match acceptor {
+            Some(a) => Box::new(
+                a.accept(tokio::io::BufReader::with_capacity(16 << 10, s))
+                    .await?,
+            ),
+            None => Box::new(s),
+        };
+        for _ in 0..total / piece.len() {
+            s.write_all(&piece).await?;
+            s.flush().await?;
+        }
+        std::io::Result::Ok(())
+    });
+    let s = TcpStream::connect(at).await?;
+    let t = Instant::now();
+    let mut s: Box<dyn AsyncRead + Send + Unpin> = match &tls {
+        Some((_, c)) => Box::new(
+            c.connect(
+                at.ip().into(),
+                tokio::io::BufReader::with_capacity(16 << 10, s),
+            )
+            .await?,
+        ),
+        None => Box::new(s),
+    };
+    let mut buf = vec![0u8; 4 << 20];
+    for _ in 0..total / buf.len() {
+        s.read_exact(&mut buf).await?;
+    }
+    server.await.map_err(std::io::Error::other)??;
+    Ok(total as f64 / t.elapsed().as_secs_f64() / 1e6)
+}
+
+/// A TLS server with broker 1's certificate in `certs` (as `DevCertificates` wrote it).
+fn tls_acceptor(certs: &std::path::Path) -> std::io::Result<tokio_rustls::TlsAcceptor> {
+    use rustls_pki_types::pem::PemObject;
+    let chain = rustls_pki_types::CertificateDer::pem_file_iter(certs.join("broker-1.pem"))
+        .map_err(std::io::Error::other)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(std::io::Error::other)?;
+    let key = rustls_pki_types::PrivateKeyDer::from_pem_file(certs.join("broker-1.key"))
+        .map_err(std::io::Error::other)?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(std::io::Error::other)?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(std::io::Error::other)?;
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}
+
 /// 5. TLS against plaintext through the Kafka door, `rounds` times `records` 1 KiB records.
 async fn tls_against_plaintext(records: u64, rounds: usize) -> replog::Result<()> {
     let dir = tempfile::tempdir()?;
@@ -683,7 +753,16 @@ async fn tls_against_plaintext(records: u64, rounds: usize) -> replog::Result<()
         sums_plain.1 / sums_tls.1
     );
     plain.shutdown().await?;
-    tls.shutdown().await
+    tls.shutdown().await?;
+    let total = 256 << 20;
+    let plain = stream_rate(total, None).await?;
+    let tls = stream_rate(total, Some((tls_acceptor(&certs)?, connector))).await?;
+    println!(
+        "5. the floor: 256 MiB one way on loopback, TCP {plain:.0} MB/s, TLS {tls:.0} MB/s: \
+         ratio {:.2}",
+        tls / plain
+    );
+    Ok(())
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

@@ -30,6 +30,14 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpStream;
 
+/// Bytes a TLS connection reads from its socket at once, below rustls (which asks for 4 KiB
+/// at a time): one TLS record of the largest size, so that a stream of full records takes a
+/// read per record, not four. What a connection holds for it, beside rustls' own buffers.
+const TLS_READ_BUFFER_BYTES: usize = 16 << 10;
+
+/// A TLS connection as a listener serves it: rustls over a read-buffered socket.
+pub(crate) type ServerStream = tokio_rustls::server::TlsStream<tokio::io::BufReader<TcpStream>>;
+
 /// How long a new connection has to finish authenticating, from its admission: its TLS
 /// handshake, and its SASL exchange where the listener asks for one (NATS and Kafka bound
 /// this phase alike).
@@ -194,7 +202,8 @@ impl TlsServer {
         stream: TcpStream,
         from: SocketAddr,
         deadline: tokio::time::Instant,
-    ) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
+    ) -> Option<ServerStream> {
+        let stream = tokio::io::BufReader::with_capacity(TLS_READ_BUFFER_BYTES, stream);
         match tokio::time::timeout_at(deadline, self.acceptor.accept(stream)).await {
             Ok(Ok(stream)) => Some(stream),
             Ok(Err(e)) => {
