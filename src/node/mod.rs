@@ -236,6 +236,14 @@ impl Node {
             .as_ref()
             .map(crate::tls::TlsServer::new)
             .transpose()?;
+        // With the brokers' CA, the native listener serves TLS and peers are dialed over it.
+        let dialer = config
+            .tls
+            .as_ref()
+            .and_then(|t| t.ca_cert.as_deref())
+            .map(crate::tls::TlsDialer::from_ca_file)
+            .transpose()?;
+        let native_tls = tls.clone().filter(|_| dialer.is_some());
         crate::env::create_dir_all(&config.data_dir)?;
         if config.log.preallocate == crate::segment::Preallocate::Auto {
             config.log.preallocate = crate::segment::Preallocate::Fallocate;
@@ -251,6 +259,7 @@ impl Node {
             config.id,
             config.frame_bytes_max,
             &shutdown_rx,
+            dialer,
         );
         #[cfg(any(test, feature = "failpoints"))]
         let peers = peers.with_faults(env.net_faults());
@@ -396,7 +405,7 @@ impl Node {
             handler,
             limits,
             client_budgets,
-            admission,
+            (admission, native_tls),
             shutdown_rx,
         );
         let follower = tokio::spawn(follow_metadata(

@@ -55,6 +55,12 @@ pub struct TlsConfig {
     /// The certificate's private key (PKCS#8, PKCS#1 or SEC1; ECDSA P-256/P-384, Ed25519 or
     /// RSA).
     pub private_key: PathBuf,
+    /// The CA that signed every broker's certificate (`CERTIFICATE` items, all trusted).
+    /// With it, the native listener serves TLS too, to clients and peer brokers alike, and the
+    /// broker dials its peers over TLS, checking that each one's certificate is signed by
+    /// this CA and names it `broker-<id>` (a DNS name; `replog certs dev` writes it). `None`
+    /// (the default): the native listener and peer traffic stay plaintext.
+    pub ca_cert: Option<PathBuf>,
 }
 
 impl TlsConfig {
@@ -63,6 +69,7 @@ impl TlsConfig {
         TlsConfig {
             cert_chain: cert_chain.into(),
             private_key: private_key.into(),
+            ca_cert: None,
         }
     }
 }
@@ -216,6 +223,66 @@ impl TlsServer {
             }
         }
     }
+}
+
+/// A TLS connection as a client or peer dials it: rustls over a read-buffered socket.
+pub(crate) type ClientStream = tokio_rustls::client::TlsStream<tokio::io::BufReader<TcpStream>>;
+
+/// What outbound connections (a client's, a broker's to its peers) dial TLS with: the CA
+/// roots a server's certificate must chain to.
+#[derive(Clone)]
+pub(crate) struct TlsDialer {
+    connector: tokio_rustls::TlsConnector,
+}
+
+impl std::fmt::Debug for TlsDialer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsDialer").finish_non_exhaustive()
+    }
+}
+
+impl TlsDialer {
+    /// A dialer trusting every certificate in the PEM file `ca` (and nothing else).
+    pub(crate) fn from_ca_file(ca: &Path) -> Result<TlsDialer, TlsError> {
+        let file = |reason: String| TlsError::File {
+            path: ca.to_path_buf(),
+            reason,
+        };
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_file_iter(ca).map_err(|e| file(e.to_string()))? {
+            let cert = cert.map_err(|e| file(e.to_string()))?;
+            roots.add(cert).map_err(|e| file(e.to_string()))?;
+        }
+        if roots.is_empty() {
+            return Err(file("no CERTIFICATE in the file".into()));
+        }
+        let config = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| TlsError::Setup(e.to_string()))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Ok(TlsDialer {
+            connector: tokio_rustls::TlsConnector::from(Arc::new(config)),
+        })
+    }
+
+    /// Runs the client's side of a handshake on `stream`, expecting a certificate that names
+    /// `name`.
+    pub(crate) async fn connect(
+        &self,
+        stream: TcpStream,
+        name: rustls_pki_types::ServerName<'static>,
+    ) -> std::io::Result<ClientStream> {
+        let stream = tokio::io::BufReader::with_capacity(TLS_READ_BUFFER_BYTES, stream);
+        self.connector.connect(name, stream).await
+    }
+}
+
+/// The name broker `id`'s certificate carries for its peers: `broker-<id>`.
+pub(crate) fn broker_name(id: crate::types::NodeId) -> rustls_pki_types::ServerName<'static> {
+    let name = format!("broker-{id}");
+    // Letters, digits and a hyphen: a DNS name whatever the id.
+    rustls_pki_types::ServerName::try_from(name).expect("broker-<digits> is a DNS name")
 }
 
 #[cfg(test)]

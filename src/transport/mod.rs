@@ -22,9 +22,10 @@ use std::time::Duration;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
+pub(crate) use accept::ReadHalf;
 pub(crate) use accept::{Accepted, Admission, WriteHalf, spawn_accept};
 use frame::OutFrame;
-pub(crate) use peer::{CallError, Peer, PeerSet};
+pub(crate) use peer::{CallError, Dial, Peer, PeerSet};
 pub(crate) use server::{Answer, AnswerBudget, ClientBudgets, Handler, ServerLimits, spawn_server};
 pub(crate) use turns::{Turn, Turns};
 

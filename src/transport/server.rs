@@ -150,14 +150,14 @@ struct Budgets {
 }
 
 /// Serves peers and native clients on `listener` until `shutdown` turns true, within
-/// `limits` and the broker's `admission`. Clients' memory comes from `clients`, which the
-/// broker's other door shares.
+/// `limits` and the broker's `admission`, each connection through a TLS handshake with `tls`
+/// if given. Clients' memory comes from `clients`, which the broker's other door shares.
 pub(crate) fn spawn_server(
     listener: TcpListener,
     handler: Arc<dyn Handler>,
     limits: ServerLimits,
     clients: ClientBudgets,
-    admission: Arc<Admission>,
+    (admission, tls): (Arc<Admission>, Option<crate::tls::TlsServer>),
     shutdown: watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
     let budgets = Arc::new(Budgets {
@@ -166,7 +166,7 @@ pub(crate) fn spawn_server(
         answers: clients.answers,
     });
     let closing = shutdown.clone();
-    spawn_accept(listener, admission, true, None, closing, move |accepted| {
+    spawn_accept(listener, admission, true, tls, closing, move |accepted| {
         let conn = serve_conn(
             accepted,
             Arc::clone(&handler),

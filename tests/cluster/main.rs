@@ -27,6 +27,7 @@ mod kafka_tls;
 mod kafka_wire;
 mod long_poll;
 mod metrics;
+mod native_tls;
 mod processes;
 mod replication;
 #[path = "../support/mod.rs"]

@@ -33,6 +33,11 @@ use crate::error::CliError;
     about = "A Raft-replicated, mmap-backed partition log"
 )]
 struct Cli {
+    /// The CA (PEM) that signed the brokers' certificates. Client commands dial the brokers'
+    /// native listeners over TLS, trusting it; `node` (with --tls-cert and --tls-key) serves
+    /// TLS on its native listener and dials its peers over TLS, trusting it.
+    #[arg(long, global = true)]
+    tls_ca: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -63,6 +68,9 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(ca) = &cli.tls_ca {
+        let _ = connect::TLS_CA.set(ca.clone());
+    }
     install_logging(matches!(cli.command, Command::Node(_)));
     match run(cli) {
         Ok(code) => code,

@@ -60,8 +60,9 @@ pub(crate) struct NodeArgs {
     /// --tls-cert, PLAINTEXT without.
     #[arg(long, value_enum, requires = "kafka_listen")]
     kafka_security_protocol: Option<SecurityArg>,
-    /// The broker's TLS certificate chain (PEM), for the Kafka listener's TLS. Read again on
-    /// SIGHUP, with the key: new connections get the new certificate.
+    /// The broker's TLS certificate chain (PEM), for the Kafka listener's TLS, and with
+    /// --tls-ca for the native listener's and its peers'. Read again on SIGHUP, with the key:
+    /// new connections get the new certificate.
     #[arg(long, requires = "tls_key")]
     tls_cert: Option<PathBuf>,
     /// The private key of --tls-cert (PEM).
@@ -207,7 +208,11 @@ impl NodeArgs {
         config.kafka_advertised = self.kafka_advertised;
         config.kafka_peers = self.kafka_peers.into_iter().collect();
         if let (Some(cert), Some(key)) = (self.tls_cert, self.tls_key) {
-            config.tls = Some(replog::TlsConfig::new(cert, key));
+            let mut tls = replog::TlsConfig::new(cert, key);
+            tls.ca_cert = crate::connect::TLS_CA.get().cloned();
+            config.tls = Some(tls);
+        } else if crate::connect::TLS_CA.get().is_some() {
+            return Err(CliError::Usage("--tls-ca needs --tls-cert and --tls-key"));
         }
         let default = if config.tls.is_some() {
             SecurityArg::Ssl
@@ -266,21 +271,31 @@ pub(crate) async fn run(args: NodeArgs) -> Result<(), CliError> {
 /// unauthenticated. (The library says nothing: `replog demo` and `LocalCluster` run on
 /// loopback, and an embedder knows its network.)
 fn warn_if_plaintext(config: &NodeConfig) {
+    let native_tls = config.tls.as_ref().is_some_and(|t| t.ca_cert.is_some());
     let kafka = config.kafka_listen.map(|_| config.kafka_security_protocol);
     let message = match kafka {
+        _ if native_tls && kafka.is_none_or(|p| p.tls()) => {
+            "every listener serves TLS, but the native one authenticates no one (clients and \
+             peers alike): keep it on a trusted network"
+        }
+        Some(_) if native_tls => {
+            "the Kafka listener serves plaintext (--kafka-security-protocol SSL or SASL_SSL \
+             encrypts it), and the native one authenticates no one: keep the broker on a \
+             trusted network"
+        }
         Some(p) if p.tls() => {
             "the native listener serves peers and native clients in plaintext, without \
-             authentication: keep it on a trusted network"
+             authentication (--tls-ca encrypts it): keep it on a trusted network"
         }
         Some(p) if p.sasl() => {
             "no TLS: every listener's traffic is plaintext, and only Kafka clients \
-             authenticate; keep the broker on a trusted network, or encrypt the Kafka listener \
-             (--tls-cert, --tls-key, --kafka-security-protocol SASL_SSL)"
+             authenticate; keep the broker on a trusted network, or encrypt it (--tls-cert, \
+             --tls-key, --tls-ca, --kafka-security-protocol SASL_SSL)"
         }
         _ => {
             "no TLS and no authentication: every listener's traffic is plaintext and anyone \
-             who reaches it is served; keep the broker on a trusted network, or encrypt the \
-             Kafka listener (--tls-cert, --tls-key)"
+             who reaches it is served; keep the broker on a trusted network, or encrypt it \
+             (--tls-cert, --tls-key, --tls-ca)"
         }
     };
     tracing::warn!("{message}");
