@@ -38,9 +38,12 @@
 //!   keys, never the password), kept in the metadata log; the first users come from
 //!   [`NodeConfig::bootstrap_users`]; TLS on the Kafka listener (`SSL`, `SASL_SSL`) with the
 //!   certificate and key of [`NodeConfig::tls`] ([`TlsConfig`]), reloaded without a restart
-//!   by [`Node::reload_tls`]; [`DevCertificates`] makes a local CA and certificates for dev
-//!   clusters and tests. The native door (shared with peer brokers' Raft traffic) has no TLS
-//!   and no authentication yet, and there are no ACLs: keep it on a trusted network.
+//!   by [`Node::reload_tls`], and, given the brokers' CA, on the native listener, between
+//!   brokers (each checks its peer's certificate names `broker-<id>`) and for [`Client`]s
+//!   ([`ClientConfig::tls_ca`]); [`DevCertificates`] makes a local CA and certificates for
+//!   dev clusters and tests. The native door authenticates no one yet (a peer broker is
+//!   told from a client by its requests alone), and there are no ACLs: keep it on a trusted
+//!   network.
 //!
 //! # Metrics
 //!

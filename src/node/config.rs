@@ -137,12 +137,14 @@ pub struct NodeConfig {
     /// Offers PLAIN on a listener without TLS (the password crosses the network in the clear).
     /// Default false.
     pub sasl_plain_without_tls: bool,
-    /// The certificate and key (PEM files) of TLS on the Kafka listener, which serves TLS when
-    /// `kafka_security_protocol` says so (`SSL`, `SASL_SSL`). `None` (the default): no TLS.
-    /// The native listener stays plaintext: peer brokers' Raft traffic shares it. The files
+    /// The certificate and key (PEM files) this broker serves TLS with: on the Kafka listener
+    /// when `kafka_security_protocol` says so (`SSL`, `SASL_SSL`), and, when the brokers' CA
+    /// is given too ([`TlsConfig::ca_cert`](crate::TlsConfig::ca_cert)), on the native
+    /// listener, to clients and peer brokers alike, whom this broker then dials over TLS
+    /// (every broker of a cluster needs the CA then). `None` (the default): no TLS. The files
     /// are read at start and again by [`Node::reload_tls`](crate::Node::reload_tls). A broker
-    /// started without TLS logs nothing about it (`replog node` warns once at start that its
-    /// traffic is plaintext and unauthenticated; embedders say what fits their setting).
+    /// started without TLS logs nothing about it (`replog node` warns once at start of what
+    /// is plaintext or unauthenticated; embedders say what fits their setting).
     pub tls: Option<crate::TlsConfig>,
     /// Users the cluster starts with (Kafka's KIP-900 bootstrap): while the cluster has no
     /// user at all, the brokers write these credentials to the metadata log; once it has one,
