@@ -26,8 +26,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::security::acl::Acls;
 use crate::security::{ScramCredential, ScramMechanism};
+
+mod acls;
 use crate::types::NodeId;
+pub(crate) use acls::AclRecord;
 
 /// The metadata group's topic name (one partition).
 pub(crate) const METADATA_TOPIC: &str = "__cluster_metadata";
@@ -118,6 +122,11 @@ pub(crate) enum MetaCommand {
     },
     /// User `user` no longer logs in with SCRAM mechanism `mechanism`.
     DeleteScramCredential { user: String, mechanism: u8 },
+    /// Adds these ACL bindings (those present already stay as they are).
+    CreateAcls { acls: Vec<AclRecord> },
+    /// Removes these ACL bindings (a broker resolves a delete's filters to the bindings its
+    /// catalog holds before it proposes, so every broker removes exactly the same).
+    DeleteAcls { acls: Vec<AclRecord> },
 }
 
 /// Longest user name a credential may have, in bytes.
@@ -200,6 +209,8 @@ pub(crate) struct Catalog {
     producer_blocks: BTreeMap<NodeId, ProducerBlock>,
     /// Each user's SCRAM credentials, by mechanism.
     users: BTreeMap<String, BTreeMap<ScramMechanism, ScramCredential>>,
+    /// The ACL bindings.
+    acls: Acls,
 }
 
 impl Catalog {
@@ -384,6 +395,9 @@ impl Catalog {
                 removed.map(|_| ()).ok_or_else(|| {
                     Refused::Invalid(format!("user {user:?} has no such credential"))
                 })
+            }
+            Some(acls @ (MetaCommand::CreateAcls { .. } | MetaCommand::DeleteAcls { .. })) => {
+                self.apply_acls(acls)
             }
             Some(MetaCommand::ReassignDone {
                 topic_id,

@@ -33,6 +33,27 @@ pub enum Error {
     #[error("unknown topic {0}")]
     UnknownTopic(String),
 
+    /// The client's principal may not do what it asked on this topic (Kafka's
+    /// `TOPIC_AUTHORIZATION_FAILED`), or may not know whether it exists. Not retriable: an ACL
+    /// must change first.
+    #[error("not authorized to access topic {0}")]
+    TopicAuthorizationFailed(String),
+
+    /// The client's principal may not do what it asked of the cluster (Kafka's
+    /// `CLUSTER_AUTHORIZATION_FAILED`). Not retriable.
+    #[error("not authorized for this cluster operation")]
+    ClusterAuthorizationFailed,
+
+    /// An ACL binding or filter that cannot be taken as asked (a principal not of the form
+    /// `Type:name`, an unknown code, a host that is not an IP address, …).
+    #[error("invalid ACL: {0}")]
+    InvalidAcl(String),
+
+    /// The broker enforces no ACLs ([`NodeConfig::authorization`](crate::NodeConfig) is not
+    /// set), so it keeps none to show or change (Kafka's `SECURITY_DISABLED`).
+    #[error("authorization is not enabled on this broker")]
+    SecurityDisabled,
+
     /// A topic of this name exists already.
     #[error("topic {0} already exists")]
     TopicExists(String),

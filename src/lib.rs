@@ -41,9 +41,11 @@
 //!   by [`Node::reload_tls`], and, given the brokers' CA, on the native listener, between
 //!   brokers (each checks its peer's certificate names `broker-<id>`) and for [`Client`]s
 //!   ([`ClientConfig::tls_ca`]); [`DevCertificates`] makes a local CA and certificates for
-//!   dev clusters and tests. The native door authenticates no one yet (a peer broker is
-//!   told from a client by its requests alone), and there are no ACLs: keep it on a trusted
-//!   network.
+//!   dev clusters and tests.
+//! - Kafka's ACLs ([`acl`]), enforced on both doors when [`NodeConfig::authorization`] is set,
+//!   kept in the metadata log and managed through Kafka's ACL APIs. The native door
+//!   authenticates no one yet (a peer broker is told from a client by its requests alone):
+//!   keep it on a trusted network.
 //!
 //! # Metrics
 //!
@@ -187,6 +189,7 @@ pub use log::{AppendInfo, LogIter, PartitionLog};
 pub use node::{Node, NodeConfig, PartitionStatus};
 pub use producer::{Producer, ProducerConfig, RecordMetadata};
 
+pub use security::acl;
 pub use security::{
     KafkaSecurityProtocol, SaslError, SaslMechanism, ScramCredential, ScramMechanism,
 };

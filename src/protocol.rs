@@ -331,6 +331,10 @@ pub(crate) enum WireError {
     },
     /// No topic of the name asked about (the partition's, for a request about one).
     UnknownTopic,
+    /// The client's principal may not do this on the topic.
+    TopicAuthorizationFailed,
+    /// The client's principal may not do this to the cluster.
+    ClusterAuthorizationFailed,
 }
 
 impl WireError {
@@ -339,6 +343,8 @@ impl WireError {
             Error::NotLeader { leader, .. } => WireError::NotLeader { leader: *leader },
             Error::UnknownPartition(_) => WireError::UnknownPartition,
             Error::UnknownTopic(_) => WireError::UnknownTopic,
+            Error::TopicAuthorizationFailed(_) => WireError::TopicAuthorizationFailed,
+            Error::ClusterAuthorizationFailed => WireError::ClusterAuthorizationFailed,
             Error::Indeterminate { reason, .. } => WireError::Indeterminate(reason.clone()),
             Error::OffsetOutOfRange { start, end, .. } => WireError::OffsetOutOfRange {
                 start: start.get(),
@@ -398,6 +404,10 @@ impl WireError {
             },
             WireError::UnknownPartition => Error::UnknownPartition(partition.clone()),
             WireError::UnknownTopic => Error::UnknownTopic(partition.topic.clone()),
+            WireError::TopicAuthorizationFailed => {
+                Error::TopicAuthorizationFailed(partition.topic.clone())
+            }
+            WireError::ClusterAuthorizationFailed => Error::ClusterAuthorizationFailed,
             WireError::Indeterminate(reason) => Error::Indeterminate {
                 partition: partition.clone(),
                 reason,

@@ -132,6 +132,18 @@ fn metadata_commands_are_pinned_byte_by_byte() {
             },
             vec![8, 1, b'u', 1],
         ),
+        (
+            MetaCommand::CreateAcls {
+                acls: vec![acl_record("t", "U:a")],
+            },
+            vec![9, 1, 2, 1, b't', 3, 3, b'U', b':', b'a', 1, b'*', 4, 3],
+        ),
+        (
+            MetaCommand::DeleteAcls {
+                acls: vec![acl_record("t", "U:a")],
+            },
+            vec![10, 1, 2, 1, b't', 3, 3, b'U', b':', b'a', 1, b'*', 4, 3],
+        ),
     ];
     for (command, golden) in cases {
         assert_eq!(bytes(&command), golden, "{command:?}");
@@ -438,4 +450,64 @@ fn scram_credentials_are_put_checked_and_deleted() {
     ));
     catalog.apply(12, Some(&delete("alice", 2)));
     assert!(catalog.scram_credentials("alice").is_empty());
+}
+
+/// Topic `topic`, literally: `principal` may WRITE from any host.
+fn acl_record(topic: &str, principal: &str) -> AclRecord {
+    AclRecord {
+        resource_type: 2,
+        resource_name: topic.into(),
+        pattern_type: 3,
+        principal: principal.into(),
+        host: "*".into(),
+        operation: 4,
+        permission: 3,
+    }
+}
+
+#[test]
+fn acl_bindings_are_added_checked_and_removed() {
+    use crate::security::acl::{AclBindingFilter, AclOperation, Requester, ResourceType};
+    let mut catalog = Catalog::with_configured(&[], &[1]);
+    let create = |acls| MetaCommand::CreateAcls { acls };
+    let delete = |acls| MetaCommand::DeleteAcls { acls };
+    let alice = acl_record("orders", "User:alice");
+    catalog.apply(0, Some(&create(vec![alice.clone(), alice.clone()])));
+    assert_eq!(catalog.outcome(0), Some(Ok(())));
+    assert_eq!(catalog.acls().len(), 1);
+    let who = Requester {
+        principal: "User:alice",
+        host: None,
+    };
+    let policy = Default::default();
+    let decide = |c: &Catalog, op| {
+        c.acls()
+            .decide(&policy, &who, op, ResourceType::Topic, "orders")
+    };
+    assert!(decide(&catalog, AclOperation::Write));
+    assert!(decide(&catalog, AclOperation::Describe));
+    assert!(!decide(&catalog, AclOperation::Read));
+    // One bad record refuses the whole command.
+    let bad_codes = AclRecord {
+        operation: 99,
+        ..acl_record("payments", "User:bob")
+    };
+    let bad_principal = acl_record("payments", "bob");
+    for (i, bad) in [bad_codes, bad_principal].into_iter().enumerate() {
+        let offset = 1 + i as u64;
+        let good = acl_record("payments", "User:carol");
+        catalog.apply(offset, Some(&create(vec![good, bad])));
+        assert!(
+            matches!(catalog.outcome(offset), Some(Err(Refused::Invalid(_)))),
+            "{i}"
+        );
+        assert_eq!(catalog.acls().len(), 1);
+    }
+    catalog.apply(
+        3,
+        Some(&delete(vec![alice.clone(), acl_record("x", "User:y")])),
+    );
+    assert_eq!(catalog.outcome(3), Some(Ok(())));
+    assert!(catalog.acls().matching(&AclBindingFilter::any()).is_empty());
+    assert!(!decide(&catalog, AclOperation::Write));
 }

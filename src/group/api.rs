@@ -158,6 +158,8 @@ pub(crate) struct CommittedOffset {
     pub(crate) metadata: String,
     /// The leader epoch committed with the offset, if the committer named one.
     pub(crate) leader_epoch: Option<i32>,
+    /// Why the partition is not answered (its topic is not the client's to describe).
+    pub(crate) error: Option<GroupError>,
 }
 
 /// A group in ListGroups' answer.

@@ -87,6 +87,14 @@ pub enum GroupError {
     /// Another member joined with this member's `group.instance.id` and took its place.
     #[error("another member joined with this member's group instance id")]
     FencedInstanceId,
+    /// The client's principal may not do this to the group (Kafka's
+    /// `GROUP_AUTHORIZATION_FAILED`).
+    #[error("not authorized to access the group")]
+    AuthorizationFailed,
+    /// The client's principal may not read (commit) or describe (fetch) this partition's
+    /// topic (Kafka's `TOPIC_AUTHORIZATION_FAILED`, per partition).
+    #[error("not authorized to access the topic")]
+    TopicAuthorizationFailed,
 }
 
 impl GroupError {
@@ -108,6 +116,8 @@ impl GroupError {
             GroupError::GroupIdNotFound => 69,
             GroupError::GroupMaxSizeReached => 81,
             GroupError::FencedInstanceId => 82,
+            GroupError::AuthorizationFailed => 30,
+            GroupError::TopicAuthorizationFailed => 29,
         }
     }
 

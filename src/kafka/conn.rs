@@ -21,6 +21,7 @@ use tokio::task::JoinHandle;
 use super::frame::Frame;
 use super::{Held, KafkaConfig, answer, take};
 use crate::node::service::BrokerService;
+use crate::security::Session;
 use crate::transport::{Accepted, Turns, WriteHalf};
 
 /// A request's answer as its task leaves it: the framed bytes and the budget they hold, `None`
@@ -44,7 +45,7 @@ pub(super) async fn serve(
         authenticate_by,
     } = accepted;
     // A SASL listener serves a connection only once it has authenticated.
-    let _user = match &config.sasl {
+    let session = match &config.sasl {
         Some(settings) => {
             let user = super::sasl::authenticate(
                 (&mut rd, &mut wr),
@@ -55,12 +56,13 @@ pub(super) async fn serve(
                 authenticate_by,
             );
             match user.await {
-                Some(user) => Some(user),
+                Some(user) => Session::user(&user, Some(from.ip())),
                 None => return,
             }
         }
-        None => None,
+        None => Session::anonymous(Some(from.ip())),
     };
+    let service = service.with_session(session);
     let (queue, answers) = mpsc::channel(config.limits.in_flight_max.max(1));
     let mut writer = tokio::spawn(write_in_order(wr, answers, config.limits.frame_timeout));
     let turns = Turns::new();

@@ -38,7 +38,7 @@ mod refusals;
 mod sasl;
 
 use handlers::{
-    admin, api_versions, fetch, groups, metadata, offsets, produce, producer_ids,
+    acls, admin, api_versions, fetch, groups, metadata, offsets, produce, producer_ids,
     sasl as sasl_state,
 };
 
@@ -88,6 +88,9 @@ mod code {
     pub(super) const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
     pub(super) const ILLEGAL_SASL_STATE: i16 = 34;
     pub(super) const SASL_AUTHENTICATION_FAILED: i16 = 58;
+    pub(super) const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+    pub(super) const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
+    pub(super) const SECURITY_DISABLED: i16 = 54;
 }
 
 /// What the listener needs beside the service.
@@ -304,6 +307,11 @@ async fn answer(
         RequestKind::OffsetForLeaderEpoch(r) => {
             ResponseKind::OffsetForLeaderEpoch(offsets::offset_for_leader_epoch(r, service))
         }
+        RequestKind::DescribeAcls(r) => {
+            ResponseKind::DescribeAcls(acls::describe_acls(&r, service))
+        }
+        RequestKind::CreateAcls(r) => ResponseKind::CreateAcls(acls::create_acls(r, service).await),
+        RequestKind::DeleteAcls(r) => ResponseKind::DeleteAcls(acls::delete_acls(r, service).await),
         RequestKind::SaslHandshake(_) | RequestKind::SaslAuthenticate(_) => {
             sasl_state::out_of_place(api).ok_or_else(|| std::io::Error::other("not SASL"))?
         }
@@ -367,6 +375,10 @@ fn error_code(e: &Error) -> i16 {
         Error::NotLeader { .. } | Error::TryAgain { .. } => code::NOT_LEADER_OR_FOLLOWER,
         Error::UnknownPartition(_) | Error::UnknownTopic(_) => code::UNKNOWN_TOPIC_OR_PARTITION,
         Error::OffsetOutOfRange { .. } => code::OFFSET_OUT_OF_RANGE,
+        Error::TopicAuthorizationFailed(_) => code::TOPIC_AUTHORIZATION_FAILED,
+        Error::ClusterAuthorizationFailed => code::CLUSTER_AUTHORIZATION_FAILED,
+        Error::InvalidAcl(_) => code::INVALID_REQUEST,
+        Error::SecurityDisabled => code::SECURITY_DISABLED,
         Error::LeaderEpochMismatch { asked, current, .. } if asked < current => {
             code::FENCED_LEADER_EPOCH
         }

@@ -54,7 +54,6 @@ pub(super) fn unsupported(api: ApiKey, version: i16) -> Option<ResponseKind> {
             refuse!(ExpireDelegationToken, ExpireDelegationTokenResponse, no)
         }
         ApiKey::ListTransactions => refuse!(ListTransactions, ListTransactionsResponse, no),
-        ApiKey::DescribeAcls => refuse!(DescribeAcls, DescribeAclsResponse, no),
         ApiKey::DescribeQuorum => refuse!(DescribeQuorum, DescribeQuorumResponse, no),
         ApiKey::GetTelemetrySubscriptions => refuse!(
             GetTelemetrySubscriptions,
@@ -108,7 +107,7 @@ pub(super) fn refuse_items(request: RequestKind) -> Option<ResponseKind> {
             refuse_topic_changes(request)
         }
         R::DeleteRecords(_) => refuse_topic_changes(request),
-        R::DeleteGroups(_) | R::CreateAcls(_) | R::DeleteAcls(_) => refuse_groups_and_acls(request),
+        R::DeleteGroups(_) => refuse_group_deletion(request),
         R::TxnOffsetCommit(_) | R::DescribeProducers(_) | R::DescribeTransactions(_) => {
             refuse_transactions(request)
         }
@@ -185,43 +184,20 @@ fn refuse_topic_changes(request: RequestKind) -> Option<ResponseKind> {
     })
 }
 
-/// [`refuse_items`] for groups' deletion and ACLs; `None` for any other.
-fn refuse_groups_and_acls(request: RequestKind) -> Option<ResponseKind> {
+/// [`refuse_items`] for groups' deletion; `None` for any other.
+fn refuse_group_deletion(request: RequestKind) -> Option<ResponseKind> {
     use kafka_protocol::messages as m;
-    let no = code::UNSUPPORTED_VERSION;
-    Some(match request {
-        RequestKind::DeleteGroups(r) => {
-            let mut out = m::DeleteGroupsResponse::default();
-            for g in r.groups_names {
-                let mut res = m::delete_groups_response::DeletableGroupResult::default();
-                res.group_id = g;
-                res.error_code = no;
-                out.results.push(res);
-            }
-            ResponseKind::DeleteGroups(out)
-        }
-        RequestKind::CreateAcls(r) => {
-            let mut out = m::CreateAclsResponse::default();
-            for _ in r.creations {
-                let mut res = m::create_acls_response::AclCreationResult::default();
-                res.error_code = no;
-                res.error_message = message("replog has no ACLs");
-                out.results.push(res);
-            }
-            ResponseKind::CreateAcls(out)
-        }
-        RequestKind::DeleteAcls(r) => {
-            let mut out = m::DeleteAclsResponse::default();
-            for _ in r.filters {
-                let mut res = m::delete_acls_response::DeleteAclsFilterResult::default();
-                res.error_code = no;
-                res.error_message = message("replog has no ACLs");
-                out.filter_results.push(res);
-            }
-            ResponseKind::DeleteAcls(out)
-        }
-        _ => return None,
-    })
+    let RequestKind::DeleteGroups(r) = request else {
+        return None;
+    };
+    let mut out = m::DeleteGroupsResponse::default();
+    for g in r.groups_names {
+        let mut res = m::delete_groups_response::DeletableGroupResult::default();
+        res.group_id = g;
+        res.error_code = code::UNSUPPORTED_VERSION;
+        out.results.push(res);
+    }
+    Some(ResponseKind::DeleteGroups(out))
 }
 
 /// [`refuse_items`] for transactions and producers; `None` for any other.
@@ -288,8 +264,6 @@ pub(super) fn refused_per_item(api: kafka_protocol::messages::ApiKey) -> bool {
             | K::IncrementalAlterConfigs
             | K::DeleteRecords
             | K::DeleteGroups
-            | K::CreateAcls
-            | K::DeleteAcls
             | K::TxnOffsetCommit
             | K::DescribeProducers
             | K::DescribeTransactions

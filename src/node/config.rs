@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::catalog::{PARTITIONS_MAX, check_topic_name};
 use crate::config::LogConfig;
 use crate::error::{Error, Result};
+use crate::security::acl::AuthorizerPolicy;
 use crate::types::Durability;
 use crate::types::NodeId;
 use crate::{KafkaSecurityProtocol, SaslMechanism, ScramCredential, ScramMechanism};
@@ -150,6 +151,13 @@ pub struct NodeConfig {
     /// user at all, the brokers write these credentials to the metadata log; once it has one,
     /// they are ignored. Empty by default.
     pub bootstrap_users: Vec<(String, ScramCredential)>,
+    /// Kafka's ACLs enforced on every client request of both doors, with this policy (super
+    /// users, and what a resource no ACL names allows); `None` (the default) enforces none.
+    /// The ACLs themselves live in the metadata log ([`crate::acl`]). A client that did not
+    /// authenticate is `User:ANONYMOUS`. Requests brokers make of each other are not
+    /// authorized (until brokers authenticate each other, anyone who reaches the native port
+    /// can make them).
+    pub authorization: Option<AuthorizerPolicy>,
 }
 
 impl NodeConfig {
@@ -200,6 +208,7 @@ impl NodeConfig {
             sasl_plain_without_tls: false,
             tls: None,
             bootstrap_users: Vec::new(),
+            authorization: None,
         }
     }
 
@@ -469,6 +478,15 @@ impl NodeConfig {
                     crate::catalog::USER_NAME_BYTES_MAX
                 ),
             );
+        }
+        if let Some(policy) = &self.authorization
+            && let Some(Err(reason)) = policy
+                .super_users
+                .iter()
+                .map(|p| crate::security::acl::check_principal(p))
+                .find(Result::is_err)
+        {
+            return bad("authorization", format!("a super user: {reason}"));
         }
         Ok(())
     }

@@ -11,6 +11,7 @@ use crate::protocol::{
     FetchRequest, FetchResponse, ListOffsetsRequest, MetadataRequest, ProduceRequestRef,
     ProduceResponse, WireBatch, WireError,
 };
+use crate::security::Session;
 use crate::transport::frame::Op;
 use crate::transport::{Answer, AnswerBudget, BoxFuture, Handler, Turn};
 use crate::types::Offset;
@@ -100,7 +101,11 @@ impl Handler for NodeHandler {
     ) -> BoxFuture<Answer> {
         Box::pin(async move {
             let started = std::time::Instant::now();
-            let service = &self.service;
+            // Each request on behalf of whoever the connection is: nobody authenticates on the
+            // native door yet, so its clients are anonymous.
+            let service = &self
+                .service
+                .with_session(Session::anonymous(from.map(|a| a.ip())));
             // Only produce requests keep their connection's order (see `Replica::write`);
             // any other passes its turn on at once.
             let turn = matches!(op, Op::Produce).then_some(turn);

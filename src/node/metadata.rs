@@ -391,6 +391,27 @@ impl Broker {
         }
     }
 
+    /// Waits, within the request timeout, for this broker's catalog to satisfy `applied`
+    /// (whether it did): a command forwarded to the metadata leader is applied here a moment
+    /// after the leader answered, and a client that reads back what it changed expects it.
+    pub(crate) async fn until_catalog(
+        &self,
+        applied: impl Fn(&crate::catalog::Catalog) -> bool,
+    ) -> bool {
+        let deadline = tokio::time::Instant::now() + self.config.request_timeout;
+        let mut changes = self.catalog_applied.subscribe();
+        // Bounded by the deadline; each turn waits for the catalog to apply more.
+        loop {
+            if applied(&self.catalog.read()) {
+                return true;
+            }
+            match tokio::time::timeout_at(deadline, changes.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return false,
+            }
+        }
+    }
+
     /// Applies the metadata records committed since the last call to the catalog.
     fn catch_up_catalog(&self) -> Result<bool> {
         let mut progressed = false;

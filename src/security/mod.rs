@@ -5,8 +5,11 @@
 //!   keys, never a password), and the server's side of the exchange.
 //! - `plain.rs`: SASL PLAIN (RFC 4616), checked against the same stored credentials.
 //!
+//! - `acl.rs`: Kafka's access control lists and the authorization decision they make.
+//!
 //! A successful exchange names a principal, `User:<name>`, the same on both doors.
 
+pub mod acl;
 mod plain;
 mod scram;
 
@@ -138,4 +141,40 @@ pub enum SaslError {
     /// A message out of turn (the exchange is over, or has not started).
     #[error("a SASL message out of turn")]
     IllegalState,
+}
+
+/// Who is on the other end of a connection, as authorization sees them: the principal its
+/// authentication named (`User:ANONYMOUS` where none ran) and the address it comes from.
+#[derive(Clone, Debug)]
+pub(crate) struct Session {
+    pub(crate) principal: std::sync::Arc<str>,
+    pub(crate) host: Option<std::net::IpAddr>,
+}
+
+impl Session {
+    /// A connection nobody authenticated on.
+    pub(crate) fn anonymous(host: Option<std::net::IpAddr>) -> Session {
+        static PRINCIPAL: std::sync::LazyLock<std::sync::Arc<str>> =
+            std::sync::LazyLock::new(|| std::sync::Arc::from(acl::ANONYMOUS));
+        Session {
+            principal: std::sync::Arc::clone(&PRINCIPAL),
+            host,
+        }
+    }
+
+    /// A connection on which `user` authenticated.
+    pub(crate) fn user(user: &str, host: Option<std::net::IpAddr>) -> Session {
+        Session {
+            principal: std::sync::Arc::from(format!("User:{user}")),
+            host,
+        }
+    }
+
+    /// The session as an authorization decision takes it.
+    pub(crate) fn requester(&self) -> acl::Requester<'_> {
+        acl::Requester {
+            principal: &self.principal,
+            host: self.host,
+        }
+    }
 }

@@ -11,7 +11,7 @@ use crate::support::wait_until;
 
 /// Python's Kafka clients, if installed (`.ci/run` installs kafka-python and
 /// confluent-kafka from PyPI): required in CI, skipped elsewhere.
-fn python_clients() -> bool {
+pub(crate) fn python_clients() -> bool {
     let found = Command::new("python3")
         .args(["-c", "import kafka, confluent_kafka"])
         .stdout(Stdio::null())
@@ -28,8 +28,8 @@ fn python_clients() -> bool {
     found
 }
 
-/// Runs one of `tests/kafka_clients/`'s scripts (bounded by `timeout`, 120 s).
-async fn python(script: &str, args: Vec<String>) -> (bool, String, String) {
+/// Runs one of `tests/kafka_clients/`'s scripts (bounded by `timeout`, 180 s).
+pub(crate) async fn python(script: &str, args: Vec<String>) -> (bool, String, String) {
     python_env(script, args, Vec::new()).await
 }
 
@@ -46,7 +46,7 @@ pub(crate) async fn python_env(
     );
     tokio::task::spawn_blocking(move || {
         let out = Command::new("timeout")
-            .args(["120", "python3", &path])
+            .args(["180", "python3", &path])
             .args(&args)
             .envs(env)
             .stdin(Stdio::null())

@@ -20,21 +20,35 @@ pub(crate) const PASSWORD: &str = "wonder-land";
 fn sasl_cluster(
     dir: &std::path::Path,
 ) -> (Vec<Option<crate::Broker>>, Vec<SocketAddr>, Vec<SocketAddr>) {
-    secure_cluster(dir, "SASL_PLAINTEXT", |_| {
-        vec!["--sasl-plain-without-tls".to_string()]
+    sasl_cluster_with(dir, &[(USER, PASSWORD)], &[])
+}
+
+/// Three brokers as [`sasl_cluster`]'s, with `users` in the bootstrap user file and `extra`
+/// arguments for `replog node`.
+pub(crate) fn sasl_cluster_with(
+    dir: &std::path::Path,
+    users: &[(&str, &str)],
+    extra: &[&str],
+) -> (Vec<Option<crate::Broker>>, Vec<SocketAddr>, Vec<SocketAddr>) {
+    secure_cluster(dir, "SASL_PLAINTEXT", users, |_| {
+        let mut more = vec!["--sasl-plain-without-tls".to_string()];
+        more.extend(extra.iter().map(|a| a.to_string()));
+        more
     })
 }
 
 /// Three brokers whose Kafka listeners use `protocol`, offering SCRAM-SHA-512, SCRAM-SHA-256
-/// and PLAIN where it has SASL, with user [`USER`] in the bootstrap user file, each given
-/// `more(id)` arguments besides; the native and Kafka addresses.
+/// and PLAIN where it has SASL, with `users` in the bootstrap user file, each given `more(id)`
+/// arguments besides; the native and Kafka addresses.
 pub(crate) fn secure_cluster(
     dir: &std::path::Path,
     protocol: &str,
+    users: &[(&str, &str)],
     more: impl Fn(u64) -> Vec<String>,
 ) -> (Vec<Option<crate::Broker>>, Vec<SocketAddr>, Vec<SocketAddr>) {
+    let lines: String = users.iter().map(|(u, p)| format!("{u}:{p}\n")).collect();
     let users = dir.join("users");
-    std::fs::write(&users, format!("# the first admin\n{USER}:{PASSWORD}\n")).unwrap();
+    std::fs::write(&users, format!("# the first users\n{lines}")).unwrap();
     let users = users.to_str().unwrap().to_string();
     let addrs = crate::process_addrs(3);
     let kafka = crate::process_addrs(3);

@@ -52,7 +52,9 @@ fn tls_args(certs: &Path, id: u64) -> Vec<String> {
 fn tls_cluster(dir: &Path, protocol: &str) -> (std::path::PathBuf, Cluster) {
     let certs = dir.join("certs");
     dev_certs(&certs);
-    let cluster = secure_cluster(dir, protocol, |id| tls_args(&certs, id));
+    let cluster = secure_cluster(dir, protocol, &[(USER, PASSWORD)], |id| {
+        tls_args(&certs, id)
+    });
     (certs, cluster)
 }
 
@@ -150,9 +152,7 @@ async fn kcat_and_kafka_python_authenticate_over_sasl_ssl_with_scram_and_plain()
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let certs = dir.path().join("certs");
-    dev_certs(&certs);
-    let (brokers, addrs, kafka) = secure_cluster(dir.path(), "SASL_SSL", |id| tls_args(&certs, id));
+    let (certs, (brokers, addrs, kafka)) = tls_cluster(dir.path(), "SASL_SSL");
     let (client, leader, follower) = topic(&addrs).await;
     let at = kafka[follower as usize - 1].to_string();
     let ca = certs.join("ca.pem");

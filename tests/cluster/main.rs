@@ -19,6 +19,7 @@ mod groups;
 mod hostile;
 mod idempotence;
 mod kafka;
+mod kafka_acls;
 mod kafka_answers;
 mod kafka_groups;
 mod kafka_python;

@@ -211,9 +211,10 @@ impl Cluster {
 
     /// Starts broker `id` again (a no-op if it runs).
     async fn restart(&mut self, id: u64) {
-        // A stopped broker's directory can stay locked for a moment while its last syncs end.
+        // A stopped broker's directory can stay locked while its last syncs end: seconds on a
+        // machine whose other tests sync too.
         let what = format!("broker {id} to start again");
-        wait_until(Duration::from_secs(10), &what, async || {
+        wait_until(Duration::from_secs(30), &what, async || {
             self.local.restart(id).await
         })
         .await

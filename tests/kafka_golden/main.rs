@@ -31,6 +31,7 @@ use tokio::net::TcpStream;
 
 use replog::LocalCluster;
 
+mod acls;
 mod admin;
 mod api_versions;
 mod fetch;
@@ -358,6 +359,7 @@ pub(crate) fn topic(v: &str) -> TopicName {
 /// Every family's declaration of the versions its tests exchange.
 fn golden_cases() -> Vec<(ApiKey, i16)> {
     [
+        acls::GOLDEN,
         admin::GOLDEN,
         api_versions::GOLDEN,
         fetch::GOLDEN,
@@ -386,7 +388,7 @@ async fn every_served_api_has_a_golden_case_at_its_oldest_and_newest_version() {
         .exchange(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default())
         .await;
     let served: ApiVersionsResponse = broker.decode(ApiKey::ApiVersions, 3, &answer);
-    assert_eq!(served.api_keys.len(), 22, "the twenty-two APIs served");
+    assert_eq!(served.api_keys.len(), 25, "the twenty-five APIs served");
     let cases = &golden_cases();
     let missing: Vec<String> = served
         .api_keys

@@ -81,6 +81,22 @@ pub(crate) struct NodeArgs {
     /// no user at all. A file, so that no password is on the command line.
     #[arg(long)]
     bootstrap_user_file: Option<PathBuf>,
+    /// Enforce Kafka's ACLs on every client request (both listeners): with no ACL on a
+    /// resource, only super users may use it. Clients that do not authenticate are
+    /// `User:ANONYMOUS`.
+    #[arg(long)]
+    authorization: bool,
+    /// A principal allowed everything, ACLs or not (`User:admin`); repeatable.
+    #[arg(
+        long = "super-user",
+        value_name = "PRINCIPAL",
+        requires = "authorization"
+    )]
+    super_users: Vec<String>,
+    /// Allow every request on a resource that no ACL names (Kafka's
+    /// `allow.everyone.if.no.acl.found`).
+    #[arg(long, requires = "authorization")]
+    allow_everyone_if_no_acl: bool,
 }
 
 /// `--kafka-security-protocol`, as Kafka names them.
@@ -224,6 +240,12 @@ impl NodeArgs {
         config.sasl_plain_without_tls = self.sasl_plain_without_tls;
         if let Some(path) = &self.bootstrap_user_file {
             config.bootstrap_users = read_bootstrap_users(path)?;
+        }
+        if self.authorization {
+            config.authorization = Some(replog::acl::AuthorizerPolicy {
+                super_users: self.super_users,
+                allow_everyone_if_no_acl: self.allow_everyone_if_no_acl,
+            });
         }
         Ok(config)
     }

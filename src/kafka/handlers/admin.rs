@@ -20,6 +20,7 @@ use kafka_protocol::protocol::StrBytes;
 use crate::error::Error;
 use crate::kafka::{KafkaConfig, broker_id, code, error_code, message};
 use crate::node::service::{BrokerService, NewTopic};
+use crate::security::acl::{AclOperation, ResourceType};
 
 /// The versions served.
 pub(crate) const APIS: &[super::Served] = &[
@@ -231,6 +232,21 @@ pub(crate) fn describe_configs(
         res.resource_type = resource.resource_type;
         res.resource_name = resource.resource_name.clone();
         let name = resource.resource_name.as_str();
+        let denied = match resource.resource_type {
+            RESOURCE_TOPIC => {
+                (!service.may(AclOperation::DescribeConfigs, ResourceType::Topic, name))
+                    .then_some(code::TOPIC_AUTHORIZATION_FAILED)
+            }
+            RESOURCE_BROKER => (!service.may_on_cluster(AclOperation::DescribeConfigs))
+                .then_some(code::CLUSTER_AUTHORIZATION_FAILED),
+            _ => None,
+        };
+        if let Some(denied) = denied {
+            res.error_code = denied;
+            res.error_message = message("not authorized");
+            r.results.push(res);
+            continue;
+        }
         let known = match resource.resource_type {
             RESOURCE_TOPIC => service.topic_shape(name).is_some(),
             RESOURCE_BROKER => name.is_empty() || name.parse::<u64>().ok() == Some(config.me),

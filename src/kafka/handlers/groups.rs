@@ -313,6 +313,7 @@ pub(crate) async fn offset_fetch(
                     .map_or(-1, |o| i64::try_from(o).unwrap_or(i64::MAX));
                 p.committed_leader_epoch = c.leader_epoch.unwrap_or(-1);
                 p.metadata = Some(s(&c.metadata));
+                p.error_code = c.error.map_or(0, GroupError::code);
                 match topics.iter_mut().find(|t| *t.name.0 == c.topic) {
                     Some(t) => t.partitions.push(p),
                     None => {

@@ -14,6 +14,7 @@ use crate::group::OFFSETS_TOPIC;
 use crate::kafka::{KafkaConfig, broker_id, code, topic_name};
 use crate::node::service::BrokerService;
 use crate::protocol::PartitionMetadata;
+use crate::security::acl::{AclOperation, ResourceType};
 
 /// The versions served.
 pub(crate) const APIS: &[super::Served] = &[(kafka_protocol::messages::ApiKey::Metadata, 1, 12)];
@@ -77,6 +78,13 @@ pub(crate) async fn metadata(
             .push(partition(p));
     }
     r.topics = topics.into_iter().map(topic).collect();
+    // A topic asked for that the client may not describe is refused whether it exists or not.
+    for t in r.topics.iter_mut().filter(|t| t.partitions.is_empty()) {
+        let name = t.name.as_ref().map_or("", |n| n.0.as_str());
+        if !service.may(AclOperation::Describe, ResourceType::Topic, name) {
+            t.error_code = code::TOPIC_AUTHORIZATION_FAILED;
+        }
+    }
     r
 }
 

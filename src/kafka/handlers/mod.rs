@@ -8,6 +8,7 @@
 //! the response Kafka gives. An API declared without them fails
 //! `every_served_api_has_a_golden_case_at_its_oldest_and_newest_version`.
 
+pub(super) mod acls;
 pub(super) mod admin;
 pub(super) mod api_versions;
 pub(super) mod fetch;
@@ -35,6 +36,7 @@ pub(crate) fn served() -> impl Iterator<Item = Served> {
         producer_ids::APIS,
         admin::APIS,
         sasl::APIS,
+        acls::APIS,
     ]
     .into_iter()
     .flatten()
@@ -45,12 +47,12 @@ pub(crate) fn served() -> impl Iterator<Item = Served> {
 mod tests {
     use super::*;
 
-    /// The twenty-two APIs served, each once.
+    /// The twenty-five APIs served, each once.
     #[test]
     fn every_api_is_declared_by_one_handler() {
         let keys: std::collections::BTreeSet<i16> = served().map(|(k, _, _)| k as i16).collect();
         assert_eq!(keys.len(), served().count(), "an API declared twice");
-        assert_eq!(keys.len(), 22);
+        assert_eq!(keys.len(), 25);
         assert!(served().all(|(_, min, max)| min <= max));
     }
 }

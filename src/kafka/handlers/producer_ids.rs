@@ -28,6 +28,10 @@ pub(crate) async fn init_producer_id(
             r.producer_id = ProducerId(i64::try_from(id).unwrap_or(-1));
             r.producer_epoch = i16::try_from(epoch).unwrap_or(-1);
         }
+        Err(e @ crate::Error::ClusterAuthorizationFailed) => {
+            tracing::debug!(error = %e, "no producer id");
+            r.error_code = code::CLUSTER_AUTHORIZATION_FAILED;
+        }
         // No id could be had in time (the metadata group has no reachable leader): Kafka's
         // answer when its producer id manager cannot hand one out, which clients retry.
         Err(e) => {

@@ -501,6 +501,7 @@ impl Broker {
                 offset: c.map(|c| c.offset),
                 metadata: c.map(|c| c.metadata.clone()).unwrap_or_default(),
                 leader_epoch: c.and_then(|c| c.leader_epoch),
+                error: None,
             }
         };
         let mut out: Vec<CommittedOffset> = match partitions {

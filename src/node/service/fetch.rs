@@ -24,6 +24,7 @@ use super::BrokerService;
 use crate::error::{Error, Result};
 use crate::node::HostedReplica;
 use crate::node::write::{Fetched, read_committed};
+use crate::security::acl::AclOperation;
 use crate::segment::format::FRAME_HEADER_LEN;
 use crate::segment::record::Batch;
 use crate::types::{Offset, PartitionId};
@@ -151,6 +152,7 @@ impl BrokerService {
     /// One partition of a fetch with `left` bytes of the answer left; `first`: no partition
     /// before it had records, so its first batch is answered whole.
     fn fetch_partition(&self, p: &PartitionFetch, left: usize, first: bool) -> Result<Fetched> {
+        self.authorize_topic(AclOperation::Read, &p.partition.topic)?;
         let replica = self.broker.group(&p.partition)?;
         check_epoch(&replica, p.current_epoch)?;
         let max = p.max_bytes.min(left);
@@ -185,6 +187,12 @@ impl BrokerService {
         }
         let mut commits = Vec::with_capacity(request.partitions.len());
         for p in &request.partitions {
+            if self
+                .authorize_topic(AclOperation::Read, &p.partition.topic)
+                .is_err()
+            {
+                return;
+            }
             match self.broker.group(&p.partition) {
                 Ok(replica) => commits.push(replica.sm.subscribe()),
                 Err(_) => return,

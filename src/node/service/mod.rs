@@ -22,12 +22,16 @@ use crate::protocol::{
     CreateTopicRequest, DeleteTopicRequest, MetadataResponse, ProposeRequest, ReassignRequest,
 };
 use crate::raft::types::AppendRequest;
+use crate::security::Session;
+use crate::security::acl::{AclOperation, ResourceType};
 use crate::transport::Turn;
 use crate::types::PartitionId;
 
 use super::Broker;
 pub(crate) use super::write::Fetched;
 
+mod acls;
+mod authorize;
 mod fetch;
 mod offsets;
 mod topics;
@@ -52,15 +56,21 @@ fn internal_topic() -> Error {
     }
 }
 
-/// The broker's operations for clients.
+/// The broker's operations for clients, on behalf of one connection's session (see
+/// `authorize.rs`).
 #[derive(Clone)]
 pub(crate) struct BrokerService {
     broker: Arc<Broker>,
+    session: Session,
 }
 
 impl BrokerService {
+    /// The service for a connection nobody authenticated on, whose address is unknown.
     pub(super) fn new(broker: Arc<Broker>) -> BrokerService {
-        BrokerService { broker }
+        BrokerService {
+            broker,
+            session: Session::anonymous(None),
+        }
     }
 
     /// User `user`'s SCRAM credential for `mechanism`, as the metadata log has it.
@@ -80,6 +90,7 @@ impl BrokerService {
     /// Appends a batch on the partition's leader: [`crate::Node::append`]'s rules. The offsets
     /// topic is written by its coordinators only.
     pub(crate) async fn produce(&self, request: Produce) -> Result<AppendInfo> {
+        self.authorize_topic(AclOperation::Write, &request.partition.topic)?;
         if request.partition.topic == OFFSETS_TOPIC {
             return Err(internal_topic());
         }
@@ -89,14 +100,36 @@ impl BrokerService {
     }
 
     /// Brokers, topics and every partition's current leader (`local_only`: only the partitions
-    /// hosted here, as brokers ask each other).
+    /// hosted here, as brokers ask each other). A client is told only of the topics it may
+    /// describe.
     pub(crate) async fn metadata(&self, topic: Option<&str>, local_only: bool) -> MetadataResponse {
-        self.broker.metadata(topic, local_only).await
+        if let Some(t) = topic
+            && !local_only
+            && !self.may(AclOperation::Describe, ResourceType::Topic, t)
+        {
+            let mut answer = self.broker.metadata(Some(t), local_only).await;
+            answer.partitions.clear();
+            return answer;
+        }
+        let mut answer = self.broker.metadata(topic, local_only).await;
+        if !local_only && self.authorizes() {
+            answer.partitions.retain(|p| {
+                self.may(
+                    AclOperation::Describe,
+                    ResourceType::Topic,
+                    &p.partition.topic,
+                )
+            });
+        }
+        answer
     }
 
     /// Creates a topic through the metadata group. The offsets topic is created by the
     /// brokers only (a broker forwards its creation to the metadata leader).
     pub(crate) async fn create_topic(&self, request: CreateTopicRequest) -> Result<()> {
+        if !request.forwarded {
+            self.authorize_create_topic(&request.name)?;
+        }
         if request.name == OFFSETS_TOPIC && !request.forwarded {
             return Err(internal_topic());
         }
@@ -105,6 +138,9 @@ impl BrokerService {
 
     /// Deletes a created topic through the metadata group (never the offsets topic).
     pub(crate) async fn delete_topic(&self, request: DeleteTopicRequest) -> Result<()> {
+        if !request.forwarded {
+            self.authorize_topic(AclOperation::Delete, &request.name)?;
+        }
         if request.name == OFFSETS_TOPIC {
             return Err(internal_topic());
         }
@@ -154,6 +190,7 @@ impl BrokerService {
 
     /// FindCoordinator: the broker leading the group's offsets partition.
     pub(crate) async fn find_coordinator(&self, group: &str) -> GroupResult<Coordinator> {
+        self.authorize_group(AclOperation::Describe, group)?;
         self.broker.find_coordinator(group).await
     }
 
@@ -164,11 +201,13 @@ impl BrokerService {
         request: JoinGroup,
         from: Option<SocketAddr>,
     ) -> GroupResult<JoinReply> {
+        self.authorize_group(AclOperation::Read, &request.group)?;
         self.broker.join_group(request, from).await
     }
 
     /// SyncGroup: the member's assignment, once the leader's is written.
     pub(crate) async fn sync_group(&self, request: SyncGroup) -> GroupResult<Bytes> {
+        self.authorize_group(AclOperation::Read, &request.group)?;
         self.broker.sync_group(request).await
     }
 
@@ -179,20 +218,41 @@ impl BrokerService {
         generation: i32,
         member_id: &MemberRef,
     ) -> GroupResult<()> {
+        self.authorize_group(AclOperation::Read, group)?;
         self.broker.heartbeat(group, generation, member_id).await
     }
 
     /// LeaveGroup.
     pub(crate) async fn leave_group(&self, group: &str, member_id: &MemberRef) -> GroupResult<()> {
+        self.authorize_group(AclOperation::Read, group)?;
         self.broker.leave_group(group, member_id).await
     }
 
-    /// OffsetCommit, fenced by the member's generation.
+    /// OffsetCommit, fenced by the member's generation: READ on the group, and on each
+    /// partition's topic (a partition whose topic the session may not read is answered with
+    /// its error, and not committed).
     pub(crate) async fn commit_offsets(
         &self,
-        request: OffsetCommit,
+        mut request: OffsetCommit,
     ) -> GroupResult<Vec<PartitionResult>> {
-        self.broker.commit_offsets(request).await
+        self.authorize_group(AclOperation::Read, &request.group)?;
+        let mut refused = Vec::new();
+        if self.authorizes() {
+            request.offsets.retain(|o| {
+                let ok = self.may(AclOperation::Read, ResourceType::Topic, &o.topic);
+                if !ok {
+                    refused.push(PartitionResult {
+                        topic: o.topic.clone(),
+                        partition: o.partition,
+                        error: Some(GroupError::TopicAuthorizationFailed),
+                    });
+                }
+                ok
+            });
+        }
+        let mut results = self.broker.commit_offsets(request).await?;
+        results.extend(refused);
+        Ok(results)
     }
 
     /// OffsetFetch (every committed partition of the group when `partitions` is `None`).
@@ -201,16 +261,39 @@ impl BrokerService {
         group: &str,
         partitions: Option<Vec<(String, u32)>>,
     ) -> GroupResult<Vec<CommittedOffset>> {
-        self.broker.fetch_offsets(group, partitions).await
+        self.authorize_group(AclOperation::Describe, group)?;
+        let asked = partitions.is_some();
+        let mut offsets = self.broker.fetch_offsets(group, partitions).await?;
+        if self.authorizes() {
+            // Partitions asked for are answered with their error; of all the group's, those
+            // of topics the session may not describe are left out (as Kafka does).
+            offsets.retain_mut(|o| {
+                if self.may(AclOperation::Describe, ResourceType::Topic, &o.topic) {
+                    return true;
+                }
+                o.offset = None;
+                o.metadata.clear();
+                o.leader_epoch = None;
+                o.error = Some(GroupError::TopicAuthorizationFailed);
+                asked
+            });
+        }
+        Ok(offsets)
     }
 
     /// ListGroups: the groups this broker coordinates.
+    /// (Every group with DESCRIBE on the cluster; otherwise those the session may describe.)
     pub(crate) async fn list_groups(&self) -> Vec<GroupListing> {
-        self.broker.list_groups().await
+        let mut groups = self.broker.list_groups().await;
+        if self.authorizes() && !self.may_on_cluster(AclOperation::Describe) {
+            groups.retain(|g| self.may(AclOperation::Describe, ResourceType::Group, &g.group));
+        }
+        groups
     }
 
     /// DescribeGroups for one group.
     pub(crate) async fn describe_group(&self, group: &str) -> GroupResult<GroupDescription> {
+        self.authorize_group(AclOperation::Describe, group)?;
         self.broker.describe_group(group).await
     }
 
@@ -219,12 +302,14 @@ impl BrokerService {
     /// id, a producer that asks again (after a fatal error, KIP-360) gets a new id: what it
     /// sent under the old one cannot be confused with what it sends next.
     pub(crate) async fn init_producer_id(&self) -> Result<(u64, u16)> {
+        self.authorize_idempotent_write()?;
         Ok((self.broker.new_producer_id().await?, 0))
     }
 
     /// Moves a created topic's partition to other brokers: recorded through the metadata group
     /// (the metadata leader checks the move), carried out by the partition's leader.
     pub(crate) async fn reassign_partition(&self, request: ReassignRequest) -> Result<()> {
+        self.authorize_cluster(AclOperation::Alter)?;
         let command = MetaCommand::ReassignPartition {
             name: request.topic,
             partition: request.partition,

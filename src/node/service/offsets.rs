@@ -5,6 +5,7 @@ use super::BrokerService;
 use super::fetch::check_epoch;
 use crate::error::{Error, Result};
 use crate::protocol::OffsetAt;
+use crate::security::acl::AclOperation;
 use crate::types::{Offset, PartitionId};
 
 /// An offset ListOffsets found.
@@ -27,6 +28,7 @@ impl BrokerService {
         at: OffsetAt,
         current_epoch: Option<u64>,
     ) -> Result<Option<Listed>> {
+        self.authorize_topic(AclOperation::Describe, &partition.topic)?;
         let replica = self.broker.group(partition)?;
         check_epoch(&replica, current_epoch)?;
         let log = replica.store.log();
@@ -78,6 +80,8 @@ impl BrokerService {
         at: OffsetAt,
         offset: Offset,
     ) -> Option<u64> {
+        self.authorize_topic(AclOperation::Describe, &partition.topic)
+            .ok()?;
         let replica = self.broker.group(partition).ok()?;
         let current = replica.raft.term();
         if at == OffsetAt::Latest {
@@ -102,6 +106,7 @@ impl BrokerService {
         epoch: u64,
         current: Option<u64>,
     ) -> Result<Option<(u64, Offset)>> {
+        self.authorize_topic(AclOperation::Describe, &partition.topic)?;
         let replica = self.broker.group(partition)?;
         let state = replica.raft.state();
         if state.leader != Some(self.broker.config.id) {

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use super::BrokerService;
 use crate::error::{Error, Result};
 use crate::protocol::{CreateTopicRequest, DeleteTopicRequest};
+use crate::security::acl::AclOperation;
 
 /// The partition count of a topic created without one.
 const DEFAULT_PARTITIONS: u32 = 1;
@@ -73,6 +74,7 @@ impl BrokerService {
             forwarded: false,
         };
         let shape = (request.partitions, request.replication_factor);
+        self.authorize_create_topic(&request.name)?;
         if validate_only {
             self.broker.plan_topic(&request)?;
             return Ok(shape);
@@ -84,6 +86,8 @@ impl BrokerService {
     /// Deletes the created topic `name` through the metadata group, asked again while no
     /// metadata leader takes it, until `deadline`.
     pub(crate) async fn delete_topic_by_name(&self, name: String, deadline: Instant) -> Result<()> {
+        // Authorized first: a client that may not delete it learns nothing of its existence.
+        self.authorize_topic(AclOperation::Delete, &name)?;
         if self.topic_shape(&name).is_none() {
             return Err(Error::UnknownTopic(name));
         }
