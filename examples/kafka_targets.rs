@@ -15,7 +15,14 @@
 //!    and produces one record (acks=all): the time to its ack, p50 and p99;
 //! 4. a kafka-python consumer assigned six partitions while one record every 100 ms goes to
 //!    one partition at a time: the time from send to poll, p50 and p99 per partition (needs
-//!    `python3` with kafka-python).
+//!    `python3` with kafka-python);
+//! 5. TLS against plaintext: two three-broker clusters side by side, one whose Kafka listeners
+//!    serve SSL (certificates from `DevCertificates`) and one PLAINTEXT; in three rounds,
+//!    `kcat -P -l` of 1 KiB lines through a follower (acks=all) and the Rust Kafka fetch loop
+//!    of part 2 reading them back from the leader, on each cluster in turn; records/s and the
+//!    TLS/plaintext ratio of the rounds together; and, as the floor those ratios stand on,
+//!    256 MiB streamed one way through TLS (rustls, as the brokers run it) and through plain
+//!    TCP on loopback.
 //!
 //! Run: `cargo build --release && cargo run --release --example kafka_targets` (about two
 //! minutes; needs `kcat` on the PATH, and for part 1's `replog produce` the `replog` binary
@@ -42,7 +49,7 @@ use kafka_protocol::records::{
 use replog::{
     Client, ClientConfig, Consumer, ConsumerConfig, LocalCluster, NodeId, Record, StartAt,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -55,6 +62,16 @@ async fn cluster(
     dir: &std::path::Path,
     topics: Vec<(String, u32)>,
 ) -> replog::Result<(LocalCluster, BTreeMap<NodeId, SocketAddr>)> {
+    cluster_with(dir, topics, None).await
+}
+
+/// [`cluster`]; with `certs` (a directory `DevCertificates::write_to` wrote), the Kafka
+/// listeners serve SSL with the brokers' certificates there.
+async fn cluster_with(
+    dir: &std::path::Path,
+    topics: Vec<(String, u32)>,
+    certs: Option<std::path::PathBuf>,
+) -> replog::Result<(LocalCluster, BTreeMap<NodeId, SocketAddr>)> {
     let kafka: BTreeMap<NodeId, SocketAddr> = (1..=3)
         .map(|id| {
             let l = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -66,6 +83,10 @@ async fn cluster(
         c.topics = topics.clone();
         c.kafka_listen = peers.get(&c.id).copied();
         c.kafka_peers = peers.clone();
+        if let Some(certs) = &certs {
+            c.tls = Some(replog::DevCertificates::broker_config(certs, c.id));
+            c.kafka_security_protocol = replog::KafkaSecurityProtocol::Ssl;
+        }
     })
     .await?;
     Ok((cluster, kafka))
@@ -304,9 +325,9 @@ async fn fetch_rates(records: usize) -> replog::Result<()> {
     cluster.shutdown().await
 }
 
-/// One Kafka request and its answer on `s`.
-async fn call<Req: Encodable, Resp: Decodable>(
-    s: &mut TcpStream,
+/// One Kafka request and its answer on `s` (plaintext or TLS).
+async fn call<S: AsyncRead + AsyncWrite + Unpin, Req: Encodable, Resp: Decodable>(
+    s: &mut S,
     api: ApiKey,
     version: i16,
     request: &Req,
@@ -327,6 +348,7 @@ async fn call<Req: Encodable, Resp: Decodable>(
     framed.put_i32(i32::try_from(body.len()).unwrap_or(i32::MAX));
     framed.extend_from_slice(&body);
     s.write_all(&framed).await?;
+    s.flush().await?;
     let mut len = [0u8; 4];
     s.read_exact(&mut len).await?;
     let mut answer = vec![0u8; (&len[..]).get_i32().max(0) as usize];
@@ -341,11 +363,36 @@ async fn call<Req: Encodable, Resp: Decodable>(
 /// requests (v11, 4 MiB per partition, no wait) on one connection, decoding every batch;
 /// records/s.
 async fn raw_kafka_fetch(at: SocketAddr, topic: &str, total: u64) -> std::io::Result<u64> {
+    let mut s = TcpStream::connect(at).await?;
+    let _ = s.set_nodelay(true);
+    fetch_loop(&mut s, topic, total).await
+}
+
+/// [`raw_kafka_fetch`] over TLS, trusting the CA `tls` trusts.
+async fn raw_kafka_fetch_tls(
+    at: SocketAddr,
+    topic: &str,
+    total: u64,
+    tls: &tokio_rustls::TlsConnector,
+) -> std::io::Result<u64> {
+    let s = TcpStream::connect(at).await?;
+    let _ = s.set_nodelay(true);
+    let name = rustls_pki_types::ServerName::from(at.ip());
+    // Read-buffered below rustls (which reads 4 KiB at a time), as the brokers do.
+    let s = tokio::io::BufReader::with_capacity(16 << 10, s);
+    let mut s = tls.connect(name, s).await?;
+    fetch_loop(&mut s, topic, total).await
+}
+
+/// The fetches of [`raw_kafka_fetch`] on `s`, timed from the first; records/s.
+async fn fetch_loop<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    topic: &str,
+    total: u64,
+) -> std::io::Result<u64> {
     use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
     use kafka_protocol::messages::{FetchRequest, FetchResponse};
     use kafka_protocol::records::RecordBatchDecoder;
-    let mut s = TcpStream::connect(at).await?;
-    let _ = s.set_nodelay(true);
     let t = Instant::now();
     let (mut next, mut n) = (0i64, 0u64);
     // Bounded by `total`: each answer moves `next` on, or the loop ends.
@@ -363,7 +410,7 @@ async fn raw_kafka_fetch(at: SocketAddr, topic: &str, total: u64) -> std::io::Re
         fp.partition_max_bytes = 4 << 20;
         ft.partitions.push(fp);
         request.topics.push(ft);
-        let answer: FetchResponse = call(&mut s, ApiKey::Fetch, 11, &request).await?;
+        let answer: FetchResponse = call(s, ApiKey::Fetch, 11, &request).await?;
         let Some(mut records) = answer.responses[0].partitions[0].records.clone() else {
             break;
         };
@@ -537,6 +584,187 @@ async fn consumer_latency(per_partition: usize) -> replog::Result<()> {
     cluster.shutdown().await
 }
 
+/// A TLS client trusting the CA certificate in `ca` (PEM).
+fn tls_connector(ca: &std::path::Path) -> std::io::Result<tokio_rustls::TlsConnector> {
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    let ca = rustls_pki_types::CertificateDer::from_pem_file(ca).map_err(std::io::Error::other)?;
+    roots.add(ca).map_err(std::io::Error::other)?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(std::io::Error::other)?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
+}
+
+/// One round of part 5 on one cluster: `lines` (a file of 1 KiB lines) written by `kcat -P -l`
+/// through a follower into a new topic, then read back by the Rust fetch loop from the
+/// leader; (produce records/s, fetch records/s).
+async fn tls_round(
+    cluster: &LocalCluster,
+    kafka: &BTreeMap<NodeId, SocketAddr>,
+    topic: &str,
+    lines: (&std::path::Path, u64),
+    tls: Option<(&std::path::Path, &tokio_rustls::TlsConnector)>,
+) -> replog::Result<(f64, f64)> {
+    let client = Client::connect(&cluster.addrs(), ClientConfig::default()).await?;
+    client.create_topic(topic, 1, 3).await?;
+    cluster
+        .wait_for_leaders(topic, 1, Duration::from_secs(30))
+        .await?;
+    let via = follower(&client, topic).await?;
+    let mut args: Vec<String> = ["-P", "-b", &kafka[&via].to_string(), "-t", topic, "-p", "0"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    args.extend(["-l".into(), lines.0.display().to_string()]);
+    args.extend(["-X".into(), "acks=all".into()]);
+    if let Some((ca, _)) = tls {
+        args.extend(["-X".into(), "security.protocol=SSL".into()]);
+        args.extend(["-X".into(), format!("ssl.ca.location={}", ca.display())]);
+    }
+    let (took, _, ok) = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run_timed(std::path::Path::new("kcat"), &args, None)
+    })
+    .await
+    .map_err(std::io::Error::other)?;
+    let written = client.describe(topic).await?[0].high_watermark.get();
+    if !ok || written != lines.1 {
+        println!("   kcat wrote {written} of {} records (ok {ok})", lines.1);
+    }
+    let produced = written as f64 / took.as_secs_f64();
+    let leader = client.describe(topic).await?[0].leader.unwrap_or(1);
+    let fetched = match tls {
+        Some((_, connector)) => {
+            raw_kafka_fetch_tls(kafka[&leader], topic, written, connector).await?
+        }
+        None => raw_kafka_fetch(kafka[&leader], topic, written).await?,
+    };
+    Ok((produced, fetched as f64))
+}
+
+/// MB/s of `total` bytes written in 4 MiB pieces by one end of a loopback connection and read
+/// by the other, through TLS if `tls` gives a server and a client (the server's end read-
+/// buffered, as the brokers' are), else through plain TCP.
+async fn stream_rate(
+    total: usize,
+    tls: Option<(tokio_rustls::TlsAcceptor, tokio_rustls::TlsConnector)>,
+) -> std::io::Result<f64> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let at = listener.local_addr()?;
+    let acceptor = tls.as_ref().map(|(a, _)| a.clone());
+    let piece = vec![7u8; 4 << 20];
+    let server = tokio::spawn(async move {
+        let (s, _) = listener.accept().await?;
+        s.set_nodelay(true)?;
+        let mut s: Box<dyn AsyncWrite + Send + Unpin> = match acceptor {
+            Some(a) => Box::new(
+                a.accept(tokio::io::BufReader::with_capacity(16 << 10, s))
+                    .await?,
+            ),
+            None => Box::new(s),
+        };
+        for _ in 0..total / piece.len() {
+            s.write_all(&piece).await?;
+            s.flush().await?;
+        }
+        std::io::Result::Ok(())
+    });
+    let s = TcpStream::connect(at).await?;
+    let t = Instant::now();
+    let mut s: Box<dyn AsyncRead + Send + Unpin> = match &tls {
+        Some((_, c)) => Box::new(
+            c.connect(
+                at.ip().into(),
+                tokio::io::BufReader::with_capacity(16 << 10, s),
+            )
+            .await?,
+        ),
+        None => Box::new(s),
+    };
+    let mut buf = vec![0u8; 4 << 20];
+    for _ in 0..total / buf.len() {
+        s.read_exact(&mut buf).await?;
+    }
+    server.await.map_err(std::io::Error::other)??;
+    Ok(total as f64 / t.elapsed().as_secs_f64() / 1e6)
+}
+
+/// A TLS server with broker 1's certificate in `certs` (as `DevCertificates` wrote it).
+fn tls_acceptor(certs: &std::path::Path) -> std::io::Result<tokio_rustls::TlsAcceptor> {
+    use rustls_pki_types::pem::PemObject;
+    let chain = rustls_pki_types::CertificateDer::pem_file_iter(certs.join("broker-1.pem"))
+        .map_err(std::io::Error::other)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(std::io::Error::other)?;
+    let key = rustls_pki_types::PrivateKeyDer::from_pem_file(certs.join("broker-1.key"))
+        .map_err(std::io::Error::other)?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(std::io::Error::other)?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(std::io::Error::other)?;
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}
+
+/// 5. TLS against plaintext through the Kafka door, `rounds` times `records` 1 KiB records.
+async fn tls_against_plaintext(records: u64, rounds: usize) -> replog::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let certs = dir.path().join("certs");
+    replog::DevCertificates::generate(&[1, 2, 3], &["127.0.0.1".to_string()])?.write_to(&certs)?;
+    let ca = certs.join("ca.pem");
+    let connector = tls_connector(&ca)?;
+    let file = dir.path().join("lines.txt");
+    let line = "z".repeat(1023);
+    std::fs::write(
+        &file,
+        (0..records)
+            .map(|_| format!("{line}\n"))
+            .collect::<String>(),
+    )?;
+    let (plain, plain_kafka) = cluster(&dir.path().join("plain"), Vec::new()).await?;
+    let (tls, tls_kafka) =
+        cluster_with(&dir.path().join("tls"), Vec::new(), Some(certs.clone())).await?;
+    let (mut sums_plain, mut sums_tls) = ((0.0, 0.0), (0.0, 0.0));
+    for round in 0..rounds {
+        let topic = format!("round-{round}");
+        let lines = (file.as_path(), records);
+        let p = tls_round(&plain, &plain_kafka, &topic, lines, None).await?;
+        let t = tls_round(&tls, &tls_kafka, &topic, lines, Some((&ca, &connector))).await?;
+        println!(
+            "5. round {round}: produce plaintext {:.0}, TLS {:.0} records/s; fetch plaintext \
+             {:.0}, TLS {:.0} records/s",
+            p.0, t.0, p.1, t.1
+        );
+        // Rates averaged as times: records over the rounds' summed durations.
+        sums_plain = (sums_plain.0 + 1.0 / p.0, sums_plain.1 + 1.0 / p.1);
+        sums_tls = (sums_tls.0 + 1.0 / t.0, sums_tls.1 + 1.0 / t.1);
+    }
+    println!(
+        "5. {rounds} rounds of {records} records of 1 KiB, 3 brokers: TLS/plaintext produce \
+         (kcat -P -l, acks=all, through a follower) {:.2}, fetch (Rust Kafka fetch loop from \
+         the leader) {:.2}",
+        sums_plain.0 / sums_tls.0,
+        sums_plain.1 / sums_tls.1
+    );
+    plain.shutdown().await?;
+    tls.shutdown().await?;
+    let total = 256 << 20;
+    let plain = stream_rate(total, None).await?;
+    let tls = stream_rate(total, Some((tls_acceptor(&certs)?, connector))).await?;
+    println!(
+        "5. the floor: 256 MiB one way on loopback, TCP {plain:.0} MB/s, TLS {tls:.0} MB/s: \
+         ratio {:.2}",
+        tls / plain
+    );
+    Ok(())
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> replog::Result<()> {
     // The parts named on the command line (`-- 2 4`), or all of them.
@@ -558,6 +786,9 @@ async fn main() -> replog::Result<()> {
     }
     if part("4") {
         consumer_latency(50).await?;
+    }
+    if kcat && part("5") {
+        tls_against_plaintext(131_072, 3).await?;
     }
     Ok(())
 }

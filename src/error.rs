@@ -274,6 +274,10 @@ pub enum Error {
         reason: String,
     },
 
+    /// A TLS certificate or key could not be loaded or used (see [`TlsError`](crate::TlsError)).
+    #[error("tls: {0}")]
+    Tls(#[from] crate::tls::TlsError),
+
     /// An I/O error from the operating system (shared, so that an error can be copied: a
     /// producer hands each record of a failed batch the same one).
     #[error("i/o error: {0}")]

@@ -32,15 +32,20 @@
 //!   served.
 //! - [`LocalCluster`]: a cluster's brokers in one process on loopback, for tests, benches and
 //!   the demo.
-//! - SASL on the Kafka listener ([`NodeConfig::kafka_security_protocol`]):
+//! - Security on the Kafka listener ([`NodeConfig::kafka_security_protocol`]): SASL,
 //!   SCRAM-SHA-256/512 and PLAIN ([`SaslMechanism`]) with Kafka's handshake and answers,
 //!   checked against each user's [`ScramCredential`] (a salt, an iteration count and two
 //!   keys, never the password), kept in the metadata log; the first users come from
-//!   [`NodeConfig::bootstrap_users`].
+//!   [`NodeConfig::bootstrap_users`]; TLS on the Kafka listener (`SSL`, `SASL_SSL`) with the
+//!   certificate and key of [`NodeConfig::tls`] ([`TlsConfig`]), reloaded without a restart
+//!   by [`Node::reload_tls`], and, given the brokers' CA, on the native listener, between
+//!   brokers (each checks its peer's certificate names `broker-<id>`) and for [`Client`]s
+//!   ([`ClientConfig::tls_ca`]); [`DevCertificates`] makes a local CA and certificates for
+//!   dev clusters and tests.
 //! - Kafka's ACLs ([`acl`]), enforced on both doors when [`NodeConfig::authorization`] is set,
-//!   kept in the metadata log and managed through Kafka's ACL APIs. TLS and the native door's
-//!   authentication are not there yet: without SASL, or with it but without TLS, run on a
-//!   trusted network.
+//!   kept in the metadata log and managed through Kafka's ACL APIs. The native door
+//!   authenticates no one yet (a peer broker is told from a client by its requests alone):
+//!   keep it on a trusted network.
 //!
 //! # Metrics
 //!
@@ -155,6 +160,7 @@ mod protocol;
 mod raft;
 mod security;
 mod segment;
+mod tls;
 mod transport;
 mod types;
 
@@ -189,6 +195,7 @@ pub use security::{
 };
 pub use segment::record::{Batch, Header, Record, RecordIter};
 pub use segment::{Preallocate, RecoveryEvent};
+pub use tls::{DevCertificates, TlsConfig, TlsError};
 pub use types::{Durability, LeaderHint, LogIndex, NodeId, Offset, PartitionId, ProducerSeq, Term};
 
 /// Helpers for the `replog` binary's inspection tools. Not part of the API.

@@ -62,6 +62,12 @@ pub struct ClientConfig {
     /// How many batches one partition may have in flight at once (at most 5, the window the
     /// brokers remember per producer). Default 5.
     pub in_flight_per_partition: u32,
+    /// The CA (a PEM file) that signed the brokers' certificates, for brokers whose native
+    /// listeners serve TLS ([`TlsConfig::ca_cert`](crate::TlsConfig::ca_cert)): the client
+    /// then dials every broker over TLS and checks that its certificate chains to this CA and
+    /// names the IP address dialed (`replog certs dev --hosts` puts the addresses there).
+    /// Default `None`: plaintext.
+    pub tls_ca: Option<std::path::PathBuf>,
 }
 
 impl Default for ClientConfig {
@@ -75,6 +81,7 @@ impl Default for ClientConfig {
             batch_bytes_max: 4 << 20,
             idempotent: true,
             in_flight_per_partition: 5,
+            tls_ca: None,
         }
     }
 }
@@ -116,6 +123,8 @@ pub struct Client {
     /// Each partition's leader and the term it leads in, as metadata and hints named them.
     leaders: Mutex<HashMap<PartitionId, (NodeId, Term)>>,
     peers: Mutex<HashMap<SocketAddr, Arc<Peer>>>,
+    /// TLS to every broker, with [`ClientConfig::tls_ca`].
+    tls: Option<crate::tls::TlsDialer>,
     producers: Mutex<HashMap<PartitionId, Arc<ProducerSlot>>>,
     /// Partition count of each topic seen in metadata.
     topics: Mutex<HashMap<String, u32>>,
@@ -153,10 +162,17 @@ impl Client {
     /// # Errors
     ///
     /// [`Error::NoBrokerReachable`](crate::Error::NoBrokerReachable) if no bootstrap address
-    /// answers.
+    /// answers (a broker whose certificate this client does not trust does not);
+    /// [`Error::Tls`](crate::Error::Tls) if [`ClientConfig::tls_ca`] cannot be read.
     pub async fn connect(bootstrap: &[SocketAddr], config: ClientConfig) -> Result<Client> {
         let (shutdown, _) = watch::channel(false);
+        let tls = config
+            .tls_ca
+            .as_deref()
+            .map(crate::tls::TlsDialer::from_ca_file)
+            .transpose()?;
         let client = Client {
+            tls,
             config,
             bootstrap: bootstrap.to_vec(),
             brokers: Mutex::default(),
@@ -175,10 +191,15 @@ impl Client {
     fn peer(&self, addr: SocketAddr) -> Arc<Peer> {
         let mut peers = self.peers.lock();
         Arc::clone(peers.entry(addr).or_insert_with(|| {
+            let tls = self.tls.as_ref().map(|dialer| crate::transport::Dial {
+                dialer: dialer.clone(),
+                name: addr.ip().into(),
+            });
             Arc::new(Peer::new(
                 addr,
                 self.config.frame_bytes_max,
                 self.shutdown.subscribe(),
+                tls,
             ))
         }))
     }

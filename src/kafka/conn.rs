@@ -10,14 +10,11 @@
 //! bytes: the header and the body. A length below 8 (no room for a header) or above the
 //! broker's `frame_bytes_max` closes the connection before anything is read or reserved.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::{Buf, Bytes};
 use kafka_protocol::messages::ApiKey;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -25,7 +22,7 @@ use super::frame::Frame;
 use super::{Held, KafkaConfig, answer, take};
 use crate::node::service::BrokerService;
 use crate::security::Session;
-use crate::transport::{Admitted, Turns};
+use crate::transport::{Accepted, Turns, WriteHalf};
 
 /// A request's answer as its task leaves it: the framed bytes and the budget they hold, `None`
 /// for a request answered with nothing (a produce with acks 0), or an error that closes the
@@ -35,20 +32,29 @@ type Answered = std::io::Result<Option<(Frame, Held)>>;
 /// Serves one connection until the client closes it, a request breaks the protocol, a
 /// deadline passes, or the broker shuts down.
 pub(super) async fn serve(
-    stream: TcpStream,
-    from: SocketAddr,
-    admitted: Admitted,
+    accepted: Accepted,
     service: BrokerService,
     config: Arc<KafkaConfig>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let _admitted = admitted;
-    let (mut rd, mut wr) = stream.into_split();
+    let Accepted {
+        mut rd,
+        mut wr,
+        from,
+        admitted: _admitted,
+        authenticate_by,
+    } = accepted;
     // A SASL listener serves a connection only once it has authenticated.
     let session = match &config.sasl {
         Some(settings) => {
-            let user =
-                super::sasl::authenticate(&mut rd, &mut wr, &service, &config, settings, from);
+            let user = super::sasl::authenticate(
+                (&mut rd, &mut wr),
+                &service,
+                &config,
+                settings,
+                from,
+                authenticate_by,
+            );
             match user.await {
                 Some(user) => Session::user(&user, Some(from.ip())),
                 None => return,
@@ -100,8 +106,8 @@ pub(super) async fn serve(
 /// Reads the next request within the connection's deadlines: its length within `idle`, then
 /// its bytes within the frame timeout, taken from the broker's request budget before they are
 /// read. A request over `cap` bytes closes the connection unread.
-pub(super) async fn read_request(
-    rd: &mut OwnedReadHalf,
+pub(super) async fn read_request<R: AsyncRead + Unpin>(
+    rd: &mut R,
     config: &KafkaConfig,
     cap: u32,
 ) -> std::io::Result<(Bytes, Held)> {
@@ -129,7 +135,7 @@ pub(super) async fn read_request(
 /// `timeout`; ends at the first request that closes the connection or answer not written in
 /// time, aborting the requests still queued.
 async fn write_in_order(
-    mut wr: OwnedWriteHalf,
+    mut wr: WriteHalf,
     mut answers: mpsc::Receiver<JoinHandle<Answered>>,
     timeout: std::time::Duration,
 ) {
@@ -143,8 +149,13 @@ async fn write_in_order(
             }
             Err(_) => break,
         };
-        // Vectored: a fetch's batches go out from where they lie.
-        let written = tokio::time::timeout(timeout, wr.write_all_buf(&mut frame)).await;
+        // Vectored: a fetch's batches go out from where they lie. A TLS connection sends what
+        // it encrypted once flushed; a plaintext one has sent it already.
+        let write = async {
+            wr.write_all_buf(&mut frame).await?;
+            wr.flush().await
+        };
+        let written = tokio::time::timeout(timeout, write).await;
         if !matches!(written, Ok(Ok(()))) {
             break;
         }

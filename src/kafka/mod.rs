@@ -111,13 +111,13 @@ pub(crate) struct KafkaConfig {
 
 /// What the listener's SASL authentication offers, if `config` asks for it.
 pub(crate) fn sasl_settings(config: &crate::NodeConfig) -> Option<sasl::SaslSettings> {
-    match config.kafka_security_protocol {
-        crate::KafkaSecurityProtocol::Plaintext => None,
-        crate::KafkaSecurityProtocol::SaslPlaintext => Some(sasl::SaslSettings {
+    config
+        .kafka_security_protocol
+        .sasl()
+        .then(|| sasl::SaslSettings {
             mechanisms: config.sasl_mechanisms.clone(),
             fake: crate::security::FakeCredentials::random(),
-        }),
-    }
+        })
 }
 
 /// Bytes of a budget held until an answer is written (or a request served).
@@ -130,33 +130,22 @@ async fn take(budget: &Arc<tokio::sync::Semaphore>, bytes: usize) -> Held {
 }
 
 /// Serves Kafka clients on `listener` until `shutdown`, each connection admitted under the
-/// broker's one connection cap (the room kept for peer brokers is not theirs).
+/// broker's one connection cap (the room kept for peer brokers is not theirs), and put
+/// through a TLS handshake with `tls` if given.
 pub(crate) fn spawn(
     listener: TcpListener,
     service: BrokerService,
     config: KafkaConfig,
+    tls: Option<crate::tls::TlsServer>,
     shutdown: watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
     let config = Arc::new(config);
     let admission = Arc::clone(&config.admission);
     let closing = shutdown.clone();
-    crate::transport::spawn_accept(
-        listener,
-        admission,
-        false,
-        closing,
-        move |stream, from, admitted| {
-            let (service, config) = (service.clone(), Arc::clone(&config));
-            Box::pin(conn::serve(
-                stream,
-                from,
-                admitted,
-                service,
-                config,
-                shutdown.clone(),
-            ))
-        },
-    )
+    crate::transport::spawn_accept(listener, admission, false, tls, closing, move |accepted| {
+        let (service, config) = (service.clone(), Arc::clone(&config));
+        Box::pin(conn::serve(accepted, service, config, shutdown.clone()))
+    })
 }
 
 /// What a request's bytes (its header and body, after the length) ask for.

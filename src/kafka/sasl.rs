@@ -16,8 +16,9 @@
 //! the handshake; Kafka answers one between the SCRAM messages `ILLEGAL_SASL_STATE` first).
 //! The requests of this phase are read one at a time, at most
 //! [`SASL_FRAME_BYTES_MAX`] each (Kafka's `sasl.server.max.receive.size`), and the whole
-//! exchange must end within [`SASL_DEADLINE`]. Then the connection is served as any other,
-//! as the user it authenticated (`User:<name>`).
+//! exchange must end by the connection's pre-authentication deadline (10 s after it was
+//! admitted, its TLS handshake included on a SASL_SSL listener). Then the connection is
+//! served as any other, as the user it authenticated (`User:<name>`).
 
 use std::net::SocketAddr;
 
@@ -26,8 +27,7 @@ use kafka_protocol::messages::{
     ApiKey, RequestKind, ResponseKind, SaslAuthenticateResponse, SaslHandshakeResponse,
 };
 use kafka_protocol::protocol::StrBytes;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::{Decoded, KafkaConfig, api_versions, code, decode_request, encode};
 use crate::node::service::BrokerService;
@@ -38,9 +38,6 @@ use crate::security::{
 /// Largest request read before authentication ends (Kafka's default
 /// `sasl.server.max.receive.size`).
 pub(crate) const SASL_FRAME_BYTES_MAX: u32 = 512 << 10;
-
-/// How long a connection has to authenticate, from its first byte.
-pub(crate) const SASL_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Most requests one authentication reads (ApiVersions, the handshake, the mechanism's
 /// messages: a handful).
@@ -81,18 +78,31 @@ impl Refused {
     }
 }
 
-/// Runs the exchange on a new connection: the user's name once authenticated, or `None` (the
-/// connection is to be closed; the reason is logged here).
-pub(super) async fn authenticate(
-    rd: &mut OwnedReadHalf,
-    wr: &mut OwnedWriteHalf,
+/// Writes `bytes` and flushes them (a TLS connection holds what it encrypted until then).
+async fn send<W: AsyncWrite + Unpin>(wr: &mut W, bytes: &[u8]) -> Result<(), Refused> {
+    let sent = async {
+        wr.write_all(bytes).await?;
+        wr.flush().await
+    };
+    sent.await.map_err(|e| Refused::closed(e.to_string()))
+}
+
+/// Runs the exchange on a new connection (its halves), until `deadline`: the user's name once
+/// authenticated, or `None` (the connection is to be closed; the reason is logged here).
+pub(super) async fn authenticate<R, W>(
+    (rd, wr): (&mut R, &mut W),
     service: &BrokerService,
     config: &KafkaConfig,
     settings: &SaslSettings,
     from: SocketAddr,
-) -> Option<String> {
+    deadline: tokio::time::Instant,
+) -> Option<String>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let exchange = exchange(rd, wr, service, config, settings);
-    let outcome = match tokio::time::timeout(SASL_DEADLINE, exchange).await {
+    let outcome = match tokio::time::timeout_at(deadline, exchange).await {
         Ok(outcome) => outcome,
         Err(_) => Err(Refused::closed("not authenticated in time")),
     };
@@ -112,9 +122,9 @@ pub(super) async fn authenticate(
     }
 }
 
-async fn exchange(
-    rd: &mut OwnedReadHalf,
-    wr: &mut OwnedWriteHalf,
+async fn exchange<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    rd: &mut R,
+    wr: &mut W,
     service: &BrokerService,
     config: &KafkaConfig,
     settings: &SaslSettings,
@@ -141,9 +151,7 @@ async fn exchange(
                     // A version not served: its refusal. A client tries an older ApiVersions
                     // next; a SASL request is the end.
                     Decoded::Answered(answer) => {
-                        wr.write_all(&answer)
-                            .await
-                            .map_err(|e| Refused::closed(e.to_string()))?;
+                        send(wr, &answer).await?;
                         if api == Some(ApiKey::ApiVersions) {
                             continue;
                         }
@@ -157,9 +165,7 @@ async fn exchange(
         let api = api.unwrap_or(ApiKey::ApiVersions);
         let bytes = encode(correlation, api, version, &answer)
             .map_err(|e| Refused::closed(e.to_string()))?;
-        wr.write_all(&bytes)
-            .await
-            .map_err(|e| Refused::closed(e.to_string()))?;
+        send(wr, &bytes).await?;
         if let Some(outcome) = outcome {
             return outcome;
         }
@@ -301,9 +307,9 @@ fn login(
 /// The mechanism's messages as raw tokens (after a SaslHandshake v0), each a big-endian `i32`
 /// length and its bytes, each way. A failure closes the connection without an answer, as
 /// Kafka does on this path.
-async fn raw_tokens(
-    rd: &mut OwnedReadHalf,
-    wr: &mut OwnedWriteHalf,
+async fn raw_tokens<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    rd: &mut R,
+    wr: &mut W,
     mechanism: SaslMechanism,
     service: &BrokerService,
     settings: &SaslSettings,
@@ -337,9 +343,7 @@ async fn raw_tokens(
         let mut framed = bytes::BytesMut::with_capacity(4 + answer.len());
         framed.put_u32(u32::try_from(answer.len()).unwrap_or(u32::MAX));
         framed.put_slice(&answer);
-        wr.write_all(&framed)
-            .await
-            .map_err(|e| Refused::closed(e.to_string()))?;
+        send(wr, &framed).await?;
         if let Some(user) = user {
             return Ok(user);
         }

@@ -138,6 +138,15 @@ pub struct NodeConfig {
     /// Offers PLAIN on a listener without TLS (the password crosses the network in the clear).
     /// Default false.
     pub sasl_plain_without_tls: bool,
+    /// The certificate and key (PEM files) this broker serves TLS with: on the Kafka listener
+    /// when `kafka_security_protocol` says so (`SSL`, `SASL_SSL`), and, when the brokers' CA
+    /// is given too ([`TlsConfig::ca_cert`](crate::TlsConfig::ca_cert)), on the native
+    /// listener, to clients and peer brokers alike, whom this broker then dials over TLS
+    /// (every broker of a cluster needs the CA then). `None` (the default): no TLS. The files
+    /// are read at start and again by [`Node::reload_tls`](crate::Node::reload_tls). A broker
+    /// started without TLS logs nothing about it (`replog node` warns once at start of what
+    /// is plaintext or unauthenticated; embedders say what fits their setting).
+    pub tls: Option<crate::TlsConfig>,
     /// Users the cluster starts with (Kafka's KIP-900 bootstrap): while the cluster has no
     /// user at all, the brokers write these credentials to the metadata log; once it has one,
     /// they are ignored. Empty by default.
@@ -197,6 +206,7 @@ impl NodeConfig {
                 SaslMechanism::Scram(ScramMechanism::Sha256),
             ],
             sasl_plain_without_tls: false,
+            tls: None,
             bootstrap_users: Vec::new(),
             authorization: None,
         }
@@ -428,14 +438,24 @@ impl NodeConfig {
     /// The security settings' checks (see [`validate`](Self::validate)).
     fn validate_security(&self) -> Result<()> {
         let bad = |field, reason: String| Err(Error::InvalidConfig { field, reason });
-        let sasl = self.kafka_security_protocol == KafkaSecurityProtocol::SaslPlaintext;
-        if sasl && self.sasl_mechanisms.is_empty() {
+        let protocol = self.kafka_security_protocol;
+        if protocol.tls() && self.tls.is_none() {
+            return bad(
+                "kafka_security_protocol",
+                format!(
+                    "{} needs a certificate: set tls (replog node --tls-cert and --tls-key)",
+                    protocol.name()
+                ),
+            );
+        }
+        if protocol.sasl() && self.sasl_mechanisms.is_empty() {
             return bad(
                 "sasl_mechanisms",
                 "a SASL listener needs at least one mechanism".into(),
             );
         }
-        if sasl
+        if protocol.sasl()
+            && !protocol.tls()
             && self.sasl_mechanisms.contains(&SaslMechanism::Plain)
             && !self.sasl_plain_without_tls
         {
@@ -582,6 +602,29 @@ mod tests {
         );
         assert_eq!(field(&|c| c.topics.push(("bad/name".into(), 1))), "topics");
         assert_eq!(field(&|c| c.topics.push(("empty".into(), 0))), "topics");
+        assert_eq!(
+            field(&|c| c.kafka_security_protocol = KafkaSecurityProtocol::Ssl),
+            "kafka_security_protocol",
+            "TLS needs a certificate"
+        );
+        assert_eq!(
+            field(&|c| c.kafka_security_protocol = KafkaSecurityProtocol::SaslSsl),
+            "kafka_security_protocol"
+        );
+        assert_eq!(
+            field(&|c| {
+                c.kafka_security_protocol = KafkaSecurityProtocol::SaslPlaintext;
+                c.sasl_mechanisms = vec![SaslMechanism::Plain];
+            }),
+            "sasl_mechanisms",
+            "PLAIN without TLS needs sasl_plain_without_tls"
+        );
+        // PLAIN inside TLS needs nothing more.
+        let mut c = config();
+        c.kafka_security_protocol = KafkaSecurityProtocol::SaslSsl;
+        c.sasl_mechanisms = vec![SaslMechanism::Plain];
+        c.tls = Some(crate::TlsConfig::new("broker.pem", "broker.key"));
+        c.validate().unwrap();
         // The smallest frame that carries a full batch is enough.
         let mut c = config();
         c.frame_bytes_max = (4 << 20) + REQUEST_OVERHEAD_BYTES_MAX;

@@ -186,7 +186,11 @@ impl Broker {
             return false;
         };
         let timeout = self.config.election_timeout;
-        match self.peers.probe(addr, Op::Metadata, body, timeout).await {
+        match self
+            .peers
+            .probe(id, addr, Op::Metadata, body, timeout)
+            .await
+        {
             Ok(bytes) => {
                 postcard::from_bytes::<std::result::Result<MetadataResponse, WireError>>(&bytes)
                     .is_ok_and(|answer| answer.is_ok_and(|meta| meta.broker == id))

@@ -161,6 +161,8 @@ pub struct Node {
     follower: tokio::task::JoinHandle<()>,
     /// The Kafka listener's accept loop, if one runs.
     kafka: Option<tokio::task::JoinHandle<()>>,
+    /// The certificate the listeners serving TLS present (see [`NodeConfig::tls`]).
+    tls: Option<crate::tls::TlsServer>,
 }
 
 impl std::fmt::Debug for Node {
@@ -229,6 +231,19 @@ impl Node {
                     })?
             }
         };
+        let tls = config
+            .tls
+            .as_ref()
+            .map(crate::tls::TlsServer::new)
+            .transpose()?;
+        // With the brokers' CA, the native listener serves TLS and peers are dialed over it.
+        let dialer = config
+            .tls
+            .as_ref()
+            .and_then(|t| t.ca_cert.as_deref())
+            .map(crate::tls::TlsDialer::from_ca_file)
+            .transpose()?;
+        let native_tls = tls.clone().filter(|_| dialer.is_some());
         crate::env::create_dir_all(&config.data_dir)?;
         if config.log.preallocate == crate::segment::Preallocate::Auto {
             config.log.preallocate = crate::segment::Preallocate::Fallocate;
@@ -244,6 +259,7 @@ impl Node {
             config.id,
             config.frame_bytes_max,
             &shutdown_rx,
+            dialer,
         );
         #[cfg(any(test, feature = "failpoints"))]
         let peers = peers.with_faults(env.net_faults());
@@ -372,15 +388,13 @@ impl Node {
                     admission: Arc::clone(&admission),
                     sasl,
                 };
-                tracing::info!(
-                    %local,
-                    security = ?broker.config.kafka_security_protocol,
-                    "kafka listener"
-                );
+                let protocol = broker.config.kafka_security_protocol;
+                tracing::info!(%local, security = protocol.name(), "kafka listener");
                 Some(crate::kafka::spawn(
                     listener,
                     BrokerService::new(Arc::clone(&broker)),
                     config,
+                    tls.clone().filter(|_| protocol.tls()),
                     shutdown_rx.clone(),
                 ))
             }
@@ -391,7 +405,7 @@ impl Node {
             handler,
             limits,
             client_budgets,
-            admission,
+            (admission, native_tls),
             shutdown_rx,
         );
         let follower = tokio::spawn(follow_metadata(
@@ -405,6 +419,7 @@ impl Node {
             server,
             follower,
             kafka,
+            tls,
         };
         tokio::spawn(Arc::clone(&node.broker).supervise(shutdown_for_retention.clone()));
         tokio::spawn(Arc::clone(&node.broker).run_group_timers(shutdown_for_retention.clone()));
@@ -450,6 +465,26 @@ impl Node {
     /// the one it bound), if it has a Kafka listener ([`NodeConfig::kafka_listen`]).
     pub fn kafka_addr(&self) -> Option<SocketAddr> {
         self.broker.kafka_addr.get().copied()
+    }
+
+    /// Reads the TLS certificate and key files ([`NodeConfig::tls`]) again: connections made
+    /// from now on are served with what they hold, open ones keep theirs (`replog node` does
+    /// this on SIGHUP, so that a certificate is renewed without a restart).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Tls`] if the files cannot be read, hold no certificate or key, or do not go
+    /// together: the certificate served stays the one loaded before.
+    /// [`Error::InvalidConfig`] if the broker was started without TLS.
+    pub fn reload_tls(&self) -> Result<()> {
+        let Some(tls) = &self.tls else {
+            return Err(Error::InvalidConfig {
+                field: "tls",
+                reason: "the broker was started without TLS".into(),
+            });
+        };
+        tls.reload()?;
+        Ok(())
     }
 
     /// Appends `records` as one batch to a partition this broker leads, and returns where the

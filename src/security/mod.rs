@@ -56,16 +56,49 @@ impl std::fmt::Display for SaslMechanism {
     }
 }
 
-/// What a Kafka listener asks of its clients (Kafka's `security.protocol`). TLS is not served
-/// yet: `SSL` and `SASL_SSL` are to come.
+/// What a Kafka listener asks of its clients (Kafka's `security.protocol`). TLS needs a
+/// certificate ([`NodeConfig::tls`](crate::NodeConfig::tls)).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum KafkaSecurityProtocol {
     /// Nothing: every connection is served as is (the default, for trusted networks).
     #[default]
     Plaintext,
+    /// TLS: traffic is encrypted and the broker is authenticated by its certificate; clients
+    /// are not authenticated.
+    Ssl,
     /// SASL authentication before any other request (ApiVersions aside), on a clear socket.
     SaslPlaintext,
+    /// TLS, then SASL authentication inside it.
+    SaslSsl,
+}
+
+impl KafkaSecurityProtocol {
+    /// Whether connections start with a TLS handshake (`SSL`, `SASL_SSL`).
+    pub fn tls(self) -> bool {
+        matches!(
+            self,
+            KafkaSecurityProtocol::Ssl | KafkaSecurityProtocol::SaslSsl
+        )
+    }
+
+    /// Whether clients authenticate with SASL (`SASL_PLAINTEXT`, `SASL_SSL`).
+    pub fn sasl(self) -> bool {
+        matches!(
+            self,
+            KafkaSecurityProtocol::SaslPlaintext | KafkaSecurityProtocol::SaslSsl
+        )
+    }
+
+    /// Kafka's name for it: `PLAINTEXT`, `SSL`, `SASL_PLAINTEXT` or `SASL_SSL`.
+    pub fn name(self) -> &'static str {
+        match self {
+            KafkaSecurityProtocol::Plaintext => "PLAINTEXT",
+            KafkaSecurityProtocol::Ssl => "SSL",
+            KafkaSecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+            KafkaSecurityProtocol::SaslSsl => "SASL_SSL",
+        }
+    }
 }
 
 /// Why an authentication failed. A client is told only that it failed (Kafka's

@@ -8,6 +8,7 @@
 //! dropped; the next request reconnects. Nothing here knows what a request means; the server
 //! tells Raft traffic from clients' by its op alone.
 
+mod accept;
 pub(crate) mod body;
 pub(crate) mod frame;
 mod peer;
@@ -18,15 +19,14 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
+pub(crate) use accept::ReadHalf;
+pub(crate) use accept::{Accepted, Admission, WriteHalf, spawn_accept};
 use frame::OutFrame;
-pub(crate) use peer::{CallError, Peer, PeerSet};
-pub(crate) use server::{
-    Admission, Admitted, Answer, AnswerBudget, ClientBudgets, Handler, ServerLimits, spawn_accept,
-    spawn_server,
-};
+pub(crate) use peer::{CallError, Dial, Peer, PeerSet};
+pub(crate) use server::{Answer, AnswerBudget, ClientBudgets, Handler, ServerLimits, spawn_server};
 pub(crate) use turns::{Turn, Turns};
 
 /// A boxed, sendable future.
@@ -37,17 +37,21 @@ pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 /// task's end tells which connection half died.
 /// Each frame comes with a value that is dropped once the frame is written (a server's
 /// in-flight slot and answer bytes for the request it answers).
-fn spawn_writer<T: Send + 'static>(
-    mut wr: tokio::net::tcp::OwnedWriteHalf,
+fn spawn_writer<T: Send + 'static, W: AsyncWrite + Send + Unpin + 'static>(
+    mut wr: W,
     timeout: Option<Duration>,
 ) -> (mpsc::Sender<(OutFrame, T)>, tokio::task::JoinHandle<()>) {
     use bytes::Buf;
     let (tx, mut rx) = mpsc::channel::<(OutFrame, T)>(1024);
     let writer = tokio::spawn(async move {
         while let Some((frame, held)) = rx.recv().await {
-            // Header and body in one vectored write where the socket takes it.
+            // Header and body in one vectored write where the socket takes it; a TLS half
+            // sends what it holds once flushed (a plaintext one at once).
             let mut bytes = (&frame.head[..]).chain(&frame.body[..]);
-            let written = wr.write_all_buf(&mut bytes);
+            let written = async {
+                wr.write_all_buf(&mut bytes).await?;
+                wr.flush().await
+            };
             let written = match timeout {
                 Some(limit) => tokio::time::timeout(limit, written)
                     .await

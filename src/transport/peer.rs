@@ -12,6 +12,16 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::frame::{Kind, Op, OutFrame, read_frame};
 use super::spawn_writer;
+use super::{ReadHalf, WriteHalf};
+use crate::tls::TlsDialer;
+
+/// How a connection dials TLS: with this dialer, expecting a certificate that names this
+/// (`broker-<id>` for a peer broker, the address dialed for a client).
+#[derive(Clone, Debug)]
+pub(crate) struct Dial {
+    pub(crate) dialer: TlsDialer,
+    pub(crate) name: rustls_pki_types::ServerName<'static>,
+}
 
 /// Why a call did not return a response.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +45,8 @@ pub(crate) struct Peer {
     frame_bytes_max: u32,
     shutdown: watch::Receiver<bool>,
     conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    /// TLS, if the peer serves it.
+    tls: Option<Dial>,
 }
 
 type Pending = Arc<parking_lot::Mutex<HashMap<u64, oneshot::Sender<Vec<u8>>>>>;
@@ -54,12 +66,14 @@ impl Peer {
         addr: SocketAddr,
         frame_bytes_max: u32,
         shutdown: watch::Receiver<bool>,
+        tls: Option<Dial>,
     ) -> Self {
         Peer {
             addr: parking_lot::Mutex::new(addr),
             frame_bytes_max,
             shutdown,
             conn: tokio::sync::Mutex::new(None),
+            tls,
         }
     }
 
@@ -124,13 +138,11 @@ impl Peer {
             return Ok(Arc::clone(conn));
         }
         *guard = None;
-        let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
-            Ok(Ok(s)) => s,
+        let (mut rd, wr) = match tokio::time::timeout(timeout, self.dial(addr)).await {
+            Ok(Ok(halves)) => halves,
             Ok(Err(e)) => return Err(CallError::Unreachable(e.to_string())),
             Err(_) => return Err(CallError::Unreachable("connect timed out".into())),
         };
-        let _ = stream.set_nodelay(true);
-        let (mut rd, wr) = stream.into_split();
         let (tx, writer) = spawn_writer(wr, None);
         let pending: Pending = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
@@ -176,6 +188,29 @@ impl Peer {
     }
 }
 
+impl Peer {
+    /// Connects to `addr`, through a TLS handshake if the peer serves TLS.
+    async fn dial(&self, addr: SocketAddr) -> std::io::Result<(ReadHalf, WriteHalf)> {
+        let stream = TcpStream::connect(addr).await?;
+        let _ = stream.set_nodelay(true);
+        Ok(match &self.tls {
+            None => {
+                let (rd, wr) = stream.into_split();
+                (Box::new(rd), Box::new(wr))
+            }
+            Some(tls) => {
+                let stream = tls
+                    .dialer
+                    .connect(stream, tls.name.clone())
+                    .await
+                    .map_err(|e| std::io::Error::new(e.kind(), format!("TLS: {e}")))?;
+                let (rd, wr) = tokio::io::split(stream);
+                (Box::new(rd), Box::new(wr))
+            }
+        })
+    }
+}
+
 /// The two connections to one broker.
 #[derive(Debug)]
 struct Connections {
@@ -193,6 +228,8 @@ pub(crate) struct PeerSet {
     self_id: u64,
     frame_bytes_max: u32,
     shutdown: watch::Receiver<bool>,
+    /// TLS to every peer, if the brokers serve it on their native listeners.
+    tls: Option<TlsDialer>,
     /// Per broker. Grows when a broker joins.
     peers: parking_lot::RwLock<HashMap<u64, Connections>>,
     #[cfg(any(test, feature = "failpoints"))]
@@ -207,11 +244,13 @@ impl PeerSet {
         self_id: u64,
         frame_bytes_max: u32,
         shutdown: &watch::Receiver<bool>,
+        tls: Option<TlsDialer>,
     ) -> Self {
         let set = PeerSet {
             self_id,
             frame_bytes_max,
             shutdown: shutdown.clone(),
+            tls,
             peers: parking_lot::RwLock::default(),
             #[cfg(any(test, feature = "failpoints"))]
             faults: None,
@@ -228,7 +267,7 @@ impl PeerSet {
         if id == self.self_id {
             return;
         }
-        let make = || Arc::new(Peer::new(addr, self.frame_bytes_max, self.shutdown.clone()));
+        let make = || Arc::new(self.peer(id, addr));
         match self.peers.write().entry(id) {
             std::collections::hash_map::Entry::Occupied(c) => {
                 c.get().bulk.set_addr(addr);
@@ -326,18 +365,27 @@ impl PeerSet {
         peer.call(op, body, timeout).await
     }
 
+    /// A connection to broker `id` at `addr` (over TLS, checking its certificate names
+    /// `broker-<id>`, if the brokers serve TLS).
+    fn peer(&self, id: u64, addr: SocketAddr) -> Peer {
+        let tls = self.tls.as_ref().map(|dialer| Dial {
+            dialer: dialer.clone(),
+            name: crate::tls::broker_name(id),
+        });
+        Peer::new(addr, self.frame_bytes_max, self.shutdown.clone(), tls)
+    }
+
     /// Calls whoever listens at `addr` once, over a connection of its own (not any broker's):
-    /// to ask a broker that claims a new address whether it is there.
+    /// to ask a broker that claims a new address (broker `id`) whether it is there.
     pub(crate) async fn probe(
         &self,
+        id: u64,
         addr: SocketAddr,
         op: Op,
         body: Vec<u8>,
         timeout: Duration,
     ) -> Result<Vec<u8>, CallError> {
-        Peer::new(addr, self.frame_bytes_max, self.shutdown.clone())
-            .call(op, body, timeout)
-            .await
+        self.peer(id, addr).call(op, body, timeout).await
     }
 
     /// Where broker `id`'s traffic goes now, if it is known.

@@ -1,16 +1,15 @@
-//! The serving side of the transport: accepting connections within the connection cap (with
-//! room kept for peers), reading request frames within the memory budgets and deadlines,
-//! serving each on a task of its own, and writing answers within the answer budget.
+//! The serving side of the native door: reading request frames of connections admitted by
+//! `accept.rs` within the memory budgets and deadlines, serving each on a task of its own, and
+//! writing answers within the answer budget.
 
-use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
+use super::accept::{Accepted, Admission, ReadHalf, spawn_accept};
 use super::frame::{self, FrameError, Kind, Op, OutFrame};
 use super::turns::{Turn, Turns};
 use super::{BoxFuture, spawn_writer};
@@ -150,150 +149,15 @@ struct Budgets {
     answers: Arc<tokio::sync::Semaphore>,
 }
 
-/// The connections accepted into the room kept for peers that have not sent their first
-/// request yet, oldest first, each with the means to close it. A connection leaves by
-/// dropping its receiver (its first request came, or it closed).
-#[derive(Default)]
-struct Probation {
-    waiting: VecDeque<oneshot::Sender<()>>,
-}
-
-impl Probation {
-    /// Puts a new connection on probation; returns what closes it.
-    fn admit(&mut self) -> oneshot::Receiver<()> {
-        self.waiting.retain(|w| !w.is_closed());
-        let (tx, rx) = oneshot::channel();
-        self.waiting.push_back(tx);
-        rx
-    }
-
-    /// Closes the oldest connection still on probation, to make room for a new one. A peer
-    /// sends its first request at once, so it is out of probation long before it is the
-    /// oldest; a client holding the peers' room without a word is the one that goes. Returns
-    /// whether there was one.
-    fn evict_oldest(&mut self) -> bool {
-        while let Some(oldest) = self.waiting.pop_front() {
-            if oldest.send(()).is_ok() {
-                return true;
-            }
-        }
-        false
-    }
-}
-
-/// The connections a broker has open on all its listeners (the native one and the Kafka one),
-/// within one cap, `ServerLimits::connections_max`, of which `peer_connections_reserved` only
-/// peer brokers may take.
-pub(crate) struct Admission {
-    limits: ServerLimits,
-    open: AtomicU64,
-    /// Connections accepted into the room kept for peers, until their first request.
-    probation: parking_lot::Mutex<Probation>,
-    /// When a refusal was last logged (at most one line a second).
-    refused_logged: parking_lot::Mutex<Option<tokio::time::Instant>>,
-}
-
-/// An admitted connection's place under the cap, given back when it is dropped.
-pub(crate) struct Admitted {
-    admission: Arc<Admission>,
-    /// In the room kept for peers: what closes it before its first request (see
-    /// [`Probation`]).
-    pub(crate) probation: Option<oneshot::Receiver<()>>,
-}
-
-impl Drop for Admitted {
-    fn drop(&mut self) {
-        self.admission.open.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-impl Admission {
-    pub(crate) fn new(limits: ServerLimits) -> Arc<Admission> {
-        Arc::new(Admission {
-            limits,
-            open: AtomicU64::new(0),
-            probation: parking_lot::Mutex::default(),
-            refused_logged: parking_lot::Mutex::new(None),
-        })
-    }
-
-    /// Admits a connection from `from`, or refuses it (`None`, logged at most once a
-    /// second). A connection that may be a peer's (`peer`: it came to the native listener)
-    /// may take the room kept for peers, on probation, or the place of the oldest connection
-    /// on probation there; any other only the clients' room.
-    pub(crate) fn admit(self: &Arc<Self>, from: SocketAddr, peer: bool) -> Option<Admitted> {
-        let max = self.limits.connections_max as u64;
-        let clients_max = max.saturating_sub(self.limits.peer_connections_reserved as u64);
-        let mut probation = self.probation.lock();
-        let now_open = self.open.load(Ordering::Acquire);
-        let room = if peer {
-            now_open < max || probation.evict_oldest()
-        } else {
-            now_open < clients_max
-        };
-        if !room {
-            drop(probation);
-            let mut logged = self.refused_logged.lock();
-            if logged.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
-                tracing::warn!(%from, max, "connection refused: too many open");
-                *logged = Some(tokio::time::Instant::now());
-            }
-            return None;
-        }
-        self.open.fetch_add(1, Ordering::AcqRel);
-        Some(Admitted {
-            admission: Arc::clone(self),
-            probation: (peer && now_open >= clients_max).then(|| probation.admit()),
-        })
-    }
-}
-
-/// Accepts connections on `listener` until `shutdown` turns true, each admitted by
-/// `admission` (`peer`: connections here may be peer brokers') and served by `serve`. A
-/// failed accept is logged and tried again after a moment.
-pub(crate) fn spawn_accept<F>(
-    listener: TcpListener,
-    admission: Arc<Admission>,
-    peer: bool,
-    mut shutdown: watch::Receiver<bool>,
-    serve: F,
-) -> tokio::task::JoinHandle<()>
-where
-    F: Fn(TcpStream, SocketAddr, Admitted) -> BoxFuture<()> + Send + 'static,
-{
-    tokio::spawn(async move {
-        // Ends at shutdown.
-        loop {
-            let accepted = tokio::select! {
-                _ = shutdown.changed() => break,
-                accepted = listener.accept() => accepted,
-            };
-            match accepted {
-                Ok((stream, from)) => {
-                    let Some(admitted) = admission.admit(from, peer) else {
-                        continue;
-                    };
-                    let _ = stream.set_nodelay(true);
-                    tokio::spawn(serve(stream, from, admitted));
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-            }
-        }
-    })
-}
-
 /// Serves peers and native clients on `listener` until `shutdown` turns true, within
-/// `limits` and the broker's `admission`. Clients' memory comes from `clients`, which the
-/// broker's other door shares.
+/// `limits` and the broker's `admission`, each connection through a TLS handshake with `tls`
+/// if given. Clients' memory comes from `clients`, which the broker's other door shares.
 pub(crate) fn spawn_server(
     listener: TcpListener,
     handler: Arc<dyn Handler>,
     limits: ServerLimits,
     clients: ClientBudgets,
-    admission: Arc<Admission>,
+    (admission, tls): (Arc<Admission>, Option<crate::tls::TlsServer>),
     shutdown: watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
     let budgets = Arc::new(Budgets {
@@ -302,23 +166,16 @@ pub(crate) fn spawn_server(
         answers: clients.answers,
     });
     let closing = shutdown.clone();
-    spawn_accept(
-        listener,
-        admission,
-        true,
-        closing,
-        move |stream, _, admitted| {
-            let conn = serve_conn(
-                stream,
-                Arc::clone(&handler),
-                limits,
-                Arc::clone(&budgets),
-                admitted,
-                shutdown.clone(),
-            );
-            Box::pin(conn)
-        },
-    )
+    spawn_accept(listener, admission, true, tls, closing, move |accepted| {
+        let conn = serve_conn(
+            accepted,
+            Arc::clone(&handler),
+            limits,
+            Arc::clone(&budgets),
+            shutdown.clone(),
+        );
+        Box::pin(conn)
+    })
 }
 
 /// Why a server stopped reading a connection.
@@ -346,7 +203,7 @@ enum Closed {
 /// evicted only while it has sent nothing; its first header decides: a peer's op ends the
 /// probation before the body is read, any other closes the connection.
 async fn read_request(
-    rd: &mut tokio::net::tcp::OwnedReadHalf,
+    rd: &mut ReadHalf,
     limits: &ServerLimits,
     idle: Duration,
     budgets: &Budgets,
@@ -448,23 +305,28 @@ fn log_closed(from: Option<SocketAddr>, why: Closed) {
 /// unless its first request comes within `limits.first_frame_timeout`, before it is evicted
 /// for a newer one, and is a peer's.
 async fn serve_conn(
-    stream: TcpStream,
+    accepted: Accepted,
     handler: Arc<dyn Handler>,
     limits: ServerLimits,
     budgets: Arc<Budgets>,
-    mut admitted: Admitted,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let Accepted {
+        mut rd,
+        wr,
+        from,
+        mut admitted,
+        ..
+    } = accepted;
     let probation = &mut admitted.probation;
-    let from = stream.peer_addr().ok();
-    let (mut rd, wr) = stream.into_split();
+    let from = Some(from);
     // Answers go out in the order they finish; each holds its request's in-flight slot until
     // it is written.
     type Held = (
         Option<tokio::sync::OwnedSemaphorePermit>,
         Option<Reservation>,
     );
-    let (tx, mut writer) = spawn_writer::<Held>(wr, Some(limits.frame_timeout));
+    let (tx, mut writer) = spawn_writer::<Held, _>(wr, Some(limits.frame_timeout));
     let answers = AnswerBudget::new(
         limits.connection_answer_bytes_max,
         Arc::clone(&budgets.answers),

@@ -456,8 +456,9 @@ pub(crate) fn kafka_frame<Req: kafka_protocol::protocol::Encodable>(
 pub(crate) async fn kafka_call_on<
     Req: kafka_protocol::protocol::Encodable,
     Resp: kafka_protocol::protocol::Decodable,
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 >(
-    s: &mut tokio::net::TcpStream,
+    s: &mut S,
     api: kafka_protocol::messages::ApiKey,
     version: i16,
     request: &Req,
@@ -469,6 +470,8 @@ pub(crate) async fn kafka_call_on<
     let framed = kafka_frame(api, version, request);
     tokio::time::timeout(Duration::from_secs(30), async {
         s.write_all(&framed).await.unwrap();
+        // A TLS stream sends what it holds once flushed.
+        s.flush().await.unwrap();
         let mut len = [0u8; 4];
         s.read_exact(&mut len).await.unwrap();
         let len = (&len[..]).get_i32() as usize;

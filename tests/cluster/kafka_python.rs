@@ -30,6 +30,16 @@ pub(crate) fn python_clients() -> bool {
 
 /// Runs one of `tests/kafka_clients/`'s scripts (bounded by `timeout`, 180 s).
 pub(crate) async fn python(script: &str, args: Vec<String>) -> (bool, String, String) {
+    python_env(script, args, Vec::new()).await
+}
+
+/// [`python`] with `env` set (the scripts' security settings: `REPLOG_SASL`,
+/// `REPLOG_SSL_CAFILE`).
+pub(crate) async fn python_env(
+    script: &str,
+    args: Vec<String>,
+    env: Vec<(&'static str, String)>,
+) -> (bool, String, String) {
     let path = format!(
         "{}/tests/kafka_clients/{script}",
         env!("CARGO_MANIFEST_DIR")
@@ -38,6 +48,7 @@ pub(crate) async fn python(script: &str, args: Vec<String>) -> (bool, String, St
         let out = Command::new("timeout")
             .args(["180", "python3", &path])
             .args(&args)
+            .envs(env)
             .stdin(Stdio::null())
             .output()
             .expect("run python3");

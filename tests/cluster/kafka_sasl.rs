@@ -9,10 +9,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::kafka::{connect, kcat, run};
+use crate::kafka_python::python_env;
 use crate::support::wait_until;
 
-const USER: &str = "alice";
-const PASSWORD: &str = "wonder-land";
+pub(crate) const USER: &str = "alice";
+pub(crate) const PASSWORD: &str = "wonder-land";
 
 /// Three brokers whose Kafka listeners ask for SASL (SCRAM-SHA-512, SCRAM-SHA-256, PLAIN),
 /// with user [`USER`] in the bootstrap user file; the native and Kafka addresses.
@@ -29,6 +30,22 @@ pub(crate) fn sasl_cluster_with(
     users: &[(&str, &str)],
     extra: &[&str],
 ) -> (Vec<Option<crate::Broker>>, Vec<SocketAddr>, Vec<SocketAddr>) {
+    secure_cluster(dir, "SASL_PLAINTEXT", users, |_| {
+        let mut more = vec!["--sasl-plain-without-tls".to_string()];
+        more.extend(extra.iter().map(|a| a.to_string()));
+        more
+    })
+}
+
+/// Three brokers whose Kafka listeners use `protocol`, offering SCRAM-SHA-512, SCRAM-SHA-256
+/// and PLAIN where it has SASL, with `users` in the bootstrap user file, each given `more(id)`
+/// arguments besides; the native and Kafka addresses.
+pub(crate) fn secure_cluster(
+    dir: &std::path::Path,
+    protocol: &str,
+    users: &[(&str, &str)],
+    more: impl Fn(u64) -> Vec<String>,
+) -> (Vec<Option<crate::Broker>>, Vec<SocketAddr>, Vec<SocketAddr>) {
     let lines: String = users.iter().map(|(u, p)| format!("{u}:{p}\n")).collect();
     let users = dir.join("users");
     std::fs::write(&users, format!("# the first users\n{lines}")).unwrap();
@@ -38,23 +55,23 @@ pub(crate) fn sasl_cluster_with(
     let brokers = (1..=3u64)
         .map(|id| {
             let listen = kafka[id as usize - 1].to_string();
-            let mut more = vec![
+            let mut args = vec![
                 "--kafka-listen",
                 &listen,
                 "--kafka-security-protocol",
-                "SASL_PLAINTEXT",
+                protocol,
                 "--sasl-mechanisms",
                 "SCRAM-SHA-512,SCRAM-SHA-256,PLAIN",
-                "--sasl-plain-without-tls",
                 "--bootstrap-user-file",
                 &users,
             ];
             let peers: Vec<String> = (0..3).map(|i| format!("{}@{}", i + 1, kafka[i])).collect();
             for p in &peers {
-                more.extend(["--kafka-peer", p]);
+                args.extend(["--kafka-peer", p]);
             }
-            more.extend(extra);
-            Some(crate::spawn_broker_with(id, &addrs, dir, false, &more))
+            let more = more(id);
+            args.extend(more.iter().map(String::as_str));
+            Some(crate::spawn_broker_with(id, &addrs, dir, false, &args))
         })
         .collect();
     (brokers, addrs, kafka)
@@ -62,8 +79,18 @@ pub(crate) fn sasl_cluster_with(
 
 /// kcat's settings for SASL with `mechanism`, as `user` with `password`.
 fn sasl_args(mechanism: &str, user: &str, password: &str) -> Vec<String> {
+    sasl_args_over("SASL_PLAINTEXT", mechanism, user, password)
+}
+
+/// [`sasl_args`] with `protocol` (SASL_PLAINTEXT or SASL_SSL).
+pub(crate) fn sasl_args_over(
+    protocol: &str,
+    mechanism: &str,
+    user: &str,
+    password: &str,
+) -> Vec<String> {
     [
-        "security.protocol=SASL_PLAINTEXT".to_string(),
+        format!("security.protocol={protocol}"),
         format!("sasl.mechanisms={mechanism}"),
         format!("sasl.username={user}"),
         format!("sasl.password={password}"),
@@ -73,8 +100,29 @@ fn sasl_args(mechanism: &str, user: &str, password: &str) -> Vec<String> {
     .collect()
 }
 
+/// Waits until kcat's metadata through `at`, with the settings `security` (`-X` pairs), names
+/// `leader` as email.send/0's leader: the bootstrap user is written a moment after the cluster
+/// forms, and a follower learns a new partition's leader a moment after its election.
+pub(crate) async fn wait_for_leader(at: &str, leader: u64, security: Vec<String>) {
+    let what = format!("metadata through {at} naming leader {leader}");
+    wait_until(Duration::from_secs(30), &what, async || {
+        let mut args: Vec<String> = ["-L", "-b", at, "-t", "email.send"]
+            .into_iter()
+            .map(String::from)
+            .collect();
+        args.extend(security.iter().cloned());
+        let (ok, out, err) = kcat_with(args, "").await;
+        if ok && out.contains(&format!("partition 0, leader {leader}, replicas: ")) {
+            Ok(())
+        } else {
+            Err(format!("{out}{err}"))
+        }
+    })
+    .await;
+}
+
 /// Runs kcat with `args` off the runtime's workers.
-async fn kcat_with(args: Vec<String>, stdin: &str) -> (bool, String, String) {
+pub(crate) async fn kcat_with(args: Vec<String>, stdin: &str) -> (bool, String, String) {
     let Some(kcat) = kcat() else {
         return (false, String::new(), "no kcat".into());
     };
@@ -102,75 +150,12 @@ async fn kafka_clients_authenticate_with_scram_and_plain_and_wrong_credentials_a
     let follower = (1..=3u64).find(|id| *id != leader).unwrap();
     let at = kafka[follower as usize - 1].to_string();
 
-    // The bootstrap user is written a moment after the cluster forms, and the follower
-    // learns the new partition's leader a moment after its election.
-    let what = format!("SCRAM-SHA-512 metadata through the follower naming leader {leader}");
-    wait_until(Duration::from_secs(30), &what, async || {
-        let mut args = vec!["-L", "-b", &at, "-t", "email.send"]
-            .into_iter()
-            .map(String::from)
-            .collect::<Vec<_>>();
-        args.extend(sasl_args("SCRAM-SHA-512", USER, PASSWORD));
-        let (ok, out, err) = kcat_with(args, "").await;
-        if ok && out.contains(&format!("partition 0, leader {leader}, replicas: ")) {
-            Ok(())
-        } else {
-            Err(format!("{out}{err}"))
-        }
-    })
-    .await;
+    wait_for_leader(&at, leader, sasl_args("SCRAM-SHA-512", USER, PASSWORD)).await;
 
-    // A record through the follower with each mechanism.
     let mechanisms = ["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"];
-    for m in mechanisms {
-        let mut args: Vec<String> = ["-P", "-b", &at, "-t", "email.send"]
-            .into_iter()
-            .map(String::from)
-            .collect();
-        args.extend(sasl_args(m, USER, PASSWORD));
-        let (ok, _, err) = kcat_with(args, &format!("by-{m}\n")).await;
-        assert!(ok, "{m}: {err}");
-    }
-    // Every record through every broker's address, with each mechanism in turn.
-    let expected: String = mechanisms.iter().map(|m| format!("by-{m}\n")).collect();
-    for (k, m) in kafka.iter().zip(mechanisms) {
-        let k = k.to_string();
-        let mut args: Vec<String> = [
-            "-C",
-            "-b",
-            &k,
-            "-t",
-            "email.send",
-            "-o",
-            "beginning",
-            "-e",
-            "-q",
-        ]
-        .into_iter()
-        .map(String::from)
-        .collect();
-        args.extend(sasl_args(m, USER, PASSWORD));
-        let (ok, out, err) = kcat_with(args, "").await;
-        assert!(ok, "{m} through {k}: {err}");
-        assert_eq!(out, expected, "{m} through {k}");
-    }
-
-    // A wrong password and an unknown user: refused, with Kafka's answer.
-    for (user, password) in [(USER, "wrong"), ("mallory", PASSWORD)] {
-        for m in mechanisms {
-            let mut args: Vec<String> = ["-L", "-b", &at, "-m", "5"]
-                .into_iter()
-                .map(String::from)
-                .collect();
-            args.extend(sasl_args(m, user, password));
-            let (ok, _, err) = kcat_with(args, "").await;
-            assert!(!ok, "{m} as {user}/{password} was let in");
-            assert!(
-                err.contains("Authentication failed"),
-                "{m} as {user}: {err}"
-            );
-        }
-    }
+    let security = |m: &str, user: &str, password: &str| sasl_args(m, user, password);
+    each_mechanism_writes_and_every_broker_reads(&at, &kafka, &mechanisms, security).await;
+    wrong_credentials_are_refused(&at, &mechanisms, security).await;
     // Without SASL: nothing is served.
     let (ok, _, _) = kcat_with(
         ["-L", "-b", &at, "-m", "5"]
@@ -187,8 +172,81 @@ async fn kafka_clients_authenticate_with_scram_and_plain_and_wrong_credentials_a
     drop(brokers);
 }
 
+/// Writes a record `by-<mechanism>` through `at` with each of `mechanisms`, then reads every
+/// record back through each broker's address in `kafka`, with each mechanism in turn, as
+/// [`USER`]; `security(mechanism, user, password)` gives kcat's settings.
+pub(crate) async fn each_mechanism_writes_and_every_broker_reads(
+    at: &str,
+    kafka: &[SocketAddr],
+    mechanisms: &[&str],
+    security: impl Fn(&str, &str, &str) -> Vec<String>,
+) {
+    for m in mechanisms {
+        let mut args: Vec<String> = ["-P", "-b", at, "-t", "email.send"]
+            .into_iter()
+            .map(String::from)
+            .collect();
+        args.extend(security(m, USER, PASSWORD));
+        let (ok, _, err) = kcat_with(args, &format!("by-{m}\n")).await;
+        assert!(ok, "{m}: {err}");
+    }
+    let expected: String = mechanisms.iter().map(|m| format!("by-{m}\n")).collect();
+    for (k, m) in kafka.iter().zip(mechanisms.iter().cycle()) {
+        let k = k.to_string();
+        let mut args: Vec<String> = [
+            "-C",
+            "-b",
+            &k,
+            "-t",
+            "email.send",
+            "-o",
+            "beginning",
+            "-e",
+            "-q",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect();
+        args.extend(security(m, USER, PASSWORD));
+        let (ok, out, err) = kcat_with(args, "").await;
+        assert!(ok, "{m} through {k}: {err}");
+        assert_eq!(out, expected, "{m} through {k}");
+    }
+}
+
+/// A wrong password and an unknown user, with each of `mechanisms` through `at`: refused,
+/// with Kafka's answer.
+pub(crate) async fn wrong_credentials_are_refused(
+    at: &str,
+    mechanisms: &[&str],
+    security: impl Fn(&str, &str, &str) -> Vec<String>,
+) {
+    for (user, password) in [(USER, "wrong"), ("mallory", PASSWORD)] {
+        for m in mechanisms {
+            let mut args: Vec<String> = ["-L", "-b", at, "-m", "5"]
+                .into_iter()
+                .map(String::from)
+                .collect();
+            args.extend(security(m, user, password));
+            let (ok, _, err) = kcat_with(args, "").await;
+            assert!(!ok, "{m} as {user}/{password} was let in");
+            assert!(
+                err.contains("Authentication failed"),
+                "{m} as {user}: {err}"
+            );
+        }
+    }
+}
+
 /// kafka-python with SCRAM-SHA-512: a record produced through `at` and read back.
 async fn kafka_python_with_scram(at: &str) {
+    let sasl = format!("SCRAM-SHA-512:{USER}:{PASSWORD}");
+    kafka_python_produces_and_consumes(at, vec![("REPLOG_SASL", sasl)]).await;
+}
+
+/// kafka-python with the security settings `env` (see `tests/kafka_clients/kafka_python.py`):
+/// a record produced through `at` and read back.
+pub(crate) async fn kafka_python_produces_and_consumes(at: &str, env: Vec<(&'static str, String)>) {
     let found = Command::new("python3")
         .args(["-c", "import kafka"])
         .output()
@@ -201,32 +259,12 @@ async fn kafka_python_with_scram(at: &str) {
         eprintln!("kafka-python is not installed: skipped");
         return;
     }
-    let script = format!(
-        "{}/tests/kafka_clients/kafka_python.py",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let run = |args: Vec<String>| {
-        let script = script.clone();
-        tokio::task::spawn_blocking(move || {
-            let out = Command::new("timeout")
-                .args(["120", "python3", &script])
-                .args(&args)
-                .env("REPLOG_SASL", format!("SCRAM-SHA-512:{USER}:{PASSWORD}"))
-                .output()
-                .expect("run python3");
-            (
-                out.status.success(),
-                String::from_utf8_lossy(&out.stdout).into_owned(),
-                String::from_utf8_lossy(&out.stderr).into_owned(),
-            )
-        })
-    };
     let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let (ok, out, err) = run(args(&["produce", at, "email.send", "by-kafka-python"]))
-        .await
-        .unwrap();
+    let script = "kafka_python.py";
+    let produce = args(&["produce", at, "email.send", "by-kafka-python"]);
+    let (ok, out, err) = python_env(script, produce, env.clone()).await;
     assert!(ok, "{out}{err}");
-    let (ok, out, err) = run(args(&["consume", at, "email.send"])).await.unwrap();
+    let (ok, out, err) = python_env(script, args(&["consume", at, "email.send"]), env).await;
     assert!(ok, "{err}");
     assert!(out.lines().any(|l| l == "by-kafka-python"), "{out}");
 }

@@ -24,9 +24,11 @@ mod kafka_answers;
 mod kafka_groups;
 mod kafka_python;
 mod kafka_sasl;
+mod kafka_tls;
 mod kafka_wire;
 mod long_poll;
 mod metrics;
+mod native_tls;
 mod processes;
 mod replication;
 #[path = "../support/mod.rs"]

@@ -8,7 +8,8 @@
   describe BOOTSTRAP TOPIC             the topic as kafka-topics --describe prints it
 
 With REPLOG_SASL=MECHANISM:USER:PASSWORD in the environment, every client authenticates with
-SASL (security_protocol SASL_PLAINTEXT).
+SASL (security_protocol SASL_PLAINTEXT); with REPLOG_SSL_CAFILE=PEM, every client speaks TLS
+and trusts that CA (SSL, or SASL_SSL with REPLOG_SASL too).
 """
 import os
 import sys
@@ -32,17 +33,24 @@ def describe_lines(topic, partitions):
 
 
 def security():
-    """The clients' SASL settings, from REPLOG_SASL (none without it)."""
+    """The clients' security settings, from REPLOG_SASL and REPLOG_SSL_CAFILE (none without)."""
+    settings = {}
     sasl = os.environ.get("REPLOG_SASL")
-    if not sasl:
-        return {}
-    mechanism, user, password = sasl.split(":", 2)
-    return {
-        "security_protocol": "SASL_PLAINTEXT",
-        "sasl_mechanism": mechanism,
-        "sasl_plain_username": user,
-        "sasl_plain_password": password,
-    }
+    cafile = os.environ.get("REPLOG_SSL_CAFILE")
+    if sasl:
+        mechanism, user, password = sasl.split(":", 2)
+        settings.update(
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism=mechanism,
+            sasl_plain_username=user,
+            sasl_plain_password=password,
+        )
+    if cafile:
+        settings.update(
+            security_protocol="SASL_SSL" if sasl else "SSL",
+            ssl_cafile=cafile,
+        )
+    return settings
 
 
 def main():

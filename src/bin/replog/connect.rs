@@ -1,5 +1,6 @@
 //! Reaching a cluster: `Target` (the `--bootstrap-server`, `--topic` and `--partition` that
-//! `produce` and `consume` share), resolving a bootstrap list, and connecting a `Client`.
+//! `produce` and `consume` share), resolving a bootstrap list, and connecting a `Client`
+//! (over TLS with `--tls-ca`).
 
 use std::net::SocketAddr;
 
@@ -44,9 +45,15 @@ pub(crate) async fn bootstrap(list: &str) -> Result<Vec<SocketAddr>, CliError> {
     Ok(out)
 }
 
-/// A client bootstrapped from `addrs`.
+/// `--tls-ca`, set once by `main` from the command line: the CA that signed the brokers'
+/// certificates.
+pub(crate) static TLS_CA: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// A client bootstrapped from `addrs` (over TLS, trusting `--tls-ca`, if given).
 pub(crate) async fn client(addrs: &[SocketAddr]) -> Result<Client, CliError> {
-    Ok(Client::connect(addrs, ClientConfig::default()).await?)
+    let mut config = ClientConfig::default();
+    config.tls_ca = TLS_CA.get().cloned();
+    Ok(Client::connect(addrs, config).await?)
 }
 
 /// A client bootstrapped from the comma-separated `list`.

@@ -1,5 +1,5 @@
 //! The `replog` command line, shaped like Kafka's tools: run a broker, describe topics,
-//! produce, consume, inspect segment files, and `demo`, which plays the whole tutorial on an
+//! produce, consume, inspect segment files, make dev TLS certificates, and `demo`, which plays the whole tutorial on an
 //! embedded three-broker cluster.
 //!
 //! This file owns the command line's shape ([`Cli`], [`Command`]), the dispatch to each
@@ -7,6 +7,7 @@
 //! here, as `replog: error: ...`) or when `check` finds damage, 2 for a bad command line
 //! (clap's). Each subcommand's arguments and work live in its own module.
 
+mod certs;
 mod check;
 mod connect;
 mod consume;
@@ -32,6 +33,11 @@ use crate::error::CliError;
     about = "A Raft-replicated, mmap-backed partition log"
 )]
 struct Cli {
+    /// The CA (PEM) that signed the brokers' certificates. Client commands dial the brokers'
+    /// native listeners over TLS, trusting it; `node` (with --tls-cert and --tls-key) serves
+    /// TLS on its native listener and dials its peers over TLS, trusting it.
+    #[arg(long, global = true)]
+    tls_ca: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -40,7 +46,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Runs a broker until interrupted (Ctrl-C or SIGTERM).
-    Node(node::NodeArgs),
+    Node(Box<node::NodeArgs>),
     /// Creates, deletes, describes or lists topics.
     Topics(topics::TopicsArgs),
     /// Sends each line of standard input as a record.
@@ -52,6 +58,9 @@ enum Command {
     /// Plays the tutorial on an embedded three-broker cluster (ports 9092, 19092, 29092, or
     /// free ports when those are taken), in a temporary directory.
     Demo,
+    /// Makes TLS certificates: `certs dev` writes a local CA and certificates for a dev
+    /// cluster.
+    Certs(certs::CertsArgs),
     /// Checks every segment file in a partition directory without changing anything, and
     /// prints what each holds and where (and why) its valid data ends.
     Check(check::CheckArgs),
@@ -59,6 +68,9 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(ca) = &cli.tls_ca {
+        let _ = connect::TLS_CA.set(ca.clone());
+    }
     install_logging(matches!(cli.command, Command::Node(_)));
     match run(cli) {
         Ok(code) => code,
@@ -97,12 +109,13 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
     let done = |r: Result<(), CliError>| r.map(|()| ExitCode::SUCCESS);
     runtime.block_on(async {
         match cli.command {
-            Command::Node(args) => done(node::run(args).await),
+            Command::Node(args) => done(node::run(*args).await),
             Command::Topics(args) => done(topics::run(args).await),
             Command::Produce(args) => done(produce::run(args).await),
             Command::Consume(args) => done(consume::run(args).await),
             Command::Groups(args) => done(groups::run(args).await),
             Command::Demo => done(demo::run().await),
+            Command::Certs(args) => done(certs::run(args)),
             Command::Check(args) => check::run(&args),
         }
     })

@@ -55,10 +55,19 @@ pub(crate) struct NodeArgs {
     /// broker that has not.
     #[arg(long = "kafka-peer", value_parser = parse_peer, requires = "kafka_listen")]
     kafka_peers: Vec<(u64, SocketAddr)>,
-    /// What the Kafka listener asks of its clients: nothing (PLAINTEXT), or SASL
-    /// authentication first (SASL_PLAINTEXT). TLS is not served yet.
-    #[arg(long, value_enum, default_value_t = SecurityArg::Plaintext, requires = "kafka_listen")]
-    kafka_security_protocol: SecurityArg,
+    /// What the Kafka listener asks of its clients: nothing (PLAINTEXT), TLS (SSL), SASL
+    /// authentication first (SASL_PLAINTEXT), or both (SASL_SSL). Default: SSL with
+    /// --tls-cert, PLAINTEXT without.
+    #[arg(long, value_enum, requires = "kafka_listen")]
+    kafka_security_protocol: Option<SecurityArg>,
+    /// The broker's TLS certificate chain (PEM), for the Kafka listener's TLS, and with
+    /// --tls-ca for the native listener's and its peers'. Read again on SIGHUP, with the key:
+    /// new connections get the new certificate.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// The SASL mechanisms offered, comma-separated: SCRAM-SHA-512, SCRAM-SHA-256, PLAIN.
     #[arg(long, value_delimiter = ',', value_parser = parse_mechanism,
           default_value = "SCRAM-SHA-512,SCRAM-SHA-256")]
@@ -97,8 +106,24 @@ pub(crate) struct NodeArgs {
 enum SecurityArg {
     #[value(name = "PLAINTEXT")]
     Plaintext,
+    #[value(name = "SSL")]
+    Ssl,
     #[value(name = "SASL_PLAINTEXT")]
     SaslPlaintext,
+    #[value(name = "SASL_SSL")]
+    SaslSsl,
+}
+
+impl From<SecurityArg> for replog::KafkaSecurityProtocol {
+    fn from(p: SecurityArg) -> replog::KafkaSecurityProtocol {
+        use replog::KafkaSecurityProtocol as P;
+        match p {
+            SecurityArg::Plaintext => P::Plaintext,
+            SecurityArg::Ssl => P::Ssl,
+            SecurityArg::SaslPlaintext => P::SaslPlaintext,
+            SecurityArg::SaslSsl => P::SaslSsl,
+        }
+    }
 }
 
 /// Parses one of `--sasl-mechanisms`.
@@ -219,10 +244,19 @@ impl NodeArgs {
         config.kafka_listen = self.kafka_listen;
         config.kafka_advertised = self.kafka_advertised;
         config.kafka_peers = self.kafka_peers.into_iter().collect();
-        config.kafka_security_protocol = match self.kafka_security_protocol {
-            SecurityArg::Plaintext => replog::KafkaSecurityProtocol::Plaintext,
-            SecurityArg::SaslPlaintext => replog::KafkaSecurityProtocol::SaslPlaintext,
+        if let (Some(cert), Some(key)) = (self.tls_cert, self.tls_key) {
+            let mut tls = replog::TlsConfig::new(cert, key);
+            tls.ca_cert = crate::connect::TLS_CA.get().cloned();
+            config.tls = Some(tls);
+        } else if crate::connect::TLS_CA.get().is_some() {
+            return Err(CliError::Usage("--tls-ca needs --tls-cert and --tls-key"));
+        }
+        let default = if config.tls.is_some() {
+            SecurityArg::Ssl
+        } else {
+            SecurityArg::Plaintext
         };
+        config.kafka_security_protocol = self.kafka_security_protocol.unwrap_or(default).into();
         config.sasl_mechanisms = self.sasl_mechanisms;
         config.sasl_plain_without_tls = self.sasl_plain_without_tls;
         if let Some(path) = &self.bootstrap_user_file {
@@ -252,7 +286,10 @@ pub(crate) async fn run(args: NodeArgs) -> Result<(), CliError> {
         let local = crate::metrics::serve(addr).await?;
         eprintln!("replog: metrics on http://{local}/metrics");
     }
-    let node = Node::start(args.config()?).await?;
+    let config = args.config()?;
+    warn_if_plaintext(&config);
+    let tls = config.tls.is_some();
+    let node = Node::start(config).await?;
     eprintln!("replog: broker {id} listening on {}", node.addr());
     // Says once when every partition it hosts has a leader, or, every minute, what it still
     // waits for (a quorum that has not started yet).
@@ -274,9 +311,67 @@ pub(crate) async fn run(args: NodeArgs) -> Result<(), CliError> {
     tokio::select! {
         () = wait_for_signal() => {}
         () = ready => {}
+        () = reload_on_hangup(&node, tls) => {}
     }
     node.shutdown().await?;
     Ok(())
+}
+
+/// Says once, at start, what of the broker's traffic crosses the network in the clear and
+/// unauthenticated. (The library says nothing: `replog demo` and `LocalCluster` run on
+/// loopback, and an embedder knows its network.)
+fn warn_if_plaintext(config: &NodeConfig) {
+    let native_tls = config.tls.as_ref().is_some_and(|t| t.ca_cert.is_some());
+    let kafka = config.kafka_listen.map(|_| config.kafka_security_protocol);
+    let message = match kafka {
+        _ if native_tls && kafka.is_none_or(|p| p.tls()) => {
+            "every listener serves TLS, but the native one authenticates no one (clients and \
+             peers alike): keep it on a trusted network"
+        }
+        Some(_) if native_tls => {
+            "the Kafka listener serves plaintext (--kafka-security-protocol SSL or SASL_SSL \
+             encrypts it), and the native one authenticates no one: keep the broker on a \
+             trusted network"
+        }
+        Some(p) if p.tls() => {
+            "the native listener serves peers and native clients in plaintext, without \
+             authentication (--tls-ca encrypts it): keep it on a trusted network"
+        }
+        Some(p) if p.sasl() => {
+            "no TLS: every listener's traffic is plaintext, and only Kafka clients \
+             authenticate; keep the broker on a trusted network, or encrypt it (--tls-cert, \
+             --tls-key, --tls-ca, --kafka-security-protocol SASL_SSL)"
+        }
+        _ => {
+            "no TLS and no authentication: every listener's traffic is plaintext and anyone \
+             who reaches it is served; keep the broker on a trusted network, or encrypt it \
+             (--tls-cert, --tls-key, --tls-ca)"
+        }
+    };
+    tracing::warn!("{message}");
+}
+
+/// Reads the TLS certificate and key again on each SIGHUP (on Unix, when the broker has TLS;
+/// otherwise never returns). A file that does not load leaves the certificate as it was.
+async fn reload_on_hangup(node: &Node, tls: bool) {
+    #[cfg(unix)]
+    if tls {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut hangup) = signal(SignalKind::hangup()) {
+            // Ends with the process.
+            while hangup.recv().await.is_some() {
+                match node.reload_tls() {
+                    Ok(()) => tracing::info!("TLS certificate reloaded"),
+                    Err(e) => tracing::warn!(
+                        error = %e,
+                        "TLS certificate not reloaded; the one loaded before is still served"
+                    ),
+                }
+            }
+        }
+    }
+    let _ = (node, tls);
+    std::future::pending::<()>().await;
 }
 
 /// Returns on Ctrl-C, or (on Unix) SIGTERM.

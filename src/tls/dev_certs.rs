@@ -1,0 +1,175 @@
+//! A local certificate authority and the certificates it signs, for dev clusters and tests
+//! (`replog certs dev`; the tests make theirs with the same code at test time, so no key is
+//! ever checked in).
+
+use std::path::{Path, PathBuf};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+
+use super::{TlsConfig, TlsError};
+use crate::error::Result;
+use crate::types::NodeId;
+
+/// A certificate and its private key, both PEM.
+#[derive(Clone)]
+struct Pair {
+    cert: String,
+    key: String,
+}
+
+/// A local CA and certificates it signed: one per broker and one for a client. ECDSA P-256
+/// keys (rcgen's default), certificates valid from 1975 to 4096 (rcgen's default: these are
+/// for dev clusters, which are not meant to live by their certificates' dates).
+///
+/// Each broker's certificate names the given hosts (DNS names, or IP addresses: what clients
+/// dial, and check) and the DNS name `broker-<id>`, and serves for both TLS server and client
+/// authentication. For dev clusters only: the CA's key is written beside the certificates.
+#[derive(Clone)]
+pub struct DevCertificates {
+    ca: Pair,
+    brokers: Vec<(NodeId, Pair)>,
+    client: Pair,
+}
+
+impl std::fmt::Debug for DevCertificates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let brokers: Vec<NodeId> = self.brokers.iter().map(|(id, _)| *id).collect();
+        f.debug_struct("DevCertificates")
+            .field("brokers", &brokers)
+            .finish_non_exhaustive()
+    }
+}
+
+/// rcgen's error, as a setup failure.
+fn setup(e: rcgen::Error) -> TlsError {
+    TlsError::Setup(e.to_string())
+}
+
+/// Parameters of a certificate named `common_name`, with `names` as its SANs.
+fn params(common_name: &str, names: Vec<String>) -> Result<CertificateParams, TlsError> {
+    let mut params = CertificateParams::new(names).map_err(setup)?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, common_name);
+    Ok(params)
+}
+
+/// A certificate for `params`, with a new key, signed by `issuer`.
+fn signed(mut params: CertificateParams, issuer: &Issuer<'_, KeyPair>) -> Result<Pair, TlsError> {
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    let key = KeyPair::generate().map_err(setup)?;
+    let cert = params.signed_by(&key, issuer).map_err(setup)?;
+    Ok(Pair {
+        cert: cert.pem(),
+        key: key.serialize_pem(),
+    })
+}
+
+impl DevCertificates {
+    /// A new CA, a certificate for each of `brokers` naming `hosts` and `broker-<id>`, and a
+    /// client certificate.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Tls`](crate::Error::Tls) ([`TlsError::Setup`]) if a host is neither an IP
+    /// address nor a valid DNS name.
+    pub fn generate(brokers: &[NodeId], hosts: &[String]) -> Result<DevCertificates> {
+        if let Some(bad) = hosts
+            .iter()
+            .find(|h| rustls_pki_types::ServerName::try_from(h.as_str()).is_err())
+        {
+            let reason = format!("{bad:?} is neither an IP address nor a DNS name");
+            return Err(TlsError::Setup(reason).into());
+        }
+        let mut ca = params("replog dev CA", Vec::new())?;
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca_key = KeyPair::generate().map_err(setup)?;
+        let ca_cert = ca.self_signed(&ca_key).map_err(setup)?;
+        let ca_pair = Pair {
+            cert: ca_cert.pem(),
+            key: ca_key.serialize_pem(),
+        };
+        let issuer = Issuer::new(ca, ca_key);
+        let mut signed_brokers = Vec::with_capacity(brokers.len());
+        for id in brokers {
+            let name = format!("broker-{id}");
+            let mut names = hosts.to_vec();
+            names.push(name.clone());
+            let mut p = params(&name, names)?;
+            p.extended_key_usages = vec![
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ];
+            signed_brokers.push((*id, signed(p, &issuer)?));
+        }
+        let mut client = params("replog dev client", Vec::new())?;
+        client.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        Ok(DevCertificates {
+            ca: ca_pair,
+            brokers: signed_brokers,
+            client: signed(client, &issuer)?,
+        })
+    }
+
+    /// The CA's certificate, PEM: what clients trust (kcat's `ssl.ca.location`).
+    pub fn ca_pem(&self) -> &str {
+        &self.ca.cert
+    }
+
+    /// Writes every certificate and key into `dir` (created if missing): `ca.pem`, `ca.key`,
+    /// `broker-<id>.pem` and `broker-<id>.key` per broker, `client.pem` and `client.key`.
+    /// Returns the files written, in that order. Keys are written readable by their owner
+    /// only.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`](crate::Error::Io) if a file cannot be written.
+    pub fn write_to(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+        std::fs::create_dir_all(dir)?;
+        let mut files = vec![("ca".to_string(), &self.ca)];
+        files.extend(
+            self.brokers
+                .iter()
+                .map(|(id, p)| (format!("broker-{id}"), p)),
+        );
+        files.push(("client".to_string(), &self.client));
+        let mut written = Vec::new();
+        for (name, pair) in files {
+            let cert = dir.join(format!("{name}.pem"));
+            std::fs::write(&cert, &pair.cert)?;
+            let key = dir.join(format!("{name}.key"));
+            write_private(&key, &pair.key)?;
+            written.extend([cert, key]);
+        }
+        Ok(written)
+    }
+
+    /// Broker `id`'s certificate and key as [`write_to`](Self::write_to) names them in `dir`.
+    pub fn broker_config(dir: &Path, id: NodeId) -> TlsConfig {
+        TlsConfig::new(
+            dir.join(format!("broker-{id}.pem")),
+            dir.join(format!("broker-{id}.key")),
+        )
+    }
+}
+
+/// Writes a private key, readable by its owner only (where the platform has modes).
+fn write_private(path: &Path, pem: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    options.open(path)?.write_all(pem.as_bytes())
+}

@@ -1,0 +1,289 @@
+//! TLS on a broker's client listeners (rustls, with *ring* as the crypto provider).
+//!
+//! - [`TlsConfig`]: where the certificate chain and private key are (PEM files).
+//! - [`TlsServer`]: what a listener runs handshakes with. Its certificate comes from a
+//!   [`CertStore`], which hands every new handshake the certificate loaded last and loads the
+//!   files again when asked ([`Node::reload_tls`](crate::Node::reload_tls); `replog node` asks
+//!   on SIGHUP): connections open keep the certificate they started with, new ones get the new
+//!   one, and files that do not load leave the old certificate in place.
+//! - `dev_certs.rs`: a local CA and certificates signed by it, for dev clusters and tests
+//!   ([`DevCertificates`]).
+//!
+//! A handshake runs on the connection's own task once the connection is admitted under the
+//! broker's connection cap, within the connection's pre-authentication deadline
+//! ([`PRE_AUTH_DEADLINE`]); one that fails or runs out of time is logged once, at info, with
+//! the client's address, and closes the connection.
+
+mod dev_certs;
+
+pub use dev_certs::DevCertificates;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::crypto::CryptoProvider;
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::net::TcpStream;
+
+/// Bytes a TLS connection reads from its socket at once, below rustls (which asks for 4 KiB
+/// at a time): one TLS record of the largest size, so that a stream of full records takes a
+/// read per record, not four. What a connection holds for it, beside rustls' own buffers.
+const TLS_READ_BUFFER_BYTES: usize = 16 << 10;
+
+/// A TLS connection as a listener serves it: rustls over a read-buffered socket.
+pub(crate) type ServerStream = tokio_rustls::server::TlsStream<tokio::io::BufReader<TcpStream>>;
+
+/// How long a new connection has to finish authenticating, from its admission: its TLS
+/// handshake, and its SASL exchange where the listener asks for one (NATS and Kafka bound
+/// this phase alike).
+pub(crate) const PRE_AUTH_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Where a broker's TLS certificate and private key are: PEM files, read when the broker starts
+/// and again on [`Node::reload_tls`](crate::Node::reload_tls).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TlsConfig {
+    /// The certificate chain: the broker's certificate first, then any intermediates
+    /// (`CERTIFICATE` items). Its names (SANs) are the host names and addresses clients dial:
+    /// Kafka's clients check them.
+    pub cert_chain: PathBuf,
+    /// The certificate's private key (PKCS#8, PKCS#1 or SEC1; ECDSA P-256/P-384, Ed25519 or
+    /// RSA).
+    pub private_key: PathBuf,
+    /// The CA that signed every broker's certificate (`CERTIFICATE` items, all trusted).
+    /// With it, the native listener serves TLS too, to clients and peer brokers alike, and the
+    /// broker dials its peers over TLS, checking that each one's certificate is signed by
+    /// this CA and names it `broker-<id>` (a DNS name; `replog certs dev` writes it). `None`
+    /// (the default): the native listener and peer traffic stay plaintext.
+    pub ca_cert: Option<PathBuf>,
+}
+
+impl TlsConfig {
+    /// TLS with the certificate chain and key in these PEM files.
+    pub fn new(cert_chain: impl Into<PathBuf>, private_key: impl Into<PathBuf>) -> TlsConfig {
+        TlsConfig {
+            cert_chain: cert_chain.into(),
+            private_key: private_key.into(),
+            ca_cert: None,
+        }
+    }
+}
+
+/// Why a certificate or key could not be used (see [`Error::Tls`](crate::Error::Tls)).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TlsError {
+    /// The file could not be read, or holds no PEM item of the kind expected.
+    #[error("{}: {reason}", path.display())]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The key is not one the crypto provider takes, or does not match the certificate.
+    #[error("{}: {reason}", path.display())]
+    Key {
+        /// The key's file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// TLS could not be set up with this certificate (the reason names what rustls refused).
+    #[error("TLS: {0}")]
+    Setup(String),
+}
+
+/// The crypto provider every TLS context of the crate uses.
+pub(crate) fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Reads the certificate chain and key `config` names, and checks that they go together.
+fn load(config: &TlsConfig, provider: &CryptoProvider) -> Result<Arc<CertifiedKey>, TlsError> {
+    let file = |path: &Path, reason: String| TlsError::File {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let chain = &config.cert_chain;
+    let certs = CertificateDer::pem_file_iter(chain)
+        .map_err(|e| file(chain, e.to_string()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| file(chain, e.to_string()))?;
+    if certs.is_empty() {
+        return Err(file(chain, "no CERTIFICATE in the file".into()));
+    }
+    let key_path = &config.private_key;
+    let key = PrivateKeyDer::from_pem_file(key_path).map_err(|e| file(key_path, e.to_string()))?;
+    let key = CertifiedKey::from_der(certs, key, provider).map_err(|e| TlsError::Key {
+        path: key_path.clone(),
+        reason: e.to_string(),
+    })?;
+    Ok(Arc::new(key))
+}
+
+/// The certificate a listener presents: the one loaded last, swapped for a new one by
+/// [`reload`](Self::reload).
+#[derive(Debug)]
+pub(crate) struct CertStore {
+    config: TlsConfig,
+    provider: Arc<CryptoProvider>,
+    current: parking_lot::RwLock<Arc<CertifiedKey>>,
+}
+
+impl CertStore {
+    /// Loads the certificate and key `config` names.
+    fn open(config: &TlsConfig, provider: Arc<CryptoProvider>) -> Result<CertStore, TlsError> {
+        let current = load(config, &provider)?;
+        Ok(CertStore {
+            config: config.clone(),
+            provider,
+            current: parking_lot::RwLock::new(current),
+        })
+    }
+
+    /// Loads the files again; new handshakes present what they hold from now on. Files that
+    /// do not load leave the certificate as it was.
+    fn reload(&self) -> Result<(), TlsError> {
+        let loaded = load(&self.config, &self.provider)?;
+        *self.current.write() = loaded;
+        Ok(())
+    }
+}
+
+impl ResolvesServerCert for CertStore {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(Arc::clone(&self.current.read()))
+    }
+}
+
+/// What a listener runs its TLS handshakes with.
+#[derive(Clone)]
+pub(crate) struct TlsServer {
+    acceptor: tokio_rustls::TlsAcceptor,
+    certs: Arc<CertStore>,
+}
+
+impl std::fmt::Debug for TlsServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsServer")
+            .field("config", &self.certs.config)
+            .finish()
+    }
+}
+
+impl TlsServer {
+    /// A server presenting the certificate `config` names (TLS 1.2 and 1.3, rustls' safe
+    /// defaults; no client certificate asked for).
+    pub(crate) fn new(config: &TlsConfig) -> Result<TlsServer, TlsError> {
+        let provider = provider();
+        let certs = Arc::new(CertStore::open(config, Arc::clone(&provider))?);
+        let resolver: Arc<dyn ResolvesServerCert> = Arc::clone(&certs) as _;
+        let server = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| TlsError::Setup(e.to_string()))?
+            .with_no_client_auth()
+            .with_cert_resolver(resolver);
+        Ok(TlsServer {
+            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(server)),
+            certs,
+        })
+    }
+
+    /// Loads the certificate files again (see [`CertStore::reload`]).
+    pub(crate) fn reload(&self) -> Result<(), TlsError> {
+        self.certs.reload()
+    }
+
+    /// Runs the server's side of a handshake on `stream`, from `from`, until `deadline`.
+    /// `None` (logged once, at info): the handshake failed (a plaintext client, a client that
+    /// does not trust the certificate) or did not end in time; the connection is to be
+    /// closed.
+    pub(crate) async fn accept(
+        &self,
+        stream: TcpStream,
+        from: SocketAddr,
+        deadline: tokio::time::Instant,
+    ) -> Option<ServerStream> {
+        let stream = tokio::io::BufReader::with_capacity(TLS_READ_BUFFER_BYTES, stream);
+        match tokio::time::timeout_at(deadline, self.acceptor.accept(stream)).await {
+            Ok(Ok(stream)) => Some(stream),
+            Ok(Err(e)) => {
+                tracing::info!(%from, error = %e, "TLS handshake failed");
+                None
+            }
+            Err(_) => {
+                tracing::info!(%from, "TLS handshake not finished in time");
+                None
+            }
+        }
+    }
+}
+
+/// A TLS connection as a client or peer dials it: rustls over a read-buffered socket.
+pub(crate) type ClientStream = tokio_rustls::client::TlsStream<tokio::io::BufReader<TcpStream>>;
+
+/// What outbound connections (a client's, a broker's to its peers) dial TLS with: the CA
+/// roots a server's certificate must chain to.
+#[derive(Clone)]
+pub(crate) struct TlsDialer {
+    connector: tokio_rustls::TlsConnector,
+}
+
+impl std::fmt::Debug for TlsDialer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsDialer").finish_non_exhaustive()
+    }
+}
+
+impl TlsDialer {
+    /// A dialer trusting every certificate in the PEM file `ca` (and nothing else).
+    pub(crate) fn from_ca_file(ca: &Path) -> Result<TlsDialer, TlsError> {
+        let file = |reason: String| TlsError::File {
+            path: ca.to_path_buf(),
+            reason,
+        };
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_file_iter(ca).map_err(|e| file(e.to_string()))? {
+            let cert = cert.map_err(|e| file(e.to_string()))?;
+            roots.add(cert).map_err(|e| file(e.to_string()))?;
+        }
+        if roots.is_empty() {
+            return Err(file("no CERTIFICATE in the file".into()));
+        }
+        let config = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| TlsError::Setup(e.to_string()))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Ok(TlsDialer {
+            connector: tokio_rustls::TlsConnector::from(Arc::new(config)),
+        })
+    }
+
+    /// Runs the client's side of a handshake on `stream`, expecting a certificate that names
+    /// `name`.
+    pub(crate) async fn connect(
+        &self,
+        stream: TcpStream,
+        name: rustls_pki_types::ServerName<'static>,
+    ) -> std::io::Result<ClientStream> {
+        let stream = tokio::io::BufReader::with_capacity(TLS_READ_BUFFER_BYTES, stream);
+        self.connector.connect(name, stream).await
+    }
+}
+
+/// The name broker `id`'s certificate carries for its peers: `broker-<id>`.
+pub(crate) fn broker_name(id: crate::types::NodeId) -> rustls_pki_types::ServerName<'static> {
+    let name = format!("broker-{id}");
+    // Letters, digits and a hyphen: a DNS name whatever the id.
+    rustls_pki_types::ServerName::try_from(name).expect("broker-<digits> is a DNS name")
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,210 @@
+use super::*;
+
+use rustls::client::danger::ServerCertVerifier;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+fn hosts() -> Vec<String> {
+    vec!["localhost".into(), "127.0.0.1".into()]
+}
+
+/// A client trusting only the CA of `certs`.
+fn connector(certs: &DevCertificates) -> tokio_rustls::TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(certs.ca_pem().as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+}
+
+/// A loopback listener whose connections go through `server`'s handshake and are then
+/// answered `hello`; its address.
+async fn serve(server: TlsServer) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        // Ends with the test's runtime.
+        while let Ok((stream, from)) = listener.accept().await {
+            let server = server.clone();
+            tokio::spawn(async move {
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+                if let Some(mut tls) = server.accept(stream, from, deadline).await {
+                    let _ = tls.write_all(b"hello").await;
+                    let _ = tls.shutdown().await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Whether a client trusting `certs`' CA gets `hello` from `addr` over TLS as `localhost`.
+async fn trusted(addr: SocketAddr, certs: &DevCertificates) -> bool {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+    let Ok(mut tls) = connector(certs).connect(name, tcp).await else {
+        return false;
+    };
+    let mut got = Vec::new();
+    tls.read_to_end(&mut got).await.is_ok() && got == b"hello"
+}
+
+#[tokio::test]
+async fn a_new_connection_gets_the_certificate_loaded_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = DevCertificates::generate(&[1], &hosts()).unwrap();
+    let new = DevCertificates::generate(&[1], &hosts()).unwrap();
+    old.write_to(dir.path()).unwrap();
+    let config = DevCertificates::broker_config(dir.path(), 1);
+    let server = TlsServer::new(&config).unwrap();
+    let addr = serve(server.clone()).await;
+    assert!(trusted(addr, &old).await);
+    assert!(!trusted(addr, &new).await, "another CA's client trusts it");
+
+    // New files are served only once reloaded.
+    new.write_to(dir.path()).unwrap();
+    assert!(trusted(addr, &old).await);
+    server.reload().unwrap();
+    assert!(trusted(addr, &new).await);
+    assert!(!trusted(addr, &old).await);
+
+    // Files that do not load leave the certificate as it was.
+    std::fs::write(&config.cert_chain, "not a certificate").unwrap();
+    assert!(matches!(server.reload(), Err(TlsError::File { .. })));
+    assert!(trusted(addr, &new).await);
+}
+
+#[test]
+fn files_that_cannot_be_served_are_refused_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = DevCertificates::generate(&[1, 2], &hosts()).unwrap();
+    certs.write_to(dir.path()).unwrap();
+    let one = DevCertificates::broker_config(dir.path(), 1);
+    let two = DevCertificates::broker_config(dir.path(), 2);
+    TlsServer::new(&one).unwrap();
+    // Broker 1's certificate with broker 2's key.
+    let mismatched = TlsConfig::new(&one.cert_chain, &two.private_key);
+    match TlsServer::new(&mismatched) {
+        Err(TlsError::Key { path, .. }) => assert_eq!(path, two.private_key),
+        other => panic!("a key of another certificate: {other:?}"),
+    }
+    let missing = TlsConfig::new(dir.path().join("nope.pem"), &one.private_key);
+    match TlsServer::new(&missing) {
+        Err(TlsError::File { path, .. }) => assert_eq!(path, missing.cert_chain),
+        other => panic!("a missing file: {other:?}"),
+    }
+    // A key where the certificate should be, and a certificate where the key should be.
+    let swapped = TlsConfig::new(&one.private_key, &one.cert_chain);
+    match TlsServer::new(&swapped) {
+        Err(TlsError::File { path, reason }) => {
+            assert_eq!(path, one.private_key);
+            assert!(reason.contains("no CERTIFICATE"), "{reason}");
+        }
+        other => panic!("a key as the certificate: {other:?}"),
+    }
+    let no_key = TlsConfig::new(&one.cert_chain, &one.cert_chain);
+    assert!(matches!(
+        TlsServer::new(&no_key),
+        Err(TlsError::File { .. })
+    ));
+}
+
+#[tokio::test]
+async fn a_plaintext_client_and_a_silent_one_are_refused_by_the_handshake() {
+    let dir = tempfile::tempdir().unwrap();
+    DevCertificates::generate(&[1], &hosts())
+        .unwrap()
+        .write_to(dir.path())
+        .unwrap();
+    let server = TlsServer::new(&DevCertificates::broker_config(dir.path(), 1)).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    // A Kafka ApiVersions request, as a plaintext client starts.
+    let mut plain = tokio::net::TcpStream::connect(addr).await.unwrap();
+    plain
+        .write_all(&[0, 0, 0, 10, 0, 18, 0, 3, 0, 0, 0, 1, 0xff, 0xff])
+        .await
+        .unwrap();
+    let (stream, from) = listener.accept().await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let started = std::time::Instant::now();
+    assert!(server.accept(stream, from, deadline).await.is_none());
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "refused at once"
+    );
+    // The connection is closed: what the client reads ends (after an alert, if any).
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), plain.read_to_end(&mut rest)).await;
+    assert!(read.is_ok(), "the connection stays open");
+
+    // A client that says nothing is closed at the deadline.
+    let _silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (stream, from) = listener.accept().await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(200);
+    assert!(server.accept(stream, from, deadline).await.is_none());
+}
+
+#[test]
+fn dev_certificates_name_each_broker_and_the_hosts() {
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = vec!["localhost".to_string(), "10.0.0.7".to_string()];
+    let certs = DevCertificates::generate(&[1, 7], &hosts).unwrap();
+    let written = certs.write_to(dir.path()).unwrap();
+    let names: Vec<String> = written
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "ca.pem",
+            "ca.key",
+            "broker-1.pem",
+            "broker-1.key",
+            "broker-7.pem",
+            "broker-7.key",
+            "client.pem",
+            "client.key"
+        ]
+    );
+    // Broker 7's certificate verifies for its hosts and `broker-7`, not for `broker-1`.
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(certs.ca_pem().as_bytes()).unwrap())
+        .unwrap();
+    let verifier =
+        rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
+            .build()
+            .unwrap();
+    let cert = CertificateDer::from_pem_file(dir.path().join("broker-7.pem")).unwrap();
+    let now = rustls_pki_types::UnixTime::now();
+    for (name, ok) in [
+        ("localhost", true),
+        ("10.0.0.7", true),
+        ("broker-7", true),
+        ("broker-1", false),
+    ] {
+        let name = rustls_pki_types::ServerName::try_from(name).unwrap();
+        let verified = verifier.verify_server_cert(&cert, &[], &name, &[], now);
+        assert_eq!(verified.is_ok(), ok, "{name:?}: {verified:?}");
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.path().join("ca.key"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o077, 0, "a key readable by others");
+    }
+    assert!(matches!(
+        DevCertificates::generate(&[1], &["not a host name!".to_string()]),
+        Err(crate::Error::Tls(TlsError::Setup(_)))
+    ));
+}

@@ -1,0 +1,271 @@
+//! TLS on the Kafka listener with Kafka's own clients: three `replog node` processes given
+//! certificates made by `replog certs dev` at test time. Over SSL, kcat produces through a
+//! follower and consumes from every broker; a client that does not trust the CA and a
+//! plaintext client are refused, and the broker serves on; a broker's certificate replaced
+//! and reloaded on SIGHUP is the one new connections get. Over SASL_SSL, kcat authenticates
+//! with SCRAM-SHA-512 and PLAIN (no `--sasl-plain-without-tls` inside TLS), wrong credentials
+//! are refused, and kafka-python authenticates with SCRAM-SHA-512. And an embedded broker:
+//! its certificate swapped by `Node::reload_tls`, its TLS settings refused clearly.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::kafka::{connect, kcat};
+use crate::kafka_sasl::{
+    PASSWORD, USER, each_mechanism_writes_and_every_broker_reads,
+    kafka_python_produces_and_consumes, kcat_with, sasl_args_over, secure_cluster, wait_for_leader,
+    wrong_credentials_are_refused,
+};
+use crate::support::{cli, wait_until};
+
+/// Writes dev certificates for brokers 1 to 3, naming `localhost` and `127.0.0.1`, into
+/// `dir` with `replog certs dev`.
+fn dev_certs(dir: &Path) {
+    let out = dir.to_str().unwrap();
+    let args = ["certs", "dev", "--out", out, "--brokers", "1,2,3"];
+    let (ok, _, err) = cli(
+        &[&args[..], &["--hosts", "localhost,127.0.0.1"]].concat(),
+        "",
+    );
+    assert!(ok, "{err}");
+}
+
+/// The arguments giving broker `id` its certificate and key from `certs`.
+fn tls_args(certs: &Path, id: u64) -> Vec<String> {
+    let file = |ext: &str| {
+        certs
+            .join(format!("broker-{id}.{ext}"))
+            .display()
+            .to_string()
+    };
+    vec![
+        "--tls-cert".into(),
+        file("pem"),
+        "--tls-key".into(),
+        file("key"),
+    ]
+}
+
+/// Three brokers whose Kafka listeners use `protocol` (SSL or SASL_SSL), with certificates
+/// made by `replog certs dev` in `dir/certs`: that directory, the brokers, their native and
+/// their Kafka addresses.
+fn tls_cluster(dir: &Path, protocol: &str) -> (std::path::PathBuf, Cluster) {
+    let certs = dir.join("certs");
+    dev_certs(&certs);
+    let cluster = secure_cluster(dir, protocol, &[(USER, PASSWORD)], |id| {
+        tls_args(&certs, id)
+    });
+    (certs, cluster)
+}
+
+/// Brokers as processes, their native addresses and their Kafka addresses.
+type Cluster = (
+    Vec<Option<crate::Broker>>,
+    Vec<std::net::SocketAddr>,
+    Vec<std::net::SocketAddr>,
+);
+
+/// kcat's settings for SSL trusting the CA certificate `ca`.
+fn ssl(ca: &Path) -> Vec<String> {
+    vec![
+        "-X".into(),
+        "security.protocol=SSL".into(),
+        "-X".into(),
+        format!("ssl.ca.location={}", ca.display()),
+    ]
+}
+
+/// Whether kcat gets metadata through `at` with `security` settings, and its error output.
+async fn metadata(at: &str, security: Vec<String>) -> (bool, String) {
+    let mut args: Vec<String> = ["-L", "-b", at, "-m", "5"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    args.extend(security);
+    let (ok, _, err) = kcat_with(args, "").await;
+    (ok, err)
+}
+
+/// A topic of one partition on three brokers; its leader and a follower.
+async fn topic(addrs: &[std::net::SocketAddr]) -> (replog::Client, u64, u64) {
+    let client = connect(addrs).await;
+    client.create_topic("email.send", 1, 3).await.unwrap();
+    let leader = client.describe("email.send").await.unwrap()[0]
+        .leader
+        .unwrap();
+    let follower = (1..=3u64).find(|id| *id != leader).unwrap();
+    (client, leader, follower)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kcat_over_ssl_writes_through_a_follower_and_reads_from_every_broker() {
+    if kcat().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (certs, (mut brokers, addrs, kafka)) = tls_cluster(dir.path(), "SSL");
+    let (client, leader, follower) = topic(&addrs).await;
+    let at = kafka[follower as usize - 1].to_string();
+    let ca = certs.join("ca.pem");
+    wait_for_leader(&at, leader, ssl(&ca)).await;
+    // Every broker serves SSL alike (SSL has no mechanisms: one pass, named after none).
+    let security = |_: &str, _: &str, _: &str| ssl(&ca);
+    each_mechanism_writes_and_every_broker_reads(&at, &kafka, &["SSL"], security).await;
+
+    // A client that trusts another CA, and a plaintext one: refused, and the broker serves on.
+    let other = dir.path().join("other");
+    dev_certs(&other);
+    let (ok, err) = metadata(&at, ssl(&other.join("ca.pem"))).await;
+    assert!(!ok, "a client trusting another CA was served");
+    assert!(err.contains("certificate verify failed"), "{err}");
+    let (ok, _) = metadata(&at, Vec::new()).await;
+    assert!(!ok, "a plaintext client was served");
+    assert!(metadata(&at, ssl(&ca)).await.0);
+
+    // The follower gets the other CA's certificate: new connections see it once it is
+    // reloaded on SIGHUP.
+    for ext in ["pem", "key"] {
+        let name = format!("broker-{follower}.{ext}");
+        std::fs::copy(other.join(&name), certs.join(&name)).unwrap();
+    }
+    brokers[follower as usize - 1]
+        .as_mut()
+        .unwrap()
+        .signal(rustix::process::Signal::HUP);
+    let new_ca = ssl(&other.join("ca.pem"));
+    wait_until(Duration::from_secs(20), "the new certificate", async || {
+        let (ok, err) = metadata(&at, new_ca.clone()).await;
+        if ok { Ok(()) } else { Err(err) }
+    })
+    .await;
+    assert!(
+        !metadata(&at, ssl(&ca)).await.0,
+        "the old certificate still served"
+    );
+    drop(client);
+    drop(brokers);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kcat_and_kafka_python_authenticate_over_sasl_ssl_with_scram_and_plain() {
+    if kcat().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (certs, (brokers, addrs, kafka)) = tls_cluster(dir.path(), "SASL_SSL");
+    let (client, leader, follower) = topic(&addrs).await;
+    let at = kafka[follower as usize - 1].to_string();
+    let ca = certs.join("ca.pem");
+    let security = |m: &str, user: &str, password: &str| {
+        let mut args = sasl_args_over("SASL_SSL", m, user, password);
+        args.extend(["-X".into(), format!("ssl.ca.location={}", ca.display())]);
+        args
+    };
+    wait_for_leader(&at, leader, security("SCRAM-SHA-512", USER, PASSWORD)).await;
+    let mechanisms = ["SCRAM-SHA-512", "PLAIN"];
+    each_mechanism_writes_and_every_broker_reads(&at, &kafka, &mechanisms, security).await;
+    wrong_credentials_are_refused(&at, &mechanisms, security).await;
+    // TLS without SASL: nothing is served.
+    assert!(!metadata(&at, ssl(&ca)).await.0, "served without SASL");
+
+    let env = vec![
+        ("REPLOG_SASL", format!("SCRAM-SHA-512:{USER}:{PASSWORD}")),
+        ("REPLOG_SSL_CAFILE", ca.display().to_string()),
+    ];
+    kafka_python_produces_and_consumes(&at, env).await;
+    drop(client);
+    drop(brokers);
+}
+
+/// A TLS connection to `at` trusting only `certs`' CA, as `127.0.0.1`.
+async fn tls_connect(
+    at: std::net::SocketAddr,
+    certs: &replog::DevCertificates,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    let ca = rustls_pki_types::CertificateDer::from_pem_slice(certs.ca_pem().as_bytes()).unwrap();
+    roots.add(ca).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(at).await?;
+    connector.connect(at.ip().into(), tcp).await
+}
+
+/// Whether a client trusting `certs`' CA is answered ApiVersions over TLS at `at`.
+async fn answered(at: std::net::SocketAddr, certs: &replog::DevCertificates) -> bool {
+    use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
+    let Ok(mut s) = tls_connect(at, certs).await else {
+        return false;
+    };
+    let request = ApiVersionsRequest::default();
+    let (_, answer): (_, ApiVersionsResponse) =
+        crate::kafka::kafka_call_on(&mut s, ApiKey::ApiVersions, 3, &request).await;
+    answer.error_code == 0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_embedded_brokers_certificate_is_swapped_by_reload_tls_and_bad_settings_are_named() {
+    use replog::{DevCertificates, Error, KafkaSecurityProtocol, TlsError};
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    let hosts = ["127.0.0.1".to_string()];
+    let old = DevCertificates::generate(&[1], &hosts).unwrap();
+    let new = DevCertificates::generate(&[1], &hosts).unwrap();
+    old.write_to(&certs).unwrap();
+    let tls = DevCertificates::broker_config(&certs, 1);
+    let kafka = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    let configured = tls.clone();
+    let cluster = crate::local_cluster(1, dir.path(), "email.send", 1, move |c| {
+        c.kafka_listen = Some(kafka);
+        c.tls = Some(configured.clone());
+        c.kafka_security_protocol = KafkaSecurityProtocol::Ssl;
+    })
+    .await;
+    let node = cluster.node(1).unwrap();
+    let at = node.kafka_addr().unwrap();
+    assert!(answered(at, &old).await);
+    assert!(!answered(at, &new).await);
+    new.write_to(&certs).unwrap();
+    node.reload_tls().unwrap();
+    assert!(answered(at, &new).await);
+    assert!(!answered(at, &old).await);
+    // A file that does not load: named, and the certificate stays.
+    std::fs::write(&tls.cert_chain, "junk").unwrap();
+    match node.reload_tls() {
+        Err(Error::Tls(TlsError::File { path, .. })) => assert_eq!(path, tls.cert_chain),
+        other => panic!("a junk certificate file: {other:?}"),
+    }
+    assert!(answered(at, &new).await);
+    cluster.shutdown().await.unwrap();
+
+    // SSL without a certificate, missing files, and a reload without TLS: each named.
+    let mut config = crate::config(1, &crate::free_addrs(1), &dir.path().join("again"));
+    config.kafka_listen = Some(kafka);
+    config.kafka_security_protocol = KafkaSecurityProtocol::SaslSsl;
+    match crate::start_node(config.clone()).await {
+        Err(Error::InvalidConfig { field, .. }) => assert_eq!(field, "kafka_security_protocol"),
+        other => panic!("SASL_SSL without a certificate: {other:?}"),
+    }
+    config.tls = Some(replog::TlsConfig::new(
+        dir.path().join("none.pem"),
+        dir.path().join("none.key"),
+    ));
+    assert!(matches!(
+        replog::Node::start(config.clone()).await,
+        Err(Error::Tls(TlsError::File { .. }))
+    ));
+    config.tls = None;
+    config.kafka_security_protocol = KafkaSecurityProtocol::Plaintext;
+    let plain = replog::Node::start(config).await.unwrap();
+    match plain.reload_tls() {
+        Err(Error::InvalidConfig { field, .. }) => assert_eq!(field, "tls"),
+        other => panic!("a reload without TLS: {other:?}"),
+    }
+    plain.shutdown().await.unwrap();
+}

@@ -1,0 +1,178 @@
+//! TLS on the native door, for clients and peer brokers alike: brokers given the CA that
+//! signed their certificates (`TlsConfig::ca_cert`, `replog node --tls-ca`) serve TLS on their
+//! native listeners and dial each other over it. Embedded brokers elect leaders and replicate
+//! over TLS, a `Client` trusting the CA writes and reads from every broker, and clients that do
+//! not speak TLS or trust another CA reach no broker; `replog node` processes do the same with
+//! `replog topics`, `produce` and `consume` given `--tls-ca`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use replog::{Client, ClientConfig, DevCertificates, Error, Offset, Record};
+
+use crate::support::{cli, wait_until};
+
+/// Broker `id`'s TLS settings from `certs` (written by `DevCertificates::write_to`), with the
+/// CA there: TLS on the native listener and to its peers.
+fn native_tls(certs: &Path, id: u64) -> replog::TlsConfig {
+    let mut tls = DevCertificates::broker_config(certs, id);
+    tls.ca_cert = Some(certs.join("ca.pem"));
+    tls
+}
+
+/// A client of `addrs` trusting the CA in `certs`, or none with `None`.
+fn client_config(ca: Option<&Path>) -> ClientConfig {
+    let mut config = ClientConfig::default();
+    config.tls_ca = ca.map(Path::to_path_buf);
+    config.delivery_timeout = Duration::from_secs(3);
+    config
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_brokers_replicate_over_tls_and_serve_only_clients_that_trust_their_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    let hosts = ["localhost".to_string(), "127.0.0.1".to_string()];
+    DevCertificates::generate(&[1, 2, 3], &hosts)
+        .unwrap()
+        .write_to(&certs)
+        .unwrap();
+    let at = certs.clone();
+    // Leaders are elected over TLS: Raft's votes and appends travel between the brokers so.
+    let cluster = crate::local_cluster(3, dir.path(), "email.send", 1, move |c| {
+        c.tls = Some(native_tls(&at, c.id));
+    })
+    .await;
+    let addrs = cluster.addrs();
+    let ca = certs.join("ca.pem");
+    let client =
+        crate::support::connect(&addrs, client_config(Some(&ca)), Duration::from_secs(20)).await;
+    let sent = client
+        .send("email.send", 0, &[Record::new("over-tls")])
+        .await
+        .unwrap();
+    assert_eq!(sent.base_offset, Offset(0));
+    for addr in &addrs {
+        let what = format!("the record on {addr}");
+        wait_until(Duration::from_secs(10), &what, async || {
+            let batches = client
+                .fetch("email.send", 0, Offset(0), 1 << 20, Some(*addr))
+                .await
+                .ok()?;
+            let values: Vec<Vec<u8>> = batches
+                .iter()
+                .flat_map(|b| b.records())
+                .map(|(_, r)| r.value.to_vec())
+                .collect();
+            (values == [b"over-tls".to_vec()]).then_some(())
+        })
+        .await;
+    }
+
+    // A plaintext client and one trusting another CA reach no broker.
+    let other = dir.path().join("other");
+    DevCertificates::generate(&[1], &hosts)
+        .unwrap()
+        .write_to(&other)
+        .unwrap();
+    for ca in [None, Some(other.join("ca.pem"))] {
+        match Client::connect(&addrs, client_config(ca.as_deref())).await {
+            Err(Error::NoBrokerReachable { .. }) => {}
+            other => panic!("a client trusting {ca:?}: {other:?}"),
+        }
+    }
+    drop(client);
+    cluster.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_reaches_broker_processes_over_tls_with_tls_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    let out = certs.to_str().unwrap();
+    let (ok, _, err) = cli(&["certs", "dev", "--out", out, "--brokers", "1,2,3"], "");
+    assert!(ok, "{err}");
+    let ca = certs.join("ca.pem").display().to_string();
+    let addrs = crate::process_addrs(3);
+    let brokers: Vec<crate::Broker> = (1..=3u64)
+        .map(|id| {
+            let file = |ext: &str| {
+                certs
+                    .join(format!("broker-{id}.{ext}"))
+                    .display()
+                    .to_string()
+            };
+            let (cert, key) = (file("pem"), file("key"));
+            let args = ["--tls-cert", &cert, "--tls-key", &key, "--tls-ca", &ca];
+            crate::spawn_broker_with(id, &addrs, dir.path(), true, &args)
+        })
+        .collect();
+    let at: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
+    let tls = |args: &[&str]| -> Vec<String> {
+        let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        all.extend(["--tls-ca".to_string(), ca.clone()]);
+        all
+    };
+    let cli = |args: Vec<String>, stdin: &str| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        cli(&args, stdin)
+    };
+    let describe = [
+        "topics",
+        "--bootstrap-server",
+        &at[1],
+        "--describe",
+        "--topic",
+    ];
+    wait_until(Duration::from_secs(30), "a leader, over TLS", async || {
+        let (ok, out, err) = cli(tls(&[&describe[..], &["email.send"]].concat()), "");
+        let leader = out
+            .split("Leader: ")
+            .nth(1)
+            .and_then(|r| r.split('\t').next());
+        (ok && leader.is_some_and(|l| l.parse::<u64>().is_ok()))
+            .then_some(())
+            .ok_or(format!("{out}{err}"))
+    })
+    .await;
+    let produce = [
+        "produce",
+        "--bootstrap-server",
+        &at[1],
+        "--topic",
+        "email.send",
+    ];
+    let (ok, _, err) = cli(tls(&produce), "over-tls\n");
+    assert!(ok, "{err}");
+    for a in &at {
+        let consume = [
+            "consume",
+            "--bootstrap-server",
+            a,
+            "--topic",
+            "email.send",
+            "--from-beginning",
+            "--from-replica",
+            "--max-messages",
+            "1",
+        ];
+        let what = format!("the record through {a}");
+        wait_until(Duration::from_secs(20), &what, async || {
+            let (ok, out, err) = cli(tls(&consume), "");
+            (ok && out.lines().next() == Some("over-tls"))
+                .then_some(())
+                .ok_or(format!("{out}{err}"))
+        })
+        .await;
+    }
+    // Without --tls-ca: no broker answers.
+    let plain: Vec<String> = [&describe[..], &["email.send"]]
+        .concat()
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    let (ok, _, err) = cli(plain, "");
+    assert!(!ok, "a plaintext client was served");
+    assert!(err.contains("no broker reachable"), "{err}");
+    drop(brokers);
+}
