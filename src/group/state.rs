@@ -11,11 +11,10 @@
 //! Answers that must wait (a join until the rebalance completes, a follower's sync until the
 //! leader's assignment is written) are parked as tickets in the member: the caller numbers
 //! each join and sync, and takes the answers the group gives since ([`Group::take_replies`]),
-//! each to its ticket. The state machine holds no channel, draws no random number and logs
-//! nothing: what it does depends on its requests and the clock it is given only
-//! (`group/live.rs` keeps the waiting requests' channels). Whatever must be
-//! written before the group may move on (a completed rebalance) is returned to the caller as a
-//! [`Snapshot`], which the coordinator writes and then reports back ([`Group::synced`]).
+//! each to its ticket. No channel, no random number, no logging: what it does depends on its
+//! requests and the clock it is given only (`group/live.rs` keeps the channels). What must be
+//! written before the group moves on (a completed rebalance) is returned as a [`Snapshot`],
+//! which the coordinator writes and reports back ([`Group::synced`]).
 //! A static member's return to a Stable group (`static_member.rs`) is a [`StaticRejoin`]: its
 //! snapshot is written, then applied as a loaded one is ([`Group::restore`]).
 
@@ -154,8 +153,7 @@ pub(crate) struct Group {
     pub(crate) persisted: Option<Snapshot>,
     /// Counts member ids handed out, so that two are never the same.
     next_member: u64,
-    /// Member ids handed out to first joins that have not joined with them yet, and until
-    /// when they may.
+    /// Member ids handed to first joins not yet joined with, and until when they may.
     pending: HashMap<String, Instant>,
     /// Answers to waiting joins and syncs, not yet taken by the caller.
     replies: Vec<Reply>,
@@ -164,8 +162,7 @@ pub(crate) struct Group {
 /// The answer to a join: now, or once the rebalance completes.
 pub(crate) enum JoinStep {
     Now(Result<Joined, GroupError>),
-    /// A first join that asked for it gets its member id to join again with
-    /// (`MEMBER_ID_REQUIRED`).
+    /// A first join gets its member id to join again with (`MEMBER_ID_REQUIRED`).
     MemberIdRequired(String),
     /// Answered later, as a [`Reply::Join`] for the join's ticket.
     Parked,
