@@ -43,6 +43,7 @@ pub(super) async fn serve(
         from,
         admitted: _admitted,
         authenticate_by,
+        ..
     } = accepted;
     // A SASL listener serves a connection only once it has authenticated.
     let session = match &config.sasl {

@@ -8,15 +8,16 @@ use serde::Serialize;
 use crate::error::Error;
 use crate::group::api::{GroupRequest, MemberRef};
 use crate::protocol::{
-    FetchRequest, FetchResponse, ListOffsetsRequest, MetadataRequest, ProduceRequestRef,
-    ProduceResponse, WireBatch, WireError,
+    CreateTopicRequest, DeleteTopicRequest, FetchRequest, FetchResponse, ListOffsetsRequest,
+    MetadataRequest, ProduceRequestRef, ProduceResponse, ProposeRequest, WireBatch, WireError,
 };
 use crate::security::Session;
 use crate::transport::frame::Op;
-use crate::transport::{Answer, AnswerBudget, BoxFuture, Handler, Turn};
+use crate::transport::{Answer, AnswerBudget, BoxFuture, Caller, Handler, Turn};
 use crate::types::Offset;
 
 use super::Broker;
+use super::peer_gate::Claim;
 use super::service::{BrokerService, Fetch, Produce};
 
 /// The native protocol's door: client requests go to the [`BrokerService`], peers' Raft RPCs
@@ -90,6 +91,23 @@ fn wire(e: Error) -> WireError {
     WireError::from_error(&e)
 }
 
+impl NodeHandler {
+    /// Refuses `op`, traffic only brokers send, unless `caller` may send it as `claim` (see
+    /// `peer_gate.rs`), as Kafka refuses a cluster action: with a cluster authorization error.
+    fn brokers_only(
+        &self,
+        caller: &Caller,
+        op: Op,
+        claim: Claim,
+    ) -> std::result::Result<(), WireError> {
+        if self.broker.admits_peer(caller, op, claim) {
+            Ok(())
+        } else {
+            Err(wire(Error::ClusterAuthorizationFailed))
+        }
+    }
+}
+
 impl Handler for NodeHandler {
     fn handle(
         self: Arc<Self>,
@@ -97,10 +115,11 @@ impl Handler for NodeHandler {
         body: Vec<u8>,
         turn: Turn,
         answers: AnswerBudget,
-        from: Option<std::net::SocketAddr>,
+        caller: Arc<Caller>,
     ) -> BoxFuture<Answer> {
         Box::pin(async move {
             let started = std::time::Instant::now();
+            let from = Some(caller.from);
             // Each request on behalf of whoever the connection is: nobody authenticates on the
             // native door yet, so its clients are anonymous.
             let service = &self
@@ -112,7 +131,7 @@ impl Handler for NodeHandler {
             let mut held = None;
             let body = match op {
                 Op::AppendEntries | Op::Vote | Op::Snapshot | Op::TransferLeader => {
-                    self.broker.serve_raft(op, &body).await
+                    self.broker.serve_raft(op, &body, &caller).await
                 }
                 Op::Produce => encode_response(
                     &async {
@@ -190,21 +209,30 @@ impl Handler for NodeHandler {
                 Op::Metadata => encode_response(
                     &async {
                         let req: MetadataRequest = decode_request(&body)?;
+                        if req.local_only {
+                            self.brokers_only(&caller, op, Claim::AnyBroker)?;
+                        }
                         Ok(service.metadata(req.topic.as_deref(), req.local_only).await)
                     }
                     .await,
                 ),
                 Op::CreateTopic => encode_response(
                     &async {
-                        service
-                            .create_topic(decode_request(&body)?)
-                            .await
-                            .map_err(wire)
+                        let request: CreateTopicRequest = decode_request(&body)?;
+                        if request.forwarded {
+                            self.brokers_only(&caller, op, Claim::AnyBroker)?;
+                        }
+                        service.create_topic(request).await.map_err(wire)
                     }
                     .await,
                 ),
                 Op::Propose => encode_response(
-                    &async { service.propose(decode_request(&body)?).await.map_err(wire) }.await,
+                    &async {
+                        let request: ProposeRequest = decode_request(&body)?;
+                        self.brokers_only(&caller, op, Claim::of_command(&request.command))?;
+                        service.propose(request).await.map_err(wire)
+                    }
+                    .await,
                 ),
                 Op::Reassign => encode_response(
                     &async {
@@ -227,10 +255,11 @@ impl Handler for NodeHandler {
                 }
                 Op::DeleteTopic => encode_response(
                     &async {
-                        service
-                            .delete_topic(decode_request(&body)?)
-                            .await
-                            .map_err(wire)
+                        let request: DeleteTopicRequest = decode_request(&body)?;
+                        if request.forwarded {
+                            self.brokers_only(&caller, op, Claim::AnyBroker)?;
+                        }
+                        service.delete_topic(request).await.map_err(wire)
                     }
                     .await,
                 ),

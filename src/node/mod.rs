@@ -27,6 +27,7 @@ mod describe;
 mod groups;
 mod handler;
 mod metadata;
+mod peer_gate;
 mod peer_rpc;
 mod reassign;
 mod replica_dir;
@@ -236,14 +237,16 @@ impl Node {
             .as_ref()
             .map(crate::tls::TlsServer::new)
             .transpose()?;
-        // With the brokers' CA, the native listener serves TLS and peers are dialed over it.
-        let dialer = config
-            .tls
-            .as_ref()
-            .and_then(|t| t.ca_cert.as_deref())
-            .map(crate::tls::TlsDialer::from_ca_file)
-            .transpose()?;
-        let native_tls = tls.clone().filter(|_| dialer.is_some());
+        // With the brokers' CA, the native listener serves TLS, asking for certificates (peer
+        // brokers present theirs), and peers are dialed over it, with this broker's.
+        let ca = config.tls.as_ref().and_then(|t| t.ca_cert.clone());
+        let (native_tls, dialer) = match (&tls, ca) {
+            (Some(server), Some(ca)) => (
+                Some(server.asking_for_certificates(&ca)?),
+                Some(crate::tls::TlsDialer::for_peers(&ca, server)?),
+            ),
+            _ => (None, None),
+        };
         crate::env::create_dir_all(&config.data_dir)?;
         if config.log.preallocate == crate::segment::Preallocate::Auto {
             config.log.preallocate = crate::segment::Preallocate::Fallocate;

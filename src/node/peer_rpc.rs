@@ -6,17 +6,33 @@ use std::sync::Arc;
 
 use crate::catalog::METADATA_TOPIC;
 use crate::raft::network::Served;
+use crate::transport::Caller;
 use crate::transport::frame::Op;
 use crate::types::PartitionId;
 
 use super::Broker;
+use super::peer_gate::{Claim, raft_sender};
 use super::supervise::RebuildCause;
 
 impl Broker {
     /// Serves a Raft RPC: the body starts with the partition id, then the request.
-    pub(super) async fn serve_raft(self: &Arc<Self>, op: Op, body: &[u8]) -> Vec<u8> {
+    /// Served only to `caller` if it may send Raft traffic as the sender the RPC names (see
+    /// `peer_gate.rs`).
+    pub(super) async fn serve_raft(
+        self: &Arc<Self>,
+        op: Op,
+        body: &[u8],
+        caller: &Caller,
+    ) -> Vec<u8> {
         let found = postcard::take_from_bytes::<PartitionId>(body)
             .map_err(|e| format!("bad request: {e}"))
+            .and_then(|(id, rest)| {
+                let sender = raft_sender(rest).ok_or("bad request: no sender's vote")?;
+                if !self.admits_peer(caller, op, Claim::Broker(sender)) {
+                    return Err(format!("refused: the connection is not broker {sender}'s"));
+                }
+                Ok((id, rest))
+            })
             .and_then(|(id, rest)| {
                 let group = if id.topic == METADATA_TOPIC && id.partition == 0 {
                     Some(Arc::clone(&self.meta))

@@ -77,6 +77,16 @@ impl DevCertificates {
     /// [`Error::Tls`](crate::Error::Tls) ([`TlsError::Setup`]) if a host is neither an IP
     /// address nor a valid DNS name.
     pub fn generate(brokers: &[NodeId], hosts: &[String]) -> Result<DevCertificates> {
+        DevCertificates::generate_with_expired(brokers, hosts, &[])
+    }
+
+    /// [`generate`](Self::generate), with the certificates of the brokers in `expired` valid
+    /// only from 1990 to 2000.
+    pub(super) fn generate_with_expired(
+        brokers: &[NodeId],
+        hosts: &[String],
+        expired: &[NodeId],
+    ) -> Result<DevCertificates> {
         if let Some(bad) = hosts
             .iter()
             .find(|h| rustls_pki_types::ServerName::try_from(h.as_str()).is_err())
@@ -108,6 +118,10 @@ impl DevCertificates {
                 ExtendedKeyUsagePurpose::ServerAuth,
                 ExtendedKeyUsagePurpose::ClientAuth,
             ];
+            if expired.contains(id) {
+                p.not_before = rcgen::date_time_ymd(1990, 1, 1);
+                p.not_after = rcgen::date_time_ymd(2000, 1, 1);
+            }
             signed_brokers.push((*id, signed(p, &issuer)?));
         }
         let mut client = params("replog dev client", Vec::new())?;

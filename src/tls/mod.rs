@@ -1,4 +1,5 @@
-//! TLS on a broker's client listeners (rustls, with *ring* as the crypto provider).
+//! TLS on a broker's listeners and between brokers (rustls, with *ring* as the crypto
+//! provider).
 //!
 //! - [`TlsConfig`]: where the certificate chain and private key are (PEM files).
 //! - [`TlsServer`]: what a listener runs handshakes with. Its certificate comes from a
@@ -6,6 +7,10 @@
 //!   files again when asked ([`Node::reload_tls`](crate::Node::reload_tls); `replog node` asks
 //!   on SIGHUP): connections open keep the certificate they started with, new ones get the new
 //!   one, and files that do not load leave the old certificate in place.
+//! - The native listener of brokers given their CA asks clients for a certificate
+//!   ([`TlsServer::asking_for_certificates`]), and brokers dial their peers presenting theirs
+//!   ([`TlsDialer::for_peers`]): what a connection presented ([`ClientCertificate`]) tells
+//!   which broker it is, if any (`node/peer_gate.rs` decides what that lets it send).
 //! - `dev_certs.rs`: a local CA and certificates signed by it, for dev clusters and tests
 //!   ([`DevCertificates`]).
 //!
@@ -57,9 +62,12 @@ pub struct TlsConfig {
     pub private_key: PathBuf,
     /// The CA that signed every broker's certificate (`CERTIFICATE` items, all trusted).
     /// With it, the native listener serves TLS too, to clients and peer brokers alike, and the
-    /// broker dials its peers over TLS, checking that each one's certificate is signed by
-    /// this CA and names it `broker-<id>` (a DNS name; `replog certs dev` writes it). `None`
-    /// (the default): the native listener and peer traffic stay plaintext.
+    /// broker dials its peers over TLS, presenting its certificate, checking that each one's
+    /// is signed by this CA and names it `broker-<id>` (a DNS name; `replog certs dev` writes
+    /// it). What only brokers send (Raft, metadata proposals, forwarded admin requests) is then
+    /// served only to connections presenting the certificate of the broker it comes from.
+    /// `None` (the default): the native listener and peer traffic stay plaintext, and anyone
+    /// who reaches the native listener may send what brokers send.
     pub ca_cert: Option<PathBuf>,
 }
 
@@ -162,6 +170,51 @@ impl ResolvesServerCert for CertStore {
     }
 }
 
+/// A broker dialing its peers presents its own certificate, the one its listeners present.
+impl rustls::client::ResolvesClientCert for CertStore {
+    fn resolve(
+        &self,
+        _root_hints: &[&[u8]],
+        _schemes: &[rustls::SignatureScheme],
+    ) -> Option<Arc<CertifiedKey>> {
+        Some(Arc::clone(&self.current.read()))
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
+/// The certificates in the PEM file `ca`, as roots of trust.
+fn roots(ca: &Path) -> Result<Arc<rustls::RootCertStore>, TlsError> {
+    let file = |reason: String| TlsError::File {
+        path: ca.to_path_buf(),
+        reason,
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).map_err(|e| file(e.to_string()))? {
+        let cert = cert.map_err(|e| file(e.to_string()))?;
+        roots.add(cert).map_err(|e| file(e.to_string()))?;
+    }
+    if roots.is_empty() {
+        return Err(file("no CERTIFICATE in the file".into()));
+    }
+    Ok(Arc::new(roots))
+}
+
+/// The certificate a connection's client presented in its handshake, which the listener
+/// verified: signed by the brokers' CA, within its dates, for TLS client authentication.
+#[derive(Clone, Debug)]
+pub(crate) struct ClientCertificate(CertificateDer<'static>);
+
+impl ClientCertificate {
+    /// Whether it is broker `id`'s: whether it names `broker-<id>` (a DNS name).
+    pub(crate) fn names_broker(&self, id: crate::types::NodeId) -> bool {
+        rustls::server::ParsedCertificate::try_from(&self.0)
+            .is_ok_and(|cert| rustls::client::verify_server_name(&cert, &broker_name(id)).is_ok())
+    }
+}
+
 /// What a listener runs its TLS handshakes with.
 #[derive(Clone)]
 pub(crate) struct TlsServer {
@@ -195,24 +248,56 @@ impl TlsServer {
         })
     }
 
+    /// The same server (the same certificate, reloaded together) asking every client for a
+    /// certificate signed by the CA in `ca`: a client may present none, but one that presents
+    /// another is refused in the handshake. What it presented is the connection's
+    /// [`ClientCertificate`]: peer brokers present theirs.
+    pub(crate) fn asking_for_certificates(&self, ca: &Path) -> Result<TlsServer, TlsError> {
+        let provider = provider();
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            roots(ca)?,
+            Arc::clone(&provider),
+        )
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| TlsError::Setup(e.to_string()))?;
+        let resolver: Arc<dyn ResolvesServerCert> = Arc::clone(&self.certs) as _;
+        let server = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| TlsError::Setup(e.to_string()))?
+            .with_client_cert_verifier(verifier)
+            .with_cert_resolver(resolver);
+        Ok(TlsServer {
+            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(server)),
+            certs: Arc::clone(&self.certs),
+        })
+    }
+
     /// Loads the certificate files again (see [`CertStore::reload`]).
     pub(crate) fn reload(&self) -> Result<(), TlsError> {
         self.certs.reload()
     }
 
-    /// Runs the server's side of a handshake on `stream`, from `from`, until `deadline`.
-    /// `None` (logged once, at info): the handshake failed (a plaintext client, a client that
-    /// does not trust the certificate) or did not end in time; the connection is to be
-    /// closed.
+    /// Runs the server's side of a handshake on `stream`, from `from`, until `deadline`, and
+    /// returns the connection with the certificate its client presented, if it was asked for
+    /// one and did. `None` (logged once, at info): the handshake failed (a plaintext client, a
+    /// client that does not trust the certificate, a client certificate the CA did not sign)
+    /// or did not end in time; the connection is to be closed.
     pub(crate) async fn accept(
         &self,
         stream: TcpStream,
         from: SocketAddr,
         deadline: tokio::time::Instant,
-    ) -> Option<ServerStream> {
+    ) -> Option<(ServerStream, Option<ClientCertificate>)> {
         let stream = tokio::io::BufReader::with_capacity(TLS_READ_BUFFER_BYTES, stream);
         match tokio::time::timeout_at(deadline, self.acceptor.accept(stream)).await {
-            Ok(Ok(stream)) => Some(stream),
+            Ok(Ok(stream)) => {
+                let presented = stream.get_ref().1.peer_certificates();
+                let certificate = presented
+                    .and_then(|chain| chain.first())
+                    .map(|cert| ClientCertificate(cert.clone().into_owned()));
+                Some((stream, certificate))
+            }
             Ok(Err(e)) => {
                 tracing::info!(%from, error = %e, "TLS handshake failed");
                 None
@@ -242,25 +327,28 @@ impl std::fmt::Debug for TlsDialer {
 }
 
 impl TlsDialer {
-    /// A dialer trusting every certificate in the PEM file `ca` (and nothing else).
+    /// A dialer trusting every certificate in the PEM file `ca` (and nothing else),
+    /// presenting no certificate of its own: a client's.
     pub(crate) fn from_ca_file(ca: &Path) -> Result<TlsDialer, TlsError> {
-        let file = |reason: String| TlsError::File {
-            path: ca.to_path_buf(),
-            reason,
-        };
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_file_iter(ca).map_err(|e| file(e.to_string()))? {
-            let cert = cert.map_err(|e| file(e.to_string()))?;
-            roots.add(cert).map_err(|e| file(e.to_string()))?;
-        }
-        if roots.is_empty() {
-            return Err(file("no CERTIFICATE in the file".into()));
-        }
         let config = rustls::ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsError::Setup(e.to_string()))?
-            .with_root_certificates(roots)
+            .with_root_certificates(roots(ca)?)
             .with_no_client_auth();
+        Ok(TlsDialer {
+            connector: tokio_rustls::TlsConnector::from(Arc::new(config)),
+        })
+    }
+
+    /// A broker's dialer to its peers: trusting the brokers' CA in `ca`, and presenting the
+    /// certificate `server` presents (reloaded with it), by which the peers know it.
+    pub(crate) fn for_peers(ca: &Path, server: &TlsServer) -> Result<TlsDialer, TlsError> {
+        let resolver: Arc<dyn rustls::client::ResolvesClientCert> = Arc::clone(&server.certs) as _;
+        let config = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| TlsError::Setup(e.to_string()))?
+            .with_root_certificates(roots(ca)?)
+            .with_client_cert_resolver(resolver);
         Ok(TlsDialer {
             connector: tokio_rustls::TlsConnector::from(Arc::new(config)),
         })

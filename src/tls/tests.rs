@@ -33,7 +33,7 @@ async fn serve(server: TlsServer) -> SocketAddr {
             let server = server.clone();
             tokio::spawn(async move {
                 let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-                if let Some(mut tls) = server.accept(stream, from, deadline).await {
+                if let Some((mut tls, _)) = server.accept(stream, from, deadline).await {
                     let _ = tls.write_all(b"hello").await;
                     let _ = tls.shutdown().await;
                 }
@@ -207,4 +207,63 @@ fn dev_certificates_name_each_broker_and_the_hosts() {
         DevCertificates::generate(&[1], &["not a host name!".to_string()]),
         Err(crate::Error::Tls(TlsError::Setup(_)))
     ));
+}
+
+/// What a listener asking for certificates learnt of one connection: `None` if the handshake
+/// failed, else whether the certificate presented names brokers 1 and 2.
+async fn presented(server: &TlsServer, dialer: &TlsDialer) -> Option<(bool, bool)> {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let dial = async {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut tls = dialer.connect(tcp, broker_name(1)).await.ok()?;
+        // TLS 1.3: the server checks the client's certificate after the client's side ended;
+        // a refusal arrives as the first read's error.
+        let mut got = [0u8; 5];
+        tls.read_exact(&mut got).await.ok()
+    };
+    let accept = async {
+        let (stream, from) = listener.accept().await.unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let (mut tls, certificate) = server.accept(stream, from, deadline).await?;
+        let _ = tls.write_all(b"hello").await;
+        let _ = tls.flush().await;
+        Some(certificate.map_or((false, false), |c| (c.names_broker(1), c.names_broker(2))))
+    };
+    let (_, learnt) = tokio::join!(dial, accept);
+    learnt
+}
+
+#[tokio::test]
+async fn a_listener_asking_for_certificates_learns_which_broker_dialed_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = DevCertificates::generate_with_expired(&[1, 2, 3], &hosts(), &[3]).unwrap();
+    certs.write_to(dir.path()).unwrap();
+    let ca = dir.path().join("ca.pem");
+    let server = TlsServer::new(&DevCertificates::broker_config(dir.path(), 1))
+        .unwrap()
+        .asking_for_certificates(&ca)
+        .unwrap();
+    let as_broker = |id| {
+        let me = TlsServer::new(&DevCertificates::broker_config(dir.path(), id)).unwrap();
+        TlsDialer::for_peers(&ca, &me).unwrap()
+    };
+    assert_eq!(presented(&server, &as_broker(2)).await, Some((false, true)));
+    // A client's certificate of the same CA names no broker; no certificate is no broker.
+    let client = TlsConfig::new(dir.path().join("client.pem"), dir.path().join("client.key"));
+    let client = TlsDialer::for_peers(&ca, &TlsServer::new(&client).unwrap()).unwrap();
+    assert_eq!(presented(&server, &client).await, Some((false, false)));
+    let anonymous = TlsDialer::from_ca_file(&ca).unwrap();
+    assert_eq!(presented(&server, &anonymous).await, Some((false, false)));
+
+    // An expired broker certificate and one of another CA are refused in the handshake.
+    assert_eq!(presented(&server, &as_broker(3)).await, None);
+    let other_dir = tempfile::tempdir().unwrap();
+    DevCertificates::generate(&[1, 2], &hosts())
+        .unwrap()
+        .write_to(other_dir.path())
+        .unwrap();
+    let impostor = TlsServer::new(&DevCertificates::broker_config(other_dir.path(), 2)).unwrap();
+    let impostor = TlsDialer::for_peers(&ca, &impostor).unwrap();
+    assert_eq!(presented(&server, &impostor).await, None);
 }

@@ -16,7 +16,7 @@ use tokio::sync::{oneshot, watch};
 
 use super::BoxFuture;
 use super::server::ServerLimits;
-use crate::tls::{PRE_AUTH_DEADLINE, TlsServer};
+use crate::tls::{ClientCertificate, PRE_AUTH_DEADLINE, TlsServer};
 
 /// A connection's reading half, plaintext or TLS.
 pub(crate) type ReadHalf = Box<dyn AsyncRead + Send + Unpin>;
@@ -37,6 +37,9 @@ pub(crate) struct Accepted {
     /// admitted): its TLS handshake, done by now, and its SASL exchange, if its door asks for
     /// one.
     pub(crate) authenticate_by: tokio::time::Instant,
+    /// The certificate the client presented in its TLS handshake, where the listener asked
+    /// for one (the native listener of brokers given their CA: peer brokers present theirs).
+    pub(crate) certificate: Option<ClientCertificate>,
 }
 
 /// A plaintext connection's halves (tokio's owned halves: no lock between them).
@@ -175,12 +178,14 @@ where
                     let (serve, tls) = (Arc::clone(&serve), tls.clone());
                     tokio::spawn(async move {
                         let authenticate_by = tokio::time::Instant::now() + PRE_AUTH_DEADLINE;
-                        let (rd, wr) = match tls {
-                            None => plain(stream),
+                        let ((rd, wr), certificate) = match tls {
+                            None => (plain(stream), None),
                             Some(tls) => match tls.accept(stream, from, authenticate_by).await {
-                                Some(stream) => {
+                                Some((stream, certificate)) => {
                                     let (rd, wr) = tokio::io::split(stream);
-                                    (Box::new(rd) as ReadHalf, Box::new(wr) as WriteHalf)
+                                    let halves =
+                                        (Box::new(rd) as ReadHalf, Box::new(wr) as WriteHalf);
+                                    (halves, certificate)
                                 }
                                 None => return,
                             },
@@ -191,6 +196,7 @@ where
                             from,
                             admitted,
                             authenticate_by,
+                            certificate,
                         };
                         serve(accepted).await;
                     });

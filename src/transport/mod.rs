@@ -26,7 +26,9 @@ pub(crate) use accept::ReadHalf;
 pub(crate) use accept::{Accepted, Admission, WriteHalf, spawn_accept};
 use frame::OutFrame;
 pub(crate) use peer::{CallError, Dial, Peer, PeerSet};
-pub(crate) use server::{Answer, AnswerBudget, ClientBudgets, Handler, ServerLimits, spawn_server};
+pub(crate) use server::{
+    Answer, AnswerBudget, Caller, ClientBudgets, Handler, ServerLimits, spawn_server,
+};
 pub(crate) use turns::{Turn, Turns};
 
 /// A boxed, sendable future.

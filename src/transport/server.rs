@@ -20,15 +20,37 @@ pub(crate) trait Handler: Send + Sync + 'static {
     /// connection: a handler that must keep their order waits for it, and drops it once the
     /// order is fixed (requests are served on tasks of their own, which may start in any
     /// order). A handler about to build a large answer reserves its bytes in `answers` first.
-    /// `from` is the connection's remote address.
+    /// `caller` is who sent it: the connection's address and certificate.
     fn handle(
         self: Arc<Self>,
         op: Op,
         body: Vec<u8>,
         turn: Turn,
         answers: AnswerBudget,
-        from: Option<std::net::SocketAddr>,
+        caller: Arc<Caller>,
     ) -> BoxFuture<Answer>;
+}
+
+/// Who is at the other end of a server connection.
+#[derive(Debug)]
+pub(crate) struct Caller {
+    /// The connection's remote address.
+    pub(crate) from: SocketAddr,
+    /// The certificate it presented in its TLS handshake, verified against the brokers' CA
+    /// (see [`Accepted::certificate`]).
+    pub(crate) certificate: Option<crate::tls::ClientCertificate>,
+    /// Whether a refusal of its requests was logged already: a connection that keeps sending
+    /// what is refused is logged once.
+    pub(crate) refusal_logged: std::sync::atomic::AtomicBool,
+}
+
+impl Caller {
+    /// Whether this is the first refusal of the connection's requests (to be logged).
+    pub(crate) fn first_refusal(&self) -> bool {
+        !self
+            .refusal_logged
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// What answers may hold in memory before they are written: a handler reserves the bytes of a
@@ -166,9 +188,13 @@ pub(crate) fn spawn_server(
         answers: clients.answers,
     });
     let closing = shutdown.clone();
+    // Over TLS, peer brokers present their certificates: a connection without one is a client.
+    let peers_present_certificates = tls.is_some();
     spawn_accept(listener, admission, true, tls, closing, move |accepted| {
+        let may_be_peer = !peers_present_certificates || accepted.certificate.is_some();
         let conn = serve_conn(
             accepted,
+            may_be_peer,
             Arc::clone(&handler),
             limits,
             Arc::clone(&budgets),
@@ -200,14 +226,15 @@ enum Closed {
 /// read until the request is served.
 ///
 /// A connection on probation in the room kept for peers (`probation`: what evicts it) can be
-/// evicted only while it has sent nothing; its first header decides: a peer's op ends the
-/// probation before the body is read, any other closes the connection.
+/// evicted only while it has sent nothing; its first header decides: a peer's op from a
+/// connection that may be a peer's (`may_be_peer`) ends the probation before the body is read,
+/// any other closes the connection.
 async fn read_request(
     rd: &mut ReadHalf,
-    limits: &ServerLimits,
-    idle: Duration,
+    (limits, idle): (&ServerLimits, Duration),
     budgets: &Budgets,
     probation: &mut Option<oneshot::Receiver<()>>,
+    may_be_peer: bool,
 ) -> Result<(frame::FrameHead, Vec<u8>, tokio::sync::OwnedSemaphorePermit), Closed> {
     use tokio::io::AsyncReadExt;
     let mut head = [0u8; frame::FRAME_HEADER_LEN];
@@ -229,7 +256,7 @@ async fn read_request(
             rd.read_exact(rest).await.map_err(|_| Closed::Gone)?;
         }
         let head = frame::decode_head(&head, limits.frame_bytes_max).map_err(Closed::Malformed)?;
-        if probation.take().is_some() && !is_peer_first(head.op) {
+        if probation.take().is_some() && !(may_be_peer && is_peer_first(head.op)) {
             return Err(Closed::NotPeer);
         }
         let len = head.body_len as usize;
@@ -303,9 +330,11 @@ fn log_closed(from: Option<SocketAddr>, why: Closed) {
 ///
 /// A connection accepted into the room kept for peers (`probation`: what evicts it) is closed
 /// unless its first request comes within `limits.first_frame_timeout`, before it is evicted
-/// for a newer one, and is a peer's.
+/// for a newer one, and is a peer's, from a connection that may be a peer's (`may_be_peer`:
+/// over TLS, one that presented a certificate).
 async fn serve_conn(
     accepted: Accepted,
+    may_be_peer: bool,
     handler: Arc<dyn Handler>,
     limits: ServerLimits,
     budgets: Arc<Budgets>,
@@ -316,9 +345,15 @@ async fn serve_conn(
         wr,
         from,
         mut admitted,
+        certificate,
         ..
     } = accepted;
     let probation = &mut admitted.probation;
+    let caller = Arc::new(Caller {
+        from,
+        certificate,
+        refusal_logged: std::sync::atomic::AtomicBool::new(false),
+    });
     let from = Some(from);
     // Answers go out in the order they finish; each holds its request's in-flight slot until
     // it is written.
@@ -345,7 +380,7 @@ async fn serve_conn(
                 tracing::debug!(?from, "connection closed: its answers are not read");
                 break;
             }
-            f = read_request(&mut rd, &limits, idle, &budgets, probation) => f,
+            f = read_request(&mut rd, (&limits, idle), &budgets, probation, may_be_peer) => f,
         };
         let (head, body, share) = match next {
             Ok(frame) => frame,
@@ -375,9 +410,10 @@ async fn serve_conn(
             }
         };
         let (handler, tx, answers) = (Arc::clone(&handler), tx.clone(), answers.clone());
+        let caller = Arc::clone(&caller);
         let turn = turns.issue();
         tokio::spawn(async move {
-            let answer = handler.handle(head.op, body, turn, answers, from).await;
+            let answer = handler.handle(head.op, body, turn, answers, caller).await;
             // The request's body counted against the budget until it was served (a produce's
             // records live until they are replicated).
             drop(share);

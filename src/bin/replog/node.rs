@@ -335,7 +335,8 @@ fn warn_if_plaintext(config: &NodeConfig) {
         }
         Some(p) if p.tls() => {
             "the native listener serves peers and native clients in plaintext, without \
-             authentication (--tls-ca encrypts it): keep it on a trusted network"
+             authentication, and anyone who reaches it can send what brokers send (--tls-ca \
+             encrypts it and has brokers prove who they are): keep it on a trusted network"
         }
         Some(p) if p.sasl() => {
             "no TLS: every listener's traffic is plaintext, and only Kafka clients \
