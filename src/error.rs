@@ -44,6 +44,12 @@ pub enum Error {
     #[error("not authorized for this cluster operation")]
     ClusterAuthorizationFailed,
 
+    /// A broker refused this client's SASL login (Kafka's `SASL_AUTHENTICATION_FAILED`):
+    /// wrong credentials, a mechanism the broker does not offer, a malformed message. The
+    /// reason never tells a wrong password from an unknown user. Not retriable.
+    #[error("authentication failed: {0}")]
+    AuthenticationFailed(String),
+
     /// An ACL binding or filter that cannot be taken as asked (a principal not of the form
     /// `Type:name`, an unknown code, a host that is not an IP address, …).
     #[error("invalid ACL: {0}")]

@@ -335,6 +335,9 @@ pub(crate) enum WireError {
     TopicAuthorizationFailed,
     /// The client's principal may not do this to the cluster.
     ClusterAuthorizationFailed,
+    /// The connection's SASL login failed (the reason as the client is told it: never which
+    /// of user and password was wrong); the broker closes the connection after this answer.
+    AuthenticationFailed(String),
 }
 
 impl WireError {
@@ -345,6 +348,7 @@ impl WireError {
             Error::UnknownTopic(_) => WireError::UnknownTopic,
             Error::TopicAuthorizationFailed(_) => WireError::TopicAuthorizationFailed,
             Error::ClusterAuthorizationFailed => WireError::ClusterAuthorizationFailed,
+            Error::AuthenticationFailed(reason) => WireError::AuthenticationFailed(reason.clone()),
             Error::Indeterminate { reason, .. } => WireError::Indeterminate(reason.clone()),
             Error::OffsetOutOfRange { start, end, .. } => WireError::OffsetOutOfRange {
                 start: start.get(),
@@ -408,6 +412,7 @@ impl WireError {
                 Error::TopicAuthorizationFailed(partition.topic.clone())
             }
             WireError::ClusterAuthorizationFailed => Error::ClusterAuthorizationFailed,
+            WireError::AuthenticationFailed(reason) => Error::AuthenticationFailed(reason),
             WireError::Indeterminate(reason) => Error::Indeterminate {
                 partition: partition.clone(),
                 reason,

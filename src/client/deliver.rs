@@ -83,6 +83,8 @@ impl Client {
     ///   the delivery deadline passes (or at once, if the client is not idempotent).
     /// - [`Error::Timeout`] if no leader accepted it before the delivery deadline (it was never
     ///   applied).
+    /// - [`Error::TopicAuthorizationFailed`] where the brokers enforce ACLs and the client's
+    ///   user may not write the topic (or not know it).
     /// - [`Error::UnknownTopic`], [`Error::UnknownPartition`], [`Error::RecordTooLarge`], [`Error::BatchTooLarge`] (over
     ///   this client's limits or those of a broker it has metadata from, refused before
     ///   anything is sent; or refused by the broker for its own: never resent),
@@ -324,6 +326,8 @@ impl<'a> Delivering<'a> {
                 return Next::Done(Err(Error::UnknownPartition(self.id.clone())));
             }
             Ok(_) => {}
+            // Final: retrying does not change what the principal may know.
+            Err(e @ Error::TopicAuthorizationFailed(_)) => return Next::Done(Err(e)),
             Err(e) => return self.no_leader(e.to_string()),
         }
         match self.client.leader_addr(&self.id) {

@@ -68,6 +68,47 @@ pub struct ClientConfig {
     /// names the IP address dialed (`replog certs dev --hosts` puts the addresses there).
     /// Default `None`: plaintext.
     pub tls_ca: Option<std::path::PathBuf>,
+    /// The SASL login made on every broker connection, for brokers that ask native clients
+    /// to log in ([`NodeConfig::native_sasl`](crate::NodeConfig::native_sasl)); over TLS only
+    /// (`tls_ca`). Default `None`: the client is anonymous (`User:ANONYMOUS`).
+    pub sasl: Option<SaslLogin>,
+}
+
+/// A SASL login: the mechanism, the user's name and password (which [`Debug`] leaves out).
+/// The password never leaves the client with SCRAM; PLAIN sends it, inside TLS.
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SaslLogin {
+    /// The mechanism, one the brokers offer.
+    pub mechanism: crate::SaslMechanism,
+    /// The user's name.
+    pub user: String,
+    /// The user's password.
+    pub password: String,
+}
+
+impl SaslLogin {
+    /// A login of `user` with `password` by `mechanism`.
+    pub fn new(
+        mechanism: crate::SaslMechanism,
+        user: impl Into<String>,
+        password: impl Into<String>,
+    ) -> SaslLogin {
+        SaslLogin {
+            mechanism,
+            user: user.into(),
+            password: password.into(),
+        }
+    }
+}
+
+impl std::fmt::Debug for SaslLogin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SaslLogin")
+            .field("mechanism", &self.mechanism)
+            .field("user", &self.user)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for ClientConfig {
@@ -82,6 +123,7 @@ impl Default for ClientConfig {
             idempotent: true,
             in_flight_per_partition: 5,
             tls_ca: None,
+            sasl: None,
         }
     }
 }
@@ -162,9 +204,17 @@ impl Client {
     /// # Errors
     ///
     /// [`Error::NoBrokerReachable`](crate::Error::NoBrokerReachable) if no bootstrap address
-    /// answers (a broker whose certificate this client does not trust does not);
-    /// [`Error::Tls`](crate::Error::Tls) if [`ClientConfig::tls_ca`] cannot be read.
+    /// answers (a broker whose certificate this client does not trust does not, nor one
+    /// that refuses its login: the reason is among those `tried` lists);
+    /// [`Error::Tls`](crate::Error::Tls) if [`ClientConfig::tls_ca`] cannot be read;
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) for a login without TLS.
     pub async fn connect(bootstrap: &[SocketAddr], config: ClientConfig) -> Result<Client> {
+        if config.sasl.is_some() && config.tls_ca.is_none() {
+            return Err(crate::Error::InvalidConfig {
+                field: "sasl",
+                reason: "a SASL login is made over TLS only: set tls_ca".into(),
+            });
+        }
         let (shutdown, _) = watch::channel(false);
         let tls = config
             .tls_ca
@@ -194,6 +244,7 @@ impl Client {
             let tls = self.tls.as_ref().map(|dialer| crate::transport::Dial {
                 dialer: dialer.clone(),
                 name: addr.ip().into(),
+                login: self.config.sasl.clone().map(Arc::new),
             });
             Arc::new(Peer::new(
                 addr,

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 
 use super::Client;
 use crate::error::{Error, Result};
-use crate::protocol::{MetadataRequest, MetadataResponse};
+use crate::protocol::{MetadataRequest, MetadataResponse, WireError};
 use crate::transport::frame::Op;
 use crate::types::{LeaderHint, NodeId, PartitionId, Term};
 
@@ -64,6 +64,12 @@ impl Client {
                     if knows_topic || lacking.is_none() {
                         lacking = Some(meta);
                     }
+                }
+                // The client's principal may not know the topic: no broker will say more.
+                Ok(Err(WireError::TopicAuthorizationFailed)) => {
+                    return Err(Error::TopicAuthorizationFailed(
+                        topic.unwrap_or_default().to_string(),
+                    ));
                 }
                 Ok(Err(e)) => tried.push(format!("{addr} ({e:?})")),
                 Err(e) => tried.push(format!("{addr} ({e})")),

@@ -114,10 +114,7 @@ pub(crate) fn sasl_settings(config: &crate::NodeConfig) -> Option<sasl::SaslSett
     config
         .kafka_security_protocol
         .sasl()
-        .then(|| sasl::SaslSettings {
-            mechanisms: config.sasl_mechanisms.clone(),
-            fake: crate::security::FakeCredentials::random(),
-        })
+        .then(|| sasl::SaslSettings::new(config))
 }
 
 /// Bytes of a budget held until an answer is written (or a request served).
@@ -383,6 +380,7 @@ fn error_code(e: &Error) -> i16 {
         Error::OffsetOutOfRange { .. } => code::OFFSET_OUT_OF_RANGE,
         Error::TopicAuthorizationFailed(_) => code::TOPIC_AUTHORIZATION_FAILED,
         Error::ClusterAuthorizationFailed => code::CLUSTER_AUTHORIZATION_FAILED,
+        Error::AuthenticationFailed(_) => code::SASL_AUTHENTICATION_FAILED,
         Error::InvalidAcl(_) => code::INVALID_REQUEST,
         Error::SecurityDisabled => code::SECURITY_DISABLED,
         Error::LeaderEpochMismatch { asked, current, .. } if asked < current => {

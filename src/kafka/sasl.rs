@@ -30,10 +30,9 @@ use kafka_protocol::protocol::StrBytes;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::{Decoded, KafkaConfig, api_versions, code, decode_request, encode};
-use crate::node::service::BrokerService;
-use crate::security::{
-    FakeCredentials, SaslError, SaslMechanism, ScramServer, authenticate_plain, server_nonce,
-};
+pub(crate) use crate::node::service::SaslSettings;
+use crate::node::service::{BrokerService, LoginStep};
+use crate::security::{SaslError, SaslMechanism, ScramServer};
 
 /// Largest request read before authentication ends (Kafka's default
 /// `sasl.server.max.receive.size`).
@@ -42,14 +41,6 @@ pub(crate) const SASL_FRAME_BYTES_MAX: u32 = 512 << 10;
 /// Most requests one authentication reads (ApiVersions, the handshake, the mechanism's
 /// messages: a handful).
 const SASL_REQUESTS_MAX: usize = 16;
-
-/// What a SASL listener offers.
-#[derive(Clone)]
-pub(crate) struct SaslSettings {
-    pub(crate) mechanisms: Vec<SaslMechanism>,
-    /// What an unknown user is answered with (SCRAM), so that it looks like a known one.
-    pub(crate) fake: FakeCredentials,
-}
 
 /// Where an exchange stands.
 enum Stage {
@@ -205,11 +196,11 @@ fn step(
                     Err(Refused::closed("SaslAuthenticate before SaslHandshake")),
                 );
             };
-            match login(*mechanism, scram, &r.auth_bytes, service, settings) {
-                Ok(Login::Continue(bytes)) => {
+            match service.login_step(*mechanism, scram, &r.auth_bytes, settings) {
+                Ok(LoginStep::Continue(bytes)) => {
                     Step::Answer(authenticate_answer(code::NONE, None, bytes))
                 }
-                Ok(Login::Done(user, bytes)) => {
+                Ok(LoginStep::Done(user, bytes)) => {
                     Step::Done(authenticate_answer(code::NONE, None, bytes), Ok(user))
                 }
                 Err(e) => {
@@ -245,7 +236,7 @@ fn handshake(asked: &str, version: i16, stage: &mut Stage, settings: &SaslSettin
         .iter()
         .map(|m| StrBytes::from_static_str(m.name()))
         .collect();
-    match SaslMechanism::from_name(asked).filter(|m| settings.mechanisms.contains(m)) {
+    match settings.offered(asked) {
         Some(m) => {
             *stage = if version == 0 {
                 Stage::Raw(m)
@@ -261,45 +252,6 @@ fn handshake(asked: &str, version: i16, stage: &mut Stage, settings: &SaslSettin
                 failed_login: true,
             };
             Step::Done(ResponseKind::SaslHandshake(r), Err(refused))
-        }
-    }
-}
-
-/// Where a login stands after one of the client's messages.
-enum Login {
-    /// The server's message, and another of the client's awaited.
-    Continue(Bytes),
-    /// Authenticated as this user; the server's last message.
-    Done(String, Bytes),
-}
-
-fn login(
-    mechanism: SaslMechanism,
-    scram: &mut Option<ScramServer>,
-    message: &[u8],
-    service: &BrokerService,
-    settings: &SaslSettings,
-) -> Result<Login, SaslError> {
-    match (mechanism, scram.as_mut()) {
-        (SaslMechanism::Plain, _) => {
-            let user =
-                authenticate_plain(message, |u| service.scram_credentials(u), &settings.fake)?;
-            Ok(Login::Done(user, Bytes::new()))
-        }
-        (SaslMechanism::Scram(m), None) => {
-            let mut server = ScramServer::new(m);
-            let first = server.first(
-                message,
-                &server_nonce(),
-                |u| service.scram_credential(u, m),
-                &settings.fake,
-            )?;
-            *scram = Some(server);
-            Ok(Login::Continue(first.into()))
-        }
-        (SaslMechanism::Scram(_), Some(server)) => {
-            let (user, last) = server.finish(message)?;
-            Ok(Login::Done(user, last.into()))
         }
     }
 }
@@ -330,9 +282,9 @@ async fn raw_tokens<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         rd.read_exact(&mut token)
             .await
             .map_err(|e| Refused::closed(e.to_string()))?;
-        let (answer, user) = match login(mechanism, &mut scram, &token, service, settings) {
-            Ok(Login::Continue(answer)) => (answer, None),
-            Ok(Login::Done(user, answer)) => (answer, Some(user)),
+        let (answer, user) = match service.login_step(mechanism, &mut scram, &token, settings) {
+            Ok(LoginStep::Continue(answer)) => (answer, None),
+            Ok(LoginStep::Done(user, answer)) => (answer, Some(user)),
             Err(e) => {
                 return Err(Refused {
                     why: format!("{mechanism}: {e}"),

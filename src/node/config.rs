@@ -138,6 +138,12 @@ pub struct NodeConfig {
     /// Offers PLAIN on a listener without TLS (the password crosses the network in the clear).
     /// Default false.
     pub sasl_plain_without_tls: bool,
+    /// Native clients log in with SASL (the mechanisms of `sasl_mechanisms`; Kafka's users
+    /// and principals) before their first request, as Kafka clients of a `SASL_*` listener
+    /// do; peer brokers are known by their certificates instead. Needs the native listener
+    /// over TLS with the brokers' CA ([`TlsConfig::ca_cert`](crate::TlsConfig::ca_cert)).
+    /// Default false: native clients are `User:ANONYMOUS`.
+    pub native_sasl: bool,
     /// The certificate and key (PEM files) this broker serves TLS with: on the Kafka listener
     /// when `kafka_security_protocol` says so (`SSL`, `SASL_SSL`), and, when the brokers' CA
     /// is given too ([`TlsConfig::ca_cert`](crate::TlsConfig::ca_cert)), on the native
@@ -206,6 +212,7 @@ impl NodeConfig {
                 SaslMechanism::Scram(ScramMechanism::Sha256),
             ],
             sasl_plain_without_tls: false,
+            native_sasl: false,
             tls: None,
             bootstrap_users: Vec::new(),
             authorization: None,
@@ -448,7 +455,15 @@ impl NodeConfig {
                 ),
             );
         }
-        if protocol.sasl() && self.sasl_mechanisms.is_empty() {
+        if self.native_sasl && self.tls.as_ref().is_none_or(|t| t.ca_cert.is_none()) {
+            return bad(
+                "native_sasl",
+                "native clients log in over TLS, where brokers know each other by certificate: \
+                 set tls with its ca_cert (replog node --tls-cert, --tls-key and --tls-ca)"
+                    .into(),
+            );
+        }
+        if (protocol.sasl() || self.native_sasl) && self.sasl_mechanisms.is_empty() {
             return bad(
                 "sasl_mechanisms",
                 "a SASL listener needs at least one mechanism".into(),

@@ -25,6 +25,8 @@ use super::service::{BrokerService, Fetch, Produce};
 pub(super) struct NodeHandler {
     pub(super) broker: Arc<Broker>,
     pub(super) service: BrokerService,
+    /// What clients log in with, where they must (`NodeConfig::native_sasl`).
+    pub(super) sasl: Option<super::service::SaslSettings>,
 }
 
 fn encode_response<T: Serialize>(result: &std::result::Result<T, WireError>) -> Vec<u8> {
@@ -109,6 +111,19 @@ impl NodeHandler {
 }
 
 impl Handler for NodeHandler {
+    fn login(
+        &self,
+        certificate: Option<&crate::tls::ClientCertificate>,
+    ) -> Option<Box<dyn crate::transport::Login>> {
+        let settings = self.sasl.as_ref()?;
+        // Peer brokers are known by their certificates, and log in no other way.
+        if certificate.is_some_and(|c| self.broker.is_brokers(c)) {
+            return None;
+        }
+        let login = super::login::NativeLogin::new(self.service.clone(), settings.clone());
+        Some(Box::new(login))
+    }
+
     fn handle(
         self: Arc<Self>,
         op: Op,
@@ -120,11 +135,14 @@ impl Handler for NodeHandler {
         Box::pin(async move {
             let started = std::time::Instant::now();
             let from = Some(caller.from);
-            // Each request on behalf of whoever the connection is: nobody authenticates on the
-            // native door yet, so its clients are anonymous.
-            let service = &self
-                .service
-                .with_session(Session::anonymous(from.map(|a| a.ip())));
+            // Each request on behalf of whoever the connection is: the user it logged in as,
+            // or an anonymous client where the broker asks for no login.
+            let ip = Some(caller.from.ip());
+            let session = match &caller.user {
+                Some(user) => Session::user(user, ip),
+                None => Session::anonymous(ip),
+            };
+            let service = &self.service.with_session(session);
             // Only produce requests keep their connection's order (see `Replica::write`);
             // any other passes its turn on at once.
             let turn = matches!(op, Op::Produce).then_some(turn);
@@ -211,6 +229,12 @@ impl Handler for NodeHandler {
                         let req: MetadataRequest = decode_request(&body)?;
                         if req.local_only {
                             self.brokers_only(&caller, op, Claim::AnyBroker)?;
+                        } else if let Some(topic) = &req.topic {
+                            // A topic asked for by name that the principal may not describe
+                            // is refused as Kafka refuses it (whether it exists or not).
+                            service
+                                .authorize_topic(crate::acl::AclOperation::Describe, topic)
+                                .map_err(wire)?;
                         }
                         Ok(service.metadata(req.topic.as_deref(), req.local_only).await)
                     }
@@ -252,6 +276,19 @@ impl Handler for NodeHandler {
                             .map(|o| o.map(|l| l.offset.get()))
                             .map_err(wire)
                     }))
+                }
+                // A login's requests come before any other (`transport/login.rs`); later, or
+                // where the broker asks for none, they are out of turn.
+                Op::SaslHandshake | Op::SaslAuthenticate => {
+                    encode_response::<()>(&Err(WireError::AuthenticationFailed(format!(
+                        "{} out of turn: the connection {}",
+                        op.name(),
+                        if self.sasl.is_some() {
+                            "logged in already"
+                        } else {
+                            "needs no login on this broker"
+                        }
+                    ))))
                 }
                 Op::DeleteTopic => encode_response(
                     &async {

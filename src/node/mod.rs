@@ -26,6 +26,7 @@ mod config;
 mod describe;
 mod groups;
 mod handler;
+mod login;
 mod metadata;
 mod peer_gate;
 mod peer_rpc;
@@ -370,6 +371,7 @@ impl Node {
         let handler: Arc<dyn Handler> = Arc::new(NodeHandler {
             broker: Arc::clone(&broker),
             service: BrokerService::new(Arc::clone(&broker)),
+            sasl: (broker.config.native_sasl).then(|| service::SaslSettings::new(&broker.config)),
         });
         let shutdown_for_retention = shutdown_rx.clone();
         let limits = broker.config.server_limits();

@@ -85,6 +85,13 @@ impl Broker {
         admitted
     }
 
+    /// Whether `certificate` is a broker's of this cluster (one this broker knows of).
+    pub(super) fn is_brokers(&self, certificate: &crate::tls::ClientCertificate) -> bool {
+        self.known_brokers()
+            .into_iter()
+            .any(|id| certificate.names_broker(id))
+    }
+
     /// The brokers this one knows of: the catalog's, those it was configured with, and itself.
     fn known_brokers(&self) -> Vec<NodeId> {
         let mut ids = self.catalog.read().brokers();
@@ -233,6 +240,7 @@ mod tests {
             let dial = Dial {
                 dialer,
                 name: broker_name(1),
+                login: None,
             };
             let peer = Peer::new(node.addr(), 1 << 20, stopping.clone(), Some(dial));
             for i in 0..1000u64 {

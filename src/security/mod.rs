@@ -15,8 +15,8 @@ mod scram;
 
 pub(crate) use plain::authenticate_plain;
 pub(crate) use scram::FakeCredentials;
+pub(crate) use scram::{ScramClient, ScramServer, plain_message, server_nonce};
 pub use scram::{ScramCredential, ScramMechanism};
-pub(crate) use scram::{ScramServer, server_nonce};
 
 #[doc(hidden)]
 pub use scram::fuzz_sasl_server;

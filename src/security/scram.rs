@@ -47,6 +47,10 @@ use subtle::ConstantTimeEq;
 
 use super::SaslError;
 
+mod client;
+
+pub(crate) use client::{ScramClient, plain_message};
+
 /// A SCRAM mechanism.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
@@ -597,7 +601,6 @@ fn unescape_name(name: &str) -> Result<String, SaslError> {
 }
 
 /// A `saslname` as a client sends it.
-#[cfg(test)]
 pub(crate) fn escape_name(name: &str) -> String {
     name.replace('=', "=3D").replace(',', "=2C")
 }

@@ -60,6 +60,11 @@ pub(crate) enum Op {
     /// Admin: move a created topic's partition to other brokers (Kafka's partition
     /// reassignment).
     Reassign = 13,
+    /// Client, first on a connection to brokers that ask for SASL: the mechanism it will log in
+    /// with.
+    SaslHandshake = 14,
+    /// Client: one of the mechanism's messages, answered with the broker's.
+    SaslAuthenticate = 15,
 }
 
 impl Op {
@@ -79,6 +84,8 @@ impl Op {
             Op::Group => "group",
             Op::ListOffsets => "list_offsets",
             Op::Reassign => "reassign",
+            Op::SaslHandshake => "sasl_handshake",
+            Op::SaslAuthenticate => "sasl_authenticate",
         }
     }
 
@@ -97,6 +104,8 @@ impl Op {
             11 => Some(Op::Group),
             12 => Some(Op::ListOffsets),
             13 => Some(Op::Reassign),
+            14 => Some(Op::SaslHandshake),
+            15 => Some(Op::SaslAuthenticate),
             _ => None,
         }
     }

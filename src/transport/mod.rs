@@ -11,6 +11,7 @@
 mod accept;
 pub(crate) mod body;
 pub(crate) mod frame;
+mod login;
 mod peer;
 mod server;
 pub(crate) mod turns;
@@ -25,6 +26,7 @@ use tokio::sync::mpsc;
 pub(crate) use accept::ReadHalf;
 pub(crate) use accept::{Accepted, Admission, WriteHalf, spawn_accept};
 use frame::OutFrame;
+pub(crate) use login::Login;
 pub(crate) use peer::{CallError, Dial, Peer, PeerSet};
 pub(crate) use server::{
     Answer, AnswerBudget, Caller, ClientBudgets, Handler, ServerLimits, spawn_server,

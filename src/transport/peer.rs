@@ -21,6 +21,8 @@ use crate::tls::TlsDialer;
 pub(crate) struct Dial {
     pub(crate) dialer: TlsDialer,
     pub(crate) name: rustls_pki_types::ServerName<'static>,
+    /// The login a client makes right after the handshake, where brokers ask for one.
+    pub(crate) login: Option<Arc<crate::SaslLogin>>,
 }
 
 /// Why a call did not return a response.
@@ -189,8 +191,25 @@ impl Peer {
 }
 
 impl Peer {
-    /// Connects to `addr`, through a TLS handshake if the peer serves TLS.
+    /// Connects to `addr`, through a TLS handshake if the peer serves TLS, and logs in where
+    /// the dial says to.
     async fn dial(&self, addr: SocketAddr) -> std::io::Result<(ReadHalf, WriteHalf)> {
+        let (mut rd, mut wr) = self.connect(addr).await?;
+        if let Some(login) = self.tls.as_ref().and_then(|t| t.login.as_ref()) {
+            super::login::log_in((&mut rd, &mut wr), login)
+                .await
+                .map_err(|why| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::PermissionDenied,
+                        format!("authentication failed: {why}"),
+                    )
+                })?;
+        }
+        Ok((rd, wr))
+    }
+
+    /// Connects to `addr`, through a TLS handshake if the peer serves TLS.
+    async fn connect(&self, addr: SocketAddr) -> std::io::Result<(ReadHalf, WriteHalf)> {
         let stream = TcpStream::connect(addr).await?;
         let _ = stream.set_nodelay(true);
         Ok(match &self.tls {
@@ -371,6 +390,7 @@ impl PeerSet {
         let tls = self.tls.as_ref().map(|dialer| Dial {
             dialer: dialer.clone(),
             name: crate::tls::broker_name(id),
+            login: None,
         });
         Peer::new(addr, self.frame_bytes_max, self.shutdown.clone(), tls)
     }

@@ -29,6 +29,16 @@ pub(crate) trait Handler: Send + Sync + 'static {
         answers: AnswerBudget,
         caller: Arc<Caller>,
     ) -> BoxFuture<Answer>;
+
+    /// The login a new connection must go through before its first request, if the door asks
+    /// for one of a connection that presented `certificate` (see `login.rs`).
+    fn login(
+        &self,
+        certificate: Option<&crate::tls::ClientCertificate>,
+    ) -> Option<Box<dyn super::Login>> {
+        let _ = certificate;
+        None
+    }
 }
 
 /// Who is at the other end of a server connection.
@@ -39,6 +49,8 @@ pub(crate) struct Caller {
     /// The certificate it presented in its TLS handshake, verified against the brokers' CA
     /// (see [`Accepted::certificate`]).
     pub(crate) certificate: Option<crate::tls::ClientCertificate>,
+    /// The user it logged in as, where the door asked it to (see `login.rs`).
+    pub(crate) user: Option<String>,
     /// Whether a refusal of its requests was logged already: a connection that keeps sending
     /// what is refused is logged once.
     pub(crate) refusal_logged: std::sync::atomic::AtomicBool,
@@ -342,16 +354,34 @@ async fn serve_conn(
 ) {
     let Accepted {
         mut rd,
-        wr,
+        mut wr,
         from,
         mut admitted,
         certificate,
-        ..
+        authenticate_by,
     } = accepted;
     let probation = &mut admitted.probation;
+    let mut user = None;
+    if let Some(login) = handler.login(certificate.as_ref()) {
+        // A client that logs in is no peer: it leaves the peers' room first.
+        if probation.take().is_some() {
+            log_closed(Some(from), Closed::NotPeer);
+            return;
+        }
+        let exchange = super::login::serve_login((&mut rd, &mut wr), login, from, authenticate_by);
+        let logged_in = tokio::select! {
+            _ = shutdown.changed() => None,
+            user = exchange => user,
+        };
+        match logged_in {
+            Some(name) => user = Some(name),
+            None => return,
+        }
+    }
     let caller = Arc::new(Caller {
         from,
         certificate,
+        user,
         refusal_logged: std::sync::atomic::AtomicBool::new(false),
     });
     let from = Some(from);

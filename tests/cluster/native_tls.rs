@@ -176,3 +176,110 @@ async fn the_cli_reaches_broker_processes_over_tls_with_tls_ca() {
     assert!(err.contains("no broker reachable"), "{err}");
     drop(brokers);
 }
+
+/// A client of the brokers in `certs` logging in as `user` with `password` by `mechanism`.
+fn login_config(certs: &Path, mechanism: &str, user: &str, password: &str) -> ClientConfig {
+    let mut config = client_config(Some(&certs.join("ca.pem")));
+    let mechanism = replog::SaslMechanism::from_name(mechanism).unwrap();
+    config.sasl = Some(replog::SaslLogin::new(mechanism, user, password));
+    config
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_clients_log_in_with_scram_or_plain_and_act_as_their_user() {
+    use replog::{ScramCredential, ScramMechanism};
+
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    let hosts = ["127.0.0.1".to_string()];
+    DevCertificates::generate(&[1, 2, 3], &hosts)
+        .unwrap()
+        .write_to(&certs)
+        .unwrap();
+    let users = vec![
+        (
+            "admin".to_string(),
+            ScramCredential::new(ScramMechanism::Sha512, "admin-secret", 4096).unwrap(),
+        ),
+        (
+            "bob".to_string(),
+            ScramCredential::new(ScramMechanism::Sha256, "bob-secret", 4096).unwrap(),
+        ),
+    ];
+    let at = certs.clone();
+    // The brokers elect leaders among themselves by certificate, without logging in.
+    let cluster = crate::local_cluster(3, dir.path(), "email.send", 1, move |c| {
+        c.tls = Some(native_tls(&at, c.id));
+        c.native_sasl = true;
+        c.sasl_mechanisms.push(replog::SaslMechanism::Plain);
+        c.bootstrap_users = users.clone();
+        c.authorization = Some(replog::acl::AuthorizerPolicy {
+            super_users: vec!["User:admin".into()],
+            ..Default::default()
+        });
+    })
+    .await;
+    let addrs = cluster.addrs();
+    let admin = crate::support::connect(
+        &addrs,
+        login_config(&certs, "SCRAM-SHA-512", "admin", "admin-secret"),
+        Duration::from_secs(20),
+    )
+    .await;
+    let sent = admin
+        .send("email.send", 0, &[Record::new("as-admin")])
+        .await
+        .unwrap();
+    assert_eq!(sent.base_offset, Offset(0));
+
+    // PLAIN logs in the same user, inside TLS.
+    let plain = Client::connect(
+        &addrs,
+        login_config(&certs, "PLAIN", "admin", "admin-secret"),
+    )
+    .await
+    .unwrap();
+    plain
+        .send("email.send", 0, &[Record::new("as-admin-plain")])
+        .await
+        .unwrap();
+
+    // A user without ACLs logs in, and may not write.
+    let bob = Client::connect(
+        &addrs,
+        login_config(&certs, "SCRAM-SHA-256", "bob", "bob-secret"),
+    )
+    .await
+    .unwrap();
+    match bob.send("email.send", 0, &[Record::new("as-bob")]).await {
+        Err(Error::TopicAuthorizationFailed(_)) => {}
+        other => panic!("bob wrote without an ACL: {other:?}"),
+    }
+
+    // A wrong password and an unknown user are refused alike; a client that does not log in,
+    // or asks for a mechanism not offered, reaches no broker.
+    let refused = [
+        login_config(&certs, "SCRAM-SHA-512", "admin", "wrong"),
+        login_config(&certs, "SCRAM-SHA-512", "nobody", "admin-secret"),
+        login_config(&certs, "PLAIN", "admin", "wrong"),
+        login_config(&certs, "SCRAM-SHA-256", "admin", "admin-secret"),
+        client_config(Some(&certs.join("ca.pem"))),
+    ];
+    let mut reasons = Vec::new();
+    for config in refused {
+        let login = format!("{:?}", config.sasl);
+        match Client::connect(&addrs, config).await {
+            Err(Error::NoBrokerReachable { tried }) => reasons.push(tried),
+            other => panic!("{login}: {other:?}"),
+        }
+    }
+    let credentials = "authentication failed: invalid credentials with SASL mechanism";
+    for (i, reason) in reasons.iter().enumerate().take(3) {
+        assert!(reason.contains(credentials), "login {i}: {reason}");
+    }
+    // A user with only a SHA-512 credential has none for SHA-256: refused as a wrong password
+    // is.
+    assert!(reasons[3].contains(credentials), "{}", reasons[3]);
+    drop((admin, plain, bob));
+    cluster.shutdown().await.unwrap();
+}

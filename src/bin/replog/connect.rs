@@ -49,14 +49,120 @@ pub(crate) async fn bootstrap(list: &str) -> Result<Vec<SocketAddr>, CliError> {
 /// certificates.
 pub(crate) static TLS_CA: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
 
-/// A client bootstrapped from `addrs` (over TLS, trusting `--tls-ca`, if given).
+/// `--command-config`, set once by `main` from the command line.
+pub(crate) static COMMAND_CONFIG: std::sync::OnceLock<std::path::PathBuf> =
+    std::sync::OnceLock::new();
+
+/// A client bootstrapped from `addrs` (over TLS, trusting `--tls-ca`, if given), set up as
+/// `--command-config` says.
 pub(crate) async fn client(addrs: &[SocketAddr]) -> Result<Client, CliError> {
     let mut config = ClientConfig::default();
-    config.tls_ca = TLS_CA.get().cloned();
+    if let Some(path) = COMMAND_CONFIG.get() {
+        let text = std::fs::read_to_string(path).map_err(|source| CliError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        apply_properties(&mut config, &text).map_err(|(line, reason)| CliError::BadFile {
+            path: path.clone(),
+            line,
+            reason,
+        })?;
+    }
+    if let Some(ca) = TLS_CA.get() {
+        config.tls_ca = Some(ca.clone());
+    }
     Ok(Client::connect(addrs, config).await?)
+}
+
+/// Sets `config` from a properties file's `text` (Kafka's client names; `#` and `!` start
+/// comments): where a line is wrong, its number (from 1) and why.
+fn apply_properties(config: &mut ClientConfig, text: &str) -> Result<(), (usize, String)> {
+    let (mut mechanism, mut user, mut password, mut protocol) = (None, None, None, None);
+    let mut last = 0;
+    for (i, line) in text.lines().enumerate() {
+        let n = i + 1;
+        last = n;
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
+            continue;
+        }
+        let Some((key, value)) = line.split_once('=').or_else(|| line.split_once(':')) else {
+            return Err((n, "expected KEY=VALUE".into()));
+        };
+        let (key, value) = (key.trim(), value.trim().to_string());
+        match key {
+            "security.protocol" => protocol = Some((n, value)),
+            "ssl.ca.location" => config.tls_ca = Some(value.into()),
+            "sasl.mechanism" | "sasl.mechanisms" => {
+                let m = replog::SaslMechanism::from_name(&value)
+                    .ok_or_else(|| (n, format!("unknown SASL mechanism {value:?}")))?;
+                mechanism = Some(m);
+            }
+            "sasl.username" => user = Some(value),
+            "sasl.password" => password = Some(value),
+            other => {
+                return Err((
+                    n,
+                    format!("{other:?} is not a setting replog's client takes"),
+                ));
+            }
+        }
+    }
+    match protocol {
+        None => {}
+        Some((_, p)) if p.eq_ignore_ascii_case("SSL") => mechanism = None,
+        Some((_, p)) if p.eq_ignore_ascii_case("SASL_SSL") && mechanism.is_none() => {
+            mechanism = Some(replog::SaslMechanism::Scram(replog::ScramMechanism::Sha512));
+        }
+        Some((_, p)) if p.eq_ignore_ascii_case("SASL_SSL") => {}
+        Some((n, p)) => {
+            return Err((
+                n,
+                format!("security.protocol {p:?}: the native door takes SSL or SASL_SSL"),
+            ));
+        }
+    }
+    match (mechanism, user, password) {
+        (None, None, None) => {}
+        (Some(m), Some(u), Some(p)) => config.sasl = Some(replog::SaslLogin::new(m, u, p)),
+        _ => {
+            return Err((
+                last,
+                "a SASL login needs sasl.mechanism (or security.protocol=SASL_SSL), \
+                 sasl.username and sasl.password"
+                    .into(),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A client bootstrapped from the comma-separated `list`.
 pub(crate) async fn connect(list: &str) -> Result<Client, CliError> {
     client(&bootstrap(list).await?).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_properties_file_sets_tls_and_the_login() {
+        let mut config = ClientConfig::default();
+        let text = "# dev cluster\nsecurity.protocol=SASL_SSL\nssl.ca.location=certs/ca.pem\n\
+                    sasl.mechanism=SCRAM-SHA-256\nsasl.username=alice\nsasl.password=pw\n";
+        apply_properties(&mut config, text).unwrap();
+        assert_eq!(config.tls_ca, Some("certs/ca.pem".into()));
+        let login = config.sasl.unwrap();
+        assert_eq!(
+            (login.user.as_str(), login.password.as_str()),
+            ("alice", "pw")
+        );
+        let bad = "sasl.username=alice\nbootstrap.servers=x\n";
+        let err = apply_properties(&mut ClientConfig::default(), bad).unwrap_err();
+        assert_eq!(err.0, 2);
+        assert!(apply_properties(&mut ClientConfig::default(), "sasl.username=a\n").is_err());
+        let plaintext = "security.protocol=PLAINTEXT\n";
+        assert!(apply_properties(&mut ClientConfig::default(), plaintext).is_err());
+    }
 }

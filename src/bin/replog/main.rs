@@ -38,6 +38,11 @@ struct Cli {
     /// TLS on its native listener and dials its peers over TLS, trusting it.
     #[arg(long, global = true)]
     tls_ca: Option<std::path::PathBuf>,
+    /// Client commands: a properties file with Kafka's names for how to reach the brokers:
+    /// `security.protocol` (SSL or SASL_SSL), `ssl.ca.location`, `sasl.mechanism`,
+    /// `sasl.username`, `sasl.password` (for brokers run with --native-sasl).
+    #[arg(long, global = true)]
+    command_config: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -70,6 +75,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Some(ca) = &cli.tls_ca {
         let _ = connect::TLS_CA.set(ca.clone());
+    }
+    if let Some(file) = &cli.command_config {
+        let _ = connect::COMMAND_CONFIG.set(file.clone());
     }
     install_logging(matches!(cli.command, Command::Node(_)));
     match run(cli) {

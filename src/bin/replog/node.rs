@@ -75,6 +75,11 @@ pub(crate) struct NodeArgs {
     /// Offer PLAIN without TLS: passwords cross the network in the clear.
     #[arg(long)]
     sasl_plain_without_tls: bool,
+    /// Native clients log in with SASL (--sasl-mechanisms; the users Kafka clients log in
+    /// as) before anything else; peer brokers are known by their certificates. Needs
+    /// --tls-cert, --tls-key and --tls-ca.
+    #[arg(long)]
+    native_sasl: bool,
     /// A file of the users the cluster starts with, one `NAME:PASSWORD[:MECHANISM]` per line
     /// (blank lines and lines starting with `#` are skipped), each given SCRAM-SHA-256 and
     /// SCRAM-SHA-512 credentials unless a mechanism is named. Read at every start; written to
@@ -259,6 +264,7 @@ impl NodeArgs {
         config.kafka_security_protocol = self.kafka_security_protocol.unwrap_or(default).into();
         config.sasl_mechanisms = self.sasl_mechanisms;
         config.sasl_plain_without_tls = self.sasl_plain_without_tls;
+        config.native_sasl = self.native_sasl;
         if let Some(path) = &self.bootstrap_user_file {
             config.bootstrap_users = read_bootstrap_users(path)?;
         }

@@ -33,10 +33,13 @@ pub(crate) use super::write::Fetched;
 mod acls;
 mod authorize;
 mod fetch;
+mod login;
 mod offsets;
 mod topics;
 mod users;
+
 pub(crate) use fetch::{Fetch, PartitionFetch};
+pub(crate) use login::{LoginStep, SaslSettings};
 pub(crate) use topics::NewTopic;
 pub(crate) use users::{CredentialChange, UserError};
 
