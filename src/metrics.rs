@@ -27,6 +27,7 @@
 //! | `replog_producer_in_flight_batches` | gauge | | batches a `Producer` has sent and not yet settled |
 //! | `replog_consumer_lag` | gauge | topic, partition | a `Consumer`'s committed records past its position, as of the last fetch |
 //! | `replog_consumer_records_total` | counter | topic | records a `Consumer` returned |
+//! | `replog_failed_logins_total` | counter | | SASL logins refused, on either door (wrong credentials, a mechanism not offered) |
 
 use std::time::Duration;
 
@@ -121,4 +122,9 @@ pub(crate) fn consumer_lag(id: &PartitionId, lag: u64) {
 pub(crate) fn consumed(topic: &str, records: u64) {
     metrics::counter!("replog_consumer_records_total", "topic" => topic.to_string())
         .increment(records);
+}
+
+/// A SASL login refused.
+pub(crate) fn failed_login() {
+    metrics::counter!("replog_failed_logins_total").increment(1);
 }

@@ -12,8 +12,12 @@
 //!    connection is closed. After SaslHandshake v0 they come as raw tokens (a big-endian
 //!    `i32` length and the bytes, each way), and a failure closes the connection unanswered.
 //!
-//! Any other request before the end closes the connection unanswered (as Kafka does before
-//! the handshake; Kafka answers one between the SCRAM messages `ILLEGAL_SASL_STATE` first).
+//! Any other request before the handshake closes the connection unanswered, as Kafka does;
+//! one between the mechanism's messages is answered `ILLEGAL_SASL_STATE` first where its
+//! answer has a place for it (Produce, Metadata, Fetch), as Kafka answers it.
+//!
+//! A failed login is answered (or, for raw tokens, closed) only after a delay that grows with
+//! the recent failures from the client's address (`security/throttle.rs`).
 //! The requests of this phase are read one at a time, at most
 //! [`SASL_FRAME_BYTES_MAX`] each (Kafka's `sasl.server.max.receive.size`), and the whole
 //! exchange must end by the connection's pre-authentication deadline (10 s after it was
@@ -92,13 +96,14 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let exchange = exchange(rd, wr, service, config, settings);
+    let exchange = exchange((rd, wr), service, config, settings, from);
     let outcome = match tokio::time::timeout_at(deadline, exchange).await {
         Ok(outcome) => outcome,
         Err(_) => Err(Refused::closed("not authenticated in time")),
     };
     match outcome {
         Ok(user) => {
+            service.login_succeeded(from.ip());
             tracing::debug!(%from, principal = %format!("User:{user}"), "kafka client authenticated");
             Some(user)
         }
@@ -113,17 +118,26 @@ where
     }
 }
 
+/// The exchange itself. A failed login's answer (or, for raw tokens, the connection's close)
+/// waits as long as the failures from the client's address say (`security/throttle.rs`).
 async fn exchange<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
-    rd: &mut R,
-    wr: &mut W,
+    (rd, wr): (&mut R, &mut W),
     service: &BrokerService,
     config: &KafkaConfig,
     settings: &SaslSettings,
+    from: SocketAddr,
 ) -> Result<String, Refused> {
     let mut stage = Stage::Handshake;
     for _ in 0..SASL_REQUESTS_MAX {
         if let Stage::Raw(mechanism) = stage {
-            return raw_tokens(rd, wr, mechanism, service, settings).await;
+            let outcome = raw_tokens(rd, wr, mechanism, service, settings).await;
+            if let Err(Refused {
+                failed_login: true, ..
+            }) = &outcome
+            {
+                tokio::time::sleep(service.login_failed(from.ip())).await;
+            }
+            return outcome;
         }
         let (body, _held) = super::conn::read_request(rd, config, SASL_FRAME_BYTES_MAX)
             .await
@@ -150,12 +164,34 @@ async fn exchange<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                     }
                 }
             }
+            // Between a mechanism's messages Kafka answers a request of another API with
+            // ILLEGAL_SASL_STATE where it can, then closes; before the handshake it closes.
+            (api, Stage::Authenticate(..)) => {
+                if let Ok(Decoded::Serve {
+                    header,
+                    version,
+                    request,
+                    ..
+                }) = decode_request(body)
+                    && let (Some(api), Some(answer)) = (api, illegal_state(*request))
+                    && let Ok(bytes) = encode(header.correlation_id, api, version, &answer)
+                {
+                    send(wr, &bytes).await?;
+                }
+                return Err(Refused::closed(format!("{api:?} during a SASL exchange")));
+            }
             (api, _) => return Err(Refused::closed(format!("{api:?} before authentication"))),
         };
         let (answer, outcome) = step(request, version, &mut stage, service, settings).split();
         let api = api.unwrap_or(ApiKey::ApiVersions);
         let bytes = encode(correlation, api, version, &answer)
             .map_err(|e| Refused::closed(e.to_string()))?;
+        if let Some(Err(Refused {
+            failed_login: true, ..
+        })) = &outcome
+        {
+            tokio::time::sleep(service.login_failed(from.ip())).await;
+        }
         send(wr, &bytes).await?;
         if let Some(outcome) = outcome {
             return outcome;
@@ -312,4 +348,49 @@ fn authenticate_answer(error_code: i16, message: Option<String>, bytes: Bytes) -
     }
     r.auth_bytes = bytes;
     ResponseKind::SaslAuthenticate(r)
+}
+
+/// The answer to a request of another API between a mechanism's messages, as Kafka gives it:
+/// `ILLEGAL_SASL_STATE` on every partition of a Produce or topic of a Metadata, at the top of
+/// a Fetch. `None` for the other APIs: the connection is closed unanswered.
+fn illegal_state(request: RequestKind) -> Option<ResponseKind> {
+    use kafka_protocol::messages::metadata_response::MetadataResponseTopic;
+    use kafka_protocol::messages::produce_response::{
+        PartitionProduceResponse, TopicProduceResponse,
+    };
+    use kafka_protocol::messages::{FetchResponse, MetadataResponse, ProduceResponse};
+    let illegal = code::ILLEGAL_SASL_STATE;
+    match request {
+        RequestKind::Produce(r) => {
+            let mut answer = ProduceResponse::default();
+            for topic in r.topic_data {
+                let mut t = TopicProduceResponse::default();
+                t.name = topic.name;
+                for p in topic.partition_data {
+                    let mut pr = PartitionProduceResponse::default();
+                    pr.index = p.index;
+                    pr.error_code = illegal;
+                    t.partition_responses.push(pr);
+                }
+                answer.responses.push(t);
+            }
+            Some(ResponseKind::Produce(answer))
+        }
+        RequestKind::Metadata(r) => {
+            let mut answer = MetadataResponse::default();
+            for topic in r.topics.unwrap_or_default() {
+                let mut t = MetadataResponseTopic::default();
+                t.name = topic.name;
+                t.error_code = illegal;
+                answer.topics.push(t);
+            }
+            Some(ResponseKind::Metadata(answer))
+        }
+        RequestKind::Fetch(_) => {
+            let mut answer = FetchResponse::default();
+            answer.error_code = illegal;
+            Some(ResponseKind::Fetch(answer))
+        }
+        _ => None,
+    }
 }

@@ -113,6 +113,7 @@ impl NodeHandler {
 impl Handler for NodeHandler {
     fn login(
         &self,
+        from: std::net::SocketAddr,
         certificate: Option<&crate::tls::ClientCertificate>,
     ) -> Option<Box<dyn crate::transport::Login>> {
         let settings = self.sasl.as_ref()?;
@@ -120,7 +121,8 @@ impl Handler for NodeHandler {
         if certificate.is_some_and(|c| self.broker.is_brokers(c)) {
             return None;
         }
-        let login = super::login::NativeLogin::new(self.service.clone(), settings.clone());
+        let login =
+            super::login::NativeLogin::new(self.service.clone(), settings.clone(), from.ip());
         Some(Box::new(login))
     }
 

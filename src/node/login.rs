@@ -22,18 +22,34 @@ use super::service::{BrokerService, LoginStep, SaslSettings};
 pub(super) struct NativeLogin {
     service: BrokerService,
     settings: SaslSettings,
+    /// The client's address, by which failed logins are counted.
+    from: std::net::IpAddr,
     mechanism: Option<SaslMechanism>,
     scram: Option<ScramServer>,
+    /// How long the refusal of a failed login waits.
+    delay: std::time::Duration,
 }
 
 impl NativeLogin {
-    pub(super) fn new(service: BrokerService, settings: SaslSettings) -> NativeLogin {
+    pub(super) fn new(
+        service: BrokerService,
+        settings: SaslSettings,
+        from: std::net::IpAddr,
+    ) -> NativeLogin {
         NativeLogin {
             service,
             settings,
+            from,
             mechanism: None,
             scram: None,
+            delay: std::time::Duration::ZERO,
         }
+    }
+
+    /// A failed login: refused after a delay.
+    fn failed(&mut self, told: String, why: String) -> (Vec<u8>, Option<Result<String, String>>) {
+        self.delay = self.service.login_failed(self.from);
+        refuse(told, why)
     }
 }
 
@@ -49,6 +65,10 @@ fn refuse(told: String, why: String) -> (Vec<u8>, Option<Result<String, String>>
 }
 
 impl Login for NativeLogin {
+    fn refusal_delay(&self) -> std::time::Duration {
+        self.delay
+    }
+
     fn step(&mut self, op: Op, body: &[u8]) -> (Vec<u8>, Option<Result<String, String>>) {
         match (op, self.mechanism) {
             (Op::SaslHandshake, None) => {
@@ -69,7 +89,7 @@ impl Login for NativeLogin {
                             "SASL mechanism {asked:?} is not offered; the broker offers {}",
                             offered.join(", ")
                         );
-                        refuse(told.clone(), told)
+                        self.failed(told.clone(), told)
                     }
                 }
             }
@@ -84,9 +104,10 @@ impl Login for NativeLogin {
                 {
                     Ok(LoginStep::Continue(bytes)) => (answer(&Ok(bytes.to_vec())), None),
                     Ok(LoginStep::Done(user, bytes)) => {
+                        self.service.login_succeeded(self.from);
                         (answer(&Ok(bytes.to_vec())), Some(Ok(user)))
                     }
-                    Err(e) => refuse(
+                    Err(e) => self.failed(
                         format!("invalid credentials with SASL mechanism {m}"),
                         format!("{m}: {e}"),
                     ),

@@ -147,6 +147,8 @@ struct Broker {
     /// The producer ids this broker has left to hand out, from its latest block (see
     /// [`MetaCommand::AllocateProducerIds`](crate::catalog::MetaCommand)).
     producer_ids: tokio::sync::Mutex<std::ops::Range<u64>>,
+    /// Failed logins by address, on both doors (each refusal waits longer).
+    failed_logins: crate::security::FailedLogins,
 }
 
 /// A broker: hosts a replica of every configured partition, each its own Raft group, and
@@ -365,6 +367,7 @@ impl Node {
             offsets_scans: parking_lot::Mutex::default(),
             kafka_addr: std::sync::OnceLock::new(),
             producer_ids: tokio::sync::Mutex::new(0..0),
+            failed_logins: crate::security::FailedLogins::default(),
         });
         // Before anything can reach the groups (see `Broker::initialize`).
         initialize_groups(&broker).await;

@@ -12,11 +12,13 @@
 pub mod acl;
 mod plain;
 mod scram;
+mod throttle;
 
 pub(crate) use plain::authenticate_plain;
 pub(crate) use scram::FakeCredentials;
 pub(crate) use scram::{ScramClient, ScramServer, plain_message, server_nonce};
 pub use scram::{ScramCredential, ScramMechanism};
+pub(crate) use throttle::FailedLogins;
 
 #[doc(hidden)]
 pub use scram::fuzz_sasl_server;

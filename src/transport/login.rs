@@ -31,6 +31,12 @@ pub(crate) trait Login: Send {
     /// answer's body, and the outcome once the exchange ends: the user's name, or why it
     /// failed (the answer is written, then the connection closed).
     fn step(&mut self, op: Op, body: &[u8]) -> (Vec<u8>, Option<Result<String, String>>);
+
+    /// How long to wait before answering the step that just failed the login (failed logins
+    /// are slowed); zero for a refusal that is not a failed login.
+    fn refusal_delay(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
 }
 
 /// Writes one frame and flushes it.
@@ -62,6 +68,9 @@ pub(crate) async fn serve_login(
                 return Err((false, format!("{} before logging in", head.op.name())));
             }
             let (answer, outcome) = login.step(head.op, &body);
+            if let Some(Err(_)) = &outcome {
+                tokio::time::sleep(login.refusal_delay()).await;
+            }
             let frame = OutFrame::new(Kind::Response, head.op, head.request_id, answer);
             send(wr, frame).await.map_err(|e| (false, e.to_string()))?;
             if let Some(outcome) = outcome {

@@ -30,13 +30,14 @@ pub(crate) trait Handler: Send + Sync + 'static {
         caller: Arc<Caller>,
     ) -> BoxFuture<Answer>;
 
-    /// The login a new connection must go through before its first request, if the door asks
-    /// for one of a connection that presented `certificate` (see `login.rs`).
+    /// The login a new connection from `from` must go through before its first request, if
+    /// the door asks for one of a connection that presented `certificate` (see `login.rs`).
     fn login(
         &self,
+        from: SocketAddr,
         certificate: Option<&crate::tls::ClientCertificate>,
     ) -> Option<Box<dyn super::Login>> {
-        let _ = certificate;
+        let _ = (from, certificate);
         None
     }
 }
@@ -362,7 +363,7 @@ async fn serve_conn(
     } = accepted;
     let probation = &mut admitted.probation;
     let mut user = None;
-    if let Some(login) = handler.login(certificate.as_ref()) {
+    if let Some(login) = handler.login(from, certificate.as_ref()) {
         // A client that logs in is no peer: it leaves the peers' room first.
         if probation.take().is_some() {
             log_closed(Some(from), Closed::NotPeer);

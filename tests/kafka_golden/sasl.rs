@@ -279,6 +279,48 @@ async fn nothing_is_served_before_authentication() {
     broker.shutdown().await;
 }
 
+/// A Produce between SCRAM's two messages is answered `ILLEGAL_SASL_STATE` on each of its
+/// partitions, as Kafka answers it, and the connection is closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_produce_between_the_scram_messages_is_an_illegal_state() {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::produce_response::{
+        PartitionProduceResponse, TopicProduceResponse,
+    };
+    use kafka_protocol::messages::{ProduceRequest, ProduceResponse, TopicName};
+    let mut broker = sasl_broker().await;
+    let handshake = SaslHandshakeRequest::default().with_mechanism(s("SCRAM-SHA-256"));
+    broker.exchange(ApiKey::SaslHandshake, 1, &handshake).await;
+    let first =
+        SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from("n,,n=alice,r=goldennonce"));
+    broker.exchange(ApiKey::SaslAuthenticate, 2, &first).await;
+    let topic = || TopicName(s("email.send"));
+    let produce = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(1000)
+        .with_topic_data(vec![
+            TopicProduceData::default()
+                .with_name(topic())
+                .with_partition_data(vec![PartitionProduceData::default().with_index(0)]),
+        ]);
+    let answer = broker.exchange(ApiKey::Produce, 9, &produce).await;
+    let expected = ProduceResponse::default().with_responses(vec![
+        TopicProduceResponse::default()
+            .with_name(topic())
+            .with_partition_responses(vec![
+                PartitionProduceResponse::default()
+                    .with_index(0)
+                    .with_error_code(34),
+            ]),
+    ]);
+    broker.assert_answer(ApiKey::Produce, 9, &answer, &expected);
+    let after = broker
+        .exchange_unanswered(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default())
+        .await;
+    assert!(after.is_none(), "closed after a request out of turn");
+    broker.shutdown().await;
+}
+
 /// After SaslHandshake v0 the mechanism's messages come as raw tokens (a big-endian length and
 /// the bytes, each way): PLAIN's one, answered with an empty token; then requests are served.
 /// A wrong password closes the connection unanswered.

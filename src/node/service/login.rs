@@ -42,6 +42,17 @@ pub(crate) enum LoginStep {
 }
 
 impl BrokerService {
+    /// Records a failed login from `from`: how long to wait before answering it (see
+    /// `security/throttle.rs`).
+    pub(crate) fn login_failed(&self, from: std::net::IpAddr) -> std::time::Duration {
+        self.broker.failed_logins.failed(from)
+    }
+
+    /// Records a login from `from` that succeeded.
+    pub(crate) fn login_succeeded(&self, from: std::net::IpAddr) {
+        self.broker.failed_logins.succeeded(from);
+    }
+
     /// Takes the client's next message of a login with `mechanism` (`scram`: the exchange so
     /// far, for SCRAM's two messages).
     ///
