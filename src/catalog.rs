@@ -31,7 +31,7 @@ use crate::security::{ScramCredential, ScramMechanism};
 
 mod acls;
 use crate::types::NodeId;
-pub(crate) use acls::AclRecord;
+pub(crate) use acls::{AclFilterRecord, AclRecord};
 
 /// The metadata group's topic name (one partition).
 pub(crate) const METADATA_TOPIC: &str = "__cluster_metadata";

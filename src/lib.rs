@@ -174,7 +174,7 @@ pub mod wire {
 
 pub use client::{
     Client, ClientConfig, Delivery, FetchOptions, Fetched, GroupInfo, GroupMemberInfo,
-    GroupSummary, PartitionDescription, RouteStep, SaslLogin,
+    GroupSummary, PartitionDescription, RouteStep, SaslLogin, UserCredentials,
 };
 pub use config::LogConfig;
 pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, StartAt};

@@ -226,6 +226,33 @@ pub(crate) struct ProposeRequest {
     pub(crate) forwarded: bool,
 }
 
+/// `Op::Acls` request: the ACL bindings a filter selects, new bindings, or the bindings
+/// filters select removed (Kafka's DescribeAcls, CreateAcls, DeleteAcls; bindings and
+/// filters with Kafka's codes). Answered `Result<T, WireError>`, `T` per variant:
+/// `Vec<AclRecord>`; one `Result<(), WireError>` per binding; per filter, the bindings it
+/// removed (`Vec<Vec<AclRecord>>`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) enum AclsRequest {
+    Describe(crate::catalog::AclFilterRecord),
+    Create(Vec<crate::catalog::AclRecord>),
+    Delete(Vec<crate::catalog::AclFilterRecord>),
+}
+
+/// `Op::Users` request: users' SCRAM credentials listed (those named, or all for `None`), or
+/// changed (Kafka's DescribeUserScramCredentials and AlterUserScramCredentials: a credential
+/// arrives as a salted password, never a password). Answered `Result<T, WireError>`, `T` per
+/// variant: per user, its credentials (`(mechanism code, iterations)`) or why not
+/// (`Vec<(String, Result<Vec<(i8, u32)>, String>)>`); per user changed, `Result<(), String>`.
+/// `Op::Users`' answer to `Describe`: per user, its credentials as `(mechanism code,
+/// iterations)`, or why not.
+pub(crate) type DescribedUsers = Vec<(String, Result<Vec<(i8, u32)>, String>)>;
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) enum UsersRequest {
+    Describe(Option<Vec<String>>),
+    Alter(Vec<(String, crate::node::service::CredentialChange)>),
+}
+
 /// `Op::DeleteTopic` request; answered `Result<(), WireError>`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct DeleteTopicRequest {
@@ -338,6 +365,10 @@ pub(crate) enum WireError {
     /// The connection's SASL login failed (the reason as the client is told it: never which
     /// of user and password was wrong); the broker closes the connection after this answer.
     AuthenticationFailed(String),
+    /// The broker enforces no ACLs, so it keeps none to show or change.
+    SecurityDisabled,
+    /// An ACL binding or filter that cannot be taken as asked.
+    InvalidAcl(String),
 }
 
 impl WireError {
@@ -349,6 +380,8 @@ impl WireError {
             Error::TopicAuthorizationFailed(_) => WireError::TopicAuthorizationFailed,
             Error::ClusterAuthorizationFailed => WireError::ClusterAuthorizationFailed,
             Error::AuthenticationFailed(reason) => WireError::AuthenticationFailed(reason.clone()),
+            Error::SecurityDisabled => WireError::SecurityDisabled,
+            Error::InvalidAcl(reason) => WireError::InvalidAcl(reason.clone()),
             Error::Indeterminate { reason, .. } => WireError::Indeterminate(reason.clone()),
             Error::OffsetOutOfRange { start, end, .. } => WireError::OffsetOutOfRange {
                 start: start.get(),
@@ -413,6 +446,8 @@ impl WireError {
             }
             WireError::ClusterAuthorizationFailed => Error::ClusterAuthorizationFailed,
             WireError::AuthenticationFailed(reason) => Error::AuthenticationFailed(reason),
+            WireError::SecurityDisabled => Error::SecurityDisabled,
+            WireError::InvalidAcl(reason) => Error::InvalidAcl(reason),
             WireError::Indeterminate(reason) => Error::Indeterminate {
                 partition: partition.clone(),
                 reason,

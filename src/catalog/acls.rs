@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{Catalog, MetaCommand, Refused};
 use crate::security::acl::{
-    AclBinding, AclOperation, AclPermission, Acls, PatternType, ResourceType,
+    AclBinding, AclBindingFilter, AclOperation, AclPermission, Acls, PatternFilter, PatternType,
+    ResourceType,
 };
 
 /// One ACL binding in a metadata command: Kafka's codes and the binding's strings.
@@ -33,6 +34,63 @@ impl From<&AclBinding> for AclRecord {
             host: b.host.clone(),
             operation: b.operation.code(),
             permission: b.permission.code(),
+        }
+    }
+}
+
+/// An ACL filter with Kafka's codes (1 is ANY for the resource type, the operation and the
+/// permission; the pattern type's codes are [`PatternFilter`]'s), as Kafka's DescribeAcls and
+/// DeleteAcls carry it and the native door's ACL requests too.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct AclFilterRecord {
+    pub(crate) resource_type: i8,
+    pub(crate) resource_name: Option<String>,
+    pub(crate) pattern_type: i8,
+    pub(crate) principal: Option<String>,
+    pub(crate) host: Option<String>,
+    pub(crate) operation: i8,
+    pub(crate) permission: i8,
+}
+
+/// Kafka's code for "any" in a filter's resource type, operation and permission.
+const ANY: i8 = 1;
+
+/// A filter's code: `None` for ANY, `Some` for a value, or why it is neither.
+fn any_or<T>(code: i8, what: &str, parse: fn(i8) -> Option<T>) -> Result<Option<T>, String> {
+    if code == ANY {
+        return Ok(None);
+    }
+    parse(code)
+        .map(Some)
+        .ok_or_else(|| format!("unknown {what} code {code}"))
+}
+
+impl AclFilterRecord {
+    /// The filter it carries, or why its codes are not one.
+    pub(crate) fn filter(&self) -> Result<AclBindingFilter, String> {
+        Ok(AclBindingFilter {
+            resource_type: any_or(self.resource_type, "resource type", ResourceType::from_code)?,
+            resource_name: self.resource_name.clone(),
+            pattern: PatternFilter::from_code(self.pattern_type)
+                .ok_or_else(|| format!("unknown pattern type code {}", self.pattern_type))?,
+            principal: self.principal.clone(),
+            host: self.host.clone(),
+            operation: any_or(self.operation, "operation", AclOperation::from_code)?,
+            permission: any_or(self.permission, "permission", AclPermission::from_code)?,
+        })
+    }
+}
+
+impl From<&AclBindingFilter> for AclFilterRecord {
+    fn from(f: &AclBindingFilter) -> AclFilterRecord {
+        AclFilterRecord {
+            resource_type: f.resource_type.map_or(ANY, ResourceType::code),
+            resource_name: f.resource_name.clone(),
+            pattern_type: f.pattern.code(),
+            principal: f.principal.clone(),
+            host: f.host.clone(),
+            operation: f.operation.map_or(ANY, AclOperation::code),
+            permission: f.permission.map_or(ANY, AclPermission::code),
         }
     }
 }

@@ -14,7 +14,10 @@ pub use fetch::{FetchOptions, Fetched};
 mod groups;
 pub use groups::{GroupInfo, GroupMemberInfo, GroupSummary};
 mod routing;
+mod security;
 mod sequencer;
+
+pub use security::UserCredentials;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -279,6 +279,8 @@ impl Handler for NodeHandler {
                             .map_err(wire)
                     }))
                 }
+                Op::Acls => super::security_ops::acls(service, &body).await,
+                Op::Users => super::security_ops::users(service, &body).await,
                 // A login's requests come before any other (`transport/login.rs`); later, or
                 // where the broker asks for none, they are out of turn.
                 Op::SaslHandshake | Op::SaslAuthenticate => {

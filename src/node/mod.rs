@@ -35,6 +35,7 @@ mod replica_dir;
 mod replicas;
 mod report;
 mod retention;
+mod security_ops;
 pub(crate) mod service;
 mod supervise;
 mod write;

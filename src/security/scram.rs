@@ -125,7 +125,7 @@ impl ScramMechanism {
         }
     }
 
-    fn salted_password(self, password: &[u8], salt: &[u8], iterations: u32) -> Vec<u8> {
+    pub(crate) fn salted_password(self, password: &[u8], salt: &[u8], iterations: u32) -> Vec<u8> {
         let mut out = vec![0u8; self.key_len()];
         // Fails only for an output length the PRF cannot give, and this one is its own.
         let _ = match self {

@@ -65,6 +65,10 @@ pub(crate) enum Op {
     SaslHandshake = 14,
     /// Client: one of the mechanism's messages, answered with the broker's.
     SaslAuthenticate = 15,
+    /// Admin: ACL bindings described, created or deleted.
+    Acls = 16,
+    /// Admin: users' SCRAM credentials described or changed.
+    Users = 17,
 }
 
 impl Op {
@@ -86,6 +90,8 @@ impl Op {
             Op::Reassign => "reassign",
             Op::SaslHandshake => "sasl_handshake",
             Op::SaslAuthenticate => "sasl_authenticate",
+            Op::Acls => "acls",
+            Op::Users => "users",
         }
     }
 
@@ -106,6 +112,8 @@ impl Op {
             13 => Some(Op::Reassign),
             14 => Some(Op::SaslHandshake),
             15 => Some(Op::SaslAuthenticate),
+            16 => Some(Op::Acls),
+            17 => Some(Op::Users),
             _ => None,
         }
     }

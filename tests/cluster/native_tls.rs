@@ -3,7 +3,9 @@
 //! native listeners and dial each other over it. Embedded brokers elect leaders and replicate
 //! over TLS, a `Client` trusting the CA writes and reads from every broker, and clients that do
 //! not speak TLS or trust another CA reach no broker; `replog node` processes do the same with
-//! `replog topics`, `produce` and `consume` given `--tls-ca`.
+//! `replog topics`, `produce` and `consume` given `--tls-ca`. With native logins
+//! (`native_sasl`), clients log in by SCRAM or PLAIN and act as their user under the ACLs,
+//! which `replog users` and `replog acls` manage.
 
 use std::path::Path;
 use std::time::Duration;
@@ -18,6 +20,38 @@ fn native_tls(certs: &Path, id: u64) -> replog::TlsConfig {
     let mut tls = DevCertificates::broker_config(certs, id);
     tls.ca_cert = Some(certs.join("ca.pem"));
     tls
+}
+
+/// Three `replog node` processes in `dir` with certificates from `replog certs dev` (in
+/// `dir/certs`), TLS on their native listeners with the CA, and `extra` flags: the
+/// certificates' directory, the brokers' addresses and the brokers.
+fn tls_brokers(
+    dir: &Path,
+    extra: &[&str],
+) -> (
+    std::path::PathBuf,
+    Vec<std::net::SocketAddr>,
+    Vec<crate::Broker>,
+) {
+    let certs = dir.join("certs");
+    let out = certs.to_str().unwrap();
+    let (ok, _, err) = cli(&["certs", "dev", "--out", out, "--brokers", "1,2,3"], "");
+    assert!(ok, "{err}");
+    let file = |name: String| certs.join(name).display().to_string();
+    let ca = file("ca.pem".into());
+    let addrs = crate::process_addrs(3);
+    let brokers = (1..=3u64)
+        .map(|id| {
+            let (cert, key) = (
+                file(format!("broker-{id}.pem")),
+                file(format!("broker-{id}.key")),
+            );
+            let mut args = vec!["--tls-cert", &cert, "--tls-key", &key, "--tls-ca", &ca];
+            args.extend(extra);
+            crate::spawn_broker_with(id, &addrs, dir, true, &args)
+        })
+        .collect();
+    (certs, addrs, brokers)
 }
 
 /// A client of `addrs` trusting the CA in `certs`, or none with `None`.
@@ -88,25 +122,8 @@ async fn embedded_brokers_replicate_over_tls_and_serve_only_clients_that_trust_t
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_reaches_broker_processes_over_tls_with_tls_ca() {
     let dir = tempfile::tempdir().unwrap();
-    let certs = dir.path().join("certs");
-    let out = certs.to_str().unwrap();
-    let (ok, _, err) = cli(&["certs", "dev", "--out", out, "--brokers", "1,2,3"], "");
-    assert!(ok, "{err}");
+    let (certs, addrs, brokers) = tls_brokers(dir.path(), &[]);
     let ca = certs.join("ca.pem").display().to_string();
-    let addrs = crate::process_addrs(3);
-    let brokers: Vec<crate::Broker> = (1..=3u64)
-        .map(|id| {
-            let file = |ext: &str| {
-                certs
-                    .join(format!("broker-{id}.{ext}"))
-                    .display()
-                    .to_string()
-            };
-            let (cert, key) = (file("pem"), file("key"));
-            let args = ["--tls-cert", &cert, "--tls-key", &key, "--tls-ca", &ca];
-            crate::spawn_broker_with(id, &addrs, dir.path(), true, &args)
-        })
-        .collect();
     let at: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
     let tls = |args: &[&str]| -> Vec<String> {
         let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
@@ -282,4 +299,99 @@ async fn native_clients_log_in_with_scram_or_plain_and_act_as_their_user() {
     assert!(reasons[3].contains(credentials), "{}", reasons[3]);
     drop((admin, plain, bob));
     cluster.shutdown().await.unwrap();
+}
+
+/// Broker processes with `--native-sasl` and `--authorization`: the admin (a bootstrap user,
+/// a super user) creates user alice with `replog users` and grants her writes on topics
+/// prefixed `email.` with `replog acls`; alice produces with her `--command-config`; listed,
+/// the user and the binding are there; deleted, alice logs in no more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_manages_users_and_acls_that_native_logins_obey() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users");
+    std::fs::write(&users, "admin:admin-secret:SCRAM-SHA-512\n").unwrap();
+    let users = users.display().to_string();
+    let secure = [
+        "--native-sasl",
+        "--authorization",
+        "--super-user",
+        "User:admin",
+        "--bootstrap-user-file",
+        &users,
+    ];
+    let (certs, addrs, _brokers) = tls_brokers(dir.path(), &secure);
+    let ca = certs.join("ca.pem").display().to_string();
+    let properties = |user: &str, password: &str| {
+        let path = dir.path().join(format!("{user}.properties"));
+        let text = format!(
+            "security.protocol=SASL_SSL\nssl.ca.location={ca}\nsasl.mechanism=SCRAM-SHA-512\n\
+             sasl.username={user}\nsasl.password={password}\n"
+        );
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    let (admin, alice) = (
+        properties("admin", "admin-secret"),
+        properties("alice", "alice-secret"),
+    );
+    let at = addrs[1].to_string();
+    let run = |config: &str, args: &[&str], stdin: &str| {
+        let mut all = args.to_vec();
+        all.extend(["--bootstrap-server", &at, "--command-config", config]);
+        cli(&all, stdin)
+    };
+    wait_until(
+        Duration::from_secs(30),
+        "the admin to create alice",
+        async || {
+            let (ok, out, err) = run(
+                &admin,
+                &["users", "--create", "alice", "--password-file", "-"],
+                "alice-secret\n",
+            );
+            ok.then_some(()).ok_or(format!("{out}{err}"))
+        },
+    )
+    .await;
+    let grant = [
+        "acls",
+        "--add",
+        "--allow-principal",
+        "User:alice",
+        "--operation",
+        "Write",
+        "--operation",
+        "Describe",
+        "--topic",
+        "email.",
+        "--resource-pattern-type",
+        "prefixed",
+    ];
+    let (ok, out, err) = run(&admin, &grant, "");
+    assert!(ok && out.contains("Added 2 ACL binding(s)"), "{out}{err}");
+    let produce = ["produce", "--topic", "email.send"];
+    wait_until(Duration::from_secs(30), "alice's record", async || {
+        let (ok, out, err) = run(&alice, &produce, "from-alice\n");
+        ok.then_some(()).ok_or(format!("{out}{err}"))
+    })
+    .await;
+    let (ok, out, err) = run(&admin, &["acls", "--list", "--principal", "User:alice"], "");
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("TOPIC PREFIXED email.: ALLOW User:alice WRITE"),
+        "{out}"
+    );
+    let (ok, out, err) = run(&admin, &["users", "--list"], "");
+    assert!(
+        ok && out.contains("alice: SCRAM-SHA-512(iterations=8192)"),
+        "{out}{err}"
+    );
+    // Alice may not list ACLs, nor manage users.
+    let (ok, _, err) = run(&alice, &["users", "--list"], "");
+    assert!(!ok && err.contains("not authorized"), "{err}");
+
+    let (ok, out, err) = run(&admin, &["users", "--delete", "alice"], "");
+    assert!(ok, "{out}{err}");
+    let (ok, _, err) = run(&alice, &produce, "after-deletion\n");
+    assert!(!ok && err.contains("authentication failed"), "{err}");
 }

@@ -7,6 +7,7 @@
 //! here, as `replog: error: ...`) or when `check` finds damage, 2 for a bad command line
 //! (clap's). Each subcommand's arguments and work live in its own module.
 
+mod acls;
 mod certs;
 mod check;
 mod connect;
@@ -18,6 +19,7 @@ mod metrics;
 mod node;
 mod produce;
 mod topics;
+mod users;
 
 use std::process::ExitCode;
 
@@ -63,6 +65,10 @@ enum Command {
     /// Plays the tutorial on an embedded three-broker cluster (ports 9092, 19092, 29092, or
     /// free ports when those are taken), in a temporary directory.
     Demo,
+    /// Adds, removes or lists ACL bindings, with kafka-acls' flags.
+    Acls(acls::AclsArgs),
+    /// Creates, deletes or lists SCRAM users.
+    Users(users::UsersArgs),
     /// Makes TLS certificates: `certs dev` writes a local CA and certificates for a dev
     /// cluster.
     Certs(certs::CertsArgs),
@@ -122,6 +128,8 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
             Command::Produce(args) => done(produce::run(args).await),
             Command::Consume(args) => done(consume::run(args).await),
             Command::Groups(args) => done(groups::run(args).await),
+            Command::Acls(args) => done(acls::run(args).await),
+            Command::Users(args) => done(users::run(args).await),
             Command::Demo => done(demo::run().await),
             Command::Certs(args) => done(certs::run(args)),
             Command::Check(args) => check::run(&args),

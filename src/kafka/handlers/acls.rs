@@ -13,11 +13,11 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
+use crate::catalog::AclFilterRecord;
 use crate::kafka::{code, error_code, message};
 use crate::node::service::BrokerService;
 use crate::security::acl::{
-    AclBinding, AclBindingFilter, AclOperation, AclPermission, PatternFilter, PatternType,
-    ResourceType,
+    AclBinding, AclBindingFilter, AclOperation, AclPermission, PatternType, ResourceType,
 };
 
 /// The versions served.
@@ -26,9 +26,6 @@ pub(crate) const APIS: &[super::Served] = &[
     (ApiKey::CreateAcls, 1, 3),
     (ApiKey::DeleteAcls, 1, 3),
 ];
-
-/// Kafka's code for "any" in a filter's resource type, operation and permission.
-const ANY: i8 = 1;
 
 /// A filter's fields as Kafka's requests carry them (DescribeAcls' and DeleteAcls' are alike).
 struct FilterFields<'a> {
@@ -41,28 +38,18 @@ struct FilterFields<'a> {
     permission: i8,
 }
 
-/// A filter's code: `None` for ANY, `Some` for a value, or why it is neither.
-fn any_or<T>(code: i8, what: &str, parse: fn(i8) -> Option<T>) -> Result<Option<T>, String> {
-    if code == ANY {
-        return Ok(None);
-    }
-    parse(code)
-        .map(Some)
-        .ok_or_else(|| format!("unknown {what} code {code}"))
-}
-
 fn filter(f: &FilterFields<'_>) -> Result<AclBindingFilter, String> {
     let text = |s: Option<&StrBytes>| s.map(|s| s.as_str().to_owned());
-    Ok(AclBindingFilter {
-        resource_type: any_or(f.resource_type, "resource type", ResourceType::from_code)?,
+    AclFilterRecord {
+        resource_type: f.resource_type,
         resource_name: text(f.resource_name),
-        pattern: PatternFilter::from_code(f.pattern_type)
-            .ok_or_else(|| format!("unknown pattern type code {}", f.pattern_type))?,
+        pattern_type: f.pattern_type,
         principal: text(f.principal),
         host: text(f.host),
-        operation: any_or(f.operation, "operation", AclOperation::from_code)?,
-        permission: any_or(f.permission, "permission", AclPermission::from_code)?,
-    })
+        operation: f.operation,
+        permission: f.permission,
+    }
+    .filter()
 }
 
 fn s(text: &str) -> StrBytes {

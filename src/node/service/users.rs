@@ -12,7 +12,8 @@ use crate::security::{ScramCredential, ScramMechanism};
 
 use super::BrokerService;
 
-/// One change to a user's credentials.
+/// One change to a user's credentials (also the native door's, in `UsersRequest`).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) enum CredentialChange {
     /// Removes the user's credential for the mechanism (Kafka's code).
     Delete { mechanism: i8 },
