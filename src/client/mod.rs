@@ -71,6 +71,13 @@ pub struct ClientConfig {
     /// names the IP address dialed (`replog certs dev --hosts` puts the addresses there).
     /// Default `None`: plaintext.
     pub tls_ca: Option<std::path::PathBuf>,
+    /// A client certificate (PEM) presented to every broker, with `tls_key`, over TLS
+    /// (`tls_ca`): where brokers take client certificates as identities
+    /// ([`NodeConfig::client_auth`](crate::NodeConfig::client_auth)), the client is
+    /// `User:<CN>` of its subject. Default `None`.
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The private key of `tls_cert` (PEM).
+    pub tls_key: Option<std::path::PathBuf>,
     /// The SASL login made on every broker connection, for brokers that ask native clients
     /// to log in ([`NodeConfig::native_sasl`](crate::NodeConfig::native_sasl)); over TLS only
     /// (`tls_ca`). Default `None`: the client is anonymous (`User:ANONYMOUS`).
@@ -126,6 +133,8 @@ impl Default for ClientConfig {
             idempotent: true,
             in_flight_per_partition: 5,
             tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
             sasl: None,
         }
     }
@@ -218,11 +227,23 @@ impl Client {
                 reason: "a SASL login is made over TLS only: set tls_ca".into(),
             });
         }
+        let identity = match (&config.tls_cert, &config.tls_key) {
+            (None, None) => None,
+            (Some(cert), Some(key)) if config.tls_ca.is_some() => {
+                Some(crate::TlsConfig::new(cert, key))
+            }
+            _ => {
+                return Err(crate::Error::InvalidConfig {
+                    field: "tls_cert",
+                    reason: "a client certificate needs its key (tls_key) and TLS (tls_ca)".into(),
+                });
+            }
+        };
         let (shutdown, _) = watch::channel(false);
         let tls = config
             .tls_ca
             .as_deref()
-            .map(crate::tls::TlsDialer::from_ca_file)
+            .map(|ca| crate::tls::TlsDialer::presenting(ca, identity.as_ref()))
             .transpose()?;
         let client = Client {
             tls,

@@ -43,7 +43,7 @@ pub(super) async fn serve(
         from,
         admitted: _admitted,
         authenticate_by,
-        ..
+        certificate,
     } = accepted;
     // A SASL listener serves a connection only once it has authenticated.
     let session = match &config.sasl {
@@ -61,7 +61,11 @@ pub(super) async fn serve(
                 None => return,
             }
         }
-        None => Session::anonymous(Some(from.ip())),
+        // A client certificate (where the listener asks for one) is the client's identity.
+        None => match certificate.and_then(|c| c.common_name()) {
+            Some(user) => Session::user(&user, Some(from.ip())),
+            None => Session::anonymous(Some(from.ip())),
+        },
     };
     let service = service.with_session(session);
     let (queue, answers) = mpsc::channel(config.limits.in_flight_max.max(1));

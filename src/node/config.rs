@@ -144,6 +144,11 @@ pub struct NodeConfig {
     /// over TLS with the brokers' CA ([`TlsConfig::ca_cert`](crate::TlsConfig::ca_cert)).
     /// Default false: native clients are `User:ANONYMOUS`.
     pub native_sasl: bool,
+    /// Whether the TLS listeners ask clients for certificates signed by the brokers' CA
+    /// (Kafka's `ssl.client.auth`; needs [`TlsConfig::ca_cert`](crate::TlsConfig::ca_cert)):
+    /// a client's certificate is then its identity (`User:<CN>`) where it does not log in
+    /// with SASL. Default [`ClientAuth::None`](crate::ClientAuth::None).
+    pub client_auth: crate::ClientAuth,
     /// The certificate and key (PEM files) this broker serves TLS with: on the Kafka listener
     /// when `kafka_security_protocol` says so (`SSL`, `SASL_SSL`), and, when the brokers' CA
     /// is given too ([`TlsConfig::ca_cert`](crate::TlsConfig::ca_cert)), on the native
@@ -213,6 +218,7 @@ impl NodeConfig {
             ],
             sasl_plain_without_tls: false,
             native_sasl: false,
+            client_auth: crate::ClientAuth::None,
             tls: None,
             bootstrap_users: Vec::new(),
             authorization: None,
@@ -460,6 +466,16 @@ impl NodeConfig {
                 "native_sasl",
                 "native clients log in over TLS, where brokers know each other by certificate: \
                  set tls with its ca_cert (replog node --tls-cert, --tls-key and --tls-ca)"
+                    .into(),
+            );
+        }
+        if self.client_auth != crate::ClientAuth::None
+            && self.tls.as_ref().is_none_or(|t| t.ca_cert.is_none())
+        {
+            return bad(
+                "client_auth",
+                "client certificates are checked against the brokers' CA: set tls with its \
+                 ca_cert (replog node --tls-ca)"
                     .into(),
             );
         }

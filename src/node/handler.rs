@@ -94,6 +94,21 @@ fn wire(e: Error) -> WireError {
 }
 
 impl NodeHandler {
+    /// The user `caller`'s certificate stands for (`User:<CN>`), worked out once per
+    /// connection: none for a peer broker's.
+    fn certificate_user<'a>(&self, caller: &'a Caller) -> Option<&'a String> {
+        caller
+            .certificate_user
+            .get_or_init(|| {
+                let cert = caller.certificate.as_ref()?;
+                if self.broker.is_peer(caller) {
+                    return None;
+                }
+                cert.common_name()
+            })
+            .as_ref()
+    }
+
     /// Refuses `op`, traffic only brokers send, unless `caller` may send it as `claim` (see
     /// `peer_gate.rs`), as Kafka refuses a cluster action: with a cluster authorization error.
     fn brokers_only(
@@ -118,7 +133,7 @@ impl Handler for NodeHandler {
     ) -> Option<Box<dyn crate::transport::Login>> {
         let settings = self.sasl.as_ref()?;
         // Peer brokers are known by their certificates, and log in no other way.
-        if certificate.is_some_and(|c| self.broker.is_brokers(c)) {
+        if certificate.is_some_and(|c| self.broker.names_a_broker(c)) {
             return None;
         }
         let login =
@@ -140,7 +155,7 @@ impl Handler for NodeHandler {
             // Each request on behalf of whoever the connection is: the user it logged in as,
             // or an anonymous client where the broker asks for no login.
             let ip = Some(caller.from.ip());
-            let session = match &caller.user {
+            let session = match caller.user.as_ref().or(self.certificate_user(&caller)) {
                 Some(user) => Session::user(user, ip),
                 None => Session::anonymous(ip),
             };

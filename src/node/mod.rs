@@ -244,12 +244,19 @@ impl Node {
         // With the brokers' CA, the native listener serves TLS, asking for certificates (peer
         // brokers present theirs), and peers are dialed over it, with this broker's.
         let ca = config.tls.as_ref().and_then(|t| t.ca_cert.clone());
-        let (native_tls, dialer) = match (&tls, ca) {
+        // Kafka clients are asked for certificates where `client_auth` says so.
+        let client_auth = config.client_auth;
+        let required = client_auth == crate::ClientAuth::Required;
+        let (native_tls, dialer, kafka_tls) = match (&tls, ca) {
             (Some(server), Some(ca)) => (
-                Some(server.asking_for_certificates(&ca)?),
+                Some(server.asking_for_certificates(&ca, required)?),
                 Some(crate::tls::TlsDialer::for_peers(&ca, server)?),
+                match client_auth {
+                    crate::ClientAuth::None => Some(server.clone()),
+                    _ => Some(server.asking_for_certificates(&ca, required)?),
+                },
             ),
-            _ => (None, None),
+            (server, _) => (None, None, server.clone()),
         };
         crate::env::create_dir_all(&config.data_dir)?;
         if config.log.preallocate == crate::segment::Preallocate::Auto {
@@ -403,7 +410,7 @@ impl Node {
                     listener,
                     BrokerService::new(Arc::clone(&broker)),
                     config,
-                    tls.clone().filter(|_| protocol.tls()),
+                    kafka_tls.clone().filter(|_| protocol.tls()),
                     shutdown_rx.clone(),
                 ))
             }

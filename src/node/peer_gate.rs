@@ -58,13 +58,7 @@ impl Broker {
         if !self.peers_present_certificates() {
             return true;
         }
-        let admitted = caller.certificate.as_ref().is_some_and(|cert| match claim {
-            Claim::Broker(id) => cert.names_broker(id),
-            Claim::AnyBroker => self
-                .known_brokers()
-                .into_iter()
-                .any(|id| cert.names_broker(id)),
-        });
+        let admitted = self.confirm_broker(caller, claim);
         if !admitted && caller.first_refusal() {
             let claimed = match claim {
                 Claim::Broker(id) => format!("broker {id}"),
@@ -85,11 +79,48 @@ impl Broker {
         admitted
     }
 
+    /// Whether `caller`'s certificate names the broker `claim` says; remembered for the
+    /// connection once found, so that Raft's traffic does not parse the certificate again on
+    /// every request.
+    fn confirm_broker(&self, caller: &Caller, claim: Claim) -> bool {
+        use std::sync::atomic::Ordering;
+        let confirmed = caller.confirmed_broker.load(Ordering::Relaxed);
+        match claim {
+            Claim::Broker(id) if confirmed == id && id != 0 => return true,
+            Claim::AnyBroker if confirmed != 0 => return true,
+            _ => {}
+        }
+        let Some(cert) = &caller.certificate else {
+            return false;
+        };
+        let found = match claim {
+            Claim::Broker(id) => cert.names_broker(id).then_some(id),
+            Claim::AnyBroker => self.broker_named(cert),
+        };
+        match found {
+            Some(id) if id != 0 => {
+                caller.confirmed_broker.store(id, Ordering::Relaxed);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether `caller` presented a certificate of a broker of this cluster.
+    pub(super) fn is_peer(&self, caller: &Caller) -> bool {
+        self.confirm_broker(caller, Claim::AnyBroker)
+    }
+
     /// Whether `certificate` is a broker's of this cluster (one this broker knows of).
-    pub(super) fn is_brokers(&self, certificate: &crate::tls::ClientCertificate) -> bool {
+    pub(super) fn names_a_broker(&self, certificate: &crate::tls::ClientCertificate) -> bool {
+        self.broker_named(certificate).is_some()
+    }
+
+    /// The broker of this cluster (one this broker knows of) that `certificate` names.
+    fn broker_named(&self, certificate: &crate::tls::ClientCertificate) -> Option<NodeId> {
         self.known_brokers()
             .into_iter()
-            .any(|id| certificate.names_broker(id))
+            .find(|id| certificate.names_broker(*id))
     }
 
     /// The brokers this one knows of: the catalog's, those it was configured with, and itself.

@@ -75,6 +75,45 @@ pub enum KafkaSecurityProtocol {
     SaslSsl,
 }
 
+/// Whether TLS listeners ask clients for certificates (Kafka's `ssl.client.auth`), signed by
+/// the brokers' CA ([`TlsConfig::ca_cert`](crate::TlsConfig::ca_cert)). A client's
+/// certificate is its identity where it does not log in with SASL: `User:<CN>`, its subject's
+/// common name.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ClientAuth {
+    /// No certificate asked of Kafka clients (the default); the native listener still asks
+    /// (peer brokers present theirs), and takes a client's as its identity.
+    #[default]
+    None,
+    /// Asked for; a client may present none (and is then `User:ANONYMOUS`, or its SASL user).
+    Requested,
+    /// Required: a client without one fails the TLS handshake.
+    Required,
+}
+
+impl ClientAuth {
+    /// Kafka's name for it: `none`, `requested` or `required`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ClientAuth::None => "none",
+            ClientAuth::Requested => "requested",
+            ClientAuth::Required => "required",
+        }
+    }
+
+    /// The setting Kafka's name names.
+    pub fn from_name(name: &str) -> Option<ClientAuth> {
+        [
+            ClientAuth::None,
+            ClientAuth::Requested,
+            ClientAuth::Required,
+        ]
+        .into_iter()
+        .find(|c| c.name().eq_ignore_ascii_case(name))
+    }
+}
+
 impl KafkaSecurityProtocol {
     /// Whether connections start with a TLS handshake (`SSL`, `SASL_SSL`).
     pub fn tls(self) -> bool {

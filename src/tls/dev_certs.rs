@@ -24,6 +24,9 @@ struct Pair {
 /// keys (rcgen's default), certificates valid from 1975 to 4096 (rcgen's default: these are
 /// for dev clusters, which are not meant to live by their certificates' dates).
 ///
+/// The client certificate's subject is `CN=client`: where brokers take client certificates
+/// as identities, its principal is `User:client`.
+///
 /// Each broker's certificate names the given hosts (DNS names, or IP addresses: what clients
 /// dial, and check) and the DNS name `broker-<id>`, and serves for both TLS server and client
 /// authentication. For dev clusters only: the CA's key is written beside the certificates.
@@ -124,7 +127,7 @@ impl DevCertificates {
             }
             signed_brokers.push((*id, signed(p, &issuer)?));
         }
-        let mut client = params("replog dev client", Vec::new())?;
+        let mut client = params("client", Vec::new())?;
         client.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         Ok(DevCertificates {
             ca: ca_pair,

@@ -20,6 +20,7 @@
 //! the client's address, and closes the connection.
 
 mod dev_certs;
+mod subject;
 
 pub use dev_certs::DevCertificates;
 
@@ -208,6 +209,11 @@ fn roots(ca: &Path) -> Result<Arc<rustls::RootCertStore>, TlsError> {
 pub(crate) struct ClientCertificate(CertificateDer<'static>);
 
 impl ClientCertificate {
+    /// Its subject's common name: the user a client certificate stands for (`User:<CN>`).
+    pub(crate) fn common_name(&self) -> Option<String> {
+        subject::common_name(&self.0)
+    }
+
     /// Whether it is broker `id`'s: whether it names `broker-<id>` (a DNS name).
     pub(crate) fn names_broker(&self, id: crate::types::NodeId) -> bool {
         rustls::server::ParsedCertificate::try_from(&self.0)
@@ -249,18 +255,27 @@ impl TlsServer {
     }
 
     /// The same server (the same certificate, reloaded together) asking every client for a
-    /// certificate signed by the CA in `ca`: a client may present none, but one that presents
-    /// another is refused in the handshake. What it presented is the connection's
-    /// [`ClientCertificate`]: peer brokers present theirs.
-    pub(crate) fn asking_for_certificates(&self, ca: &Path) -> Result<TlsServer, TlsError> {
+    /// certificate signed by the CA in `ca`: a client may present none unless `required`, but
+    /// one that presents another is refused in the handshake. What it presented is the
+    /// connection's [`ClientCertificate`]: peer brokers present theirs.
+    pub(crate) fn asking_for_certificates(
+        &self,
+        ca: &Path,
+        required: bool,
+    ) -> Result<TlsServer, TlsError> {
         let provider = provider();
-        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        let builder = rustls::server::WebPkiClientVerifier::builder_with_provider(
             roots(ca)?,
             Arc::clone(&provider),
-        )
-        .allow_unauthenticated()
-        .build()
-        .map_err(|e| TlsError::Setup(e.to_string()))?;
+        );
+        let builder = if required {
+            builder
+        } else {
+            builder.allow_unauthenticated()
+        };
+        let verifier = builder
+            .build()
+            .map_err(|e| TlsError::Setup(e.to_string()))?;
         let resolver: Arc<dyn ResolvesServerCert> = Arc::clone(&self.certs) as _;
         let server = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
@@ -328,13 +343,31 @@ impl std::fmt::Debug for TlsDialer {
 
 impl TlsDialer {
     /// A dialer trusting every certificate in the PEM file `ca` (and nothing else),
-    /// presenting no certificate of its own: a client's.
+    /// presenting no certificate of its own.
+    #[cfg(test)]
     pub(crate) fn from_ca_file(ca: &Path) -> Result<TlsDialer, TlsError> {
-        let config = rustls::ClientConfig::builder_with_provider(provider())
+        TlsDialer::presenting(ca, None)
+    }
+
+    /// A client's dialer trusting the CA in `ca`, presenting the certificate and key
+    /// `identity` names, if any (a client certificate: the client's identity where brokers
+    /// take one).
+    pub(crate) fn presenting(
+        ca: &Path,
+        identity: Option<&TlsConfig>,
+    ) -> Result<TlsDialer, TlsError> {
+        let provider = provider();
+        let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsError::Setup(e.to_string()))?
-            .with_root_certificates(roots(ca)?)
-            .with_no_client_auth();
+            .with_root_certificates(roots(ca)?);
+        let config = match identity {
+            None => builder.with_no_client_auth(),
+            Some(identity) => {
+                let certs = Arc::new(CertStore::open(identity, provider)?);
+                builder.with_client_cert_resolver(certs)
+            }
+        };
         Ok(TlsDialer {
             connector: tokio_rustls::TlsConnector::from(Arc::new(config)),
         })

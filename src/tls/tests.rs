@@ -242,7 +242,7 @@ async fn a_listener_asking_for_certificates_learns_which_broker_dialed_it() {
     let ca = dir.path().join("ca.pem");
     let server = TlsServer::new(&DevCertificates::broker_config(dir.path(), 1))
         .unwrap()
-        .asking_for_certificates(&ca)
+        .asking_for_certificates(&ca, false)
         .unwrap();
     let as_broker = |id| {
         let me = TlsServer::new(&DevCertificates::broker_config(dir.path(), id)).unwrap();

@@ -55,6 +55,11 @@ pub(crate) struct Caller {
     /// Whether a refusal of its requests was logged already: a connection that keeps sending
     /// what is refused is logged once.
     pub(crate) refusal_logged: std::sync::atomic::AtomicBool,
+    /// The broker its certificate was found to name (0 until one was): checked once, not on
+    /// every request.
+    pub(crate) confirmed_broker: std::sync::atomic::AtomicU64,
+    /// The user its certificate stands for, once worked out (`None` inside: none).
+    pub(crate) certificate_user: std::sync::OnceLock<Option<String>>,
 }
 
 impl Caller {
@@ -384,6 +389,8 @@ async fn serve_conn(
         certificate,
         user,
         refusal_logged: std::sync::atomic::AtomicBool::new(false),
+        confirmed_broker: std::sync::atomic::AtomicU64::new(0),
+        certificate_user: std::sync::OnceLock::new(),
     });
     let from = Some(from);
     // Answers go out in the order they finish; each holds its request's in-flight slot until

@@ -269,3 +269,137 @@ async fn an_embedded_brokers_certificate_is_swapped_by_reload_tls_and_bad_settin
     }
     plain.shutdown().await.unwrap();
 }
+
+/// Brokers asking Kafka and native clients for certificates (`--client-auth required`),
+/// enforcing ACLs with `User:client` (the dev client certificate's CN) a super user: the CLI
+/// presenting that certificate creates a topic; kcat presenting it writes and reads it;
+/// kcat without a certificate, or with another CA's, fails its handshake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_is_its_users_identity_on_both_doors() {
+    if kcat().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    dev_certs(&certs);
+    let ca = certs.join("ca.pem");
+    let (_brokers, addrs, kafka) = secure_cluster(dir.path(), "SSL", &[], |id| {
+        let mut args = tls_args(&certs, id);
+        args.extend(
+            [
+                "--tls-ca",
+                ca.to_str().unwrap(),
+                "--client-auth",
+                "required",
+                "--authorization",
+                "--super-user",
+                "User:client",
+            ]
+            .map(String::from),
+        );
+        args
+    });
+    let file = |name: &str| certs.join(name).display().to_string();
+    let properties = dir.path().join("client.properties");
+    std::fs::write(
+        &properties,
+        format!(
+            "security.protocol=SSL\nssl.ca.location={}\nssl.certificate.location={}\n\
+             ssl.key.location={}\n",
+            file("ca.pem"),
+            file("client.pem"),
+            file("client.key")
+        ),
+    )
+    .unwrap();
+    let create = [
+        "topics",
+        "--bootstrap-server",
+        &addrs[0].to_string(),
+        "--command-config",
+        properties.to_str().unwrap(),
+        "--create",
+        "--topic",
+        "email.send",
+        "--partitions",
+        "1",
+        "--replication-factor",
+        "3",
+    ]
+    .map(String::from);
+    wait_until(
+        Duration::from_secs(30),
+        "the topic, created as User:client",
+        async || {
+            let args: Vec<&str> = create.iter().map(String::as_str).collect();
+            let (ok, out, err) = cli(&args, "");
+            if ok || err.contains("exists") {
+                Ok(())
+            } else {
+                Err(format!("{out}{err}"))
+            }
+        },
+    )
+    .await;
+    let with_cert = |ca: &Path, dir: &Path| {
+        let mut args = ssl(ca);
+        args.extend([
+            "-X".into(),
+            format!(
+                "ssl.certificate.location={}",
+                dir.join("client.pem").display()
+            ),
+            "-X".into(),
+            format!("ssl.key.location={}", dir.join("client.key").display()),
+        ]);
+        args
+    };
+    let at = kafka[1].to_string();
+    let produce = |security: Vec<String>| {
+        let mut args: Vec<String> = ["-P", "-b", &at, "-t", "email.send", "-p", "0"]
+            .map(String::from)
+            .to_vec();
+        args.extend(security);
+        args
+    };
+    wait_until(
+        Duration::from_secs(30),
+        "kcat's record, as User:client",
+        async || {
+            let (ok, out, err) =
+                kcat_with(produce(with_cert(&ca, &certs)), "with-a-certificate\n").await;
+            if ok {
+                Ok(())
+            } else {
+                Err(format!("{out}{err}"))
+            }
+        },
+    )
+    .await;
+    let mut consume: Vec<String> = [
+        "-C",
+        "-b",
+        &at,
+        "-t",
+        "email.send",
+        "-o",
+        "beginning",
+        "-e",
+        "-q",
+    ]
+    .map(String::from)
+    .to_vec();
+    consume.extend(with_cert(&ca, &certs));
+    let (ok, out, err) = kcat_with(consume, "").await;
+    assert!(ok && out.contains("with-a-certificate"), "{out}{err}");
+
+    // No certificate, or another CA's: the handshake fails.
+    let (ok, _) = metadata(&at, ssl(&ca)).await;
+    assert!(!ok, "a client without a certificate was served");
+    let other = dir.path().join("other");
+    dev_certs(&other);
+    let mut foreign = ssl(&ca);
+    foreign.extend(with_cert(&ca, &other).into_iter().skip(4));
+    let (ok, _) = metadata(&at, foreign).await;
+    assert!(!ok, "a client with another CA's certificate was served");
+}

@@ -93,6 +93,8 @@ fn apply_properties(config: &mut ClientConfig, text: &str) -> Result<(), (usize,
         match key {
             "security.protocol" => protocol = Some((n, value)),
             "ssl.ca.location" => config.tls_ca = Some(value.into()),
+            "ssl.certificate.location" => config.tls_cert = Some(value.into()),
+            "ssl.key.location" => config.tls_key = Some(value.into()),
             "sasl.mechanism" | "sasl.mechanisms" => {
                 let m = replog::SaslMechanism::from_name(&value)
                     .ok_or_else(|| (n, format!("unknown SASL mechanism {value:?}")))?;

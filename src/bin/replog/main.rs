@@ -41,8 +41,9 @@ struct Cli {
     #[arg(long, global = true)]
     tls_ca: Option<std::path::PathBuf>,
     /// Client commands: a properties file with Kafka's names for how to reach the brokers:
-    /// `security.protocol` (SSL or SASL_SSL), `ssl.ca.location`, `sasl.mechanism`,
-    /// `sasl.username`, `sasl.password` (for brokers run with --native-sasl).
+    /// `security.protocol` (SSL or SASL_SSL), `ssl.ca.location`, `ssl.certificate.location`
+    /// and `ssl.key.location` (a client certificate), `sasl.mechanism`, `sasl.username`,
+    /// `sasl.password` (for brokers run with --native-sasl).
     #[arg(long, global = true)]
     command_config: Option<std::path::PathBuf>,
     #[command(subcommand)]

@@ -80,6 +80,11 @@ pub(crate) struct NodeArgs {
     /// --tls-cert, --tls-key and --tls-ca.
     #[arg(long)]
     native_sasl: bool,
+    /// Ask clients for certificates signed by --tls-ca (Kafka's ssl.client.auth): none,
+    /// requested or required. A client's certificate is its identity, User:<CN>, where it
+    /// does not log in with SASL.
+    #[arg(long, value_parser = parse_client_auth, default_value = "none")]
+    client_auth: replog::ClientAuth,
     /// A file of the users the cluster starts with, one `NAME:PASSWORD[:MECHANISM]` per line
     /// (blank lines and lines starting with `#` are skipped), each given SCRAM-SHA-256 and
     /// SCRAM-SHA-512 credentials unless a mechanism is named. Read at every start; written to
@@ -129,6 +134,12 @@ impl From<SecurityArg> for replog::KafkaSecurityProtocol {
             SecurityArg::SaslSsl => P::SaslSsl,
         }
     }
+}
+
+/// Parses `--client-auth`.
+fn parse_client_auth(name: &str) -> Result<replog::ClientAuth, String> {
+    replog::ClientAuth::from_name(name)
+        .ok_or_else(|| format!("{name:?}: none, requested or required"))
 }
 
 /// Parses one of `--sasl-mechanisms`.
@@ -265,6 +276,7 @@ impl NodeArgs {
         config.sasl_mechanisms = self.sasl_mechanisms;
         config.sasl_plain_without_tls = self.sasl_plain_without_tls;
         config.native_sasl = self.native_sasl;
+        config.client_auth = self.client_auth;
         if let Some(path) = &self.bootstrap_user_file {
             config.bootstrap_users = read_bootstrap_users(path)?;
         }
