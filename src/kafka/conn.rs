@@ -46,6 +46,7 @@ pub(super) async fn serve(
         certificate,
     } = accepted;
     // A SASL listener serves a connection only once it has authenticated.
+    let mut login = None;
     let session = match &config.sasl {
         Some(settings) => {
             let user = super::sasl::authenticate(
@@ -57,7 +58,11 @@ pub(super) async fn serve(
                 authenticate_by,
             );
             match user.await {
-                Some(user) => Session::user(&user, Some(from.ip())),
+                Some(logged_in) => {
+                    let session = Session::user(&logged_in.user, Some(from.ip()));
+                    login = Some(logged_in);
+                    session
+                }
                 None => return,
             }
         }
@@ -71,6 +76,9 @@ pub(super) async fn serve(
     let (queue, answers) = mpsc::channel(config.limits.in_flight_max.max(1));
     let mut writer = tokio::spawn(write_in_order(wr, answers, config.limits.frame_timeout));
     let turns = Turns::new();
+    let mut reauthentication: Option<super::sasl::Reauthentication> = None;
+    // Whether the last answer queued must be written before the connection closes.
+    let mut flush = false;
     // Bounded by the connection: each turn reads one request or ends it.
     let why = loop {
         let request = tokio::select! {
@@ -82,6 +90,46 @@ pub(super) async fn serve(
             Ok(request) => request,
             Err(e) => break e.to_string(),
         };
+        // A session that ends (KIP-368): re-authenticated in the connection's order, or over.
+        if let (Some(session), Some(settings)) = (login.as_mut(), config.sasl.as_ref())
+            && settings.session_lifetime.is_some()
+        {
+            let api = ApiKey::try_from((&body[..]).get_i16()).ok();
+            let sasl = matches!(api, Some(ApiKey::SaslHandshake | ApiKey::SaslAuthenticate));
+            if sasl && (reauthentication.is_some() || api == Some(ApiKey::SaslHandshake)) {
+                let exchange =
+                    reauthentication.get_or_insert_with(super::sasl::Reauthentication::new);
+                let (answer, outcome) = exchange.step(body, session, &service, settings);
+                if let Some(answer) = answer {
+                    let ready = tokio::spawn(async move { Ok(Some((answer.into(), None))) });
+                    if queue.send(ready).await.is_err() {
+                        break "closed".to_string();
+                    }
+                }
+                match outcome {
+                    None => continue,
+                    Some(Ok(renewed)) => {
+                        *session = renewed;
+                        reauthentication = None;
+                        continue;
+                    }
+                    Some(Err(why)) => {
+                        tracing::info!(%from, reason = %why, "kafka client failed to re-authenticate");
+                        flush = true;
+                        break why;
+                    }
+                }
+            }
+            if reauthentication.is_some() {
+                break "a request in the middle of a re-authentication".to_string();
+            }
+            if session
+                .expires
+                .is_some_and(|end| tokio::time::Instant::now() >= end)
+            {
+                break "its session expired without re-authentication".to_string();
+            }
+        }
         let (service, config, turn) = (service.clone(), Arc::clone(&config), turns.issue());
         let task = tokio::spawn(async move {
             let started = std::time::Instant::now();
@@ -105,6 +153,10 @@ pub(super) async fn serve(
     };
     tracing::debug!(%from, why, "kafka connection closed");
     drop(queue);
+    if flush {
+        // The refusal is written before the connection closes.
+        let _ = tokio::time::timeout(config.limits.frame_timeout, &mut writer).await;
+    }
     writer.abort();
 }
 

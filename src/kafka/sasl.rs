@@ -18,6 +18,11 @@
 //!
 //! A failed login is answered (or, for raw tokens, closed) only after a delay that grows with
 //! the recent failures from the client's address (`security/throttle.rs`).
+//!
+//! Where sessions are limited (`NodeConfig::sasl_session_lifetime`, KIP-368), the last
+//! SaslAuthenticate answer (v1 and later) carries the session's lifetime, and the client
+//! re-authenticates later on the same connection with the same exchange
+//! ([`Reauthentication`], driven by `conn.rs` in the connection's request order).
 //! The requests of this phase are read one at a time, at most
 //! [`SASL_FRAME_BYTES_MAX`] each (Kafka's `sasl.server.max.receive.size`), and the whole
 //! exchange must end by the connection's pre-authentication deadline (10 s after it was
@@ -82,7 +87,34 @@ async fn send<W: AsyncWrite + Unpin>(wr: &mut W, bytes: &[u8]) -> Result<(), Ref
     sent.await.map_err(|e| Refused::closed(e.to_string()))
 }
 
-/// Runs the exchange on a new connection (its halves), until `deadline`: the user's name once
+/// A connection's authenticated session: its user, the mechanism it logged in with, and when
+/// the session ends if the broker limits it (KIP-368: a client told the session's lifetime
+/// re-authenticates on the connection before then, or the connection is closed at its next
+/// request).
+pub(super) struct Login {
+    pub(super) user: String,
+    pub(super) mechanism: SaslMechanism,
+    pub(super) expires: Option<tokio::time::Instant>,
+}
+
+impl Login {
+    /// The session of `user`, logged in by `mechanism` with SaslAuthenticate `version` (0 for
+    /// raw tokens): limited where the listener limits sessions and the client was told so
+    /// (SaslAuthenticate v1 and later carry the lifetime).
+    fn new(user: String, mechanism: SaslMechanism, version: i16, settings: &SaslSettings) -> Login {
+        let expires = settings
+            .session_lifetime
+            .filter(|_| version >= 1)
+            .map(|lifetime| tokio::time::Instant::now() + lifetime);
+        Login {
+            user,
+            mechanism,
+            expires,
+        }
+    }
+}
+
+/// Runs the exchange on a new connection (its halves), until `deadline`: the session once
 /// authenticated, or `None` (the connection is to be closed; the reason is logged here).
 pub(super) async fn authenticate<R, W>(
     (rd, wr): (&mut R, &mut W),
@@ -91,7 +123,7 @@ pub(super) async fn authenticate<R, W>(
     settings: &SaslSettings,
     from: SocketAddr,
     deadline: tokio::time::Instant,
-) -> Option<String>
+) -> Option<Login>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -102,10 +134,10 @@ where
         Err(_) => Err(Refused::closed("not authenticated in time")),
     };
     match outcome {
-        Ok(user) => {
+        Ok((user, mechanism, version)) => {
             service.login_succeeded(from.ip());
             tracing::debug!(%from, principal = %format!("User:{user}"), "kafka client authenticated");
-            Some(user)
+            Some(Login::new(user, mechanism, version, settings))
         }
         Err(refused) if refused.failed_login => {
             tracing::info!(%from, reason = %refused.why, "kafka client failed to authenticate");
@@ -126,7 +158,7 @@ async fn exchange<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     config: &KafkaConfig,
     settings: &SaslSettings,
     from: SocketAddr,
-) -> Result<String, Refused> {
+) -> Result<(String, SaslMechanism, i16), Refused> {
     let mut stage = Stage::Handshake;
     for _ in 0..SASL_REQUESTS_MAX {
         if let Stage::Raw(mechanism) = stage {
@@ -137,7 +169,7 @@ async fn exchange<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             {
                 tokio::time::sleep(service.login_failed(from.ip())).await;
             }
-            return outcome;
+            return outcome.map(|user| (user, mechanism, 0));
         }
         let (body, _held) = super::conn::read_request(rd, config, SASL_FRAME_BYTES_MAX)
             .await
@@ -182,6 +214,10 @@ async fn exchange<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             }
             (api, _) => return Err(Refused::closed(format!("{api:?} before authentication"))),
         };
+        let mechanism = match &stage {
+            Stage::Authenticate(m, _) | Stage::Raw(m) => Some(*m),
+            Stage::Handshake => None,
+        };
         let (answer, outcome) = step(request, version, &mut stage, service, settings).split();
         let api = api.unwrap_or(ApiKey::ApiVersions);
         let bytes = encode(correlation, api, version, &answer)
@@ -194,7 +230,8 @@ async fn exchange<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         }
         send(wr, &bytes).await?;
         if let Some(outcome) = outcome {
-            return outcome;
+            let mechanism = mechanism.ok_or_else(|| Refused::closed("no mechanism"))?;
+            return outcome.map(|user| (user, mechanism, version));
         }
     }
     Err(Refused::closed("too many requests before authentication"))
@@ -237,7 +274,14 @@ fn step(
                     Step::Answer(authenticate_answer(code::NONE, None, bytes))
                 }
                 Ok(LoginStep::Done(user, bytes)) => {
-                    Step::Done(authenticate_answer(code::NONE, None, bytes), Ok(user))
+                    let mut answer = SaslAuthenticateResponse::default();
+                    answer.auth_bytes = bytes;
+                    // The session's lifetime, where the listener limits it (KIP-368).
+                    if let Some(lifetime) = settings.session_lifetime.filter(|_| version >= 1) {
+                        answer.session_lifetime_ms =
+                            i64::try_from(lifetime.as_millis()).unwrap_or(i64::MAX);
+                    }
+                    Step::Done(ResponseKind::SaslAuthenticate(answer), Ok(user))
                 }
                 Err(e) => {
                     let message = format!(
@@ -392,5 +436,86 @@ fn illegal_state(request: RequestKind) -> Option<ResponseKind> {
             Some(ResponseKind::Fetch(answer))
         }
         _ => None,
+    }
+}
+
+/// A re-authentication on an authenticated connection (KIP-368): a SaslHandshake naming the
+/// session's mechanism, then its messages in SaslAuthenticate requests, as at the start; it
+/// must log in the same user. Served one request at a time, in the connection's order.
+pub(super) struct Reauthentication {
+    stage: Stage,
+}
+
+/// What one request of a re-authentication leaves: the framed answer, and the new session
+/// once it ends, or why it failed (the connection is then closed after the answer).
+pub(super) type ReauthStep = (Option<Bytes>, Option<Result<Login, String>>);
+
+impl Reauthentication {
+    pub(super) fn new() -> Reauthentication {
+        Reauthentication {
+            stage: Stage::Handshake,
+        }
+    }
+
+    /// Serves `body`, a SaslHandshake or SaslAuthenticate of the re-authentication of
+    /// `session`'s connection.
+    pub(super) fn step(
+        &mut self,
+        body: Bytes,
+        session: &Login,
+        service: &BrokerService,
+        settings: &SaslSettings,
+    ) -> ReauthStep {
+        let Ok(Decoded::Serve {
+            header,
+            version,
+            request,
+            ..
+        }) = decode_request(body)
+        else {
+            return (
+                None,
+                Some(Err("a malformed re-authentication request".into())),
+            );
+        };
+        let api = match &*request {
+            RequestKind::SaslHandshake(_) => ApiKey::SaslHandshake,
+            _ => ApiKey::SaslAuthenticate,
+        };
+        let same_mechanism = match &*request {
+            RequestKind::SaslHandshake(r) => {
+                version >= 1 && settings.offered(r.mechanism.as_str()) == Some(session.mechanism)
+            }
+            _ => true,
+        };
+        let (mut answer, outcome) = if same_mechanism {
+            step(*request, version, &mut self.stage, service, settings).split()
+        } else {
+            // Raw tokens cannot follow mid-connection, and the mechanism may not change.
+            let mut r = SaslHandshakeResponse::default();
+            r.error_code = code::ILLEGAL_SASL_STATE;
+            let refused = Refused::closed("a re-authentication with another mechanism");
+            (ResponseKind::SaslHandshake(r), Some(Err(refused)))
+        };
+        let outcome = match outcome {
+            None => None,
+            Some(Ok(user)) if user == session.user => {
+                Some(Ok(Login::new(user, session.mechanism, version, settings)))
+            }
+            Some(Ok(user)) => {
+                answer = authenticate_answer(
+                    code::SASL_AUTHENTICATION_FAILED,
+                    Some("Cannot change principals during re-authentication".into()),
+                    Bytes::new(),
+                );
+                Some(Err(format!(
+                    "re-authenticated as {user}, not {}",
+                    session.user
+                )))
+            }
+            Some(Err(refused)) => Some(Err(refused.why)),
+        };
+        let framed = encode(header.correlation_id, api, version, &answer).ok();
+        (framed, outcome)
     }
 }

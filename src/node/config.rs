@@ -144,6 +144,12 @@ pub struct NodeConfig {
     /// over TLS with the brokers' CA ([`TlsConfig::ca_cert`](crate::TlsConfig::ca_cert)).
     /// Default false: native clients are `User:ANONYMOUS`.
     pub native_sasl: bool,
+    /// How long a Kafka client's SASL session lasts (Kafka's `connections.max.reauth.ms`,
+    /// KIP-368): a client told so (SaslAuthenticate v1 and later) re-authenticates on its
+    /// connection before then, or the connection is closed at its next request; so a deleted
+    /// user or a changed password reaches open connections within it. Default `None`: sessions
+    /// last as long as their connections.
+    pub sasl_session_lifetime: Option<Duration>,
     /// Whether the TLS listeners ask clients for certificates signed by the brokers' CA
     /// (Kafka's `ssl.client.auth`; needs [`TlsConfig::ca_cert`](crate::TlsConfig::ca_cert)):
     /// a client's certificate is then its identity (`User:<CN>`) where it does not log in
@@ -218,6 +224,7 @@ impl NodeConfig {
             ],
             sasl_plain_without_tls: false,
             native_sasl: false,
+            sasl_session_lifetime: None,
             client_auth: crate::ClientAuth::None,
             tls: None,
             bootstrap_users: Vec::new(),

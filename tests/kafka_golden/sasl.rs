@@ -29,7 +29,12 @@ const PASSWORD: &str = "wonderland";
 /// A broker whose Kafka listener asks for SASL (SCRAM-SHA-512, SCRAM-SHA-256 and PLAIN),
 /// with user [`USER`] bootstrapped, once that user can log in.
 async fn sasl_broker() -> Broker {
-    let mut broker = Broker::start_configured(1, |c| {
+    sasl_broker_with(|_| {}).await
+}
+
+/// [`sasl_broker`], configured further by `more`.
+async fn sasl_broker_with(more: impl Fn(&mut replog::NodeConfig) + Send + 'static) -> Broker {
+    let mut broker = Broker::start_configured(1, move |c| {
         c.kafka_security_protocol = KafkaSecurityProtocol::SaslPlaintext;
         c.sasl_mechanisms = vec![
             SaslMechanism::Scram(ScramMechanism::Sha512),
@@ -44,6 +49,7 @@ async fn sasl_broker() -> Broker {
                 (USER.to_string(), credential)
             })
             .collect();
+        more(c);
     })
     .await;
     // The bootstrap users are written to the metadata log shortly after the start: a PLAIN
@@ -318,6 +324,53 @@ async fn a_produce_between_the_scram_messages_is_an_illegal_state() {
         .exchange_unanswered(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default())
         .await;
     assert!(after.is_none(), "closed after a request out of turn");
+    broker.shutdown().await;
+}
+
+/// With sessions limited (KIP-368), SaslAuthenticate v1+ tells a client its session's
+/// lifetime; the client re-authenticates on its connection (the same mechanism, the same
+/// user) and is served on; another mechanism is refused and the connection closed; a session
+/// not renewed ends at the first request after it expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limited_session_is_renewed_on_its_connection_or_ends() {
+    let lifetime = std::time::Duration::from_millis(1500);
+    let mut broker = sasl_broker_with(move |c| c.sasl_session_lifetime = Some(lifetime)).await;
+    let told = plain_login(&mut broker, 2).await;
+    assert_eq!(told.error_code, 0);
+    assert_eq!(told.session_lifetime_ms, 1500);
+    // Renewed on the same connection, twice, and served in between.
+    for _ in 0..2 {
+        let renewed = plain_login(&mut broker, 1).await;
+        assert_eq!(
+            renewed,
+            SaslAuthenticateResponse::default().with_session_lifetime_ms(1500)
+        );
+        let answer = broker
+            .exchange(ApiKey::Metadata, 12, &MetadataRequest::default())
+            .await;
+        let meta: MetadataResponse = broker.decode(ApiKey::Metadata, 12, &answer);
+        assert_eq!(meta.brokers.len(), 1);
+    }
+    // Another mechanism than the session's: refused, and the connection closed.
+    let other = SaslHandshakeRequest::default().with_mechanism(s("SCRAM-SHA-256"));
+    let answer = broker.exchange(ApiKey::SaslHandshake, 1, &other).await;
+    let expected = SaslHandshakeResponse::default().with_error_code(34);
+    broker.assert_answer(ApiKey::SaslHandshake, 1, &answer, &expected);
+    let after = broker
+        .exchange_unanswered(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default())
+        .await;
+    assert!(after.is_none(), "closed after a refused re-authentication");
+
+    // A session not renewed: requests are served until it expires, then the connection ends.
+    broker.connect_to(1).await;
+    plain_login(&mut broker, 2).await;
+    crate::support::wait_until(WAIT, "the session to expire", async || {
+        broker
+            .exchange_unanswered(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default())
+            .await
+            .is_none()
+    })
+    .await;
     broker.shutdown().await;
 }
 

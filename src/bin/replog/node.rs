@@ -85,6 +85,12 @@ pub(crate) struct NodeArgs {
     /// does not log in with SASL.
     #[arg(long, value_parser = parse_client_auth, default_value = "none")]
     client_auth: replog::ClientAuth,
+    /// How long a Kafka client's SASL session lasts, in milliseconds (Kafka's
+    /// connections.max.reauth.ms, KIP-368): clients re-authenticate on their connections
+    /// before then, or are disconnected. 0 (the default): sessions last as long as their
+    /// connections.
+    #[arg(long, default_value_t = 0)]
+    sasl_reauth_ms: u64,
     /// A file of the users the cluster starts with, one `NAME:PASSWORD[:MECHANISM]` per line
     /// (blank lines and lines starting with `#` are skipped), each given SCRAM-SHA-256 and
     /// SCRAM-SHA-512 credentials unless a mechanism is named. Read at every start; written to
@@ -277,6 +283,8 @@ impl NodeArgs {
         config.sasl_plain_without_tls = self.sasl_plain_without_tls;
         config.native_sasl = self.native_sasl;
         config.client_auth = self.client_auth;
+        config.sasl_session_lifetime = (self.sasl_reauth_ms > 0)
+            .then(|| std::time::Duration::from_millis(self.sasl_reauth_ms));
         if let Some(path) = &self.bootstrap_user_file {
             config.bootstrap_users = read_bootstrap_users(path)?;
         }

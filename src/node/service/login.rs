@@ -16,6 +16,8 @@ pub(crate) struct SaslSettings {
     pub(crate) mechanisms: Vec<SaslMechanism>,
     /// What an unknown user is answered with (SCRAM), so that it looks like a known one.
     pub(crate) fake: FakeCredentials,
+    /// How long a Kafka client's session lasts before it must re-authenticate (KIP-368).
+    pub(crate) session_lifetime: Option<std::time::Duration>,
 }
 
 impl SaslSettings {
@@ -24,6 +26,7 @@ impl SaslSettings {
         SaslSettings {
             mechanisms: config.sasl_mechanisms.clone(),
             fake: FakeCredentials::random(),
+            session_lifetime: config.sasl_session_lifetime,
         }
     }
 
