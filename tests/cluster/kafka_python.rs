@@ -70,12 +70,27 @@ pub(crate) async fn python_env(
 async fn python_seed_walkthrough(script: &str) {
     let dir = tempfile::tempdir().unwrap();
     let (mut brokers, _addrs, kafka) = cluster(dir.path());
+    seed_walkthrough(script, &mut brokers, &kafka, Vec::new(), Vec::new()).await;
+}
+
+/// The steps of [`python_seed_walkthrough`] on brokers `brokers` (Kafka listeners `kafka`):
+/// the topic created with the settings `admin` (the scripts' `REPLOG_SASL`,
+/// `REPLOG_SSL_CAFILE`), every other step with `user`'s.
+pub(crate) async fn seed_walkthrough(
+    script: &str,
+    brokers: &mut [Option<crate::Broker>],
+    kafka: &[std::net::SocketAddr],
+    admin: Vec<(&'static str, String)>,
+    user: Vec<(&'static str, String)>,
+) {
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     let at = |i: usize| kafka[i].to_string();
-    let (ok, out, err) = python(script, s(&["create", &at(0), "email.send", "1", "3"])).await;
+    let as_user = async |args: Vec<String>| python_env(script, args, user.clone()).await;
+    let create = s(&["create", &at(0), "email.send", "1", "3"]);
+    let (ok, out, err) = python_env(script, create, admin).await;
     assert!(ok, "{err}");
     assert_eq!(out.trim(), "created");
-    let (ok, described, err) = python(script, s(&["describe", &at(1), "email.send"])).await;
+    let (ok, described, err) = as_user(s(&["describe", &at(1), "email.send"])).await;
     assert!(ok, "{err}");
     println!("{script} describe:\n{described}");
     let field = |name: &str| -> String {
@@ -90,31 +105,22 @@ async fn python_seed_walkthrough(script: &str) {
     assert_eq!(field("Isr").split(',').count(), 3, "{described}");
     let follower = (1..=3u64).find(|id| *id != leader).unwrap();
     let via = at(follower as usize - 1);
-    let (ok, out, err) = python(
-        script,
-        s(&["produce", &via, "email.send", "follower-message-1"]),
-    )
-    .await;
+    let (ok, out, err) = as_user(s(&["produce", &via, "email.send", "follower-message-1"])).await;
     assert!(ok, "{err}");
     assert_eq!(out.trim(), "0");
-    for k in &kafka {
-        let (ok, out, err) = python(script, s(&["consume", &k.to_string(), "email.send"])).await;
+    for k in kafka {
+        let (ok, out, err) = as_user(s(&["consume", &k.to_string(), "email.send"])).await;
         assert!(ok, "{err}");
         assert_eq!(out, "follower-message-1\n", "through {k}");
     }
     drop(brokers[leader as usize - 1].take());
-    let (ok, out, err) = python(
-        script,
-        s(&["produce", &via, "email.send", "follower-message-2"]),
-    )
-    .await;
+    let (ok, out, err) = as_user(s(&["produce", &via, "email.send", "follower-message-2"])).await;
     assert!(ok, "{err}");
     assert_eq!(out.trim(), "1");
-    let (ok, out, err) = python(script, s(&["consume", &via, "email.send"])).await;
+    let (ok, out, err) = as_user(s(&["consume", &via, "email.send"])).await;
     assert!(ok, "{err}");
     assert_eq!(out, "follower-message-1\nfollower-message-2\n");
     println!("{script} consume after the leader's SIGKILL:\n{out}");
-    drop(brokers);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

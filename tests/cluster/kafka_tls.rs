@@ -4,8 +4,11 @@
 //! plaintext client are refused, and the broker serves on; a broker's certificate replaced
 //! and reloaded on SIGHUP is the one new connections get. Over SASL_SSL, kcat authenticates
 //! with SCRAM-SHA-512 and PLAIN (no `--sasl-plain-without-tls` inside TLS), wrong credentials
-//! are refused, and kafka-python authenticates with SCRAM-SHA-512. And an embedded broker:
-//! its certificate swapped by `Node::reload_tls`, its TLS settings refused clearly.
+//! are refused, and kafka-python authenticates with SCRAM-SHA-512. The seed walkthrough runs
+//! over SASL_SSL with kafka-python and confluent-kafka as an ordinary user holding exactly the
+//! ACLs it needs (the leader SIGKILLed midway), and a client certificate is a user's identity
+//! (`--client-auth`). And an embedded broker: its certificate swapped by `Node::reload_tls`,
+//! its TLS settings refused clearly.
 
 use std::path::Path;
 use std::time::Duration;
@@ -402,4 +405,115 @@ async fn a_client_certificate_is_its_users_identity_on_both_doors() {
     foreign.extend(with_cert(&ca, &other).into_iter().skip(4));
     let (ok, _) = metadata(&at, foreign).await;
     assert!(!ok, "a client with another CA's certificate was served");
+}
+
+/// The seed walkthrough over SASL_SSL (SCRAM-SHA-512) with `script`'s Python client, as an
+/// ordinary user, alice, who holds exactly the ACLs it needs: WRITE, READ and DESCRIBE on the
+/// topics prefixed `email.`, READ on the driver's consumer groups (prefixed `replog-cli-`),
+/// granted by the admin with `replog acls`; the admin (a super user) creates the topic.
+/// Alice describes it through one broker, produces through a follower, consumes through every
+/// broker, and after the leader's SIGKILL produces and consumes again. Alice may not create a
+/// topic herself.
+async fn secure_seed_walkthrough(script: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    dev_certs(&certs);
+    let ca = certs.join("ca.pem").display().to_string();
+    let users = [("admin", "admin-secret"), ("alice", "alice-secret")];
+    let (mut brokers, addrs, kafka) = secure_cluster(dir.path(), "SASL_SSL", &users, |id| {
+        let mut args = tls_args(&certs, id);
+        args.extend(
+            [
+                "--tls-ca",
+                &ca,
+                "--native-sasl",
+                "--authorization",
+                "--super-user",
+                "User:admin",
+            ]
+            .map(String::from),
+        );
+        args
+    });
+    let admin_properties = dir.path().join("admin.properties");
+    std::fs::write(
+        &admin_properties,
+        format!(
+            "security.protocol=SASL_SSL\nssl.ca.location={ca}\nsasl.mechanism=SCRAM-SHA-512\n\
+             sasl.username=admin\nsasl.password=admin-secret\n"
+        ),
+    )
+    .unwrap();
+    let grants: [&[&str]; 2] = [
+        &[
+            "--operation",
+            "Write",
+            "--operation",
+            "Read",
+            "--operation",
+            "Describe",
+            "--topic",
+            "email.",
+        ],
+        &["--operation", "Read", "--group", "replog-cli-"],
+    ];
+    let at = addrs[0].to_string();
+    for grant in grants {
+        let mut args = vec![
+            "acls",
+            "--bootstrap-server",
+            &at,
+            "--command-config",
+            admin_properties.to_str().unwrap(),
+            "--add",
+            "--allow-principal",
+            "User:alice",
+            "--resource-pattern-type",
+            "prefixed",
+        ];
+        args.extend(grant);
+        wait_until(Duration::from_secs(30), "alice's grant", async || {
+            let (ok, out, err) = cli(&args, "");
+            if ok {
+                Ok(())
+            } else {
+                Err(format!("{out}{err}"))
+            }
+        })
+        .await;
+    }
+    let env = |user: &str, password: &str| {
+        vec![
+            ("REPLOG_SASL", format!("SCRAM-SHA-512:{user}:{password}")),
+            ("REPLOG_SSL_CAFILE", ca.clone()),
+        ]
+    };
+    let create = ["create", &kafka[0].to_string(), "email.other", "1", "3"].map(String::from);
+    let (ok, out, err) =
+        crate::kafka_python::python_env(script, create.to_vec(), env("alice", "alice-secret"))
+            .await;
+    assert!(!ok, "alice created a topic: {out}");
+    assert!(err.to_lowercase().contains("authoriz"), "{err}");
+    crate::kafka_python::seed_walkthrough(
+        script,
+        &mut brokers,
+        &kafka,
+        env("admin", "admin-secret"),
+        env("alice", "alice-secret"),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_python_runs_the_seed_walkthrough_over_sasl_ssl_as_an_ordinary_user() {
+    if crate::kafka_python::python_clients() {
+        secure_seed_walkthrough("kafka_python.py").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn confluent_kafka_runs_the_seed_walkthrough_over_sasl_ssl_as_an_ordinary_user() {
+    if crate::kafka_python::python_clients() {
+        secure_seed_walkthrough("confluent_kafka_cli.py").await;
+    }
 }

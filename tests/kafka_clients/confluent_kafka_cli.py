@@ -4,12 +4,40 @@
   describe BOOTSTRAP TOPIC             the topic as kafka-topics --describe prints it
   produce BOOTSTRAP TOPIC VALUE        one record, acks=all; prints its offset
   consume BOOTSTRAP TOPIC              every record from the beginning; prints the values
+
+With REPLOG_SASL=MECHANISM:USER:PASSWORD in the environment, every client authenticates with
+SASL; with REPLOG_SSL_CAFILE=PEM, every client speaks TLS and trusts that CA (SASL_SSL with
+both).
 """
+import os
 import sys
 import time
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def config(bootstrap, **more):
+    """A client's settings: the bootstrap address, the security settings from the
+    environment, and `more`."""
+    settings = {"bootstrap.servers": bootstrap}
+    sasl = os.environ.get("REPLOG_SASL")
+    cafile = os.environ.get("REPLOG_SSL_CAFILE")
+    if sasl:
+        mechanism, user, password = sasl.split(":", 2)
+        settings.update(
+            {
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanisms": mechanism,
+                "sasl.username": user,
+                "sasl.password": password,
+            }
+        )
+    if cafile:
+        settings["security.protocol"] = "SASL_SSL" if sasl else "SSL"
+        settings["ssl.ca.location"] = cafile
+    settings.update(more)
+    return settings
 
 
 def describe(admin, topic):
@@ -36,7 +64,7 @@ def describe(admin, topic):
 def main():
     mode, bootstrap, topic = sys.argv[1], sys.argv[2], sys.argv[3]
     if mode == "create":
-        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin = AdminClient(config(bootstrap))
         futures = admin.create_topics(
             [NewTopic(topic, num_partitions=int(sys.argv[4]), replication_factor=int(sys.argv[5]))],
             request_timeout=30,
@@ -44,9 +72,9 @@ def main():
         futures[topic].result(timeout=60)
         print("created")
     elif mode == "describe":
-        describe(AdminClient({"bootstrap.servers": bootstrap}), topic)
+        describe(AdminClient(config(bootstrap)), topic)
     elif mode == "produce":
-        p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.timeout.ms": 30000})
+        p = Producer(config(bootstrap, **{"acks": "all", "message.timeout.ms": 30000}))
         got = []
         p.produce(topic, sys.argv[4].encode(), on_delivery=lambda err, m: got.append((err, m)))
         p.flush(60)
@@ -56,11 +84,10 @@ def main():
         print(m.offset())
     elif mode == "consume":
         c = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": "replog-cli-%d" % time.time_ns(),
-                "enable.auto.commit": False,
-            }
+            config(
+                bootstrap,
+                **{"group.id": "replog-cli-%d" % time.time_ns(), "enable.auto.commit": False}
+            )
         )
         md = c.list_topics(topic=topic, timeout=10)
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in md.topics[topic].partitions])
