@@ -12,37 +12,9 @@ use std::time::{Duration, Instant};
 
 use replog::{LocalCluster, Preallocate};
 
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) / 100.0
-}
-
-/// A `/proc/self/status` field in KiB (`VmRSS`, `RssAnon`, `RssFile`).
-fn status_kib(field: &str) -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.split(':').next() == Some(field))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-fn rss_kib() -> u64 {
-    status_kib("VmRSS")
-}
+#[path = "support/process.rs"]
+mod process;
+use process::{cpu_seconds, status_kib};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> replog::Result<()> {
@@ -51,7 +23,7 @@ async fn main() -> replog::Result<()> {
         .and_then(|a| a.parse().ok())
         .unwrap_or(300);
     let dir = tempfile::tempdir()?;
-    let rss_before = rss_kib();
+    let rss_before = status_kib("VmRSS");
     let (anon_before, file_before) = (status_kib("RssAnon"), status_kib("RssFile"));
     let cluster = LocalCluster::start(3, dir.path(), |c| {
         c.topics = vec![("idle".into(), partitions)];
@@ -96,7 +68,7 @@ async fn main() -> replog::Result<()> {
         .zip(&terms_before)
         .filter(|(a, b)| a != b)
         .count();
-    let rss = rss_kib().saturating_sub(rss_before);
+    let rss = status_kib("VmRSS").saturating_sub(rss_before);
     println!(
         "idle CPU: {:.3} cores over {elapsed:.0} s",
         (cpu1 - cpu0) / elapsed

@@ -1,0 +1,34 @@
+//! What the examples read of their own process from `/proc` (Linux): CPU time and memory.
+//! Included by `#[path]` where an example needs it.
+
+/// The process's CPU time so far, user and system, in seconds (`/proc/self/stat`'s utime and
+/// stime, in clock ticks of 1/100 s); 0 where it cannot be read.
+pub fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime: fields 14 and 15, counted here from the state field (3) as 0.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// A `/proc/self/status` field in KiB (`VmRSS`, `RssAnon`, `RssFile`, …); 0 where absent.
+#[allow(dead_code)]
+pub fn status_kib(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.split(':').next() == Some(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
