@@ -12,7 +12,7 @@
 //!    (served as converted Kafka batches) and one written by kcat (served as stored); and,
 //!    to tell the broker from kcat, the same Kafka fetches by a Rust client that decodes every
 //!    record (CRC-32C included), on one connection as the `Consumer` reads, both warmed up by
-//!    one untimed read and then timed over two rounds, in turn;
+//!    one untimed read and then timed over six rounds, in turn;
 //! 3. a Kafka client that connects to a follower, asks for metadata, connects to the leader
 //!    and produces one record (acks=all): the time to its ack, p50 and p99;
 //! 4. a kafka-python consumer assigned six partitions while one record every 100 ms goes to
@@ -54,8 +54,10 @@ use replog::{
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// Rounds of parts 1 and 2: the two sides compared take turns, each round in the other order.
+/// Rounds of part 1: the two sides compared take turns, each round in the other order.
 const ROUNDS: usize = 2;
+/// Rounds of part 2, whose reads take a few tenths of a second each.
+const FETCH_ROUNDS: usize = 6;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
@@ -343,7 +345,7 @@ async fn fetch_rates(records: usize) -> replog::Result<()> {
         consume().await?;
         kafka_fetch().await?;
         let (mut native_time, mut raw_time) = (Duration::ZERO, Duration::ZERO);
-        for round in 0..ROUNDS {
+        for round in 0..FETCH_ROUNDS {
             if round % 2 == 0 {
                 native_time += consume().await?;
                 raw_time += kafka_fetch().await?;
@@ -352,8 +354,8 @@ async fn fetch_rates(records: usize) -> replog::Result<()> {
                 native_time += consume().await?;
             }
         }
-        let native = (ROUNDS as u64 * total) as f64 / native_time.as_secs_f64();
-        let raw = (ROUNDS as u64 * total) as f64 / raw_time.as_secs_f64();
+        let native = (FETCH_ROUNDS as u64 * total) as f64 / native_time.as_secs_f64();
+        let raw = (FETCH_ROUNDS as u64 * total) as f64 / raw_time.as_secs_f64();
         let writer = if topic == "native" {
             "Producer"
         } else {
@@ -362,7 +364,7 @@ async fn fetch_rates(records: usize) -> replog::Result<()> {
         println!(
             "2. {total} records of 1 KiB written by {writer}: kcat -C -e {kcat:.0} records/s \
              ({} lines, ok {ok}), Consumer {native:.0} records/s: ratio {:.2}; \
-             a Rust Kafka fetch loop {raw:.0} records/s: ratio {:.2} ({ROUNDS} rounds each, \
+             a Rust Kafka fetch loop {raw:.0} records/s: ratio {:.2} ({FETCH_ROUNDS} rounds each, \
              in turn, after one untimed)",
             bytes / 1024,
             kcat / native,
