@@ -4,13 +4,15 @@
 //!
 //! 1. `kcat -P -l` of a file of 100 B lines and of 1 KiB lines through a follower's address
 //!    (librdkafka's batching), in records/s, as a ratio of a `Producer` sending the same
-//!    records in process, and of `replog produce` piped the same file through the same
+//!    records in process (each side warmed up with a tenth of the records, then two rounds,
+//!    the sides in turn), and of `replog produce` piped the same file through the same
 //!    follower (the process from its start, for both CLIs);
 //! 2. `kcat -C -e` reading a committed partition of 1 KiB records from the beginning, in
 //!    records/s, as a ratio of a `Consumer` reading it: a partition written by `Producer`
 //!    (served as converted Kafka batches) and one written by kcat (served as stored); and,
 //!    to tell the broker from kcat, the same Kafka fetches by a Rust client that decodes every
-//!    record (CRC-32C included);
+//!    record (CRC-32C included), on one connection as the `Consumer` reads, both warmed up by
+//!    one untimed read and then timed over six rounds, in turn;
 //! 3. a Kafka client that connects to a follower, asks for metadata, connects to the leader
 //!    and produces one record (acks=all): the time to its ack, p50 and p99;
 //! 4. a kafka-python consumer assigned six partitions while one record every 100 ms goes to
@@ -51,6 +53,11 @@ use replog::{
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+/// Rounds of part 1: the two sides compared take turns, each round in the other order.
+const ROUNDS: usize = 2;
+/// Rounds of part 2, whose reads take a few tenths of a second each.
+const FETCH_ROUNDS: usize = 6;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
@@ -160,19 +167,49 @@ async fn produce_rates(size: usize, lines: usize) -> replog::Result<()> {
     for s in warm {
         s.await?;
     }
-    let t = Instant::now();
-    let sent: Vec<_> = (0..lines)
-        .map(|_| producer.send("in-process", Record::new(line.clone())))
-        .collect();
-    for s in sent {
-        s.await?;
-    }
-    let in_process = lines as f64 / t.elapsed().as_secs_f64();
-    producer.close().await;
     let file = dir.path().join("lines.txt");
     let input: String = (0..lines).map(|_| format!("{line}\n")).collect();
     std::fs::write(&file, &input)?;
+    let warm_file = dir.path().join("warm.txt");
+    std::fs::write(&warm_file, &input[..input.len() / 10])?;
     let via = follower(&client, "kcat").await?;
+    let kcat_run = |path: std::path::PathBuf| {
+        let at = kafka[&via].to_string();
+        tokio::task::spawn_blocking(move || {
+            let path = path.display().to_string();
+            run_timed(
+                std::path::Path::new("kcat"),
+                &["-P", "-b", &at, "-t", "kcat", "-l", &path, "-X", "acks=all"],
+                None,
+            )
+        })
+    };
+    // kcat warmed up as the Producer was: a tenth of the records first, untimed.
+    kcat_run(warm_file).await.map_err(std::io::Error::other)?;
+    // The two sides in turn, each round in the other order, timed as sums of durations.
+    let (mut producer_time, mut kcat_time, mut ok) = (Duration::ZERO, Duration::ZERO, true);
+    for round in 0..ROUNDS {
+        for side in [round % 2, 1 - round % 2] {
+            if side == 0 {
+                let t = Instant::now();
+                let sent: Vec<_> = (0..lines)
+                    .map(|_| producer.send("in-process", Record::new(line.clone())))
+                    .collect();
+                for s in sent {
+                    s.await?;
+                }
+                producer_time += t.elapsed();
+            } else {
+                let (took, _, done) = kcat_run(file.clone())
+                    .await
+                    .map_err(std::io::Error::other)?;
+                kcat_time += took;
+                ok &= done;
+            }
+        }
+    }
+    let in_process = (ROUNDS * lines) as f64 / producer_time.as_secs_f64();
+    producer.close().await;
     let replog_bin = std::env::current_exe()
         .ok()
         .and_then(|e| Some(e.parent()?.parent()?.join("replog")))
@@ -201,17 +238,6 @@ async fn produce_rates(size: usize, lines: usize) -> replog::Result<()> {
         }
         None => None,
     };
-    let at = kafka[&via].to_string();
-    let path = file.display().to_string();
-    let (took, _, ok) = tokio::task::spawn_blocking(move || {
-        run_timed(
-            std::path::Path::new("kcat"),
-            &["-P", "-b", &at, "-t", "kcat", "-l", &path, "-X", "acks=all"],
-            None,
-        )
-    })
-    .await
-    .map_err(std::io::Error::other)?;
     let written: u64 = {
         let mut n = 0;
         for s in client.describe("kcat").await? {
@@ -219,9 +245,10 @@ async fn produce_rates(size: usize, lines: usize) -> replog::Result<()> {
         }
         n
     };
-    let kcat = lines as f64 / took.as_secs_f64();
+    let kcat = (ROUNDS * lines) as f64 / kcat_time.as_secs_f64();
     println!(
-        "1. {lines} lines of {size} B through follower {via}: Producer {in_process:.0} records/s, \
+        "1. {lines} lines of {size} B through follower {via}, {ROUNDS} rounds each side in \
+         turn: Producer {in_process:.0} records/s, \
          replog produce {}, kcat -P -l {kcat:.0} records/s ({written} written, ok {ok}): \
          kcat/Producer {:.2}, kcat/replog produce {}",
         native.map_or("skipped".to_string(), |n| format!("{n:.0} records/s")),
@@ -294,19 +321,41 @@ async fn fetch_rates(records: usize) -> replog::Result<()> {
         .await
         .map_err(std::io::Error::other)?;
         let kcat = total as f64 / took.as_secs_f64();
-        let mut config = ConsumerConfig::default();
-        config.max_bytes = 4 << 20;
-        let mut consumer = Consumer::new(Arc::clone(&client), config);
-        consumer.assign(topic, None, StartAt::Beginning).await?;
-        let t = Instant::now();
-        let mut n = 0u64;
-        while n < total {
-            n += consumer.poll(Duration::from_secs(5)).await?.len() as u64;
-        }
-        let native = n as f64 / t.elapsed().as_secs_f64();
+        // The Consumer and the Kafka fetch loop each read over one connection to the leader,
+        // 4 MiB a fetch; each reads the partition once untimed, then they take turns.
+        let (client, at) = (&client, kafka[&leader]);
+        let consume = || async move {
+            let mut config = ConsumerConfig::default();
+            config.max_bytes = 4 << 20;
+            let mut consumer = Consumer::new(Arc::clone(client), config);
+            consumer.assign(topic, None, StartAt::Beginning).await?;
+            let t = Instant::now();
+            let mut n = 0u64;
+            while n < total {
+                n += consumer.poll(Duration::from_secs(5)).await?.len() as u64;
+            }
+            Ok::<_, replog::Error>(t.elapsed())
+        };
         // The same Kafka fetches without kcat: a Rust Kafka client decoding every record
         // (CRC-32C included), to tell the broker's Kafka door from kcat's own cost.
-        let raw = raw_kafka_fetch(kafka[&leader], topic, total).await? as f64;
+        let kafka_fetch = || async move {
+            let rate = raw_kafka_fetch(at, topic, total).await? as f64;
+            Ok::<_, replog::Error>(Duration::from_secs_f64(total as f64 / rate.max(1.0)))
+        };
+        consume().await?;
+        kafka_fetch().await?;
+        let (mut native_time, mut raw_time) = (Duration::ZERO, Duration::ZERO);
+        for round in 0..FETCH_ROUNDS {
+            if round % 2 == 0 {
+                native_time += consume().await?;
+                raw_time += kafka_fetch().await?;
+            } else {
+                raw_time += kafka_fetch().await?;
+                native_time += consume().await?;
+            }
+        }
+        let native = (FETCH_ROUNDS as u64 * total) as f64 / native_time.as_secs_f64();
+        let raw = (FETCH_ROUNDS as u64 * total) as f64 / raw_time.as_secs_f64();
         let writer = if topic == "native" {
             "Producer"
         } else {
@@ -315,7 +364,8 @@ async fn fetch_rates(records: usize) -> replog::Result<()> {
         println!(
             "2. {total} records of 1 KiB written by {writer}: kcat -C -e {kcat:.0} records/s \
              ({} lines, ok {ok}), Consumer {native:.0} records/s: ratio {:.2}; \
-             a Rust Kafka fetch loop {raw:.0} records/s: ratio {:.2}",
+             a Rust Kafka fetch loop {raw:.0} records/s: ratio {:.2} ({FETCH_ROUNDS} rounds each, \
+             in turn, after one untimed)",
             bytes / 1024,
             kcat / native,
             raw / native

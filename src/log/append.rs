@@ -450,6 +450,53 @@ mod tests {
         assert_eq!(values(&log, 0), expected_values());
     }
 
+    /// A Kafka batch's CRC-32C is checked where it enters the log, not on reads: damage on
+    /// disk inside its records is caught on read by the frame's own CRC.
+    #[test]
+    fn damage_inside_a_stored_kafka_batch_is_caught_on_read() {
+        use std::os::unix::fs::FileExt;
+        let (dir, config, log) = log_with_a_native_record();
+        let sent = kafka_batch(3, kafka_protocol::records::Compression::None);
+        log.append_entry(kafka_spec(), 3, &sent).unwrap();
+        log.roll().unwrap();
+        log.append(&[Record::new("after")]).unwrap();
+        drop(log);
+        let path = dir
+            .path()
+            .join(crate::segment::format::segment_file_name(0));
+        let bytes = std::fs::read(&path).unwrap();
+        let at = bytes
+            .windows(sent.len())
+            .position(|w| w == &sent[..])
+            .unwrap();
+        // The value of the batch's second record, `v1`: inside the CRC-32C's range.
+        let v1 = at + sent.windows(2).rposition(|w| w == b"v1").unwrap();
+        let log = PartitionLog::open(dir.path(), config.clone()).unwrap();
+        assert_eq!(values(&log, 0), expected_values());
+        // The byte rots under the open log (written in place: the file keeps its length).
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.write_all_at(b"2", (v1 + 1) as u64).unwrap();
+        let corrupt = |r: Result<Vec<crate::segment::record::Batch>>| {
+            matches!(
+                r,
+                Err(Error::Corrupt {
+                    kind: crate::error::CorruptKind::ChecksumMismatch { .. },
+                    ..
+                })
+            )
+        };
+        assert!(corrupt(log.read(Offset(1), 1 << 20)), "caught on read");
+        assert_eq!(values(&log, 4), vec![(4, b"after".to_vec())]);
+        drop(log);
+        assert!(
+            matches!(
+                PartitionLog::open(dir.path(), config),
+                Err(Error::Corrupt { .. })
+            ),
+            "and on a reopen"
+        );
+    }
+
     /// An empty version-1 active segment (a roll just before the upgrade) is replaced by a
     /// version-2 one under the same name, not followed by a second segment of the same base.
     #[test]

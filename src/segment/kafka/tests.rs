@@ -139,7 +139,31 @@ fn every_broken_rule_is_a_typed_error() {
     bad[BATCH_HEADER_LEN] = 0x7f;
     reseal(&mut bad);
     assert!(check(&bad).is_ok());
-    assert!(decode_records(&Bytes::from(bad), &LIMITS).is_err());
+    let bad = Bytes::from(bad);
+    assert!(accept(&bad, &LIMITS).is_err());
+    assert!(decode_records(&bad, &LIMITS).is_err());
+}
+
+/// The CRC-32C is checked where a batch enters a log ([`accept`]); a stored batch's reads check
+/// its header and records, and leave damage inside them to the frame's CRC.
+#[test]
+fn the_crc_32c_is_checked_on_entry_not_on_reads() {
+    for codec in CODECS {
+        let good = sample(codec);
+        assert_eq!(accept(&good, &LIMITS), check(&good), "{codec:?}");
+        let mut bad = good.to_vec();
+        bad[CRC_POS] ^= 0x01;
+        let bad = Bytes::from(bad);
+        assert!(matches!(
+            accept(&bad, &LIMITS),
+            Err(CorruptKind::ChecksumMismatch { .. })
+        ));
+        assert!(header(&bad).is_ok());
+        assert_eq!(
+            decode_records(&bad, &LIMITS).unwrap(),
+            decode_records(&good, &LIMITS).unwrap()
+        );
+    }
 }
 
 #[test]
@@ -354,9 +378,12 @@ fn a_stored_batch_encodes_in_place_as_its_decoded_records_do() {
         let decoded: Vec<(u64, Record)> = b.records().map(|(o, r)| (o.get(), r)).collect();
         let mut model = BytesMut::new();
         encode_appended(&decoded, b.term().get(), b.timestamp_ms(), &mut model);
-        let mut in_place = BytesMut::new();
+        let mut in_place = BytesMut::with_capacity(native_len(b));
+        let room = in_place.capacity();
         encode_native(b, &mut in_place);
         assert_eq!(in_place, model);
+        assert_eq!(in_place.len(), native_len(b), "the size computed first");
+        assert_eq!(in_place.capacity(), room, "no reallocation");
         assert_eq!(
             check(&in_place).unwrap().record_count as usize,
             decoded.len()
