@@ -138,6 +138,16 @@ impl Client {
         password: &str,
         iterations: u32,
     ) -> Result<()> {
+        let (min, max) = (
+            ScramMechanism::ITERATIONS_MIN,
+            ScramMechanism::ITERATIONS_MAX,
+        );
+        if !(min..=max).contains(&iterations) {
+            return Err(Error::InvalidConfig {
+                field: "iterations",
+                reason: format!("{iterations}: a credential takes {min} to {max}"),
+            });
+        }
         let mut salt = vec![0u8; 32];
         getrandom::fill(&mut salt).map_err(|e| Error::InvalidConfig {
             field: "password",
@@ -146,6 +156,7 @@ impl Client {
         let salted = mechanism.salted_password(password.as_bytes(), &salt, iterations);
         let change = CredentialChange::Upsert {
             mechanism: mechanism.kafka_type(),
+            // At most ITERATIONS_MAX, checked above: an i32.
             iterations: i32::try_from(iterations).unwrap_or(i32::MAX),
             salt: salt.into(),
             salted_password: salted.into(),

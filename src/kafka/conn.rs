@@ -99,12 +99,18 @@ pub(super) async fn serve(
             if sasl && (reauthentication.is_some() || api == Some(ApiKey::SaslHandshake)) {
                 let exchange =
                     reauthentication.get_or_insert_with(super::sasl::Reauthentication::new);
-                let (answer, outcome) = exchange.step(body, session, &service, settings);
-                if let Some(answer) = answer {
-                    let ready = tokio::spawn(async move { Ok(Some((answer.into(), None))) });
-                    if queue.send(ready).await.is_err() {
-                        break "closed".to_string();
-                    }
+                let (answer, outcome) =
+                    exchange.step(body, (session, Some(from.ip())), &service, settings);
+                let Some(answer) = answer else {
+                    flush = true;
+                    break "a re-authentication request not answerable".to_string();
+                };
+                if let Some(Err(_)) = &outcome {
+                    tokio::time::sleep(exchange.delay).await;
+                }
+                let ready = tokio::spawn(async move { Ok(Some((answer.into(), None))) });
+                if queue.send(ready).await.is_err() {
+                    break "closed".to_string();
                 }
                 match outcome {
                     None => continue,
@@ -121,6 +127,7 @@ pub(super) async fn serve(
                 }
             }
             if reauthentication.is_some() {
+                flush = true;
                 break "a request in the middle of a re-authentication".to_string();
             }
             if session

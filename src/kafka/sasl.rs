@@ -98,13 +98,13 @@ pub(super) struct Login {
 }
 
 impl Login {
-    /// The session of `user`, logged in by `mechanism` with SaslAuthenticate `version` (0 for
-    /// raw tokens): limited where the listener limits sessions and the client was told so
-    /// (SaslAuthenticate v1 and later carry the lifetime).
-    fn new(user: String, mechanism: SaslMechanism, version: i16, settings: &SaslSettings) -> Login {
+    /// The session of `user`, logged in by `mechanism`: limited where the listener limits
+    /// sessions (SaslAuthenticate v1 and later tell the client).
+    fn new(user: String, mechanism: SaslMechanism, settings: &SaslSettings) -> Login {
+        // A client not told (SaslAuthenticate v0, raw tokens) is held to the lifetime too: it
+        // is disconnected at its first request after it, as Kafka does.
         let expires = settings
             .session_lifetime
-            .filter(|_| version >= 1)
             .map(|lifetime| tokio::time::Instant::now() + lifetime);
         Login {
             user,
@@ -134,10 +134,10 @@ where
         Err(_) => Err(Refused::closed("not authenticated in time")),
     };
     match outcome {
-        Ok((user, mechanism, version)) => {
+        Ok((user, mechanism)) => {
             service.login_succeeded(from.ip());
             tracing::debug!(%from, principal = %format!("User:{user}"), "kafka client authenticated");
-            Some(Login::new(user, mechanism, version, settings))
+            Some(Login::new(user, mechanism, settings))
         }
         Err(refused) if refused.failed_login => {
             tracing::info!(%from, reason = %refused.why, "kafka client failed to authenticate");
@@ -158,7 +158,7 @@ async fn exchange<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     config: &KafkaConfig,
     settings: &SaslSettings,
     from: SocketAddr,
-) -> Result<(String, SaslMechanism, i16), Refused> {
+) -> Result<(String, SaslMechanism), Refused> {
     let mut stage = Stage::Handshake;
     for _ in 0..SASL_REQUESTS_MAX {
         if let Stage::Raw(mechanism) = stage {
@@ -169,7 +169,7 @@ async fn exchange<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             {
                 tokio::time::sleep(service.login_failed(from.ip())).await;
             }
-            return outcome.map(|user| (user, mechanism, 0));
+            return outcome.map(|user| (user, mechanism));
         }
         let (body, _held) = super::conn::read_request(rd, config, SASL_FRAME_BYTES_MAX)
             .await
@@ -231,7 +231,7 @@ async fn exchange<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         send(wr, &bytes).await?;
         if let Some(outcome) = outcome {
             let mechanism = mechanism.ok_or_else(|| Refused::closed("no mechanism"))?;
-            return outcome.map(|user| (user, mechanism, version));
+            return outcome.map(|user| (user, mechanism));
         }
     }
     Err(Refused::closed("too many requests before authentication"))
@@ -444,6 +444,8 @@ fn illegal_state(request: RequestKind) -> Option<ResponseKind> {
 /// must log in the same user. Served one request at a time, in the connection's order.
 pub(super) struct Reauthentication {
     stage: Stage,
+    /// How long the refusal that just ended it waits (failed logins are slowed).
+    pub(super) delay: std::time::Duration,
 }
 
 /// What one request of a re-authentication leaves: the framed answer, and the new session
@@ -454,6 +456,7 @@ impl Reauthentication {
     pub(super) fn new() -> Reauthentication {
         Reauthentication {
             stage: Stage::Handshake,
+            delay: std::time::Duration::ZERO,
         }
     }
 
@@ -462,7 +465,7 @@ impl Reauthentication {
     pub(super) fn step(
         &mut self,
         body: Bytes,
-        session: &Login,
+        (session, from): (&Login, Option<std::net::IpAddr>),
         service: &BrokerService,
         settings: &SaslSettings,
     ) -> ReauthStep {
@@ -500,12 +503,18 @@ impl Reauthentication {
         let outcome = match outcome {
             None => None,
             Some(Ok(user)) if user == session.user => {
-                Some(Ok(Login::new(user, session.mechanism, version, settings)))
+                Some(Ok(Login::new(user, session.mechanism, settings)))
             }
+            // Refused as wrong credentials are (the answer tells no more), and counted.
             Some(Ok(user)) => {
+                let message = format!(
+                    "Authentication failed during authentication due to invalid credentials \
+                     with SASL mechanism {}",
+                    session.mechanism
+                );
                 answer = authenticate_answer(
                     code::SASL_AUTHENTICATION_FAILED,
-                    Some("Cannot change principals during re-authentication".into()),
+                    Some(message),
                     Bytes::new(),
                 );
                 Some(Err(format!(
@@ -515,6 +524,9 @@ impl Reauthentication {
             }
             Some(Err(refused)) => Some(Err(refused.why)),
         };
+        if let (Some(Err(_)), Some(from)) = (&outcome, from) {
+            self.delay = service.login_failed(from);
+        }
         let framed = encode(header.correlation_id, api, version, &answer).ok();
         (framed, outcome)
     }

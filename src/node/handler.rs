@@ -126,6 +126,10 @@ impl NodeHandler {
 }
 
 impl Handler for NodeHandler {
+    fn is_peer_certificate(&self, certificate: &crate::tls::ClientCertificate) -> bool {
+        self.broker.names_a_broker(certificate)
+    }
+
     fn login(
         &self,
         from: std::net::SocketAddr,
@@ -155,7 +159,11 @@ impl Handler for NodeHandler {
             // Each request on behalf of whoever the connection is: the user it logged in as,
             // or an anonymous client where the broker asks for no login.
             let ip = Some(caller.from.ip());
-            let session = match caller.user.as_ref().or(self.certificate_user(&caller)) {
+            let session = match caller
+                .user
+                .as_ref()
+                .or_else(|| self.certificate_user(&caller))
+            {
                 Some(user) => Session::user(user, ip),
                 None => Session::anonymous(ip),
             };

@@ -29,6 +29,7 @@ mod handler;
 mod login;
 mod metadata;
 mod peer_gate;
+pub(crate) use peer_gate::NO_BROKER;
 mod peer_rpc;
 mod reassign;
 mod replica_dir;

@@ -23,11 +23,16 @@ use super::Broker;
 /// Which broker a request of brokers' traffic claims to come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Claim {
-    /// This one.
+    /// This broker of the cluster (a Raft RPC's sender: one this broker knows of).
+    Peer(NodeId),
+    /// This broker, known yet or not (a registration: a joining broker registers itself).
     Broker(NodeId),
     /// Any of the cluster's.
     AnyBroker,
 }
+
+/// [`Caller::confirmed_broker`]'s value until a known broker is confirmed.
+pub(crate) const NO_BROKER: NodeId = NodeId::MAX;
 
 impl Claim {
     /// What a metadata proposal claims: a command about a broker of its own (its address, its
@@ -61,7 +66,7 @@ impl Broker {
         let admitted = self.confirm_broker(caller, claim);
         if !admitted && caller.first_refusal() {
             let claimed = match claim {
-                Claim::Broker(id) => format!("broker {id}"),
+                Claim::Peer(id) | Claim::Broker(id) => format!("broker {id}"),
                 Claim::AnyBroker => "a broker".to_string(),
             };
             let presented = if caller.certificate.is_some() {
@@ -79,31 +84,42 @@ impl Broker {
         admitted
     }
 
-    /// Whether `caller`'s certificate names the broker `claim` says; remembered for the
-    /// connection once found, so that Raft's traffic does not parse the certificate again on
-    /// every request.
+    /// Whether `caller`'s certificate names the broker `claim` says. A known broker found is
+    /// remembered for the connection (brokers never leave a cluster yet), so that Raft's
+    /// traffic does not parse the certificate again on every request; an unknown one (a
+    /// joining broker's registration) is checked each time.
     fn confirm_broker(&self, caller: &Caller, claim: Claim) -> bool {
         use std::sync::atomic::Ordering;
         let confirmed = caller.confirmed_broker.load(Ordering::Relaxed);
-        match claim {
-            Claim::Broker(id) if confirmed == id && id != 0 => return true,
-            Claim::AnyBroker if confirmed != 0 => return true,
-            _ => {}
+        if confirmed != NO_BROKER {
+            match claim {
+                Claim::Peer(id) | Claim::Broker(id) if id == confirmed => return true,
+                Claim::AnyBroker => return true,
+                _ => {}
+            }
         }
         let Some(cert) = &caller.certificate else {
             return false;
         };
-        let found = match claim {
-            Claim::Broker(id) => cert.names_broker(id).then_some(id),
-            Claim::AnyBroker => self.broker_named(cert),
-        };
-        match found {
-            Some(id) if id != 0 => {
-                caller.confirmed_broker.store(id, Ordering::Relaxed);
-                true
+        let known = self.known_brokers();
+        let (admitted, found) = match claim {
+            Claim::Peer(id) => {
+                let ok = known.contains(&id) && cert.names_broker(id);
+                (ok, ok.then_some(id))
             }
-            _ => false,
+            Claim::Broker(id) => {
+                let ok = cert.names_broker(id);
+                (ok, (ok && known.contains(&id)).then_some(id))
+            }
+            Claim::AnyBroker => {
+                let found = known.into_iter().find(|id| cert.names_broker(*id));
+                (found.is_some(), found)
+            }
+        };
+        if let Some(id) = found {
+            caller.confirmed_broker.store(id, Ordering::Relaxed);
         }
+        admitted
     }
 
     /// Whether `caller` presented a certificate of a broker of this cluster.
@@ -187,7 +203,8 @@ mod tests {
 
     /// Broker 1 of a cluster whose brokers know each other by certificate, called by
     /// impostors: a client without a certificate, one with a client certificate of the
-    /// cluster's CA, broker 3 claiming to be broker 2, and broker 2 of another CA. None of
+    /// cluster's CA, broker 3 claiming to be broker 2, broker 2 of another CA, and a broker 4
+    /// the cluster does not have (a certificate of its CA) as itself. None of
     /// their 1,000 votes at a higher term (each a leadership transfer, from a log far ahead)
     /// moves a term or a leader; their registration of broker 2 moves no broker; the topic
     /// those that are no broker forward is not created.
@@ -204,7 +221,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let certs = dir.path().join("certs");
         let hosts = ["127.0.0.1".to_string()];
-        DevCertificates::generate(&[1, 2, 3], &hosts)
+        DevCertificates::generate(&[1, 2, 3, 4], &hosts)
             .unwrap()
             .write_to(&certs)
             .unwrap();
@@ -262,12 +279,19 @@ mod tests {
                 false,
             ),
         ];
-        let claimed = 2;
+        // And a broker the cluster does not have, with a certificate of its CA, as itself.
+        let unknown = (
+            "unknown broker 4",
+            presenting(DevCertificates::broker_config(&certs, 4)),
+            false,
+        );
+        let claims = [2, 2, 2, 2, 4];
         let node = cluster.node(1).unwrap();
         let groups = node.partitions();
         let (_stop, stopping) = tokio::sync::watch::channel(false);
         let timeout = Duration::from_secs(5);
-        for (who, dialer, a_broker) in impostors {
+        for ((who, dialer, a_broker), claimed) in impostors.into_iter().chain([unknown]).zip(claims)
+        {
             let dial = Dial {
                 dialer,
                 name: broker_name(1),
@@ -299,10 +323,11 @@ mod tests {
             let body = crate::transport::body::encode(&register).unwrap();
             if let Ok(answer) = peer.call(Op::Propose, body, timeout).await {
                 let answer: Result<(), WireError> = postcard::from_bytes(&answer).unwrap();
-                assert!(
-                    matches!(answer, Err(WireError::ClusterAuthorizationFailed)),
-                    "{who}"
-                );
+                // A certificate of broker 4 may register broker 4: the metadata log refuses a
+                // broker it does not have (no join asked).
+                let refused = matches!(answer, Err(WireError::ClusterAuthorizationFailed))
+                    || (claimed == 4 && answer.is_err());
+                assert!(refused, "{who}: {answer:?}");
             }
             if a_broker {
                 continue;

@@ -28,7 +28,7 @@ impl Broker {
             .map_err(|e| format!("bad request: {e}"))
             .and_then(|(id, rest)| {
                 let sender = raft_sender(rest).ok_or("bad request: no sender's vote")?;
-                if !self.admits_peer(caller, op, Claim::Broker(sender)) {
+                if !self.admits_peer(caller, op, Claim::Peer(sender)) {
                     return Err(format!("refused: the connection is not broker {sender}'s"));
                 }
                 Ok((id, rest))

@@ -3,9 +3,10 @@
 //! grows with the failures from that address in the last minute, [`DELAY_STEP`] for each, at
 //! most [`DELAY_MAX`] (Kafka delays every such answer by a fixed
 //! `connection.failed.authentication.delay.ms`, 100 ms). A successful login from the address
-//! forgets its failures. A client guessing passwords from one address gets at most one guess
-//! per `DELAY_MAX` once it has failed for a while; honest clients that mistype lose a fraction
-//! of a second.
+//! takes one failure off its count (so an account an attacker holds does not wipe its record).
+//! Each connection's guesses from an address that failed for a while wait `DELAY_MAX`; honest
+//! clients that mistype lose a fraction of a second. (Connections in parallel each wait: the
+//! connection cap bounds them.)
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -18,7 +19,7 @@ pub(crate) const DELAY_MAX: Duration = Duration::from_secs(3);
 /// How long a failure counts.
 const WINDOW: Duration = Duration::from_secs(60);
 /// Addresses remembered at most; past it, those whose failures are older than the window are
-/// forgotten first, then all (a flood from many addresses is slowed per connection anyway).
+/// forgotten first, then the one whose last failure is the oldest.
 const ADDRESSES_MAX: usize = 4096;
 
 /// Failed logins per source address, shared by a broker's two doors.
@@ -34,8 +35,12 @@ impl FailedLogins {
         let mut recent = self.recent.lock();
         if recent.len() >= ADDRESSES_MAX && !recent.contains_key(&from) {
             recent.retain(|_, (_, last)| now.duration_since(*last) < WINDOW);
-            if recent.len() >= ADDRESSES_MAX {
-                recent.clear();
+            let oldest = recent
+                .iter()
+                .min_by_key(|(_, (_, last))| *last)
+                .map(|(address, _)| *address);
+            if let (true, Some(oldest)) = (recent.len() >= ADDRESSES_MAX, oldest) {
+                recent.remove(&oldest);
             }
         }
         let entry = recent.entry(from).or_insert((0, now));
@@ -48,9 +53,15 @@ impl FailedLogins {
         DELAY_STEP.saturating_mul(entry.0).min(DELAY_MAX)
     }
 
-    /// A login from `from` succeeded: its failures are forgotten.
+    /// A login from `from` succeeded: one failure fewer counts.
     pub(crate) fn succeeded(&self, from: IpAddr) {
-        self.recent.lock().remove(&from);
+        let mut recent = self.recent.lock();
+        if let Some((count, _)) = recent.get_mut(&from) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                recent.remove(&from);
+            }
+        }
     }
 }
 
@@ -69,8 +80,13 @@ mod tests {
             logins.failed(a);
         }
         assert_eq!(logins.failed(a), DELAY_MAX);
+        // A success takes one failure off, not all of them.
         logins.succeeded(a);
-        assert_eq!(logins.failed(a), DELAY_STEP);
+        assert_eq!(logins.failed(a), DELAY_MAX);
+        let fresh: IpAddr = "127.0.0.2".parse().unwrap();
+        logins.failed(fresh);
+        logins.succeeded(fresh);
+        assert_eq!(logins.failed(fresh), DELAY_STEP);
     }
 
     #[test]
@@ -79,6 +95,10 @@ mod tests {
         for i in 0..(ADDRESSES_MAX as u32 + 10) {
             logins.failed(IpAddr::from(std::net::Ipv4Addr::from(i)));
         }
-        assert!(logins.recent.lock().len() <= ADDRESSES_MAX);
+        let recent = logins.recent.lock();
+        assert!(recent.len() <= ADDRESSES_MAX);
+        // The latest addresses are remembered; the oldest gave way.
+        let last = IpAddr::from(std::net::Ipv4Addr::from(ADDRESSES_MAX as u32 + 9));
+        assert!(recent.contains_key(&last));
     }
 }

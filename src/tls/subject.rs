@@ -1,6 +1,6 @@
 //! The subject's common name (CN) of an X.509 certificate, read from its DER bytes: what a
-//! client certificate's principal is (`User:<CN>`, as the default mapping rule of Kafka's
-//! `ssl.principal.mapping.rules` gives with `RULE:^CN=([^,]+).*$/$1/`).
+//! client certificate's principal is (`User:<CN>`, as Kafka's `ssl.principal.mapping.rules`
+//! gives it with `RULE:^CN=([^,]+).*$/$1/`; Kafka's default rule keeps the whole DN).
 //!
 //! Only the path to the subject is walked, by DER's tag-length-value rule:
 //!
@@ -84,7 +84,7 @@ pub(crate) fn common_name(der: &[u8]) -> Option<String> {
             if oid == COMMON_NAME {
                 let (tag, text, _) = element(value)?;
                 // UTF8String, PrintableString, IA5String.
-                if matches!(tag, 0x0c | 0x13 | 0x16) {
+                if matches!(tag, 0x0c | 0x13 | 0x16) && !text.is_empty() {
                     found = Some(std::str::from_utf8(text).ok()?.to_string());
                 }
             }

@@ -30,6 +30,13 @@ pub(crate) trait Handler: Send + Sync + 'static {
         caller: Arc<Caller>,
     ) -> BoxFuture<Answer>;
 
+    /// Whether `certificate` is a peer broker's: one whose connection may keep the room kept
+    /// for peers and read Raft frames from the peers' memory budget.
+    fn is_peer_certificate(&self, certificate: &crate::tls::ClientCertificate) -> bool {
+        let _ = certificate;
+        false
+    }
+
     /// The login a new connection from `from` must go through before its first request, if
     /// the door asks for one of a connection that presented `certificate` (see `login.rs`).
     fn login(
@@ -55,8 +62,8 @@ pub(crate) struct Caller {
     /// Whether a refusal of its requests was logged already: a connection that keeps sending
     /// what is refused is logged once.
     pub(crate) refusal_logged: std::sync::atomic::AtomicBool,
-    /// The broker its certificate was found to name (0 until one was): checked once, not on
-    /// every request.
+    /// The known broker its certificate was found to name (`NO_BROKER` until one was):
+    /// checked once, not on every request.
     pub(crate) confirmed_broker: std::sync::atomic::AtomicU64,
     /// The user its certificate stands for, once worked out (`None` inside: none).
     pub(crate) certificate_user: std::sync::OnceLock<Option<String>>,
@@ -209,7 +216,11 @@ pub(crate) fn spawn_server(
     // Over TLS, peer brokers present their certificates: a connection without one is a client.
     let peers_present_certificates = tls.is_some();
     spawn_accept(listener, admission, true, tls, closing, move |accepted| {
-        let may_be_peer = !peers_present_certificates || accepted.certificate.is_some();
+        let may_be_peer = !peers_present_certificates
+            || accepted
+                .certificate
+                .as_ref()
+                .is_some_and(|c| handler.is_peer_certificate(c));
         let conn = serve_conn(
             accepted,
             may_be_peer,
@@ -278,7 +289,7 @@ async fn read_request(
             return Err(Closed::NotPeer);
         }
         let len = head.body_len as usize;
-        let (budget, budget_max) = if is_raft(head.op) {
+        let (budget, budget_max) = if is_raft(head.op) && may_be_peer {
             (&budgets.peers, limits.peer_buffered_bytes_max)
         } else {
             (&budgets.clients, limits.buffered_bytes_max)
@@ -389,7 +400,7 @@ async fn serve_conn(
         certificate,
         user,
         refusal_logged: std::sync::atomic::AtomicBool::new(false),
-        confirmed_broker: std::sync::atomic::AtomicU64::new(0),
+        confirmed_broker: std::sync::atomic::AtomicU64::new(crate::node::NO_BROKER),
         certificate_user: std::sync::OnceLock::new(),
     });
     let from = Some(from);
@@ -434,8 +445,9 @@ async fn serve_conn(
             );
             break;
         }
-        // A client with `in_flight_max` answers unwritten is not read from until one drains.
-        let slot = if is_raft(head.op) {
+        // A client with `in_flight_max` answers unwritten is not read from until one drains
+        // (Raft traffic from a connection that may be a peer's is not held back).
+        let slot = if is_raft(head.op) && may_be_peer {
             None
         } else {
             let acquired = tokio::select! {

@@ -376,6 +376,13 @@ fn warn_if_plaintext(config: &NodeConfig) {
         }
     };
     tracing::warn!("{message}");
+    if config.authorization.is_some() && !native_tls {
+        tracing::warn!(
+            "ACLs are enforced, but without --tls-ca the native port takes what only brokers \
+             send (metadata proposals, ACL and user changes among them) from anyone who \
+             reaches it: keep that port on a trusted network"
+        );
+    }
 }
 
 /// Reads the TLS certificate and key again on each SIGHUP (on Unix, when the broker has TLS;
