@@ -76,12 +76,6 @@ pub(super) async fn acls(service: &BrokerService, body: &[u8]) -> Vec<u8> {
     }
 }
 
-/// A user error as the native door answers it: not being allowed is the request's refusal;
-/// anything else is the user's own answer.
-fn user_error(e: &UserError) -> String {
-    e.to_string()
-}
-
 /// Serves an `Op::Users` request's body.
 pub(super) async fn users(service: &BrokerService, body: &[u8]) -> Vec<u8> {
     let request: UsersRequest = match postcard::from_bytes(body) {
@@ -93,14 +87,14 @@ pub(super) async fn users(service: &BrokerService, body: &[u8]) -> Vec<u8> {
             Err(UserError::NotAuthorized) => {
                 encode::<()>(&Err(WireError::ClusterAuthorizationFailed))
             }
-            Err(e) => encode::<()>(&Err(WireError::Other(user_error(&e)))),
+            Err(e) => encode::<()>(&Err(WireError::Other(e.to_string()))),
             Ok(users) => {
                 let users: DescribedUsers = users
                     .into_iter()
                     .map(|(name, described)| {
                         let described = described
                             .map(|c| c.into_iter().map(|(m, i)| (m.kafka_type(), i)).collect())
-                            .map_err(|e| user_error(&e));
+                            .map_err(|e| e.to_string());
                         (name, described)
                     })
                     .collect();
@@ -117,7 +111,7 @@ pub(super) async fn users(service: &BrokerService, body: &[u8]) -> Vec<u8> {
             }
             let answers: Vec<(String, Result<(), String>)> = answers
                 .into_iter()
-                .map(|(user, r)| (user, r.map_err(|e| user_error(&e))))
+                .map(|(user, r)| (user, r.map_err(|e| e.to_string())))
                 .collect();
             encode(&Ok(answers))
         }
