@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::security::acl::Acls;
 use crate::security::{ScramCredential, ScramMechanism};
+use crate::topic_config::TopicConfigs;
 
 mod acls;
 use crate::types::NodeId;
@@ -127,6 +128,21 @@ pub(crate) enum MetaCommand {
     /// Removes these ACL bindings (a broker resolves a delete's filters to the bindings its
     /// catalog holds before it proposes, so every broker removes exactly the same).
     DeleteAcls { acls: Vec<AclRecord> },
+    /// [`CreateTopic`](Self::CreateTopic), with configs set on the topic from the start.
+    CreateTopicWithConfigs {
+        name: String,
+        assignment: Vec<Vec<NodeId>>,
+        configs: TopicConfigs,
+    },
+    /// The topic `name` has exactly `configs` set, if its configs are still those of
+    /// `version` (the count of config changes it had when the proposer read them): a change
+    /// computed from configs another change has since replaced is refused, and its proposer
+    /// computes it again, so two changes made at once never lose one another.
+    SetTopicConfigs {
+        name: String,
+        version: u64,
+        configs: TopicConfigs,
+    },
 }
 
 /// Longest user name a credential may have, in bytes.
@@ -161,16 +177,22 @@ pub(crate) struct TopicEntry {
     /// again: a replica made afresh for it (a broker it comes back to) must wait for the
     /// leader, not found a group of its own.
     pub(crate) moved: Vec<bool>,
+    /// The configs set on the topic (the rest are the brokers' defaults).
+    pub(crate) configs: TopicConfigs,
+    /// How many times its configs were changed since it was created.
+    pub(crate) config_version: u64,
 }
 
 impl TopicEntry {
-    fn new(id: u64, assignment: Vec<Vec<NodeId>>) -> Self {
+    fn new(id: u64, assignment: Vec<Vec<NodeId>>, configs: TopicConfigs) -> Self {
         let n = assignment.len();
         TopicEntry {
             id,
             assignment,
             leaving: vec![Vec::new(); n],
             moved: vec![false; n],
+            configs,
+            config_version: 0,
         }
     }
 }
@@ -182,6 +204,10 @@ pub(crate) enum Refused {
     UnknownTopic,
     /// Deleting a configured topic, or a malformed command.
     Invalid(String),
+    /// A topic config change computed from configs since changed.
+    ConfigsChanged,
+    /// A topic config refused: its key, value and why.
+    InvalidConfig(String, Option<String>, String),
 }
 
 /// The topics of the cluster, as of some prefix of the metadata log.
@@ -226,7 +252,7 @@ impl Catalog {
             let assignment = assign(brokers, *partitions, brokers.len(), 0).unwrap_or_default();
             catalog.topics.insert(
                 name.clone(),
-                TopicEntry::new(CONFIGURED_TOPIC_ID, assignment),
+                TopicEntry::new(CONFIGURED_TOPIC_ID, assignment, TopicConfigs::default()),
             );
         }
         catalog
@@ -321,19 +347,32 @@ impl Catalog {
         let outcome = match command {
             None => Err(Refused::Invalid("not a metadata command".into())),
             Some(MetaCommand::CreateTopic { name, assignment }) => {
-                if self.topics.contains_key(name) {
-                    Err(Refused::TopicExists)
-                } else if let Err(reason) = check_assignment(name, assignment, &self.brokers) {
-                    Err(Refused::Invalid(reason))
-                } else {
-                    self.created += 1;
-                    self.topics.insert(
-                        name.clone(),
-                        TopicEntry::new(offset + 1, assignment.clone()),
-                    );
-                    Ok(())
-                }
+                self.create_topic(offset, name, assignment, &TopicConfigs::default())
             }
+            Some(MetaCommand::CreateTopicWithConfigs {
+                name,
+                assignment,
+                configs,
+            }) => self.create_topic(offset, name, assignment, configs),
+            Some(MetaCommand::SetTopicConfigs {
+                name,
+                version,
+                configs,
+            }) => match self.topics.get_mut(name) {
+                None => Err(Refused::UnknownTopic),
+                Some(t) if t.config_version != *version => Err(Refused::ConfigsChanged),
+                Some(t) => match configs.check() {
+                    Err(crate::error::Error::InvalidTopicConfig { key, value, reason }) => {
+                        Err(Refused::InvalidConfig(key, value, reason))
+                    }
+                    Err(e) => Err(Refused::Invalid(e.to_string())),
+                    Ok(()) => {
+                        t.configs = configs.clone();
+                        t.config_version += 1;
+                        Ok(())
+                    }
+                },
+            },
             Some(MetaCommand::DeleteTopic { name }) => match self.topics.get(name) {
                 None => Err(Refused::UnknownTopic),
                 Some(t) if t.id == CONFIGURED_TOPIC_ID => Err(Refused::Invalid(format!(
@@ -469,6 +508,29 @@ fn scram_credential(command: &MetaCommand) -> Result<ScramCredential, Refused> {
 
 impl Catalog {
     /// Gives `broker` the next `count` producer ids.
+    /// Creates topic `name` at metadata log `offset` with `assignment` and `configs`.
+    fn create_topic(
+        &mut self,
+        offset: u64,
+        name: &str,
+        assignment: &[Vec<NodeId>],
+        configs: &TopicConfigs,
+    ) -> Result<(), Refused> {
+        if self.topics.contains_key(name) {
+            return Err(Refused::TopicExists);
+        }
+        check_assignment(name, assignment, &self.brokers).map_err(Refused::Invalid)?;
+        if let Err(e) = configs.check() {
+            return Err(Refused::Invalid(e.to_string()));
+        }
+        self.created += 1;
+        self.topics.insert(
+            name.to_string(),
+            TopicEntry::new(offset + 1, assignment.to_vec(), configs.clone()),
+        );
+        Ok(())
+    }
+
     fn allocate_producer_ids(
         &mut self,
         broker: NodeId,

@@ -72,6 +72,23 @@ pub enum Error {
         reason: String,
     },
 
+    /// A topic config key or value refused: a key replog does not know, or a value out of the
+    /// key's range (see [`TopicConfigs`](crate::TopicConfigs)). Nothing changed.
+    #[error("invalid topic config {key}{}: {reason}", value.as_ref().map(|v| format!("={v}")).unwrap_or_default())]
+    InvalidTopicConfig {
+        /// The key.
+        key: String,
+        /// The value refused, if one was given.
+        value: Option<String>,
+        /// Why.
+        reason: String,
+    },
+
+    /// A record its topic does not take (a record without a key on a compacted topic):
+    /// nothing of its batch was written.
+    #[error("invalid record: {0}")]
+    InvalidRecord(String),
+
     /// The write was sent but its outcome is unknown (a timeout, or the leader changed after
     /// appending it): it may or may not be committed. Retrying it may duplicate it unless the
     /// producer is idempotent.

@@ -161,6 +161,7 @@ mod raft;
 mod security;
 mod segment;
 mod tls;
+mod topic_config;
 mod transport;
 mod types;
 
@@ -196,6 +197,7 @@ pub use security::{
 pub use segment::record::{Batch, Header, Record, RecordIter};
 pub use segment::{Preallocate, RecoveryEvent};
 pub use tls::{DevCertificates, TlsConfig, TlsError};
+pub use topic_config::{ConfigChange, ConfigEntry, ConfigSource, TopicConfigs};
 pub use types::{Durability, LeaderHint, LogIndex, NodeId, Offset, PartitionId, ProducerSeq, Term};
 
 /// Helpers for the `replog` binary's inspection tools. Not part of the API.

@@ -214,6 +214,35 @@ pub(crate) struct CreateTopicRequest {
     pub(crate) name: String,
     pub(crate) partitions: u32,
     pub(crate) replication_factor: u32,
+    /// Configs set on the topic from the start (the rest are the brokers' defaults).
+    pub(crate) configs: crate::topic_config::TopicConfigs,
+    /// Sent by a broker to the metadata leader: not to be forwarded again.
+    pub(crate) forwarded: bool,
+}
+
+/// `Op::TopicConfigs` request: a topic's configs described, or changed through the metadata
+/// group.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) enum TopicConfigsRequest {
+    /// Every config of `topic`, with its value and source; answered
+    /// `Result<Vec<ConfigEntry>, WireError>`.
+    Describe { topic: String },
+    /// Answered `Result<(), WireError>` once the change is in the catalog of the metadata
+    /// leader.
+    Alter(AlterTopicConfigs),
+}
+
+/// A change to a topic's configs.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct AlterTopicConfigs {
+    pub(crate) topic: String,
+    pub(crate) changes: Vec<crate::topic_config::ConfigChange>,
+    /// Kafka's AlterConfigs: the topic keeps exactly the keys `changes` set (only
+    /// [`ConfigChange::Set`](crate::topic_config::ConfigChange::Set) allowed); otherwise
+    /// IncrementalAlterConfigs: the changes apply to the configs it has.
+    pub(crate) replace: bool,
+    /// Only check that the change could be made.
+    pub(crate) validate_only: bool,
     /// Sent by a broker to the metadata leader: not to be forwarded again.
     pub(crate) forwarded: bool,
 }
@@ -369,6 +398,14 @@ pub(crate) enum WireError {
     SecurityDisabled,
     /// An ACL binding or filter that cannot be taken as asked.
     InvalidAcl(String),
+    /// A topic config key or value refused.
+    InvalidTopicConfig {
+        key: String,
+        value: Option<String>,
+        reason: String,
+    },
+    /// A record its topic does not take.
+    InvalidRecord(String),
 }
 
 impl WireError {
@@ -382,6 +419,12 @@ impl WireError {
             Error::AuthenticationFailed(reason) => WireError::AuthenticationFailed(reason.clone()),
             Error::SecurityDisabled => WireError::SecurityDisabled,
             Error::InvalidAcl(reason) => WireError::InvalidAcl(reason.clone()),
+            Error::InvalidTopicConfig { key, value, reason } => WireError::InvalidTopicConfig {
+                key: key.clone(),
+                value: value.clone(),
+                reason: reason.clone(),
+            },
+            Error::InvalidRecord(reason) => WireError::InvalidRecord(reason.clone()),
             Error::Indeterminate { reason, .. } => WireError::Indeterminate(reason.clone()),
             Error::OffsetOutOfRange { start, end, .. } => WireError::OffsetOutOfRange {
                 start: start.get(),
@@ -488,6 +531,10 @@ impl WireError {
             WireError::RecordTooLarge { len, max } => Error::RecordTooLarge { len, max },
             WireError::BatchTooLarge { len, max } => Error::BatchTooLarge { len, max },
             WireError::TopicExists(t) => Error::TopicExists(t),
+            WireError::InvalidTopicConfig { key, value, reason } => {
+                Error::InvalidTopicConfig { key, value, reason }
+            }
+            WireError::InvalidRecord(reason) => Error::InvalidRecord(reason),
             WireError::InvalidTopic(reason) => Error::InvalidTopic { reason },
             WireError::InvalidPartitionCount { requested, max } => {
                 Error::InvalidPartitionCount { requested, max }

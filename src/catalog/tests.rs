@@ -144,6 +144,27 @@ fn metadata_commands_are_pinned_byte_by_byte() {
             },
             vec![10, 1, 2, 1, b't', 3, 3, b'U', b':', b'a', 1, b'*', 4, 3],
         ),
+        (
+            MetaCommand::CreateTopicWithConfigs {
+                name: "t".into(),
+                assignment: vec![vec![1]],
+                configs: crate::TopicConfigs::from_pairs([("segment.ms", "5")]).unwrap(),
+            },
+            [
+                &[11, 1, b't', 1, 1, 1, 1, 10][..],
+                b"segment.ms",
+                &[1, b'5'],
+            ]
+            .concat(),
+        ),
+        (
+            MetaCommand::SetTopicConfigs {
+                name: "t".into(),
+                version: 2,
+                configs: crate::TopicConfigs::default(),
+            },
+            vec![12, 1, b't', 2, 0],
+        ),
     ];
     for (command, golden) in cases {
         assert_eq!(bytes(&command), golden, "{command:?}");

@@ -145,7 +145,27 @@ impl Client {
         partitions: u32,
         replication_factor: u32,
     ) -> Result<()> {
+        let configs = crate::topic_config::TopicConfigs::default();
+        self.create_topic_with_configs(topic, partitions, replication_factor, &configs)
+            .await
+    }
+
+    /// [`create_topic`](Self::create_topic) with `configs` set on the topic from the start
+    /// (Kafka's `kafka-topics --create --config k=v`).
+    ///
+    /// # Errors
+    ///
+    /// As [`create_topic`](Self::create_topic), and [`Error::InvalidTopicConfig`] for a
+    /// config the brokers refuse (a `max.message.bytes` above their `batch_bytes_max`).
+    pub async fn create_topic_with_configs(
+        &self,
+        topic: &str,
+        partitions: u32,
+        replication_factor: u32,
+        configs: &crate::TopicConfigs,
+    ) -> Result<()> {
         let request = CreateTopicRequest {
+            configs: configs.clone(),
             name: topic.to_string(),
             partitions,
             replication_factor,
@@ -203,7 +223,12 @@ impl Client {
     /// but not confirmed in time) may have taken effect: if a later attempt is then refused
     /// as `TopicExists` or unknown topic, that refusal may be this very request's own doing,
     /// so the answer is [`Error::Indeterminate`], as it is at the deadline.
-    async fn admin<Req: Serialize>(&self, op: Op, request: &Req, topic: &str) -> Result<()> {
+    pub(super) async fn admin<Req: Serialize>(
+        &self,
+        op: Op,
+        request: &Req,
+        topic: &str,
+    ) -> Result<()> {
         let id = PartitionId::new(topic, 0);
         let started = Instant::now();
         let deadline = started + self.config.delivery_timeout;
@@ -232,6 +257,9 @@ impl Client {
                         | WireError::InvalidTopic(_)
                         | WireError::InvalidPartitionCount { .. }
                         | WireError::InvalidReplicationFactor { .. }
+                        | WireError::InvalidTopicConfig { .. }
+                        | WireError::TopicAuthorizationFailed
+                        | WireError::ClusterAuthorizationFailed
                         | WireError::UnknownTopic),
                     )) => return Err(e.into_error(&id, 0)),
                     // Refused before anything was proposed.

@@ -8,6 +8,7 @@
 //! and `sequencer` (the idempotent producer's numbering).
 
 mod admin;
+mod configs;
 mod deliver;
 mod fetch;
 pub use fetch::{FetchOptions, Fetched};

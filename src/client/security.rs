@@ -35,7 +35,7 @@ fn refusal(e: WireError) -> Error {
 
 impl Client {
     /// Sends `request` to the brokers in turn until one answers it.
-    async fn ask_any<Req: Serialize, Resp: DeserializeOwned>(
+    pub(super) async fn ask_any<Req: Serialize, Resp: DeserializeOwned>(
         &self,
         op: Op,
         request: &Req,

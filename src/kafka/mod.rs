@@ -38,7 +38,7 @@ mod refusals;
 mod sasl;
 
 use handlers::{
-    acls, admin, api_versions, fetch, groups, metadata, offsets, produce, producer_ids,
+    acls, admin, api_versions, configs, fetch, groups, metadata, offsets, produce, producer_ids,
     sasl as sasl_state, users,
 };
 
@@ -79,6 +79,7 @@ mod code {
     pub(super) const INVALID_REPLICATION_FACTOR: i16 = 38;
     pub(super) const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
     pub(super) const INVALID_CONFIG: i16 = 40;
+    pub(super) const INVALID_RECORD: i16 = 87;
     pub(super) const NOT_CONTROLLER: i16 = 41;
     pub(super) const COORDINATOR_NOT_AVAILABLE: i16 = 15;
     pub(super) const INVALID_REQUEST: i16 = 42;
@@ -296,8 +297,14 @@ async fn answer(
             ResponseKind::DeleteTopics(admin::delete_topics(r, service).await)
         }
         RequestKind::DescribeConfigs(r) => {
-            ResponseKind::DescribeConfigs(admin::describe_configs(r, service, config))
+            ResponseKind::DescribeConfigs(configs::describe_configs(r, service, config))
         }
+        RequestKind::AlterConfigs(r) => {
+            ResponseKind::AlterConfigs(configs::alter_configs(r, service).await)
+        }
+        RequestKind::IncrementalAlterConfigs(r) => ResponseKind::IncrementalAlterConfigs(
+            configs::incremental_alter_configs(r, service).await,
+        ),
         RequestKind::DescribeCluster(r) => {
             ResponseKind::DescribeCluster(admin::describe_cluster(&r, service, config))
         }
@@ -390,6 +397,8 @@ fn error_code(e: &Error) -> i16 {
         Error::RecordTooLarge { .. } | Error::BatchTooLarge { .. } => code::MESSAGE_TOO_LARGE,
         Error::InvalidBatch { .. } | Error::EmptyBatch => code::CORRUPT_MESSAGE,
         Error::InvalidTopic { .. } => code::INVALID_TOPIC_EXCEPTION,
+        Error::InvalidTopicConfig { .. } => code::INVALID_CONFIG,
+        Error::InvalidRecord(_) => code::INVALID_RECORD,
         Error::Indeterminate { .. } | Error::Timeout { .. } => code::REQUEST_TIMED_OUT,
         Error::OutOfOrderSequence { .. } => code::OUT_OF_ORDER_SEQUENCE_NUMBER,
         Error::ProducerFenced { .. } => code::INVALID_PRODUCER_EPOCH,

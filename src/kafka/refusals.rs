@@ -98,10 +98,7 @@ pub(super) fn unsupported(api: ApiKey, version: i16) -> Option<ResponseKind> {
 pub(super) fn refuse_items(request: RequestKind) -> Option<ResponseKind> {
     use RequestKind as R;
     match request {
-        R::CreatePartitions(_) | R::AlterConfigs(_) | R::IncrementalAlterConfigs(_) => {
-            refuse_topic_changes(request)
-        }
-        R::DeleteRecords(_) => refuse_topic_changes(request),
+        R::CreatePartitions(_) | R::DeleteRecords(_) => refuse_topic_changes(request),
         R::DeleteGroups(_) => refuse_group_deletion(request),
         R::TxnOffsetCommit(_) | R::DescribeProducers(_) | R::DescribeTransactions(_) => {
             refuse_transactions(request)
@@ -110,18 +107,13 @@ pub(super) fn refuse_items(request: RequestKind) -> Option<ResponseKind> {
     }
 }
 
-/// [`refuse_items`] for topics' partitions, configs and records; `None` for any other.
+/// [`refuse_items`] for topics' partitions and records; `None` for any other.
 fn refuse_topic_changes(request: RequestKind) -> Option<ResponseKind> {
-    use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
     use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
     use kafka_protocol::messages::delete_records_response::{
         DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
     };
-    use kafka_protocol::messages::incremental_alter_configs_response as incremental;
-    use kafka_protocol::messages::{
-        AlterConfigsResponse, CreatePartitionsResponse, DeleteRecordsResponse,
-        IncrementalAlterConfigsResponse,
-    };
+    use kafka_protocol::messages::{CreatePartitionsResponse, DeleteRecordsResponse};
     let no = code::UNSUPPORTED_VERSION;
     Some(match request {
         RequestKind::CreatePartitions(r) => {
@@ -134,30 +126,6 @@ fn refuse_topic_changes(request: RequestKind) -> Option<ResponseKind> {
                 out.results.push(res);
             }
             ResponseKind::CreatePartitions(out)
-        }
-        RequestKind::AlterConfigs(r) => {
-            let mut out = AlterConfigsResponse::default();
-            for resource in r.resources {
-                let mut res = AlterConfigsResourceResponse::default();
-                res.resource_type = resource.resource_type;
-                res.resource_name = resource.resource_name;
-                res.error_code = no;
-                res.error_message = message("replog's settings are static");
-                out.responses.push(res);
-            }
-            ResponseKind::AlterConfigs(out)
-        }
-        RequestKind::IncrementalAlterConfigs(r) => {
-            let mut out = IncrementalAlterConfigsResponse::default();
-            for resource in r.resources {
-                let mut res = incremental::AlterConfigsResourceResponse::default();
-                res.resource_type = resource.resource_type;
-                res.resource_name = resource.resource_name;
-                res.error_code = no;
-                res.error_message = message("replog's settings are static");
-                out.responses.push(res);
-            }
-            ResponseKind::IncrementalAlterConfigs(out)
         }
         RequestKind::DeleteRecords(r) => {
             let mut out = DeleteRecordsResponse::default();
@@ -255,8 +223,6 @@ pub(super) fn refused_per_item(api: kafka_protocol::messages::ApiKey) -> bool {
     matches!(
         api,
         K::CreatePartitions
-            | K::AlterConfigs
-            | K::IncrementalAlterConfigs
             | K::DeleteRecords
             | K::DeleteGroups
             | K::TxnOffsetCommit

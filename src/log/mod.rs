@@ -22,6 +22,7 @@ mod read;
 mod recovery;
 mod retention;
 mod roll;
+mod settings;
 mod sync;
 #[cfg(test)]
 mod test_util;
@@ -114,6 +115,9 @@ pub struct PartitionLog {
     recovery: RecoveryEvent,
     /// Syncs of the active segment by `flush`, for tests of group commit.
     syncs: AtomicU64,
+    /// The capacity of segments created from now on (`LogConfig::segment_bytes`, or what
+    /// its topic's `segment.bytes` changed it to).
+    segment_bytes: AtomicU64,
 }
 
 #[derive(Debug)]

@@ -113,6 +113,7 @@ impl PartitionLog {
         let active = Arc::clone(segments.last().expect("never empty"));
         let cursor = active.extent().cursor;
         let active_free = handle.free_len() as u64;
+        let segment_bytes = config.segment_bytes;
         let log = PartitionLog {
             dir,
             config,
@@ -139,6 +140,7 @@ impl PartitionLog {
             closed: AtomicBool::new(false),
             recovery,
             syncs: AtomicU64::new(0),
+            segment_bytes: AtomicU64::new(segment_bytes),
         };
         Ok(log)
     }

@@ -56,12 +56,18 @@ impl PartitionLog {
         self.remove_leading(self.retention_rule(now_ms))
     }
 
-    /// The log index before which retention would delete every entry at `now_ms` (the first
-    /// kept segment's base), or `None` if it would delete nothing. The Raft layer purges up to
-    /// it through openraft, so that replicas agree on what is gone.
-    pub(crate) fn retention_point(&self, now_ms: u64) -> Option<u64> {
+    /// The log index before which retention with these limits (a topic's `retention.ms` and
+    /// `retention.bytes`; 0 bytes keeps only the active segment) would delete every entry at
+    /// `now_ms` (the first kept segment's base), or `None` if it would delete nothing. The
+    /// Raft layer purges up to it through openraft, so that replicas agree on what is gone.
+    pub(crate) fn retention_point_with(
+        &self,
+        now_ms: u64,
+        time: Option<std::time::Duration>,
+        bytes: Option<u64>,
+    ) -> Option<u64> {
         let segs = self.segments.read().clone();
-        let mut rule = self.retention_rule(now_ms);
+        let mut rule = self.retention_rule_with(now_ms, time, bytes);
         let mut n = 0;
         while n + 1 < segs.len() && rule(&segs, n) {
             n += 1;
@@ -71,11 +77,21 @@ impl PartitionLog {
 
     /// Says whether leading segment `i` is due for deletion, given those before it are.
     fn retention_rule(&self, now_ms: u64) -> impl FnMut(&[Arc<Segment>], usize) -> bool {
-        let ms = self
-            .config
-            .retention_time
-            .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
-        let max_bytes = self.config.retention_bytes;
+        self.retention_rule_with(
+            now_ms,
+            self.config.retention_time,
+            self.config.retention_bytes,
+        )
+    }
+
+    /// [`retention_rule`](Self::retention_rule) with these limits.
+    fn retention_rule_with(
+        &self,
+        now_ms: u64,
+        time: Option<std::time::Duration>,
+        max_bytes: Option<u64>,
+    ) -> impl FnMut(&[Arc<Segment>], usize) -> bool {
+        let ms = time.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
         let mut total: u64 = self.size_bytes();
         move |segs, i| {
             let Some(seg) = segs.get(i) else { return false };
@@ -122,7 +138,7 @@ impl PartitionLog {
         for s in removed {
             let s = if w.recycled.len() < self.config.recycle_segments {
                 let to = self.dir.join(format!("recycled-{}.tmp", s.base_log_index));
-                match s.recycle(to, self.opts.capacity)? {
+                match s.recycle(to, self.segment_bytes())? {
                     Recycled::Spare(spare) => {
                         w.recycled.push(spare);
                         sync_dir(&self.dir)?;

@@ -20,19 +20,20 @@ impl PartitionLog {
     /// possibly torn tail (FORMAT.md §7).
     pub(super) fn roll_locked(&self, w: &mut Writer) -> Result<()> {
         let spare = w.recycled.pop().or_else(|| self.take_spare(w));
-        let (seg, handle) = match Segment::create(&self.dir, w.cursor, &self.opts, spare, false) {
-            Ok(created) => created,
-            Err(e) => {
-                // A failure before the new file was renamed into place changed nothing on disk:
-                // the log stays writable. After it, the directory may hold a segment whose base
-                // the old segment would later grow past, so the log latches.
-                let name = crate::segment::format::segment_file_name(w.cursor.next_log_index);
-                if self.dir.join(name).exists() {
-                    self.latch();
+        let (seg, handle) =
+            match Segment::create(&self.dir, w.cursor, &self.segment_opts(), spare, false) {
+                Ok(created) => created,
+                Err(e) => {
+                    // A failure before the new file was renamed into place changed nothing on disk:
+                    // the log stays writable. After it, the directory may hold a segment whose base
+                    // the old segment would later grow past, so the log latches.
+                    let name = crate::segment::format::segment_file_name(w.cursor.next_log_index);
+                    if self.dir.join(name).exists() {
+                        self.latch();
+                    }
+                    return Err(e);
                 }
-                return Err(e);
-            }
-        };
+            };
         self.segments.write().push(Arc::clone(&seg));
         let old = std::mem::replace(&mut w.active, seg);
         w.handle = handle;
@@ -60,7 +61,8 @@ impl PartitionLog {
     pub(super) fn replace_empty_active_locked(&self, w: &mut Writer) -> Result<()> {
         debug_assert_eq!(w.cursor.next_log_index, w.active.base_log_index);
         let spare = self.take_spare(w);
-        let (seg, handle) = Segment::create(&self.dir, w.cursor, &self.opts, spare, false)?;
+        let (seg, handle) =
+            Segment::create(&self.dir, w.cursor, &self.segment_opts(), spare, false)?;
         if let Some(last) = self.segments.write().last_mut() {
             *last = Arc::clone(&seg);
         }
@@ -84,7 +86,7 @@ impl PartitionLog {
         if let Some(old) = self.take_spare(w) {
             old.discard();
         }
-        let (dir, opts) = (self.dir.clone(), self.opts.clone());
+        let (dir, opts) = (self.dir.clone(), self.segment_opts());
         w.spare = std::thread::Builder::new()
             .name("replog-prealloc".into())
             .spawn(move || SpareFile::create(&dir, "spare.tmp", &opts))

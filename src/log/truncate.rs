@@ -81,7 +81,8 @@ impl PartitionLog {
                 s.remove_files()?;
                 sync_dir(&self.dir)?;
             }
-            let (new, handle) = Segment::create(&self.dir, new_base, &self.opts, None, false)?;
+            let (new, handle) =
+                Segment::create(&self.dir, new_base, &self.segment_opts(), None, false)?;
             w.handle = handle;
             Ok(new)
         })();
@@ -129,7 +130,7 @@ impl PartitionLog {
             // The new segment is marked as a restart and made durable first; recovery deletes
             // whatever older segments a crash leaves beside it (FORMAT.md §7). A segment with
             // the same base (an empty active one) is replaced by the rename.
-            let created = Segment::create(&self.dir, base, &self.opts, None, true)?;
+            let created = Segment::create(&self.dir, base, &self.segment_opts(), None, true)?;
             for s in segs.iter().filter(|s| s.base_log_index != next_log_index) {
                 s.remove_files()?;
             }

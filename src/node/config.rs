@@ -39,6 +39,13 @@ pub struct NodeConfig {
     pub topics: Vec<(String, u32)>,
     /// Configuration of each partition's log.
     pub log: LogConfig,
+    /// This broker's defaults for topic configs ([`TopicConfigs`](crate::TopicConfigs)),
+    /// for keys a topic does not set: `cleanup.policy`, `segment.ms`,
+    /// `message.timestamp.type`, and the compaction settings. The defaults of
+    /// `retention.ms`, `retention.bytes`, `segment.bytes` and `max.message.bytes` are
+    /// [`log`](Self::log)'s `retention_time`, `retention_bytes`, `segment_bytes` and
+    /// `batch_bytes_max`. Default: none (replog's defaults).
+    pub topic_defaults: crate::TopicConfigs,
     /// When an append counts as written. Default [`Durability::Fsync`].
     pub durability: Durability,
     /// Raft heartbeat interval. Default 250 ms.
@@ -191,6 +198,7 @@ impl NodeConfig {
             peers,
             data_dir: data_dir.into(),
             topics: Vec::new(),
+            topic_defaults: crate::TopicConfigs::default(),
             log: LogConfig::default(),
             durability: Durability::default(),
             heartbeat_interval: Duration::from_millis(250),
@@ -287,6 +295,7 @@ impl NodeConfig {
     pub fn validate(&self) -> Result<()> {
         let bad = |field, reason: String| Err(Error::InvalidConfig { field, reason });
         self.log.validate()?;
+        self.topic_defaults.check_as_defaults()?;
         if self.election_timeout.is_zero() {
             return bad("election_timeout", "must be positive".into());
         }

@@ -9,7 +9,8 @@ use crate::error::Error;
 use crate::group::api::{GroupRequest, MemberRef};
 use crate::protocol::{
     CreateTopicRequest, DeleteTopicRequest, FetchRequest, FetchResponse, ListOffsetsRequest,
-    MetadataRequest, ProduceRequestRef, ProduceResponse, ProposeRequest, WireBatch, WireError,
+    MetadataRequest, ProduceRequestRef, ProduceResponse, ProposeRequest, TopicConfigsRequest,
+    WireBatch, WireError,
 };
 use crate::security::Session;
 use crate::transport::frame::Op;
@@ -302,6 +303,24 @@ impl Handler for NodeHandler {
                             .map_err(wire)
                     }))
                 }
+                Op::TopicConfigs => match decode_request(&body) {
+                    Err(e) => encode_response::<()>(&Err(e)),
+                    Ok(TopicConfigsRequest::Describe { topic }) => {
+                        encode_response(&service.describe_topic_configs(&topic).map_err(wire))
+                    }
+                    Ok(TopicConfigsRequest::Alter(request)) => encode_response(
+                        &async {
+                            if request.forwarded {
+                                self.brokers_only(&caller, op, Claim::AnyBroker)?;
+                            }
+                            let deadline =
+                                tokio::time::Instant::now() + self.broker.config.request_timeout;
+                            let altered = service.alter_topic_configs(request, deadline);
+                            altered.await.map_err(wire)
+                        }
+                        .await,
+                    ),
+                },
                 Op::Acls => super::security_ops::acls(service, &body).await,
                 Op::Users => super::security_ops::users(service, &body).await,
                 // A login's requests come before any other (`transport/login.rs`); later, or

@@ -267,9 +267,16 @@ impl Broker {
         let assignment =
             crate::catalog::assign(&brokers, request.partitions, factor as usize, created)
                 .map_err(|reason| Error::InvalidTopic { reason })?;
-        Ok(MetaCommand::CreateTopic {
-            name: request.name.clone(),
-            assignment,
+        self.check_topic_configs(&request.configs)?;
+        let name = request.name.clone();
+        Ok(if request.configs.is_empty() {
+            MetaCommand::CreateTopic { name, assignment }
+        } else {
+            MetaCommand::CreateTopicWithConfigs {
+                name,
+                assignment,
+                configs: request.configs.clone(),
+            }
         })
     }
 
@@ -315,7 +322,7 @@ impl Broker {
     /// it: on the leader directly; elsewhere by forwarding `request` (marked as forwarded) to
     /// the leader, unless it was forwarded already (a broker that forwarded applies it a
     /// moment later, as every broker does).
-    async fn meta_command<Req: Serialize + Clone + Forwardable>(
+    pub(super) async fn meta_command<Req: Serialize + Clone + Forwardable>(
         &self,
         command: MetaCommand,
         forwarded: bool,
@@ -452,7 +459,7 @@ impl Broker {
 }
 
 /// Why a metadata command did not take effect.
-enum MetaError {
+pub(super) enum MetaError {
     Refused(Refused),
     Failed(Error),
 }
@@ -460,19 +467,42 @@ enum MetaError {
 impl MetaError {
     /// The caller's error: `unknown` and `exists` say what an unknown or an existing topic
     /// means for its command.
-    fn into_error(self, unknown: impl FnOnce() -> Error, exists: impl FnOnce() -> Error) -> Error {
+    pub(super) fn into_error(
+        self,
+        unknown: impl FnOnce() -> Error,
+        exists: impl FnOnce() -> Error,
+    ) -> Error {
         match self {
             MetaError::Refused(Refused::UnknownTopic) => unknown(),
             MetaError::Refused(Refused::TopicExists) => exists(),
             MetaError::Refused(Refused::Invalid(reason)) => Error::InvalidTopic { reason },
+            MetaError::Refused(Refused::InvalidConfig(key, value, reason)) => {
+                Error::InvalidTopicConfig { key, value, reason }
+            }
+            MetaError::Refused(Refused::ConfigsChanged) => Error::TryAgain {
+                partition: crate::types::PartitionId::new(crate::catalog::METADATA_TOPIC, 0),
+                reason: "the topic's configs changed meanwhile".into(),
+            },
             MetaError::Failed(e) => e,
         }
     }
 }
 
 /// An admin request that can be marked as forwarded by a broker to the metadata leader.
-trait Forwardable {
+pub(super) trait Forwardable {
     fn forwarded(self) -> Self;
+}
+
+impl Forwardable for crate::protocol::TopicConfigsRequest {
+    fn forwarded(self) -> Self {
+        match self {
+            Self::Alter(alter) => Self::Alter(crate::protocol::AlterTopicConfigs {
+                forwarded: true,
+                ..alter
+            }),
+            describe => describe,
+        }
+    }
 }
 
 impl Forwardable for CreateTopicRequest {
@@ -520,6 +550,7 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
         broker.reconcile().await;
         if progressed {
             broker.sweep_deleted();
+            broker.refresh_topic_settings();
         }
         // Until the catalog has this broker's address, one registration at a time is in
         // flight; a failed one is tried again on the next round (at least a second later).

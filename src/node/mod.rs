@@ -39,6 +39,7 @@ mod retention;
 mod security_ops;
 pub(crate) mod service;
 mod supervise;
+mod topic_settings;
 mod write;
 
 pub use config::NodeConfig;
@@ -94,6 +95,8 @@ struct HostedReplica {
     sm: StateMachine,
     /// Set once a rebuild of this replica was asked for (see [`Broker::rebuild_replica`]).
     rebuilding: AtomicBool,
+    /// Its topic's settings (see `topic_settings.rs`); the metadata group's hold nothing back.
+    settings: parking_lot::RwLock<crate::topic_config::TopicSettings>,
 }
 
 impl HostedReplica {
@@ -151,6 +154,9 @@ struct Broker {
     producer_ids: tokio::sync::Mutex<std::ops::Range<u64>>,
     /// Failed logins by address, on both doors (each refusal waits longer).
     failed_logins: crate::security::FailedLogins,
+    /// This broker's default for every topic config key (`NodeConfig::topic_defaults` and
+    /// the keys its `LogConfig` owns).
+    topic_defaults: crate::topic_config::TopicConfigs,
 }
 
 /// A broker: hosts a replica of every configured partition, each its own Raft group, and
@@ -356,6 +362,8 @@ impl Node {
                 groups.insert(id, group);
             }
         }
+        let topic_defaults =
+            crate::topic_config::broker_defaults(&config.log, &config.topic_defaults);
         let broker = Arc::new(Broker {
             config,
             env,
@@ -377,9 +385,11 @@ impl Node {
             kafka_addr: std::sync::OnceLock::new(),
             producer_ids: tokio::sync::Mutex::new(0..0),
             failed_logins: crate::security::FailedLogins::default(),
+            topic_defaults,
         });
         // Before anything can reach the groups (see `Broker::initialize`).
         initialize_groups(&broker).await;
+        broker.refresh_topic_settings();
         let handler: Arc<dyn Handler> = Arc::new(NodeHandler {
             broker: Arc::clone(&broker),
             service: BrokerService::new(Arc::clone(&broker)),

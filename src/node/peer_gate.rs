@@ -333,6 +333,7 @@ mod tests {
                 continue;
             }
             let create = CreateTopicRequest {
+                configs: crate::topic_config::TopicConfigs::default(),
                 name: "planted".into(),
                 partitions: 1,
                 replication_factor: 1,

@@ -170,6 +170,7 @@ impl Broker {
                     if let Some(founders) = founders {
                         self.initialize(&group, &founders).await;
                     }
+                    self.apply_topic_settings(&group);
                     self.groups.write().insert(id.clone(), Arc::clone(&group));
                     tracing::info!(partition = %id, topic_id, "replica started");
                 }
@@ -320,6 +321,7 @@ pub(super) async fn open_group(spec: ReplicaSpec) -> Result<Arc<HostedReplica>> 
         store,
         sm,
         rebuilding: AtomicBool::new(false),
+        settings: parking_lot::RwLock::new(crate::topic_config::TopicSettings::unconstrained()),
     }))
 }
 

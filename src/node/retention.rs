@@ -10,6 +10,8 @@ use crate::group::records::GroupRecord;
 
 impl Broker {
     pub(crate) async fn enforce_retention(&self) -> Result<()> {
+        let now = crate::env::now_ms();
+        self.roll_aged_segments(now);
         let groups: Vec<Arc<HostedReplica>> = self.groups.read().values().cloned().collect();
         for group in groups {
             // The offsets topic keeps what its last rewrite did not supersede, whatever its
@@ -18,7 +20,17 @@ impl Broker {
                 self.offsets_keep_from(&group)
                     .and_then(|k| group.store.log().segment_floor(k))
             } else {
-                group.store.log().retention_point(crate::env::now_ms())
+                let s = *group.settings.read();
+                let time = s.retention_ms.map(std::time::Duration::from_millis);
+                // A compacted topic without `delete` in its policy keeps every segment.
+                s.delete
+                    .then(|| {
+                        group
+                            .store
+                            .log()
+                            .retention_point_with(now, time, s.retention_bytes)
+                    })
+                    .flatten()
             };
             let Some(keep_from) = keep_from else {
                 continue;

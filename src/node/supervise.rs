@@ -319,6 +319,7 @@ impl Broker {
         down.attempts += 1;
         match self.reopen(&id, down.topic_id, down.others, down.how).await {
             Ok(group) => {
+                self.apply_topic_settings(&group);
                 self.groups.write().insert(id.clone(), group);
                 tracing::info!(partition = %id, attempts = down.attempts, how = ?down.how, "stopped replica brought back");
             }

@@ -16,6 +16,14 @@ use crate::types::{LeaderHint, LogIndex, Offset, PartitionId, ProducerSeq};
 use super::supervise::RebuildCause;
 use super::{Broker, HostedReplica};
 
+/// Whether a replog payload of `count` records (validated) has a record without a key.
+fn has_keyless(payload: &[u8], count: u32) -> bool {
+    let mut pos = 0usize;
+    (0..count).any(|_| {
+        crate::segment::record::RecordRef::read(payload, &mut pos).is_none_or(|r| r.key.is_none())
+    })
+}
+
 /// The largest uncompressed Kafka batch a leader checks on the runtime worker that received it
 /// (about 25 µs of CRC-32C and record walking); larger and compressed ones are checked on the
 /// blocking pool.
@@ -76,11 +84,13 @@ impl Broker {
         // before anything reaches Raft: a batch the log would refuse to store must never be
         // proposed (its storage error would stop the group for good).
         let limits = group.store.log().limits();
+        let settings = *group.settings.read();
         let len = request.records.len() as u64;
-        if len > u64::from(limits.batch_bytes_max) {
+        let max = limits.batch_bytes_max.min(settings.max_message_bytes);
+        if len > u64::from(max) {
             return Err(Error::BatchTooLarge {
                 len,
-                max: u64::from(limits.batch_bytes_max),
+                max: u64::from(max),
             });
         }
         // A Kafka batch is checked whole here (CRC-32C, records, codec, limits), once;
@@ -93,10 +103,11 @@ impl Broker {
                 &request.records,
                 request.record_count,
                 limits,
-            ),
+            )
+            .map(|()| settings.compact && has_keyless(&request.records, request.record_count)),
             PayloadFormat::Kafka => {
                 let (records, limits) = (request.records.clone(), *limits);
-                let accept = move || crate::segment::kafka::accept(&records, &limits);
+                let accept = move || crate::segment::kafka::accept_keyed(&records, &limits);
                 let inline = request.records.len() <= KAFKA_INLINE_CHECK_BYTES
                     && crate::segment::kafka::header(&request.records).is_ok_and(|h| h.codec == 0);
                 let info = if inline {
@@ -106,9 +117,9 @@ impl Broker {
                         .await
                         .unwrap_or(Err(CorruptKind::BadKafkaBatch("records do not decode")))
                 };
-                info.and_then(|info| {
+                info.and_then(|(info, keyless)| {
                     if info.record_count == request.record_count {
-                        Ok(())
+                        Ok(keyless)
                     } else {
                         Err(CorruptKind::BadKafkaBatch(
                             "record count differs from the request's",
@@ -117,10 +128,16 @@ impl Broker {
                 })
             }
         };
-        checked.map_err(|kind| match kind {
+        let keyless = checked.map_err(|kind| match kind {
             CorruptKind::LengthOutOfRange { len, max } => Error::RecordTooLarge { len, max },
             kind => Error::InvalidBatch { kind },
         })?;
+        if keyless && settings.compact {
+            return Err(Error::InvalidRecord(format!(
+                "topic {} is compacted: every record needs a key",
+                group.id.topic
+            )));
+        }
         let (record_count, producer_id, epoch, got) = (
             request.record_count,
             request.producer_id,
@@ -130,8 +147,17 @@ impl Broker {
         // The leader's clock stamps the batch (Kafka's LogAppendTime); replicas store it as is.
         // Never below the log's latest stamp (a predecessor's clock may have been ahead), so
         // that a search by time finds batches in offset order.
+        let timestamp_ms = crate::env::now_ms().max(group.store.log().max_timestamp_ms());
+        // A `LogAppendTime` topic's Kafka batches carry that stamp for Kafka's consumers too
+        // (replog's own batches have no other time).
+        let records = if settings.log_append_time && request.format == PayloadFormat::Kafka {
+            crate::segment::kafka::stamp_log_append_time(&request.records, timestamp_ms)
+        } else {
+            request.records
+        };
         let request = AppendRequest {
-            timestamp_ms: crate::env::now_ms().max(group.store.log().max_timestamp_ms()),
+            timestamp_ms,
+            records,
             ..request
         };
         let timeout = self.config.request_timeout;

@@ -157,10 +157,46 @@ pub(crate) fn header(b: &[u8]) -> Result<KafkaBatchInfo, CorruptKind> {
 ///
 /// Never, for any input.
 pub(crate) fn accept(b: &Bytes, limits: &Limits) -> Result<KafkaBatchInfo, CorruptKind> {
+    accept_keyed(b, limits).map(|(info, _)| info)
+}
+
+/// [`accept`], also saying whether a record of the batch has no key (which a compacted topic
+/// refuses).
+pub(crate) fn accept_keyed(
+    b: &Bytes,
+    limits: &Limits,
+) -> Result<(KafkaBatchInfo, bool), CorruptKind> {
     let info = check(b)?;
     let records = records_bytes(b, &info, limits)?;
-    walk_records(&records, info.record_count as usize, limits, |_| {})?;
-    Ok(info)
+    let mut keyless = false;
+    walk_records(&records, info.record_count as usize, limits, |r| {
+        keyless |= r.key.is_none();
+    })?;
+    Ok((info, keyless))
+}
+
+/// A copy of the accepted batch `b` stamped with the broker's time, as Kafka's leader stamps
+/// the batches of a `LogAppendTime` topic: the timestamp-type attribute set, the max
+/// timestamp `time_ms`, and the CRC-32C summed again over the changed bytes. Consumers read
+/// `time_ms` as every record's timestamp. A batch too short for a header is returned as is
+/// (the caller checked it).
+pub(crate) fn stamp_log_append_time(b: &[u8], time_ms: u64) -> Bytes {
+    let mut out = BytesMut::from(b);
+    if out.len() < BATCH_HEADER_LEN {
+        return out.freeze();
+    }
+    let attributes = be_i16(b, ATTRIBUTES_POS).unwrap_or(0) | LOG_APPEND_TIME;
+    if let Some(mut field) = out.get_mut(ATTRIBUTES_POS..ATTRIBUTES_POS + 2) {
+        field.put_i16(attributes);
+    }
+    if let Some(mut field) = out.get_mut(MAX_TIMESTAMP_POS..MAX_TIMESTAMP_POS + 8) {
+        field.put_i64(i64::try_from(time_ms).unwrap_or(i64::MAX));
+    }
+    let crc = crc32c::crc32c(out.get(ATTRIBUTES_POS..).unwrap_or_default());
+    if let Some(mut field) = out.get_mut(CRC_POS..ATTRIBUTES_POS) {
+        field.put_u32(crc);
+    }
+    out.freeze()
 }
 
 /// The records of a stored batch (one [`accept`] passed where it entered the log), as replog

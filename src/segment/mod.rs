@@ -158,6 +158,20 @@ impl Segment {
         }
     }
 
+    /// The stamp of the segment's first frame (FORMAT.md §5), if it has one: read from the
+    /// published bytes, which were checked when they were written or recovered.
+    pub(crate) fn first_timestamp_ms(&self) -> Option<u64> {
+        let data_len = self.state.read().data_len;
+        if data_len <= format::SEGMENT_HEADER_LEN {
+            return None;
+        }
+        let data = self.map.published().get(..data_len)?;
+        format::get_u64(
+            data,
+            format::SEGMENT_HEADER_LEN + format::FRAME_TIMESTAMP_POS,
+        )
+    }
+
     /// Records a frame the writer has just published at `pos`.
     pub(crate) fn note_appended(&self, pos: usize, h: &FrameHeader) {
         let mut s = self.state.write();

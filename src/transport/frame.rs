@@ -69,6 +69,8 @@ pub(crate) enum Op {
     Acls = 16,
     /// Admin: users' SCRAM credentials described or changed.
     Users = 17,
+    /// Admin: a topic's configs described or changed.
+    TopicConfigs = 18,
 }
 
 impl Op {
@@ -92,6 +94,7 @@ impl Op {
             Op::SaslAuthenticate => "sasl_authenticate",
             Op::Acls => "acls",
             Op::Users => "users",
+            Op::TopicConfigs => "topic_configs",
         }
     }
 
@@ -114,6 +117,7 @@ impl Op {
             15 => Some(Op::SaslAuthenticate),
             16 => Some(Op::Acls),
             17 => Some(Op::Users),
+            18 => Some(Op::TopicConfigs),
             _ => None,
         }
     }

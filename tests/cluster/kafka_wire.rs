@@ -325,7 +325,10 @@ async fn kafkas_admin_epoch_and_refusal_apis_answer_as_kafka_does() {
     let mut c = CreatableTopicConfig::default();
     c.name = StrBytes::from_static_str("retention.ms");
     c.value = Some(StrBytes::from_static_str("1000"));
-    with_config.topics[0].configs.push(c);
+    with_config.topics[0].configs.push(c.clone());
+    let mut misconfigured = create("misconfigured", 1, 1);
+    c.value = Some(StrBytes::from_static_str("a week"));
+    misconfigured.topics[0].configs.push(c);
     let mut validate = create("checked", 2, 3);
     validate.validate_only = true;
     for (request, code, what) in [
@@ -333,7 +336,8 @@ async fn kafkas_admin_epoch_and_refusal_apis_answer_as_kafka_does() {
         (create("wide", 3, 5), 38, "factor above the brokers"),
         (create("none", 0, 1), 37, "no partitions"),
         (create("bad/name", 1, 1), 17, "bad name"),
-        (with_config, 40, "per-topic configs"),
+        (with_config, 0, "a topic config"),
+        (misconfigured, 40, "a config value out of range"),
         (validate, 0, "validate only"),
     ] {
         let (_, answer): (usize, CreateTopicsResponse) =
@@ -397,6 +401,26 @@ async fn kafkas_admin_epoch_and_refusal_apis_answer_as_kafka_does() {
     assert!(names.contains(&"retention.ms") && names.contains(&"max.message.bytes"));
     assert_eq!(configs.results[1].configs.len(), 1);
     assert_eq!(configs.results[2].error_code, 3);
+    // The config set at creation through broker 1, described by broker 3 once it applied it.
+    let mut describe = DescribeConfigsRequest::default();
+    let mut res = DescribeConfigsResource::default();
+    res.resource_type = 2;
+    res.resource_name = StrBytes::from_static_str("configured");
+    res.configuration_keys = Some(vec![StrBytes::from_static_str("retention.ms")]);
+    describe.resources.push(res);
+    wait_until(
+        Duration::from_secs(20),
+        "broker 3 applies the topic's config",
+        async || {
+            let (_, configs): (usize, DescribeConfigsResponse) =
+                kafka_call(kafka[2], ApiKey::DescribeConfigs, 4, &describe).await;
+            match configs.results[0].configs.first() {
+                Some(c) if c.value.as_deref() == Some("1000") && c.config_source == 1 => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
 
     let (_, cluster_info): (usize, DescribeClusterResponse) = kafka_call(
         kafka[0],

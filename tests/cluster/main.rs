@@ -21,6 +21,7 @@ mod idempotence;
 mod kafka;
 mod kafka_acls;
 mod kafka_answers;
+mod kafka_configs;
 mod kafka_groups;
 mod kafka_python;
 mod kafka_sasl;
@@ -33,6 +34,7 @@ mod processes;
 mod replication;
 #[path = "../support/mod.rs"]
 mod support;
+mod topic_configs;
 mod topics;
 
 const TOPIC: &str = "email.send";

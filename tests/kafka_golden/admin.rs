@@ -1,19 +1,17 @@
-//! The admin APIs: CreateTopics (2 to 7), DeleteTopics (1 to 6), DescribeConfigs (1 to 4) and
-//! DescribeCluster (0 to 2), with their refusals (a topic that exists, a name no topic can
-//! have, a manual assignment, a topic that does not exist, a resource type not described, an
-//! endpoint type replog does not have).
+//! The admin APIs: CreateTopics (2 to 7), DeleteTopics (1 to 6) and DescribeCluster (0 to 2),
+//! with their refusals (a topic that exists, a name no topic can have, a manual assignment, a
+//! config no topic can have, a topic that does not exist, an endpoint type replog does not
+//! have).
 
-use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
+use kafka_protocol::messages::create_topics_request::{
+    CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig,
+};
 use kafka_protocol::messages::create_topics_response::{
     CreatableTopicConfigs, CreatableTopicResult,
 };
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
-use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
-use kafka_protocol::messages::describe_configs_response::{
-    DescribeConfigsResourceResult, DescribeConfigsResult,
-};
 use kafka_protocol::messages::*;
 
 use crate::{Broker, Golden, TOPIC, s, topic, versions};
@@ -21,7 +19,6 @@ use crate::{Broker, Golden, TOPIC, s, topic, versions};
 pub(crate) const GOLDEN: Golden = &[
     (ApiKey::CreateTopics, &[2, 7]),
     (ApiKey::DeleteTopics, &[1, 6]),
-    (ApiKey::DescribeConfigs, &[1, 4]),
     (ApiKey::DescribeCluster, &[0, 2]),
 ];
 
@@ -32,18 +29,16 @@ fn creatable(name: &str, partitions: i32, factor: i16) -> CreatableTopic {
         .with_replication_factor(factor)
 }
 
-/// A new topic's result: the crate's default empty message; from version 5 its settings, as
-/// DescribeConfigs lists them.
+/// A new topic's result: the crate's default empty message; from version 5 its configs, as
+/// DescribeConfigs lists them (`retention.ms` set on it).
 fn created(name: &str, partitions: i32, factor: i16) -> CreatableTopicResult {
-    let configs = settings()
+    let configs = crate::configs::topic_configs(&[("retention.ms", "1000")])
         .into_iter()
         .map(|c| {
             CreatableTopicConfigs::default()
                 .with_name(c.name)
                 .with_value(c.value)
-                .with_read_only(c.read_only)
                 .with_config_source(c.config_source)
-                .with_is_sensitive(c.is_sensitive)
         })
         .collect();
     CreatableTopicResult::default()
@@ -78,13 +73,26 @@ async fn create_and_delete_topics_answer_each_topic() {
                     .with_partition_index(0)
                     .with_broker_ids(vec![BrokerId(1)]),
             ]);
+        let config = |name: &str, value: Option<&str>| {
+            CreatableTopicConfig::default()
+                .with_name(s(name))
+                .with_value(value.map(s))
+        };
+        let made_topic =
+            creatable(&made, 3, -1).with_configs(vec![config("retention.ms", Some("1000"))]);
+        let misconfigured = creatable("misconfigured", 1, 1)
+            .with_configs(vec![config("retention.ms", Some("a week"))]);
+        let unvalued =
+            creatable("unvalued", 1, 1).with_configs(vec![config("cleanup.policy", None)]);
         let request = CreateTopicsRequest::default()
             .with_timeout_ms(10_000)
             .with_topics(vec![
-                creatable(&made, 3, -1),
+                made_topic,
                 creatable(TOPIC, 1, 1),
                 creatable("not a topic name!", 1, 1),
                 assigned,
+                misconfigured,
+                unvalued,
             ]);
         let answer = broker.exchange(ApiKey::CreateTopics, cv, &request).await;
         // The service's reasons, as the messages say them.
@@ -98,6 +106,12 @@ async fn create_and_delete_topics_answer_each_topic() {
                  not ' '",
             ),
             refused("assigned", 39, "replog assigns replicas itself"),
+            refused(
+                "misconfigured",
+                40,
+                "invalid topic config retention.ms=a week: must be a whole number",
+            ),
+            refused("unvalued", 40, "cleanup.policy needs a value"),
         ]);
         broker.assert_answer(ApiKey::CreateTopics, cv, &answer, &expected);
 
@@ -123,83 +137,6 @@ async fn create_and_delete_topics_answer_each_topic() {
                 .with_error_message(Some(s("unknown topic no.such.topic"))),
         ]);
         broker.assert_answer(ApiKey::DeleteTopics, dv, &answer, &expected);
-    }
-    broker.shutdown().await;
-}
-
-/// One setting as replog describes it: read-only, from the broker's static configuration,
-/// not sensitive, no synonyms; from version 3 its type and no documentation (not asked for).
-fn setting(name: &str, value: String, config_type: i8) -> DescribeConfigsResourceResult {
-    DescribeConfigsResourceResult::default()
-        .with_name(s(name))
-        .with_value(Some(s(&value)))
-        .with_read_only(true)
-        .with_config_source(4)
-        .with_config_type(config_type)
-        .with_documentation(None)
-}
-
-/// Every topic's settings (the broker's: replog has no per-topic settings), with their
-/// default values.
-fn settings() -> Vec<DescribeConfigsResourceResult> {
-    let log = replog::LogConfig::default();
-    let unlimited = |v: Option<u64>| v.map_or(-1, |v| i64::try_from(v).unwrap());
-    vec![
-        setting("cleanup.policy", "delete".into(), 7),
-        setting("compression.type", "producer".into(), 2),
-        setting("max.message.bytes", log.batch_bytes_max.to_string(), 3),
-        setting("message.timestamp.type", "CreateTime".into(), 2),
-        setting(
-            "retention.bytes",
-            unlimited(log.retention_bytes).to_string(),
-            5,
-        ),
-        setting(
-            "retention.ms",
-            unlimited(log.retention_time.map(|t| t.as_millis() as u64)).to_string(),
-            5,
-        ),
-        setting("segment.bytes", log.segment_bytes.to_string(), 3),
-    ]
-}
-
-/// DescribeConfigs of a topic (every setting), of this broker (the one asked for), and
-/// refusals: a topic that does not exist (UNKNOWN_TOPIC_OR_PARTITION), a resource type
-/// replog does not describe (a broker logger: INVALID_REQUEST).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn describe_configs_lists_a_topics_and_a_brokers_settings() {
-    let mut broker = Broker::start().await;
-    let settings = settings();
-    for &v in versions(GOLDEN, ApiKey::DescribeConfigs) {
-        let resource = |kind: i8, name: &str, keys: Option<Vec<&str>>| {
-            DescribeConfigsResource::default()
-                .with_resource_type(kind)
-                .with_resource_name(s(name))
-                .with_configuration_keys(keys.map(|k| k.into_iter().map(s).collect()))
-        };
-        let request = DescribeConfigsRequest::default().with_resources(vec![
-            resource(2, TOPIC, None),
-            resource(4, "1", Some(vec!["segment.bytes"])),
-            resource(2, "no.such.topic", None),
-            resource(8, "1", None),
-        ]);
-        let answer = broker.exchange(ApiKey::DescribeConfigs, v, &request).await;
-        let result = |kind: i8, name: &str| {
-            DescribeConfigsResult::default()
-                .with_resource_type(kind)
-                .with_resource_name(s(name))
-        };
-        let expected = DescribeConfigsResponse::default().with_results(vec![
-            result(2, TOPIC).with_configs(settings.clone()),
-            result(4, "1").with_configs(vec![settings[6].clone()]),
-            result(2, "no.such.topic")
-                .with_error_code(3)
-                .with_error_message(Some(s("no such resource: no.such.topic"))),
-            result(8, "1")
-                .with_error_code(42)
-                .with_error_message(Some(s("replog describes topics and brokers only"))),
-        ]);
-        broker.assert_answer(ApiKey::DescribeConfigs, v, &answer, &expected);
     }
     broker.shutdown().await;
 }

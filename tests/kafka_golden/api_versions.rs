@@ -1,4 +1,4 @@
-//! ApiVersions (0 to 3): the twenty APIs served with their ranges; a newer ApiVersions answered
+//! ApiVersions (0 to 3): the APIs served with their ranges; a newer ApiVersions answered
 //! as Kafka answers it (version 0, UNSUPPORTED_VERSION, the ranges).
 
 use kafka_protocol::messages::api_versions_response::ApiVersion;
@@ -29,8 +29,10 @@ const SERVED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::InitProducerId, 0, 4),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
-    (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::DescribeCluster, 0, 2),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::DescribeAcls, 1, 3),

@@ -34,6 +34,7 @@ use replog::LocalCluster;
 mod acls;
 mod admin;
 mod api_versions;
+mod configs;
 mod fetch;
 mod group_coordinator;
 mod groups;
@@ -363,6 +364,7 @@ fn golden_cases() -> Vec<(ApiKey, i16)> {
         acls::GOLDEN,
         admin::GOLDEN,
         api_versions::GOLDEN,
+        configs::GOLDEN,
         fetch::GOLDEN,
         groups::GOLDEN,
         group_coordinator::GOLDEN,
@@ -390,7 +392,7 @@ async fn every_served_api_has_a_golden_case_at_its_oldest_and_newest_version() {
         .exchange(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default())
         .await;
     let served: ApiVersionsResponse = broker.decode(ApiKey::ApiVersions, 3, &answer);
-    assert_eq!(served.api_keys.len(), 27, "the twenty-seven APIs served");
+    assert_eq!(served.api_keys.len(), 29, "the twenty-nine APIs served");
     let cases = &golden_cases();
     let missing: Vec<String> = served
         .api_keys

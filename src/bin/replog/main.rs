@@ -10,6 +10,7 @@
 mod acls;
 mod certs;
 mod check;
+mod configs;
 mod connect;
 mod consume;
 mod demo;
@@ -68,6 +69,8 @@ enum Command {
     Demo,
     /// Adds, removes or lists ACL bindings, with kafka-acls' flags.
     Acls(acls::AclsArgs),
+    /// Describes or changes a topic's configs, with kafka-configs' flags.
+    Configs(configs::ConfigsArgs),
     /// Creates, deletes or lists SCRAM users.
     Users(users::UsersArgs),
     /// Makes TLS certificates: `certs dev` writes a local CA and certificates for a dev
@@ -131,6 +134,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
             Command::Groups(args) => done(groups::run(args).await),
             Command::Acls(args) => done(acls::run(args).await),
             Command::Users(args) => done(users::run(args).await),
+            Command::Configs(args) => done(configs::run(args).await),
             Command::Demo => done(demo::run().await),
             Command::Certs(args) => done(certs::run(args)),
             Command::Check(args) => check::run(&args),

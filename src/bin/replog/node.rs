@@ -115,6 +115,11 @@ pub(crate) struct NodeArgs {
     /// `allow.everyone.if.no.acl.found`).
     #[arg(long, requires = "authorization")]
     allow_everyone_if_no_acl: bool,
+    /// This broker's default for a topic config, KEY=VALUE, for topics that do not set it
+    /// (repeatable): cleanup.policy, segment.ms, message.timestamp.type and the compaction
+    /// settings.
+    #[arg(long = "default-topic-config", value_name = "KEY=VALUE")]
+    default_topic_configs: Vec<String>,
 }
 
 /// `--kafka-security-protocol`, as Kafka names them.
@@ -259,6 +264,7 @@ impl NodeArgs {
             self.data,
         );
         config.topics = self.topics;
+        config.topic_defaults = crate::configs::parse_pairs(&self.default_topic_configs)?;
         config.join = self.join;
         config.election_timeout = Duration::from_millis(self.election_timeout_ms);
         config.heartbeat_interval = (config.election_timeout / 4).max(Duration::from_millis(20));

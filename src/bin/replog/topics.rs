@@ -38,6 +38,10 @@ pub(crate) struct TopicsArgs {
     /// Replicas of each partition (at most the number of brokers), with --create.
     #[arg(long, default_value_t = 1, requires = "create")]
     replication_factor: u32,
+    /// A topic config KEY=VALUE set from the start, with --create (repeatable; Kafka's
+    /// topic config names, e.g. cleanup.policy=compact, retention.ms=86400000).
+    #[arg(long = "config", value_name = "KEY=VALUE", requires = "create")]
+    configs: Vec<String>,
     /// Move partition --partition of the topic named by --topic to the brokers
     /// --replicas (Kafka's partition reassignment).
     #[arg(long, conflicts_with_all = ["describe", "list", "delete", "create"], requires_all = ["topic", "replicas"])]
@@ -59,6 +63,7 @@ enum Action {
         topic: String,
         partitions: u32,
         replication_factor: u32,
+        configs: Vec<String>,
     },
     /// `--delete`: a topic created at run time.
     Delete { topic: String },
@@ -87,6 +92,7 @@ impl TopicsArgs {
             topic,
             partitions,
             replication_factor,
+            configs,
             reassign,
             partition,
             replicas,
@@ -101,6 +107,7 @@ impl TopicsArgs {
                 topic,
                 partitions,
                 replication_factor,
+                configs,
             },
             Some(topic) if delete => Action::Delete { topic },
             topic if list || !describe => Action::List { topic },
@@ -117,9 +124,11 @@ pub(crate) async fn run(args: TopicsArgs) -> Result<(), CliError> {
             topic,
             partitions,
             replication_factor,
+            configs,
         } => {
+            let configs = crate::configs::parse_pairs(&configs)?;
             client
-                .create_topic(&topic, partitions, replication_factor)
+                .create_topic_with_configs(&topic, partitions, replication_factor, &configs)
                 .await?;
             println!("Created topic {topic}.");
         }
@@ -220,9 +229,28 @@ mod tests {
             Action::Create {
                 topic: t(),
                 partitions: 3,
-                replication_factor: 1
+                replication_factor: 1,
+                configs: vec![]
             }
         );
+        assert_eq!(
+            action(&[
+                "--create",
+                "--topic",
+                "t",
+                "--config",
+                "cleanup.policy=compact",
+                "--config",
+                "retention.ms=1"
+            ]),
+            Action::Create {
+                topic: t(),
+                partitions: 1,
+                replication_factor: 1,
+                configs: vec!["cleanup.policy=compact".into(), "retention.ms=1".into()]
+            }
+        );
+        assert!(refused(&["--describe", "--config", "retention.ms=1"]));
         assert_eq!(
             action(&["--delete", "--topic", "t"]),
             Action::Delete { topic: t() }

@@ -1,5 +1,5 @@
-//! Kafka's admin and cluster APIs over the broker service: CreateTopics, DeleteTopics,
-//! DescribeConfigs (topics and brokers) and DescribeCluster. Codec only:
+//! Kafka's admin and cluster APIs over the broker service: CreateTopics, DeleteTopics and
+//! DescribeCluster. Codec only:
 //! each request is mapped to the service's operation and each answer or error to Kafka's.
 
 use kafka_protocol::messages::create_topics_response::{
@@ -7,39 +7,25 @@ use kafka_protocol::messages::create_topics_response::{
 };
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
-use kafka_protocol::messages::describe_configs_response::{
-    DescribeConfigsResourceResult, DescribeConfigsResult,
-};
 use kafka_protocol::messages::{
     CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
-    DescribeClusterRequest, DescribeClusterResponse, DescribeConfigsRequest,
-    DescribeConfigsResponse, TopicName,
+    DescribeClusterRequest, DescribeClusterResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
 use crate::error::Error;
 use crate::kafka::{KafkaConfig, broker_id, code, error_code, message};
 use crate::node::service::{BrokerService, NewTopic};
-use crate::security::acl::{AclOperation, CLUSTER_RESOURCE_NAME, ResourceType};
+use crate::security::acl::{CLUSTER_RESOURCE_NAME, ResourceType};
+use crate::topic_config::TopicConfigs;
 
 /// The versions served.
 pub(crate) const APIS: &[super::Served] = &[
     (kafka_protocol::messages::ApiKey::CreateTopics, 2, 7),
     (kafka_protocol::messages::ApiKey::DeleteTopics, 1, 6),
-    (kafka_protocol::messages::ApiKey::DescribeConfigs, 1, 4),
     (kafka_protocol::messages::ApiKey::DescribeCluster, 0, 2),
 ];
 
-/// Kafka's resource types in DescribeConfigs.
-const RESOURCE_TOPIC: i8 = 2;
-const RESOURCE_BROKER: i8 = 4;
-/// Kafka's config source: a broker's static configuration (replog has no dynamic configs).
-const SOURCE_STATIC_BROKER: i8 = 4;
-/// Kafka's config types.
-const TYPE_STRING: i8 = 2;
-const TYPE_INT: i8 = 3;
-const TYPE_LONG: i8 = 5;
-const TYPE_LIST: i8 = 7;
 /// DescribeCluster's endpoint types: brokers (1) are served; controllers (2) are Kafka's
 /// KRaft quorum, which replog does not have.
 const ENDPOINT_BROKERS: i8 = 1;
@@ -73,10 +59,10 @@ fn count<T: TryInto<u32> + PartialEq>(kafka: T, default: T) -> Option<u32> {
 }
 
 /// CreateTopics: each topic through the service (its defaults, checks and wait for a metadata
-/// leader), answered once it is in the catalog (its leaders are elected right after; clients
-/// retry `LEADER_NOT_AVAILABLE`). Manual replica assignments and per-topic configs are
-/// refused here: the service's request has no room for them (replog places replicas itself
-/// and has no per-topic settings).
+/// leader), with the configs given, answered once it is in the catalog (its leaders are
+/// elected right after; clients retry `LEADER_NOT_AVAILABLE`). Manual replica assignments
+/// are refused here (replog places replicas itself); a config without a value is
+/// INVALID_CONFIG, as Kafka's.
 pub(crate) async fn create_topics(
     request: CreateTopicsRequest,
     version: i16,
@@ -89,26 +75,35 @@ pub(crate) async fn create_topics(
         res.name = t.name.clone();
         res.num_partitions = -1;
         res.replication_factor = -1;
+        let configs = t.configs.iter().map(|c| match &c.value {
+            Some(v) => Ok((c.name.as_str(), v.as_str())),
+            None => Err(format!("{} needs a value", c.name.as_str())),
+        });
+        let configs = configs
+            .collect::<Result<Vec<_>, String>>()
+            .and_then(|pairs| TopicConfigs::from_pairs(pairs).map_err(|e| e.to_string()));
         let refused = if !t.assignments.is_empty() {
-            Some((
+            Err((
                 code::INVALID_REPLICA_ASSIGNMENT,
-                "replog assigns replicas itself",
+                "replog assigns replicas itself".to_string(),
             ))
-        } else if !t.configs.is_empty() {
-            Some((code::INVALID_CONFIG, "replog has no per-topic configs"))
         } else {
-            None
+            configs.map_err(|why| (code::INVALID_CONFIG, why))
         };
-        if let Some((c, m)) = refused {
-            res.error_code = c;
-            res.error_message = message(m);
-            r.topics.push(res);
-            continue;
-        }
+        let configs = match refused {
+            Ok(configs) => configs,
+            Err((c, m)) => {
+                res.error_code = c;
+                res.error_message = message(m);
+                r.topics.push(res);
+                continue;
+            }
+        };
         let topic = NewTopic {
             name: t.name.0.to_string(),
             partitions: count(t.num_partitions, -1),
             replication_factor: count(t.replication_factor, -1),
+            configs: configs.clone(),
         };
         let created = service
             .create_new_topic(topic, request.validate_only, request_deadline)
@@ -119,7 +114,7 @@ pub(crate) async fn create_topics(
                 res.replication_factor = i16::try_from(factor).unwrap_or(i16::MAX);
                 // From version 5 Kafka answers the new topic's settings too (KIP-525).
                 if version >= 5 {
-                    res.configs = Some(created_configs(service));
+                    res.configs = Some(created_configs(service, &configs));
                 }
             }
             Err(e) => {
@@ -132,17 +127,16 @@ pub(crate) async fn create_topics(
     r
 }
 
-/// A new topic's settings as CreateTopics answers them: the ones DescribeConfigs lists.
-fn created_configs(service: &BrokerService) -> Vec<CreatableTopicConfigs> {
-    topic_configs(service)
+/// A new topic's configs as CreateTopics answers them: the ones DescribeConfigs lists.
+fn created_configs(service: &BrokerService, configs: &TopicConfigs) -> Vec<CreatableTopicConfigs> {
+    service
+        .topic_config_preview(configs)
         .into_iter()
         .map(|c| {
             let mut created = CreatableTopicConfigs::default();
-            created.name = c.name;
-            created.value = c.value;
-            created.read_only = c.read_only;
-            created.config_source = c.config_source;
-            created.is_sensitive = c.is_sensitive;
+            created.name = StrBytes::from_string(c.name);
+            created.value = Some(StrBytes::from_string(c.value));
+            created.config_source = c.source.kafka_code();
             created
         })
         .collect()
@@ -174,105 +168,6 @@ pub(crate) async fn delete_topics(
             res.error_message = message(e.to_string());
         }
         r.responses.push(res);
-    }
-    r
-}
-
-/// One read-only config entry.
-fn entry(name: &str, value: String, config_type: i8) -> DescribeConfigsResourceResult {
-    let mut c = DescribeConfigsResourceResult::default();
-    c.name = StrBytes::from_string(name.to_string());
-    c.value = Some(StrBytes::from_string(value));
-    c.read_only = true;
-    c.config_source = SOURCE_STATIC_BROKER;
-    c.config_type = config_type;
-    // Kafka writes a setting's documentation only when asked for it (and replog has none).
-    c.documentation = None;
-    c
-}
-
-/// The settings a topic's partitions have, as Kafka's topic configs name them (every topic
-/// has the broker's: replog has no per-topic settings).
-fn topic_configs(service: &BrokerService) -> Vec<DescribeConfigsResourceResult> {
-    let log = service.log_config();
-    let or_unlimited = |v: Option<u64>| v.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX));
-    vec![
-        entry("cleanup.policy", "delete".into(), TYPE_LIST),
-        entry("compression.type", "producer".into(), TYPE_STRING),
-        entry(
-            "max.message.bytes",
-            log.batch_bytes_max.to_string(),
-            TYPE_INT,
-        ),
-        entry("message.timestamp.type", "CreateTime".into(), TYPE_STRING),
-        entry(
-            "retention.bytes",
-            or_unlimited(log.retention_bytes).to_string(),
-            TYPE_LONG,
-        ),
-        entry(
-            "retention.ms",
-            or_unlimited(log.retention_time.map(|t| t.as_millis() as u64)).to_string(),
-            TYPE_LONG,
-        ),
-        entry("segment.bytes", log.segment_bytes.to_string(), TYPE_INT),
-    ]
-}
-
-/// DescribeConfigs of topics and of brokers (the same log settings), read-only; other
-/// resource types are Kafka's INVALID_REQUEST.
-pub(crate) fn describe_configs(
-    request: DescribeConfigsRequest,
-    service: &BrokerService,
-    config: &KafkaConfig,
-) -> DescribeConfigsResponse {
-    let mut r = DescribeConfigsResponse::default();
-    for resource in request.resources {
-        let mut res = DescribeConfigsResult::default();
-        res.resource_type = resource.resource_type;
-        res.resource_name = resource.resource_name.clone();
-        let name = resource.resource_name.as_str();
-        let denied = match resource.resource_type {
-            RESOURCE_TOPIC => {
-                (!service.may(AclOperation::DescribeConfigs, ResourceType::Topic, name))
-                    .then_some(code::TOPIC_AUTHORIZATION_FAILED)
-            }
-            RESOURCE_BROKER => (!service.may_on_cluster(AclOperation::DescribeConfigs))
-                .then_some(code::CLUSTER_AUTHORIZATION_FAILED),
-            _ => None,
-        };
-        if let Some(denied) = denied {
-            res.error_code = denied;
-            res.error_message = message("not authorized");
-            r.results.push(res);
-            continue;
-        }
-        let known = match resource.resource_type {
-            RESOURCE_TOPIC => service.topic_shape(name).is_some(),
-            RESOURCE_BROKER => name.is_empty() || name.parse::<u64>().ok() == Some(config.me),
-            _ => {
-                res.error_code = code::INVALID_REQUEST;
-                res.error_message = message("replog describes topics and brokers only");
-                r.results.push(res);
-                continue;
-            }
-        };
-        if !known {
-            res.error_code = if resource.resource_type == RESOURCE_TOPIC {
-                code::UNKNOWN_TOPIC_OR_PARTITION
-            } else {
-                code::INVALID_REQUEST
-            };
-            res.error_message = message(format!("no such resource: {name}"));
-            r.results.push(res);
-            continue;
-        }
-        let wanted = resource.configuration_keys;
-        res.configs = topic_configs(service)
-            .into_iter()
-            .filter(|c| wanted.as_ref().is_none_or(|keys| keys.contains(&c.name)))
-            .collect();
-        r.results.push(res);
     }
     r
 }

@@ -11,6 +11,7 @@
 pub(super) mod acls;
 pub(super) mod admin;
 pub(super) mod api_versions;
+pub(super) mod configs;
 pub(super) mod fetch;
 pub(super) mod groups;
 pub(super) mod metadata;
@@ -36,6 +37,7 @@ pub(crate) fn served() -> impl Iterator<Item = Served> {
         groups::APIS,
         producer_ids::APIS,
         admin::APIS,
+        configs::APIS,
         sasl::APIS,
         acls::APIS,
         users::APIS,
@@ -49,12 +51,12 @@ pub(crate) fn served() -> impl Iterator<Item = Served> {
 mod tests {
     use super::*;
 
-    /// The twenty-seven APIs served, each once.
+    /// The twenty-nine APIs served, each once.
     #[test]
     fn every_api_is_declared_by_one_handler() {
         let keys: std::collections::BTreeSet<i16> = served().map(|(k, _, _)| k as i16).collect();
         assert_eq!(keys.len(), served().count(), "an API declared twice");
-        assert_eq!(keys.len(), 27);
+        assert_eq!(keys.len(), 29);
         assert!(served().all(|(_, min, max)| min <= max));
     }
 }

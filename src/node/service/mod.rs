@@ -188,11 +188,6 @@ impl BrokerService {
         Some((partitions, u32::try_from(factor).unwrap_or(u32::MAX)))
     }
 
-    /// The log settings every partition of this broker is written with.
-    pub(crate) fn log_config(&self) -> &crate::config::LogConfig {
-        &self.broker.config.log
-    }
-
     /// FindCoordinator: the broker leading the group's offsets partition.
     pub(crate) async fn find_coordinator(&self, group: &str) -> GroupResult<Coordinator> {
         self.authorize_group(AclOperation::Describe, group)?;

@@ -8,8 +8,9 @@ use tokio::time::Instant;
 
 use super::BrokerService;
 use crate::error::{Error, Result};
-use crate::protocol::{CreateTopicRequest, DeleteTopicRequest};
+use crate::protocol::{AlterTopicConfigs, CreateTopicRequest, DeleteTopicRequest};
 use crate::security::acl::AclOperation;
+use crate::topic_config::{ConfigEntry, TopicConfigs};
 
 /// The partition count of a topic created without one.
 const DEFAULT_PARTITIONS: u32 = 1;
@@ -24,6 +25,8 @@ pub(crate) struct NewTopic {
     pub(crate) partitions: Option<u32>,
     /// `None`: [`DEFAULT_REPLICATION_FACTOR`], or the broker count if smaller.
     pub(crate) replication_factor: Option<u32>,
+    /// Configs set on the topic from the start.
+    pub(crate) configs: TopicConfigs,
 }
 
 /// Whether a topic change failed only because no metadata leader took it (one is being
@@ -66,6 +69,7 @@ impl BrokerService {
     ) -> Result<(u32, u32)> {
         let brokers = u32::try_from(self.broker_count()).unwrap_or(u32::MAX);
         let request = CreateTopicRequest {
+            configs: topic.configs,
             name: topic.name,
             partitions: topic.partitions.unwrap_or(DEFAULT_PARTITIONS),
             replication_factor: topic
@@ -96,5 +100,38 @@ impl BrokerService {
             forwarded: false,
         };
         until_leader(deadline, || self.delete_topic(request.clone())).await
+    }
+
+    /// Every config a topic of `configs` would have on this broker, with its source and
+    /// synonyms (a new topic's, as CreateTopics answers them).
+    pub(crate) fn topic_config_preview(&self, configs: &TopicConfigs) -> Vec<ConfigEntry> {
+        self.broker.topic_config_preview(configs)
+    }
+
+    /// Every config of topic `name`, with its source and synonyms (DESCRIBE_CONFIGS on the
+    /// topic).
+    pub(crate) fn describe_topic_configs(&self, name: &str) -> Result<Vec<ConfigEntry>> {
+        self.authorize_topic(AclOperation::DescribeConfigs, name)?;
+        self.broker.describe_topic_configs(name)
+    }
+
+    /// Changes a topic's configs through the metadata group (ALTER_CONFIGS on the topic),
+    /// asked again while no metadata leader takes it, until `deadline`; a forwarded change is
+    /// the forwarding broker's, authorized there.
+    pub(crate) async fn alter_topic_configs(
+        &self,
+        request: AlterTopicConfigs,
+        deadline: Instant,
+    ) -> Result<()> {
+        if !request.forwarded {
+            self.authorize_topic(AclOperation::AlterConfigs, &request.topic)?;
+        }
+        if request.forwarded || request.validate_only {
+            return self.broker.alter_topic_configs(request).await;
+        }
+        until_leader(deadline, || {
+            self.broker.alter_topic_configs(request.clone())
+        })
+        .await
     }
 }

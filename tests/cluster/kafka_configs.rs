@@ -1,0 +1,44 @@
+//! Topic configs with Kafka's own admin clients: kafka-python's and confluent-kafka's create
+//! topics with configs through one `replog node` process, describe them through another,
+//! change them with AlterConfigs and IncrementalAlterConfigs, and see a value out of range
+//! refused and a compacted topic refuse a record without a key.
+
+use crate::kafka::cluster;
+use crate::kafka_python::{python, python_clients};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafkas_admin_clients_create_describe_and_change_topic_configs() {
+    if !python_clients() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (_brokers, _addrs, kafka) = cluster(dir.path());
+    let (ok, out, err) = python(
+        "configs.py",
+        vec![kafka[0].to_string(), kafka[1].to_string()],
+    )
+    .await;
+    assert!(ok, "{out}{err}");
+    println!("{out}");
+    let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let c = &r["confluent"];
+    assert_eq!(c["created"]["cleanup.policy"], "compact", "{r}");
+    assert_eq!(c["created"]["retention.ms"], "1000", "{r}");
+    assert_eq!(c["created"]["segment.ms"], "604800000", "{r}");
+    // confluent-kafka's ConfigSource.DYNAMIC_TOPIC_CONFIG.
+    assert_eq!(c["retention_source"], 1, "{r}");
+    assert_eq!(c["keyless"], "INVALID_RECORD", "{r}");
+    assert!(c["keyed"].is_null(), "{r}");
+    assert_eq!(c["incremental"]["cleanup.policy"], "compact,delete", "{r}");
+    assert_eq!(c["incremental"]["retention.ms"], "5000", "{r}");
+    assert_eq!(c["bad_value"], "INVALID_CONFIG", "{r}");
+    assert_eq!(c["after_bad"], "5000", "{r}");
+    let k = &r["kafka_python"];
+    assert_eq!(k["created"]["retention.ms"], "3000", "{r}");
+    assert_eq!(k["created"]["segment.ms"], "600000", "{r}");
+    assert_eq!(k["created"]["cleanup.policy"], "delete", "{r}");
+    assert_eq!(k["altered"]["retention.ms"], "4000", "{r}");
+    // kafka-python's AlterConfigs carries the topic's other keys along.
+    assert_eq!(k["altered"]["segment.ms"], "600000", "{r}");
+    assert_eq!(k["incremental"], "delete,compact", "{r}");
+}

@@ -1,0 +1,196 @@
+//! Topic configs over the native door, on a three-broker cluster: set at creation and changed
+//! at run time through any broker, applied by every replica without a restart (a compacted
+//! topic refuses keyless records, `max.message.bytes` bounds a produce, `retention.ms` with
+//! `segment.ms` removes old records), refused with the key named when out of range; and the
+//! CLI's `replog configs` and `replog topics --create --config`.
+
+use std::time::Duration;
+
+use replog::{ClientConfig, ConfigChange, ConfigSource, Error, Offset, Record, TopicConfigs};
+
+use crate::support::{cli, connect, local_cluster, wait_until};
+
+const TOPIC: &str = "configured";
+
+fn set(key: &str, value: &str) -> ConfigChange {
+    ConfigChange::Set {
+        key: key.into(),
+        value: value.into(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topic_configs_apply_on_every_replica_without_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = local_cluster(3, dir.path(), "other", 1, |c| {
+        c.retention_check_interval = Duration::from_millis(100);
+    })
+    .await;
+    let addrs = cluster.addrs();
+    let client = connect(&addrs, ClientConfig::default(), Duration::from_secs(20)).await;
+
+    // Created compacted: a record without a key is refused, with a key it is written.
+    let configs = TopicConfigs::from_pairs([("cleanup.policy", "compact")]).unwrap();
+    client
+        .create_topic_with_configs(TOPIC, 1, 3, &configs)
+        .await
+        .unwrap();
+    let keyless = client.send(TOPIC, 0, &[Record::new("v")]).await;
+    assert!(
+        matches!(keyless, Err(Error::InvalidRecord(_))),
+        "{keyless:?}"
+    );
+    client
+        .send(TOPIC, 0, &[Record::new("v").with_key("k")])
+        .await
+        .unwrap();
+
+    // Described through every broker with its source.
+    for addr in &addrs {
+        let one = connect(&[*addr], ClientConfig::default(), Duration::from_secs(20)).await;
+        let entries = one.describe_topic_configs(TOPIC).await.unwrap();
+        let policy = entries.iter().find(|e| e.name == "cleanup.policy").unwrap();
+        assert_eq!(
+            (policy.value.as_str(), policy.source),
+            ("compact", ConfigSource::Topic)
+        );
+        let segment_ms = entries.iter().find(|e| e.name == "segment.ms").unwrap();
+        assert_eq!(segment_ms.source, ConfigSource::Default);
+    }
+
+    // Bad changes name their key and change nothing.
+    for bad in [
+        set("retention.ms", "-5"),
+        set("no.such.key", "1"),
+        set("max.message.bytes", "999999999"),
+    ] {
+        match client
+            .alter_topic_configs(TOPIC, std::slice::from_ref(&bad))
+            .await
+        {
+            Err(Error::InvalidTopicConfig { key, .. }) => {
+                let ConfigChange::Set { key: asked, .. } = &bad else {
+                    unreachable!()
+                };
+                assert_eq!(&key, asked);
+            }
+            other => panic!("{bad:?}: {other:?}"),
+        }
+    }
+    assert!(matches!(
+        client
+            .alter_topic_configs("no.such.topic", &[set("retention.ms", "1")])
+            .await,
+        Err(Error::UnknownTopic(_))
+    ));
+
+    // Back to delete, and a small max.message.bytes: a larger batch is refused.
+    client
+        .alter_topic_configs(
+            TOPIC,
+            &[
+                ConfigChange::Delete {
+                    key: "cleanup.policy".into(),
+                },
+                set("max.message.bytes", "2048"),
+            ],
+        )
+        .await
+        .unwrap();
+    let big = client.send(TOPIC, 0, &[Record::new(vec![1u8; 4096])]).await;
+    assert!(matches!(big, Err(Error::BatchTooLarge { .. })), "{big:?}");
+    let keyless = client
+        .send(TOPIC, 0, &[Record::new("now a keyless one")])
+        .await;
+    assert!(keyless.is_ok(), "{keyless:?}");
+
+    // Records older than retention.ms go once segment.ms rolls their segment: on every
+    // replica, without a restart.
+    client
+        .alter_topic_configs(
+            TOPIC,
+            &[set("retention.ms", "200"), set("segment.ms", "100")],
+        )
+        .await
+        .unwrap();
+    for id in 1..=3 {
+        let node = cluster.node(id).unwrap();
+        wait_until(
+            Duration::from_secs(20),
+            &format!("broker {id} to remove the old records"),
+            async || {
+                let st = node.status(TOPIC, 0).unwrap();
+                (st.log_start == Offset(2))
+                    .then_some(())
+                    .ok_or(format!("{st:?}"))
+            },
+        )
+        .await;
+    }
+    cluster.shutdown().await.unwrap();
+}
+
+/// `replog topics --create --config`, `replog configs --alter` and `--describe` against
+/// broker processes.
+#[test]
+fn the_cli_creates_describes_and_changes_topic_configs() {
+    let dir = tempfile::tempdir().unwrap();
+    let addrs = crate::support::process_addrs(1);
+    let _broker = crate::support::Broker::spawn(1, &addrs, dir.path(), &[]);
+    let server = addrs[0].to_string();
+    let run = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--bootstrap-server", server.as_str()]);
+        let (ok, out, err) = cli(&all, "");
+        assert!(ok, "{args:?}: {err}");
+        out
+    };
+    crate::support::wait_until_blocking(Duration::from_secs(20), "the broker to start", || {
+        let (ok, _, err) = cli(&["topics", "--list", "--bootstrap-server", &server], "");
+        if ok { Ok(()) } else { Err(err) }
+    });
+    run(&[
+        "topics",
+        "--create",
+        "--topic",
+        "t",
+        "--config",
+        "cleanup.policy=compact",
+        "--config",
+        "retention.ms=1000",
+    ]);
+    // `replog configs --entity-type topics --entity-name t` with `more`.
+    let configs = |more: &[&'static str]| {
+        let mut args = vec!["configs", "--entity-type", "topics", "--entity-name", "t"];
+        args.extend(more);
+        args
+    };
+    let described = run(&configs(&["--describe"]));
+    assert!(
+        described.contains("cleanup.policy=compact ")
+            && described.contains("retention.ms=1000 ")
+            && !described.contains("segment.ms"),
+        "{described}"
+    );
+    run(&configs(&[
+        "--alter",
+        "--add-config",
+        "cleanup.policy=[compact,delete],segment.ms=60000",
+        "--delete-config",
+        "retention.ms",
+    ]));
+    let all = run(&configs(&["--describe", "--all"]));
+    assert!(
+        all.contains("cleanup.policy=compact,delete ")
+            && all.contains("segment.ms=60000 ")
+            && all.contains("retention.ms=-1 ")
+            && all.contains("STATIC_BROKER_CONFIG:log.retention.ms=-1"),
+        "{all}"
+    );
+    let mut bad: Vec<&str> = configs(&["--alter", "--add-config", "retention.ms=soon"])
+        .into_iter()
+        .collect();
+    bad.extend(["--bootstrap-server", &server]);
+    let (ok, _, err) = cli(&bad, "");
+    assert!(!ok && err.contains("retention.ms"), "{err}");
+}

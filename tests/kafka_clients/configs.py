@@ -1,0 +1,154 @@
+"""Topic configs through the admin clients of kafka-python and confluent-kafka (driven by
+tests/cluster/kafka_configs.rs): each creates a topic with configs, describes them, changes
+them with AlterConfigs and IncrementalAlterConfigs through another broker, and sees a
+compacted topic refuse a record without a key.
+
+  configs.py BOOTSTRAP_A BOOTSTRAP_B
+      prints one JSON line of what each client saw
+"""
+import json
+import sys
+import time
+
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
+from kafka.admin import ConfigResource as KpConfigResource
+from kafka.admin import ConfigResourceType as KpConfigResourceType
+from kafka.admin import KafkaAdminClient
+from kafka.admin import NewTopic as KpNewTopic
+
+
+def until(fetch, ok, budget=30):
+    """Calls `fetch` until its result satisfies `ok` (a change made through one broker is
+    applied by the others a moment later), at most `budget` seconds; returns the result."""
+    deadline = time.time() + budget
+    while True:
+        try:
+            result = fetch()
+            if ok(result):
+                return result
+        except Exception:  # noqa: BLE001 - retried until the budget ends
+            if time.time() > deadline:
+                raise
+        if time.time() > deadline:
+            raise AssertionError(f"never satisfied: {result}")
+        time.sleep(0.2)
+
+
+def confluent(a, b):
+    out = {}
+    admin_a = AdminClient({"bootstrap.servers": a})
+    admin_b = AdminClient({"bootstrap.servers": b})
+    topic = "cfk.configured"
+    fs = admin_a.create_topics(
+        [NewTopic(topic, 1, 3, config={"cleanup.policy": "compact", "retention.ms": "1000"})]
+    )
+    fs[topic].result(30)
+
+    def described():
+        r = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        configs = admin_b.describe_configs([r])[r].result(30)
+        return {k: (v.value, v.source) for k, v in configs.items()}
+
+    d = until(described, lambda d: d["cleanup.policy"][0] == "compact")
+    out["created"] = {k: d[k][0] for k in ("cleanup.policy", "retention.ms", "segment.ms")}
+    out["retention_source"] = d["retention.ms"][1]
+
+    # A record without a key on a compacted topic (its whole batch is refused, as Kafka's
+    # is), then one with a key in a batch of its own.
+    producer = Producer({"bootstrap.servers": a})
+    errors = []
+    producer.produce(topic, b"no key", callback=lambda err, _m: errors.append(err))
+    producer.flush(30)
+    producer.produce(topic, b"v", key=b"k", callback=lambda err, _m: errors.append(err))
+    producer.flush(30)
+    out["keyless"] = errors[0].name() if errors and errors[0] else None
+    out["keyed"] = errors[1].name() if len(errors) > 1 and errors[1] else None
+
+    # IncrementalAlterConfigs through the other broker.
+    r = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry("retention.ms", "5000", incremental_operation=AlterConfigOpType.SET),
+            ConfigEntry("cleanup.policy", "delete", incremental_operation=AlterConfigOpType.APPEND),
+            ConfigEntry("segment.ms", None, incremental_operation=AlterConfigOpType.DELETE),
+        ],
+    )
+    admin_b.incremental_alter_configs([r])[r].result(30)
+    d = until(described, lambda d: d["retention.ms"][0] == "5000")
+    out["incremental"] = {k: d[k][0] for k in ("cleanup.policy", "retention.ms")}
+
+    # A value out of range: refused, nothing changed.
+    bad = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry("retention.ms", "-7", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    try:
+        admin_a.incremental_alter_configs([bad])[bad].result(30)
+        out["bad_value"] = None
+    except KafkaException as e:
+        out["bad_value"] = e.args[0].name()
+    out["after_bad"] = described()["retention.ms"][0]
+    return out
+
+
+def kafka_python(a, b):
+    out = {}
+    admin_a = KafkaAdminClient(bootstrap_servers=a)
+    admin_b = KafkaAdminClient(bootstrap_servers=b)
+    topic = "kp.configured"
+    admin_a.create_topics(
+        [KpNewTopic(topic, 1, 3, topic_configs={"retention.ms": "3000", "segment.ms": "600000"})]
+    )
+
+    def described():
+        r = admin_b.describe_configs(
+            [KpConfigResource(KpConfigResourceType.TOPIC, topic)], config_filter="all"
+        )
+        return {k: v["value"] for k, v in r["topic"][topic].items()}
+
+    d = until(described, lambda d: d["retention.ms"] == "3000")
+    out["created"] = {k: d[k] for k in ("retention.ms", "segment.ms", "cleanup.policy")}
+    # AlterConfigs (the whole set; kafka-python adds the keys the topic has set that the
+    # request leaves out, so segment.ms stays).
+    admin_b.alter_configs(
+        [KpConfigResource(KpConfigResourceType.TOPIC, topic, configs={"retention.ms": "4000"})],
+        incremental=False,
+    )
+    d = until(described, lambda d: d["retention.ms"] == "4000")
+    out["altered"] = {k: d[k] for k in ("retention.ms", "segment.ms")}
+    # IncrementalAlterConfigs.
+    admin_a.alter_configs(
+        [
+            KpConfigResource(
+                KpConfigResourceType.TOPIC,
+                topic,
+                configs={"cleanup.policy": ("APPEND", "compact")},
+            )
+        ],
+        incremental=True,
+    )
+    d = until(described, lambda d: "compact" in d["cleanup.policy"])
+    out["incremental"] = d["cleanup.policy"]
+    admin_a.close()
+    admin_b.close()
+    return out
+
+
+def main():
+    a, b = sys.argv[1], sys.argv[2]
+    print(json.dumps({"confluent": confluent(a, b), "kafka_python": kafka_python(a, b)}))
+
+
+if __name__ == "__main__":
+    main()
