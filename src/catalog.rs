@@ -143,6 +143,15 @@ pub(crate) enum MetaCommand {
         version: u64,
         configs: TopicConfigs,
     },
+    /// Topic `name` (of id `topic_id`, with `from` partitions) grows by `assignment`'s
+    /// partitions (their brokers, the preferred leader first), numbered from `from`. Refused
+    /// if the topic is another by now, or grew meanwhile (its proposer computes it again).
+    AddPartitions {
+        name: String,
+        topic_id: u64,
+        from: u32,
+        assignment: Vec<Vec<NodeId>>,
+    },
 }
 
 /// Longest user name a credential may have, in bytes.
@@ -204,8 +213,8 @@ pub(crate) enum Refused {
     UnknownTopic,
     /// Deleting a configured topic, or a malformed command.
     Invalid(String),
-    /// A topic config change computed from configs since changed.
-    ConfigsChanged,
+    /// A change of a topic computed from a state of it that has changed since.
+    TopicChanged,
     /// A topic config refused: its key, value and why.
     InvalidConfig(String, Option<String>, String),
 }
@@ -354,13 +363,19 @@ impl Catalog {
                 assignment,
                 configs,
             }) => self.create_topic(offset, name, assignment, configs),
+            Some(MetaCommand::AddPartitions {
+                name,
+                topic_id,
+                from,
+                assignment,
+            }) => self.add_partitions(name, *topic_id, *from, assignment),
             Some(MetaCommand::SetTopicConfigs {
                 name,
                 version,
                 configs,
             }) => match self.topics.get_mut(name) {
                 None => Err(Refused::UnknownTopic),
-                Some(t) if t.config_version != *version => Err(Refused::ConfigsChanged),
+                Some(t) if t.config_version != *version => Err(Refused::TopicChanged),
                 Some(t) => match configs.check() {
                     Err(crate::error::Error::InvalidTopicConfig { key, value, reason }) => {
                         Err(Refused::InvalidConfig(key, value, reason))
@@ -528,6 +543,41 @@ impl Catalog {
             name.to_string(),
             TopicEntry::new(offset + 1, assignment.to_vec(), configs.clone()),
         );
+        Ok(())
+    }
+
+    /// Grows topic `name` of id `topic_id` from `from` partitions by `assignment`.
+    fn add_partitions(
+        &mut self,
+        name: &str,
+        topic_id: u64,
+        from: u32,
+        assignment: &[Vec<NodeId>],
+    ) -> Result<(), Refused> {
+        let t = match self.topics.get_mut(name) {
+            Some(t) if t.id == topic_id => t,
+            _ => return Err(Refused::UnknownTopic),
+        };
+        if t.id == CONFIGURED_TOPIC_ID {
+            return Err(Refused::Invalid(format!(
+                "topic {name} is configured on the brokers: its partitions are theirs"
+            )));
+        }
+        if t.assignment.len() != from as usize {
+            return Err(Refused::TopicChanged);
+        }
+        let total = t.assignment.len().saturating_add(assignment.len());
+        if assignment.is_empty() || total > PARTITIONS_MAX as usize {
+            return Err(Refused::Invalid(format!(
+                "a topic has 1 to {PARTITIONS_MAX} partitions"
+            )));
+        }
+        for replicas in assignment {
+            check_replicas(replicas, &self.brokers).map_err(Refused::Invalid)?;
+        }
+        t.assignment.extend(assignment.iter().cloned());
+        t.leaving.resize(total, Vec::new());
+        t.moved.resize(total, false);
         Ok(())
     }
 

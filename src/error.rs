@@ -175,6 +175,18 @@ pub enum Error {
         max: u32,
     },
 
+    /// A topic asked to grow to no more partitions than it has: partitions are only ever
+    /// added (a key's records would otherwise lose their partition).
+    #[error("topic {topic} has {current} partitions; it only grows, not to {requested}")]
+    PartitionsNotAdded {
+        /// The topic.
+        topic: String,
+        /// Its partitions.
+        current: u32,
+        /// The count asked for.
+        requested: u32,
+    },
+
     /// A topic's replication factor is 0 or larger than the cluster's broker count.
     #[error("replication factor {requested} with {brokers} brokers")]
     InvalidReplicationFactor {

@@ -247,6 +247,16 @@ pub(crate) struct AlterTopicConfigs {
     pub(crate) forwarded: bool,
 }
 
+/// `Op::CreatePartitions` request: topic `name` grown to `count` partitions; answered
+/// `Result<(), WireError>` once the metadata leader applied it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct CreatePartitionsRequest {
+    pub(crate) name: String,
+    pub(crate) count: u32,
+    /// Only check that it could be done.
+    pub(crate) validate_only: bool,
+}
+
 /// `Op::Propose` request: a metadata command to commit (a broker's registration, a partition's
 /// move or its end); answered `Result<(), WireError>` once the metadata leader has applied it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -406,6 +416,12 @@ pub(crate) enum WireError {
     },
     /// A record its topic does not take.
     InvalidRecord(String),
+    /// A topic asked to grow to no more partitions than it has.
+    PartitionsNotAdded {
+        topic: String,
+        current: u32,
+        requested: u32,
+    },
 }
 
 impl WireError {
@@ -425,6 +441,15 @@ impl WireError {
                 reason: reason.clone(),
             },
             Error::InvalidRecord(reason) => WireError::InvalidRecord(reason.clone()),
+            Error::PartitionsNotAdded {
+                topic,
+                current,
+                requested,
+            } => WireError::PartitionsNotAdded {
+                topic: topic.clone(),
+                current: *current,
+                requested: *requested,
+            },
             Error::Indeterminate { reason, .. } => WireError::Indeterminate(reason.clone()),
             Error::OffsetOutOfRange { start, end, .. } => WireError::OffsetOutOfRange {
                 start: start.get(),
@@ -535,6 +560,15 @@ impl WireError {
                 Error::InvalidTopicConfig { key, value, reason }
             }
             WireError::InvalidRecord(reason) => Error::InvalidRecord(reason),
+            WireError::PartitionsNotAdded {
+                topic,
+                current,
+                requested,
+            } => Error::PartitionsNotAdded {
+                topic,
+                current,
+                requested,
+            },
             WireError::InvalidTopic(reason) => Error::InvalidTopic { reason },
             WireError::InvalidPartitionCount { requested, max } => {
                 Error::InvalidPartitionCount { requested, max }

@@ -165,6 +165,15 @@ fn metadata_commands_are_pinned_byte_by_byte() {
             },
             vec![12, 1, b't', 2, 0],
         ),
+        (
+            MetaCommand::AddPartitions {
+                name: "t".into(),
+                topic_id: 3,
+                from: 1,
+                assignment: vec![vec![2, 1]],
+            },
+            vec![13, 1, b't', 3, 1, 1, 2, 2, 1],
+        ),
     ];
     for (command, golden) in cases {
         assert_eq!(bytes(&command), golden, "{command:?}");

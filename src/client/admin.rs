@@ -173,6 +173,35 @@ impl Client {
         };
         let started = Instant::now();
         self.admin(Op::CreateTopic, &request, topic).await?;
+        self.wait_for_leaders(topic, partitions, started).await
+    }
+
+    /// Grows created topic `topic` to `partitions` partitions (never fewer: a key's records
+    /// keep their partition only while the count stays), each with as many replicas as its
+    /// others, placed as a new topic's are, and waits (up to the delivery timeout) until every
+    /// partition has a leader. Keyed records sent after it go by the new count, as Kafka's.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownTopic`]; [`Error::PartitionsNotAdded`] for no more partitions than it
+    /// has; [`Error::InvalidPartitionCount`] above the most a topic may have;
+    /// [`Error::InvalidTopic`] for a topic configured on the brokers;
+    /// [`Error::NoBrokerReachable`]; [`Error::Indeterminate`]; [`Error::Timeout`] if the new
+    /// partitions have no leader by the deadline (they exist).
+    pub async fn create_partitions(&self, topic: &str, partitions: u32) -> Result<()> {
+        let request = crate::protocol::CreatePartitionsRequest {
+            name: topic.to_string(),
+            count: partitions,
+            validate_only: false,
+        };
+        let started = Instant::now();
+        self.admin(Op::CreatePartitions, &request, topic).await?;
+        self.wait_for_leaders(topic, partitions, started).await
+    }
+
+    /// Waits, until the delivery deadline counted from `started`, for `topic` to have
+    /// `partitions` partitions, each with a leader.
+    async fn wait_for_leaders(&self, topic: &str, partitions: u32, started: Instant) -> Result<()> {
         // Bounded by the delivery deadline.
         let deadline = started + self.config.delivery_timeout;
         let mut last = String::from("no leader yet");
@@ -190,7 +219,7 @@ impl Client {
             if Instant::now() >= deadline {
                 return Err(Error::Timeout {
                     elapsed_ms: elapsed_ms(started),
-                    last: format!("topic {topic} created; waiting for leaders: {last}"),
+                    last: format!("the partitions of {topic} exist; waiting for leaders: {last}"),
                 });
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -258,6 +287,7 @@ impl Client {
                         | WireError::InvalidPartitionCount { .. }
                         | WireError::InvalidReplicationFactor { .. }
                         | WireError::InvalidTopicConfig { .. }
+                        | WireError::PartitionsNotAdded { .. }
                         | WireError::TopicAuthorizationFailed
                         | WireError::ClusterAuthorizationFailed
                         | WireError::UnknownTopic),

@@ -293,6 +293,9 @@ async fn answer(
         RequestKind::CreateTopics(r) => {
             ResponseKind::CreateTopics(admin::create_topics(r, version, service).await)
         }
+        RequestKind::CreatePartitions(r) => {
+            ResponseKind::CreatePartitions(admin::create_partitions(r, service).await)
+        }
         RequestKind::DeleteTopics(r) => {
             ResponseKind::DeleteTopics(admin::delete_topics(r, service).await)
         }
@@ -398,6 +401,9 @@ fn error_code(e: &Error) -> i16 {
         Error::InvalidBatch { .. } | Error::EmptyBatch => code::CORRUPT_MESSAGE,
         Error::InvalidTopic { .. } => code::INVALID_TOPIC_EXCEPTION,
         Error::InvalidTopicConfig { .. } => code::INVALID_CONFIG,
+        Error::PartitionsNotAdded { .. } | Error::InvalidPartitionCount { .. } => {
+            code::INVALID_PARTITIONS
+        }
         Error::InvalidRecord(_) => code::INVALID_RECORD,
         Error::Indeterminate { .. } | Error::Timeout { .. } => code::REQUEST_TIMED_OUT,
         Error::OutOfOrderSequence { .. } => code::OUT_OF_ORDER_SEQUENCE_NUMBER,

@@ -98,7 +98,7 @@ pub(super) fn unsupported(api: ApiKey, version: i16) -> Option<ResponseKind> {
 pub(super) fn refuse_items(request: RequestKind) -> Option<ResponseKind> {
     use RequestKind as R;
     match request {
-        R::CreatePartitions(_) | R::DeleteRecords(_) => refuse_topic_changes(request),
+        R::DeleteRecords(_) => refuse_topic_changes(request),
         R::DeleteGroups(_) => refuse_group_deletion(request),
         R::TxnOffsetCommit(_) | R::DescribeProducers(_) | R::DescribeTransactions(_) => {
             refuse_transactions(request)
@@ -107,26 +107,14 @@ pub(super) fn refuse_items(request: RequestKind) -> Option<ResponseKind> {
     }
 }
 
-/// [`refuse_items`] for topics' partitions and records; `None` for any other.
+/// [`refuse_items`] for topics' records; `None` for any other.
 fn refuse_topic_changes(request: RequestKind) -> Option<ResponseKind> {
-    use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+    use kafka_protocol::messages::DeleteRecordsResponse;
     use kafka_protocol::messages::delete_records_response::{
         DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
     };
-    use kafka_protocol::messages::{CreatePartitionsResponse, DeleteRecordsResponse};
     let no = code::UNSUPPORTED_VERSION;
     Some(match request {
-        RequestKind::CreatePartitions(r) => {
-            let mut out = CreatePartitionsResponse::default();
-            for t in r.topics {
-                let mut res = CreatePartitionsTopicResult::default();
-                res.name = t.name;
-                res.error_code = no;
-                res.error_message = message("replog does not add partitions to a topic");
-                out.results.push(res);
-            }
-            ResponseKind::CreatePartitions(out)
-        }
         RequestKind::DeleteRecords(r) => {
             let mut out = DeleteRecordsResponse::default();
             for topic in r.topics {
@@ -222,8 +210,7 @@ pub(super) fn refused_per_item(api: kafka_protocol::messages::ApiKey) -> bool {
     use kafka_protocol::messages::ApiKey as K;
     matches!(
         api,
-        K::CreatePartitions
-            | K::DeleteRecords
+        K::DeleteRecords
             | K::DeleteGroups
             | K::TxnOffsetCommit
             | K::DescribeProducers

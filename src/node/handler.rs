@@ -321,6 +321,16 @@ impl Handler for NodeHandler {
                         .await,
                     ),
                 },
+                Op::CreatePartitions => encode_response(
+                    &async {
+                        let request = decode_request(&body)?;
+                        let deadline =
+                            tokio::time::Instant::now() + self.broker.config.request_timeout;
+                        let grown = service.create_partitions(request, deadline);
+                        grown.await.map_err(wire)
+                    }
+                    .await,
+                ),
                 Op::Acls => super::security_ops::acls(service, &body).await,
                 Op::Users => super::security_ops::users(service, &body).await,
                 // A login's requests come before any other (`transport/login.rs`); later, or

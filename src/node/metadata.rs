@@ -94,8 +94,21 @@ impl Broker {
             MetaCommand::ReassignPartition {
                 name, partition, ..
             } => Error::UnknownPartition(PartitionId::new(name.clone(), *partition)),
+            MetaCommand::AddPartitions { name, .. } => Error::UnknownTopic(name.clone()),
             _ => Error::UnknownPartition(PartitionId::new(METADATA_TOPIC, 0)),
         };
+        self.propose_command(request.clone()).await.map_err(|e| {
+            e.into_error(unknown, || Error::InvalidTopic {
+                reason: "the topic exists".into(),
+            })
+        })
+    }
+
+    /// [`propose`](Self::propose), with the metadata leader's refusal as it is.
+    pub(super) async fn propose_command(
+        &self,
+        request: ProposeRequest,
+    ) -> std::result::Result<(), MetaError> {
         self.meta_command(
             request.command.clone(),
             request.forwarded,
@@ -103,11 +116,6 @@ impl Broker {
             &request,
         )
         .await
-        .map_err(|e| {
-            e.into_error(unknown, || Error::InvalidTopic {
-                reason: "the topic exists".into(),
-            })
-        })
     }
 
     /// A producer id no other producer of the cluster has (Kafka's `ProducerIdManager`): the
@@ -479,9 +487,9 @@ impl MetaError {
             MetaError::Refused(Refused::InvalidConfig(key, value, reason)) => {
                 Error::InvalidTopicConfig { key, value, reason }
             }
-            MetaError::Refused(Refused::ConfigsChanged) => Error::TryAgain {
+            MetaError::Refused(Refused::TopicChanged) => Error::TryAgain {
                 partition: crate::types::PartitionId::new(crate::catalog::METADATA_TOPIC, 0),
-                reason: "the topic's configs changed meanwhile".into(),
+                reason: "the topic changed meanwhile".into(),
             },
             MetaError::Failed(e) => e,
         }

@@ -28,6 +28,7 @@ mod groups;
 mod handler;
 mod login;
 mod metadata;
+mod partitions;
 mod peer_gate;
 pub(crate) use peer_gate::NO_BROKER;
 mod peer_rpc;

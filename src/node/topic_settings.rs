@@ -77,7 +77,7 @@ impl Broker {
                 .meta_command(command, request.forwarded, Op::TopicConfigs, &wrapped)
                 .await
             {
-                Err(MetaError::Refused(Refused::ConfigsChanged))
+                Err(MetaError::Refused(Refused::TopicChanged))
                     if attempt < CONFIG_CHANGE_ATTEMPTS =>
                 {
                     // This broker proposed, so its catalog has the change that came first.

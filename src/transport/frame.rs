@@ -71,6 +71,8 @@ pub(crate) enum Op {
     Users = 17,
     /// Admin: a topic's configs described or changed.
     TopicConfigs = 18,
+    /// Admin: partitions added to a topic.
+    CreatePartitions = 19,
 }
 
 impl Op {
@@ -95,6 +97,7 @@ impl Op {
             Op::Acls => "acls",
             Op::Users => "users",
             Op::TopicConfigs => "topic_configs",
+            Op::CreatePartitions => "create_partitions",
         }
     }
 
@@ -118,6 +121,7 @@ impl Op {
             16 => Some(Op::Acls),
             17 => Some(Op::Users),
             18 => Some(Op::TopicConfigs),
+            19 => Some(Op::CreatePartitions),
             _ => None,
         }
     }

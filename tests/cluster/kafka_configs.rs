@@ -1,7 +1,8 @@
 //! Topic configs with Kafka's own admin clients: kafka-python's and confluent-kafka's create
 //! topics with configs through one `replog node` process, describe them through another,
 //! change them with AlterConfigs and IncrementalAlterConfigs, and see a value out of range
-//! refused and a compacted topic refuse a record without a key.
+//! refused and a compacted topic refuse a record without a key; and grow topics (never
+//! shrink them) with CreatePartitions.
 
 use crate::kafka::cluster;
 use crate::kafka_python::{python, python_clients};
@@ -33,6 +34,8 @@ async fn kafkas_admin_clients_create_describe_and_change_topic_configs() {
     assert_eq!(c["incremental"]["retention.ms"], "5000", "{r}");
     assert_eq!(c["bad_value"], "INVALID_CONFIG", "{r}");
     assert_eq!(c["after_bad"], "5000", "{r}");
+    assert_eq!(c["partitions"], 3, "{r}");
+    assert_eq!(c["shrink"], "INVALID_PARTITIONS", "{r}");
     let k = &r["kafka_python"];
     assert_eq!(k["created"]["retention.ms"], "3000", "{r}");
     assert_eq!(k["created"]["segment.ms"], "600000", "{r}");
@@ -41,4 +44,5 @@ async fn kafkas_admin_clients_create_describe_and_change_topic_configs() {
     // kafka-python's AlterConfigs carries the topic's other keys along.
     assert_eq!(k["altered"]["segment.ms"], "600000", "{r}");
     assert_eq!(k["incremental"], "delete,compact", "{r}");
+    assert_eq!(k["partitions"], 2, "{r}");
 }

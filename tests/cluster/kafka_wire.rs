@@ -574,17 +574,19 @@ async fn kafkas_admin_epoch_and_refusal_apis_answer_as_kafka_does() {
     .await;
     assert_eq!(versions.error_code, 0, "the same connection still answers");
     // An admin API not served whose answer names its items: each item refused.
-    let mut grow = CreatePartitionsRequest::default();
-    let mut topic =
-        kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic::default();
+    let mut trim = DeleteRecordsRequest::default();
+    let mut topic = kafka_protocol::messages::delete_records_request::DeleteRecordsTopic::default();
     topic.name = name("made");
-    topic.count = 6;
-    grow.topics.push(topic);
-    grow.timeout_ms = 10_000;
-    let (_, answer): (usize, CreatePartitionsResponse) =
-        kafka_call_on(&mut s, ApiKey::CreatePartitions, 2, &grow).await;
-    assert_eq!(answer.results[0].error_code, 35);
-    assert_eq!(answer.results[0].name, name("made"));
+    let mut partition =
+        kafka_protocol::messages::delete_records_request::DeleteRecordsPartition::default();
+    partition.offset = 1;
+    topic.partitions.push(partition);
+    trim.topics.push(topic);
+    trim.timeout_ms = 10_000;
+    let (_, answer): (usize, DeleteRecordsResponse) =
+        kafka_call_on(&mut s, ApiKey::DeleteRecords, 2, &trim).await;
+    assert_eq!(answer.topics[0].partitions[0].error_code, 35);
+    assert_eq!(answer.topics[0].name, name("made"));
     let mut delete_groups = DeleteGroupsRequest::default();
     delete_groups.groups_names = vec![GroupId(StrBytes::from_static_str("g"))];
     let (_, answer): (usize, DeleteGroupsResponse) =

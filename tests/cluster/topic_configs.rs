@@ -1,8 +1,9 @@
 //! Topic configs over the native door, on a three-broker cluster: set at creation and changed
 //! at run time through any broker, applied by every replica without a restart (a compacted
 //! topic refuses keyless records, `max.message.bytes` bounds a produce, `retention.ms` with
-//! `segment.ms` removes old records), refused with the key named when out of range; and the
-//! CLI's `replog configs` and `replog topics --create --config`.
+//! `segment.ms` removes old records), refused with the key named when out of range; a topic
+//! grown to more partitions; and the CLI's `replog configs`, `replog topics --create
+//! --config` and `replog topics --alter --partitions`.
 
 use std::time::Duration;
 
@@ -130,6 +131,66 @@ async fn topic_configs_apply_on_every_replica_without_a_restart() {
     cluster.shutdown().await.unwrap();
 }
 
+/// A created topic grows: its new partitions have all their replicas and a leader on every
+/// broker's view, take records, and keep the old ones' data; it never shrinks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_grows_and_never_shrinks() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = local_cluster(3, dir.path(), "other", 1, |_| {}).await;
+    let addrs = cluster.addrs();
+    let client = connect(&addrs, ClientConfig::default(), Duration::from_secs(20)).await;
+    client.create_topic("grows", 1, 2).await.unwrap();
+    client
+        .send("grows", 0, &[Record::new("before").with_key("k")])
+        .await
+        .unwrap();
+    client.create_partitions("grows", 4).await.unwrap();
+    for addr in &addrs {
+        let one = connect(&[*addr], ClientConfig::default(), Duration::from_secs(20)).await;
+        let described = wait_until(
+            Duration::from_secs(20),
+            &format!("{addr} to describe four partitions with leaders"),
+            async || {
+                let d = one.describe("grows").await.map_err(|e| e.to_string())?;
+                if d.len() == 4
+                    && d.iter()
+                        .all(|p| p.leader.is_some() && p.replicas.len() == 2)
+                {
+                    Ok(d)
+                } else {
+                    Err(format!("{d:?}"))
+                }
+            },
+        )
+        .await;
+        assert_eq!(described.len(), 4);
+    }
+    for p in 1..4 {
+        client
+            .send("grows", p, &[Record::new(format!("new-{p}"))])
+            .await
+            .unwrap();
+    }
+    let old = client
+        .fetch("grows", 0, Offset(0), 1 << 20, None)
+        .await
+        .unwrap();
+    assert_eq!(old.len(), 1);
+    for fewer in [4, 2] {
+        match client.create_partitions("grows", fewer).await {
+            Err(Error::PartitionsNotAdded {
+                current, requested, ..
+            }) => assert_eq!((current, requested), (4, fewer)),
+            other => panic!("{fewer}: {other:?}"),
+        }
+    }
+    assert!(matches!(
+        client.create_partitions("no.such.topic", 2).await,
+        Err(Error::UnknownTopic(_))
+    ));
+    cluster.shutdown().await.unwrap();
+}
+
 /// `replog topics --create --config`, `replog configs --alter` and `--describe` against
 /// broker processes.
 #[test]
@@ -187,6 +248,9 @@ fn the_cli_creates_describes_and_changes_topic_configs() {
             && all.contains("STATIC_BROKER_CONFIG:log.retention.ms=-1"),
         "{all}"
     );
+    run(&["topics", "--alter", "--topic", "t", "--partitions", "3"]);
+    let described = run(&["topics", "--describe", "--topic", "t"]);
+    assert_eq!(described.lines().count(), 3, "{described}");
     let mut bad: Vec<&str> = configs(&["--alter", "--add-config", "retention.ms=soon"])
         .into_iter()
         .collect();

@@ -16,11 +16,13 @@ from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    NewPartitions,
     NewTopic,
 )
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType as KpConfigResourceType
 from kafka.admin import KafkaAdminClient
+from kafka.admin import NewPartitions as KpNewPartitions
 from kafka.admin import NewTopic as KpNewTopic
 
 
@@ -99,6 +101,18 @@ def confluent(a, b):
     except KafkaException as e:
         out["bad_value"] = e.args[0].name()
     out["after_bad"] = described()["retention.ms"][0]
+
+    # The topic grows to three partitions; shrinking is refused.
+    admin_b.create_partitions([NewPartitions(topic, 3)])[topic].result(30)
+    out["partitions"] = until(
+        lambda: len(admin_a.list_topics(topic, timeout=10).topics[topic].partitions),
+        lambda n: n == 3,
+    )
+    try:
+        admin_a.create_partitions([NewPartitions(topic, 2)])[topic].result(30)
+        out["shrink"] = None
+    except KafkaException as e:
+        out["shrink"] = e.args[0].name()
     return out
 
 
@@ -140,6 +154,10 @@ def kafka_python(a, b):
     )
     d = until(described, lambda d: "compact" in d["cleanup.policy"])
     out["incremental"] = d["cleanup.policy"]
+    admin_a.create_partitions({topic: KpNewPartitions(total_count=2)})
+    out["partitions"] = until(
+        lambda: len(admin_b.describe_topics([topic])[0]["partitions"]), lambda n: n == 2
+    )
     admin_a.close()
     admin_b.close()
     return out

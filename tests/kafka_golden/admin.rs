@@ -19,6 +19,7 @@ use crate::{Broker, Golden, TOPIC, s, topic, versions};
 pub(crate) const GOLDEN: Golden = &[
     (ApiKey::CreateTopics, &[2, 7]),
     (ApiKey::DeleteTopics, &[1, 6]),
+    (ApiKey::CreatePartitions, &[0, 3]),
     (ApiKey::DescribeCluster, &[0, 2]),
 ];
 
@@ -137,6 +138,81 @@ async fn create_and_delete_topics_answer_each_topic() {
                 .with_error_message(Some(s("unknown topic no.such.topic"))),
         ]);
         broker.assert_answer(ApiKey::DeleteTopics, dv, &answer, &expected);
+    }
+    broker.shutdown().await;
+}
+
+/// CreatePartitions: a created topic grown (its new partitions get leaders and take records),
+/// and refusals: no more partitions than it has (INVALID_PARTITIONS), a topic that does not
+/// exist, a manual assignment, a topic configured on the brokers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_partitions_grows_a_topic() {
+    use kafka_protocol::messages::create_partitions_request::{
+        CreatePartitionsAssignment, CreatePartitionsTopic,
+    };
+    use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+    let mut broker = Broker::start().await;
+    for &v in versions(GOLDEN, ApiKey::CreatePartitions) {
+        let name = format!("grown.v{v}");
+        let create = CreateTopicsRequest::default()
+            .with_timeout_ms(10_000)
+            .with_topics(vec![creatable(&name, 1, 1)]);
+        broker.exchange(ApiKey::CreateTopics, 7, &create).await;
+        let grow = |topic: &str, count: i32| {
+            CreatePartitionsTopic::default()
+                .with_name(crate::topic(topic))
+                .with_count(count)
+                .with_assignments(None)
+        };
+        let request = CreatePartitionsRequest::default()
+            .with_timeout_ms(10_000)
+            .with_topics(vec![
+                grow(&name, 3),
+                grow("no.such.topic", 2),
+                grow(TOPIC, 5),
+                grow(&name, 4).with_assignments(Some(vec![
+                    CreatePartitionsAssignment::default().with_broker_ids(vec![BrokerId(1)]),
+                ])),
+            ]);
+        let answer = broker.exchange(ApiKey::CreatePartitions, v, &request).await;
+        let result = |topic: &str, code: i16, message: Option<&str>| {
+            CreatePartitionsTopicResult::default()
+                .with_name(crate::topic(topic))
+                .with_error_code(code)
+                .with_error_message(message.map(s))
+        };
+        let expected = CreatePartitionsResponse::default().with_results(vec![
+            result(&name, 0, None),
+            result("no.such.topic", 3, Some("unknown topic no.such.topic")),
+            result(
+                TOPIC,
+                17,
+                Some(
+                    "invalid topic request: topic golden is configured on the brokers: its \
+                     partitions are theirs",
+                ),
+            ),
+            result(&name, 39, Some("replog assigns replicas itself")),
+        ]);
+        broker.assert_answer(ApiKey::CreatePartitions, v, &answer, &expected);
+        // Asked again with the count it has now: refused.
+        let again = CreatePartitionsRequest::default()
+            .with_timeout_ms(10_000)
+            .with_topics(vec![grow(&name, 3)]);
+        let answer = broker.exchange(ApiKey::CreatePartitions, v, &again).await;
+        let expected = CreatePartitionsResponse::default().with_results(vec![result(
+            &name,
+            37,
+            Some(&format!(
+                "topic {name} has 3 partitions; it only grows, not to 3"
+            )),
+        )]);
+        broker.assert_answer(ApiKey::CreatePartitions, v, &answer, &expected);
+        broker
+            .cluster()
+            .wait_for_leaders(&name, 3, std::time::Duration::from_secs(20))
+            .await
+            .unwrap();
     }
     broker.shutdown().await;
 }

@@ -13,6 +13,7 @@ use crate::error::CliError;
 /// `ArgGroup` of all five, because two combinations have always been accepted: no action
 /// at all (`--list`), and `--describe --list` (`--list` wins).
 #[derive(Debug, clap::Args)]
+#[command(group = clap::ArgGroup::new("sized").args(["create", "alter"]).multiple(false))]
 pub(crate) struct TopicsArgs {
     /// Brokers to bootstrap from, comma-separated HOST:PORT.
     #[arg(long)]
@@ -32,9 +33,12 @@ pub(crate) struct TopicsArgs {
     /// The topic (default: every topic).
     #[arg(long)]
     topic: Option<String>,
-    /// Partitions, with --create.
-    #[arg(long, default_value_t = 1, requires = "create")]
-    partitions: u32,
+    /// Grow the topic named by --topic to --partitions partitions (never fewer).
+    #[arg(long, conflicts_with_all = ["describe", "list", "delete", "create"], requires_all = ["topic", "partitions"])]
+    alter: bool,
+    /// Partitions, with --create (default 1) or --alter.
+    #[arg(long, requires = "sized")]
+    partitions: Option<u32>,
     /// Replicas of each partition (at most the number of brokers), with --create.
     #[arg(long, default_value_t = 1, requires = "create")]
     replication_factor: u32,
@@ -65,6 +69,8 @@ enum Action {
         replication_factor: u32,
         configs: Vec<String>,
     },
+    /// `--alter --partitions N`: a topic grown to `N` partitions.
+    Grow { topic: String, partitions: u32 },
     /// `--delete`: a topic created at run time.
     Delete { topic: String },
     /// `--reassign`: move one partition to other brokers.
@@ -90,6 +96,7 @@ impl TopicsArgs {
             create,
             delete,
             topic,
+            alter,
             partitions,
             replication_factor,
             configs,
@@ -103,9 +110,13 @@ impl TopicsArgs {
                 partition,
                 replicas,
             },
+            Some(topic) if alter => Action::Grow {
+                topic,
+                partitions: partitions.unwrap_or(1),
+            },
             Some(topic) if create => Action::Create {
                 topic,
-                partitions,
+                partitions: partitions.unwrap_or(1),
                 replication_factor,
                 configs,
             },
@@ -131,6 +142,13 @@ pub(crate) async fn run(args: TopicsArgs) -> Result<(), CliError> {
                 .create_topic_with_configs(&topic, partitions, replication_factor, &configs)
                 .await?;
             println!("Created topic {topic}.");
+        }
+        Action::Grow { topic, partitions } => {
+            client
+                .create_partitions(&topic, partitions)
+                .await
+                .map_err(|e| CliError::about_topic(&topic, e))?;
+            println!("Topic {topic} has {partitions} partitions.");
         }
         Action::Delete { topic } => {
             client
@@ -251,6 +269,22 @@ mod tests {
             }
         );
         assert!(refused(&["--describe", "--config", "retention.ms=1"]));
+        assert_eq!(
+            action(&["--alter", "--topic", "t", "--partitions", "6"]),
+            Action::Grow {
+                topic: t(),
+                partitions: 6
+            }
+        );
+        assert!(refused(&["--alter", "--topic", "t"]));
+        assert!(refused(&[
+            "--alter",
+            "--create",
+            "--topic",
+            "t",
+            "--partitions",
+            "2"
+        ]));
         assert_eq!(
             action(&["--delete", "--topic", "t"]),
             Action::Delete { topic: t() }

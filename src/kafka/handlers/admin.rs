@@ -1,15 +1,17 @@
-//! Kafka's admin and cluster APIs over the broker service: CreateTopics, DeleteTopics and
-//! DescribeCluster. Codec only:
+//! Kafka's admin and cluster APIs over the broker service: CreateTopics, DeleteTopics,
+//! CreatePartitions and DescribeCluster. Codec only:
 //! each request is mapped to the service's operation and each answer or error to Kafka's.
 
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_response::{
     CreatableTopicConfigs, CreatableTopicResult,
 };
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::{
-    CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
-    DescribeClusterRequest, DescribeClusterResponse, TopicName,
+    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
+    DeleteTopicsRequest, DeleteTopicsResponse, DescribeClusterRequest, DescribeClusterResponse,
+    TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -23,6 +25,7 @@ use crate::topic_config::TopicConfigs;
 pub(crate) const APIS: &[super::Served] = &[
     (kafka_protocol::messages::ApiKey::CreateTopics, 2, 7),
     (kafka_protocol::messages::ApiKey::DeleteTopics, 1, 6),
+    (kafka_protocol::messages::ApiKey::CreatePartitions, 0, 3),
     (kafka_protocol::messages::ApiKey::DescribeCluster, 0, 2),
 ];
 
@@ -168,6 +171,41 @@ pub(crate) async fn delete_topics(
             res.error_message = message(e.to_string());
         }
         r.responses.push(res);
+    }
+    r
+}
+
+/// CreatePartitions: each topic grown through the service (its checks, placement and wait
+/// for a metadata leader); manual assignments are refused (replog places replicas itself).
+pub(crate) async fn create_partitions(
+    request: CreatePartitionsRequest,
+    service: &BrokerService,
+) -> CreatePartitionsResponse {
+    let request_deadline = deadline(request.timeout_ms);
+    let mut r = CreatePartitionsResponse::default();
+    for t in request.topics {
+        let mut res = CreatePartitionsTopicResult::default();
+        res.name = t.name.clone();
+        res.error_message = None;
+        let grown = if t.assignments.is_some() {
+            Err((
+                code::INVALID_REPLICA_ASSIGNMENT,
+                "replog assigns replicas itself".to_string(),
+            ))
+        } else {
+            let request = crate::protocol::CreatePartitionsRequest {
+                name: t.name.0.to_string(),
+                count: u32::try_from(t.count).unwrap_or(0),
+                validate_only: request.validate_only,
+            };
+            let grown = service.create_partitions(request, request_deadline).await;
+            grown.map_err(|e| (topic_error(&e), e.to_string()))
+        };
+        if let Err((c, m)) = grown {
+            res.error_code = c;
+            res.error_message = message(m);
+        }
+        r.results.push(res);
     }
     r
 }

@@ -8,7 +8,9 @@ use tokio::time::Instant;
 
 use super::BrokerService;
 use crate::error::{Error, Result};
-use crate::protocol::{AlterTopicConfigs, CreateTopicRequest, DeleteTopicRequest};
+use crate::protocol::{
+    AlterTopicConfigs, CreatePartitionsRequest, CreateTopicRequest, DeleteTopicRequest,
+};
 use crate::security::acl::AclOperation;
 use crate::topic_config::{ConfigEntry, TopicConfigs};
 
@@ -131,6 +133,24 @@ impl BrokerService {
         }
         until_leader(deadline, || {
             self.broker.alter_topic_configs(request.clone())
+        })
+        .await
+    }
+
+    /// Grows a created topic to `request.count` partitions through the metadata group (ALTER
+    /// on the topic), asked again while no metadata leader takes it, until `deadline`.
+    pub(crate) async fn create_partitions(
+        &self,
+        request: CreatePartitionsRequest,
+        deadline: Instant,
+    ) -> Result<()> {
+        self.authorize_topic(AclOperation::Alter, &request.name)?;
+        let (name, count) = (request.name.as_str(), request.count);
+        if request.validate_only {
+            return self.broker.create_partitions(name, count, true).await;
+        }
+        until_leader(deadline, || {
+            self.broker.create_partitions(name, count, false)
         })
         .await
     }

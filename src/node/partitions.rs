@@ -1,0 +1,90 @@
+//! Partitions added to a created topic (Kafka's CreatePartitions): placed as a new topic's
+//! are, committed through the metadata group, and started by the brokers assigned them as
+//! the catalog applies the command (`replicas.rs`).
+
+use super::Broker;
+use super::metadata::MetaError;
+use crate::catalog::{CONFIGURED_TOPIC_ID, MetaCommand, PARTITIONS_MAX, Refused};
+use crate::error::{Error, Result};
+use crate::protocol::ProposeRequest;
+
+/// How many times an addition is computed again when the topic changed first.
+const ATTEMPTS: usize = 5;
+
+impl Broker {
+    /// Grows created topic `name` to `count` partitions, each with as many replicas as the
+    /// topic's first (with `validate_only`, only checks that it could).
+    pub(crate) async fn create_partitions(
+        &self,
+        name: &str,
+        count: u32,
+        validate_only: bool,
+    ) -> Result<()> {
+        let mut attempt = 0;
+        // Bounded by ATTEMPTS.
+        loop {
+            attempt += 1;
+            let command = self.plan_partitions(name, count)?;
+            if validate_only {
+                return Ok(());
+            }
+            let request = ProposeRequest {
+                command,
+                forwarded: false,
+            };
+            match self.propose_command(request).await {
+                // This broker's catalog has the change that came first once it waited for
+                // the command's outcome.
+                Err(MetaError::Refused(Refused::TopicChanged)) if attempt < ATTEMPTS => continue,
+                Err(e) => {
+                    return Err(e.into_error(
+                        || Error::UnknownTopic(name.to_string()),
+                        || Error::TopicExists(name.to_string()),
+                    ));
+                }
+                Ok(()) => return Ok(()),
+            }
+        }
+    }
+
+    /// The command that grows `name` to `count` partitions, or why it cannot grow so.
+    fn plan_partitions(&self, name: &str, count: u32) -> Result<MetaCommand> {
+        let catalog = self.catalog.read();
+        let t = catalog
+            .topic(name)
+            .ok_or_else(|| Error::UnknownTopic(name.to_string()))?;
+        if t.id == CONFIGURED_TOPIC_ID {
+            return Err(Error::InvalidTopic {
+                reason: format!(
+                    "topic {name} is configured on the brokers: its partitions are theirs"
+                ),
+            });
+        }
+        let current = u32::try_from(t.assignment.len()).unwrap_or(u32::MAX);
+        if count <= current {
+            return Err(Error::PartitionsNotAdded {
+                topic: name.to_string(),
+                current,
+                requested: count,
+            });
+        }
+        if count > PARTITIONS_MAX {
+            return Err(Error::InvalidPartitionCount {
+                requested: count,
+                max: PARTITIONS_MAX,
+            });
+        }
+        let factor = t.assignment.first().map_or(1, Vec::len);
+        let brokers = catalog.brokers();
+        // Placed as a topic of `count` partitions created now would be; the new ones take
+        // their places in that layout.
+        let layout = crate::catalog::assign(&brokers, count, factor, t.id)
+            .map_err(|reason| Error::InvalidTopic { reason })?;
+        Ok(MetaCommand::AddPartitions {
+            name: name.to_string(),
+            topic_id: t.id,
+            from: current,
+            assignment: layout.get(current as usize..).unwrap_or_default().to_vec(),
+        })
+    }
+}
