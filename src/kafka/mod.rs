@@ -254,7 +254,7 @@ async fn answer(
     let response = match request {
         RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions::api_versions()),
         RequestKind::Metadata(r) => {
-            ResponseKind::Metadata(metadata::metadata(r, service, config).await)
+            ResponseKind::Metadata(metadata::metadata(r, version, service, config).await)
         }
         RequestKind::Produce(r) => {
             let acks = r.acks;

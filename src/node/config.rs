@@ -107,6 +107,19 @@ pub struct NodeConfig {
     /// Other brokers' advertised Kafka addresses, for metadata answers until those brokers
     /// have registered theirs (a registered address wins). Empty by default.
     pub kafka_peers: BTreeMap<NodeId, SocketAddr>,
+    /// Whether a Kafka client's Metadata request that allows it creates the topics it names
+    /// that do not exist (Kafka's `auto.create.topics.enable`), with
+    /// [`num_partitions`](Self::num_partitions) partitions of
+    /// [`default_replication_factor`](Self::default_replication_factor) replicas. The client's
+    /// principal needs CREATE on the topic (or the cluster) where ACLs are enforced; names
+    /// starting with `__` are never created so. Default `true`, as Kafka's.
+    pub auto_create_topics: bool,
+    /// Partitions of a topic created without a count (an automatically created one, or one
+    /// CreateTopics asks for with −1; Kafka's `num.partitions`). Default 1.
+    pub num_partitions: u32,
+    /// Replicas of each partition of a topic created without a replication factor, or the
+    /// broker count if smaller (Kafka's `default.replication.factor`). Default 3.
+    pub default_replication_factor: u32,
     /// Partitions of the consumer groups' offsets topic (`__consumer_offsets`, Kafka's
     /// `offsets.topic.num.partitions`), created with this count on the first group request.
     /// Each is a Raft group whose leader coordinates the groups that hash to it. Default 8.
@@ -218,6 +231,9 @@ impl NodeConfig {
             kafka_advertised: None,
             kafka_peers: BTreeMap::new(),
             offsets_topic_partitions: 8,
+            auto_create_topics: true,
+            num_partitions: 1,
+            default_replication_factor: 3,
             offsets_topic_replication_factor: 3,
             offsets_segment_bytes: 16 << 20,
             offsets_rewrite_bytes: 64 << 20,
@@ -296,6 +312,15 @@ impl NodeConfig {
         let bad = |field, reason: String| Err(Error::InvalidConfig { field, reason });
         self.log.validate()?;
         self.topic_defaults.check_as_defaults()?;
+        if self.num_partitions == 0 || self.num_partitions > crate::catalog::PARTITIONS_MAX {
+            return bad(
+                "num_partitions",
+                format!("must be from 1 to {}", crate::catalog::PARTITIONS_MAX),
+            );
+        }
+        if self.default_replication_factor == 0 {
+            return bad("default_replication_factor", "must be positive".into());
+        }
         if self.election_timeout.is_zero() {
             return bad("election_timeout", "must be positive".into());
         }

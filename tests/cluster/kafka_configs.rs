@@ -4,8 +4,9 @@
 //! refused and a compacted topic refuse a record without a key; and grow topics (never
 //! shrink them) with CreatePartitions.
 
-use crate::kafka::cluster;
+use crate::kafka::{cluster, kcat, run};
 use crate::kafka_python::{python, python_clients};
+use crate::support::wait_until;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafkas_admin_clients_create_describe_and_change_topic_configs() {
@@ -45,4 +46,78 @@ async fn kafkas_admin_clients_create_describe_and_change_topic_configs() {
     assert_eq!(k["altered"]["segment.ms"], "600000", "{r}");
     assert_eq!(k["incremental"], "delete,compact", "{r}");
     assert_eq!(k["partitions"], 2, "{r}");
+}
+
+/// A newcomer's first `kcat -P -t new-topic`: the topic is created by the Metadata request
+/// kcat makes (Kafka's `auto.create.topics.enable`, on by default), with the brokers'
+/// defaults, and what kcat wrote reads back from another broker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kcat_creates_the_topic_it_produces_to() {
+    let Some(kcat) = kcat() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (_brokers, addrs, kafka) = cluster(dir.path());
+    let (first, second) = (kafka[1].to_string(), kafka[2].to_string());
+    crate::kafka::connect(&addrs).await;
+    wait_until(
+        std::time::Duration::from_secs(30),
+        "kcat to list the brokers",
+        async || {
+            let first = first.clone();
+            let (ok, out, err) =
+                tokio::task::spawn_blocking(move || run(kcat, &["-L", "-b", &first], ""))
+                    .await
+                    .unwrap();
+            if ok && out.contains("3 brokers") {
+                Ok(())
+            } else {
+                Err(format!("{out}{err}"))
+            }
+        },
+    )
+    .await;
+    let first = kafka[1].to_string();
+    let produced = tokio::task::spawn_blocking(move || {
+        run(
+            kcat,
+            &["-P", "-b", &first, "-t", "fresh.topic"],
+            "one\ntwo\n",
+        )
+    })
+    .await
+    .unwrap();
+    assert!(produced.0, "{produced:?}");
+    let read = wait_until(
+        std::time::Duration::from_secs(30),
+        "kcat to read both",
+        async || {
+            let second = second.clone();
+            let (ok, out, err) = tokio::task::spawn_blocking(move || {
+                run(
+                    kcat,
+                    &[
+                        "-C",
+                        "-b",
+                        &second,
+                        "-t",
+                        "fresh.topic",
+                        "-o",
+                        "beginning",
+                        "-e",
+                    ],
+                    "",
+                )
+            })
+            .await
+            .unwrap();
+            if ok && out.lines().count() == 2 {
+                Ok(out)
+            } else {
+                Err(format!("{out}{err}"))
+            }
+        },
+    )
+    .await;
+    assert_eq!(read, "one\ntwo\n");
 }

@@ -34,18 +34,23 @@ pub(crate) fn brokers(broker: &Broker) -> MetadataResponse {
 /// [`TOPIC`]'s entry: every partition led by broker 1, its only replica, in sync, at the
 /// partition's term.
 pub(crate) fn golden_topic(broker: &Broker) -> MetadataResponseTopic {
-    let partitions = (0..TOPIC_PARTITIONS)
+    led_topic(broker, TOPIC, TOPIC_PARTITIONS)
+}
+
+/// The entry of `name`, of `partitions` partitions, each led by broker 1, its only replica.
+fn led_topic(broker: &Broker, name: &str, partitions: u32) -> MetadataResponseTopic {
+    let partitions = (0..partitions)
         .map(|p| {
             MetadataResponsePartition::default()
                 .with_partition_index(i32::try_from(p).unwrap())
                 .with_leader_id(BrokerId(1))
-                .with_leader_epoch(broker.term(TOPIC, p))
+                .with_leader_epoch(broker.term(name, p))
                 .with_replica_nodes(vec![BrokerId(1)])
                 .with_isr_nodes(vec![BrokerId(1)])
         })
         .collect();
     MetadataResponseTopic::default()
-        .with_name(Some(topic(TOPIC)))
+        .with_name(Some(topic(name)))
         .with_partitions(partitions)
 }
 
@@ -57,10 +62,10 @@ fn absent(name: &str, error_code: i16) -> MetadataResponseTopic {
 
 /// The topics asked for are answered sorted by name, each found topic with its partitions,
 /// the others with their error and no partitions; no topic id (replog's topics have none),
-/// no authorized operations (not asked for).
+/// no authorized operations (not asked for). (A broker that creates no topics by itself.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metadata_names_the_broker_the_topics_partitions_and_why_a_topic_is_missing() {
-    let mut broker = Broker::start().await;
+    let mut broker = Broker::start_configured(1, |c| c.auto_create_topics = false).await;
     for &v in versions(GOLDEN, ApiKey::Metadata) {
         let asked = [TOPIC, UNKNOWN, INVALID]
             .iter()
@@ -71,6 +76,60 @@ async fn metadata_names_the_broker_the_topics_partitions_and_why_a_topic_is_miss
         let expected = brokers(&broker).with_topics(vec![
             golden_topic(&broker),
             absent(UNKNOWN, 3),
+            absent(INVALID, 17),
+        ]);
+        broker.assert_answer(ApiKey::Metadata, v, &answer, &expected);
+    }
+    broker.shutdown().await;
+}
+
+/// A topic asked for that does not exist is created where the request allows it (always
+/// before version 4), with the broker's defaults (`num_partitions`), and answered as any
+/// topic once its leader is elected; not where the request forbids it (from version 4), nor
+/// a name starting with `__` or one no topic can have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_creates_a_missing_topic_where_allowed() {
+    let mut broker = Broker::start_configured(1, |c| c.num_partitions = 2).await;
+    for &v in versions(GOLDEN, ApiKey::Metadata) {
+        let made = format!("made.by.metadata.v{v}");
+        let ask = |names: &[&str], allow: bool| {
+            let asked = names
+                .iter()
+                .map(|n| MetadataRequestTopic::default().with_name(Some(topic(n))))
+                .collect();
+            MetadataRequest::default()
+                .with_topics(Some(asked))
+                .with_allow_auto_topic_creation(allow)
+        };
+        if v >= 4 {
+            let answer = broker
+                .exchange(ApiKey::Metadata, v, &ask(&[&made], false))
+                .await;
+            let expected = brokers(&broker).with_topics(vec![absent(&made, 3)]);
+            broker.assert_answer(ApiKey::Metadata, v, &answer, &expected);
+        }
+        broker
+            .exchange(
+                ApiKey::Metadata,
+                v,
+                &ask(&[&made, "__internal", INVALID], true),
+            )
+            .await;
+        broker
+            .cluster()
+            .wait_for_leaders(&made, 2, std::time::Duration::from_secs(20))
+            .await
+            .unwrap();
+        let answer = broker
+            .exchange(
+                ApiKey::Metadata,
+                v,
+                &ask(&[&made, "__internal", INVALID], true),
+            )
+            .await;
+        let expected = brokers(&broker).with_topics(vec![
+            absent("__internal", 17),
+            led_topic(&broker, &made, 2),
             absent(INVALID, 17),
         ]);
         broker.assert_answer(ApiKey::Metadata, v, &answer, &expected);

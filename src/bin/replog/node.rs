@@ -120,6 +120,17 @@ pub(crate) struct NodeArgs {
     /// settings.
     #[arg(long = "default-topic-config", value_name = "KEY=VALUE")]
     default_topic_configs: Vec<String>,
+    /// Never create a topic because a Kafka client's Metadata request names it (Kafka's
+    /// `auto.create.topics.enable=false`).
+    #[arg(long)]
+    no_auto_create_topics: bool,
+    /// Partitions of a topic created without a count (Kafka's `num.partitions`).
+    #[arg(long, default_value_t = 1)]
+    num_partitions: u32,
+    /// Replicas of a topic created without a replication factor, or the broker count if
+    /// smaller (Kafka's `default.replication.factor`).
+    #[arg(long, default_value_t = 3)]
+    default_replication_factor: u32,
 }
 
 /// `--kafka-security-protocol`, as Kafka names them.
@@ -265,6 +276,9 @@ impl NodeArgs {
         );
         config.topics = self.topics;
         config.topic_defaults = crate::configs::parse_pairs(&self.default_topic_configs)?;
+        config.auto_create_topics = !self.no_auto_create_topics;
+        config.num_partitions = self.num_partitions;
+        config.default_replication_factor = self.default_replication_factor;
         config.join = self.join;
         config.election_timeout = Duration::from_millis(self.election_timeout_ms);
         config.heartbeat_interval = (config.election_timeout / 4).max(Duration::from_millis(20));

@@ -19,10 +19,14 @@ use crate::security::acl::{AclOperation, CLUSTER_RESOURCE_NAME, ResourceType};
 /// The versions served.
 pub(crate) const APIS: &[super::Served] = &[(kafka_protocol::messages::ApiKey::Metadata, 1, 12)];
 
+/// How long a Metadata request waits for the topics it creates.
+const AUTO_CREATE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Serves Metadata: one gathering per request, of the one topic asked for or of all (filtered
 /// to those asked for), since each gathering may ask other brokers.
 pub(crate) async fn metadata(
     request: MetadataRequest,
+    version: i16,
     service: &BrokerService,
     config: &KafkaConfig,
 ) -> MetadataResponse {
@@ -37,6 +41,17 @@ pub(crate) async fn metadata(
             .filter_map(|t| t.name.map(|n| n.0.to_string()))
             .collect::<BTreeSet<String>>()
     });
+    // Topics asked for that do not exist are created first where the request allows it
+    // (always before version 4, as Kafka's) and the broker does: answered like any new
+    // topic's, LEADER_NOT_AVAILABLE until their leaders are elected.
+    if (version < 4 || request.allow_auto_topic_creation)
+        && let Some(names) = &names
+    {
+        let deadline = tokio::time::Instant::now() + AUTO_CREATE_TIMEOUT;
+        for name in names {
+            service.auto_create_topic(name, deadline).await;
+        }
+    }
     let only = names
         .as_ref()
         .filter(|n| n.len() == 1)

@@ -14,18 +14,12 @@ use crate::protocol::{
 use crate::security::acl::AclOperation;
 use crate::topic_config::{ConfigEntry, TopicConfigs};
 
-/// The partition count of a topic created without one.
-const DEFAULT_PARTITIONS: u32 = 1;
-
-/// The replication factor of a topic created without one, or the broker count if smaller.
-const DEFAULT_REPLICATION_FACTOR: u32 = 3;
-
 /// A topic to create, as an admin client asks for it.
 pub(crate) struct NewTopic {
     pub(crate) name: String,
-    /// `None`: [`DEFAULT_PARTITIONS`].
+    /// `None`: the broker's `num_partitions`.
     pub(crate) partitions: Option<u32>,
-    /// `None`: [`DEFAULT_REPLICATION_FACTOR`], or the broker count if smaller.
+    /// `None`: the broker's `default_replication_factor`, or the broker count if smaller.
     pub(crate) replication_factor: Option<u32>,
     /// Configs set on the topic from the start.
     pub(crate) configs: TopicConfigs,
@@ -73,10 +67,12 @@ impl BrokerService {
         let request = CreateTopicRequest {
             configs: topic.configs,
             name: topic.name,
-            partitions: topic.partitions.unwrap_or(DEFAULT_PARTITIONS),
+            partitions: topic
+                .partitions
+                .unwrap_or(self.broker.config.num_partitions),
             replication_factor: topic
                 .replication_factor
-                .unwrap_or(DEFAULT_REPLICATION_FACTOR.min(brokers)),
+                .unwrap_or(self.broker.config.default_replication_factor.min(brokers)),
             forwarded: false,
         };
         let shape = (request.partitions, request.replication_factor);
@@ -153,5 +149,38 @@ impl BrokerService {
             self.broker.create_partitions(name, count, false)
         })
         .await
+    }
+
+    /// Creates `name` with the broker's defaults if automatic creation is on and it does not
+    /// exist (Kafka's auto-creation from a Metadata request): whether it exists afterwards. A
+    /// name starting with `__`, one no topic can have, or a principal without CREATE leaves
+    /// it unknown.
+    pub(crate) async fn auto_create_topic(&self, name: &str, deadline: Instant) -> bool {
+        if self.topic_shape(name).is_some() {
+            return true;
+        }
+        if !self.broker.config.auto_create_topics
+            || name.starts_with("__")
+            || crate::catalog::check_topic_name(name).is_err()
+        {
+            return false;
+        }
+        let topic = NewTopic {
+            name: name.to_string(),
+            partitions: None,
+            replication_factor: None,
+            configs: TopicConfigs::default(),
+        };
+        match self.create_new_topic(topic, false, deadline).await {
+            Ok(_) => {
+                tracing::info!(topic = name, "topic created automatically");
+                true
+            }
+            Err(Error::TopicExists(_)) => true,
+            Err(e) => {
+                tracing::debug!(topic = name, error = %e, "topic not created automatically");
+                false
+            }
+        }
     }
 }
