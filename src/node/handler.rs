@@ -101,7 +101,7 @@ impl NodeHandler {
             .certificate_user
             .get_or_init(|| {
                 let cert = caller.certificate.as_ref()?;
-                if self.broker.is_peer(caller) {
+                if cert.names_a_broker() {
                     return None;
                 }
                 cert.common_name()
@@ -127,7 +127,7 @@ impl NodeHandler {
 
 impl Handler for NodeHandler {
     fn is_peer_certificate(&self, certificate: &crate::tls::ClientCertificate) -> bool {
-        self.broker.names_a_broker(certificate)
+        certificate.names_a_broker()
     }
 
     fn login(
@@ -136,8 +136,10 @@ impl Handler for NodeHandler {
         certificate: Option<&crate::tls::ClientCertificate>,
     ) -> Option<Box<dyn crate::transport::Login>> {
         let settings = self.sasl.as_ref()?;
-        // Peer brokers are known by their certificates, and log in no other way.
-        if certificate.is_some_and(|c| self.broker.names_a_broker(c)) {
+        // Peer brokers are known by their certificates, and log in no other way: a joining
+        // broker too, which the cluster does not know yet (what it may send is
+        // `peer_gate.rs`'s to say).
+        if certificate.is_some_and(crate::tls::ClientCertificate::names_a_broker) {
             return None;
         }
         let login =

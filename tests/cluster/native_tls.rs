@@ -62,6 +62,26 @@ fn client_config(ca: Option<&Path>) -> ClientConfig {
     config
 }
 
+/// The values of `topic`/`partition` from offset 0, fetched by `client` (from `replica` if
+/// given); `None` while the fetch fails.
+async fn fetched_values(
+    client: &Client,
+    topic: &str,
+    partition: u32,
+    replica: Option<std::net::SocketAddr>,
+) -> Option<Vec<Vec<u8>>> {
+    let batches = client
+        .fetch(topic, partition, Offset(0), 1 << 20, replica)
+        .await
+        .ok()?;
+    let values = batches
+        .iter()
+        .flat_map(|b| b.records())
+        .map(|(_, r)| r.value.to_vec())
+        .collect();
+    Some(values)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_brokers_replicate_over_tls_and_serve_only_clients_that_trust_their_ca() {
     let dir = tempfile::tempdir().unwrap();
@@ -89,15 +109,7 @@ async fn embedded_brokers_replicate_over_tls_and_serve_only_clients_that_trust_t
     for addr in &addrs {
         let what = format!("the record on {addr}");
         wait_until(Duration::from_secs(10), &what, async || {
-            let batches = client
-                .fetch("email.send", 0, Offset(0), 1 << 20, Some(*addr))
-                .await
-                .ok()?;
-            let values: Vec<Vec<u8>> = batches
-                .iter()
-                .flat_map(|b| b.records())
-                .map(|(_, r)| r.value.to_vec())
-                .collect();
+            let values = fetched_values(&client, "email.send", 0, Some(*addr)).await?;
             (values == [b"over-tls".to_vec()]).then_some(())
         })
         .await;
@@ -202,18 +214,26 @@ fn login_config(certs: &Path, mechanism: &str, user: &str, password: &str) -> Cl
     config
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn native_clients_log_in_with_scram_or_plain_and_act_as_their_user() {
-    use replog::{ScramCredential, ScramMechanism};
-
-    let dir = tempfile::tempdir().unwrap();
-    let certs = dir.path().join("certs");
-    let hosts = ["127.0.0.1".to_string()];
-    DevCertificates::generate(&[1, 2, 3], &hosts)
+/// Certificates for brokers `brokers` (and a client), naming 127.0.0.1, written in
+/// `dir/certs`: that directory.
+fn dev_certs(dir: &Path, brokers: &[u64]) -> std::path::PathBuf {
+    let certs = dir.join("certs");
+    DevCertificates::generate(brokers, &["127.0.0.1".to_string()])
         .unwrap()
         .write_to(&certs)
         .unwrap();
-    let users = vec![
+    certs
+}
+
+/// Makes `c` a broker whose native clients log in (SCRAM or PLAIN, over TLS with the
+/// certificates in `certs`) under ACLs: users admin (a super user, `admin-secret`, a SCRAM-SHA-512
+/// credential) and bob (`bob-secret`, SCRAM-SHA-256) to start with.
+fn logins_required(c: &mut replog::NodeConfig, certs: &Path) {
+    use replog::{ScramCredential, ScramMechanism};
+    c.tls = Some(native_tls(certs, c.id));
+    c.native_sasl = true;
+    c.sasl_mechanisms.push(replog::SaslMechanism::Plain);
+    c.bootstrap_users = vec![
         (
             "admin".to_string(),
             ScramCredential::new(ScramMechanism::Sha512, "admin-secret", 4096).unwrap(),
@@ -223,17 +243,20 @@ async fn native_clients_log_in_with_scram_or_plain_and_act_as_their_user() {
             ScramCredential::new(ScramMechanism::Sha256, "bob-secret", 4096).unwrap(),
         ),
     ];
+    c.authorization = Some(replog::acl::AuthorizerPolicy {
+        super_users: vec!["User:admin".into()],
+        ..Default::default()
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_clients_log_in_with_scram_or_plain_and_act_as_their_user() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dev_certs(dir.path(), &[1, 2, 3]);
     let at = certs.clone();
     // The brokers elect leaders among themselves by certificate, without logging in.
     let cluster = crate::local_cluster(3, dir.path(), "email.send", 1, move |c| {
-        c.tls = Some(native_tls(&at, c.id));
-        c.native_sasl = true;
-        c.sasl_mechanisms.push(replog::SaslMechanism::Plain);
-        c.bootstrap_users = users.clone();
-        c.authorization = Some(replog::acl::AuthorizerPolicy {
-            super_users: vec!["User:admin".into()],
-            ..Default::default()
-        });
+        logins_required(c, &at);
     })
     .await;
     let addrs = cluster.addrs();
@@ -394,4 +417,52 @@ async fn the_cli_manages_users_and_acls_that_native_logins_obey() {
     assert!(ok, "{out}{err}");
     let (ok, _, err) = run(&alice, &produce, "after-deletion\n");
     assert!(!ok && err.contains("authentication failed"), "{err}");
+}
+
+/// A broker joins a cluster whose native clients must log in: the cluster does not know it
+/// yet, but its certificate (of the cluster's CA) names `broker-4`, so its registration is
+/// taken without a login. It then hosts replicas of a topic created afterwards, which a
+/// logged-in client writes to and reads back, through it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_joins_a_cluster_whose_native_clients_log_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dev_certs(dir.path(), &[1, 2, 3, 4]);
+    let addrs = crate::support::free_addrs(4);
+    let secure = |id: u64, founders: &[std::net::SocketAddr]| {
+        let mut c = crate::bare(id, founders, dir.path());
+        logins_required(&mut c, &certs);
+        c
+    };
+    let mut nodes = crate::support::start_all(|id| secure(id, &addrs[..3])).await;
+    let mut joiner = secure(4, &addrs);
+    joiner.join = true;
+    nodes.push(Some(crate::support::start_node(joiner).await.unwrap()));
+    crate::wait_for_broker_everywhere(&nodes, 4, addrs[3]).await;
+
+    let mut config = login_config(&certs, "SCRAM-SHA-512", "admin", "admin-secret");
+    config.delivery_timeout = Duration::from_secs(20);
+    let admin = crate::support::connect(&addrs, config.clone(), Duration::from_secs(20)).await;
+    // Four partitions of two replicas over four brokers: the joiner hosts some of them.
+    admin.create_topic("after", 4, 2).await.unwrap();
+    let described = admin.describe("after").await.unwrap();
+    assert!(
+        described.iter().any(|p| p.replicas.contains(&4)),
+        "{described:?}"
+    );
+    let at_4 = Client::connect(&addrs[3..], config).await.unwrap();
+    for p in 0..4 {
+        at_4.send("after", p, &[Record::new(format!("a{p}"))])
+            .await
+            .unwrap();
+    }
+    for p in 0..4 {
+        let what = format!("partition {p}'s record");
+        wait_until(Duration::from_secs(10), &what, async || {
+            let values = fetched_values(&admin, "after", p, None).await?;
+            (values == [format!("a{p}").into_bytes()]).then_some(())
+        })
+        .await;
+    }
+    drop((admin, at_4));
+    crate::support::shutdown_all(nodes).await;
 }
