@@ -232,7 +232,10 @@ impl Client {
                         | WireError::InvalidTopic(_)
                         | WireError::InvalidPartitionCount { .. }
                         | WireError::InvalidReplicationFactor { .. }
-                        | WireError::UnknownTopic),
+                        | WireError::UnknownTopic
+                        | WireError::TopicAuthorizationFailed
+                        | WireError::ClusterAuthorizationFailed
+                        | WireError::AuthenticationFailed(_)),
                     )) => return Err(e.into_error(&id, 0)),
                     // Refused before anything was proposed.
                     Ok(Err(e @ (WireError::TryAgain(_) | WireError::NotLeader { .. }))) => {

@@ -296,12 +296,14 @@ async fn native_clients_log_in_with_scram_or_plain_and_act_as_their_user() {
         other => panic!("bob wrote without an ACL: {other:?}"),
     }
 
-    // A wrong password and an unknown user are refused alike; a client that does not log in,
-    // or asks for a mechanism not offered, reaches no broker.
+    // A wrong password and an unknown user are refused alike, and so is a credential of a
+    // mechanism the user has none for, and a client that does not log in: each a failed
+    // authentication, told by the first broker asked, not an unreachable broker.
     let refused = [
         login_config(&certs, "SCRAM-SHA-512", "admin", "wrong"),
         login_config(&certs, "SCRAM-SHA-512", "nobody", "admin-secret"),
         login_config(&certs, "PLAIN", "admin", "wrong"),
+        login_config(&certs, "PLAIN", "nobody", "wrong"),
         login_config(&certs, "SCRAM-SHA-256", "admin", "admin-secret"),
         client_config(Some(&certs.join("ca.pem"))),
     ];
@@ -309,17 +311,17 @@ async fn native_clients_log_in_with_scram_or_plain_and_act_as_their_user() {
     for config in refused {
         let login = format!("{:?}", config.sasl);
         match Client::connect(&addrs, config).await {
-            Err(Error::NoBrokerReachable { tried }) => reasons.push(tried),
+            Err(Error::AuthenticationFailed(reason)) => reasons.push(reason),
             other => panic!("{login}: {other:?}"),
         }
     }
-    let credentials = "authentication failed: invalid credentials with SASL mechanism";
-    for (i, reason) in reasons.iter().enumerate().take(3) {
-        assert!(reason.contains(credentials), "login {i}: {reason}");
-    }
-    // A user with only a SHA-512 credential has none for SHA-256: refused as a wrong password
-    // is.
-    assert!(reasons[3].contains(credentials), "{}", reasons[3]);
+    let credentials = "invalid credentials with SASL mechanism";
+    assert_eq!(reasons[0], format!("{credentials} SCRAM-SHA-512"));
+    assert_eq!(reasons[1], reasons[0], "an unknown user told apart");
+    assert_eq!(reasons[2], format!("{credentials} PLAIN"));
+    assert_eq!(reasons[3], reasons[2], "an unknown user told apart");
+    assert_eq!(reasons[4], format!("{credentials} SCRAM-SHA-256"));
+    assert!(reasons[5].starts_with("log in first"), "{}", reasons[5]);
     drop((admin, plain, bob));
     cluster.shutdown().await.unwrap();
 }
@@ -416,7 +418,18 @@ async fn the_cli_manages_users_and_acls_that_native_logins_obey() {
     let (ok, out, err) = run(&admin, &["users", "--delete", "alice"], "");
     assert!(ok, "{out}{err}");
     let (ok, _, err) = run(&alice, &produce, "after-deletion\n");
-    assert!(!ok && err.contains("authentication failed"), "{err}");
+    let refused = "authentication failed for user \"alice\": invalid credentials with SASL \
+                   mechanism SCRAM-SHA-512 (check sasl.username and sasl.password in \
+                   --command-config)";
+    assert!(!ok && err.contains(refused), "{err}");
+    // Without a login: told to give one.
+    let anonymous = ["produce", "--bootstrap-server", &at, "--tls-ca", &ca];
+    let (ok, _, err) = cli(&[&anonymous[..], &produce[1..]].concat(), "anonymous\n");
+    assert!(
+        !ok && err.contains("authentication failed: log in first")
+            && err.contains("give a login in --command-config"),
+        "{err}"
+    );
 }
 
 /// A broker joins a cluster whose native clients must log in: the cluster does not know it
