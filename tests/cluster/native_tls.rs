@@ -5,7 +5,9 @@
 //! not speak TLS or trust another CA reach no broker; `replog node` processes do the same with
 //! `replog topics`, `produce` and `consume` given `--tls-ca`. With native logins
 //! (`native_sasl`), clients log in by SCRAM or PLAIN and act as their user under the ACLs,
-//! which `replog users` and `replog acls` manage.
+//! which `replog users` and `replog acls` manage; a refused login is an authentication
+//! failure; the `Producer` and `Consumer` work as such a user; and a broker joins such a
+//! cluster by its certificate.
 
 use std::path::Path;
 use std::time::Duration;
@@ -249,23 +251,34 @@ fn logins_required(c: &mut replog::NodeConfig, certs: &Path) {
     });
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn native_clients_log_in_with_scram_or_plain_and_act_as_their_user() {
-    let dir = tempfile::tempdir().unwrap();
-    let certs = dev_certs(dir.path(), &[1, 2, 3]);
+/// Three embedded brokers in `dir` whose native clients log in ([`logins_required`]), with
+/// `email.send` of `partitions` partitions: the cluster, its certificates' directory, and a
+/// client logged in as the admin.
+async fn logins_cluster(
+    dir: &Path,
+    partitions: u32,
+) -> (replog::LocalCluster, std::path::PathBuf, Client) {
+    let certs = dev_certs(dir, &[1, 2, 3]);
     let at = certs.clone();
-    // The brokers elect leaders among themselves by certificate, without logging in.
-    let cluster = crate::local_cluster(3, dir.path(), "email.send", 1, move |c| {
+    let cluster = crate::local_cluster(3, dir, "email.send", partitions, move |c| {
         logins_required(c, &at);
     })
     .await;
-    let addrs = cluster.addrs();
     let admin = crate::support::connect(
-        &addrs,
+        &cluster.addrs(),
         login_config(&certs, "SCRAM-SHA-512", "admin", "admin-secret"),
         Duration::from_secs(20),
     )
     .await;
+    (cluster, certs, admin)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_clients_log_in_with_scram_or_plain_and_act_as_their_user() {
+    let dir = tempfile::tempdir().unwrap();
+    // The brokers elect leaders among themselves by certificate, without logging in.
+    let (cluster, certs, admin) = logins_cluster(dir.path(), 1).await;
+    let addrs = cluster.addrs();
     let sent = admin
         .send("email.send", 0, &[Record::new("as-admin")])
         .await
@@ -478,4 +491,96 @@ async fn a_broker_joins_a_cluster_whose_native_clients_log_in() {
     }
     drop((admin, at_4));
     crate::support::shutdown_all(nodes).await;
+}
+
+/// The native `Producer` and `Consumer` over TLS, logged in by SCRAM as a user holding only
+/// the ACLs they need: WRITE and READ on the topic, READ on the consumer group. The producer
+/// writes keyed records, the consumer reads every one of them in its group and commits; a
+/// group the user may not read is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producer_and_a_consumer_log_in_as_a_user_with_only_the_acls_they_need() {
+    use std::sync::Arc;
+
+    use replog::acl::{AclBinding, AclOperation, AclPermission, PatternType, ResourceType};
+    use replog::{Consumer, ConsumerConfig, GroupError, Producer, ProducerConfig, StartAt};
+
+    const TOPIC: &str = "email.send";
+    let dir = tempfile::tempdir().unwrap();
+    let (cluster, certs, admin) = logins_cluster(dir.path(), 2).await;
+    let addrs = cluster.addrs();
+    let grant = |resource_type, name: &str, operation| AclBinding {
+        resource_type,
+        resource_name: name.into(),
+        pattern_type: PatternType::Literal,
+        principal: "User:bob".into(),
+        host: "*".into(),
+        operation,
+        permission: AclPermission::Allow,
+    };
+    admin
+        .create_acls(&[
+            grant(ResourceType::Topic, TOPIC, AclOperation::Write),
+            grant(ResourceType::Topic, TOPIC, AclOperation::Read),
+            grant(ResourceType::Group, "mailers", AclOperation::Read),
+        ])
+        .await
+        .unwrap();
+    let mut config = login_config(&certs, "SCRAM-SHA-256", "bob", "bob-secret");
+    config.delivery_timeout = Duration::from_secs(20);
+    let bob = Arc::new(Client::connect(&addrs, config).await.unwrap());
+    // Every broker applied the grants (one metadata command): bob reads each one's replica.
+    for addr in &addrs {
+        let what = format!("bob's grants on {addr}");
+        wait_until(Duration::from_secs(10), &what, async || {
+            bob.fetch(TOPIC, 0, Offset(0), 1 << 10, Some(*addr)).await
+        })
+        .await;
+    }
+
+    let producer = Producer::new(Arc::clone(&bob), ProducerConfig::default());
+    let sent: Vec<_> = (0..20)
+        .map(|i| {
+            let record = Record::new(format!("m{i}")).with_key(format!("k{}", i % 4));
+            producer.send(TOPIC, record)
+        })
+        .collect();
+    producer.close().await;
+    let mut partitions = std::collections::BTreeSet::new();
+    for landed in sent {
+        partitions.insert(landed.await.unwrap().partition);
+    }
+
+    let mut group = ConsumerConfig::default();
+    group.group_id = Some("mailers".into());
+    group.auto_offset_reset = StartAt::Beginning;
+    let mut consumer = Consumer::new(Arc::clone(&bob), group.clone());
+    consumer.subscribe(&[TOPIC]).unwrap();
+    let records = crate::consumer::poll_n(&mut consumer, 20).await;
+    let mut values: Vec<String> = records
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.value).into_owned())
+        .collect();
+    values.sort_by_key(|v| v[1..].parse::<u32>().unwrap());
+    let want: Vec<String> = (0..20).map(|i| format!("m{i}")).collect();
+    assert_eq!(values, want);
+    consumer.commit().await.unwrap();
+    for p in partitions {
+        let committed = consumer.committed(TOPIC, p).await.unwrap();
+        assert!(committed.is_some_and(|o| o > Offset(0)), "partition {p}");
+    }
+    consumer.close().await.unwrap();
+
+    // A group bob has no ACL for.
+    group.group_id = Some("others".into());
+    let mut other = Consumer::new(Arc::clone(&bob), group);
+    other.subscribe(&[TOPIC]).unwrap();
+    match other.poll(Duration::from_secs(1)).await {
+        Err(Error::Group {
+            error: GroupError::AuthorizationFailed,
+            ..
+        }) => {}
+        answer => panic!("a group bob may not read: {answer:?}"),
+    }
+    drop((admin, bob, other));
+    cluster.shutdown().await.unwrap();
 }
