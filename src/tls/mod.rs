@@ -20,6 +20,7 @@
 //! the client's address, and closes the connection.
 
 mod dev_certs;
+mod dn;
 mod subject;
 
 pub use dev_certs::DevCertificates;
@@ -222,9 +223,25 @@ impl ClientCertificate {
         ClientCertificate { der, brokers }
     }
 
-    /// Its subject's common name: the user a client certificate stands for (`User:<CN>`).
-    pub(crate) fn common_name(&self) -> Option<String> {
-        subject::common_name(&self.der)
+    /// The user a client certificate stands for (`User:<name>`): the name the first of
+    /// `rules` that applies to its subject gives, or without rules its subject's common name
+    /// (`None` if it has none). `Err`: no rule applies (why, for the client and the log).
+    pub(crate) fn user(
+        &self,
+        rules: Option<&crate::PrincipalMappingRules>,
+    ) -> Result<Option<String>, String> {
+        let Some(rules) = rules else {
+            return Ok(subject::common_name(&self.der));
+        };
+        let subject = dn::distinguished_name(&self.der)
+            .ok_or_else(|| "the client certificate's subject cannot be read".to_string())?;
+        match rules.map(&subject) {
+            Some(name) => Ok(Some(name)),
+            None => Err(format!(
+                "no principal mapping rule applies to the client certificate's subject \
+                 {subject:?}"
+            )),
+        }
     }
 
     /// Whether it is broker `id`'s: whether it names `broker-<id>` (a DNS name).

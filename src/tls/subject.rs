@@ -57,7 +57,7 @@ const OCTET_STRING: u8 = 0x04;
 const VERSION: u8 = 0xa0;
 const EXTENSIONS: u8 = 0xa3;
 const DNS_NAME: u8 = 0x82;
-const COMMON_NAME: &[u8] = &[0x55, 0x04, 0x03];
+pub(super) const COMMON_NAME: &[u8] = &[0x55, 0x04, 0x03];
 const SUBJECT_ALT_NAME: &[u8] = &[0x55, 0x1d, 0x11];
 
 /// The TBSCertificate's fields of the certificate `der` from `skipped` fields after its
@@ -79,19 +79,33 @@ fn tbs_fields(der: &[u8], skipped: usize) -> Option<&[u8]> {
     Some(tbs)
 }
 
-/// The subject's common name of the certificate `der`, if it has one.
-pub(crate) fn common_name(der: &[u8]) -> Option<String> {
+/// One attribute of a subject's name: its type and its value.
+pub(super) struct Attribute<'a> {
+    /// The type: an OBJECT IDENTIFIER's contents.
+    pub(super) oid: &'a [u8],
+    /// The value's tag.
+    pub(super) tag: u8,
+    /// The value's contents.
+    pub(super) contents: &'a [u8],
+    /// The value's whole DER element (tag, length, contents).
+    pub(super) element: &'a [u8],
+}
+
+/// The subject's name of the certificate `der`: its relative distinguished names in the
+/// certificate's order (the most general first), each its attributes.
+pub(super) fn subject_names(der: &[u8]) -> Option<Vec<Vec<Attribute<'_>>>> {
     // serialNumber, signature, issuer, validity: skipped; then the subject.
     let (SEQUENCE, mut subject, _) = element(tbs_fields(der, 4)?)? else {
         return None;
     };
-    let mut found = None;
+    let mut names = Vec::new();
     // Bounded by the subject's bytes: each step consumes at least two of them.
     while !subject.is_empty() {
         let (SET, mut set, rest) = element(subject)? else {
             return None;
         };
         subject = rest;
+        let mut attributes = Vec::new();
         while !set.is_empty() {
             let (SEQUENCE, pair, rest) = element(set)? else {
                 return None;
@@ -100,16 +114,32 @@ pub(crate) fn common_name(der: &[u8]) -> Option<String> {
             let (OID, oid, value) = element(pair)? else {
                 return None;
             };
-            if oid == COMMON_NAME {
-                let (tag, text, _) = element(value)?;
-                // UTF8String, PrintableString, IA5String.
-                if matches!(tag, 0x0c | 0x13 | 0x16) && !text.is_empty() {
-                    found = Some(std::str::from_utf8(text).ok()?.to_string());
-                }
-            }
+            let (tag, contents, after) = element(value)?;
+            let element = value.get(..value.len() - after.len())?;
+            attributes.push(Attribute {
+                oid,
+                tag,
+                contents,
+                element,
+            });
         }
+        names.push(attributes);
     }
-    found
+    Some(names)
+}
+
+/// The subject's common name of the certificate `der`, if it has one.
+pub(crate) fn common_name(der: &[u8]) -> Option<String> {
+    let names = subject_names(der)?;
+    let last = names
+        .iter()
+        .flatten()
+        .rev()
+        // UTF8String, PrintableString, IA5String.
+        .find(|a| {
+            a.oid == COMMON_NAME && matches!(a.tag, 0x0c | 0x13 | 0x16) && !a.contents.is_empty()
+        })?;
+    Some(std::str::from_utf8(last.contents).ok()?.to_string())
 }
 
 /// The DNS names of the certificate `der`'s subjectAltName, in its order: none if it has

@@ -18,7 +18,7 @@ use crate::support::{cli, wait_until};
 
 /// Broker `id`'s TLS settings from `certs` (written by `DevCertificates::write_to`), with the
 /// CA there: TLS on the native listener and to its peers.
-fn native_tls(certs: &Path, id: u64) -> replog::TlsConfig {
+pub(crate) fn native_tls(certs: &Path, id: u64) -> replog::TlsConfig {
     let mut tls = DevCertificates::broker_config(certs, id);
     tls.ca_cert = Some(certs.join("ca.pem"));
     tls
