@@ -192,7 +192,8 @@ pub use producer::{Producer, ProducerConfig, RecordMetadata};
 
 pub use security::acl;
 pub use security::{
-    ClientAuth, KafkaSecurityProtocol, SaslError, SaslMechanism, ScramCredential, ScramMechanism,
+    ClientAuth, KafkaSecurityProtocol, PrincipalMappingRules, SaslError, SaslMechanism,
+    ScramCredential, ScramMechanism,
 };
 pub use segment::record::{Batch, Header, Record, RecordIter};
 pub use segment::{Preallocate, RecoveryEvent};

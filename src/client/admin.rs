@@ -290,6 +290,7 @@ impl Client {
                         | WireError::PartitionsNotAdded { .. }
                         | WireError::TopicAuthorizationFailed
                         | WireError::ClusterAuthorizationFailed
+                        | WireError::AuthenticationFailed(_)
                         | WireError::UnknownTopic),
                     )) => return Err(e.into_error(&id, 0)),
                     // Refused before anything was proposed.

@@ -18,6 +18,7 @@ use crate::group::api::{
     JoinGroup, JoinReply, OffsetCommit, PartitionResult, SyncGroup,
 };
 use crate::group::assignor::decode_assignment;
+use crate::protocol::WireError;
 use crate::transport::frame::Op;
 use crate::types::Offset;
 
@@ -61,6 +62,15 @@ pub struct GroupMemberInfo {
     pub host: String,
     /// Its partitions in the current generation: (topic, partitions).
     pub assignment: Vec<(String, Vec<u32>)>,
+}
+
+/// `addr`'s refusal of a group request, as an error: a refused login as itself, anything else
+/// as the broker's.
+fn refused(addr: SocketAddr, e: WireError) -> Error {
+    match e {
+        WireError::AuthenticationFailed(why) => Error::AuthenticationFailed(why),
+        other => Error::Remote(format!("{addr} refused a group request: {other:?}")),
+    }
 }
 
 impl Client {
@@ -107,6 +117,9 @@ impl Client {
                             group: group.to_string(),
                             error: e,
                         });
+                    }
+                    Ok(Err(e @ WireError::AuthenticationFailed(_))) => {
+                        return Err(refused(addr, e));
                     }
                     Ok(Err(e)) => last = format!("{addr}: {e:?}"),
                     Err(e) => last = format!("{addr}: {e}"),
@@ -156,11 +169,7 @@ impl Client {
                         error: e,
                     });
                 }
-                Ok(Err(e)) => {
-                    return Err(Error::Remote(format!(
-                        "{addr} refused a group request: {e:?}"
-                    )));
-                }
+                Ok(Err(e)) => return Err(refused(addr, e)),
                 Err(e) => last = format!("{addr}: {e}"),
             }
             self.coordinators.lock().remove(group);
@@ -230,7 +239,7 @@ impl Client {
                     error: e,
                 })
             }
-            Ok(Err(e)) => Err(Error::Remote(format!("{e:?}"))),
+            Ok(Err(e)) => Err(refused(addr, e)),
             Err(e) => {
                 self.coordinators.lock().remove(group);
                 Err(Error::NoBrokerReachable {

@@ -217,8 +217,11 @@ impl Client {
     /// # Errors
     ///
     /// [`Error::NoBrokerReachable`](crate::Error::NoBrokerReachable) if no bootstrap address
-    /// answers (a broker whose certificate this client does not trust does not, nor one
-    /// that refuses its login: the reason is among those `tried` lists);
+    /// answers (a broker whose certificate this client does not trust does not: the reason
+    /// is among those `tried` lists);
+    /// [`Error::AuthenticationFailed`](crate::Error::AuthenticationFailed) if a broker
+    /// refuses the login of [`ClientConfig::sasl`] (a wrong password and an unknown user
+    /// alike), or asks for one the client does not make;
     /// [`Error::Tls`](crate::Error::Tls) if [`ClientConfig::tls_ca`] cannot be read;
     /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) for a login without TLS.
     pub async fn connect(bootstrap: &[SocketAddr], config: ClientConfig) -> Result<Client> {
@@ -338,6 +341,10 @@ impl Client {
 
     /// The one call: encodes `request`, sends it to `addr`, waits up to `timeout` for the
     /// answer, decodes it.
+    ///
+    /// A broker that refuses the connection's login answers `AuthenticationFailed`, as if
+    /// it refused the request: the brokers share their users, so each would refuse the login
+    /// alike, and the request is not retried elsewhere (Kafka's clients give up alike).
     async fn call_within<Req: Serialize, Resp: DeserializeOwned>(
         &self,
         addr: SocketAddr,
@@ -348,10 +355,13 @@ impl Client {
     ) -> std::result::Result<std::result::Result<Resp, WireError>, CallError> {
         let body = crate::protocol::encode(request)
             .map_err(|e| CallError::Unreachable(format!("cannot encode request: {e}")))?;
-        let bytes = self
-            .peer(addr)
-            .call_with(op, body, timeout, enqueued)
-            .await?;
+        let bytes = match self.peer(addr).call_with(op, body, timeout, enqueued).await {
+            Ok(bytes) => bytes,
+            Err(CallError::LoginRefused(why)) => {
+                return Ok(Err(WireError::AuthenticationFailed(why)));
+            }
+            Err(e) => return Err(e),
+        };
         postcard::from_bytes(&bytes)
             .map_err(|e| CallError::Unreachable(format!("bad response from {addr}: {e}")))
     }

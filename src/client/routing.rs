@@ -71,6 +71,9 @@ impl Client {
                         topic.unwrap_or_default().to_string(),
                     ));
                 }
+                Ok(Err(WireError::AuthenticationFailed(why))) => {
+                    return Err(Error::AuthenticationFailed(why));
+                }
                 Ok(Err(e)) => tried.push(format!("{addr} ({e:?})")),
                 Err(e) => tried.push(format!("{addr} ({e})")),
             }

@@ -66,10 +66,15 @@ pub(super) async fn serve(
                 None => return,
             }
         }
-        // A client certificate (where the listener asks for one) is the client's identity.
-        None => match certificate.and_then(|c| c.common_name()) {
-            Some(user) => Session::user(&user, Some(from.ip())),
-            None => Session::anonymous(Some(from.ip())),
+        // A client certificate (where the listener asks for one) is the client's identity;
+        // one that names none is refused, as Kafka refuses it.
+        None => match certificate.map(|c| c.user(config.principal_rules.as_ref())) {
+            Some(Ok(Some(user))) => Session::user(&user, Some(from.ip())),
+            Some(Err(why)) => {
+                tracing::info!(%from, reason = %why, "kafka client refused");
+                return;
+            }
+            _ => Session::anonymous(Some(from.ip())),
         },
     };
     let service = service.with_session(session);

@@ -108,6 +108,9 @@ pub(crate) struct KafkaConfig {
     /// The SASL authentication every connection goes through first, if the listener asks
     /// for one.
     pub(crate) sasl: Option<sasl::SaslSettings>,
+    /// How a client certificate names its principal
+    /// ([`NodeConfig::ssl_principal_mapping_rules`](crate::NodeConfig)).
+    pub(crate) principal_rules: Option<crate::PrincipalMappingRules>,
 }
 
 /// What the listener's SASL authentication offers, if `config` asks for it.

@@ -175,6 +175,13 @@ pub struct NodeConfig {
     /// a client's certificate is then its identity (`User:<CN>`) where it does not log in
     /// with SASL. Default [`ClientAuth::None`](crate::ClientAuth::None).
     pub client_auth: crate::ClientAuth,
+    /// How a client certificate's subject names its principal (Kafka's
+    /// `ssl.principal.mapping.rules`, `replog node --ssl-principal-mapping-rules`): the first
+    /// rule that applies to the subject, printed as Kafka prints it (`CN=alice,O=Acme`), gives
+    /// the name, and a certificate no rule applies to is refused. Needs `client_auth`.
+    /// Default `None`: the subject's CN (`User:<CN>`; Kafka's default, `DEFAULT`, is the
+    /// whole subject).
+    pub ssl_principal_mapping_rules: Option<crate::PrincipalMappingRules>,
     /// The certificate and key (PEM files) this broker serves TLS with: on the Kafka listener
     /// when `kafka_security_protocol` says so (`SSL`, `SASL_SSL`), and, when the brokers' CA
     /// is given too ([`TlsConfig::ca_cert`](crate::TlsConfig::ca_cert)), on the native
@@ -250,6 +257,7 @@ impl NodeConfig {
             native_sasl: false,
             sasl_session_lifetime: None,
             client_auth: crate::ClientAuth::None,
+            ssl_principal_mapping_rules: None,
             tls: None,
             bootstrap_users: Vec::new(),
             authorization: None,
@@ -520,6 +528,15 @@ impl NodeConfig {
                     .into(),
             );
         }
+        if self.ssl_principal_mapping_rules.is_some() && self.client_auth == crate::ClientAuth::None
+        {
+            return bad(
+                "ssl_principal_mapping_rules",
+                "the rules map client certificates, which brokers ask for with client_auth \
+                 (replog node --client-auth)"
+                    .into(),
+            );
+        }
         if (protocol.sasl() || self.native_sasl) && self.sasl_mechanisms.is_empty() {
             return bad(
                 "sasl_mechanisms",
@@ -653,6 +670,11 @@ mod tests {
                 c.peers.clear();
             }),
             "join"
+        );
+        assert_eq!(
+            field(&|c| c.ssl_principal_mapping_rules = Some("DEFAULT".parse().unwrap())),
+            "ssl_principal_mapping_rules",
+            "rules without client certificates to map"
         );
         assert_eq!(
             field(&|c| c.topics.push(("email.send".into(), 1))),

@@ -95,19 +95,27 @@ fn wire(e: Error) -> WireError {
 }
 
 impl NodeHandler {
-    /// The user `caller`'s certificate stands for (`User:<CN>`), worked out once per
-    /// connection: none for a peer broker's.
-    fn certificate_user<'a>(&self, caller: &'a Caller) -> Option<&'a String> {
+    /// The user `caller`'s certificate stands for (`User:<name>`), worked out once per
+    /// connection: none for a peer broker's. `Err`: a certificate no principal mapping rule
+    /// applies to (logged once), why.
+    fn certificate_user<'a>(&self, caller: &'a Caller) -> Result<Option<&'a String>, &'a String> {
         caller
             .certificate_user
             .get_or_init(|| {
-                let cert = caller.certificate.as_ref()?;
-                if self.broker.is_peer(caller) {
-                    return None;
+                let Some(cert) = caller.certificate.as_ref() else {
+                    return Ok(None);
+                };
+                if cert.names_a_broker() {
+                    return Ok(None);
                 }
-                cert.common_name()
+                let user = cert.user(self.broker.config.ssl_principal_mapping_rules.as_ref());
+                if let Err(why) = &user {
+                    tracing::info!(from = %caller.from, reason = %why, "native client refused");
+                }
+                user
             })
             .as_ref()
+            .map(Option::as_ref)
     }
 
     /// Refuses `op`, traffic only brokers send, unless `caller` may send it as `claim` (see
@@ -128,7 +136,7 @@ impl NodeHandler {
 
 impl Handler for NodeHandler {
     fn is_peer_certificate(&self, certificate: &crate::tls::ClientCertificate) -> bool {
-        self.broker.names_a_broker(certificate)
+        certificate.names_a_broker()
     }
 
     fn login(
@@ -137,8 +145,10 @@ impl Handler for NodeHandler {
         certificate: Option<&crate::tls::ClientCertificate>,
     ) -> Option<Box<dyn crate::transport::Login>> {
         let settings = self.sasl.as_ref()?;
-        // Peer brokers are known by their certificates, and log in no other way.
-        if certificate.is_some_and(|c| self.broker.names_a_broker(c)) {
+        // Peer brokers are known by their certificates, and log in no other way: a joining
+        // broker too, which the cluster does not know yet (what it may send is
+        // `peer_gate.rs`'s to say).
+        if certificate.is_some_and(crate::tls::ClientCertificate::names_a_broker) {
             return None;
         }
         let login =
@@ -160,11 +170,18 @@ impl Handler for NodeHandler {
             // Each request on behalf of whoever the connection is: the user it logged in as,
             // or an anonymous client where the broker asks for no login.
             let ip = Some(caller.from.ip());
-            let session = match caller
-                .user
-                .as_ref()
-                .or_else(|| self.certificate_user(&caller))
-            {
+            let user = match &caller.user {
+                Some(user) => Some(user),
+                None => match self.certificate_user(&caller) {
+                    Ok(user) => user,
+                    // A certificate that names nobody: each request refused as a login is.
+                    Err(why) => {
+                        let refused = WireError::AuthenticationFailed(why.clone());
+                        return encode_response::<()>(&Err(refused)).into();
+                    }
+                },
+            };
+            let session = match user {
                 Some(user) => Session::user(user, ip),
                 None => Session::anonymous(ip),
             };

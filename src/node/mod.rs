@@ -415,6 +415,7 @@ impl Node {
                     budgets: client_budgets.clone(),
                     admission: Arc::clone(&admission),
                     sasl,
+                    principal_rules: broker.config.ssl_principal_mapping_rules.clone(),
                 };
                 let protocol = broker.config.kafka_security_protocol;
                 tracing::info!(%local, security = protocol.name(), "kafka listener");

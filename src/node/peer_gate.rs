@@ -11,6 +11,12 @@
 //! reaches a group or the metadata log: no term moves, no leader changes, no broker registers.
 //! The first refusal on a connection is logged, at warn.
 //!
+//! A certificate that names some broker, one of the cluster's or not (a joining broker's), is
+//! a broker's everywhere else: its connection is not asked to log in where native clients
+//! must (`NodeConfig::native_sasl`), its certificate stands for no user, and it may use the
+//! room and memory kept for peers. What it may send is still decided as above, so a broker
+//! not in the cluster yet may send its own registration, and nothing else of brokers' traffic.
+//!
 //! Brokers without TLS between them trust their network: every connection may send it.
 
 use crate::catalog::MetaCommand;
@@ -120,23 +126,6 @@ impl Broker {
             caller.confirmed_broker.store(id, Ordering::Relaxed);
         }
         admitted
-    }
-
-    /// Whether `caller` presented a certificate of a broker of this cluster.
-    pub(super) fn is_peer(&self, caller: &Caller) -> bool {
-        self.confirm_broker(caller, Claim::AnyBroker)
-    }
-
-    /// Whether `certificate` is a broker's of this cluster (one this broker knows of).
-    pub(super) fn names_a_broker(&self, certificate: &crate::tls::ClientCertificate) -> bool {
-        self.broker_named(certificate).is_some()
-    }
-
-    /// The broker of this cluster (one this broker knows of) that `certificate` names.
-    fn broker_named(&self, certificate: &crate::tls::ClientCertificate) -> Option<NodeId> {
-        self.known_brokers()
-            .into_iter()
-            .find(|id| certificate.names_broker(*id))
     }
 
     /// The brokers this one knows of: the catalog's, those it was configured with, and itself.

@@ -6,15 +6,19 @@
 //! - `plain.rs`: SASL PLAIN (RFC 4616), checked against the same stored credentials.
 //!
 //! - `acl.rs`: Kafka's access control lists and the authorization decision they make.
+//! - `principal_mapping.rs`: Kafka's `ssl.principal.mapping.rules`, which name a client
+//!   certificate's principal from its subject.
 //!
 //! A successful exchange names a principal, `User:<name>`, the same on both doors.
 
 pub mod acl;
 mod plain;
+mod principal_mapping;
 mod scram;
 mod throttle;
 
 pub(crate) use plain::authenticate_plain;
+pub use principal_mapping::PrincipalMappingRules;
 pub(crate) use scram::FakeCredentials;
 pub(crate) use scram::{ScramClient, ScramServer, plain_message, server_nonce};
 pub use scram::{ScramCredential, ScramMechanism};

@@ -20,6 +20,7 @@
 //! the client's address, and closes the connection.
 
 mod dev_certs;
+mod dn;
 mod subject;
 
 pub use dev_certs::DevCertificates;
@@ -206,19 +207,67 @@ fn roots(ca: &Path) -> Result<Arc<rustls::RootCertStore>, TlsError> {
 /// The certificate a connection's client presented in its handshake, which the listener
 /// verified: signed by the brokers' CA, within its dates, for TLS client authentication.
 #[derive(Clone, Debug)]
-pub(crate) struct ClientCertificate(CertificateDer<'static>);
+pub(crate) struct ClientCertificate {
+    der: CertificateDer<'static>,
+    /// The brokers it names (`broker-<id>`, DNS names of its subjectAltName).
+    brokers: Vec<crate::types::NodeId>,
+}
 
 impl ClientCertificate {
-    /// Its subject's common name: the user a client certificate stands for (`User:<CN>`).
-    pub(crate) fn common_name(&self) -> Option<String> {
-        subject::common_name(&self.0)
+    /// The certificate `der`, with the brokers it names read once.
+    fn new(der: CertificateDer<'static>) -> ClientCertificate {
+        let brokers = subject::dns_names(&der)
+            .iter()
+            .filter_map(|name| named_broker(name))
+            .collect();
+        ClientCertificate { der, brokers }
+    }
+
+    /// The user a client certificate stands for (`User:<name>`): the name the first of
+    /// `rules` that applies to its subject gives, or without rules its subject's common name
+    /// (`None` if it has none). `Err`: no rule applies (why, for the client and the log).
+    pub(crate) fn user(
+        &self,
+        rules: Option<&crate::PrincipalMappingRules>,
+    ) -> Result<Option<String>, String> {
+        let Some(rules) = rules else {
+            return Ok(subject::common_name(&self.der));
+        };
+        let subject = dn::distinguished_name(&self.der)
+            .ok_or_else(|| "the client certificate's subject cannot be read".to_string())?;
+        match rules.map(&subject) {
+            Some(name) => Ok(Some(name)),
+            None => Err(format!(
+                "no principal mapping rule applies to the client certificate's subject \
+                 {subject:?}"
+            )),
+        }
     }
 
     /// Whether it is broker `id`'s: whether it names `broker-<id>` (a DNS name).
     pub(crate) fn names_broker(&self, id: crate::types::NodeId) -> bool {
-        rustls::server::ParsedCertificate::try_from(&self.0)
-            .is_ok_and(|cert| rustls::client::verify_server_name(&cert, &broker_name(id)).is_ok())
+        self.brokers.contains(&id)
     }
+
+    /// Whether it is some broker's: whether it names `broker-<id>` for some id, whether or
+    /// not the cluster has that broker yet (a joining broker's).
+    pub(crate) fn names_a_broker(&self) -> bool {
+        !self.brokers.is_empty()
+    }
+}
+
+/// The broker a DNS name names: `id` for `broker-<id>` (as [`broker_name`] writes it; DNS
+/// names are compared without case).
+fn named_broker(name: &str) -> Option<crate::types::NodeId> {
+    const PREFIX: &str = "broker-";
+    let head = name.get(..PREFIX.len())?;
+    let digits = name.get(PREFIX.len()..)?;
+    if !head.eq_ignore_ascii_case(PREFIX) || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let id: crate::types::NodeId = digits.parse().ok()?;
+    // One spelling per broker: no leading zeros.
+    (id.to_string() == digits).then_some(id)
 }
 
 /// What a listener runs its TLS handshakes with.
@@ -310,7 +359,7 @@ impl TlsServer {
                 let presented = stream.get_ref().1.peer_certificates();
                 let certificate = presented
                     .and_then(|chain| chain.first())
-                    .map(|cert| ClientCertificate(cert.clone().into_owned()));
+                    .map(|cert| ClientCertificate::new(cert.clone().into_owned()));
                 Some((stream, certificate))
             }
             Ok(Err(e)) => {

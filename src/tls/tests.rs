@@ -267,3 +267,26 @@ async fn a_listener_asking_for_certificates_learns_which_broker_dialed_it() {
     let impostor = TlsDialer::for_peers(&ca, &impostor).unwrap();
     assert_eq!(presented(&server, &impostor).await, None);
 }
+
+#[test]
+fn a_dns_name_names_a_broker_only_as_broker_name_writes_it() {
+    assert_eq!(named_broker("broker-4"), Some(4));
+    assert_eq!(named_broker("Broker-12"), Some(12));
+    let id = u64::MAX;
+    assert_eq!(named_broker(&broker_name(id).to_str()), Some(id));
+    for name in [
+        "broker-",
+        "broker-04",
+        "broker-+4",
+        "broker-4a",
+        "broker-4.",
+        "xbroker-4",
+        "broker4",
+        "brokér-4",
+        "broker-18446744073709551616",
+        "",
+        "b",
+    ] {
+        assert_eq!(named_broker(name), None, "{name}");
+    }
+}

@@ -6,7 +6,8 @@
 //!
 //! - a broker reads at most [`LOGIN_FRAME_BYTES_MAX`] per request and [`LOGIN_REQUESTS_MAX`]
 //!   requests, within the connection's pre-authentication deadline; any other request, a
-//!   failed login (answered first), a malformed frame or the deadline closes the connection;
+//!   failed login (each answered first, as an authentication failure), a malformed frame or
+//!   the deadline closes the connection;
 //! - a client ([`log_in`]) runs its side right after connecting (and its TLS handshake),
 //!   before its connection carries anything else.
 
@@ -15,7 +16,7 @@ use std::net::SocketAddr;
 use tokio::io::AsyncWriteExt;
 
 use super::frame::{Kind, Op, OutFrame, read_frame};
-use super::{ReadHalf, WriteHalf};
+use super::{CallError, ReadHalf, WriteHalf};
 use crate::protocol::WireError;
 use crate::security::{SaslMechanism, ScramClient, plain_message};
 
@@ -62,9 +63,18 @@ pub(crate) async fn serve_login(
                 Ok(None) => return Err((false, "closed before logging in".to_string())),
                 Err(e) => return Err((false, e.to_string())),
             };
-            if head.kind != Kind::Request
-                || !matches!(head.op, Op::SaslHandshake | Op::SaslAuthenticate)
-            {
+            if head.kind != Kind::Request {
+                return Err((false, "a response before logging in".to_string()));
+            }
+            if !matches!(head.op, Op::SaslHandshake | Op::SaslAuthenticate) {
+                // A client that does not log in is told why it is not served.
+                let told: Result<(), WireError> = Err(WireError::AuthenticationFailed(
+                    "log in first: this broker serves native clients once they log in (SASL)"
+                        .into(),
+                ));
+                let answer = postcard::to_stdvec(&told).unwrap_or_default();
+                let frame = OutFrame::new(Kind::Response, head.op, head.request_id, answer);
+                let _ = send(wr, frame).await;
                 return Err((false, format!("{} before logging in", head.op.name())));
             }
             let (answer, outcome) = login.step(head.op, &body);
@@ -98,40 +108,48 @@ pub(crate) async fn serve_login(
     }
 }
 
-/// Sends one request of a client's login and reads its answer: the answer's `Ok`, or why the
-/// broker refused.
+/// A login that did not get through the connection: the broker is unreachable.
+fn broken(why: impl std::fmt::Display) -> CallError {
+    CallError::Unreachable(format!("logging in: {why}"))
+}
+
+/// Sends one request of a client's login and reads its answer: the answer's `Ok`; the
+/// broker's refusal ([`CallError::LoginRefused`]); or a connection that broke, or answered
+/// what is no answer of a login ([`CallError::Unreachable`]).
 async fn call<T: serde::Serialize, A: serde::de::DeserializeOwned>(
     (rd, wr): (&mut ReadHalf, &mut WriteHalf),
     op: Op,
     id: u64,
     request: &T,
-) -> Result<A, String> {
-    let body = super::body::encode(request).map_err(|e| e.to_string())?;
+) -> Result<A, CallError> {
+    let body = super::body::encode(request).map_err(broken)?;
     send(wr, OutFrame::new(Kind::Request, op, id, body))
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(broken)?;
     let (head, body) = match read_frame(rd, LOGIN_FRAME_BYTES_MAX).await {
         Ok(Some(frame)) => frame,
-        Ok(None) => return Err("the broker closed the connection".into()),
-        Err(e) => return Err(e.to_string()),
+        Ok(None) => return Err(broken("the broker closed the connection")),
+        Err(e) => return Err(broken(e)),
     };
     if head.kind != Kind::Response || head.op != op || head.request_id != id {
-        return Err("an answer out of turn".into());
+        return Err(broken("an answer out of turn"));
     }
     let answer: Result<A, WireError> =
-        postcard::from_bytes(&body).map_err(|e| format!("a malformed answer: {e}"))?;
+        postcard::from_bytes(&body).map_err(|e| broken(format!("a malformed answer: {e}")))?;
     answer.map_err(|e| match e {
-        WireError::AuthenticationFailed(reason) => reason,
-        other => format!("{other:?}"),
+        WireError::AuthenticationFailed(reason) => CallError::LoginRefused(reason),
+        other => broken(format!("{other:?}")),
     })
 }
 
 /// Runs a client's side of a login on a new connection: `Ok` once the broker accepted it and
-/// (SCRAM) proved it knows the user's keys; otherwise why not.
+/// (SCRAM) proved it knows the user's keys. A refusal, or a broker that does not prove it
+/// (SCRAM), is [`CallError::LoginRefused`]; a connection that broke on the way,
+/// [`CallError::Unreachable`].
 pub(crate) async fn log_in(
     (rd, wr): (&mut ReadHalf, &mut WriteHalf),
     login: &crate::SaslLogin,
-) -> Result<(), String> {
+) -> Result<(), CallError> {
     let crate::SaslLogin {
         mechanism,
         user,
@@ -158,11 +176,13 @@ pub(crate) async fn log_in(
         SaslMechanism::Scram(m) => {
             let (mut client, first) = ScramClient::new(*m, user, password);
             let server_first: Vec<u8> = call((rd, wr), Op::SaslAuthenticate, 2, &first).await?;
-            let last = client.respond(&server_first).map_err(|e| e.to_string())?;
+            let last = client
+                .respond(&server_first)
+                .map_err(|e| CallError::LoginRefused(format!("the broker's first message: {e}")))?;
             let server_final: Vec<u8> = call((rd, wr), Op::SaslAuthenticate, 3, &last).await?;
             client
                 .verify(&server_final)
-                .map_err(|e| format!("the broker's proof: {e}"))
+                .map_err(|e| CallError::LoginRefused(format!("the broker's proof: {e}")))
         }
     }
 }

@@ -37,6 +37,10 @@ pub(crate) enum CallError {
     /// The connection died after the request was sent. It may still take effect.
     #[error("connection lost after sending")]
     Closed,
+    /// The request was not sent: the broker refused the login the connection opens with
+    /// (the reason as it told it), or did not prove it knows the user (SCRAM).
+    #[error("authentication failed: {0}")]
+    LoginRefused(String),
 }
 
 /// Outbound connection to one peer address, made on first use and remade after a failure.
@@ -142,7 +146,7 @@ impl Peer {
         *guard = None;
         let (mut rd, wr) = match tokio::time::timeout(timeout, self.dial(addr)).await {
             Ok(Ok(halves)) => halves,
-            Ok(Err(e)) => return Err(CallError::Unreachable(e.to_string())),
+            Ok(Err(e)) => return Err(e),
             Err(_) => return Err(CallError::Unreachable("connect timed out".into())),
         };
         let (tx, writer) = spawn_writer(wr, None);
@@ -193,17 +197,13 @@ impl Peer {
 impl Peer {
     /// Connects to `addr`, through a TLS handshake if the peer serves TLS, and logs in where
     /// the dial says to.
-    async fn dial(&self, addr: SocketAddr) -> std::io::Result<(ReadHalf, WriteHalf)> {
-        let (mut rd, mut wr) = self.connect(addr).await?;
+    async fn dial(&self, addr: SocketAddr) -> Result<(ReadHalf, WriteHalf), CallError> {
+        let (mut rd, mut wr) = self
+            .connect(addr)
+            .await
+            .map_err(|e| CallError::Unreachable(e.to_string()))?;
         if let Some(login) = self.tls.as_ref().and_then(|t| t.login.as_ref()) {
-            super::login::log_in((&mut rd, &mut wr), login)
-                .await
-                .map_err(|why| {
-                    std::io::Error::new(
-                        std::io::ErrorKind::PermissionDenied,
-                        format!("authentication failed: {why}"),
-                    )
-                })?;
+            super::login::log_in((&mut rd, &mut wr), login).await?;
         }
         Ok((rd, wr))
     }

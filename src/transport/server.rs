@@ -65,8 +65,9 @@ pub(crate) struct Caller {
     /// The known broker its certificate was found to name (`NO_BROKER` until one was):
     /// checked once, not on every request.
     pub(crate) confirmed_broker: std::sync::atomic::AtomicU64,
-    /// The user its certificate stands for, once worked out (`None` inside: none).
-    pub(crate) certificate_user: std::sync::OnceLock<Option<String>>,
+    /// The user its certificate stands for, once worked out (`Ok(None)` inside: none; `Err`:
+    /// a certificate that may name none, why).
+    pub(crate) certificate_user: std::sync::OnceLock<Result<Option<String>, String>>,
 }
 
 impl Caller {

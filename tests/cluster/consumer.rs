@@ -15,7 +15,7 @@ use replog::{
 const TOPIC: &str = "consumed";
 
 /// Polls until `n` records came (at most 30 s).
-async fn poll_n(consumer: &mut Consumer, n: usize) -> Vec<ConsumerRecord> {
+pub(crate) async fn poll_n(consumer: &mut Consumer, n: usize) -> Vec<ConsumerRecord> {
     let mut out = Vec::new();
     wait_until(
         Duration::from_secs(30),

@@ -30,6 +30,7 @@ mod kafka_wire;
 mod long_poll;
 mod metrics;
 mod native_tls;
+mod principal_mapping;
 mod processes;
 mod replication;
 #[path = "../support/mod.rs"]

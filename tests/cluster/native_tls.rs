@@ -5,7 +5,9 @@
 //! not speak TLS or trust another CA reach no broker; `replog node` processes do the same with
 //! `replog topics`, `produce` and `consume` given `--tls-ca`. With native logins
 //! (`native_sasl`), clients log in by SCRAM or PLAIN and act as their user under the ACLs,
-//! which `replog users` and `replog acls` manage.
+//! which `replog users` and `replog acls` manage; a refused login is an authentication
+//! failure; the `Producer` and `Consumer` work as such a user; and a broker joins such a
+//! cluster by its certificate.
 
 use std::path::Path;
 use std::time::Duration;
@@ -16,7 +18,7 @@ use crate::support::{cli, wait_until};
 
 /// Broker `id`'s TLS settings from `certs` (written by `DevCertificates::write_to`), with the
 /// CA there: TLS on the native listener and to its peers.
-fn native_tls(certs: &Path, id: u64) -> replog::TlsConfig {
+pub(crate) fn native_tls(certs: &Path, id: u64) -> replog::TlsConfig {
     let mut tls = DevCertificates::broker_config(certs, id);
     tls.ca_cert = Some(certs.join("ca.pem"));
     tls
@@ -62,6 +64,26 @@ fn client_config(ca: Option<&Path>) -> ClientConfig {
     config
 }
 
+/// The values of `topic`/`partition` from offset 0, fetched by `client` (from `replica` if
+/// given); `None` while the fetch fails.
+async fn fetched_values(
+    client: &Client,
+    topic: &str,
+    partition: u32,
+    replica: Option<std::net::SocketAddr>,
+) -> Option<Vec<Vec<u8>>> {
+    let batches = client
+        .fetch(topic, partition, Offset(0), 1 << 20, replica)
+        .await
+        .ok()?;
+    let values = batches
+        .iter()
+        .flat_map(|b| b.records())
+        .map(|(_, r)| r.value.to_vec())
+        .collect();
+    Some(values)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_brokers_replicate_over_tls_and_serve_only_clients_that_trust_their_ca() {
     let dir = tempfile::tempdir().unwrap();
@@ -89,15 +111,7 @@ async fn embedded_brokers_replicate_over_tls_and_serve_only_clients_that_trust_t
     for addr in &addrs {
         let what = format!("the record on {addr}");
         wait_until(Duration::from_secs(10), &what, async || {
-            let batches = client
-                .fetch("email.send", 0, Offset(0), 1 << 20, Some(*addr))
-                .await
-                .ok()?;
-            let values: Vec<Vec<u8>> = batches
-                .iter()
-                .flat_map(|b| b.records())
-                .map(|(_, r)| r.value.to_vec())
-                .collect();
+            let values = fetched_values(&client, "email.send", 0, Some(*addr)).await?;
             (values == [b"over-tls".to_vec()]).then_some(())
         })
         .await;
@@ -202,18 +216,26 @@ fn login_config(certs: &Path, mechanism: &str, user: &str, password: &str) -> Cl
     config
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn native_clients_log_in_with_scram_or_plain_and_act_as_their_user() {
-    use replog::{ScramCredential, ScramMechanism};
-
-    let dir = tempfile::tempdir().unwrap();
-    let certs = dir.path().join("certs");
-    let hosts = ["127.0.0.1".to_string()];
-    DevCertificates::generate(&[1, 2, 3], &hosts)
+/// Certificates for brokers `brokers` (and a client), naming 127.0.0.1, written in
+/// `dir/certs`: that directory.
+fn dev_certs(dir: &Path, brokers: &[u64]) -> std::path::PathBuf {
+    let certs = dir.join("certs");
+    DevCertificates::generate(brokers, &["127.0.0.1".to_string()])
         .unwrap()
         .write_to(&certs)
         .unwrap();
-    let users = vec![
+    certs
+}
+
+/// Makes `c` a broker whose native clients log in (SCRAM or PLAIN, over TLS with the
+/// certificates in `certs`) under ACLs: users admin (a super user, `admin-secret`, a SCRAM-SHA-512
+/// credential) and bob (`bob-secret`, SCRAM-SHA-256) to start with.
+fn logins_required(c: &mut replog::NodeConfig, certs: &Path) {
+    use replog::{ScramCredential, ScramMechanism};
+    c.tls = Some(native_tls(certs, c.id));
+    c.native_sasl = true;
+    c.sasl_mechanisms.push(replog::SaslMechanism::Plain);
+    c.bootstrap_users = vec![
         (
             "admin".to_string(),
             ScramCredential::new(ScramMechanism::Sha512, "admin-secret", 4096).unwrap(),
@@ -223,26 +245,40 @@ async fn native_clients_log_in_with_scram_or_plain_and_act_as_their_user() {
             ScramCredential::new(ScramMechanism::Sha256, "bob-secret", 4096).unwrap(),
         ),
     ];
+    c.authorization = Some(replog::acl::AuthorizerPolicy {
+        super_users: vec!["User:admin".into()],
+        ..Default::default()
+    });
+}
+
+/// Three embedded brokers in `dir` whose native clients log in ([`logins_required`]), with
+/// `email.send` of `partitions` partitions: the cluster, its certificates' directory, and a
+/// client logged in as the admin.
+async fn logins_cluster(
+    dir: &Path,
+    partitions: u32,
+) -> (replog::LocalCluster, std::path::PathBuf, Client) {
+    let certs = dev_certs(dir, &[1, 2, 3]);
     let at = certs.clone();
-    // The brokers elect leaders among themselves by certificate, without logging in.
-    let cluster = crate::local_cluster(3, dir.path(), "email.send", 1, move |c| {
-        c.tls = Some(native_tls(&at, c.id));
-        c.native_sasl = true;
-        c.sasl_mechanisms.push(replog::SaslMechanism::Plain);
-        c.bootstrap_users = users.clone();
-        c.authorization = Some(replog::acl::AuthorizerPolicy {
-            super_users: vec!["User:admin".into()],
-            ..Default::default()
-        });
+    let cluster = crate::local_cluster(3, dir, "email.send", partitions, move |c| {
+        logins_required(c, &at);
     })
     .await;
-    let addrs = cluster.addrs();
     let admin = crate::support::connect(
-        &addrs,
+        &cluster.addrs(),
         login_config(&certs, "SCRAM-SHA-512", "admin", "admin-secret"),
         Duration::from_secs(20),
     )
     .await;
+    (cluster, certs, admin)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_clients_log_in_with_scram_or_plain_and_act_as_their_user() {
+    let dir = tempfile::tempdir().unwrap();
+    // The brokers elect leaders among themselves by certificate, without logging in.
+    let (cluster, certs, admin) = logins_cluster(dir.path(), 1).await;
+    let addrs = cluster.addrs();
     let sent = admin
         .send("email.send", 0, &[Record::new("as-admin")])
         .await
@@ -273,12 +309,14 @@ async fn native_clients_log_in_with_scram_or_plain_and_act_as_their_user() {
         other => panic!("bob wrote without an ACL: {other:?}"),
     }
 
-    // A wrong password and an unknown user are refused alike; a client that does not log in,
-    // or asks for a mechanism not offered, reaches no broker.
+    // A wrong password and an unknown user are refused alike, and so is a credential of a
+    // mechanism the user has none for, and a client that does not log in: each a failed
+    // authentication, told by the first broker asked, not an unreachable broker.
     let refused = [
         login_config(&certs, "SCRAM-SHA-512", "admin", "wrong"),
         login_config(&certs, "SCRAM-SHA-512", "nobody", "admin-secret"),
         login_config(&certs, "PLAIN", "admin", "wrong"),
+        login_config(&certs, "PLAIN", "nobody", "wrong"),
         login_config(&certs, "SCRAM-SHA-256", "admin", "admin-secret"),
         client_config(Some(&certs.join("ca.pem"))),
     ];
@@ -286,17 +324,17 @@ async fn native_clients_log_in_with_scram_or_plain_and_act_as_their_user() {
     for config in refused {
         let login = format!("{:?}", config.sasl);
         match Client::connect(&addrs, config).await {
-            Err(Error::NoBrokerReachable { tried }) => reasons.push(tried),
+            Err(Error::AuthenticationFailed(reason)) => reasons.push(reason),
             other => panic!("{login}: {other:?}"),
         }
     }
-    let credentials = "authentication failed: invalid credentials with SASL mechanism";
-    for (i, reason) in reasons.iter().enumerate().take(3) {
-        assert!(reason.contains(credentials), "login {i}: {reason}");
-    }
-    // A user with only a SHA-512 credential has none for SHA-256: refused as a wrong password
-    // is.
-    assert!(reasons[3].contains(credentials), "{}", reasons[3]);
+    let credentials = "invalid credentials with SASL mechanism";
+    assert_eq!(reasons[0], format!("{credentials} SCRAM-SHA-512"));
+    assert_eq!(reasons[1], reasons[0], "an unknown user told apart");
+    assert_eq!(reasons[2], format!("{credentials} PLAIN"));
+    assert_eq!(reasons[3], reasons[2], "an unknown user told apart");
+    assert_eq!(reasons[4], format!("{credentials} SCRAM-SHA-256"));
+    assert!(reasons[5].starts_with("log in first"), "{}", reasons[5]);
     drop((admin, plain, bob));
     cluster.shutdown().await.unwrap();
 }
@@ -393,5 +431,156 @@ async fn the_cli_manages_users_and_acls_that_native_logins_obey() {
     let (ok, out, err) = run(&admin, &["users", "--delete", "alice"], "");
     assert!(ok, "{out}{err}");
     let (ok, _, err) = run(&alice, &produce, "after-deletion\n");
-    assert!(!ok && err.contains("authentication failed"), "{err}");
+    let refused = "authentication failed for user \"alice\": invalid credentials with SASL \
+                   mechanism SCRAM-SHA-512 (check sasl.username and sasl.password in \
+                   --command-config)";
+    assert!(!ok && err.contains(refused), "{err}");
+    // Without a login: told to give one.
+    let anonymous = ["produce", "--bootstrap-server", &at, "--tls-ca", &ca];
+    let (ok, _, err) = cli(&[&anonymous[..], &produce[1..]].concat(), "anonymous\n");
+    assert!(
+        !ok && err.contains("authentication failed: log in first")
+            && err.contains("give a login in --command-config"),
+        "{err}"
+    );
+}
+
+/// A broker joins a cluster whose native clients must log in: the cluster does not know it
+/// yet, but its certificate (of the cluster's CA) names `broker-4`, so its registration is
+/// taken without a login. It then hosts replicas of a topic created afterwards, which a
+/// logged-in client writes to and reads back, through it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_joins_a_cluster_whose_native_clients_log_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dev_certs(dir.path(), &[1, 2, 3, 4]);
+    let addrs = crate::support::free_addrs(4);
+    let secure = |id: u64, founders: &[std::net::SocketAddr]| {
+        let mut c = crate::bare(id, founders, dir.path());
+        logins_required(&mut c, &certs);
+        c
+    };
+    let mut nodes = crate::support::start_all(|id| secure(id, &addrs[..3])).await;
+    let mut joiner = secure(4, &addrs);
+    joiner.join = true;
+    nodes.push(Some(crate::support::start_node(joiner).await.unwrap()));
+    crate::wait_for_broker_everywhere(&nodes, 4, addrs[3]).await;
+
+    let mut config = login_config(&certs, "SCRAM-SHA-512", "admin", "admin-secret");
+    config.delivery_timeout = Duration::from_secs(20);
+    let admin = crate::support::connect(&addrs, config.clone(), Duration::from_secs(20)).await;
+    // Four partitions of two replicas over four brokers: the joiner hosts some of them.
+    admin.create_topic("after", 4, 2).await.unwrap();
+    let described = admin.describe("after").await.unwrap();
+    assert!(
+        described.iter().any(|p| p.replicas.contains(&4)),
+        "{described:?}"
+    );
+    let at_4 = Client::connect(&addrs[3..], config).await.unwrap();
+    for p in 0..4 {
+        at_4.send("after", p, &[Record::new(format!("a{p}"))])
+            .await
+            .unwrap();
+    }
+    for p in 0..4 {
+        let what = format!("partition {p}'s record");
+        wait_until(Duration::from_secs(10), &what, async || {
+            let values = fetched_values(&admin, "after", p, None).await?;
+            (values == [format!("a{p}").into_bytes()]).then_some(())
+        })
+        .await;
+    }
+    drop((admin, at_4));
+    crate::support::shutdown_all(nodes).await;
+}
+
+/// The native `Producer` and `Consumer` over TLS, logged in by SCRAM as a user holding only
+/// the ACLs they need: WRITE and READ on the topic, READ on the consumer group. The producer
+/// writes keyed records, the consumer reads every one of them in its group and commits; a
+/// group the user may not read is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producer_and_a_consumer_log_in_as_a_user_with_only_the_acls_they_need() {
+    use std::sync::Arc;
+
+    use replog::acl::{AclBinding, AclOperation, AclPermission, PatternType, ResourceType};
+    use replog::{Consumer, ConsumerConfig, GroupError, Producer, ProducerConfig, StartAt};
+
+    const TOPIC: &str = "email.send";
+    let dir = tempfile::tempdir().unwrap();
+    let (cluster, certs, admin) = logins_cluster(dir.path(), 2).await;
+    let addrs = cluster.addrs();
+    let grant = |resource_type, name: &str, operation| AclBinding {
+        resource_type,
+        resource_name: name.into(),
+        pattern_type: PatternType::Literal,
+        principal: "User:bob".into(),
+        host: "*".into(),
+        operation,
+        permission: AclPermission::Allow,
+    };
+    admin
+        .create_acls(&[
+            grant(ResourceType::Topic, TOPIC, AclOperation::Write),
+            grant(ResourceType::Topic, TOPIC, AclOperation::Read),
+            grant(ResourceType::Group, "mailers", AclOperation::Read),
+        ])
+        .await
+        .unwrap();
+    let mut config = login_config(&certs, "SCRAM-SHA-256", "bob", "bob-secret");
+    config.delivery_timeout = Duration::from_secs(20);
+    let bob = Arc::new(Client::connect(&addrs, config).await.unwrap());
+    // Every broker applied the grants (one metadata command): bob reads each one's replica.
+    for addr in &addrs {
+        let what = format!("bob's grants on {addr}");
+        wait_until(Duration::from_secs(10), &what, async || {
+            bob.fetch(TOPIC, 0, Offset(0), 1 << 10, Some(*addr)).await
+        })
+        .await;
+    }
+
+    let producer = Producer::new(Arc::clone(&bob), ProducerConfig::default());
+    let sent: Vec<_> = (0..20)
+        .map(|i| {
+            let record = Record::new(format!("m{i}")).with_key(format!("k{}", i % 4));
+            producer.send(TOPIC, record)
+        })
+        .collect();
+    producer.close().await;
+    let mut partitions = std::collections::BTreeSet::new();
+    for landed in sent {
+        partitions.insert(landed.await.unwrap().partition);
+    }
+
+    let mut group = ConsumerConfig::default();
+    group.group_id = Some("mailers".into());
+    group.auto_offset_reset = StartAt::Beginning;
+    let mut consumer = Consumer::new(Arc::clone(&bob), group.clone());
+    consumer.subscribe(&[TOPIC]).unwrap();
+    let records = crate::consumer::poll_n(&mut consumer, 20).await;
+    let mut values: Vec<String> = records
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.value).into_owned())
+        .collect();
+    values.sort_by_key(|v| v[1..].parse::<u32>().unwrap());
+    let want: Vec<String> = (0..20).map(|i| format!("m{i}")).collect();
+    assert_eq!(values, want);
+    consumer.commit().await.unwrap();
+    for p in partitions {
+        let committed = consumer.committed(TOPIC, p).await.unwrap();
+        assert!(committed.is_some_and(|o| o > Offset(0)), "partition {p}");
+    }
+    consumer.close().await.unwrap();
+
+    // A group bob has no ACL for.
+    group.group_id = Some("others".into());
+    let mut other = Consumer::new(Arc::clone(&bob), group);
+    other.subscribe(&[TOPIC]).unwrap();
+    match other.poll(Duration::from_secs(1)).await {
+        Err(Error::Group {
+            error: GroupError::AuthorizationFailed,
+            ..
+        }) => {}
+        answer => panic!("a group bob may not read: {answer:?}"),
+    }
+    drop((admin, bob, other));
+    cluster.shutdown().await.unwrap();
 }

@@ -71,7 +71,11 @@ pub(crate) async fn client(addrs: &[SocketAddr]) -> Result<Client, CliError> {
     if let Some(ca) = TLS_CA.get() {
         config.tls_ca = Some(ca.clone());
     }
-    Ok(Client::connect(addrs, config).await?)
+    let user = config.sasl.as_ref().map(|login| login.user.clone());
+    Client::connect(addrs, config).await.map_err(|e| match e {
+        replog::Error::AuthenticationFailed(reason) => CliError::Login { user, reason },
+        other => CliError::Broker(other),
+    })
 }
 
 /// Sets `config` from a properties file's `text` (Kafka's client names; `#` and `!` start

@@ -17,6 +17,21 @@ pub(crate) enum CliError {
     /// A broker, the client or the library refused or failed.
     #[error(transparent)]
     Broker(#[from] replog::Error),
+    /// A broker refused the client's login, or asked for one the client was not given.
+    #[error(
+        "authentication failed{}: {reason} ({})",
+        .user.as_ref().map(|u| format!(" for user {u:?}")).unwrap_or_default(),
+        .user.as_ref().map_or(
+            "give a login in --command-config: sasl.mechanism, sasl.username, sasl.password",
+            |_| "check sasl.username and sasl.password in --command-config"
+        )
+    )]
+    Login {
+        /// The user it logged in as, if it tried to.
+        user: Option<String>,
+        /// Why, as the broker told it.
+        reason: String,
+    },
     /// No broker hosts the topic (the library's `UnknownTopic`, or its `UnknownPartition`
     /// named by topic, for the commands that take a topic rather than one partition).
     #[error("unknown topic {0:?}")]
@@ -135,6 +150,22 @@ mod tests {
                     source: io(),
                 },
                 "h:1: entity not found",
+            ),
+            (
+                CliError::Login {
+                    user: Some("alice".into()),
+                    reason: "invalid credentials with SASL mechanism PLAIN".into(),
+                },
+                "authentication failed for user \"alice\": invalid credentials with SASL \
+                 mechanism PLAIN (check sasl.username and sasl.password in --command-config)",
+            ),
+            (
+                CliError::Login {
+                    user: None,
+                    reason: "log in first".into(),
+                },
+                "authentication failed: log in first (give a login in --command-config: \
+                 sasl.mechanism, sasl.username, sasl.password)",
             ),
             (
                 CliError::Runtime(io()),

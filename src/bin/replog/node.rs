@@ -85,6 +85,12 @@ pub(crate) struct NodeArgs {
     /// does not log in with SASL.
     #[arg(long, value_parser = parse_client_auth, default_value = "none")]
     client_auth: replog::ClientAuth,
+    /// How a client certificate's subject names its principal (Kafka's
+    /// ssl.principal.mapping.rules): comma-separated RULE:pattern/replacement/[L|U] and
+    /// DEFAULT (the whole subject), the first that applies wins; a certificate none applies
+    /// to is refused. Without it: the subject's CN. Needs --client-auth.
+    #[arg(long, value_parser = parse_principal_rules)]
+    ssl_principal_mapping_rules: Option<replog::PrincipalMappingRules>,
     /// How long a Kafka client's SASL session lasts, in milliseconds (Kafka's
     /// connections.max.reauth.ms, KIP-368): clients re-authenticate on their connections
     /// before then, or are disconnected. 0 (the default): sessions last as long as their
@@ -162,6 +168,14 @@ impl From<SecurityArg> for replog::KafkaSecurityProtocol {
 fn parse_client_auth(name: &str) -> Result<replog::ClientAuth, String> {
     replog::ClientAuth::from_name(name)
         .ok_or_else(|| format!("{name:?}: none, requested or required"))
+}
+
+/// Parses `--ssl-principal-mapping-rules`.
+fn parse_principal_rules(text: &str) -> Result<replog::PrincipalMappingRules, String> {
+    replog::PrincipalMappingRules::parse(text).map_err(|e| match e {
+        replog::Error::InvalidConfig { reason, .. } => reason,
+        other => other.to_string(),
+    })
 }
 
 /// Parses one of `--sasl-mechanisms`.
@@ -303,6 +317,7 @@ impl NodeArgs {
         config.sasl_plain_without_tls = self.sasl_plain_without_tls;
         config.native_sasl = self.native_sasl;
         config.client_auth = self.client_auth;
+        config.ssl_principal_mapping_rules = self.ssl_principal_mapping_rules;
         config.sasl_session_lifetime = (self.sasl_reauth_ms > 0)
             .then(|| std::time::Duration::from_millis(self.sasl_reauth_ms));
         if let Some(path) = &self.bootstrap_user_file {
@@ -474,5 +489,14 @@ mod tests {
         for bad in ["admin", ":pw", "admin:", ""] {
             assert!(bootstrap_user(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn principal_mapping_rules_are_parsed_as_kafka_parses_them() {
+        let rules = parse_principal_rules("RULE:^CN=(.*?),OU=Staff.*$/$1/L, DEFAULT").unwrap();
+        assert_eq!(rules.map("CN=Bob,OU=Staff,O=Acme").as_deref(), Some("bob"));
+        assert_eq!(rules.map("CN=eve,O=Acme").as_deref(), Some("CN=eve,O=Acme"));
+        let refused = parse_principal_rules("RULE:^CN=(.*)$/$1/X").unwrap_err();
+        assert!(refused.contains("unmatched substring `X`"), "{refused}");
     }
 }
