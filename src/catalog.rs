@@ -192,7 +192,31 @@ pub(crate) struct TopicEntry {
     pub(crate) config_version: u64,
 }
 
+/// A topic's UUID as Kafka's clients know it (KIP-516): derived from its name and its id in
+/// the catalog, so every broker names it alike without storing it, and a topic deleted and
+/// created again under the same name has another. The first 16 bytes of SHA-256 over
+/// `"replog topic id" 00`, the id (8 bytes, little-endian) and the name, with the bits of a
+/// version-4 UUID set (never Kafka's all-zero "no id").
+pub(crate) fn topic_uuid(name: &str, id: u64) -> [u8; 16] {
+    use sha2::Digest;
+    let mut hash = sha2::Sha256::new();
+    hash.update(b"replog topic id\0");
+    hash.update(id.to_le_bytes());
+    hash.update(name.as_bytes());
+    let digest = hash.finalize();
+    let mut uuid = [0u8; 16];
+    uuid.copy_from_slice(&digest[..16]);
+    uuid[6] = (uuid[6] & 0x0f) | 0x40;
+    uuid[8] = (uuid[8] & 0x3f) | 0x80;
+    uuid
+}
+
 impl TopicEntry {
+    /// Its UUID as Kafka's clients know it ([`topic_uuid`]).
+    pub(crate) fn uuid(&self, name: &str) -> [u8; 16] {
+        topic_uuid(name, self.id)
+    }
+
     fn new(id: u64, assignment: Vec<Vec<NodeId>>, configs: TopicConfigs) -> Self {
         let n = assignment.len();
         TopicEntry {

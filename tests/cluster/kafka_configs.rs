@@ -37,6 +37,15 @@ async fn kafkas_admin_clients_create_describe_and_change_topic_configs() {
     assert_eq!(c["after_bad"], "5000", "{r}");
     assert_eq!(c["partitions"], 3, "{r}");
     assert_eq!(c["shrink"], "INVALID_PARTITIONS", "{r}");
+    // A topic created again under its name has another id, and neither is Kafka's "none".
+    let ids = c["ids"].as_array().unwrap();
+    assert_ne!(ids[0], ids[1], "{r}");
+    assert!(
+        ids.iter().all(|i| i
+            .as_str()
+            .is_some_and(|s| !s.starts_with("AAAAAAAAAAAAAAAAAAAAAA"))),
+        "{r}"
+    );
     let k = &r["kafka_python"];
     assert_eq!(k["created"]["retention.ms"], "3000", "{r}");
     assert_eq!(k["created"]["segment.ms"], "600000", "{r}");

@@ -10,7 +10,7 @@ import json
 import sys
 import time
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaException, Producer, TopicCollection
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -113,6 +113,19 @@ def confluent(a, b):
         out["shrink"] = None
     except KafkaException as e:
         out["shrink"] = e.args[0].name()
+
+    # A topic's id (KIP-516): the same through every broker, another once the topic is
+    # deleted and created again under its name.
+    def topic_id(admin, name):
+        described = admin.describe_topics(TopicCollection([name]))[name].result(30)
+        return str(described.topic_id)
+
+    first = until(lambda: (topic_id(admin_a, topic), topic_id(admin_b, topic)), lambda ids: ids[0] == ids[1])[0]
+    admin_a.delete_topics([topic])[topic].result(30)
+    until(lambda: topic not in admin_b.list_topics(timeout=10).topics, lambda gone: gone)
+    admin_b.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
+    again = until(lambda: topic_id(admin_a, topic), lambda i: i != first)
+    out["ids"] = [first, again]
     return out
 
 

@@ -96,9 +96,19 @@ async fn create_and_delete_topics_answer_each_topic() {
                 unvalued,
             ]);
         let answer = broker.exchange(ApiKey::CreateTopics, cv, &request).await;
+        // From version 7 the new topic's id, derived from its catalog id (which the test does
+        // not know: the answer's is checked against the derivation).
+        let decoded: CreateTopicsResponse = broker.decode(ApiKey::CreateTopics, cv, &answer);
+        let id = decoded.topics[0].topic_id;
+        if cv >= 7 {
+            assert!(
+                (1..10_000).any(|n| crate::topic_uuid(&made, n) == id),
+                "{id}"
+            );
+        }
         // The service's reasons, as the messages say them.
         let expected = CreateTopicsResponse::default().with_topics(vec![
-            created(&made, 3, 1),
+            created(&made, 3, 1).with_topic_id(id),
             refused(TOPIC, 36, "topic golden already exists"),
             refused(
                 "not a topic name!",
@@ -116,27 +126,43 @@ async fn create_and_delete_topics_answer_each_topic() {
         ]);
         broker.assert_answer(ApiKey::CreateTopics, cv, &answer, &expected);
 
-        // By name before version 6; from 6 in a list of names or ids.
+        // By name before version 6; from 6 in a list of names or ids (the new topic by its
+        // id, and an id no topic has).
         let request = DeleteTopicsRequest::default().with_timeout_ms(10_000);
-        let names = [made.as_str(), "no.such.topic"];
+        let stray = crate::topic_uuid("never.made", 77);
         let request = if dv >= 6 {
-            request.with_topics(
-                names
-                    .iter()
-                    .map(|n| DeleteTopicState::default().with_name(Some(topic(n))))
-                    .collect(),
-            )
+            request.with_topics(vec![
+                DeleteTopicState::default()
+                    .with_name(None)
+                    .with_topic_id(id),
+                DeleteTopicState::default().with_name(Some(topic("no.such.topic"))),
+                DeleteTopicState::default()
+                    .with_name(None)
+                    .with_topic_id(stray),
+            ])
         } else {
-            request.with_topic_names(names.iter().map(|n| topic(n)).collect())
+            request.with_topic_names(vec![topic(&made), topic("no.such.topic")])
         };
         let answer = broker.exchange(ApiKey::DeleteTopics, dv, &request).await;
-        let expected = DeleteTopicsResponse::default().with_responses(vec![
-            DeletableTopicResult::default().with_name(Some(topic(&made))),
+        let mut results = vec![
+            DeletableTopicResult::default()
+                .with_name(Some(topic(&made)))
+                .with_topic_id(id),
             DeletableTopicResult::default()
                 .with_name(Some(topic("no.such.topic")))
                 .with_error_code(3)
                 .with_error_message(Some(s("unknown topic no.such.topic"))),
-        ]);
+        ];
+        if dv >= 6 {
+            results.push(
+                DeletableTopicResult::default()
+                    .with_name(None)
+                    .with_topic_id(stray)
+                    .with_error_code(100)
+                    .with_error_message(Some(s(&format!("no topic has id {stray}")))),
+            );
+        }
+        let expected = DeleteTopicsResponse::default().with_responses(results);
         broker.assert_answer(ApiKey::DeleteTopics, dv, &answer, &expected);
     }
     broker.shutdown().await;

@@ -60,6 +60,22 @@ pub(crate) const CLIENT_ID: &str = "golden-client";
 /// The APIs a family's tests exchange, each with the versions exchanged.
 pub(crate) type Golden = &'static [(ApiKey, &'static [i16])];
 
+/// A topic's id as replog derives it (KIP-516; `catalog.rs`, `topic_uuid`): the first 16
+/// bytes of SHA-256 over `"replog topic id" 00`, the topic's catalog id (0 for a configured
+/// topic; little-endian) and its name, with a version-4 UUID's bits set.
+pub(crate) fn topic_uuid(name: &str, id: u64) -> uuid::Uuid {
+    use sha2::Digest;
+    let mut hash = sha2::Sha256::new();
+    hash.update(b"replog topic id\0");
+    hash.update(id.to_le_bytes());
+    hash.update(name.as_bytes());
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&hash.finalize()[..16]);
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    uuid::Uuid::from_bytes(bytes)
+}
+
 /// The versions of `api` that `golden` declares (empty if none).
 pub(crate) fn versions(golden: Golden, api: ApiKey) -> &'static [i16] {
     golden

@@ -35,9 +35,12 @@ pub(crate) fn brokers(broker: &Broker) -> MetadataResponse {
 /// partition's term.
 pub(crate) fn golden_topic(broker: &Broker) -> MetadataResponseTopic {
     led_topic(broker, TOPIC, TOPIC_PARTITIONS)
+        // A configured topic's catalog id is 0.
+        .with_topic_id(crate::topic_uuid(TOPIC, 0))
 }
 
-/// The entry of `name`, of `partitions` partitions, each led by broker 1, its only replica.
+/// The entry of `name`, of `partitions` partitions, each led by broker 1, its only replica
+/// (without its id).
 fn led_topic(broker: &Broker, name: &str, partitions: u32) -> MetadataResponseTopic {
     let partitions = (0..partitions)
         .map(|p| {
@@ -127,9 +130,19 @@ async fn metadata_creates_a_missing_topic_where_allowed() {
                 &ask(&[&made, "__internal", INVALID], true),
             )
             .await;
+        // Its id (from version 10): derived from its catalog id, which the test does not
+        // know; the answer's is checked against the derivation.
+        let decoded: MetadataResponse = broker.decode(ApiKey::Metadata, v, &answer);
+        let id = decoded.topics[1].topic_id;
+        if v >= 10 {
+            assert!(
+                (1..10_000).any(|n| crate::topic_uuid(&made, n) == id),
+                "{id} is not the topic's derived id"
+            );
+        }
         let expected = brokers(&broker).with_topics(vec![
             absent("__internal", 17),
-            led_topic(&broker, &made, 2),
+            led_topic(&broker, &made, 2).with_topic_id(id),
             absent(INVALID, 17),
         ]);
         broker.assert_answer(ApiKey::Metadata, v, &answer, &expected);

@@ -119,6 +119,10 @@ pub(crate) async fn create_topics(
                 if version >= 5 {
                     res.configs = Some(created_configs(service, &configs));
                 }
+                // From version 7, its id (KIP-516).
+                if let Some(uuid) = service.topic_uuid(t.name.0.as_str()) {
+                    res.topic_id = uuid::Uuid::from_bytes(uuid);
+                }
             }
             Err(e) => {
                 res.error_code = topic_error(&e);
@@ -145,24 +149,40 @@ fn created_configs(service: &BrokerService, configs: &TopicConfigs) -> Vec<Creat
         .collect()
 }
 
-/// DeleteTopics, by name (topic ids are Kafka's UUIDs, which replog's topics do not have).
+/// DeleteTopics, by name or (from version 6) by id; each answered with both.
 pub(crate) async fn delete_topics(
     request: DeleteTopicsRequest,
     service: &BrokerService,
 ) -> DeleteTopicsResponse {
     let request_deadline = deadline(request.timeout_ms);
-    let mut names: Vec<Option<TopicName>> = request.topic_names.into_iter().map(Some).collect();
-    names.extend(request.topics.into_iter().map(|t| t.name));
+    // Before version 6 by name; from 6 by name or by id (KIP-516).
+    let mut names: Vec<(Option<TopicName>, uuid::Uuid)> = request
+        .topic_names
+        .into_iter()
+        .map(|n| (Some(n), uuid::Uuid::nil()))
+        .collect();
+    names.extend(request.topics.into_iter().map(|t| (t.name, t.topic_id)));
     let mut r = DeleteTopicsResponse::default();
-    for name in names {
+    for (name, id) in names {
         let mut res = DeletableTopicResult::default();
         res.name = name.clone();
+        res.topic_id = id;
+        let name = name.or_else(|| {
+            let found = service.topic_named_by(*id.as_bytes())?;
+            res.name = Some(crate::kafka::topic_name(&found));
+            res.name.clone()
+        });
         let Some(name) = name else {
             res.error_code = code::UNKNOWN_TOPIC_ID;
-            res.error_message = message("replog deletes topics by name");
+            res.error_message = message(format!("no topic has id {id}"));
             r.responses.push(res);
             continue;
         };
+        if res.topic_id.is_nil()
+            && let Some(uuid) = service.topic_uuid(name.0.as_str())
+        {
+            res.topic_id = uuid::Uuid::from_bytes(uuid);
+        }
         let deleted = service
             .delete_topic_by_name(name.0.to_string(), request_deadline)
             .await;

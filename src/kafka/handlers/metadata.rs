@@ -35,10 +35,21 @@ pub(crate) async fn metadata(
         cluster: request.include_cluster_authorized_operations,
     };
     // A null list asks for every topic; an empty one (from version 1) for none: only the
-    // brokers.
+    // brokers. From version 10 a topic may be asked for by its id instead of its name.
+    let mut unknown_ids = Vec::new();
     let names: Option<BTreeSet<String>> = request.topics.map(|ts| {
         ts.into_iter()
-            .filter_map(|t| t.name.map(|n| n.0.to_string()))
+            .filter_map(|t| match t.name {
+                Some(n) => Some(n.0.to_string()),
+                None if t.topic_id.is_nil() => None,
+                None => {
+                    let found = service.topic_named_by(*t.topic_id.as_bytes());
+                    if found.is_none() {
+                        unknown_ids.push(t.topic_id);
+                    }
+                    found
+                }
+            })
             .collect::<BTreeSet<String>>()
     });
     // Topics asked for that do not exist are created first where the request allows it
@@ -97,6 +108,20 @@ pub(crate) async fn metadata(
             .push(partition(p));
     }
     r.topics = topics.into_iter().map(topic).collect();
+    // Each topic found with its id (KIP-516: a topic deleted and created again has another).
+    for t in r.topics.iter_mut().filter(|t| t.error_code == 0) {
+        let name = t.name.as_ref().map_or("", |n| n.0.as_str());
+        if let Some(uuid) = service.topic_uuid(name) {
+            t.topic_id = uuid::Uuid::from_bytes(uuid);
+        }
+    }
+    r.topics.extend(unknown_ids.into_iter().map(|id| {
+        let mut t = MetadataResponseTopic::default();
+        t.name = None;
+        t.topic_id = id;
+        t.error_code = code::UNKNOWN_TOPIC_ID;
+        t
+    }));
     if request_ops.topics {
         for t in r.topics.iter_mut().filter(|t| t.error_code == 0) {
             let name = t.name.as_ref().map_or("", |n| n.0.as_str());

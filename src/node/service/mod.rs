@@ -188,6 +188,18 @@ impl BrokerService {
         Some((partitions, u32::try_from(factor).unwrap_or(u32::MAX)))
     }
 
+    /// A topic's UUID (KIP-516), if the catalog has the topic.
+    pub(crate) fn topic_uuid(&self, name: &str) -> Option<[u8; 16]> {
+        self.broker.catalog.read().topic(name).map(|t| t.uuid(name))
+    }
+
+    /// The topic whose UUID is `uuid`, if the catalog has one.
+    pub(crate) fn topic_named_by(&self, uuid: [u8; 16]) -> Option<String> {
+        let catalog = self.broker.catalog.read();
+        let found = catalog.topics().find(|(name, t)| t.uuid(name) == uuid);
+        found.map(|(name, _)| name.clone())
+    }
+
     /// FindCoordinator: the broker leading the group's offsets partition.
     pub(crate) async fn find_coordinator(&self, group: &str) -> GroupResult<Coordinator> {
         self.authorize_group(AclOperation::Describe, group)?;
