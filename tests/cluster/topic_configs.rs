@@ -131,6 +131,40 @@ async fn topic_configs_apply_on_every_replica_without_a_restart() {
     cluster.shutdown().await.unwrap();
 }
 
+/// Configs set before brokers restart hold after: each broker, restarted in turn, applies
+/// them from the metadata log before it serves (the restarted leader still refuses a record
+/// without a key on a compacted topic).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topic_configs_hold_across_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = local_cluster(3, dir.path(), "other", 1, |_| {}).await;
+    let addrs = cluster.addrs();
+    let client = connect(&addrs, ClientConfig::default(), Duration::from_secs(20)).await;
+    let configs = TopicConfigs::from_pairs([("cleanup.policy", "compact")]).unwrap();
+    client
+        .create_topic_with_configs(TOPIC, 1, 3, &configs)
+        .await
+        .unwrap();
+    for id in 1..=3 {
+        cluster.restart(id).await.unwrap();
+        cluster
+            .wait_for_leaders(TOPIC, 1, Duration::from_secs(20))
+            .await
+            .unwrap();
+    }
+    let keyless = wait_until(
+        Duration::from_secs(20),
+        "a restarted leader to answer",
+        async || match client.send(TOPIC, 0, &[Record::new("v")]).await {
+            Err(Error::InvalidRecord(reason)) => Ok(reason),
+            other => Err(format!("{other:?}")),
+        },
+    )
+    .await;
+    assert!(keyless.contains("compacted"), "{keyless}");
+    cluster.shutdown().await.unwrap();
+}
+
 /// A created topic grows: its new partitions have all their replicas and a leader on every
 /// broker's view, take records, and keep the old ones' data; it never shrinks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
