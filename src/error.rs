@@ -175,6 +175,12 @@ pub enum Error {
         max: u32,
     },
 
+    /// A replica assignment given for a new topic that cannot be taken: partitions of
+    /// different replica counts, a broker named twice for one partition, a broker the cluster
+    /// does not have.
+    #[error("invalid replica assignment: {0}")]
+    InvalidReplicaAssignment(String),
+
     /// A topic asked to grow to no more partitions than it has: partitions are only ever
     /// added (a key's records would otherwise lose their partition).
     #[error("topic {topic} has {current} partitions; it only grows, not to {requested}")]

@@ -216,6 +216,9 @@ pub(crate) struct CreateTopicRequest {
     pub(crate) replication_factor: u32,
     /// Configs set on the topic from the start (the rest are the brokers' defaults).
     pub(crate) configs: crate::topic_config::TopicConfigs,
+    /// Each partition's brokers, the preferred leader first, as the client placed them
+    /// (Kafka's replica assignment); empty: placed by the metadata leader's proposer.
+    pub(crate) assignment: Vec<Vec<crate::types::NodeId>>,
     /// Sent by a broker to the metadata leader: not to be forwarded again.
     pub(crate) forwarded: bool,
 }
@@ -416,6 +419,8 @@ pub(crate) enum WireError {
     },
     /// A record its topic does not take.
     InvalidRecord(String),
+    /// A replica assignment that cannot be taken.
+    InvalidReplicaAssignment(String),
     /// A topic asked to grow to no more partitions than it has.
     PartitionsNotAdded {
         topic: String,
@@ -441,6 +446,9 @@ impl WireError {
                 reason: reason.clone(),
             },
             Error::InvalidRecord(reason) => WireError::InvalidRecord(reason.clone()),
+            Error::InvalidReplicaAssignment(reason) => {
+                WireError::InvalidReplicaAssignment(reason.clone())
+            }
             Error::PartitionsNotAdded {
                 topic,
                 current,
@@ -560,6 +568,7 @@ impl WireError {
                 Error::InvalidTopicConfig { key, value, reason }
             }
             WireError::InvalidRecord(reason) => Error::InvalidRecord(reason),
+            WireError::InvalidReplicaAssignment(reason) => Error::InvalidReplicaAssignment(reason),
             WireError::PartitionsNotAdded {
                 topic,
                 current,

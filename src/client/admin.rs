@@ -166,6 +166,7 @@ impl Client {
     ) -> Result<()> {
         let request = CreateTopicRequest {
             configs: configs.clone(),
+            assignment: Vec::new(),
             name: topic.to_string(),
             partitions,
             replication_factor,

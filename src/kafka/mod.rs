@@ -404,6 +404,7 @@ fn error_code(e: &Error) -> i16 {
         Error::InvalidBatch { .. } | Error::EmptyBatch => code::CORRUPT_MESSAGE,
         Error::InvalidTopic { .. } => code::INVALID_TOPIC_EXCEPTION,
         Error::InvalidTopicConfig { .. } => code::INVALID_CONFIG,
+        Error::InvalidReplicaAssignment(_) => code::INVALID_REPLICA_ASSIGNMENT,
         Error::PartitionsNotAdded { .. } | Error::InvalidPartitionCount { .. } => {
             code::INVALID_PARTITIONS
         }

@@ -265,16 +265,21 @@ impl Broker {
         }
         let brokers = catalog.brokers();
         let factor = request.replication_factor;
-        if factor == 0 || factor as usize > brokers.len() {
+        if !request.assignment.is_empty() {
+            check_replica_assignment(&request.assignment, &brokers)?;
+        } else if factor == 0 || factor as usize > brokers.len() {
             return Err(Error::InvalidReplicationFactor {
                 requested: factor,
                 brokers: u32::try_from(brokers.len()).unwrap_or(u32::MAX),
             });
         }
         let created = catalog.created();
-        let assignment =
+        let assignment = if request.assignment.is_empty() {
             crate::catalog::assign(&brokers, request.partitions, factor as usize, created)
-                .map_err(|reason| Error::InvalidTopic { reason })?;
+                .map_err(|reason| Error::InvalidTopic { reason })?
+        } else {
+            request.assignment.clone()
+        };
         self.check_topic_configs(&request.configs)?;
         let name = request.name.clone();
         Ok(if request.configs.is_empty() {
@@ -538,6 +543,31 @@ impl Forwardable for DeleteTopicRequest {
             ..self
         }
     }
+}
+
+/// Checks a replica assignment a client gave: every partition with the same number of
+/// distinct brokers of the cluster.
+fn check_replica_assignment(assignment: &[Vec<NodeId>], brokers: &[NodeId]) -> Result<()> {
+    let bad = |reason: String| Err(Error::InvalidReplicaAssignment(reason));
+    let factor = assignment.first().map_or(0, Vec::len);
+    for (p, replicas) in assignment.iter().enumerate() {
+        if replicas.len() != factor || factor == 0 {
+            return bad(format!(
+                "partition {p} has {} replicas, partition 0 {factor}",
+                replicas.len()
+            ));
+        }
+        let distinct: std::collections::BTreeSet<&NodeId> = replicas.iter().collect();
+        if distinct.len() != replicas.len() {
+            return bad(format!("partition {p} names a broker twice"));
+        }
+        if let Some(unknown) = replicas.iter().find(|b| !brokers.contains(b)) {
+            return bad(format!(
+                "partition {p}: broker {unknown} is not in the cluster"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Follows the metadata log: applies each committed command to the catalog, then starts and

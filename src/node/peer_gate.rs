@@ -331,6 +331,7 @@ mod tests {
             }
             let create = CreateTopicRequest {
                 configs: crate::topic_config::TopicConfigs::default(),
+                assignment: Vec::new(),
                 name: "planted".into(),
                 partitions: 1,
                 replication_factor: 1,

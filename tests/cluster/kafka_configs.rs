@@ -37,6 +37,7 @@ async fn kafkas_admin_clients_create_describe_and_change_topic_configs() {
     assert_eq!(c["after_bad"], "5000", "{r}");
     assert_eq!(c["partitions"], 3, "{r}");
     assert_eq!(c["shrink"], "INVALID_PARTITIONS", "{r}");
+    assert_eq!(c["placed"], serde_json::json!([[3, 1], [2, 3]]), "{r}");
     // A topic created again under its name has another id, and neither is Kafka's "none".
     let ids = c["ids"].as_array().unwrap();
     assert_ne!(ids[0], ids[1], "{r}");

@@ -126,6 +126,17 @@ def confluent(a, b):
     admin_b.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
     again = until(lambda: topic_id(admin_a, topic), lambda i: i != first)
     out["ids"] = [first, again]
+
+    # Replicas placed by the client (Kafka's replica assignment).
+    placed = "cfk.placed"
+    new = NewTopic(placed, 2, replica_assignment=[[3, 1], [2, 3]])
+    admin_a.create_topics([new])[placed].result(30)
+
+    def replicas():
+        partitions = admin_b.list_topics(placed, timeout=10).topics[placed].partitions
+        return [p.replicas for _, p in sorted(partitions.items())]
+
+    out["placed"] = until(replicas, lambda r: len(r) == 2)
     return out
 
 

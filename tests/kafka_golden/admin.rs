@@ -33,7 +33,17 @@ fn creatable(name: &str, partitions: i32, factor: i16) -> CreatableTopic {
 /// A new topic's result: the crate's default empty message; from version 5 its configs, as
 /// DescribeConfigs lists them (`retention.ms` set on it).
 fn created(name: &str, partitions: i32, factor: i16) -> CreatableTopicResult {
-    let configs = crate::configs::topic_configs(&[("retention.ms", "1000")])
+    created_with(name, partitions, factor, &[("retention.ms", "1000")])
+}
+
+/// [`created`] with the configs `set` on it.
+fn created_with(
+    name: &str,
+    partitions: i32,
+    factor: i16,
+    set: &[(&str, &str)],
+) -> CreatableTopicResult {
+    let configs = crate::configs::topic_configs(set)
         .into_iter()
         .map(|c| {
             CreatableTopicConfigs::default()
@@ -65,15 +75,28 @@ async fn create_and_delete_topics_answer_each_topic() {
     let delete = versions(GOLDEN, ApiKey::DeleteTopics);
     for (&cv, &dv) in create.iter().zip(delete) {
         let made = format!("made.v{cv}");
-        let assigned = CreatableTopic::default()
-            .with_name(topic("assigned"))
-            .with_num_partitions(-1)
-            .with_replication_factor(-1)
-            .with_assignments(vec![
-                CreatableReplicaAssignment::default()
-                    .with_partition_index(0)
-                    .with_broker_ids(vec![BrokerId(1)]),
-            ]);
+        let assigned_name = format!("assigned.v{cv}");
+        let placed = |name: &str, brokers: &[Vec<i32>]| {
+            CreatableTopic::default()
+                .with_name(topic(name))
+                .with_num_partitions(-1)
+                .with_replication_factor(-1)
+                .with_assignments(
+                    brokers
+                        .iter()
+                        .enumerate()
+                        .map(|(p, b)| {
+                            CreatableReplicaAssignment::default()
+                                .with_partition_index(i32::try_from(p).unwrap())
+                                .with_broker_ids(b.iter().map(|b| BrokerId(*b)).collect())
+                        })
+                        .collect(),
+                )
+        };
+        let assigned = placed(&assigned_name, &[vec![1], vec![1]]);
+        let elsewhere = placed("elsewhere", &[vec![7]]);
+        let twice = placed("twice", &[vec![1, 1]]);
+        let both = placed("both", &[vec![1]]).with_num_partitions(1);
         let config = |name: &str, value: Option<&str>| {
             CreatableTopicConfig::default()
                 .with_name(s(name))
@@ -92,6 +115,9 @@ async fn create_and_delete_topics_answer_each_topic() {
                 creatable(TOPIC, 1, 1),
                 creatable("not a topic name!", 1, 1),
                 assigned,
+                elsewhere,
+                twice,
+                both,
                 misconfigured,
                 unvalued,
             ]);
@@ -100,6 +126,7 @@ async fn create_and_delete_topics_answer_each_topic() {
         // not know: the answer's is checked against the derivation).
         let decoded: CreateTopicsResponse = broker.decode(ApiKey::CreateTopics, cv, &answer);
         let id = decoded.topics[0].topic_id;
+        let assigned_id = decoded.topics[3].topic_id;
         if cv >= 7 {
             assert!(
                 (1..10_000).any(|n| crate::topic_uuid(&made, n) == id),
@@ -116,7 +143,22 @@ async fn create_and_delete_topics_answer_each_topic() {
                 "invalid topic request: topic names use ASCII letters, digits, '.', '_' and '-', \
                  not ' '",
             ),
-            refused("assigned", 39, "replog assigns replicas itself"),
+            created_with(&assigned_name, 2, 1, &[]).with_topic_id(assigned_id),
+            refused(
+                "elsewhere",
+                39,
+                "invalid replica assignment: partition 0: broker 7 is not in the cluster",
+            ),
+            refused(
+                "twice",
+                39,
+                "invalid replica assignment: partition 0 names a broker twice",
+            ),
+            refused(
+                "both",
+                42,
+                "a replica assignment goes without a partition count or replication factor",
+            ),
             refused(
                 "misconfigured",
                 40,

@@ -3,6 +3,7 @@
 //! each request is mapped to the service's operation and each answer or error to Kafka's.
 
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
 use kafka_protocol::messages::create_topics_response::{
     CreatableTopicConfigs, CreatableTopicResult,
 };
@@ -63,9 +64,8 @@ fn count<T: TryInto<u32> + PartialEq>(kafka: T, default: T) -> Option<u32> {
 
 /// CreateTopics: each topic through the service (its defaults, checks and wait for a metadata
 /// leader), with the configs given, answered once it is in the catalog (its leaders are
-/// elected right after; clients retry `LEADER_NOT_AVAILABLE`). Manual replica assignments
-/// are refused here (replog places replicas itself); a config without a value is
-/// INVALID_CONFIG, as Kafka's.
+/// elected right after; clients retry `LEADER_NOT_AVAILABLE`), with its replicas where the
+/// request places them, if it does; a config without a value is INVALID_CONFIG, as Kafka's.
 pub(crate) async fn create_topics(
     request: CreateTopicsRequest,
     version: i16,
@@ -85,16 +85,14 @@ pub(crate) async fn create_topics(
         let configs = configs
             .collect::<Result<Vec<_>, String>>()
             .and_then(|pairs| TopicConfigs::from_pairs(pairs).map_err(|e| e.to_string()));
-        let refused = if !t.assignments.is_empty() {
-            Err((
-                code::INVALID_REPLICA_ASSIGNMENT,
-                "replog assigns replicas itself".to_string(),
-            ))
-        } else {
-            configs.map_err(|why| (code::INVALID_CONFIG, why))
+        let assignment = assignment(&t);
+        let refused = match (assignment, configs) {
+            (Err(refusal), _) => Err(refusal),
+            (Ok(_), Err(why)) => Err((code::INVALID_CONFIG, why)),
+            (Ok(assignment), Ok(configs)) => Ok((assignment, configs)),
         };
-        let configs = match refused {
-            Ok(configs) => configs,
+        let (assignment, configs) = match refused {
+            Ok(given) => given,
             Err((c, m)) => {
                 res.error_code = c;
                 res.error_message = message(m);
@@ -107,6 +105,7 @@ pub(crate) async fn create_topics(
             partitions: count(t.num_partitions, -1),
             replication_factor: count(t.replication_factor, -1),
             configs: configs.clone(),
+            assignment,
         };
         let created = service
             .create_new_topic(topic, request.validate_only, request_deadline)
@@ -132,6 +131,41 @@ pub(crate) async fn create_topics(
         r.topics.push(res);
     }
     r
+}
+
+/// The replica assignment a CreateTopics topic gives (empty: none), each partition's brokers
+/// in partition order; Kafka's refusals: with a partition count or replication factor too
+/// (INVALID_REQUEST), partitions not numbered 0, 1, 2, … or a negative broker id
+/// (INVALID_REPLICA_ASSIGNMENT).
+fn assignment(t: &CreatableTopic) -> Result<Vec<Vec<crate::types::NodeId>>, (i16, String)> {
+    if t.assignments.is_empty() {
+        return Ok(Vec::new());
+    }
+    if t.num_partitions != -1 || t.replication_factor != -1 {
+        return Err((
+            code::INVALID_REQUEST,
+            "a replica assignment goes without a partition count or replication factor".into(),
+        ));
+    }
+    let mut given: Vec<&CreatableReplicaAssignment> = t.assignments.iter().collect();
+    given.sort_by_key(|a| a.partition_index);
+    let bad = |reason: String| Err((code::INVALID_REPLICA_ASSIGNMENT, reason));
+    let mut out = Vec::with_capacity(given.len());
+    for (i, a) in given.iter().enumerate() {
+        if usize::try_from(a.partition_index).ok() != Some(i) {
+            return bad("the partitions are not numbered 0, 1, 2, ...".into());
+        }
+        let brokers: Option<Vec<crate::types::NodeId>> = a
+            .broker_ids
+            .iter()
+            .map(|b| u64::try_from(b.0).ok())
+            .collect();
+        match brokers {
+            Some(brokers) => out.push(brokers),
+            None => return bad(format!("partition {i} names a negative broker id")),
+        }
+    }
+    Ok(out)
 }
 
 /// A new topic's configs as CreateTopics answers them: the ones DescribeConfigs lists.

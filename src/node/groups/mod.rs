@@ -73,6 +73,7 @@ impl Broker {
                 let brokers = u32::try_from(broker.catalog.read().brokers().len()).unwrap_or(1);
                 let request = CreateTopicRequest {
                     configs: crate::topic_config::TopicConfigs::default(),
+                    assignment: Vec::new(),
                     name: OFFSETS_TOPIC.into(),
                     partitions: broker.config.offsets_topic_partitions,
                     replication_factor: broker

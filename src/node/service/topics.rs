@@ -23,6 +23,9 @@ pub(crate) struct NewTopic {
     pub(crate) replication_factor: Option<u32>,
     /// Configs set on the topic from the start.
     pub(crate) configs: TopicConfigs,
+    /// Each partition's brokers, as the client placed them (then `partitions` and
+    /// `replication_factor` are `None`); empty: placed by replog.
+    pub(crate) assignment: Vec<Vec<crate::types::NodeId>>,
 }
 
 /// Whether a topic change failed only because no metadata leader took it (one is being
@@ -64,15 +67,24 @@ impl BrokerService {
         deadline: Instant,
     ) -> Result<(u32, u32)> {
         let brokers = u32::try_from(self.broker_count()).unwrap_or(u32::MAX);
+        let placed = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        let (partitions, replication_factor) = match topic.assignment.first() {
+            Some(first) => (placed(topic.assignment.len()), placed(first.len())),
+            None => (
+                topic
+                    .partitions
+                    .unwrap_or(self.broker.config.num_partitions),
+                topic
+                    .replication_factor
+                    .unwrap_or(self.broker.config.default_replication_factor.min(brokers)),
+            ),
+        };
         let request = CreateTopicRequest {
             configs: topic.configs,
+            assignment: topic.assignment,
             name: topic.name,
-            partitions: topic
-                .partitions
-                .unwrap_or(self.broker.config.num_partitions),
-            replication_factor: topic
-                .replication_factor
-                .unwrap_or(self.broker.config.default_replication_factor.min(brokers)),
+            partitions,
+            replication_factor,
             forwarded: false,
         };
         let shape = (request.partitions, request.replication_factor);
@@ -170,6 +182,7 @@ impl BrokerService {
             partitions: None,
             replication_factor: None,
             configs: TopicConfigs::default(),
+            assignment: Vec::new(),
         };
         match self.create_new_topic(topic, false, deadline).await {
             Ok(_) => {
