@@ -99,7 +99,7 @@ pub(crate) struct ReassignRequest {
 }
 
 /// `Op::ListOffsets` request: where `partition` is at `at`; answered
-/// `Result<Option<u64>, WireError>` (`None`: no batch written at or after the time).
+/// `Result<Option<u64>, WireError>` (`None`: no committed record of the time or later).
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct ListOffsetsRequest {
     pub(crate) partition: PartitionId,
@@ -113,9 +113,10 @@ pub(crate) enum OffsetAt {
     Earliest,
     /// The high watermark (Kafka's −1).
     Latest,
-    /// The first committed batch written at or after this time, in ms since the epoch.
+    /// The first committed record whose timestamp is this time or later, in ms since the epoch
+    /// (a Kafka producer's records have their own timestamps, replog's their append time).
     Timestamp(u64),
-    /// The first committed batch with the latest time (Kafka's −3, KIP-734).
+    /// The first record of the largest timestamp, if it is committed (Kafka's −3, KIP-734).
     MaxTimestamp,
 }
 

@@ -157,9 +157,9 @@ impl Client {
         })
     }
 
-    /// The offset of the first committed record of a partition written at or after
-    /// `timestamp_ms` (ms since the Unix epoch; a batch's records share the leader's stamp
-    /// at append), asked of its leader; `None` if none is yet (Kafka's ListOffsets by
+    /// The offset of the first committed record of a partition whose timestamp is
+    /// `timestamp_ms` or later (ms since the Unix epoch; a Kafka producer's records have their
+    /// own timestamps, replog's records their batch's append time), asked of its leader; `None` if none is yet (Kafka's ListOffsets by
     /// timestamp). The broker finds it without scanning the log (see
     /// [`PartitionLog::offset_for_timestamp`](crate::PartitionLog::offset_for_timestamp)).
     ///

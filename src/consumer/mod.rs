@@ -102,8 +102,8 @@ pub enum StartAt {
     End,
     /// This offset; one below the log start moves up to it.
     Offset(Offset),
-    /// The first record written at or after this time, in milliseconds since the Unix epoch
-    /// (the end, if none is yet); found without scanning the log
+    /// The first record whose timestamp is this time or later, in milliseconds since the Unix
+    /// epoch (the end, if none is yet); found without scanning the log
     /// ([`Client::offset_for_timestamp`]).
     Timestamp(u64),
 }

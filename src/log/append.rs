@@ -360,35 +360,8 @@ mod tests {
     /// A Kafka producer's batch of `n` records (values `v0`, `v1`, …) as a Kafka client
     /// encodes it.
     fn kafka_batch(n: i64, compression: kafka_protocol::records::Compression) -> bytes::Bytes {
-        use kafka_protocol::records::{
-            Record as KafkaRecord, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-        };
-        let records: Vec<KafkaRecord> = (0..n)
-            .map(|i| KafkaRecord {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: 0,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: i,
-                // The encoder keeps records in one batch while offset − sequence is constant;
-                // -1 is the batch's "no sequence".
-                sequence: i32::try_from(i).unwrap() - 1,
-                timestamp: 1_700_000_000_000,
-                key: None,
-                value: Some(bytes::Bytes::from(format!("v{i}"))),
-                headers: Default::default(),
-            })
-            .collect();
-        let mut out = bytes::BytesMut::new();
-        let options = RecordEncodeOptions {
-            version: 2,
-            compression,
-        };
-        RecordBatchEncoder::encode(&mut out, records.iter(), &options).unwrap();
-        out.freeze()
+        let times = vec![1_700_000_000_000; usize::try_from(n).unwrap()];
+        super::super::test_util::kafka_batch(&times, compression, false)
     }
 
     fn kafka_spec() -> EntrySpec {

@@ -10,6 +10,7 @@
 //! - `sync.rs`: durability: [`PartitionLog::flush`] (group commit) and the background sync
 //!   and indexing of sealed segments.
 //! - `read.rs`: reads by offset and by log index, and [`LogIter`].
+//! - `time.rs`: finding records by time (ListOffsets by timestamp).
 //! - `truncate.rs`: cutting the log's end (Raft conflicts) and resetting it.
 //! - `retention.rs`: deleting (or recycling) whole segments at the log's start.
 //! - `close.rs`: closing, dropping, and abandoning the log.
@@ -26,6 +27,7 @@ mod settings;
 mod sync;
 #[cfg(test)]
 mod test_util;
+mod time;
 mod truncate;
 
 use std::path::{Path, PathBuf};

@@ -73,56 +73,6 @@ impl PartitionLog {
         Ok(out)
     }
 
-    /// The offset of the first record whose batch was written at or after `timestamp_ms`
-    /// (Kafka's ListOffsets by timestamp; a batch's records share its timestamp), or `None`
-    /// if every batch is older. Never scans the log: the segment comes from the largest
-    /// timestamp each segment keeps in memory, the frame from a binary search over that
-    /// segment's index (one frame decoded per step), then at most one index interval of
-    /// frames is read.
-    ///
-    /// Batch timestamps do not decrease within a replicated log (the leader stamps each batch
-    /// with its clock, never below the log's latest stamp). In a log whose timestamps do
-    /// decrease somewhere, the answer is a batch at or after `timestamp_ms`, not always the
-    /// first.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Corrupt`] if a frame on the way fails validation.
-    pub fn offset_for_timestamp(&self, timestamp_ms: u64) -> Result<Option<Offset>> {
-        Ok(self
-            .batch_for_timestamp(timestamp_ms)?
-            .map(|(offset, _)| offset))
-    }
-
-    /// [`offset_for_timestamp`](Self::offset_for_timestamp), with the time of the batch found.
-    pub(crate) fn batch_for_timestamp(&self, timestamp_ms: u64) -> Result<Option<(Offset, u64)>> {
-        let seg = {
-            let segs = self.segments.read();
-            segs.iter()
-                .find(|s| s.extent().max_timestamp_ms >= timestamp_ms)
-                .cloned()
-        };
-        let Some(seg) = seg else {
-            return Ok(None);
-        };
-        let start = seg.seek_timestamp(timestamp_ms, &Limits::ON_DISK)?;
-        let mut found = None;
-        self.walk(
-            Some(seg),
-            |_| start,
-            |_| false,
-            |_, _, h| {
-                if h.kind == EntryKind::Data && h.record_count > 0 && h.timestamp_ms >= timestamp_ms
-                {
-                    found = Some((Offset(h.base_offset), h.timestamp_ms));
-                    return Ok(false);
-                }
-                Ok(true)
-            },
-        )?;
-        Ok(found)
-    }
-
     /// Where the frames of `term` and earlier terms end (Kafka's OffsetForLeaderEpoch, a
     /// Raft term being a leader epoch): the largest term at or below `term` that the log holds
     /// and the offset after its last record (the first offset of the next term). `None` if the
@@ -195,7 +145,7 @@ impl PartitionLog {
     /// the segment is scanned from its start instead, so a bad index never makes a read skip
     /// frames. `visit` sees every frame and returns `false` to stop. Bounded: each segment is
     /// visited once, each frame at most twice.
-    fn walk(
+    pub(super) fn walk(
         &self,
         mut seg: Option<Arc<Segment>>,
         seek: impl Fn(&Segment) -> usize,
@@ -379,61 +329,6 @@ mod tests {
     use super::super::test_util::{fill, small, values};
     use super::*;
 
-    /// Over many segments with control frames between batches and on index points, the
-    /// lookup by time answers what a scan of every batch answers, for every time.
-    #[test]
-    fn offset_for_timestamp_matches_a_scan_of_every_batch() {
-        use crate::log::append::EntrySpec;
-        use crate::segment::record::encode_records;
-        let dir = tempfile::tempdir().unwrap();
-        let log = PartitionLog::open(dir.path(), small()).unwrap();
-        let mut model: Vec<(u64, u64)> = Vec::new(); // (timestamp, base offset) of each batch
-        let mut ts = 1_000u64;
-        for i in 0..300u64 {
-            if i % 7 == 3 {
-                let spec = EntrySpec {
-                    timestamp_ms: Some(0),
-                    ..EntrySpec::default()
-                };
-                log.append_entry(spec, 0, &[0]).unwrap();
-                continue;
-            }
-            // Some batches share a millisecond; most move on.
-            ts += [0, 3, 10][(i % 3) as usize];
-            let records = [Record::new(format!("v{i}")), Record::new("w")];
-            let (payload, count) = encode_records(&records, 256).unwrap();
-            let spec = EntrySpec {
-                timestamp_ms: Some(ts),
-                ..EntrySpec::default()
-            };
-            let info = log.append_entry(spec, count, &payload).unwrap();
-            model.push((ts, info.base_offset.get()));
-        }
-        assert!(log.segments.read().len() > 10, "many segments");
-        for t in 990..ts + 5 {
-            let want = model
-                .iter()
-                .find(|(bt, _)| *bt >= t)
-                .map(|(_, o)| Offset(*o));
-            assert_eq!(log.offset_for_timestamp(t).unwrap(), want, "at {t}");
-        }
-        // After a reopen (the segments' maxima and indexes read back from disk), the same.
-        drop(log);
-        let log = PartitionLog::open(dir.path(), small()).unwrap();
-        for t in (990..ts + 5).step_by(7) {
-            let want = model
-                .iter()
-                .find(|(bt, _)| *bt >= t)
-                .map(|(_, o)| Offset(*o));
-            assert_eq!(
-                log.offset_for_timestamp(t).unwrap(),
-                want,
-                "at {t} after reopen"
-            );
-        }
-        assert_eq!(log.max_timestamp_ms(), ts);
-    }
-
     #[test]
     fn bytes_after_counts_what_a_replica_at_an_index_lacks() {
         let dir = tempfile::tempdir().unwrap();
@@ -575,7 +470,7 @@ mod tests {
         drop(log);
         let path = dir.path().join(crate::segment::format::index_file_name(0));
         let mut bytes = std::fs::read(&path).unwrap();
-        let (header, entries) = (72, 12);
+        let (header, entries) = (72, 20);
         let count = (bytes.len() - header) / entries;
         assert!(count > 10);
         // Entry 5 claims the first offset of entry 4's frame: still non-decreasing.

@@ -76,3 +76,47 @@ pub(super) fn recycled_files(dir: &Path) -> usize {
         })
         .count()
 }
+
+/// A Kafka producer's batch of records with these timestamps (values `v0`, `v1`, …), as a
+/// Kafka client encodes it: as CreateTime, or under LogAppendTime, which gives each record the
+/// batch's max timestamp.
+pub(super) fn kafka_batch(
+    times: &[i64],
+    compression: kafka_protocol::records::Compression,
+    log_append_time: bool,
+) -> bytes::Bytes {
+    use kafka_protocol::records::{
+        Record as KafkaRecord, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+    let records: Vec<KafkaRecord> = (0i64..)
+        .zip(times)
+        .map(|(i, t)| KafkaRecord {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: if log_append_time {
+                TimestampType::LogAppend
+            } else {
+                TimestampType::Creation
+            },
+            offset: i,
+            // The encoder keeps records in one batch while offset − sequence is constant;
+            // -1 is the batch's "no sequence".
+            sequence: i32::try_from(i).unwrap() - 1,
+            timestamp: *t,
+            key: None,
+            value: Some(bytes::Bytes::from(format!("v{i}"))),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut out = bytes::BytesMut::new();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression,
+    };
+    RecordBatchEncoder::encode(&mut out, records.iter(), &options).unwrap();
+    out.freeze()
+}

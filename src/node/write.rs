@@ -146,7 +146,7 @@ impl Broker {
         );
         // The leader's clock stamps the batch (Kafka's LogAppendTime); replicas store it as is.
         // Never below the log's latest stamp (a predecessor's clock may have been ahead), so
-        // that a search by time finds batches in offset order.
+        // that append times, and so replog's records' timestamps, follow offset order.
         let timestamp_ms = crate::env::now_ms().max(group.store.log().max_timestamp_ms());
         // A `LogAppendTime` topic's Kafka batches carry that stamp for Kafka's consumers too
         // (replog's own batches have no other time).

@@ -192,6 +192,7 @@ impl Segment {
             data_len: SEGMENT_HEADER_LEN,
             cursor: base,
             max_timestamp_ms: 0,
+            max_record_time: super::index::NO_TIME,
             entries: Vec::new(),
             last_indexed: 0,
         };

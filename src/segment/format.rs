@@ -13,6 +13,10 @@ pub(crate) const SEGMENT_MAGIC: [u8; 8] = *b"replog\x1a\n";
 pub(crate) const INDEX_MAGIC: [u8; 8] = *b"replidx\n";
 /// The format version this build writes (FORMAT.md §9).
 pub(crate) const FORMAT_VERSION: u16 = 2;
+/// The index format version this build writes and reads (FORMAT.md §5, §9): 3, whose entries
+/// carry a time. An index of an earlier version is rebuilt from its segment, as any index that
+/// does not check out is.
+pub(crate) const INDEX_VERSION: u16 = 3;
 /// The oldest format version this build reads: version 1 segments hold no Kafka batches.
 pub(crate) const FORMAT_VERSION_MIN: u16 = 1;
 /// Frame flag: the payload is one Kafka record batch (FORMAT.md §4.2). Written only into
@@ -83,9 +87,9 @@ pub(crate) const IDX_LAST_TERM_POS: usize = IDX_MAX_TIMESTAMP_POS + size_of::<u6
 pub(crate) const IDX_RESERVED_POS: usize = IDX_LAST_TERM_POS + size_of::<u64>();
 pub(crate) const IDX_CRC_POS: usize = IDX_RESERVED_POS + size_of::<u32>();
 pub(crate) const INDEX_HEADER_LEN: usize = IDX_CRC_POS + size_of::<u32>();
-pub(crate) const INDEX_ENTRY_LEN: usize = 3 * size_of::<u32>();
+pub(crate) const INDEX_ENTRY_LEN: usize = 3 * size_of::<u32>() + size_of::<i64>();
 const _: () = assert!(INDEX_HEADER_LEN == 72, "FORMAT.md §5 says 72 bytes");
-const _: () = assert!(INDEX_ENTRY_LEN == 12);
+const _: () = assert!(INDEX_ENTRY_LEN == 20);
 
 /// Largest segment file replog accepts: positions are stored as `u32` in the index.
 pub(crate) const SEGMENT_BYTES_LIMIT: u64 = u32::MAX as u64;
@@ -135,6 +139,12 @@ pub(crate) fn get_u32(buf: &[u8], pos: usize) -> Option<u32> {
 pub(crate) fn get_u64(buf: &[u8], pos: usize) -> Option<u64> {
     let bytes = buf.get(pos..pos.checked_add(8)?)?;
     Some(u64::from_le_bytes(bytes.try_into().ok()?))
+}
+
+/// Reads a little-endian `i64` at `pos`, or `None` past the end.
+pub(crate) fn get_i64(buf: &[u8], pos: usize) -> Option<i64> {
+    let bytes = buf.get(pos..pos.checked_add(8)?)?;
+    Some(i64::from_le_bytes(bytes.try_into().ok()?))
 }
 
 /// Writes `bytes` at `pos`. Callers size `buf` from the layout constants; a write that does not

@@ -1,4 +1,5 @@
-//! The sparse offset index: pure encode/decode of the `.index` file and lookups (FORMAT.md §5).
+//! The sparse offset and time index: pure encode/decode of the `.index` file and lookups
+//! (FORMAT.md §5).
 //!
 //! The index is derived data. [`IndexFile::decode`] checks every field it can; whatever it
 //! cannot check (that positions point at the frames they claim) the caller spot-checks against
@@ -6,18 +7,26 @@
 
 use crate::error::CorruptKind;
 use crate::segment::format::{
-    FORMAT_VERSION, IDX_BASE_LOG_INDEX_POS, IDX_CRC_POS, IDX_DATA_LEN_POS, IDX_ENTRY_COUNT_POS,
-    IDX_FLAGS_POS, IDX_LAST_TERM_POS, IDX_MAGIC_POS, IDX_MAX_TIMESTAMP_POS, IDX_NEXT_LOG_INDEX_POS,
+    IDX_BASE_LOG_INDEX_POS, IDX_CRC_POS, IDX_DATA_LEN_POS, IDX_ENTRY_COUNT_POS, IDX_FLAGS_POS,
+    IDX_LAST_TERM_POS, IDX_MAGIC_POS, IDX_MAX_TIMESTAMP_POS, IDX_NEXT_LOG_INDEX_POS,
     IDX_NEXT_OFFSET_POS, IDX_RESERVED_POS, IDX_VERSION_POS, INDEX_ENTRY_LEN, INDEX_HEADER_LEN,
-    INDEX_MAGIC, SEGMENT_HEADER_LEN, get_u16, get_u32, get_u64, put,
+    INDEX_MAGIC, INDEX_VERSION, SEGMENT_HEADER_LEN, get_i64, get_u16, get_u32, get_u64, put,
 };
 
-/// One sparse index entry: where the frame with a given log index and first offset starts.
+/// The time of no record: what [`IndexEntry::time_before`] is when no record comes before.
+pub(crate) const NO_TIME: i64 = i64::MIN;
+
+/// One sparse index entry: where the frame with a given log index and first offset starts,
+/// and the largest record timestamp before it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct IndexEntry {
     pub(crate) rel_log_index: u32,
     pub(crate) rel_offset: u32,
     pub(crate) position: u32,
+    /// The largest record timestamp of the segment's frames before this entry's frame
+    /// ([`NO_TIME`] if none): every record there is of this time or earlier, so a lookup by
+    /// time may start at the last entry whose `time_before` is earlier than the time sought.
+    pub(crate) time_before: i64,
 }
 
 /// The contents of an index file.
@@ -38,7 +47,7 @@ impl IndexFile {
         let count = u32::try_from(self.entries.len()).expect("entries are bounded by a u32 size");
         let mut buf = vec![0u8; INDEX_HEADER_LEN + self.entries.len() * INDEX_ENTRY_LEN];
         put(&mut buf, IDX_MAGIC_POS, &INDEX_MAGIC);
-        put(&mut buf, IDX_VERSION_POS, &FORMAT_VERSION.to_le_bytes());
+        put(&mut buf, IDX_VERSION_POS, &INDEX_VERSION.to_le_bytes());
         put(&mut buf, IDX_FLAGS_POS, &0u16.to_le_bytes());
         put(&mut buf, IDX_ENTRY_COUNT_POS, &count.to_le_bytes());
         put(
@@ -69,6 +78,7 @@ impl IndexFile {
             put(&mut buf, pos, &e.rel_log_index.to_le_bytes());
             put(&mut buf, pos + 4, &e.rel_offset.to_le_bytes());
             put(&mut buf, pos + 8, &e.position.to_le_bytes());
+            put(&mut buf, pos + 12, &e.time_before.to_le_bytes());
         }
         let crc = index_crc(&buf);
         put(&mut buf, IDX_CRC_POS, &crc.to_le_bytes());
@@ -91,7 +101,7 @@ impl IndexFile {
             return Err(CorruptKind::BadMagic);
         }
         let version = get_u16(header, IDX_VERSION_POS).ok_or(CorruptKind::Truncated)?;
-        if version != FORMAT_VERSION {
+        if version != INDEX_VERSION {
             return Err(CorruptKind::UnsupportedVersion(version));
         }
         if get_u16(header, IDX_FLAGS_POS) != Some(0) || get_u32(header, IDX_RESERVED_POS) != Some(0)
@@ -160,13 +170,14 @@ fn decode_entries(bytes: &[u8]) -> Result<Vec<IndexEntry>, CorruptKind> {
                 rel_log_index: get_u32(c, 0).ok_or(CorruptKind::Truncated)?,
                 rel_offset: get_u32(c, 4).ok_or(CorruptKind::Truncated)?,
                 position: get_u32(c, 8).ok_or(CorruptKind::Truncated)?,
+                time_before: get_i64(c, 12).ok_or(CorruptKind::Truncated)?,
             })
         })
         .collect()
 }
 
-/// Entries must start at the first frame, increase, and stay below `data_len` and the
-/// segment's log index range.
+/// Entries must start at the first frame (with no time before it), increase (their times do
+/// not decrease), and stay below `data_len` and the segment's log index range.
 fn check_entries(file: &IndexFile) -> Result<(), CorruptKind> {
     let frames = file.next_log_index - file.base_log_index;
     let has_frames = frames > 0;
@@ -174,7 +185,9 @@ fn check_entries(file: &IndexFile) -> Result<(), CorruptKind> {
         None if has_frames => return Err(CorruptKind::Truncated),
         Some(_) if !has_frames => return Err(CorruptKind::BadRecord),
         Some(first)
-            if first.position as usize != SEGMENT_HEADER_LEN || first.rel_log_index != 0 =>
+            if first.position as usize != SEGMENT_HEADER_LEN
+                || first.rel_log_index != 0
+                || first.time_before != NO_TIME =>
         {
             return Err(CorruptKind::BadRecord);
         }
@@ -185,6 +198,7 @@ fn check_entries(file: &IndexFile) -> Result<(), CorruptKind> {
         if b.rel_log_index <= a.rel_log_index
             || b.position <= a.position
             || b.rel_offset < a.rel_offset
+            || b.time_before < a.time_before
         {
             return Err(CorruptKind::BadRecord);
         }
@@ -201,6 +215,13 @@ fn check_entries(file: &IndexFile) -> Result<(), CorruptKind> {
 /// start scanning for it. `None` if the index is empty.
 pub(crate) fn floor_by_offset(entries: &[IndexEntry], rel_offset: u64) -> Option<&IndexEntry> {
     let n = entries.partition_point(|e| u64::from(e.rel_offset) <= rel_offset);
+    entries.get(n.checked_sub(1)?)
+}
+
+/// The last entry whose `time_before` is earlier than `time`: where a scan for the first record
+/// of `time` or later starts (no record before it is that late). `None` if the index is empty.
+pub(crate) fn floor_by_time(entries: &[IndexEntry], time: i64) -> Option<&IndexEntry> {
+    let n = entries.partition_point(|e| e.time_before < time);
     entries.get(n.checked_sub(1)?)
 }
 
@@ -230,21 +251,25 @@ mod tests {
                     rel_log_index: 0,
                     rel_offset: 0,
                     position: 32,
+                    time_before: NO_TIME,
                 },
                 IndexEntry {
                     rel_log_index: 4,
                     rel_offset: 40,
                     position: 2000,
+                    time_before: -1,
                 },
                 IndexEntry {
                     rel_log_index: 5,
                     rel_offset: 40,
                     position: 2100,
+                    time_before: 50,
                 },
                 IndexEntry {
                     rel_log_index: 9,
                     rel_offset: 70,
                     position: 4000,
+                    time_before: 50,
                 },
             ],
         }
@@ -311,6 +336,12 @@ mod tests {
         let mut f = sample();
         f.entries.clear();
         assert!(check(f).is_err());
+        let mut f = sample();
+        f.entries[0].time_before = 0;
+        assert!(check(f).is_err(), "a time before the first frame");
+        let mut f = sample();
+        f.entries[3].time_before = 49;
+        assert!(check(f).is_err(), "a time that decreases");
         assert!(IndexFile::decode(&sample().encode()[..70], 100, 8192).is_err());
         assert!(IndexFile::decode(&[], 100, 8192).is_err());
     }
@@ -325,5 +356,10 @@ mod tests {
         assert_eq!(floor_by_log_index(&e, 4).unwrap().position, 2000);
         assert_eq!(floor_by_log_index(&e, 8).unwrap().position, 2100);
         assert!(floor_by_offset(&[], 3).is_none());
+        assert_eq!(floor_by_time(&e, 0).unwrap().position, 2000);
+        assert_eq!(floor_by_time(&e, 50).unwrap().position, 2000);
+        assert_eq!(floor_by_time(&e, 51).unwrap().position, 4000);
+        assert_eq!(floor_by_time(&e, i64::MIN + 1).unwrap().position, 32);
+        assert!(floor_by_time(&[], 3).is_none());
     }
 }

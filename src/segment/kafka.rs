@@ -27,6 +27,7 @@ const CRC_POS: usize = 17;
 /// The CRC-32C covers everything from here to the end of the batch.
 const ATTRIBUTES_POS: usize = 21;
 const LAST_OFFSET_DELTA_POS: usize = 23;
+const BASE_TIMESTAMP_POS: usize = 27;
 const MAX_TIMESTAMP_POS: usize = 35;
 const PRODUCER_ID_POS: usize = 43;
 const PRODUCER_EPOCH_POS: usize = 51;
@@ -60,8 +61,13 @@ pub(crate) struct KafkaBatchInfo {
     pub(crate) base_sequence: i32,
     /// The codec (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd).
     pub(crate) codec: i16,
+    /// The first record's timestamp, which the others' deltas count from.
+    pub(crate) base_timestamp: i64,
     /// The largest record timestamp, as the producer set it.
     pub(crate) max_timestamp: i64,
+    /// The batch's time is the broker's (attribute bit 3, LogAppendTime): every record's
+    /// timestamp is `max_timestamp`.
+    pub(crate) log_append_time: bool,
 }
 
 fn be_i16(b: &[u8], pos: usize) -> Option<i16> {
@@ -143,13 +149,17 @@ pub(crate) fn header(b: &[u8]) -> Result<KafkaBatchInfo, CorruptKind> {
         producer_epoch: be_i16(b, PRODUCER_EPOCH_POS).ok_or(CorruptKind::Truncated)?,
         base_sequence: be_i32(b, BASE_SEQUENCE_POS).ok_or(CorruptKind::Truncated)?,
         codec,
+        base_timestamp: be_i64(b, BASE_TIMESTAMP_POS).ok_or(CorruptKind::Truncated)?,
         max_timestamp: be_i64(b, MAX_TIMESTAMP_POS).ok_or(CorruptKind::Truncated)?,
+        log_append_time: attributes & LOG_APPEND_TIME != 0,
     })
 }
 
 /// What the leader checks of a Kafka producer's batch before it proposes it, once, where the
 /// batch enters a log: [`check`] (its header and CRC-32C), then every record, walked once
-/// without being decoded into values of its own ([`walk_records`]). Returns the header.
+/// without being decoded into values of its own ([`walk_records`]), and that no record's
+/// timestamp is past the batch's max timestamp (the time index relies on it; Kafka's clients
+/// always set it so). Returns the header.
 /// Replicas and readers after it check the header only ([`header`]): the frame's own CRC
 /// covers the stored bytes.
 ///
@@ -169,9 +179,16 @@ pub(crate) fn accept_keyed(
     let info = check(b)?;
     let records = records_bytes(b, &info, limits)?;
     let mut keyless = false;
+    let mut latest = i64::MIN;
     walk_records(&records, info.record_count as usize, limits, |r| {
         keyless |= r.key.is_none();
+        latest = latest.max(record_time(&info, &r));
     })?;
+    if latest > info.max_timestamp {
+        return Err(bad(
+            "a record's timestamp is past the batch's max timestamp",
+        ));
+    }
     Ok((info, keyless))
 }
 
@@ -262,6 +279,8 @@ fn records_bytes(b: &Bytes, info: &KafkaBatchInfo, limits: &Limits) -> Result<By
 
 /// One record of a batch, its fields where they lie in the records' bytes.
 struct RecordView<'a> {
+    /// The record's timestamp less the batch's base timestamp.
+    timestamp_delta: i64,
     key: Option<&'a [u8]>,
     value: Option<&'a [u8]>,
     /// The headers' bytes after their count, which [`walk_records`] checked.
@@ -309,7 +328,7 @@ fn walk_records<'a>(
             usize::try_from(varint(&mut rest, 5)?).map_err(|_| bad("a negative record length"))?;
         let mut r = take(&mut rest, len).ok_or_else(|| bad("a record runs past the batch"))?;
         let _attributes = take(&mut r, 1).ok_or_else(|| bad("an empty record"))?;
-        let _timestamp_delta = varint(&mut r, 10)?;
+        let timestamp_delta = varint(&mut r, 10)?;
         if usize::try_from(varint(&mut r, 5)?).ok() != Some(index) {
             return Err(bad("offset deltas are not 0, 1, 2, ..."));
         }
@@ -353,6 +372,7 @@ fn walk_records<'a>(
             });
         }
         each(RecordView {
+            timestamp_delta,
             key,
             value,
             headers,
@@ -758,5 +778,19 @@ pub fn fuzz_kafka_batch(data: &[u8]) -> Result<usize, CorruptKind> {
     Ok(records.len())
 }
 
+/// Every codec, for tests.
+#[cfg(test)]
+pub(crate) const CODECS: [Compression; 5] = [
+    Compression::None,
+    Compression::Gzip,
+    Compression::Snappy,
+    Compression::Lz4,
+    Compression::Zstd,
+];
+
 #[cfg(test)]
 mod tests;
+mod time;
+
+use time::record_time;
+pub(crate) use time::{first_record_at, max_timestamp};

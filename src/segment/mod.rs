@@ -52,7 +52,8 @@ pub(crate) use create::{Recycled, SpareFile, reserve};
 pub use inspect::{SegmentReport, inspect_segment};
 pub(crate) use open::Sealed;
 pub use scan::fuzz_scan_segment;
-pub(crate) use scan::{Cursor, ScanStop, scan};
+use scan::scan_from_entry;
+pub(crate) use scan::{Cursor, ScanStop, frame_time, scan};
 
 /// The mutable part of a segment, behind its lock.
 #[derive(Clone, Debug)]
@@ -62,6 +63,9 @@ struct SegmentState {
     /// Cursor after the last frame below `data_len`.
     cursor: Cursor,
     max_timestamp_ms: u64,
+    /// The largest record timestamp below `data_len` ([`index::NO_TIME`] if none): the
+    /// producers' CreateTime of Kafka batches, the append time of replog's.
+    max_record_time: i64,
     entries: Vec<IndexEntry>,
     /// Position of the frame of the last index entry.
     last_indexed: usize,
@@ -73,6 +77,8 @@ pub(crate) struct Extent {
     pub(crate) data_len: usize,
     pub(crate) cursor: Cursor,
     pub(crate) max_timestamp_ms: u64,
+    /// The largest record timestamp ([`index::NO_TIME`] if none).
+    pub(crate) max_record_time: i64,
 }
 
 /// One segment file, mapped.
@@ -155,6 +161,7 @@ impl Segment {
             data_len: s.data_len,
             cursor: s.cursor,
             max_timestamp_ms: s.max_timestamp_ms,
+            max_record_time: s.max_record_time,
         }
     }
 
@@ -188,6 +195,9 @@ impl Segment {
         s.data_len = pos + h.frame_len();
         s.cursor = Cursor::after(h);
         s.max_timestamp_ms = s.max_timestamp_ms.max(h.timestamp_ms);
+        if let Some(time) = frame_time(self.map.published(), pos, h) {
+            s.max_record_time = s.max_record_time.max(time);
+        }
     }
 
     /// Ends the segment at `pos`, where the frame with `cursor.next_log_index` starts.
@@ -197,6 +207,15 @@ impl Segment {
         s.cursor = cursor;
         s.entries.retain(|e| (e.position as usize) < pos);
         s.last_indexed = s.entries.last().map_or(0, |e| e.position as usize);
+        let data = self.map.published().get(..pos).unwrap_or_default();
+        s.max_record_time = s.entries.last().map_or(index::NO_TIME, |last| {
+            let start = Cursor {
+                next_log_index: self.base_log_index + u64::from(last.rel_log_index),
+                next_offset: self.base_offset + u64::from(last.rel_offset),
+                last_term: 0,
+            };
+            scan_from_entry(data, last.position as usize, start, last.time_before).1
+        });
     }
 
     /// Bytes of valid data in the segment, header included.
@@ -221,6 +240,7 @@ fn add_index_entry(
         rel_log_index: rel(h.log_index, base_log_index),
         rel_offset: rel(h.base_offset, base_offset),
         position: u32::try_from(pos).unwrap_or(u32::MAX),
+        time_before: s.max_record_time,
     });
     s.last_indexed = pos;
 }

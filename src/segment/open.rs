@@ -12,12 +12,12 @@ use super::format::{
     FRAME_HEADER_LEN, SEGMENT_BYTES_LIMIT, SEGMENT_HEADER_LEN, SegmentHeader, index_file_name,
     segment_file_name,
 };
-use super::index::IndexFile;
+use super::index::{IndexFile, NO_TIME};
 use super::mmap::{MappedFile, WriteHandle};
 use super::record::{Limits, decode_frame};
-use super::scan::scan_segment;
+use super::scan::{scan_from_entry, scan_segment};
 use super::{
-    Cursor, RecoveryEvent, ScanStop, Segment, SegmentOptions, SegmentState, corrupt, format, scan,
+    Cursor, RecoveryEvent, ScanStop, Segment, SegmentOptions, SegmentState, corrupt, format,
 };
 use crate::env::{FaultPoint, sync_dir};
 use crate::error::{CorruptKind, Result};
@@ -52,12 +52,12 @@ impl Segment {
         let map = MappedFile::map_read_only(&file, file_len, file_len)?;
         let path = dir.join(segment_file_name(base_log_index));
         let data = map.published();
-        let from_index = load_index(dir, base, file_len, data).filter(|f| {
+        let from_index = load_index(dir, base, file_len, data).filter(|(f, _)| {
             // An index that ends before the next segment cannot be right: rebuild it.
             f.next_log_index >= next_base
         });
         let state = match from_index {
-            Some(f) if f.next_log_index == next_base => state_from_index(f),
+            Some((f, time)) if f.next_log_index == next_base => state_from_index(f, time),
             _ => {
                 let (state, scan) = scan_segment(data, base, opts, Some(next_base));
                 let reason = match scan.stop {
@@ -123,11 +123,11 @@ impl Segment {
                 // A valid index on the last segment was written by a clean close, or when a
                 // conflict truncation cut this segment (and the segments after it are gone
                 // since): either way nothing past its data_len is part of the log.
-                Some(f) => {
+                Some((f, time)) => {
                     let end = usize::try_from(f.data_len).unwrap_or(usize::MAX);
                     let clean = matches!(decode_frame(data, end, &Limits::ON_DISK), Ok(None))
                         || data.len().saturating_sub(end) < FRAME_HEADER_LEN;
-                    (state_from_index(f), clean, None)
+                    (state_from_index(f, time), clean, None)
                 }
                 None => {
                     let (state, s) = scan_segment(data, base, opts, None);
@@ -246,7 +246,9 @@ fn read_up_to(file: &File, buf: &mut [u8]) -> io::Result<usize> {
     Ok(done)
 }
 
-fn state_from_index(f: IndexFile) -> SegmentState {
+/// The state an index that checked out describes; `max_record_time` is the segment's largest
+/// record timestamp, which [`load_index`] found.
+fn state_from_index(f: IndexFile, max_record_time: i64) -> SegmentState {
     SegmentState {
         data_len: usize::try_from(f.data_len).unwrap_or(usize::MAX),
         cursor: Cursor {
@@ -255,15 +257,17 @@ fn state_from_index(f: IndexFile) -> SegmentState {
             last_term: f.last_term,
         },
         max_timestamp_ms: f.max_timestamp_ms,
+        max_record_time,
         last_indexed: f.entries.last().map_or(0, |e| e.position as usize),
         entries: f.entries,
     }
 }
 
-/// Loads and checks the segment's index file. `None` (rebuild) if it is missing, malformed,
-/// or disagrees with the segment: the frame of its last entry must decode with the log index
-/// and offset the entry claims, and the last frame must end exactly at `data_len`.
-fn load_index(dir: &Path, base: Cursor, file_len: usize, data: &[u8]) -> Option<IndexFile> {
+/// Loads and checks the segment's index file, with the segment's largest record timestamp
+/// (from the last entry's time and the frames after it). `None` (rebuild) if it is missing,
+/// malformed, or disagrees with the segment: the frame of its last entry must decode with the
+/// log index and offset the entry claims, and the last frame must end exactly at `data_len`.
+fn load_index(dir: &Path, base: Cursor, file_len: usize, data: &[u8]) -> Option<(IndexFile, i64)> {
     let path = dir.join(index_file_name(base.next_log_index));
     let meta = std::fs::metadata(&path).ok()?;
     // An index can have at most one entry per frame; refuse to read a larger file.
@@ -283,7 +287,7 @@ fn load_index(dir: &Path, base: Cursor, file_len: usize, data: &[u8]) -> Option<
     if f.next_log_index == base.next_log_index {
         // An empty segment: its data is exactly the header.
         return (f.data_len == SEGMENT_HEADER_LEN as u64 && f.next_offset == base.next_offset)
-            .then_some(f);
+            .then_some((f, NO_TIME));
     }
     let last = f.entries.last()?;
     let data_len = usize::try_from(f.data_len).ok()?;
@@ -297,20 +301,13 @@ fn load_index(dir: &Path, base: Cursor, file_len: usize, data: &[u8]) -> Option<
         next_offset: base.next_offset.checked_add(u64::from(last.rel_offset))?,
         last_term: 0,
     };
-    let s = scan(
-        data,
-        last.position as usize,
-        start,
-        &Limits::ON_DISK,
-        None,
-        |_, _| {},
-    );
+    let (s, time) = scan_from_entry(data, last.position as usize, start, last.time_before);
     let consistent = s.end == data_len
         && s.cursor.next_log_index == f.next_log_index
         && s.cursor.next_offset == f.next_offset
         && s.cursor.last_term == f.last_term
         && base.last_term <= first_term(data, &Limits::ON_DISK).unwrap_or(u64::MAX);
-    consistent.then_some(f)
+    consistent.then_some((f, time))
 }
 
 /// The term of the segment's first frame, if it has one.

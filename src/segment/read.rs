@@ -2,9 +2,9 @@
 //! index), validating the frame found there, and handing it out as a [`Batch`] that shares the
 //! map.
 
-use super::format::{EntryKind, FRAME_HEADER_LEN, SEGMENT_HEADER_LEN};
+use super::format::{FRAME_HEADER_LEN, PayloadFormat, SEGMENT_HEADER_LEN};
 use super::record::{Batch, FrameHeader, Limits, decode_frame};
-use super::{Cursor, Segment, corrupt, index};
+use super::{Cursor, Segment, corrupt, frame_time, index, kafka};
 use crate::error::{CorruptKind, Result};
 use crate::types::{LogIndex, Offset, Term};
 
@@ -24,14 +24,39 @@ impl Segment {
             .map_or(SEGMENT_HEADER_LEN, |e| e.position as usize)
     }
 
-    /// Where to start scanning for the first data frame written at or after `timestamp_ms`:
-    /// the last index entry whose frame is a data frame written before it (or the segment's
-    /// start). A control frame (timestamp 0) at an entry sends the search to the left, so the
-    /// start is never past the frame wanted while data timestamps do not decrease.
-    pub(crate) fn seek_timestamp(&self, timestamp_ms: u64, limits: &Limits) -> Result<usize> {
-        self.seek_by(limits, |h| {
-            h.kind == EntryKind::Data && h.timestamp_ms < timestamp_ms
-        })
+    /// Where to start scanning for the first record of `time` or later: the last index entry
+    /// with no record that late before it (or the segment's start). Only the index is read.
+    pub(crate) fn seek_time(&self, time: i64) -> usize {
+        let s = self.state.read();
+        index::floor_by_time(&s.entries, time).map_or(SEGMENT_HEADER_LEN, |e| e.position as usize)
+    }
+
+    /// The first record of `time` or later in the data frame at `pos`, whose header is `h`: its
+    /// offset and timestamp. A batch of replog's records has its append time for every record;
+    /// a Kafka batch's records have their own, read from the batch (decompressed).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Corrupt`](crate::Error::Corrupt) if the frame's Kafka batch does not decode.
+    pub(crate) fn first_record_at(
+        &self,
+        pos: usize,
+        h: &FrameHeader,
+        time: i64,
+    ) -> Result<Option<(u64, i64)>> {
+        let Some(latest) = frame_time(self.map.published(), pos, h) else {
+            return Ok(None);
+        };
+        if latest < time {
+            return Ok(None);
+        }
+        if h.format == PayloadFormat::Replog {
+            return Ok(Some((h.base_offset, latest)));
+        }
+        let batch = self.batch(pos, h)?;
+        let found = kafka::first_record_at(&batch.payload, time, &Limits::ON_DISK)
+            .map_err(|kind| corrupt(&self.path, pos, kind))?;
+        Ok(found.map(|(delta, t)| (h.base_offset.saturating_add(u64::from(delta)), t)))
     }
 
     /// Where to start scanning for the first frame of a term above `term`: the last index

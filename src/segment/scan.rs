@@ -2,8 +2,11 @@
 //! (the continuity rules of FORMAT.md §6, step 6), the bounded scan over a segment's bytes that recovery, index
 //! checks and `replog check` share, and the fuzz entry point that drives it.
 
-use super::format::{FRAME_HEADER_LEN, SEGMENT_HEADER_LEN, SegmentHeader};
-use super::index::IndexFile;
+use super::format::{
+    EntryKind, FRAME_HEADER_LEN, PayloadFormat, SEGMENT_HEADER_LEN, SegmentHeader,
+};
+use super::index::{IndexFile, NO_TIME};
+use super::kafka;
 use super::record::{FrameHeader, Limits, decode_frame};
 use super::{SegmentOptions, SegmentState, add_index_entry};
 use crate::error::{CorruptKind, Result};
@@ -116,6 +119,42 @@ pub(crate) fn scan(
     }
 }
 
+/// The largest record timestamp of the frame at `pos` in `data`, whose header `h` is: a
+/// Kafka batch's max timestamp (its producer's CreateTime, checked against its records when
+/// it was accepted), or the append time of a batch of replog's records, which have no time of
+/// their own; `None` for a control frame, which holds no records.
+pub(crate) fn frame_time(data: &[u8], pos: usize, h: &FrameHeader) -> Option<i64> {
+    if h.kind != EntryKind::Data || h.record_count == 0 {
+        return None;
+    }
+    match h.format {
+        PayloadFormat::Replog => Some(i64::try_from(h.timestamp_ms).unwrap_or(i64::MAX)),
+        PayloadFormat::Kafka => {
+            let start = pos.checked_add(FRAME_HEADER_LEN)?;
+            kafka::max_timestamp(data.get(start..pos.checked_add(h.frame_len())?)?)
+        }
+    }
+}
+
+/// Scans the valid frames of `data` (a segment's, up to where it ends) from an index entry:
+/// its frame at `position`, which `start` continues from, and `time_before` the largest record
+/// timestamp before it. Returns the scan and the largest record timestamp up to where it
+/// stopped.
+pub(crate) fn scan_from_entry(
+    data: &[u8],
+    position: usize,
+    start: Cursor,
+    time_before: i64,
+) -> (Scan, i64) {
+    let mut time = time_before;
+    let s = scan(data, position, start, &Limits::ON_DISK, None, |pos, h| {
+        if let Some(t) = frame_time(data, pos, h) {
+            time = time.max(t);
+        }
+    });
+    (s, time)
+}
+
 /// Scans a whole segment's frames, building its index as it goes.
 pub(super) fn scan_segment(
     data: &[u8],
@@ -127,6 +166,7 @@ pub(super) fn scan_segment(
         data_len: SEGMENT_HEADER_LEN,
         cursor: base,
         max_timestamp_ms: 0,
+        max_record_time: NO_TIME,
         entries: Vec::new(),
         last_indexed: 0,
     };
@@ -146,6 +186,9 @@ pub(super) fn scan_segment(
                 pos,
                 h,
             );
+            if let Some(time) = frame_time(data, pos, h) {
+                state.max_record_time = state.max_record_time.max(time);
+            }
         },
     );
     state.data_len = s.end;

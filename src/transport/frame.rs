@@ -54,8 +54,8 @@ pub(crate) enum Op {
     /// Client: a consumer-group request (find the coordinator, join, sync, heartbeat, leave,
     /// commit and fetch offsets, list, describe), the request named in the body.
     Group = 11,
-    /// Client: the offset of a partition at a point (its start, its end, or the first batch
-    /// written at or after a time), as Kafka's ListOffsets.
+    /// Client: the offset of a partition at a point (its start, its end, or the first record
+    /// of a time or later), as Kafka's ListOffsets.
     ListOffsets = 12,
     /// Admin: move a created topic's partition to other brokers (Kafka's partition
     /// reassignment).

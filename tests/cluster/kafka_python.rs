@@ -184,6 +184,52 @@ async fn kafka_pythons_idempotent_producer_loses_and_duplicates_nothing_across_a
     drop(brokers);
 }
 
+/// kafka-python's `offsets_for_times` on one batch whose records' CreateTime goes back and
+/// forth: each time is answered with the first record of that time or later, inside the batch
+/// (not the batch's first offset), with that record's timestamp.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_pythons_offsets_for_times_finds_the_record_inside_a_batch() {
+    if !python_clients() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (brokers, addrs, kafka) = cluster(dir.path());
+    let client = connect(&addrs).await;
+    client.create_topic("times", 1, 3).await.unwrap();
+    let t0: u64 = 1_700_000_000_000;
+    let args = vec![
+        "times".into(),
+        kafka[0].to_string(),
+        "times".into(),
+        t0.to_string(),
+    ];
+    let (ok, out, err) = python("kafka_python.py", args).await;
+    assert!(ok, "{err}");
+    let batches = client
+        .fetch("times", 0, replog::Offset(0), 1 << 20, None)
+        .await
+        .unwrap();
+    assert_eq!(batches.len(), 1, "the producer sent one batch");
+    // Records at offsets 0 to 4 have times t0 + 0, 10, 20, 5, 30.
+    let expected: Vec<String> = [
+        (0, Some((0, 0))),
+        (1, Some((1, 10))),
+        (5, Some((1, 10))),
+        (11, Some((2, 20))),
+        (21, Some((4, 30))),
+        (31, None),
+    ]
+    .iter()
+    .map(|(delta, found)| match found {
+        Some((offset, time)) => format!("{} {offset} {}", t0 + delta, t0 + time),
+        None => format!("{} none", t0 + delta),
+    })
+    .collect();
+    assert_eq!(out.lines().collect::<Vec<_>>(), expected, "{err}");
+    drop(client);
+    drop(brokers);
+}
+
 /// Two confluent-kafka consumers `subscribe()` to a 4-partition topic in one group: both get
 /// partitions; one closes; the other takes every partition over from the committed offsets and
 /// every record is read.

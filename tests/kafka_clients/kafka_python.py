@@ -6,6 +6,10 @@
   consume BOOTSTRAP TOPIC              every record from the beginning; prints the values
   create BOOTSTRAP TOPIC PARTITIONS RF through the admin client; prints "created"
   describe BOOTSTRAP TOPIC             the topic as kafka-topics --describe prints it
+  times BOOTSTRAP TOPIC T0             five records in one batch, timestamped T0, T0+10,
+                                       T0+20, T0+5, T0+30; then offsets_for_times for T0,
+                                       T0+1, T0+5, T0+11, T0+21, T0+31 on partition 0: a line
+                                       "<time> <offset> <timestamp>" each ("<time> none")
 
 With REPLOG_SASL=MECHANISM:USER:PASSWORD in the environment, every client authenticates with
 SASL (security_protocol SASL_PLAINTEXT); with REPLOG_SSL_CAFILE=PEM, every client speaks TLS
@@ -125,6 +129,27 @@ def main():
             time.sleep(0.2)
         admin.close()
         print(describe_lines(topic, parts))
+    elif mode == "times":
+        from kafka import TopicPartition
+
+        t0 = int(sys.argv[4])
+        # One batch: every send lingers until flush().
+        p = KafkaProducer(
+            bootstrap_servers=[bootstrap], acks="all", linger_ms=60000, request_timeout_ms=30000, **security()
+        )
+        for i, delta in enumerate([0, 10, 20, 5, 30]):
+            p.send(topic, ("t-%d" % i).encode(), partition=0, timestamp_ms=t0 + delta)
+        p.flush()
+        p.close()
+        c = KafkaConsumer(bootstrap_servers=[bootstrap], request_timeout_ms=30000, **security())
+        tp = TopicPartition(topic, 0)
+        for delta in [0, 1, 5, 11, 21, 31]:
+            found = c.offsets_for_times({tp: t0 + delta})[tp]
+            if found is None:
+                print("%d none" % (t0 + delta))
+            else:
+                print("%d %d %d" % (t0 + delta, found.offset, found.timestamp))
+        c.close()
     else:
         raise SystemExit("unknown mode " + mode)
 

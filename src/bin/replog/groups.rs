@@ -42,7 +42,7 @@ pub(crate) struct GroupsArgs {
     /// With --reset-offsets: to this offset (within each partition's log).
     #[arg(long, requires = "reset_offsets", conflicts_with = "to_timestamp")]
     to_offset: Option<u64>,
-    /// With --reset-offsets: to the first record written at or after this time, in
+    /// With --reset-offsets: to the first record whose timestamp is this time or later, in
     /// milliseconds since the Unix epoch (the end where every record is older).
     #[arg(long, requires = "reset_offsets")]
     to_timestamp: Option<u64>,

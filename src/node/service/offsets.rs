@@ -12,15 +12,16 @@ use crate::types::{Offset, PartitionId};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Listed {
     pub(crate) offset: Offset,
-    /// The time of the batch found, for a lookup by time; `None` for the log start and the high
-    /// watermark.
+    /// The timestamp of the record found, for a lookup by time; `None` for the log start and
+    /// the high watermark.
     pub(crate) timestamp_ms: Option<u64>,
 }
 
 impl BrokerService {
     /// ListOffsets on this broker's replica: the log start, the high watermark, the first
-    /// committed batch written at or after a time, or the first committed batch of the latest
-    /// time (`None` if there is no such batch). `current_epoch` is the asker's leader epoch
+    /// record whose timestamp is a time or later, or the first record of the log's largest
+    /// timestamp (Kafka's MAX_TIMESTAMP); `None` if there is no such record or it is not
+    /// committed yet, as Kafka answers for a record past the high watermark. `current_epoch` is the asker's leader epoch
     /// (`None`: not checked).
     pub(crate) fn list_offset(
         &self,
@@ -38,9 +39,9 @@ impl BrokerService {
             timestamp_ms: None,
         };
         let by_time = |ms| -> Result<Option<Listed>> {
-            // Only a committed batch counts.
+            // Only a committed record counts.
             Ok(log
-                .batch_for_timestamp(ms)?
+                .record_for_timestamp(ms)?
                 .filter(|(o, _)| *o < high_watermark)
                 .map(|(offset, ms)| Listed {
                     offset,
@@ -51,21 +52,10 @@ impl BrokerService {
             OffsetAt::Earliest => Ok(Some(mark(log.start_offset()))),
             OffsetAt::Latest => Ok(Some(mark(high_watermark))),
             OffsetAt::Timestamp(ms) => by_time(ms),
-            OffsetAt::MaxTimestamp => {
-                // Batch times never decrease along a replicated log (the leader stamps each
-                // batch no earlier than the one before): the latest committed time is the last
-                // committed batch's, and the first batch with that time answers.
-                let Some(last) = high_watermark.get().checked_sub(1) else {
-                    return Ok(None);
-                };
-                if Offset(last) < log.start_offset() {
-                    return Ok(None);
-                }
-                let Some(batch) = log.read(Offset(last), 1)?.into_iter().next() else {
-                    return Ok(None);
-                };
-                by_time(batch.timestamp_ms())
-            }
+            OffsetAt::MaxTimestamp => match log.max_record_timestamp() {
+                Some(ms) => by_time(ms),
+                None => Ok(None),
+            },
         }
     }
 

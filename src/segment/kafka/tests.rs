@@ -14,14 +14,6 @@ const LIMITS: Limits = Limits {
     batch_bytes_max: 4 << 20,
 };
 
-const CODECS: [Compression; 5] = [
-    Compression::None,
-    Compression::Gzip,
-    Compression::Snappy,
-    Compression::Lz4,
-    Compression::Zstd,
-];
-
 fn kafka_record(i: i64, value: Option<Bytes>) -> KafkaRecord {
     let mut headers = IndexMap::new();
     headers.insert(
@@ -421,4 +413,38 @@ fn a_batch_stamped_with_the_brokers_time_decodes_with_that_time() {
     assert!(!keyless);
     // Too short for a header: as is.
     assert_eq!(&stamp_log_append_time(b"short", 1)[..], b"short");
+}
+
+/// The record a time lookup wants is found inside the batch, whatever the codec and however
+/// the records' timestamps are ordered; a batch whose max timestamp is below one of its
+/// records' is refused where it enters the log, as the lookup relies on it.
+#[test]
+fn the_first_record_at_a_time_is_found_inside_the_batch() {
+    let base = 1_700_000_000_000;
+    for codec in CODECS {
+        let b = sample(codec);
+        let at = |t| first_record_at(&b, t, &LIMITS).unwrap();
+        assert_eq!(at(0), Some((0, base)), "{codec:?}");
+        assert_eq!(at(base + 2), Some((2, base + 2)), "{codec:?}");
+        assert_eq!(at(base + 4), Some((4, base + 4)), "{codec:?}");
+        assert_eq!(at(base + 5), None, "{codec:?}");
+        assert_eq!(max_timestamp(&b), Some(base + 4));
+        let mut unordered: Vec<KafkaRecord> = (0..3).map(|i| kafka_record(i, None)).collect();
+        for (r, t) in unordered.iter_mut().zip([10, 50, 30]) {
+            r.timestamp = t;
+        }
+        let b = batch(&unordered, codec);
+        let at = |t| first_record_at(&b, t, &LIMITS).unwrap();
+        assert_eq!(at(10), Some((0, 10)), "{codec:?}");
+        assert_eq!(at(11), Some((1, 50)), "{codec:?}");
+        assert_eq!(at(31), Some((1, 50)), "{codec:?}");
+        assert_eq!(at(51), None, "{codec:?}");
+    }
+    let mut lying = sample(Compression::None).to_vec();
+    (&mut lying[MAX_TIMESTAMP_POS..MAX_TIMESTAMP_POS + 8]).put_i64(base + 3);
+    reseal(&mut lying);
+    assert!(matches!(
+        accept(&Bytes::from(lying), &LIMITS),
+        Err(CorruptKind::BadKafkaBatch(_))
+    ));
 }
