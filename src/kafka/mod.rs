@@ -39,7 +39,7 @@ mod sasl;
 
 use handlers::{
     acls, admin, api_versions, configs, fetch, groups, metadata, offsets, produce, producer_ids,
-    sasl as sasl_state, users,
+    records, sasl as sasl_state, users,
 };
 
 use std::net::SocketAddr;
@@ -295,6 +295,9 @@ async fn answer(
         }
         RequestKind::CreateTopics(r) => {
             ResponseKind::CreateTopics(admin::create_topics(r, version, service).await)
+        }
+        RequestKind::DeleteRecords(r) => {
+            ResponseKind::DeleteRecords(records::delete_records(r, service).await)
         }
         RequestKind::CreatePartitions(r) => {
             ResponseKind::CreatePartitions(admin::create_partitions(r, service).await)

@@ -98,41 +98,12 @@ pub(super) fn unsupported(api: ApiKey, version: i16) -> Option<ResponseKind> {
 pub(super) fn refuse_items(request: RequestKind) -> Option<ResponseKind> {
     use RequestKind as R;
     match request {
-        R::DeleteRecords(_) => refuse_topic_changes(request),
         R::DeleteGroups(_) => refuse_group_deletion(request),
         R::TxnOffsetCommit(_) | R::DescribeProducers(_) | R::DescribeTransactions(_) => {
             refuse_transactions(request)
         }
         _ => None,
     }
-}
-
-/// [`refuse_items`] for topics' records; `None` for any other.
-fn refuse_topic_changes(request: RequestKind) -> Option<ResponseKind> {
-    use kafka_protocol::messages::DeleteRecordsResponse;
-    use kafka_protocol::messages::delete_records_response::{
-        DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
-    };
-    let no = code::UNSUPPORTED_VERSION;
-    Some(match request {
-        RequestKind::DeleteRecords(r) => {
-            let mut out = DeleteRecordsResponse::default();
-            for topic in r.topics {
-                let mut t = DeleteRecordsTopicResult::default();
-                t.name = topic.name;
-                for p in topic.partitions {
-                    let mut res = DeleteRecordsPartitionResult::default();
-                    res.partition_index = p.partition_index;
-                    res.low_watermark = -1;
-                    res.error_code = no;
-                    t.partitions.push(res);
-                }
-                out.topics.push(t);
-            }
-            ResponseKind::DeleteRecords(out)
-        }
-        _ => return None,
-    })
 }
 
 /// [`refuse_items`] for groups' deletion; `None` for any other.
@@ -210,10 +181,6 @@ pub(super) fn refused_per_item(api: kafka_protocol::messages::ApiKey) -> bool {
     use kafka_protocol::messages::ApiKey as K;
     matches!(
         api,
-        K::DeleteRecords
-            | K::DeleteGroups
-            | K::TxnOffsetCommit
-            | K::DescribeProducers
-            | K::DescribeTransactions
+        K::DeleteGroups | K::TxnOffsetCommit | K::DescribeProducers | K::DescribeTransactions
     )
 }

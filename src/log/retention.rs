@@ -32,6 +32,16 @@ impl PartitionLog {
             .flatten()
     }
 
+    /// The base log index of the segment that holds `offset`, if segments come before it
+    /// (what a purge of the records below `offset` would delete up to; `None` if nothing).
+    pub(crate) fn segment_floor_of_offset(&self, offset: u64) -> Option<u64> {
+        let segs = self.segments.read();
+        let i = segs.partition_point(|s| s.base_offset <= offset);
+        (i > 1)
+            .then(|| segs.get(i - 1).map(|s| s.base_log_index))
+            .flatten()
+    }
+
     /// Deletes whole segments whose records are all below `offset`, oldest first. The active
     /// segment is never deleted, so the log may keep records below `offset`. Returns the new
     /// start offset.

@@ -46,7 +46,7 @@ impl Broker {
             term: state.term,
             log_end: group.store.log().end_offset(),
             high_watermark: Offset(group.sm.high_watermark()),
-            log_start: group.store.log().start_offset(),
+            log_start: group.log_start(),
             follower_lag,
             stopped: group.raft.stopped().map(|why| why.to_string()),
         }
@@ -97,7 +97,7 @@ impl Broker {
             term: state.term,
             replicas,
             isr,
-            log_start: group.store.log().start_offset().get(),
+            log_start: group.log_start().get(),
             high_watermark: group.sm.high_watermark(),
         }
     }

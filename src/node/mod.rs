@@ -101,6 +101,15 @@ struct HostedReplica {
 }
 
 impl HostedReplica {
+    /// Where the replica's records start: its log's first offset, or past it where
+    /// DeleteRecords moved the start (the segments below are removed later, whole).
+    fn log_start(&self) -> Offset {
+        self.store
+            .log()
+            .start_offset()
+            .max(Offset(self.sm.log_start()))
+    }
+
     /// The replica's high watermark: where its committed records end (never past its log's end,
     /// which a commit learned before the log caught up could name).
     fn committed_end(&self) -> Offset {

@@ -1,12 +1,16 @@
 //! Partitions added to a created topic (Kafka's CreatePartitions): placed as a new topic's
 //! are, committed through the metadata group, and started by the brokers assigned them as
-//! the catalog applies the command (`replicas.rs`).
+//! the catalog applies the command (`replicas.rs`). And a partition's records deleted up to an
+//! offset (Kafka's DeleteRecords): the new log start committed through the partition's own
+//! group, so that every replica agrees where its records start.
 
 use super::Broker;
 use super::metadata::MetaError;
 use crate::catalog::{CONFIGURED_TOPIC_ID, MetaCommand, PARTITIONS_MAX, Refused};
 use crate::error::{Error, Result};
 use crate::protocol::ProposeRequest;
+use crate::raft::replica::WriteError;
+use crate::types::{LeaderHint, Offset, PartitionId};
 
 /// How many times an addition is computed again when the topic changed first.
 const ATTEMPTS: usize = 5;
@@ -86,5 +90,52 @@ impl Broker {
             from: current,
             assignment: layout.get(current as usize..).unwrap_or_default().to_vec(),
         })
+    }
+
+    /// Deletes the records of partition `id` before `before` (`None`: all it has committed)
+    /// on every replica: the new log start is committed through the partition's group, on its
+    /// leader; reads below it are out of range at once, and the segments below it are
+    /// removed by the next retention pass. Returns the log start after it (never moved back).
+    pub(crate) async fn delete_records(
+        &self,
+        id: &PartitionId,
+        before: Option<u64>,
+    ) -> Result<Offset> {
+        let group = self.group(id)?;
+        let high_watermark = group.committed_end();
+        let target = before.unwrap_or(high_watermark.get());
+        if target > high_watermark.get() {
+            return Err(Error::OffsetOutOfRange {
+                requested: Offset(target),
+                start: group.log_start(),
+                end: high_watermark,
+            });
+        }
+        let command = crate::raft::storage::log_start_command(target);
+        let timeout = self.config.request_timeout;
+        let written = tokio::time::timeout(timeout, group.raft.write(command, None)).await;
+        let indeterminate = |reason: String| Error::Indeterminate {
+            partition: id.clone(),
+            reason,
+        };
+        match written {
+            Err(_) => Err(indeterminate(format!(
+                "not committed within {} ms",
+                timeout.as_millis()
+            ))),
+            Ok(Ok(_)) => Ok(group.log_start()),
+            Ok(Err(WriteError::NotLeader(leader))) => Err(Error::NotLeader {
+                partition: id.clone(),
+                leader: leader.map(|hint| LeaderHint {
+                    addr: self.broker_addr(hint.node_id).unwrap_or(hint.addr),
+                    ..hint
+                }),
+            }),
+            Ok(Err(WriteError::TryAgain(reason))) => Err(Error::TryAgain {
+                partition: id.clone(),
+                reason: reason.into(),
+            }),
+            Ok(Err(e)) => Err(indeterminate(format!("{e:?}"))),
+        }
     }
 }

@@ -23,14 +23,14 @@ impl Broker {
                 let s = *group.settings.read();
                 let time = s.retention_ms.map(std::time::Duration::from_millis);
                 // A compacted topic without `delete` in its policy keeps every segment.
-                s.delete
-                    .then(|| {
-                        group
-                            .store
-                            .log()
-                            .retention_point_with(now, time, s.retention_bytes)
-                    })
-                    .flatten()
+                let log = group.store.log();
+                let retained = s
+                    .delete
+                    .then(|| log.retention_point_with(now, time, s.retention_bytes))
+                    .flatten();
+                // And the segments whose records DeleteRecords deleted all go.
+                let deleted = log.segment_floor_of_offset(group.sm.log_start());
+                retained.max(deleted)
             };
             let Some(keep_from) = keep_from else {
                 continue;

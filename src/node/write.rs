@@ -248,7 +248,7 @@ impl Broker {
         Ok(Fetched {
             batches: read?,
             high_watermark: group.committed_end(),
-            log_start: group.store.log().start_offset(),
+            log_start: group.log_start(),
         })
     }
 }
@@ -269,10 +269,11 @@ pub(super) fn read_committed(
 ) -> Result<Vec<Batch>> {
     let log = group.store.log();
     let high_watermark = group.committed_end();
-    if offset > high_watermark {
+    let start = group.log_start();
+    if offset > high_watermark || offset < start {
         return Err(Error::OffsetOutOfRange {
             requested: offset,
-            start: log.start_offset(),
+            start,
             end: high_watermark,
         });
     }

@@ -32,6 +32,10 @@ pub(crate) struct PartitionState {
     /// The last batches of each idempotent producer (absent in snapshots of replog 0.1).
     #[serde(default)]
     pub(crate) producers: ProducerTable,
+    /// Records before this offset are deleted (Kafka's DeleteRecords), whatever segments
+    /// still hold them (absent in older snapshots: 0).
+    #[serde(default)]
+    pub(crate) log_start: u64,
 }
 
 /// A snapshot as openraft passes it around: metadata plus our encoded [`PartitionState`].
@@ -88,6 +92,11 @@ impl StateMachine {
     /// The high watermark: every record below this offset is committed.
     pub(crate) fn high_watermark(&self) -> u64 {
         self.state.lock().next_offset
+    }
+
+    /// Where the records DeleteRecords left start (0 if it was never asked).
+    pub(crate) fn log_start(&self) -> u64 {
+        self.state.lock().log_start
     }
 
     /// Follows the high watermark as entries are applied.
@@ -179,6 +188,17 @@ impl RaftStateMachine<C> for StateMachine {
                 let mut state = self.state.lock();
                 state.last_applied = Some(entry.log_id);
                 match &entry.payload {
+                    EntryPayload::Normal(req) if req.record_count == 0 => {
+                        if let Some(offset) = crate::raft::storage::log_start_of(req) {
+                            // Never past what is committed, never back.
+                            let offset = offset.min(state.next_offset);
+                            state.log_start = state.log_start.max(offset);
+                        }
+                        AppendResponse {
+                            base_offset: state.log_start,
+                            record_count: 0,
+                        }
+                    }
                     EntryPayload::Normal(req) => {
                         let base_offset = state.next_offset;
                         state.next_offset += u64::from(req.record_count);

@@ -39,6 +39,39 @@ pub(crate) const RAFT_META: &str = "raft-meta";
 /// Control-entry tags (first payload byte of a control frame).
 const CONTROL_BLANK: u8 = 0;
 const CONTROL_MEMBERSHIP: u8 = 1;
+/// The partition's records start at the offset that follows (8 bytes, little-endian): those
+/// before it are deleted (Kafka's DeleteRecords). Carried through Raft as a record-less
+/// normal entry ([`log_start_command`]).
+const CONTROL_LOG_START: u8 = 2;
+
+/// The entry that moves a partition's log start to `offset` on every replica: a normal entry
+/// without records, its payload [`CONTROL_LOG_START`] and the offset, stored as a control
+/// frame (FORMAT.md §4) and applied by the state machine ([`log_start_of`]).
+pub(crate) fn log_start_command(offset: u64) -> AppendRequest {
+    let mut records = vec![CONTROL_LOG_START];
+    records.extend_from_slice(&offset.to_le_bytes());
+    AppendRequest {
+        records: records.into(),
+        record_count: 0,
+        producer_id: 0,
+        producer_epoch: 0,
+        base_sequence: 0,
+        timestamp_ms: 0,
+        format: PayloadFormat::Replog,
+    }
+}
+
+/// The offset a record-less normal entry moves the log start to, if it is one
+/// ([`log_start_command`]).
+pub(crate) fn log_start_of(request: &AppendRequest) -> Option<u64> {
+    if request.record_count != 0 {
+        return None;
+    }
+    match request.records.split_first() {
+        Some((&CONTROL_LOG_START, offset)) => Some(u64::from_le_bytes(offset.try_into().ok()?)),
+        _ => None,
+    }
+}
 
 /// The persistent Raft metadata of one partition replica.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -262,6 +295,9 @@ impl LogStore {
             timestamp_ms: Some(timestamp_ms),
         };
         match &entry.payload {
+            EntryPayload::Normal(req) if log_start_of(req).is_some() => {
+                log.append_entry(spec(0, 0, 0, 0, PayloadFormat::Replog), 0, &req.records)?;
+            }
             EntryPayload::Normal(req) => {
                 if req.record_count == 0 {
                     return Err(Error::EmptyBatch);
@@ -308,6 +344,15 @@ pub(crate) fn entry_from_batch(b: &Batch) -> io::Result<Entry> {
             Some((&CONTROL_BLANK, _)) => EntryPayload::Blank,
             Some((&CONTROL_MEMBERSHIP, json)) => {
                 EntryPayload::Membership(serde_json::from_slice(json).map_err(io::Error::other)?)
+            }
+            Some((&CONTROL_LOG_START, offset)) => {
+                let offset = offset.try_into().map(u64::from_le_bytes).map_err(|_| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("a log start entry of {} bytes", b.payload.len()),
+                    )
+                })?;
+                EntryPayload::Normal(log_start_command(offset))
             }
             _ => {
                 return Err(io::Error::new(

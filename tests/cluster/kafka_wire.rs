@@ -573,7 +573,7 @@ async fn kafkas_admin_epoch_and_refusal_apis_answer_as_kafka_does() {
     )
     .await;
     assert_eq!(versions.error_code, 0, "the same connection still answers");
-    // An admin API not served whose answer names its items: each item refused.
+    // DeleteRecords at the leader: the records before offset 1 go, the low watermark moves.
     let mut trim = DeleteRecordsRequest::default();
     let mut topic = kafka_protocol::messages::delete_records_request::DeleteRecordsTopic::default();
     topic.name = name("made");
@@ -585,8 +585,18 @@ async fn kafkas_admin_epoch_and_refusal_apis_answer_as_kafka_does() {
     trim.timeout_ms = 10_000;
     let (_, answer): (usize, DeleteRecordsResponse) =
         kafka_call_on(&mut s, ApiKey::DeleteRecords, 2, &trim).await;
-    assert_eq!(answer.topics[0].partitions[0].error_code, 35);
+    let trimmed = &answer.topics[0].partitions[0];
+    assert_eq!((trimmed.error_code, trimmed.low_watermark), (0, 1));
     assert_eq!(answer.topics[0].name, name("made"));
+    // An admin API not served whose answer names its items: each item refused.
+    let mut producers = DescribeProducersRequest::default();
+    let mut topic = kafka_protocol::messages::describe_producers_request::TopicRequest::default();
+    topic.name = name("made");
+    topic.partition_indexes = vec![0];
+    producers.topics.push(topic);
+    let (_, answer): (usize, DescribeProducersResponse) =
+        kafka_call_on(&mut s, ApiKey::DescribeProducers, 0, &producers).await;
+    assert_eq!(answer.topics[0].partitions[0].error_code, 35);
     let mut delete_groups = DeleteGroupsRequest::default();
     delete_groups.groups_names = vec![GroupId(StrBytes::from_static_str("g"))];
     let (_, answer): (usize, DeleteGroupsResponse) =

@@ -292,3 +292,118 @@ fn the_cli_creates_describes_and_changes_topic_configs() {
     let (ok, _, err) = cli(&bad, "");
     assert!(!ok && err.contains("retention.ms"), "{err}");
 }
+
+/// DeleteRecords through the Kafka door at a partition's leader: every replica's records
+/// start at the offset asked for (reads below it are out of range on each), the segments
+/// wholly below it are removed, and the leader keeps the start across a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_records_are_gone_from_every_replica() {
+    use kafka_protocol::messages::delete_records_request::{
+        DeleteRecordsPartition, DeleteRecordsTopic,
+    };
+    use kafka_protocol::messages::{
+        ApiKey, DeleteRecordsRequest, DeleteRecordsResponse, TopicName,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = local_cluster(3, dir.path(), "other", 1, |c| {
+        c.kafka_listen = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+        c.retention_check_interval = Duration::from_millis(100);
+        c.log.record_bytes_max = 4 << 10;
+        c.log.batch_bytes_max = 16 << 10;
+        c.log.segment_bytes = 64 << 10;
+    })
+    .await;
+    let addrs = cluster.addrs();
+    let client = connect(&addrs, ClientConfig::default(), Duration::from_secs(20)).await;
+    client.create_topic("trimmed", 1, 3).await.unwrap();
+    for batch in 0..20 {
+        let records: Vec<Record> = (0..10)
+            .map(|i| Record::new(format!("{batch}-{i}-{}", "x".repeat(1000))))
+            .collect();
+        client.send("trimmed", 0, &records).await.unwrap();
+    }
+    let segments = |id: u64| {
+        let dir = cluster.data_dir(id).unwrap().join("trimmed-0");
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".log"))
+            })
+            .count()
+    };
+    let before: Vec<usize> = (1..=3).map(segments).collect();
+    assert!(before.iter().all(|n| *n > 3), "{before:?}");
+
+    let leader = client.describe("trimmed").await.unwrap()[0].leader.unwrap();
+    let at = cluster.node(leader).unwrap().kafka_addr().unwrap();
+    let mut request = DeleteRecordsRequest::default();
+    let mut topic = DeleteRecordsTopic::default();
+    topic.name = TopicName(kafka_protocol::protocol::StrBytes::from_static_str(
+        "trimmed",
+    ));
+    let mut partition = DeleteRecordsPartition::default();
+    partition.offset = 150;
+    topic.partitions.push(partition);
+    request.topics.push(topic);
+    request.timeout_ms = 10_000;
+    let (_, answer): (usize, DeleteRecordsResponse) =
+        crate::kafka::kafka_call(at, ApiKey::DeleteRecords, 2, &request).await;
+    let p = &answer.topics[0].partitions[0];
+    assert_eq!((p.error_code, p.low_watermark), (0, 150));
+
+    for id in 1..=3 {
+        let node = cluster.node(id).unwrap();
+        wait_until(
+            Duration::from_secs(20),
+            &format!("broker {id}'s records to start at 150, its old segments gone"),
+            async || {
+                let st = node.status("trimmed", 0).unwrap();
+                let n = segments(id);
+                if st.log_start == Offset(150) && n < before[id as usize - 1] {
+                    Ok(())
+                } else {
+                    Err(format!("{st:?}, {n} segments"))
+                }
+            },
+        )
+        .await;
+        let below = client
+            .fetch(
+                "trimmed",
+                0,
+                Offset(149),
+                1 << 20,
+                Some(addrs[id as usize - 1]),
+            )
+            .await;
+        assert!(
+            matches!(below, Err(Error::OffsetOutOfRange { .. })),
+            "{below:?}"
+        );
+        let from = client
+            .fetch(
+                "trimmed",
+                0,
+                Offset(150),
+                1 << 20,
+                Some(addrs[id as usize - 1]),
+            )
+            .await
+            .unwrap();
+        assert!(!from.is_empty());
+    }
+    cluster.restart(leader).await.unwrap();
+    let node = cluster.node(leader).unwrap();
+    wait_until(
+        Duration::from_secs(20),
+        "the restarted leader's start",
+        async || {
+            node.status("trimmed", 0)
+                .ok()
+                .filter(|st| st.log_start == Offset(150))
+        },
+    )
+    .await;
+    cluster.shutdown().await.unwrap();
+}

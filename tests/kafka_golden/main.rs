@@ -42,6 +42,7 @@ mod metadata;
 mod offsets;
 mod produce;
 mod producer_ids;
+mod records;
 mod sasl;
 #[path = "../support/mod.rs"]
 mod support;
@@ -388,6 +389,7 @@ fn golden_cases() -> Vec<(ApiKey, i16)> {
         offsets::GOLDEN,
         produce::GOLDEN,
         producer_ids::GOLDEN,
+        records::GOLDEN,
         sasl::GOLDEN,
         users::GOLDEN,
     ]
@@ -408,7 +410,7 @@ async fn every_served_api_has_a_golden_case_at_its_oldest_and_newest_version() {
         .exchange(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default())
         .await;
     let served: ApiVersionsResponse = broker.decode(ApiKey::ApiVersions, 3, &answer);
-    assert_eq!(served.api_keys.len(), 30, "the thirty APIs served");
+    assert_eq!(served.api_keys.len(), 31, "the thirty-one APIs served");
     let cases = &golden_cases();
     let missing: Vec<String> = served
         .api_keys

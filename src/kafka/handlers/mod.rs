@@ -18,6 +18,7 @@ pub(super) mod metadata;
 pub(super) mod offsets;
 pub(super) mod produce;
 pub(super) mod producer_ids;
+pub(super) mod records;
 pub(super) mod sasl;
 pub(super) mod users;
 
@@ -38,6 +39,7 @@ pub(crate) fn served() -> impl Iterator<Item = Served> {
         producer_ids::APIS,
         admin::APIS,
         configs::APIS,
+        records::APIS,
         sasl::APIS,
         acls::APIS,
         users::APIS,
@@ -51,12 +53,12 @@ pub(crate) fn served() -> impl Iterator<Item = Served> {
 mod tests {
     use super::*;
 
-    /// The thirty APIs served, each once.
+    /// The thirty-one APIs served, each once.
     #[test]
     fn every_api_is_declared_by_one_handler() {
         let keys: std::collections::BTreeSet<i16> = served().map(|(k, _, _)| k as i16).collect();
         assert_eq!(keys.len(), served().count(), "an API declared twice");
-        assert_eq!(keys.len(), 30);
+        assert_eq!(keys.len(), 31);
         assert!(served().all(|(_, min, max)| min <= max));
     }
 }

@@ -103,7 +103,7 @@ pub(super) fn check_epoch(replica: &HostedReplica, asked: Option<u64>) -> Result
 /// a read would refuse it.
 fn marks(replica: &HostedReplica, offset: Offset) -> Result<Fetched> {
     let high_watermark = replica.committed_end();
-    let log_start = replica.store.log().start_offset();
+    let log_start = replica.log_start();
     if offset > high_watermark || offset < log_start {
         return Err(Error::OffsetOutOfRange {
             requested: offset,

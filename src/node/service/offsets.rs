@@ -38,18 +38,29 @@ impl BrokerService {
             offset,
             timestamp_ms: None,
         };
+        let start = replica.log_start();
         let by_time = |ms| -> Result<Option<Listed>> {
-            // Only a committed record counts.
+            // Only a committed record counts; one DeleteRecords deleted is answered by the
+            // first record left (its time unknown without a read).
             Ok(log
                 .record_for_timestamp(ms)?
                 .filter(|(o, _)| *o < high_watermark)
-                .map(|(offset, ms)| Listed {
-                    offset,
-                    timestamp_ms: Some(ms),
+                .map(|(offset, ms)| {
+                    if offset < start {
+                        Listed {
+                            offset: start,
+                            timestamp_ms: None,
+                        }
+                    } else {
+                        Listed {
+                            offset,
+                            timestamp_ms: Some(ms),
+                        }
+                    }
                 }))
         };
         match at {
-            OffsetAt::Earliest => Ok(Some(mark(log.start_offset()))),
+            OffsetAt::Earliest => Ok(Some(mark(start))),
             OffsetAt::Latest => Ok(Some(mark(high_watermark))),
             OffsetAt::Timestamp(ms) => by_time(ms),
             OffsetAt::MaxTimestamp => match log.max_record_timestamp() {

@@ -196,4 +196,16 @@ impl BrokerService {
             }
         }
     }
+
+    /// Deletes partition `id`'s records before `before` (`None`: all it has committed) on
+    /// every replica (DELETE on the topic); returns its log start after it. Served by the
+    /// partition's leader.
+    pub(crate) async fn delete_records(
+        &self,
+        id: &crate::types::PartitionId,
+        before: Option<u64>,
+    ) -> Result<crate::types::Offset> {
+        self.authorize_topic(AclOperation::Delete, &id.topic)?;
+        self.broker.delete_records(id, before).await
+    }
 }
