@@ -21,6 +21,7 @@ mod idempotence;
 mod kafka;
 mod kafka_acls;
 mod kafka_answers;
+mod kafka_group_deletion;
 mod kafka_groups;
 mod kafka_python;
 mod kafka_sasl;

@@ -1,4 +1,4 @@
-//! ApiVersions (0 to 3): the twenty APIs served with their ranges; a newer ApiVersions answered
+//! ApiVersions (0 to 3): the twenty-nine APIs served with their ranges; a newer ApiVersions answered
 //! as Kafka answers it (version 0, UNSUPPORTED_VERSION, the ranges).
 
 use kafka_protocol::messages::api_versions_response::ApiVersion;
@@ -38,6 +38,8 @@ const SERVED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteAcls, 1, 3),
     (ApiKey::DescribeUserScramCredentials, 0, 0),
     (ApiKey::AlterUserScramCredentials, 0, 0),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::OffsetDelete, 0, 0),
 ];
 
 /// The answer listing [`SERVED`], with `error_code`.

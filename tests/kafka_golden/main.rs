@@ -34,10 +34,12 @@ use replog::LocalCluster;
 mod acls;
 mod admin;
 mod api_versions;
+mod delete_groups;
 mod fetch;
 mod group_coordinator;
 mod groups;
 mod metadata;
+mod offset_delete;
 mod offsets;
 mod produce;
 mod producer_ids;
@@ -363,10 +365,12 @@ fn golden_cases() -> Vec<(ApiKey, i16)> {
         acls::GOLDEN,
         admin::GOLDEN,
         api_versions::GOLDEN,
+        delete_groups::GOLDEN,
         fetch::GOLDEN,
         groups::GOLDEN,
         group_coordinator::GOLDEN,
         metadata::GOLDEN,
+        offset_delete::GOLDEN,
         offsets::GOLDEN,
         produce::GOLDEN,
         producer_ids::GOLDEN,
@@ -390,7 +394,7 @@ async fn every_served_api_has_a_golden_case_at_its_oldest_and_newest_version() {
         .exchange(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default())
         .await;
     let served: ApiVersionsResponse = broker.decode(ApiKey::ApiVersions, 3, &answer);
-    assert_eq!(served.api_keys.len(), 27, "the twenty-seven APIs served");
+    assert_eq!(served.api_keys.len(), 29, "the twenty-nine APIs served");
     let cases = &golden_cases();
     let missing: Vec<String> = served
         .api_keys

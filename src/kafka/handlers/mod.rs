@@ -11,9 +11,11 @@
 pub(super) mod acls;
 pub(super) mod admin;
 pub(super) mod api_versions;
+pub(super) mod delete_groups;
 pub(super) mod fetch;
 pub(super) mod groups;
 pub(super) mod metadata;
+pub(super) mod offset_delete;
 pub(super) mod offsets;
 pub(super) mod produce;
 pub(super) mod producer_ids;
@@ -39,6 +41,8 @@ pub(crate) fn served() -> impl Iterator<Item = Served> {
         sasl::APIS,
         acls::APIS,
         users::APIS,
+        delete_groups::APIS,
+        offset_delete::APIS,
     ]
     .into_iter()
     .flatten()
@@ -49,12 +53,12 @@ pub(crate) fn served() -> impl Iterator<Item = Served> {
 mod tests {
     use super::*;
 
-    /// The twenty-seven APIs served, each once.
+    /// The twenty-nine APIs served, each once.
     #[test]
     fn every_api_is_declared_by_one_handler() {
         let keys: std::collections::BTreeSet<i16> = served().map(|(k, _, _)| k as i16).collect();
         assert_eq!(keys.len(), served().count(), "an API declared twice");
-        assert_eq!(keys.len(), 27);
+        assert_eq!(keys.len(), 29);
         assert!(served().all(|(_, min, max)| min <= max));
     }
 }
