@@ -1,6 +1,7 @@
 //! Consumer groups through a [`Client`]: finding a group's coordinator, the one call path
 //! every group request takes (`group_call`: to the coordinator, found again when it moved),
-//! and the administration of groups: listing, describing, committed offsets and their reset.
+//! and the administration of groups: listing, describing, deleting, committed offsets, their
+//! reset and their deletion.
 //! The membership itself (join, sync, heartbeat) is the [`Consumer`](crate::Consumer)'s.
 
 use std::collections::BTreeMap;
@@ -404,5 +405,47 @@ impl Client {
             })
             .collect();
         self.commit_group(group, -1, "", offsets).await
+    }
+
+    /// Deletes a group and its committed offsets, as `kafka-consumer-groups --delete` does:
+    /// only a group with no live members. Durable once it returns: no later coordinator
+    /// brings the group back.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Group`] with [`GroupError::NonEmptyGroup`] if the group has members,
+    /// [`GroupError::GroupIdNotFound`] if no such group exists; as
+    /// [`describe_group`](Self::describe_group).
+    pub async fn delete_group(&self, group: &str) -> Result<()> {
+        let request = GroupRequest::Delete {
+            group: group.to_string(),
+        };
+        self.group_call(group, &request, Duration::ZERO).await
+    }
+
+    /// Deletes a group's committed offsets of `partitions` (topic, partition), as
+    /// `kafka-consumer-groups --delete-offsets` does: the group's consumers then start where
+    /// their `auto_offset_reset` says. A group left with no members and no committed offsets
+    /// is deleted. Answers each partition's refusal, if any.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Group`] with [`GroupError::GroupIdNotFound`] if no such group exists; as
+    /// [`describe_group`](Self::describe_group).
+    pub async fn delete_group_offsets(
+        &self,
+        group: &str,
+        partitions: &[(String, u32)],
+    ) -> Result<Vec<((String, u32), Option<GroupError>)>> {
+        let request = GroupRequest::DeleteOffsets {
+            group: group.to_string(),
+            partitions: partitions.to_vec(),
+        };
+        let results: Vec<PartitionResult> =
+            self.group_call(group, &request, Duration::ZERO).await?;
+        Ok(results
+            .into_iter()
+            .map(|r| ((r.topic, r.partition), r.error))
+            .collect())
     }
 }

@@ -45,6 +45,15 @@ pub(crate) enum GroupRequest {
     List,
     /// Answered `Result<GroupDescription, GroupError>`.
     Describe { group: String },
+    /// Deletes a group without members and its committed offsets (Kafka's DeleteGroups, one
+    /// group): answered `Result<(), GroupError>`.
+    Delete { group: String },
+    /// Deletes committed offsets of a group (Kafka's OffsetDelete): answered
+    /// `Result<Vec<PartitionResult>, GroupError>`.
+    DeleteOffsets {
+        group: String,
+        partitions: Vec<(String, u32)>,
+    },
 }
 
 /// A group's coordinator.

@@ -75,14 +75,22 @@ impl Shard {
                 let g = groups.entry(group).or_default();
                 g.commit(topic, partition, committed.map(|(c, _generation)| c));
             }
-            GroupRecord::Group { group, snapshot } => {
+            GroupRecord::Group {
+                group,
+                snapshot: Some(s),
+            } => {
                 let g = groups.entry(group).or_default();
-                match snapshot {
-                    // A later generation only: an older one written late changes nothing.
-                    Some(s) if s.generation >= g.generation => g.restore(s, now),
-                    Some(_) => {}
-                    None => g.clear_members(),
+                // A later generation only: an older one written late changes nothing.
+                if s.generation >= g.generation {
+                    g.restore(s, now);
                 }
+            }
+            // A deleted group, with its offsets: what follows is a new group's.
+            GroupRecord::Group {
+                group,
+                snapshot: None,
+            } => {
+                groups.remove(&group);
             }
             GroupRecord::Rewrite { .. } => {}
         }
@@ -127,5 +135,73 @@ impl Shards {
         {
             map.remove(&shard.partition);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::group::assignor::encode_subscription;
+    use crate::group::records::{group_record, group_tombstone, offset_record};
+    use crate::group::state::{Committed, Snapshot, SnapshotMember};
+
+    fn snapshot(generation: i32, topic: &str) -> Snapshot {
+        Snapshot {
+            generation,
+            protocol_type: "consumer".into(),
+            protocol: "range".into(),
+            leader: "m".into(),
+            members: vec![SnapshotMember {
+                member_id: "m".into(),
+                client_id: "c".into(),
+                client_host: "/127.0.0.1".into(),
+                session_timeout_ms: 10_000,
+                rebalance_timeout_ms: 10_000,
+                subscription: encode_subscription(&[topic.to_string()]),
+                assignment: Bytes::new(),
+                group_instance_id: None,
+            }],
+        }
+    }
+
+    fn commit(shard: &Shard, group: &str, offset: u64) {
+        let committed = Committed {
+            offset,
+            metadata: String::new(),
+            commit_timestamp_ms: 0,
+            leader_epoch: None,
+        };
+        let (k, v) = offset_record(group, "t", 0, &committed, 1);
+        shard.apply(&k, &v, Instant::now()).unwrap();
+    }
+
+    /// A group's tombstone, read back, deletes the group with its offsets and nothing else;
+    /// the group's records after it make a new group, whose lower generation is not taken for
+    /// a late record of the deleted one.
+    #[test]
+    fn a_deleted_group_is_gone_and_its_name_starts_a_new_group() {
+        let shard = Shard::new(0, 1);
+        let now = Instant::now();
+        let (k, v) = group_record("g", &snapshot(5, "t"));
+        shard.apply(&k, &v, now).unwrap();
+        commit(&shard, "g", 42);
+        commit(&shard, "other", 7);
+        assert!(shard.groups.lock()["g"].subscribed_to("t"));
+        assert!(!shard.groups.lock()["g"].subscribed_to("u"));
+        shard.apply(&group_tombstone("g"), b"", now).unwrap();
+        assert!(!shard.groups.lock().contains_key("g"));
+        assert_eq!(shard.groups.lock()["other"].offsets.len(), 1);
+        let (k, v) = group_record("g", &snapshot(1, "u"));
+        shard.apply(&k, &v, now).unwrap();
+        let groups = shard.groups.lock();
+        let g = &groups["g"];
+        assert_eq!((g.generation, g.members.len()), (1, 1));
+        assert!(
+            g.offsets.is_empty(),
+            "the deleted group's offsets stay deleted"
+        );
+        assert!(g.subscribed_to("u"));
     }
 }

@@ -215,10 +215,20 @@ impl LiveGroup {
         self.deliver();
     }
 
-    /// [`Group::clear_members`].
-    pub(crate) fn clear_members(&mut self) {
-        self.group.clear_members();
-        self.deliver();
+    /// Whether the group's members consume `topic`, as Kafka's classic coordinator tells it
+    /// (its `isSubscribedToTopic`): a consumer group with a chosen protocol, one of whose
+    /// members' subscriptions names the topic. A subscription that does not decode names
+    /// none.
+    pub(crate) fn subscribed_to(&self, topic: &str) -> bool {
+        let group = &self.group;
+        let Some(protocol) = group.protocol.as_deref() else {
+            return false;
+        };
+        group.protocol_type.as_deref() == Some("consumer")
+            && group.members.values().any(|m| {
+                super::assignor::decode_subscription(&m.metadata(protocol))
+                    .is_some_and(|topics| topics.iter().any(|t| t == topic))
+            })
     }
 
     /// [`Group::commit`].

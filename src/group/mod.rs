@@ -72,9 +72,14 @@ pub enum GroupError {
     /// A request for a group that does not exist.
     #[error("no such group")]
     GroupIdNotFound,
-    /// The group has live members (an offset reset needs a group without any).
+    /// The group has live members (an offset reset, or deleting the group, needs a group
+    /// without any).
     #[error("the group has live members")]
     NonEmptyGroup,
+    /// The group's members consume this partition's topic: its committed offset cannot be
+    /// deleted while they do (Kafka's `GROUP_SUBSCRIBED_TO_TOPIC`, per partition).
+    #[error("the group's members consume the topic")]
+    GroupSubscribedToTopic,
     /// The group has as many members as the brokers allow.
     #[error("the group is full")]
     GroupMaxSizeReached,
@@ -118,6 +123,7 @@ impl GroupError {
             GroupError::FencedInstanceId => 82,
             GroupError::AuthorizationFailed => 30,
             GroupError::TopicAuthorizationFailed => 29,
+            GroupError::GroupSubscribedToTopic => 86,
         }
     }
 

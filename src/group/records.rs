@@ -17,7 +17,8 @@
 //! before it was kept, is the same without `leader_epoch`, and still loads (as -1).
 //!
 //! **Group**, written when a rebalance completes (the leader's assignment), when a static
-//! member comes back with a new member id, and when the group empties:
+//! member comes back with a new member id, and when the group empties; with an empty value
+//! when the group is deleted:
 //!
 //! ```text
 //! key:   u8 kind = 2 | str group
@@ -46,7 +47,9 @@
 //!
 //! The latest record of a key wins: a coordinator that loads the partition applies them in
 //! offset order. An empty value deletes the key's earlier value (an offset reset to
-//! "nothing committed"). A record that does not decode (unknown kind or version, truncated) is
+//! "nothing committed"). A group's empty value deletes the whole group: its membership, its
+//! generation and every offset committed before it (Kafka's DeleteGroups); records of the
+//! group after it are a new group's. A record that does not decode (unknown kind or version, truncated) is
 //! skipped with a warning: it never stops a coordinator from loading the rest.
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -63,7 +66,8 @@ pub(crate) enum GroupRecord {
         partition: u32,
         committed: Option<(Committed, i32)>,
     },
-    /// A group's membership after a rebalance (`None`: deleted).
+    /// A group's membership after a rebalance (`None`: the group deleted, its committed
+    /// offsets with it).
     Group {
         group: String,
         snapshot: Option<Snapshot>,
@@ -144,11 +148,18 @@ pub(crate) fn offset_tombstone(group: &str, topic: &str, partition: u32) -> Byte
     key.freeze()
 }
 
-/// The key and value of a group's membership.
-pub(crate) fn group_record(group: &str, snapshot: &Snapshot) -> (Bytes, Bytes) {
+/// The key of a deleted group (its value is empty): the group, its membership and its
+/// committed offsets are gone.
+pub(crate) fn group_tombstone(group: &str) -> Bytes {
     let mut key = BytesMut::new();
     key.put_u8(KIND_GROUP);
     put_str(&mut key, group);
+    key.freeze()
+}
+
+/// The key and value of a group's membership.
+pub(crate) fn group_record(group: &str, snapshot: &Snapshot) -> (Bytes, Bytes) {
+    let key = group_tombstone(group);
     let mut value = BytesMut::new();
     value.put_u8(VERSION);
     value.put_i32_le(snapshot.generation);
@@ -169,7 +180,7 @@ pub(crate) fn group_record(group: &str, snapshot: &Snapshot) -> (Bytes, Bytes) {
             m.group_instance_id.as_deref().unwrap_or_default(),
         );
     }
-    (key.freeze(), value.freeze())
+    (key, value.freeze())
 }
 
 /// The key and value of a rewrite's end.
@@ -415,6 +426,14 @@ mod tests {
             Ok(GroupRecord::Group {
                 group: "g".into(),
                 snapshot: Some(snapshot()),
+            })
+        );
+        assert_eq!(&k, &group_tombstone("g"), "one key for the group's records");
+        assert_eq!(
+            decode(&group_tombstone("g"), b""),
+            Ok(GroupRecord::Group {
+                group: "g".into(),
+                snapshot: None,
             })
         );
         let (k, v) = rewrite_record(77);

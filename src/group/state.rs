@@ -240,14 +240,6 @@ impl Group {
             && self.pending.is_empty()
     }
 
-    /// A deleted group record: no members.
-    pub(crate) fn clear_members(&mut self) {
-        self.members.clear();
-        if self.state != State::Empty {
-            self.become_empty();
-        }
-    }
-
     /// Handles a join (see the module's rules); a join that waits is answered for `ticket`.
     pub(crate) fn join(
         &mut self,

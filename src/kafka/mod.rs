@@ -38,8 +38,8 @@ mod refusals;
 mod sasl;
 
 use handlers::{
-    acls, admin, api_versions, configs, fetch, groups, metadata, offsets, produce, producer_ids,
-    records, sasl as sasl_state, users,
+    acls, admin, api_versions, configs, delete_groups, fetch, groups, metadata, offset_delete,
+    offsets, produce, producer_ids, records, sasl as sasl_state, users,
 };
 
 use std::net::SocketAddr;
@@ -292,6 +292,12 @@ async fn answer(
             let client_id = header.client_id.as_ref().map_or("", |c| c.as_str());
             let served = groups::serve(group, version, client_id, from, service).await;
             served.ok_or_else(|| std::io::Error::other("not a group request"))?
+        }
+        RequestKind::DeleteGroups(r) => {
+            ResponseKind::DeleteGroups(delete_groups::delete_groups(r, service).await)
+        }
+        RequestKind::OffsetDelete(r) => {
+            ResponseKind::OffsetDelete(offset_delete::offset_delete(r, service).await)
         }
         RequestKind::CreateTopics(r) => {
             ResponseKind::CreateTopics(admin::create_topics(r, version, service).await)

@@ -87,6 +87,10 @@ async fn group_answer(
         }
         GroupRequest::List => ok(service.list_groups().await),
         GroupRequest::Describe { group } => ok(service.describe_group(&group).await),
+        GroupRequest::Delete { group } => ok(service.delete_group(&group).await),
+        GroupRequest::DeleteOffsets { group, partitions } => {
+            ok(service.delete_offsets(&group, partitions).await)
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! Kafka's ACLs and users with Kafka's own clients: three `replog node` processes with SASL
 //! and `--authorization`; a super user creates a topic and ACLs through confluent-kafka's
-//! admin client on one broker, and an ordinary user, on another, is refused (29, 30, 31) until
+//! admin client on one broker, and an ordinary user, on another, is refused (29, 30, 31; 30
+//! too when it deletes a group it may only read, which the super user then deletes) until
 //! it holds the ACLs it needs, let in once they are committed, refused again by a DENY over
 //! its ALLOW, and refused when it changes ACLs itself; a user created through the admin API
 //! logs in, and once deleted cannot; kcat, without the ACLs, is refused its produce.
@@ -83,6 +84,8 @@ async fn kafka_acls_are_managed_by_a_super_user_and_enforced_on_every_broker() {
     assert_eq!(r["consumed"], 10, "{r}");
     assert!(r["consume_error"].is_null(), "{r}");
     assert_eq!(r["other_group_error"], "GROUP_AUTHORIZATION_FAILED", "{r}");
+    assert_eq!(r["user_deletes_group"], "GROUP_AUTHORIZATION_FAILED", "{r}");
+    assert!(r["admin_deletes_group"].is_null(), "{r}");
     assert_eq!(r["consume_after_deny"], "TOPIC_AUTHORIZATION_FAILED", "{r}");
     assert_eq!(r["deleted"], 4, "{r}");
     assert_eq!(r["left"], 0, "{r}");

@@ -22,6 +22,7 @@ mod kafka;
 mod kafka_acls;
 mod kafka_answers;
 mod kafka_configs;
+mod kafka_group_deletion;
 mod kafka_groups;
 mod kafka_python;
 mod kafka_sasl;

@@ -124,6 +124,9 @@ def main():
     report["consumed"], report["consume_error"] = len(set(got)), error
     got, error = consume(as_user, topic, "strangers", 1, 15)
     report["other_group_error"] = error
+    # READ on the group is not DELETE: the user may not delete it; the super user may.
+    report["user_deletes_group"] = delete_group(AdminClient(as_user), "readers")
+    report["admin_deletes_group"] = delete_group(admin, "readers")
 
     deny = binding(user, AclOperation.READ, ResourceType.TOPIC, topic, lit,
                    AclPermissionType.DENY)
@@ -169,6 +172,15 @@ def main():
     admin.alter_user_scram_credentials([gone])["carol"].result(30)
     report["deleted_carol_logs_in"] = logs_in(user_at, "carol:carol-secret")
     print(json.dumps(report))
+
+
+def delete_group(client, group):
+    """Deletes `group` through `client`; returns the error's name, or None."""
+    try:
+        client.delete_consumer_groups([group], request_timeout=30)[group].result(30)
+        return None
+    except KafkaException as e:
+        return e.args[0].name()
 
 
 def logs_in(bootstrap, credentials):

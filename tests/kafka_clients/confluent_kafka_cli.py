@@ -4,6 +4,8 @@
   describe BOOTSTRAP TOPIC             the topic as kafka-topics --describe prints it
   produce BOOTSTRAP TOPIC VALUE        one record, acks=all; prints its offset
   consume BOOTSTRAP TOPIC              every record from the beginning; prints the values
+  delete-group BOOTSTRAP GROUP         AdminClient.delete_consumer_groups; prints "OK" or
+                                       the error's name (NON_EMPTY_GROUP, ...)
 
 With REPLOG_SASL=MECHANISM:USER:PASSWORD in the environment, every client authenticates with
 SASL; with REPLOG_SSL_CAFILE=PEM, every client speaks TLS and trusts that CA (SASL_SSL with
@@ -13,7 +15,7 @@ import os
 import sys
 import time
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
@@ -99,6 +101,14 @@ def main():
             print(m.value().decode())
             idle_until = time.time() + 5
         c.close()
+    elif mode == "delete-group":
+        group = sys.argv[3]
+        admin = AdminClient(config(bootstrap))
+        try:
+            admin.delete_consumer_groups([group], request_timeout=30)[group].result(60)
+            print("OK")
+        except KafkaException as e:
+            print(e.args[0].name())
     else:
         raise SystemExit("unknown mode " + mode)
 

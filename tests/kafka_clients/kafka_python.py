@@ -6,6 +6,8 @@
   consume BOOTSTRAP TOPIC              every record from the beginning; prints the values
   create BOOTSTRAP TOPIC PARTITIONS RF through the admin client; prints "created"
   describe BOOTSTRAP TOPIC             the topic as kafka-topics --describe prints it
+  delete-group BOOTSTRAP GROUP         KafkaAdminClient's group deletion; prints "OK" or the
+                                       error's name (NON_EMPTY_GROUP, ...)
   times BOOTSTRAP TOPIC T0             five records in one batch, timestamped T0, T0+10,
                                        T0+20, T0+5, T0+30; then offsets_for_times for T0,
                                        T0+1, T0+5, T0+11, T0+21, T0+31 on partition 0: a line
@@ -129,6 +131,22 @@ def main():
             time.sleep(0.2)
         admin.close()
         print(describe_lines(topic, parts))
+    elif mode == "delete-group":
+        import kafka.errors
+
+        group = sys.argv[3]
+        admin = KafkaAdminClient(bootstrap_servers=[bootstrap], request_timeout_ms=30000, **security())
+        # kafka-python 3 names it delete_groups (a dict of the error's class name, or "OK");
+        # 2.x delete_consumer_groups (a list of pairs with the error's class).
+        if hasattr(admin, "delete_groups"):
+            result = admin.delete_groups([group])[group]
+        else:
+            result = dict(admin.delete_consumer_groups([group]))[group]
+        if isinstance(result, str):
+            result = getattr(kafka.errors, result, None) or result
+        name = result if isinstance(result, str) else result.message
+        print("OK" if name in ("OK", "NO_ERROR") else name)
+        admin.close()
     elif mode == "times":
         from kafka import TopicPartition
 

@@ -42,6 +42,8 @@ const SERVED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteAcls, 1, 3),
     (ApiKey::DescribeUserScramCredentials, 0, 0),
     (ApiKey::AlterUserScramCredentials, 0, 0),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::OffsetDelete, 0, 0),
 ];
 
 /// The answer listing [`SERVED`], with `error_code`.

@@ -1,8 +1,10 @@
 //! The group APIs at a broker that is not the group's coordinator, at the oldest and newest
-//! versions served: FindCoordinator names the coordinator; the others are refused with
-//! NOT_COORDINATOR where each answer carries it (the client finds the coordinator again),
-//! and ListGroups lists only the groups a broker coordinates.
+//! versions served: FindCoordinator names the coordinator; the others (DeleteGroups and
+//! OffsetDelete too) are refused with NOT_COORDINATOR where each answer carries it (the
+//! client finds the coordinator again), and ListGroups lists only the groups a broker
+//! coordinates.
 
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::describe_groups_response::DescribedGroup;
 use kafka_protocol::messages::leave_group_request::MemberIdentity;
 use kafka_protocol::messages::offset_commit_request::{
@@ -10,6 +12,9 @@ use kafka_protocol::messages::offset_commit_request::{
 };
 use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::offset_delete_request::{
+    OffsetDeleteRequestPartition, OffsetDeleteRequestTopic,
 };
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::offset_fetch_response::{
@@ -29,6 +34,8 @@ pub(crate) const GOLDEN: Golden = &[
     (ApiKey::OffsetFetch, &[1, 7]),
     (ApiKey::ListGroups, &[0, 4]),
     (ApiKey::DescribeGroups, &[0, 5]),
+    (ApiKey::DeleteGroups, &[0, 2]),
+    (ApiKey::OffsetDelete, &[0]),
 ];
 
 const GROUP: &str = "golden-group";
@@ -184,6 +191,29 @@ async fn a_broker_that_is_not_the_coordinator_refuses_group_requests_with_not_co
                 .with_error_code(NOT_COORDINATOR),
         ]);
         broker.assert_answer(ApiKey::DescribeGroups, v, &answer, &expected);
+
+        let v = at(ApiKey::DeleteGroups);
+        let request = DeleteGroupsRequest::default().with_groups_names(vec![GroupId(s(GROUP))]);
+        let answer = broker.exchange(ApiKey::DeleteGroups, v, &request).await;
+        let expected = DeleteGroupsResponse::default().with_results(vec![
+            DeletableGroupResult::default()
+                .with_group_id(GroupId(s(GROUP)))
+                .with_error_code(NOT_COORDINATOR),
+        ]);
+        broker.assert_answer(ApiKey::DeleteGroups, v, &answer, &expected);
+
+        // The whole request's error, with no partition listed, as Kafka answers.
+        let v = at(ApiKey::OffsetDelete);
+        let request = OffsetDeleteRequest::default()
+            .with_group_id(GroupId(s(GROUP)))
+            .with_topics(vec![
+                OffsetDeleteRequestTopic::default()
+                    .with_name(topic(TOPIC))
+                    .with_partitions(vec![OffsetDeleteRequestPartition::default()]),
+            ]);
+        let answer = broker.exchange(ApiKey::OffsetDelete, v, &request).await;
+        let expected = OffsetDeleteResponse::default().with_error_code(NOT_COORDINATOR);
+        broker.assert_answer(ApiKey::OffsetDelete, v, &answer, &expected);
 
         let v = at(ApiKey::ListGroups);
         let answer = broker

@@ -35,10 +35,12 @@ mod acls;
 mod admin;
 mod api_versions;
 mod configs;
+mod delete_groups;
 mod fetch;
 mod group_coordinator;
 mod groups;
 mod metadata;
+mod offset_delete;
 mod offsets;
 mod produce;
 mod producer_ids;
@@ -382,10 +384,12 @@ fn golden_cases() -> Vec<(ApiKey, i16)> {
         admin::GOLDEN,
         api_versions::GOLDEN,
         configs::GOLDEN,
+        delete_groups::GOLDEN,
         fetch::GOLDEN,
         groups::GOLDEN,
         group_coordinator::GOLDEN,
         metadata::GOLDEN,
+        offset_delete::GOLDEN,
         offsets::GOLDEN,
         produce::GOLDEN,
         producer_ids::GOLDEN,
@@ -410,7 +414,7 @@ async fn every_served_api_has_a_golden_case_at_its_oldest_and_newest_version() {
         .exchange(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default())
         .await;
     let served: ApiVersionsResponse = broker.decode(ApiKey::ApiVersions, 3, &answer);
-    assert_eq!(served.api_keys.len(), 31, "the thirty-one APIs served");
+    assert_eq!(served.api_keys.len(), 33, "the thirty-three APIs served");
     let cases = &golden_cases();
     let missing: Vec<String> = served
         .api_keys

@@ -1,7 +1,8 @@
 //! `replog groups`: consumer groups as Kafka's `kafka-consumer-groups` shows and changes them:
 //! `--list`, `--describe --group G` (one line per partition: the committed offset, the log
-//! end, the lag, and the member that reads it), and `--reset-offsets` of a group with no live
-//! members (a dry run unless `--execute`).
+//! end, the lag, and the member that reads it), `--reset-offsets` of a group with no live
+//! members (a dry run unless `--execute`), `--delete` of such a group with its offsets, and
+//! `--delete-offsets` of a topic's committed offsets.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -18,19 +19,26 @@ pub(crate) struct GroupsArgs {
     #[arg(long)]
     bootstrap_server: String,
     /// List the groups.
-    #[arg(long, conflicts_with_all = ["describe", "reset_offsets"])]
+    #[arg(long, conflicts_with_all = ["describe", "reset_offsets", "delete", "delete_offsets"])]
     list: bool,
     /// Describe a group's partitions: offsets, lag and members.
-    #[arg(long, requires = "group", conflicts_with = "reset_offsets")]
+    #[arg(long, requires = "group", conflicts_with_all = ["reset_offsets", "delete", "delete_offsets"])]
     describe: bool,
     /// Reset a group's committed offsets (the group must have no live members).
-    #[arg(long, requires = "group")]
+    #[arg(long, requires = "group", conflicts_with_all = ["delete", "delete_offsets"])]
     reset_offsets: bool,
+    /// Delete a group and its committed offsets (the group must have no live members).
+    #[arg(long, requires = "group", conflicts_with = "delete_offsets")]
+    delete: bool,
+    /// Delete a group's committed offsets of --topic (of each of its partitions), unless the
+    /// group's members read the topic.
+    #[arg(long, requires_all = ["group", "topic"])]
+    delete_offsets: bool,
     /// The group.
     #[arg(long)]
     group: Option<String>,
     /// With --reset-offsets: the topic whose partitions are reset (default: every topic the
-    /// group has committed offsets for).
+    /// group has committed offsets for); with --delete-offsets: the topic whose offsets go.
     #[arg(long)]
     topic: Option<String>,
     /// With --reset-offsets: to each partition's first offset.
@@ -83,6 +91,17 @@ pub(crate) async fn run(args: GroupsArgs) -> Result<(), CliError> {
             }
         };
         return reset(&client, group, args.topic.as_deref(), to, args.execute).await;
+    }
+    if args.delete {
+        let group = args.group.as_deref().unwrap_or_default();
+        client.delete_group(group).await?;
+        println!("Deletion of requested consumer groups ('{group}') was successful.");
+        return Ok(());
+    }
+    if args.delete_offsets {
+        let group = args.group.as_deref().unwrap_or_default();
+        let topic = args.topic.as_deref().unwrap_or_default();
+        return delete_offsets(&client, group, topic).await;
     }
     if args.describe {
         let group = args.group.as_deref().unwrap_or_default();
@@ -280,6 +299,29 @@ async fn reset(
         eprintln!("(a dry run: add --execute to reset the offsets)");
     }
     print!("{}", table(&rows));
+    Ok(())
+}
+
+/// `--delete-offsets`: deletes the group's committed offsets of every partition of `topic`,
+/// and prints each partition's outcome (Kafka's `TOPIC PARTITION STATUS`).
+async fn delete_offsets(client: &Client, group: &str, topic: &str) -> Result<(), CliError> {
+    let partitions: Vec<(String, u32)> = client
+        .describe(topic)
+        .await
+        .map_err(|e| CliError::about_topic(topic, e))?
+        .into_iter()
+        .map(|d| (topic.to_string(), d.partition.partition))
+        .collect();
+    let results = client.delete_group_offsets(group, &partitions).await?;
+    let mut rows = vec![["TOPIC", "PARTITION", "STATUS"].map(String::from).to_vec()];
+    for ((t, p), error) in &results {
+        let status = error.map_or_else(|| "Successful".to_string(), |e| format!("Error: {e}"));
+        rows.push(vec![t.clone(), p.to_string(), status]);
+    }
+    print!("{}", table(&rows));
+    if results.iter().any(|(_, e)| e.is_some()) {
+        return Err(CliError::Usage("some offsets could not be deleted"));
+    }
     Ok(())
 }
 

@@ -25,7 +25,9 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use crate::group::GroupError;
-use crate::group::api::{CommitOffset, JoinGroup, JoinReply, MemberRef, OffsetCommit, SyncGroup};
+use crate::group::api::{
+    CommitOffset, JoinGroup, JoinReply, MemberRef, OffsetCommit, PartitionResult, SyncGroup,
+};
 use crate::node::service::BrokerService;
 // For what no coordinator here serves (transactions).
 use crate::kafka::code::COORDINATOR_NOT_AVAILABLE;
@@ -271,20 +273,23 @@ pub(crate) async fn offset_commit(
             pr.partition_index = p.partition_index;
             pr.error_code = match &outcome {
                 Err(e) => e.code(),
-                Ok(results) => results
-                    .iter()
-                    .find(|x| {
-                        x.topic == *t.name.0
-                            && i64::from(x.partition) == i64::from(p.partition_index)
-                    })
-                    .and_then(|x| x.error)
-                    .map_or(0, GroupError::code),
+                Ok(results) => partition_error(results, &t.name.0, p.partition_index),
             };
             tr.partitions.push(pr);
         }
         r.topics.push(tr);
     }
     r
+}
+
+/// The error code of partition `partition` of `topic` among the coordinator's `results` (0
+/// if it has none, or is not among them).
+pub(super) fn partition_error(results: &[PartitionResult], topic: &str, partition: i32) -> i16 {
+    results
+        .iter()
+        .find(|x| x.topic == topic && i64::from(x.partition) == i64::from(partition))
+        .and_then(|x| x.error)
+        .map_or(0, GroupError::code)
 }
 
 pub(crate) async fn offset_fetch(

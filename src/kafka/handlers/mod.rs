@@ -12,9 +12,11 @@ pub(super) mod acls;
 pub(super) mod admin;
 pub(super) mod api_versions;
 pub(super) mod configs;
+pub(super) mod delete_groups;
 pub(super) mod fetch;
 pub(super) mod groups;
 pub(super) mod metadata;
+pub(super) mod offset_delete;
 pub(super) mod offsets;
 pub(super) mod produce;
 pub(super) mod producer_ids;
@@ -43,6 +45,8 @@ pub(crate) fn served() -> impl Iterator<Item = Served> {
         sasl::APIS,
         acls::APIS,
         users::APIS,
+        delete_groups::APIS,
+        offset_delete::APIS,
     ]
     .into_iter()
     .flatten()
@@ -53,12 +57,12 @@ pub(crate) fn served() -> impl Iterator<Item = Served> {
 mod tests {
     use super::*;
 
-    /// The thirty-one APIs served, each once.
+    /// The thirty-three APIs served, each once.
     #[test]
     fn every_api_is_declared_by_one_handler() {
         let keys: std::collections::BTreeSet<i16> = served().map(|(k, _, _)| k as i16).collect();
         assert_eq!(keys.len(), served().count(), "an API declared twice");
-        assert_eq!(keys.len(), 31);
+        assert_eq!(keys.len(), 33);
         assert!(served().all(|(_, min, max)| min <= max));
     }
 }

@@ -1,8 +1,8 @@
 //! The broker's side of consumer groups: which broker coordinates a group, loading a
 //! coordinator's shard from its offsets partition, serving the group requests against it, and
 //! the timers that expire sessions and finish rebalances (a shard's loading and its
-//! partition's rewrites are `shards.rs`'s). The rules themselves are `group/state.rs`'s; the
-//! records `group/records.rs`'s.
+//! partition's rewrites are `shards.rs`'s, deleting groups and offsets `delete.rs`'s). The
+//! rules themselves are `group/state.rs`'s; the records `group/records.rs`'s.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -33,6 +33,7 @@ use crate::types::PartitionId;
 use crate::node::write::read_committed;
 use crate::node::{Broker, HostedReplica};
 
+mod delete;
 mod shards;
 
 type GroupResult<T> = std::result::Result<T, GroupError>;
@@ -194,7 +195,9 @@ impl Broker {
         Ok(())
     }
 
-    /// Writes a group's snapshot.
+    /// Writes a group's snapshot; the caller holds the shard's writer. Not for a group
+    /// deleted since the snapshot was taken (an emptied group's, or a sync's that lost its
+    /// members meanwhile): that would bring the group back.
     async fn write_snapshot(
         &self,
         hosted: &HostedReplica,
@@ -202,6 +205,9 @@ impl Broker {
         group: &str,
         snapshot: &Snapshot,
     ) -> GroupResult<()> {
+        if !shard.groups.lock().contains_key(group) {
+            return Err(GroupError::GroupIdNotFound);
+        }
         let (key, value) = group_record(group, snapshot);
         self.write_group_records(hosted, vec![Record::new(value).with_key(key)])
             .await?;
@@ -465,16 +471,8 @@ impl Broker {
             });
         }
         if !records.is_empty() {
-            self.write_group_records(&hosted, records.clone()).await?;
-            // The written records change the groups as they do when a coordinator loads
-            // them: one path from record to state.
-            let now = Instant::now();
-            for r in &records {
-                let key = r.key.as_deref().unwrap_or_default();
-                if let Err(e) = shard.apply(key, &r.value, now) {
-                    tracing::error!(group = %request.group, error = %e, "a commit just written does not decode");
-                }
-            }
+            self.write_and_apply(&hosted, &shard, &request.group, records)
+                .await?;
         }
         Ok(results)
     }

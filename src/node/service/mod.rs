@@ -309,6 +309,39 @@ impl BrokerService {
         self.broker.describe_group(group).await
     }
 
+    /// DeleteGroups for one group: DELETE on the group.
+    pub(crate) async fn delete_group(&self, group: &str) -> GroupResult<()> {
+        self.authorize_group(AclOperation::Delete, group)?;
+        self.broker.delete_group(group).await
+    }
+
+    /// OffsetDelete: DELETE on the group, and READ on each partition's topic (a partition
+    /// whose topic the session may not read is answered with its error, and kept).
+    pub(crate) async fn delete_offsets(
+        &self,
+        group: &str,
+        mut partitions: Vec<(String, u32)>,
+    ) -> GroupResult<Vec<PartitionResult>> {
+        self.authorize_group(AclOperation::Delete, group)?;
+        let mut refused = Vec::new();
+        if self.authorizes() {
+            partitions.retain(|(topic, partition)| {
+                let ok = self.may(AclOperation::Read, ResourceType::Topic, topic);
+                if !ok {
+                    refused.push(PartitionResult {
+                        topic: topic.clone(),
+                        partition: *partition,
+                        error: Some(GroupError::TopicAuthorizationFailed),
+                    });
+                }
+                ok
+            });
+        }
+        let mut results = self.broker.delete_offsets(group, partitions).await?;
+        results.extend(refused);
+        Ok(results)
+    }
+
     /// InitProducerId for an idempotent producer: a producer id no other producer of the
     /// cluster has, at epoch 0. As Kafka's brokers do for a producer without a transactional
     /// id, a producer that asks again (after a fatal error, KIP-360) gets a new id: what it

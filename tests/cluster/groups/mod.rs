@@ -3,9 +3,10 @@
 //! committed offsets surviving the coordinator's failover, and a restarted consumer resuming
 //! at its group's committed offset.
 //!
-//! This file holds what the two subjects share; `membership.rs` holds the tests of members
+//! This file holds what the subjects share; `membership.rs` holds the tests of members
 //! joining, leaving and sharing partitions, `offsets.rs` those of committed offsets (fencing,
-//! resets, the coordinator's failover, the offsets topic, the CLI).
+//! resets, the coordinator's failover, the offsets topic, the CLI), `deletion.rs` those of
+//! deleting groups and offsets.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
@@ -48,6 +49,7 @@ struct Seen {
     offset: u64,
 }
 
+mod deletion;
 mod membership;
 mod offsets;
 

@@ -1,0 +1,115 @@
+//! Deleting groups and committed offsets (Kafka's DeleteGroups and OffsetDelete), as Kafka's
+//! classic coordinator does: only a group without members is deleted, with its committed
+//! offsets; a committed offset is deleted unless the group's members consume its topic. Each
+//! deletion is a record written to the group's offsets partition through Raft before it is
+//! answered (`group/records.rs`), so no later coordinator, after a failover or a restart,
+//! brings back what was deleted.
+
+use super::*;
+use crate::group::records::group_tombstone;
+
+impl Broker {
+    /// DeleteGroups for one group: refused with [`GroupError::NonEmptyGroup`] while it has
+    /// members (it is not Empty), [`GroupError::GroupIdNotFound`] if the coordinator does not
+    /// know it.
+    pub(crate) async fn delete_group(self: &Arc<Self>, group: &str) -> GroupResult<()> {
+        let (hosted, shard) = self.coordinate(group).await?;
+        let _writer = shard.writer.lock().await;
+        self.may_write(&shard)?;
+        {
+            let groups = shard.groups.lock();
+            let g = groups.get(group).ok_or(GroupError::GroupIdNotFound)?;
+            if g.state != State::Empty {
+                return Err(GroupError::NonEmptyGroup);
+            }
+        }
+        let tombstone = Record::new(Bytes::new()).with_key(group_tombstone(group));
+        self.write_and_apply(&hosted, &shard, group, vec![tombstone])
+            .await
+    }
+
+    /// OffsetDelete: deletes the group's committed offsets of `partitions`, each answered
+    /// with its own error ([`GroupError::GroupSubscribedToTopic`] while the group's members
+    /// consume its topic, [`GroupError::UnknownTopicOrPartition`]). Refused whole with
+    /// [`GroupError::GroupIdNotFound`] for a group the coordinator does not know, and
+    /// [`GroupError::NonEmptyGroup`] for a group with members that is not a consumer group.
+    /// A group left without members and offsets is deleted too, as Kafka's coordinator does.
+    pub(crate) async fn delete_offsets(
+        self: &Arc<Self>,
+        group: &str,
+        partitions: Vec<(String, u32)>,
+    ) -> GroupResult<Vec<PartitionResult>> {
+        let (hosted, shard) = self.coordinate(group).await?;
+        let known: Vec<bool> = partitions
+            .iter()
+            .map(|(t, p)| self.partition_exists(t, *p))
+            .collect();
+        let _writer = shard.writer.lock().await;
+        self.may_write(&shard)?;
+        let mut results = Vec::with_capacity(partitions.len());
+        let mut records = Vec::new();
+        {
+            let groups = shard.groups.lock();
+            let g = groups.get(group).ok_or(GroupError::GroupIdNotFound)?;
+            let active = g.state != State::Empty;
+            if active && g.protocol_type.as_deref() != Some("consumer") {
+                return Err(GroupError::NonEmptyGroup);
+            }
+            let mut left = g.offsets.len();
+            for ((topic, partition), known) in partitions.into_iter().zip(known) {
+                let error = if !known {
+                    Some(GroupError::UnknownTopicOrPartition)
+                } else if active && g.subscribed_to(&topic) {
+                    Some(GroupError::GroupSubscribedToTopic)
+                } else {
+                    None
+                };
+                let committed = g.offsets.contains_key(&(topic.clone(), partition));
+                let tombstone = offset_tombstone(group, &topic, partition);
+                if error.is_none()
+                    && committed
+                    && !records
+                        .iter()
+                        .any(|r: &Record| r.key.as_ref() == Some(&tombstone))
+                {
+                    records.push(Record::new(Bytes::new()).with_key(tombstone));
+                    left -= 1;
+                }
+                results.push(PartitionResult {
+                    topic,
+                    partition,
+                    error,
+                });
+            }
+            if !active && left == 0 && !records.is_empty() {
+                records.push(Record::new(Bytes::new()).with_key(group_tombstone(group)));
+            }
+        }
+        if !records.is_empty() {
+            self.write_and_apply(&hosted, &shard, group, records)
+                .await?;
+        }
+        Ok(results)
+    }
+
+    /// Writes `records` of `group` to the shard's partition, then applies them to the shard
+    /// as a coordinator that loads the partition would: one path from record to state. The
+    /// caller holds the shard's writer.
+    pub(super) async fn write_and_apply(
+        &self,
+        hosted: &HostedReplica,
+        shard: &Shard,
+        group: &str,
+        records: Vec<Record>,
+    ) -> GroupResult<()> {
+        self.write_group_records(hosted, records.clone()).await?;
+        let now = Instant::now();
+        for r in &records {
+            let key = r.key.as_deref().unwrap_or_default();
+            if let Err(e) = shard.apply(key, &r.value, now) {
+                tracing::error!(%group, error = %e, "a record just written does not decode");
+            }
+        }
+        Ok(())
+    }
+}
