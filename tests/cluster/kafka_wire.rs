@@ -597,11 +597,6 @@ async fn kafkas_admin_epoch_and_refusal_apis_answer_as_kafka_does() {
     let (_, answer): (usize, DescribeProducersResponse) =
         kafka_call_on(&mut s, ApiKey::DescribeProducers, 0, &producers).await;
     assert_eq!(answer.topics[0].partitions[0].error_code, 35);
-    let mut delete_groups = DeleteGroupsRequest::default();
-    delete_groups.groups_names = vec![GroupId(StrBytes::from_static_str("g"))];
-    let (_, answer): (usize, DeleteGroupsResponse) =
-        kafka_call_on(&mut s, ApiKey::DeleteGroups, 2, &delete_groups).await;
-    assert_eq!(answer.results[0].error_code, 35);
     let (_, answer): (usize, EndTxnResponse) =
         kafka_call_on(&mut s, ApiKey::EndTxn, 3, &EndTxnRequest::default()).await;
     assert_eq!(answer.error_code, 53, "transactions are refused");
