@@ -9,8 +9,7 @@ use super::metadata::MetaError;
 use crate::catalog::{CONFIGURED_TOPIC_ID, MetaCommand, PARTITIONS_MAX, Refused};
 use crate::error::{Error, Result};
 use crate::protocol::ProposeRequest;
-use crate::raft::replica::WriteError;
-use crate::types::{LeaderHint, Offset, PartitionId};
+use crate::types::{Offset, PartitionId};
 
 /// How many times an addition is computed again when the topic changed first.
 const ATTEMPTS: usize = 5;
@@ -112,30 +111,7 @@ impl Broker {
             });
         }
         let command = crate::raft::storage::log_start_command(target);
-        let timeout = self.config.request_timeout;
-        let written = tokio::time::timeout(timeout, group.raft.write(command, None)).await;
-        let indeterminate = |reason: String| Error::Indeterminate {
-            partition: id.clone(),
-            reason,
-        };
-        match written {
-            Err(_) => Err(indeterminate(format!(
-                "not committed within {} ms",
-                timeout.as_millis()
-            ))),
-            Ok(Ok(_)) => Ok(group.log_start()),
-            Ok(Err(WriteError::NotLeader(leader))) => Err(Error::NotLeader {
-                partition: id.clone(),
-                leader: leader.map(|hint| LeaderHint {
-                    addr: self.broker_addr(hint.node_id).unwrap_or(hint.addr),
-                    ..hint
-                }),
-            }),
-            Ok(Err(WriteError::TryAgain(reason))) => Err(Error::TryAgain {
-                partition: id.clone(),
-                reason: reason.into(),
-            }),
-            Ok(Err(e)) => Err(indeterminate(format!("{e:?}"))),
-        }
+        self.commit(&group, command, None).await?;
+        Ok(group.log_start())
     }
 }

@@ -138,12 +138,7 @@ impl Broker {
                 group.id.topic
             )));
         }
-        let (record_count, producer_id, epoch, got) = (
-            request.record_count,
-            request.producer_id,
-            request.producer_epoch,
-            request.base_sequence,
-        );
+        let record_count = request.record_count;
         // The leader's clock stamps the batch (Kafka's LogAppendTime); replicas store it as is.
         // Never below the log's latest stamp (a predecessor's clock may have been ahead), so
         // that append times, and so replog's records' timestamps, follow offset order.
@@ -160,6 +155,29 @@ impl Broker {
             records,
             ..request
         };
+        let (log_index, response) = self.commit(group, request, turn).await?;
+        Ok(AppendInfo {
+            log_index: LogIndex(log_index),
+            base_offset: Offset(response.base_offset),
+            record_count,
+        })
+    }
+
+    /// Commits `request` through `group`'s Raft member on this broker, its leader, within the
+    /// request timeout: its log index and the state machine's answer, or the refusal as the
+    /// caller's error (`NotLeader` with where the leader is now, `TryAgain`, a producer's
+    /// sequence or epoch refused, `Indeterminate` when the outcome is unknown).
+    pub(super) async fn commit(
+        &self,
+        group: &HostedReplica,
+        request: AppendRequest,
+        turn: Option<Turn>,
+    ) -> Result<(u64, crate::raft::types::AppendResponse)> {
+        let (producer_id, epoch, got) = (
+            request.producer_id,
+            request.producer_epoch,
+            request.base_sequence,
+        );
         let timeout = self.config.request_timeout;
         let outcome = tokio::time::timeout(timeout, group.raft.write(request, turn)).await;
         let indeterminate = |reason: String| Error::Indeterminate {
@@ -171,11 +189,7 @@ impl Broker {
                 "not committed within {} ms",
                 timeout.as_millis()
             ))),
-            Ok(Ok((log_index, response))) => Ok(AppendInfo {
-                log_index: LogIndex(log_index),
-                base_offset: Offset(response.base_offset),
-                record_count,
-            }),
+            Ok(Ok(committed)) => Ok(committed),
             Ok(Err(WriteError::NotLeader(leader))) => Err(Error::NotLeader {
                 partition: group.id.clone(),
                 // Where the catalog says the broker is now; the group's membership keeps the
