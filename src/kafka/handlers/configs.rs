@@ -177,14 +177,24 @@ fn not_a_topic(resource_type: i8) -> Option<(i16, &'static str)> {
     }
 }
 
-/// One topic's change through the service: `Ok` or Kafka's code and message.
+/// One resource's change: refused if it is not a topic ([`not_a_topic`]) or its changes
+/// could not be read (INVALID_REQUEST), otherwise made through the service; `0` or Kafka's
+/// code, and the message.
 async fn alter_topic(
     service: &BrokerService,
+    resource_type: i8,
     topic: &str,
-    changes: Vec<ConfigChange>,
+    changes: Result<Vec<ConfigChange>, String>,
     replace: bool,
     validate_only: bool,
 ) -> (i16, Option<StrBytes>) {
+    if let Some((code, why)) = not_a_topic(resource_type) {
+        return (code, message(why));
+    }
+    let changes = match changes {
+        Ok(changes) => changes,
+        Err(why) => return (code::INVALID_REQUEST, message(why)),
+    };
     let request = AlterTopicConfigs {
         topic: topic.to_string(),
         changes,
@@ -212,11 +222,6 @@ pub(crate) async fn alter_configs(
             );
         res.resource_type = resource.resource_type;
         res.resource_name = resource.resource_name.clone();
-        if let Some((code, why)) = not_a_topic(resource.resource_type) {
-            (res.error_code, res.error_message) = (code, message(why));
-            r.responses.push(res);
-            continue;
-        }
         let changes = resource
             .configs
             .iter()
@@ -227,9 +232,16 @@ pub(crate) async fn alter_configs(
                 })
             })
             .collect();
-        let name = resource.resource_name.as_str();
-        (res.error_code, res.error_message) =
-            alter_topic(service, name, changes, true, request.validate_only).await;
+        let (kind, name) = (resource.resource_type, resource.resource_name.as_str());
+        (res.error_code, res.error_message) = alter_topic(
+            service,
+            kind,
+            name,
+            Ok(changes),
+            true,
+            request.validate_only,
+        )
+        .await;
         r.responses.push(res);
     }
     r
@@ -247,11 +259,6 @@ pub(crate) async fn incremental_alter_configs(
         let mut res = kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse::default();
         res.resource_type = resource.resource_type;
         res.resource_name = resource.resource_name.clone();
-        if let Some((code, why)) = not_a_topic(resource.resource_type) {
-            (res.error_code, res.error_message) = (code, message(why));
-            r.responses.push(res);
-            continue;
-        }
         let changes: Result<Vec<ConfigChange>, String> = {
             let mut seen = std::collections::BTreeSet::new();
             resource
@@ -284,11 +291,9 @@ pub(crate) async fn incremental_alter_configs(
                 })
                 .collect()
         };
-        let name = resource.resource_name.as_str();
-        (res.error_code, res.error_message) = match changes {
-            Err(why) => (code::INVALID_REQUEST, message(why)),
-            Ok(changes) => alter_topic(service, name, changes, false, request.validate_only).await,
-        };
+        let (kind, name) = (resource.resource_type, resource.resource_name.as_str());
+        (res.error_code, res.error_message) =
+            alter_topic(service, kind, name, changes, false, request.validate_only).await;
         r.responses.push(res);
     }
     r
