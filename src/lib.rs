@@ -43,9 +43,17 @@
 //!   ([`ClientConfig::tls_ca`]); [`DevCertificates`] makes a local CA and certificates for
 //!   dev clusters and tests.
 //! - Kafka's ACLs ([`acl`]), enforced on both doors when [`NodeConfig::authorization`] is set,
-//!   kept in the metadata log and managed through Kafka's ACL APIs. The native door
-//!   authenticates no one yet (a peer broker is told from a client by its requests alone):
-//!   keep it on a trusted network.
+//!   kept in the metadata log and managed through Kafka's ACL APIs. The native door takes
+//!   the same logins ([`NodeConfig::native_sasl`]), and with the brokers' CA
+//!   ([`TlsConfig::ca_cert`]) it serves what only brokers send to the broker whose certificate
+//!   names it.
+//! - Topics as Kafka's: configs ([`TopicConfigs`]: `cleanup.policy`, `retention.ms`,
+//!   `max.message.bytes`, …) kept in the metadata log and applied by every replica without a
+//!   restart ([`Client::create_topic_with_configs`], [`Client::alter_topic_configs`], Kafka's
+//!   DescribeConfigs, AlterConfigs and IncrementalAlterConfigs); partitions added
+//!   ([`Client::create_partitions`]); records deleted through Raft (Kafka's DeleteRecords);
+//!   topics created by a Kafka client's first Metadata request
+//!   ([`NodeConfig::auto_create_topics`]); topic ids (KIP-516).
 //!
 //! # Metrics
 //!
