@@ -64,7 +64,10 @@ def confluent(a, b):
 
     # A record without a key on a compacted topic (its whole batch is refused, as Kafka's
     # is), then one with a key in a batch of its own.
-    producer = Producer({"bootstrap.servers": a})
+    # A producer creates the topics it names by default (librdkafka's allow.auto.create.topics
+    # is true for producers), so once this topic is deleted below its metadata refresh would
+    # create it again with the brokers' defaults; this one only writes to topics that exist.
+    producer = Producer({"bootstrap.servers": a, "allow.auto.create.topics": False})
     errors = []
     producer.produce(topic, b"no key", callback=lambda err, _m: errors.append(err))
     producer.flush(30)
@@ -72,6 +75,7 @@ def confluent(a, b):
     producer.flush(30)
     out["keyless"] = errors[0].name() if errors and errors[0] else None
     out["keyed"] = errors[1].name() if len(errors) > 1 and errors[1] else None
+    del producer
 
     # IncrementalAlterConfigs through the other broker.
     r = ConfigResource(
