@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{CorruptKind, Error};
 use crate::raft::types::AppendRequest;
 use crate::segment::format::{EntryKind, PayloadFormat};
-use crate::segment::record::{Batch, Limits, validate_records};
+use crate::segment::record::{Batch, Limits, validate_payload};
 use crate::types::{LeaderHint, LogIndex, NodeId, Offset, PartitionId, Term};
 
 pub(crate) use crate::transport::body::encode;
@@ -52,6 +52,7 @@ impl ProduceRequestRef<'_> {
             base_sequence: b.base_sequence,
             timestamp_ms: b.timestamp_ms,
             format: b.format,
+            compacted: false,
         }
     }
 }
@@ -132,6 +133,9 @@ pub(crate) struct WireBatch {
     pub(crate) producer_epoch: u16,
     pub(crate) base_sequence: u32,
     pub(crate) records: Bytes,
+    /// Compaction removed records from the batch: `records` holds each kept one after its
+    /// offset delta, and `record_count` is the offsets the batch spans (FORMAT.md §4.3).
+    pub(crate) compacted: bool,
 }
 
 impl WireBatch {
@@ -157,6 +161,14 @@ impl WireBatch {
     pub(crate) fn from_batch(b: &Batch) -> Self {
         let records = match b.format {
             PayloadFormat::Replog => b.payload.clone(),
+            PayloadFormat::Kafka if b.compacted => {
+                let base = b.base_offset.get();
+                let records: Vec<(u32, crate::segment::record::Record)> = b
+                    .records()
+                    .map(|(offset, r)| (u32::try_from(offset.get() - base).unwrap_or(0), r))
+                    .collect();
+                crate::segment::record::encode_compacted_records(&records).unwrap_or_default()
+            }
             PayloadFormat::Kafka => {
                 let records: Vec<crate::segment::record::Record> =
                     b.records().map(|(_, r)| r).collect();
@@ -176,13 +188,20 @@ impl WireBatch {
             producer_epoch: b.producer_epoch,
             base_sequence: b.base_sequence,
             records,
+            compacted: b.compacted,
         }
     }
 
     /// Rebuilds the batch, validating its records: they came from the network.
     pub(crate) fn into_batch(self, limits: &Limits) -> Result<Batch, Error> {
-        validate_records(&self.records, self.record_count, limits)
-            .map_err(|kind| Error::InvalidBatch { kind })?;
+        validate_payload(
+            PayloadFormat::Replog,
+            self.compacted,
+            &self.records,
+            self.record_count,
+            limits,
+        )
+        .map_err(|kind| Error::InvalidBatch { kind })?;
         Ok(Batch {
             log_index: LogIndex(self.log_index),
             term: Term(self.term),
@@ -191,6 +210,7 @@ impl WireBatch {
             timestamp_ms: self.timestamp_ms,
             kind: EntryKind::Data,
             format: PayloadFormat::Replog,
+            compacted: self.compacted,
             producer_id: self.producer_id,
             producer_epoch: self.producer_epoch,
             base_sequence: self.base_sequence,
@@ -601,6 +621,7 @@ mod tests {
             partition: PartitionId::new("t", 3),
             batch: AppendRequest {
                 format: crate::segment::format::PayloadFormat::Replog,
+                compacted: false,
                 records: Bytes::from_static(b"some encoded records"),
                 record_count: 2,
                 producer_id: 9,

@@ -131,6 +131,7 @@ impl Client {
                 partition: id,
                 batch: AppendRequest {
                     format: crate::segment::format::PayloadFormat::Replog,
+                    compacted: false,
                     timestamp_ms: 0,
                     records: payload,
                     record_count,

@@ -29,6 +29,9 @@ pub(crate) struct EntrySpec {
     /// The frame's timestamp; `None` for now. A Raft replica writes the leader's, so that
     /// replicas hold identical frames.
     pub(crate) timestamp_ms: Option<u64>,
+    /// A data entry's payload is compacted (FORMAT.md §4.3): a follower writing entries its
+    /// leader had compacted before sending them.
+    pub(crate) compacted: bool,
 }
 
 /// Where an appended batch landed.
@@ -104,6 +107,7 @@ impl PartitionLog {
         if kind == EntryKind::Data {
             crate::segment::record::validate_payload(
                 spec.format,
+                spec.compacted,
                 payload,
                 record_count,
                 &self.opts.limits,
@@ -170,16 +174,17 @@ impl PartitionLog {
             } else {
                 PayloadFormat::Replog
             },
+            compacted: kind == EntryKind::Data && spec.compacted,
             timestamp_ms,
             producer_id: spec.producer_id,
             producer_epoch: spec.producer_epoch,
             base_sequence: spec.base_sequence,
         };
         let frame_len = header.frame_len();
-        // A Kafka batch never goes into a segment of format version 1 (FORMAT.md §9): a build
-        // that reads only version 1 must refuse the segment, not cut it at the frame.
-        let old_format = header.format == PayloadFormat::Kafka
-            && w.active.version < crate::segment::format::FORMAT_VERSION;
+        // A Kafka batch never goes into a segment of format version 1, nor a compacted frame
+        // into one older than 3 (FORMAT.md §9): a build that reads only the older version must
+        // refuse the segment, not cut it at the frame.
+        let old_format = w.active.version < header.min_format_version();
         if old_format && w.cursor.next_log_index == w.active.base_log_index {
             self.replace_empty_active_locked(&mut w)?;
         } else if w.handle.free_len() < frame_len || old_format {
@@ -293,6 +298,7 @@ mod tests {
     use super::super::test_util::{fill, small, values};
     use super::*;
     use crate::config::LogConfig;
+    use crate::segment::format::FORMAT_VERSION;
 
     #[test]
     fn limits_are_enforced_before_writing() {
@@ -471,7 +477,7 @@ mod tests {
     }
 
     /// An empty version-1 active segment (a roll just before the upgrade) is replaced by a
-    /// version-2 one under the same name, not followed by a second segment of the same base.
+    /// current-version one under the same name, not followed by a second segment of the same base.
     #[test]
     fn an_empty_version_1_active_segment_is_replaced_before_a_kafka_batch() {
         let (dir, config, log) = log_with_a_native_record();
@@ -486,7 +492,7 @@ mod tests {
         assert_eq!(log.segment_count(), 2);
         assert_eq!(values(&log, 0), expected_values());
         drop(log);
-        assert_eq!(segment_versions(dir.path()), vec![1, 2]);
+        assert_eq!(segment_versions(dir.path()), vec![1, FORMAT_VERSION]);
         let log = PartitionLog::open(dir.path(), config).unwrap();
         assert_eq!(values(&log, 0), expected_values());
         // Retention of the first segment leaves the second whole.
@@ -528,7 +534,7 @@ mod tests {
 
     /// A log of format version 1 (the only difference: the version in its segment headers,
     /// since version 2 added the Kafka flag and nothing else) opens and reads as before; a
-    /// Kafka batch goes to a new, version-2 segment, so that a build reading only version 1
+    /// Kafka batch goes to a new, segment of the current version, so that a build reading only version 1
     /// refuses that segment instead of cutting the log at the frame. A version this build does
     /// not know is refused with a clear error.
     #[test]
@@ -544,16 +550,17 @@ mod tests {
         log.append(&[Record::new("after")]).unwrap();
         assert_eq!(values(&log, 0), expected_values());
         drop(log);
-        assert_eq!(segment_versions(dir.path()), vec![1, 2]);
+        assert_eq!(segment_versions(dir.path()), vec![1, FORMAT_VERSION]);
         let log = PartitionLog::open(dir.path(), config.clone()).unwrap();
         assert_eq!(values(&log, 0), expected_values());
         drop(log);
-        set_segment_version(dir.path(), 3);
+        let newer = FORMAT_VERSION + 1;
+        set_segment_version(dir.path(), newer);
         match PartitionLog::open(dir.path(), config) {
             Err(Error::Corrupt { kind, .. }) => {
-                assert_eq!(kind, crate::error::CorruptKind::UnsupportedVersion(3));
+                assert_eq!(kind, crate::error::CorruptKind::UnsupportedVersion(newer));
             }
-            other => panic!("a version-3 log opened: {:?}", other.map(|_| ())),
+            other => panic!("a version-{newer} log opened: {:?}", other.map(|_| ())),
         }
     }
 }

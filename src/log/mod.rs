@@ -19,6 +19,7 @@
 
 mod append;
 mod close;
+mod compact;
 mod read;
 mod recovery;
 mod retention;
@@ -46,6 +47,10 @@ use crate::types::{LogIndex, Offset};
 
 pub use append::AppendInfo;
 pub(crate) use append::EntrySpec;
+pub(crate) use compact::CompactionPolicy;
+pub use compact::CompactionStats;
+#[cfg(test)]
+pub(crate) use compact::CompactionStep;
 pub use read::LogIter;
 
 /// A local, append-only log of record batches in memory-mapped segment files.

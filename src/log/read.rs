@@ -189,6 +189,7 @@ impl PartitionLog {
             log: self,
             next: from,
             buffered: Vec::new().into_iter(),
+            after: from,
             done: false,
         }
     }
@@ -287,6 +288,9 @@ pub struct LogIter<'a> {
     log: &'a PartitionLog,
     next: Offset,
     buffered: std::vec::IntoIter<(Offset, Record)>,
+    /// The offset after the last batch read: where the next read starts once `buffered` is
+    /// empty (past the last record when compaction left the batch's end without records).
+    after: Offset,
     done: bool,
 }
 
@@ -302,6 +306,7 @@ impl Iterator for LogIter<'_> {
             if self.done {
                 return None;
             }
+            self.next = self.next.max(self.after);
             let batches = match self.log.read(self.next, 1 << 20) {
                 Ok(b) => b,
                 Err(e) => {
@@ -314,6 +319,7 @@ impl Iterator for LogIter<'_> {
                 return None;
             }
             let from = self.next;
+            self.after = batches.last().map_or(from, Batch::next_offset);
             self.buffered = batches
                 .iter()
                 .flat_map(Batch::records)

@@ -85,12 +85,29 @@ pub(super) fn kafka_batch(
     compression: kafka_protocol::records::Compression,
     log_append_time: bool,
 ) -> bytes::Bytes {
+    let records: Vec<KafkaFields> = (0..)
+        .zip(times)
+        .map(|(i, t)| (*t, None, Some(format!("v{i}").into_bytes())))
+        .collect();
+    kafka_records(&records, compression, log_append_time)
+}
+
+/// A Kafka record's timestamp, key and value (either null).
+pub(super) type KafkaFields = (i64, Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// A Kafka producer's batch of these records, as a Kafka client encodes it (see
+/// [`kafka_batch`]).
+pub(super) fn kafka_records(
+    records: &[KafkaFields],
+    compression: kafka_protocol::records::Compression,
+    log_append_time: bool,
+) -> bytes::Bytes {
     use kafka_protocol::records::{
         Record as KafkaRecord, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
     };
     let records: Vec<KafkaRecord> = (0i64..)
-        .zip(times)
-        .map(|(i, t)| KafkaRecord {
+        .zip(records)
+        .map(|(i, (t, key, value))| KafkaRecord {
             transactional: false,
             control: false,
             delete_horizon: false,
@@ -107,8 +124,8 @@ pub(super) fn kafka_batch(
             // -1 is the batch's "no sequence".
             sequence: i32::try_from(i).unwrap() - 1,
             timestamp: *t,
-            key: None,
-            value: Some(bytes::Bytes::from(format!("v{i}"))),
+            key: key.clone().map(bytes::Bytes::from),
+            value: value.clone().map(bytes::Bytes::from),
             headers: Default::default(),
         })
         .collect();

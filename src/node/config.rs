@@ -92,6 +92,10 @@ pub struct NodeConfig {
     /// How often the broker applies retention by itself (see [`Node::enforce_retention`](crate::Node::enforce_retention)).
     /// Default 60 s; 0 turns the background task off.
     pub retention_check_interval: Duration,
+    /// Bytes of segments log compaction reads per second at most, over all of the broker's
+    /// compacted partitions (it compacts one at a time, at each retention check): its I/O
+    /// budget, so that appends and reads keep the disk. 0 for no limit. Default 128 MiB/s.
+    pub compaction_bytes_per_second: u64,
     /// This broker joins a running cluster instead of founding one (`replog node --join`).
     /// Its `peers` are the cluster's founding brokers, as they were started (the same ids), and
     /// its id is new. It registers itself through them; the metadata group makes it a learner
@@ -233,6 +237,7 @@ impl NodeConfig {
             buffered_request_bytes_max: 256 << 20,
             buffered_response_bytes_max: 256 << 20,
             retention_check_interval: Duration::from_secs(60),
+            compaction_bytes_per_second: 128 << 20,
             join: false,
             kafka_listen: None,
             kafka_advertised: None,

@@ -380,6 +380,7 @@ impl Broker {
             .map_err(MetaError::Failed)?;
         let append = AppendRequest {
             format: crate::segment::format::PayloadFormat::Replog,
+            compacted: false,
             timestamp_ms: 0,
             records,
             record_count,

@@ -3,15 +3,65 @@
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
+use crate::log::{CompactionPolicy, CompactionStats};
 
 use super::write::read_committed;
 use super::{Broker, HostedReplica};
 use crate::group::records::GroupRecord;
 
 impl Broker {
+    /// Compacts every hosted replica of a compacted topic (`cleanup.policy` has `compact`),
+    /// one at a time on a blocking thread, up to what each has applied (committed on every
+    /// replica that acknowledged it): leaders and followers alike, each its own copy.
+    pub(crate) async fn compact_topics(&self) -> Result<CompactionStats> {
+        let now = crate::env::now_ms();
+        let groups: Vec<Arc<HostedReplica>> = self
+            .groups
+            .read()
+            .values()
+            .filter(|g| g.id.topic != crate::group::OFFSETS_TOPIC && g.settings.read().compact)
+            .cloned()
+            .collect();
+        let mut total = CompactionStats::default();
+        for group in groups {
+            let Some(applied) = group.sm.last_applied().map(|l| l.index) else {
+                continue;
+            };
+            let s = *group.settings.read();
+            let policy = CompactionPolicy {
+                upto_log_index: applied,
+                now_ms: now,
+                min_lag_ms: s.min_compaction_lag_ms,
+                max_lag_ms: s.max_compaction_lag_ms,
+                delete_retention_ms: s.delete_retention_ms,
+                min_dirty_ratio: s.min_cleanable_dirty_ratio,
+                bytes_per_second: self.config.compaction_bytes_per_second,
+            };
+            let g = Arc::clone(&group);
+            let stats = tokio::task::spawn_blocking(move || g.store.log().compact(&policy))
+                .await
+                .map_err(|e| Error::Io(Arc::new(std::io::Error::other(e))))??;
+            if stats.segments > 0 {
+                tracing::info!(partition = %group.id, segments = stats.segments,
+                    bytes_before = stats.bytes_before, bytes_after = stats.bytes_after,
+                    records_removed = stats.records_removed, keys = stats.keys,
+                    "compacted");
+            }
+            total.segments += stats.segments;
+            total.bytes_before += stats.bytes_before;
+            total.bytes_after += stats.bytes_after;
+            total.records_removed += stats.records_removed;
+            total.keys += stats.keys;
+        }
+        Ok(total)
+    }
+
     pub(crate) async fn enforce_retention(&self) -> Result<()> {
         let now = crate::env::now_ms();
         self.roll_aged_segments(now);
+        if let Err(e) = self.compact_topics().await {
+            tracing::warn!(error = %e, "compaction postponed");
+        }
         let groups: Vec<Arc<HostedReplica>> = self.groups.read().values().cloned().collect();
         for group in groups {
             // The offsets topic keeps what its last rewrite did not supersede, whatever its

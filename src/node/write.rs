@@ -45,6 +45,7 @@ impl Broker {
         let producer = producer.unwrap_or(ProducerSeq::new(0, 0));
         let request = AppendRequest {
             format: crate::segment::format::PayloadFormat::Replog,
+            compacted: false,
             timestamp_ms: 0,
             records: payload,
             record_count,

@@ -58,6 +58,7 @@ pub(crate) fn log_start_command(offset: u64) -> AppendRequest {
         base_sequence: 0,
         timestamp_ms: 0,
         format: PayloadFormat::Replog,
+        compacted: false,
     }
 }
 
@@ -293,6 +294,7 @@ impl LogStore {
             base_sequence,
             format,
             timestamp_ms: Some(timestamp_ms),
+            compacted: false,
         };
         match &entry.payload {
             EntryPayload::Normal(req) if log_start_of(req).is_some() => {
@@ -303,13 +305,16 @@ impl LogStore {
                     return Err(Error::EmptyBatch);
                 }
                 log.append_entry(
-                    spec(
-                        req.producer_id,
-                        req.producer_epoch,
-                        req.base_sequence,
-                        req.timestamp_ms,
-                        req.format,
-                    ),
+                    EntrySpec {
+                        compacted: req.compacted,
+                        ..spec(
+                            req.producer_id,
+                            req.producer_epoch,
+                            req.base_sequence,
+                            req.timestamp_ms,
+                            req.format,
+                        )
+                    },
                     req.record_count,
                     &req.records,
                 )?;
@@ -339,6 +344,7 @@ pub(crate) fn entry_from_batch(b: &Batch) -> io::Result<Entry> {
             base_sequence: b.base_sequence,
             timestamp_ms: b.timestamp_ms,
             format: b.format(),
+            compacted: b.compacted,
         }),
         EntryKind::Control => match b.payload.split_first() {
             Some((&CONTROL_BLANK, _)) => EntryPayload::Blank,

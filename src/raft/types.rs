@@ -45,6 +45,11 @@ pub struct AppendRequest {
     /// How `records` is encoded: replog's records, or one Kafka record batch kept as its
     /// producer sent it.
     pub format: crate::segment::format::PayloadFormat,
+    /// The leader's log compacted the entry before it was sent (a follower catching up over a
+    /// compacted range): `record_count` is the offsets it spans, `records` what compaction
+    /// kept of them, each with its offset (the layout of the `COMPACTED` frame in
+    /// `FORMAT.md`). Never set on a new write.
+    pub compacted: bool,
 }
 
 impl fmt::Display for AppendRequest {

@@ -162,6 +162,7 @@ impl Segment {
                 base_log_index: base.next_log_index,
                 base_offset: base.next_offset,
                 restart,
+                compacted: false,
             };
             // The header and, right after it, the end-of-data mark: a recycled file still
             // holds old frames there (FORMAT.md §7).

@@ -11,8 +11,14 @@ use crate::error::CorruptKind;
 pub(crate) const SEGMENT_MAGIC: [u8; 8] = *b"replog\x1a\n";
 /// Magic bytes at position 0 of every index file.
 pub(crate) const INDEX_MAGIC: [u8; 8] = *b"replidx\n";
-/// The format version this build writes (FORMAT.md §9).
-pub(crate) const FORMAT_VERSION: u16 = 2;
+/// The format version this build writes (FORMAT.md §9): 3, which added compacted frames and
+/// segments.
+pub(crate) const FORMAT_VERSION: u16 = 3;
+/// The first format version whose segments may hold Kafka batches (the `KAFKA` frame flag).
+pub(crate) const FORMAT_VERSION_KAFKA: u16 = 2;
+/// The first format version whose segments may hold compacted frames (the `COMPACTED` frame
+/// flag) and carry the `COMPACTED` segment flag.
+pub(crate) const FORMAT_VERSION_COMPACTED: u16 = 3;
 /// The index format version this build writes and reads (FORMAT.md §5, §9): 3, whose entries
 /// carry a time. An index of an earlier version is rebuilt from its segment, as any index that
 /// does not check out is.
@@ -23,6 +29,10 @@ pub(crate) const FORMAT_VERSION_MIN: u16 = 1;
 /// segments of version 2 or later, so that a build that predates it refuses the segment
 /// (`UnsupportedVersion`) instead of taking the frame for a torn one.
 pub(crate) const FRAME_FLAG_KAFKA: u8 = 1;
+/// Frame flag: compaction removed records from this data frame (FORMAT.md §4.3): its payload
+/// holds the records that remain, each with its offset, and `record_count` is still the number
+/// of offsets the frame spans. Written only into segments of version 3 or later.
+pub(crate) const FRAME_FLAG_COMPACTED: u8 = 2;
 
 // ---- Segment header (FORMAT.md §3) ----
 pub(crate) const SEG_MAGIC_POS: usize = 0;
@@ -170,12 +180,17 @@ pub(crate) struct SegmentHeader {
     pub(crate) base_offset: u64,
     /// [`SEG_FLAG_RESTART`]: the log restarts here; every older segment is being deleted.
     pub(crate) restart: bool,
+    /// [`SEG_FLAG_COMPACTED`]: compaction wrote this segment.
+    pub(crate) compacted: bool,
 }
 
 /// Segment header flag: the log restarts at this segment (after a Raft snapshot install or a
 /// purge past the end); any older segment found next to it is left over from an interrupted
 /// reset and is deleted on open.
 pub(crate) const SEG_FLAG_RESTART: u16 = 1;
+/// Segment header flag: compaction wrote this segment (FORMAT.md §4.3), so it holds only
+/// the latest record of each key as of its compaction; a segment without it is "dirty".
+pub(crate) const SEG_FLAG_COMPACTED: u16 = 2;
 
 impl SegmentHeader {
     /// Encodes the header (FORMAT.md §3).
@@ -183,7 +198,10 @@ impl SegmentHeader {
         let mut buf = [0u8; SEGMENT_HEADER_LEN];
         put(&mut buf, SEG_MAGIC_POS, &SEGMENT_MAGIC);
         put(&mut buf, SEG_VERSION_POS, &self.version.to_le_bytes());
-        let flags = if self.restart { SEG_FLAG_RESTART } else { 0 };
+        let mut flags = if self.restart { SEG_FLAG_RESTART } else { 0 };
+        if self.compacted {
+            flags |= SEG_FLAG_COMPACTED;
+        }
         put(&mut buf, SEG_FLAGS_POS, &flags.to_le_bytes());
         put(
             &mut buf,
@@ -222,7 +240,7 @@ impl SegmentHeader {
             return Err(CorruptKind::UnsupportedVersion(version));
         }
         let flags = get_u16(header, SEG_FLAGS_POS).ok_or(CorruptKind::Truncated)?;
-        if flags & !SEG_FLAG_RESTART != 0 {
+        if flags & !(SEG_FLAG_RESTART | SEG_FLAG_COMPACTED) != 0 {
             return Err(CorruptKind::NonZeroReserved);
         }
         let expected = get_u32(header, SEG_CRC_POS).ok_or(CorruptKind::Truncated)?;
@@ -236,6 +254,7 @@ impl SegmentHeader {
                 .ok_or(CorruptKind::Truncated)?,
             base_offset: get_u64(header, SEG_BASE_OFFSET_POS).ok_or(CorruptKind::Truncated)?,
             restart: flags & SEG_FLAG_RESTART != 0,
+            compacted: flags & SEG_FLAG_COMPACTED != 0,
         })
     }
 }
@@ -270,6 +289,7 @@ mod tests {
             base_log_index: 7,
             base_offset: u64::MAX - 1,
             restart: true,
+            compacted: true,
         };
         assert_eq!(SegmentHeader::decode(&h.encode()), Ok(h));
     }
@@ -281,6 +301,7 @@ mod tests {
             base_log_index: 1,
             base_offset: 2,
             restart: false,
+            compacted: false,
         }
         .encode();
         assert_eq!(
@@ -306,6 +327,7 @@ mod tests {
             base_log_index: 1,
             base_offset: 2,
             restart: false,
+            compacted: false,
         };
         assert_eq!(SegmentHeader::decode(&old.encode()), Ok(old));
         for version in [0u16, FORMAT_VERSION + 1] {
@@ -320,7 +342,7 @@ mod tests {
         }
 
         let mut bad = good;
-        bad[SEG_FLAGS_POS] = 2;
+        bad[SEG_FLAGS_POS] = 4;
         assert_eq!(
             SegmentHeader::decode(&bad),
             Err(CorruptKind::NonZeroReserved)

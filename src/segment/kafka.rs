@@ -51,8 +51,11 @@ const CODEC_MAX: i16 = 4;
 /// What a batch's header says, once [`check`] passed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct KafkaBatchInfo {
-    /// Records in the batch (`last_offset_delta + 1`).
+    /// Records in the batch (`last_offset_delta + 1`, unless compaction removed some).
     pub(crate) record_count: u32,
+    /// The last record's offset less the first's: the batch spans `last_offset_delta + 1`
+    /// offsets.
+    pub(crate) last_offset_delta: u32,
     /// The idempotent producer's id, or -1.
     pub(crate) producer_id: i64,
     /// Its epoch, or -1.
@@ -116,6 +119,16 @@ pub(crate) fn check(b: &[u8]) -> Result<KafkaBatchInfo, CorruptKind> {
 ///
 /// Never, for any input.
 pub(crate) fn header(b: &[u8]) -> Result<KafkaBatchInfo, CorruptKind> {
+    header_of(b, false)
+}
+
+/// [`header`] of a batch that may have been compacted (FORMAT.md §4.3): then it may hold fewer
+/// records than its last offset delta spans.
+///
+/// # Panics
+///
+/// Never, for any input.
+pub(crate) fn header_of(b: &[u8], compacted: bool) -> Result<KafkaBatchInfo, CorruptKind> {
     if b.len() < BATCH_HEADER_LEN {
         return Err(bad("shorter than a batch header"));
     }
@@ -136,7 +149,12 @@ pub(crate) fn header(b: &[u8]) -> Result<KafkaBatchInfo, CorruptKind> {
     }
     let last_delta = be_i32(b, LAST_OFFSET_DELTA_POS).ok_or(CorruptKind::Truncated)?;
     let count = be_i32(b, RECORD_COUNT_POS).ok_or(CorruptKind::Truncated)?;
-    if count < 1 || last_delta != count - 1 {
+    let spans = if compacted {
+        last_delta >= count - 1
+    } else {
+        last_delta == count - 1
+    };
+    if count < 1 || !spans {
         return Err(bad("record count does not match the last offset delta"));
     }
     let records_len = b.len() - BATCH_HEADER_LEN;
@@ -145,6 +163,7 @@ pub(crate) fn header(b: &[u8]) -> Result<KafkaBatchInfo, CorruptKind> {
     }
     Ok(KafkaBatchInfo {
         record_count: u32::try_from(count).map_err(|_| bad("record count"))?,
+        last_offset_delta: u32::try_from(last_delta).map_err(|_| bad("last offset delta"))?,
         producer_id: be_i64(b, PRODUCER_ID_POS).ok_or(CorruptKind::Truncated)?,
         producer_epoch: be_i16(b, PRODUCER_EPOCH_POS).ok_or(CorruptKind::Truncated)?,
         base_sequence: be_i32(b, BASE_SEQUENCE_POS).ok_or(CorruptKind::Truncated)?,
@@ -180,7 +199,7 @@ pub(crate) fn accept_keyed(
     let records = records_bytes(b, &info, limits)?;
     let mut keyless = false;
     let mut latest = i64::MIN;
-    walk_records(&records, info.record_count as usize, limits, |r| {
+    walk_records(&records, &info, false, limits, |r| {
         keyless |= r.key.is_none();
         latest = latest.max(record_time(&info, &r));
     })?;
@@ -226,8 +245,26 @@ pub(crate) fn stamp_log_append_time(b: &[u8], time_ms: u64) -> Bytes {
 /// # Panics
 ///
 /// Never, for any input.
+#[cfg(test)]
 pub(crate) fn decode_records(b: &Bytes, limits: &Limits) -> Result<Vec<Record>, CorruptKind> {
-    let info = header(b)?;
+    Ok(decode_records_of(b, false, limits)?
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect())
+}
+
+/// [`decode_records`] of a batch that may have been compacted (FORMAT.md §4.3), each record
+/// with its offset delta.
+///
+/// # Panics
+///
+/// Never, for any input.
+pub(crate) fn decode_records_of(
+    b: &Bytes,
+    compacted: bool,
+    limits: &Limits,
+) -> Result<Vec<(u32, Record)>, CorruptKind> {
+    let info = header_of(b, compacted)?;
     let records = records_bytes(b, &info, limits)?;
     // Nothing is allocated for the records before the bytes are known to hold them.
     let count = info.record_count as usize;
@@ -236,20 +273,100 @@ pub(crate) fn decode_records(b: &Bytes, limits: &Limits) -> Result<Vec<Record>, 
     }
     let mut out = Vec::with_capacity(count);
     let field = |f: &[u8]| records.slice_ref(f);
-    walk_records(&records, count, limits, |r| {
-        out.push(Record {
-            key: r.key.map(field),
-            value: r.value.map(field).unwrap_or_default(),
-            headers: r
-                .headers()
-                .map(|(name, value)| Header {
-                    name: field(name),
-                    value: value.map(field).unwrap_or_default(),
-                })
-                .collect(),
-        });
+    walk_records(&records, &info, compacted, limits, |r| {
+        out.push((
+            r.offset_delta,
+            Record {
+                key: r.key.map(field),
+                value: r.value.map(field).unwrap_or_default(),
+                headers: r
+                    .headers()
+                    .map(|(name, value)| Header {
+                        name: field(name),
+                        value: value.map(field).unwrap_or_default(),
+                    })
+                    .collect(),
+            },
+        ));
     })?;
     Ok(out)
+}
+
+/// Each record of a stored batch (compacted or not) as compaction sees it: its offset delta,
+/// its key, and whether it is a tombstone (a null value).
+///
+/// # Panics
+///
+/// Never, for any input.
+pub(crate) fn for_each_key(
+    b: &Bytes,
+    compacted: bool,
+    limits: &Limits,
+    mut each: impl FnMut(u32, Option<&[u8]>, bool),
+) -> Result<(), CorruptKind> {
+    let info = header_of(b, compacted)?;
+    let records = records_bytes(b, &info, limits)?;
+    walk_records(&records, &info, compacted, limits, |r| {
+        each(r.offset_delta, r.key, r.value.is_none());
+    })
+}
+
+/// The stored batch `b` with only the records `keep` chooses (given each one's offset delta,
+/// key, and whether it is a tombstone), as compaction writes it (FORMAT.md §4.3): the same
+/// header (base offset, last offset delta, timestamps, producer), the kept records' bytes as
+/// they were (their offset deltas unchanged), uncompressed, `records_count` and the length set
+/// to what is left and the CRC-32C summed again. `Ok(None)` when no record is kept;
+/// `Ok(Some(b))` unchanged when every one is.
+///
+/// # Panics
+///
+/// Never, for any input.
+pub(crate) fn compact_batch(
+    b: &Bytes,
+    compacted: bool,
+    limits: &Limits,
+    mut keep: impl FnMut(u32, Option<&[u8]>, bool) -> bool,
+) -> Result<Option<Bytes>, CorruptKind> {
+    let info = header_of(b, compacted)?;
+    let records = records_bytes(b, &info, limits)?;
+    let mut kept: Vec<&[u8]> = Vec::new();
+    let mut dropped = false;
+    walk_records(&records, &info, compacted, limits, |r| {
+        if keep(r.offset_delta, r.key, r.value.is_none()) {
+            kept.push(r.raw);
+        } else {
+            dropped = true;
+        }
+    })?;
+    if !dropped {
+        return Ok(Some(b.clone()));
+    }
+    if kept.is_empty() {
+        return Ok(None);
+    }
+    let head = b.get(..BATCH_HEADER_LEN).ok_or(CorruptKind::Truncated)?;
+    let mut out =
+        BytesMut::with_capacity(BATCH_HEADER_LEN + kept.iter().map(|r| r.len()).sum::<usize>());
+    out.extend_from_slice(head);
+    for r in &kept {
+        out.extend_from_slice(r);
+    }
+    let attributes = be_i16(head, ATTRIBUTES_POS).ok_or(CorruptKind::Truncated)? & !CODEC_MASK;
+    if let Some(mut field) = out.get_mut(ATTRIBUTES_POS..ATTRIBUTES_POS + 2) {
+        field.put_i16(attributes);
+    }
+    if let Some(mut field) = out.get_mut(RECORD_COUNT_POS..BATCH_HEADER_LEN) {
+        field.put_i32(i32::try_from(kept.len()).map_err(|_| bad("record count"))?);
+    }
+    let batch_len = out.len() - BATCH_LENGTH_END;
+    if let Some(mut field) = out.get_mut(BATCH_LENGTH_POS..BATCH_LENGTH_END) {
+        field.put_i32(i32::try_from(batch_len).map_err(|_| bad("batch length"))?);
+    }
+    let crc = crc32c::crc32c(out.get(ATTRIBUTES_POS..).unwrap_or_default());
+    if let Some(mut field) = out.get_mut(CRC_POS..ATTRIBUTES_POS) {
+        field.put_u32(crc);
+    }
+    Ok(Some(out.freeze()))
 }
 
 /// The records' bytes of a batch whose header passed, decompressed, at most
@@ -279,6 +396,10 @@ fn records_bytes(b: &Bytes, info: &KafkaBatchInfo, limits: &Limits) -> Result<By
 
 /// One record of a batch, its fields where they lie in the records' bytes.
 struct RecordView<'a> {
+    /// The record's whole bytes, its length first, as stored.
+    raw: &'a [u8],
+    /// The record's offset less the batch's base offset.
+    offset_delta: u32,
     /// The record's timestamp less the batch's base timestamp.
     timestamp_delta: i64,
     key: Option<&'a [u8]>,
@@ -301,19 +422,22 @@ impl<'a> RecordView<'a> {
     }
 }
 
-/// Walks `count` records in `records` (decompressed), checking each and handing it to `each`:
-/// Kafka's record format (a varint length, then the attributes, the timestamp and offset
-/// deltas, key, value and headers within that length, which they must fill exactly), offset
-/// deltas 0, 1, 2, …, header keys UTF-8, each record's replog encoding within
+/// Walks the header's `record_count` records in `records` (decompressed), checking each and
+/// handing it to `each`: Kafka's record format (a varint length, then the attributes, the
+/// timestamp and offset deltas, key, value and headers within that length, which they must
+/// fill exactly), offset deltas 0, 1, 2, … (in a compacted batch: strictly increasing, up to
+/// the last offset delta), header keys UTF-8, each record's replog encoding within
 /// `limits.record_bytes_max` and all of them within `limits.batch_bytes_max`; the records must
 /// fill `records` exactly. One pass; nothing allocated. The count is checked against the bytes
 /// before the first record.
 fn walk_records<'a>(
     records: &'a [u8],
-    count: usize,
+    info: &KafkaBatchInfo,
+    compacted: bool,
     limits: &Limits,
     mut each: impl FnMut(RecordView<'a>),
 ) -> Result<(), CorruptKind> {
+    let count = info.record_count as usize;
     if count.saturating_mul(RECORD_LEN_MIN) > records.len() {
         return Err(bad("more records than the batch has bytes for"));
     }
@@ -323,15 +447,26 @@ fn walk_records<'a>(
     };
     let mut rest = records;
     let mut total = 0u64;
-    for index in 0..count {
+    let mut next_delta = 0i64;
+    for _ in 0..count {
+        let start = rest;
         let len =
             usize::try_from(varint(&mut rest, 5)?).map_err(|_| bad("a negative record length"))?;
         let mut r = take(&mut rest, len).ok_or_else(|| bad("a record runs past the batch"))?;
+        let raw = start.get(..start.len() - rest.len()).unwrap_or_default();
         let _attributes = take(&mut r, 1).ok_or_else(|| bad("an empty record"))?;
         let timestamp_delta = varint(&mut r, 10)?;
-        if usize::try_from(varint(&mut r, 5)?).ok() != Some(index) {
+        let offset_delta = varint(&mut r, 5)?;
+        let in_order = if compacted {
+            offset_delta >= next_delta && offset_delta <= i64::from(info.last_offset_delta)
+        } else {
+            offset_delta == next_delta
+        };
+        if !in_order {
             return Err(bad("offset deltas are not 0, 1, 2, ..."));
         }
+        next_delta = offset_delta + 1;
+        let offset_delta = u32::try_from(offset_delta).map_err(|_| bad("offset delta"))?;
         let key = bytes_field(&mut r)?;
         let value = bytes_field(&mut r)?;
         let header_count =
@@ -372,6 +507,8 @@ fn walk_records<'a>(
             });
         }
         each(RecordView {
+            raw,
+            offset_delta,
             timestamp_delta,
             key,
             value,
@@ -611,13 +748,18 @@ fn encode_appended(
 /// [`native_len`] bytes otherwise, which `out` should have room for (no reallocation then).
 pub(crate) fn encode_native(batch: &crate::segment::record::Batch, out: &mut BytesMut) {
     let count = batch.record_refs().count();
-    let Some(last_delta) = (count as u64).checked_sub(1) else {
+    if count == 0 {
+        if batch.is_compacted() {
+            encode_empty(batch, out);
+        }
         return;
-    };
+    }
+    // The batch's whole span, also when compaction left gaps in it (its records keep their
+    // offset deltas).
+    let last_delta = u64::from(batch.record_count().saturating_sub(1));
     let fields = batch
         .record_refs()
-        .enumerate()
-        .map(|(i, r)| (i as u64, r.key, r.value, r.headers()));
+        .map(|(delta, r)| (u64::from(delta), r.key, r.value, r.headers()));
     let head = BatchHead {
         base: batch.base_offset().get(),
         last_delta,
@@ -633,16 +775,35 @@ pub(crate) fn encode_native(batch: &crate::segment::record::Batch, out: &mut Byt
 pub(crate) fn native_len(batch: &crate::segment::record::Batch) -> usize {
     let mut records = batch
         .record_refs()
-        .enumerate()
-        .map(|(i, r)| {
-            let body = record_body_len(i as u64, r.key, r.value, r.headers());
+        .map(|(delta, r)| {
+            let body = record_body_len(u64::from(delta), r.key, r.value, r.headers());
             varint_len(len_i64(body)) + body
         })
         .peekable();
     if records.peek().is_none() {
-        return 0;
+        return if batch.is_compacted() {
+            BATCH_HEADER_LEN
+        } else {
+            0
+        };
     }
     BATCH_HEADER_LEN + records.sum::<usize>()
+}
+
+/// Appends an empty Kafka v2 batch spanning the offsets of `batch`, a data frame compaction
+/// emptied: Kafka's clients read a batch without records and move on past its last offset
+/// (`base_offset + last_offset_delta`), as they do over the empty batches Kafka's own cleaner
+/// keeps, so a fetch that meets only emptied frames still moves its reader forward.
+pub(crate) fn encode_empty(batch: &crate::segment::record::Batch, out: &mut BytesMut) {
+    let head = BatchHead {
+        base: batch.base_offset().get(),
+        last_delta: u64::from(batch.record_count().saturating_sub(1)),
+        count: 0,
+        leader_epoch: batch.term().get(),
+        timestamp_ms: batch.timestamp_ms(),
+    };
+    let none = std::iter::empty::<(u64, Option<&[u8]>, &[u8], std::iter::Empty<(&[u8], &[u8])>)>();
+    encode_batch(&head, none, out);
 }
 
 /// What a Kafka batch's header says of its records.
@@ -769,7 +930,7 @@ pub fn fuzz_kafka_batch(data: &[u8]) -> Result<usize, CorruptKind> {
     }
     let data = Bytes::from(data);
     let info = accept(&data, &limits)?;
-    let records = decode_records(&data, &limits)?;
+    let records = decode_records_of(&data, false, &limits)?;
     assert_eq!(
         records.len(),
         info.record_count as usize,

@@ -22,6 +22,7 @@
 // Code that reads bytes from disk must not panic on them: no unchecked indexing here.
 #![deny(clippy::indexing_slicing)]
 
+mod compact;
 mod create;
 mod file;
 pub(crate) mod format;
@@ -48,6 +49,7 @@ use index::IndexEntry;
 use mmap::MappedFile;
 use record::{FrameHeader, Limits};
 
+pub(crate) use compact::{CompactedFile, FrameOut};
 pub(crate) use create::{Recycled, SpareFile, reserve};
 pub use inspect::{SegmentReport, inspect_segment};
 pub(crate) use open::Sealed;

@@ -54,7 +54,7 @@ impl Segment {
             return Ok(Some((h.base_offset, latest)));
         }
         let batch = self.batch(pos, h)?;
-        let found = kafka::first_record_at(&batch.payload, time, &Limits::ON_DISK)
+        let found = kafka::first_record_at(&batch.payload, h.compacted, time, &Limits::ON_DISK)
             .map_err(|kind| corrupt(&self.path, pos, kind))?;
         Ok(found.map(|(delta, t)| (h.base_offset.saturating_add(u64::from(delta)), t)))
     }
@@ -124,6 +124,7 @@ impl Segment {
             timestamp_ms: h.timestamp_ms,
             kind: h.kind,
             format: h.format,
+            compacted: h.compacted,
             producer_id: h.producer_id,
             producer_epoch: h.producer_epoch,
             base_sequence: h.base_sequence,

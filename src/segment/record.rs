@@ -9,11 +9,12 @@ use bytes::Bytes;
 use crate::error::{CorruptKind, Error};
 use crate::segment::format::{
     EntryKind, FRAME_BASE_OFFSET_POS, FRAME_BASE_SEQUENCE_POS, FRAME_BODY_FIXED_LEN,
-    FRAME_BODY_LEN_POS, FRAME_CRC_POS, FRAME_FLAG_KAFKA, FRAME_FLAGS_POS, FRAME_HEADER_LEN,
-    FRAME_KIND_POS, FRAME_LOG_INDEX_POS, FRAME_PRODUCER_EPOCH_POS, FRAME_PRODUCER_ID_POS,
-    FRAME_RECORD_COUNT_POS, FRAME_RESERVED2_POS, FRAME_TERM_POS, FRAME_TIMESTAMP_POS, NULL_KEY_LEN,
-    PayloadFormat, RECORD_FIXED_LEN, RECORD_HEADER_COUNT_POS, RECORD_HEADER_FIXED_LEN,
-    RECORD_KEY_LEN_POS, RECORD_VALUE_LEN_POS, get_u16, get_u32, get_u64, put,
+    FRAME_BODY_LEN_POS, FRAME_CRC_POS, FRAME_FLAG_COMPACTED, FRAME_FLAG_KAFKA, FRAME_FLAGS_POS,
+    FRAME_HEADER_LEN, FRAME_KIND_POS, FRAME_LOG_INDEX_POS, FRAME_PRODUCER_EPOCH_POS,
+    FRAME_PRODUCER_ID_POS, FRAME_RECORD_COUNT_POS, FRAME_RESERVED2_POS, FRAME_TERM_POS,
+    FRAME_TIMESTAMP_POS, NULL_KEY_LEN, PayloadFormat, RECORD_FIXED_LEN, RECORD_HEADER_COUNT_POS,
+    RECORD_HEADER_FIXED_LEN, RECORD_KEY_LEN_POS, RECORD_VALUE_LEN_POS, get_u16, get_u32, get_u64,
+    put,
 };
 use crate::types::{LogIndex, Offset, Term};
 
@@ -156,6 +157,60 @@ pub(crate) fn encode_records(
     Ok((Bytes::from(payload), count))
 }
 
+/// Encodes records with their offset deltas as a compacted frame's payload (FORMAT.md §4.3):
+/// each record after its delta. The deltas must increase; the caller's records passed
+/// [`Record::encoded_len`] when they were first written.
+pub(crate) fn encode_compacted_records(records: &[(u32, Record)]) -> Result<Bytes, Error> {
+    let mut len = 0usize;
+    for (_, r) in records {
+        len = len.saturating_add(OFFSET_DELTA_LEN + r.encoded_len(u32::MAX)?);
+    }
+    let mut payload = vec![0u8; len];
+    let mut pos = 0;
+    for (delta, r) in records {
+        put(&mut payload, pos, &delta.to_le_bytes());
+        pos += OFFSET_DELTA_LEN;
+        pos += r.encode(payload.get_mut(pos..).unwrap_or_default());
+    }
+    debug_assert_eq!(pos, len);
+    Ok(Bytes::from(payload))
+}
+
+/// The payload of replog's records `batch` holds (compacted or not) with only the records
+/// `keep` chooses (given each one's offset delta and key), as a compacted frame's payload
+/// (FORMAT.md §4.3): each kept record's bytes as stored, after its offset delta. `None` when
+/// every record is kept and the batch was not compacted before (nothing to rewrite).
+pub(crate) fn compact_replog_payload(
+    batch: &Batch,
+    mut keep: impl FnMut(u32, Option<&[u8]>) -> bool,
+) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut dropped = false;
+    let mut pos = 0usize;
+    let payload = &batch.payload[..];
+    for i in 0..batch.record_count {
+        if pos >= payload.len() {
+            break;
+        }
+        let delta = if batch.compacted {
+            let delta = get_u32(payload, pos)?;
+            pos += OFFSET_DELTA_LEN;
+            delta
+        } else {
+            i
+        };
+        let start = pos;
+        let record = RecordRef::read(payload, &mut pos)?;
+        if keep(delta, record.key) {
+            out.extend_from_slice(&delta.to_le_bytes());
+            out.extend_from_slice(payload.get(start..pos)?);
+        } else {
+            dropped = true;
+        }
+    }
+    dropped.then_some(out)
+}
+
 /// Converts a length that `encoded_len` already bounded by a `u32` limit.
 fn len_u32(len: usize) -> u32 {
     u32::try_from(len).expect("lengths are bounded by record_bytes_max, a u32")
@@ -189,6 +244,10 @@ pub(crate) struct FrameHeader {
     pub(crate) kind: EntryKind,
     /// How a data frame's payload is encoded (the `KAFKA` flag).
     pub(crate) format: PayloadFormat,
+    /// Compaction removed records from the frame (the `COMPACTED` flag, FORMAT.md §4.3):
+    /// `record_count` is the offsets it spans, its payload holds fewer records, each with its
+    /// offset.
+    pub(crate) compacted: bool,
     pub(crate) timestamp_ms: u64,
     /// Idempotent producer that wrote the batch; 0 for none.
     pub(crate) producer_id: u64,
@@ -202,6 +261,17 @@ impl FrameHeader {
     /// Bytes the whole frame occupies.
     pub(crate) fn frame_len(&self) -> usize {
         FRAME_CRC_POS + size_of::<u32>() + usize::try_from(self.body_len).unwrap_or(usize::MAX)
+    }
+
+    /// The oldest segment format version that may hold this frame (FORMAT.md §9).
+    pub(crate) fn min_format_version(&self) -> u16 {
+        if self.compacted {
+            super::format::FORMAT_VERSION_COMPACTED
+        } else if self.format == PayloadFormat::Kafka {
+            super::format::FORMAT_VERSION_KAFKA
+        } else {
+            super::format::FORMAT_VERSION_MIN
+        }
     }
 
     /// The offset after this frame's records.
@@ -282,10 +352,13 @@ fn put_header_fields(dst: &mut [u8], header: &FrameHeader) {
         &header.record_count.to_le_bytes(),
     );
     put(dst, FRAME_KIND_POS, &[header.kind as u8]);
-    let flags = match header.format {
+    let mut flags = match header.format {
         PayloadFormat::Replog => 0,
         PayloadFormat::Kafka => FRAME_FLAG_KAFKA,
     };
+    if header.compacted {
+        flags |= FRAME_FLAG_COMPACTED;
+    }
     put(dst, FRAME_FLAGS_POS, &[flags]);
     put(
         dst,
@@ -358,11 +431,18 @@ pub(crate) fn decode_frame(
         return Err(CorruptKind::ChecksumMismatch { expected, actual });
     }
     let kind = EntryKind::from_u8(*frame.get(FRAME_KIND_POS).ok_or(CorruptKind::Truncated)?)?;
-    let format = match frame.get(FRAME_FLAGS_POS) {
-        Some(0) => PayloadFormat::Replog,
-        Some(&FRAME_FLAG_KAFKA) if kind == EntryKind::Data => PayloadFormat::Kafka,
-        _ => return Err(CorruptKind::NonZeroReserved),
+    let flags = *frame.get(FRAME_FLAGS_POS).ok_or(CorruptKind::Truncated)?;
+    if flags & !(FRAME_FLAG_KAFKA | FRAME_FLAG_COMPACTED) != 0
+        || (flags != 0 && kind != EntryKind::Data)
+    {
+        return Err(CorruptKind::NonZeroReserved);
+    }
+    let format = if flags & FRAME_FLAG_KAFKA != 0 {
+        PayloadFormat::Kafka
+    } else {
+        PayloadFormat::Replog
     };
+    let compacted = flags & FRAME_FLAG_COMPACTED != 0;
     if get_u32(frame, FRAME_RESERVED2_POS) != Some(0) {
         return Err(CorruptKind::NonZeroReserved);
     }
@@ -374,6 +454,7 @@ pub(crate) fn decode_frame(
         record_count: get_u32(frame, FRAME_RECORD_COUNT_POS).ok_or(CorruptKind::Truncated)?,
         kind,
         format,
+        compacted,
         timestamp_ms: get_u64(frame, FRAME_TIMESTAMP_POS).ok_or(CorruptKind::Truncated)?,
         producer_id: get_u64(frame, FRAME_PRODUCER_ID_POS).ok_or(CorruptKind::Truncated)?,
         producer_epoch: get_u16(frame, FRAME_PRODUCER_EPOCH_POS).ok_or(CorruptKind::Truncated)?,
@@ -398,7 +479,9 @@ pub(crate) fn decode_frame(
         .get(FRAME_HEADER_LEN..)
         .ok_or(CorruptKind::Truncated)?;
     match kind {
-        EntryKind::Data => validate_payload(format, payload, header.record_count, limits)?,
+        EntryKind::Data => {
+            validate_payload(format, compacted, payload, header.record_count, limits)?
+        }
         EntryKind::Control if header.record_count != 0 => return Err(CorruptKind::BadRecord),
         EntryKind::Control => {}
     }
@@ -408,22 +491,33 @@ pub(crate) fn decode_frame(
 /// Checks a data frame's payload in its format: replog's records ([`validate_records`]), or
 /// one Kafka batch of `count` records by its header ([`super::kafka::header`], which neither
 /// decompresses nor sums it: a leader checks a Kafka batch whole, CRC-32C included, before it
-/// accepts it, and the frame's CRC covers the stored bytes after that).
+/// accepts it, and the frame's CRC covers the stored bytes after that). A compacted frame's
+/// payload (FORMAT.md §4.3) holds at most `count` records within the frame's `count` offsets:
+/// replog's records each after its offset delta ([`validate_compacted_records`]), or one Kafka
+/// batch whose last offset delta is `count − 1`, or nothing at all.
 ///
 /// # Panics
 ///
 /// Never, for any input.
 pub(crate) fn validate_payload(
     format: PayloadFormat,
+    compacted: bool,
     payload: &[u8],
     count: u32,
     limits: &Limits,
 ) -> Result<(), CorruptKind> {
-    match format {
-        PayloadFormat::Replog => validate_records(payload, count, limits),
-        PayloadFormat::Kafka => {
-            let info = super::kafka::header(payload)?;
-            if info.record_count != count {
+    match (format, compacted) {
+        (PayloadFormat::Replog, false) => validate_records(payload, count, limits),
+        (PayloadFormat::Replog, true) => validate_compacted_records(payload, count, limits),
+        (PayloadFormat::Kafka, _) if compacted && payload.is_empty() => Ok(()),
+        (PayloadFormat::Kafka, _) => {
+            let info = super::kafka::header_of(payload, compacted)?;
+            let span = if compacted {
+                info.last_offset_delta.saturating_add(1)
+            } else {
+                info.record_count
+            };
+            if span != count {
                 return Err(CorruptKind::BadKafkaBatch(
                     "record count differs from the frame's",
                 ));
@@ -432,6 +526,39 @@ pub(crate) fn validate_payload(
         }
     }
 }
+
+/// Checks a compacted frame's replog payload (FORMAT.md §4.3): records, each after a `u32`
+/// offset delta, the deltas strictly increasing and below `span` (the frame's
+/// `record_count`), each record within `record_bytes_max`, filling the payload exactly. Empty
+/// is valid: compaction removed every record. The work is bounded by `payload.len()`.
+///
+/// # Panics
+///
+/// Never, for any input.
+pub(crate) fn validate_compacted_records(
+    payload: &[u8],
+    span: u32,
+    limits: &Limits,
+) -> Result<(), CorruptKind> {
+    if span == 0 {
+        return Err(CorruptKind::BadRecord);
+    }
+    let mut pos = 0usize;
+    let mut next_delta = 0u64;
+    while pos < payload.len() {
+        let delta = get_u32(payload, pos).ok_or(CorruptKind::BadRecord)?;
+        if u64::from(delta) < next_delta || delta >= span {
+            return Err(CorruptKind::BadRecord);
+        }
+        next_delta = u64::from(delta) + 1;
+        pos += OFFSET_DELTA_LEN;
+        pos = record_end(payload, pos, limits)?;
+    }
+    Ok(())
+}
+
+/// Bytes of the offset delta before each record of a compacted replog payload.
+pub(crate) const OFFSET_DELTA_LEN: usize = size_of::<u32>();
 
 /// Checks that `payload` holds exactly `count` (≥ 1) well-formed records, each within
 /// `record_bytes_max`. The work is bounded by `payload.len()`, whatever `count` claims.
@@ -449,24 +576,31 @@ pub(crate) fn validate_records(
     }
     let mut pos = 0usize;
     for _ in 0..count {
-        let len = record_len_at(payload, pos)?;
-        if len > u64::from(limits.record_bytes_max) {
-            return Err(CorruptKind::LengthOutOfRange {
-                len,
-                max: u64::from(limits.record_bytes_max),
-            });
-        }
-        pos = pos
-            .checked_add(usize::try_from(len).map_err(|_| CorruptKind::BadRecord)?)
-            .ok_or(CorruptKind::BadRecord)?;
-        if pos > payload.len() {
-            return Err(CorruptKind::BadRecord);
-        }
+        pos = record_end(payload, pos, limits)?;
     }
     if pos != payload.len() {
         return Err(CorruptKind::BadRecord);
     }
     Ok(())
+}
+
+/// Where the record at `payload[pos..]` ends, checking that it fits in `payload` and within
+/// `record_bytes_max`.
+fn record_end(payload: &[u8], pos: usize, limits: &Limits) -> Result<usize, CorruptKind> {
+    let len = record_len_at(payload, pos)?;
+    if len > u64::from(limits.record_bytes_max) {
+        return Err(CorruptKind::LengthOutOfRange {
+            len,
+            max: u64::from(limits.record_bytes_max),
+        });
+    }
+    let end = pos
+        .checked_add(usize::try_from(len).map_err(|_| CorruptKind::BadRecord)?)
+        .ok_or(CorruptKind::BadRecord)?;
+    if end > payload.len() {
+        return Err(CorruptKind::BadRecord);
+    }
+    Ok(end)
 }
 
 /// The encoded length of the record at `payload[pos..]`, checking that it fits in `payload`.
@@ -508,6 +642,9 @@ pub struct Batch {
     pub(crate) kind: EntryKind,
     /// How the payload of a data batch is encoded.
     pub(crate) format: PayloadFormat,
+    /// Compaction removed records from it: `record_count` is the offsets it spans, and its
+    /// records carry their offsets (FORMAT.md §4.3).
+    pub(crate) compacted: bool,
     pub(crate) producer_id: u64,
     pub(crate) producer_epoch: u16,
     pub(crate) base_sequence: u32,
@@ -537,9 +674,15 @@ impl Batch {
         Offset(self.base_offset.0 + u64::from(self.record_count))
     }
 
-    /// The number of records.
+    /// The number of offsets the batch spans: its records, unless compaction removed some
+    /// (then [`records`](Self::records) yields fewer, each with its own offset).
     pub fn record_count(&self) -> u32 {
         self.record_count
+    }
+
+    /// Whether compaction removed records from this batch (its offsets have gaps).
+    pub fn is_compacted(&self) -> bool {
+        self.compacted
     }
 
     /// When the batch was appended, in milliseconds since the Unix epoch.
@@ -570,10 +713,18 @@ impl Batch {
         };
         let decoded =
             (self.kind == EntryKind::Data && self.format == PayloadFormat::Kafka).then(|| {
+                if self.payload.is_empty() {
+                    // A compacted frame that kept no record.
+                    return Vec::new().into_iter();
+                }
                 // Checked whole when it was accepted, and its header and the frame's CRC on
                 // every read since, so this does not fail
                 // short of a replog bug; if it did, the iteration ends rather than panics.
-                match super::kafka::decode_records(&self.payload, &Limits::ON_DISK) {
+                match super::kafka::decode_records_of(
+                    &self.payload,
+                    self.compacted,
+                    &Limits::ON_DISK,
+                ) {
                     Ok(records) => records.into_iter(),
                     Err(e) => {
                         tracing::warn!(log_index = %self.log_index, error = %e,
@@ -586,7 +737,9 @@ impl Batch {
             payload: self.payload.clone(),
             pos: 0,
             remaining: count,
-            next: self.base_offset,
+            base: self.base_offset,
+            next_delta: 0,
+            compacted: self.compacted,
             decoded,
         }
     }
@@ -602,10 +755,15 @@ impl Batch {
 pub struct RecordIter {
     payload: Bytes,
     pos: usize,
+    /// Offsets of the batch not yet passed (records left, at most).
     remaining: u32,
-    next: Offset,
-    /// A Kafka batch's records, decoded.
-    decoded: Option<std::vec::IntoIter<Record>>,
+    base: Offset,
+    /// The offset delta of the next record of an uncompacted batch.
+    next_delta: u32,
+    /// Each record carries its offset delta (FORMAT.md §4.3).
+    compacted: bool,
+    /// A Kafka batch's records, decoded, with their offset deltas.
+    decoded: Option<std::vec::IntoIter<(u32, Record)>>,
 }
 
 impl Iterator for RecordIter {
@@ -615,28 +773,35 @@ impl Iterator for RecordIter {
         if self.remaining == 0 {
             return None;
         }
-        if let Some(decoded) = &mut self.decoded {
-            let record = decoded.next()?;
-            self.remaining -= 1;
-            let offset = self.next;
-            self.next = Offset(offset.0 + 1);
-            return Some((offset, record));
-        }
-        // The payload was checked by `validate_records` before this batch was handed out, so
-        // every length below is in bounds; a failure here would be a replog bug, and ends the
-        // iteration rather than panicking.
-        let record = decode_record(&self.payload, &mut self.pos);
-        debug_assert!(record.is_some(), "validated payload failed to decode");
-        let record = record?;
-        self.remaining -= 1;
-        let offset = self.next;
-        self.next = Offset(offset.0 + 1);
-        Some((offset, record))
+        let (delta, record) = if let Some(decoded) = &mut self.decoded {
+            decoded.next()?
+        } else {
+            // The payload was checked by `validate_payload` before this batch was handed out,
+            // so every length below is in bounds; a failure here would be a replog bug, and
+            // ends the iteration rather than panicking.
+            let delta = if self.compacted {
+                let delta = get_u32(&self.payload, self.pos)?;
+                self.pos += OFFSET_DELTA_LEN;
+                delta
+            } else {
+                self.next_delta
+            };
+            let record = decode_record(&self.payload, &mut self.pos);
+            debug_assert!(record.is_some(), "validated payload failed to decode");
+            (delta, record?)
+        };
+        // Deltas strictly increase within the batch's span (checked): past it, the iteration
+        // ends.
+        let passed = delta.checked_add(1)?.checked_sub(self.next_delta)?;
+        self.remaining = self.remaining.checked_sub(passed)?;
+        self.next_delta = delta + 1;
+        Some((Offset(self.base.0 + u64::from(delta)), record))
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
         let n = usize::try_from(self.remaining).unwrap_or(usize::MAX);
-        (n, Some(n))
+        let exact = !self.compacted;
+        (if exact { n } else { 0 }, Some(n))
     }
 }
 
@@ -708,14 +873,29 @@ impl Batch {
     /// The records of a batch of replog's own format, read in place, in order (none for a
     /// Kafka producer's batch or a control entry). Every payload handed out was validated, so
     /// every record reads; if one did not (a replog bug), the iteration ends there.
-    pub(crate) fn record_refs(&self) -> impl Iterator<Item = RecordRef<'_>> {
+    /// Each comes with its offset delta: 0, 1, 2, … in a batch compaction did not touch, the
+    /// delta stored before it in one it did (FORMAT.md §4.3).
+    pub(crate) fn record_refs(&self) -> impl Iterator<Item = (u32, RecordRef<'_>)> {
         let count = if self.kind == EntryKind::Data && self.format == PayloadFormat::Replog {
             self.record_count
         } else {
             0
         };
         let mut pos = 0usize;
-        (0..count).map_while(move |_| RecordRef::read(&self.payload, &mut pos))
+        let compacted = self.compacted;
+        (0..count).map_while(move |i| {
+            if pos >= self.payload.len() {
+                return None;
+            }
+            let delta = if compacted {
+                let delta = get_u32(&self.payload, pos)?;
+                pos += OFFSET_DELTA_LEN;
+                delta
+            } else {
+                i
+            };
+            Some((delta, RecordRef::read(&self.payload, &mut pos)?))
+        })
     }
 }
 
@@ -758,6 +938,7 @@ pub fn fuzz_decode_frame(data: &[u8]) -> Result<usize, CorruptKind> {
         timestamp_ms: header.timestamp_ms,
         kind: header.kind,
         format: header.format,
+        compacted: header.compacted,
         producer_id: header.producer_id,
         producer_epoch: header.producer_epoch,
         base_sequence: header.base_sequence,
@@ -769,7 +950,8 @@ pub fn fuzz_decode_frame(data: &[u8]) -> Result<usize, CorruptKind> {
     let n = batch.records().count();
     // A Kafka batch's records are checked whole only when a leader accepts it: bytes whose
     // two CRCs hold but whose records do not decode read as no records.
-    if header.kind == EntryKind::Data && header.format == PayloadFormat::Replog {
+    if header.kind == EntryKind::Data && header.format == PayloadFormat::Replog && !header.compacted
+    {
         assert_eq!(
             n as u64,
             u64::from(header.record_count),

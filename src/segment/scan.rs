@@ -256,6 +256,7 @@ mod tests {
             base_log_index: 5,
             base_offset: 9,
             restart: false,
+            compacted: false,
         }
         .encode()
         .to_vec();

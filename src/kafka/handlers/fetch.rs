@@ -178,6 +178,14 @@ fn kafka_batches(batches: &[Batch]) -> Vec<Bytes> {
     let mut rest = batches;
     // Each turn takes one Kafka batch or one run of replog's: bounded by the batches.
     while let Some(first) = rest.first() {
+        if first.format() == PayloadFormat::Kafka && first.payload.is_empty() {
+            // A frame compaction emptied.
+            let mut out = BytesMut::with_capacity(kafka_batch::BATCH_HEADER_LEN);
+            kafka_batch::encode_empty(first, &mut out);
+            pieces.push(out.freeze());
+            rest = rest.get(1..).unwrap_or_default();
+            continue;
+        }
         if first.format() == PayloadFormat::Kafka {
             let base = first.base_offset().get();
             pieces.extend(kafka_batch::serve_pieces(

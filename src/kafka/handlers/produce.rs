@@ -115,6 +115,7 @@ async fn write(
             base_sequence: u32::try_from(number(info.base_sequence.into())).unwrap_or(0),
             timestamp_ms: 0,
             format: PayloadFormat::Kafka,
+            compacted: false,
         },
         turn: Some(turn),
     };

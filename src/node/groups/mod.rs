@@ -162,6 +162,7 @@ impl Broker {
                 .map_err(|_| GroupError::OffsetMetadataTooLarge)?;
             let request = AppendRequest {
                 format: crate::segment::format::PayloadFormat::Replog,
+                compacted: false,
                 timestamp_ms: 0,
                 records: payload,
                 record_count,

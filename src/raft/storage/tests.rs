@@ -199,6 +199,7 @@ async fn single_replica_round_trip(durability: Durability) {
         let (payload, count) = crate::segment::record::encode_records(&records, 1024).unwrap();
         AppendRequest {
             format: crate::segment::format::PayloadFormat::Replog,
+            compacted: false,
             records: payload,
             record_count: count,
             producer_id: 0,

@@ -423,7 +423,7 @@ fn the_first_record_at_a_time_is_found_inside_the_batch() {
     let base = 1_700_000_000_000;
     for codec in CODECS {
         let b = sample(codec);
-        let at = |t| first_record_at(&b, t, &LIMITS).unwrap();
+        let at = |t| first_record_at(&b, false, t, &LIMITS).unwrap();
         assert_eq!(at(0), Some((0, base)), "{codec:?}");
         assert_eq!(at(base + 2), Some((2, base + 2)), "{codec:?}");
         assert_eq!(at(base + 4), Some((4, base + 4)), "{codec:?}");
@@ -434,7 +434,7 @@ fn the_first_record_at_a_time_is_found_inside_the_batch() {
             r.timestamp = t;
         }
         let b = batch(&unordered, codec);
-        let at = |t| first_record_at(&b, t, &LIMITS).unwrap();
+        let at = |t| first_record_at(&b, false, t, &LIMITS).unwrap();
         assert_eq!(at(10), Some((0, 10)), "{codec:?}");
         assert_eq!(at(11), Some((1, 50)), "{codec:?}");
         assert_eq!(at(31), Some((1, 50)), "{codec:?}");

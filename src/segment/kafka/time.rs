@@ -4,7 +4,7 @@
 use bytes::Bytes;
 
 use super::{
-    KafkaBatchInfo, MAX_TIMESTAMP_POS, RecordView, be_i64, header, records_bytes, walk_records,
+    KafkaBatchInfo, MAX_TIMESTAMP_POS, RecordView, be_i64, header_of, records_bytes, walk_records,
 };
 use crate::error::CorruptKind;
 use crate::segment::record::Limits;
@@ -45,25 +45,27 @@ pub(crate) fn max_timestamp(b: &[u8]) -> Option<i64> {
 /// Never, for any input.
 pub(crate) fn first_record_at(
     b: &Bytes,
+    compacted: bool,
     at_least: i64,
     limits: &Limits,
 ) -> Result<Option<(u32, i64)>, CorruptKind> {
-    let info = header(b)?;
+    if compacted && b.is_empty() {
+        return Ok(None);
+    }
+    let info = header_of(b, compacted)?;
     if info.max_timestamp < at_least {
         return Ok(None);
     }
-    if info.log_append_time {
+    if info.log_append_time && !compacted {
         return Ok(Some((0, info.max_timestamp)));
     }
     let records = records_bytes(b, &info, limits)?;
     let mut found = None;
-    let mut delta = 0u32;
-    walk_records(&records, info.record_count as usize, limits, |r| {
+    walk_records(&records, &info, compacted, limits, |r| {
         let time = record_time(&info, &r);
         if found.is_none() && time >= at_least {
-            found = Some((delta, time));
+            found = Some((r.offset_delta, time));
         }
-        delta = delta.saturating_add(1);
     })?;
     Ok(found)
 }

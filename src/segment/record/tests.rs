@@ -20,6 +20,7 @@ fn header_for(records: &[Record], log_index: u64, base_offset: u64) -> FrameHead
         record_count: u32::try_from(records.len()).unwrap(),
         kind: EntryKind::Data,
         format: PayloadFormat::Replog,
+        compacted: false,
         timestamp_ms: 1_700_000_000_000,
         producer_id: 0,
         producer_epoch: 0,
@@ -59,6 +60,7 @@ fn frame_round_trips_with_all_record_shapes() {
         timestamp_ms: 0,
         kind: EntryKind::Data,
         format: PayloadFormat::Replog,
+        compacted: false,
         producer_id: 0,
         producer_epoch: 0,
         base_sequence: 0,
@@ -150,7 +152,7 @@ fn unknown_kind_and_reserved_bits() {
         decode_frame(&bad, 0, &LIMITS),
         Err(CorruptKind::UnknownEntryKind(0))
     );
-    for flags in [2, 3, 0x80] {
+    for flags in [4, 5, 0x80] {
         let mut bad = buf.clone();
         bad[FRAME_FLAGS_POS] = flags;
         reseal(&mut bad);
@@ -159,6 +161,11 @@ fn unknown_kind_and_reserved_bits() {
             Err(CorruptKind::NonZeroReserved)
         );
     }
+    // The compacted flag on records without offset deltas: the payload does not check out.
+    let mut bad = buf.clone();
+    bad[FRAME_FLAGS_POS] = FRAME_FLAG_COMPACTED;
+    reseal(&mut bad);
+    assert_eq!(decode_frame(&bad, 0, &LIMITS), Err(CorruptKind::BadRecord));
     // The Kafka flag on replog records: the payload is checked as a Kafka batch.
     let mut bad = buf.clone();
     bad[FRAME_FLAGS_POS] = FRAME_FLAG_KAFKA;
@@ -267,6 +274,7 @@ fn control_frames_carry_no_records() {
         record_count: 0,
         kind: EntryKind::Control,
         format: PayloadFormat::Replog,
+        compacted: false,
         timestamp_ms: 0,
         producer_id: 9,
         producer_epoch: 0x0102,
@@ -308,6 +316,7 @@ fn regression_overflowing_counters_are_corruption() {
         record_count: n,
         kind: EntryKind::Data,
         format: PayloadFormat::Replog,
+        compacted: false,
         timestamp_ms: 0,
         producer_id: 0,
         producer_epoch: 0,

@@ -1,0 +1,370 @@
+//! Log compaction (`cleanup.policy=compact`): keeping at least the latest record of each key.
+//!
+//! The partition log is the Raft log, so compaction changes no frame's place: every frame
+//! keeps its log index, term, base offset and offset span (`record_count`), and only the
+//! records inside a data frame go (FORMAT.md §4.3). A follower that needs a compacted range
+//! receives those frames as they are and stores them compacted; Raft compares log ids only,
+//! which compaction never touches, and every replica ends with the same latest record of each
+//! key (DESIGN notes in FORMAT.md §4.3).
+//!
+//! One run ([`PartitionLog::compact`]):
+//!
+//! 1. The cleanable range: the sealed segments, oldest first, wholly at or below the log index
+//!    the caller says is committed and applied, and none with a frame newer than
+//!    `min.compaction.lag.ms`. The active segment is never compacted. The run goes on only if
+//!    the segments not compacted since they were written ("dirty") make up at least
+//!    `min.cleanable.dirty.ratio` of the range's bytes, or the oldest of them is older than
+//!    `max.compaction.lag.ms`.
+//! 2. A map of each key to its latest offset in the range.
+//! 3. Each segment of the range rewritten beside itself with the records that are their key's
+//!    latest, less the tombstones (Kafka records with a null value) older than
+//!    `delete.retention.ms`; records without a key stay. A segment whose rewrite would change
+//!    nothing and that is marked compacted already is left alone.
+//! 4. Each rewritten segment checked as recovery checks it and swapped in by one rename
+//!    ([`crate::segment::CompactedFile`]); readers holding the old one finish on its map.
+//!
+//! Reads and appends go on throughout: only the swap takes the log's locks, for a rename.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::PartitionLog;
+use crate::error::Result;
+use crate::segment::format::{EntryKind, PayloadFormat};
+use crate::segment::kafka;
+use crate::segment::record::{Batch, Limits, compact_replog_payload};
+use crate::segment::{FrameOut, Segment};
+
+/// What one compaction run may do: the topic's compaction configs and the replica's limits.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CompactionPolicy {
+    /// Frames after this log index are not compacted: they may not be committed or applied
+    /// here yet.
+    pub(crate) upto_log_index: u64,
+    pub(crate) now_ms: u64,
+    /// `min.compaction.lag.ms`: a segment with a frame newer than this is not compacted.
+    pub(crate) min_lag_ms: u64,
+    /// `max.compaction.lag.ms`: a dirty segment older than this is compacted whatever the
+    /// dirty ratio.
+    pub(crate) max_lag_ms: u64,
+    /// `delete.retention.ms`: how long a tombstone stays once it is its key's latest.
+    pub(crate) delete_retention_ms: u64,
+    /// `min.cleanable.dirty.ratio`.
+    pub(crate) min_dirty_ratio: f64,
+    /// Bytes of segments read per second at most (0 for no limit): the run's I/O budget.
+    pub(crate) bytes_per_second: u64,
+}
+
+/// What a compaction run did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CompactionStats {
+    /// Segments rewritten.
+    pub segments: usize,
+    /// Bytes of the segments rewritten, before.
+    pub bytes_before: u64,
+    /// Bytes of the segments rewritten, after.
+    pub bytes_after: u64,
+    /// Records removed.
+    pub records_removed: u64,
+    /// Distinct keys in the cleaned range.
+    pub keys: usize,
+}
+
+/// Where a test stops a compaction run, to check that a crash there loses nothing.
+#[cfg(test)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CompactionStep {
+    /// The compacted file written and synced under its temporary name.
+    Written,
+    /// The old segment's index deleted, the compacted file not yet renamed.
+    IndexRemoved,
+    /// The compacted file renamed into place, its index not yet written.
+    Renamed,
+}
+
+impl PartitionLog {
+    /// Compacts the log's cleanable range under `policy` (see the module docs); returns what
+    /// it did.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Error::Io`] if a file could not be written or renamed (the log is unchanged
+    /// where the error struck), [`crate::Error::Corrupt`] if a segment does not read.
+    pub(crate) fn compact(&self, policy: &CompactionPolicy) -> Result<CompactionStats> {
+        self.compact_until(
+            policy,
+            #[cfg(test)]
+            None,
+        )
+    }
+
+    pub(crate) fn compact_until(
+        &self,
+        policy: &CompactionPolicy,
+        #[cfg(test)] stop: Option<CompactionStep>,
+    ) -> Result<CompactionStats> {
+        let mut stats = CompactionStats::default();
+        let range = self.cleanable(policy)?;
+        if range.is_empty() {
+            return Ok(stats);
+        }
+        let throttle = Throttle::new(policy.bytes_per_second);
+        // The key map: each key's latest offset in the range.
+        let mut latest: HashMap<Box<[u8]>, u64> = HashMap::new();
+        for seg in &range {
+            for (pos, h) in seg.frames()? {
+                if h.kind != EntryKind::Data {
+                    continue;
+                }
+                let batch = seg.batch(pos, &h)?;
+                for_each_key(&batch, |offset, key, _| {
+                    if let Some(key) = key {
+                        match latest.get_mut(key) {
+                            Some(at) => *at = (*at).max(offset),
+                            None => {
+                                latest.insert(key.into(), offset);
+                            }
+                        }
+                    }
+                })?;
+            }
+            throttle.spent(seg.data_len() as u64);
+        }
+        stats.keys = latest.len();
+        let tombstone_gone = |frame_time: u64| {
+            frame_time.saturating_add(policy.delete_retention_ms) <= policy.now_ms
+        };
+        for seg in &range {
+            let mut frames = Vec::new();
+            let mut changed = false;
+            for (pos, h) in seg.frames()? {
+                if h.kind != EntryKind::Data {
+                    frames.push(FrameOut::Keep(pos));
+                    continue;
+                }
+                let batch = seg.batch(pos, &h)?;
+                let base = h.base_offset;
+                let mut removed = 0u64;
+                let mut keep = |delta: u32, key: Option<&[u8]>, tombstone: bool| {
+                    let kept = match key {
+                        None => true,
+                        Some(key) => {
+                            latest.get(key) == Some(&(base + u64::from(delta)))
+                                && !(tombstone && tombstone_gone(h.timestamp_ms))
+                        }
+                    };
+                    removed += u64::from(!kept);
+                    kept
+                };
+                let payload = match h.format {
+                    PayloadFormat::Replog => {
+                        compact_replog_payload(&batch, |d, k| keep(d, k, false)).map(Bytes::from)
+                    }
+                    PayloadFormat::Kafka if batch.payload.is_empty() => None,
+                    PayloadFormat::Kafka => {
+                        match kafka::compact_batch(
+                            &batch.payload,
+                            h.compacted,
+                            &Limits::ON_DISK,
+                            keep,
+                        )
+                        .map_err(|kind| crate::Error::Corrupt {
+                            file: seg.path.clone(),
+                            position: pos as u64,
+                            kind,
+                        })? {
+                            Some(b) if removed == 0 => {
+                                debug_assert_eq!(b, batch.payload);
+                                None
+                            }
+                            Some(b) => Some(b),
+                            None => Some(Bytes::new()),
+                        }
+                    }
+                };
+                match payload {
+                    Some(payload) => {
+                        changed = true;
+                        stats.records_removed += removed;
+                        frames.push(FrameOut::Rewrite(h, payload));
+                    }
+                    None => frames.push(FrameOut::Keep(pos)),
+                }
+            }
+            throttle.spent(seg.data_len() as u64);
+            let marked = seg.header().is_some_and(|h| h.compacted);
+            if !changed && marked {
+                continue;
+            }
+            let file = seg.write_compacted(&frames, &self.opts)?;
+            let after = file.data_len as u64;
+            #[cfg(test)]
+            if stop == Some(CompactionStep::Written) {
+                return Ok(stats);
+            }
+            if !self.swap(
+                seg,
+                file,
+                #[cfg(test)]
+                stop,
+            )? {
+                continue;
+            }
+            #[cfg(test)]
+            if stop.is_some() {
+                return Ok(stats);
+            }
+            stats.segments += 1;
+            stats.bytes_before += seg.data_len() as u64;
+            stats.bytes_after += after;
+        }
+        if stats.segments > 0 {
+            tracing::debug!(dir = %self.dir.display(), segments = stats.segments,
+                before = stats.bytes_before, after = stats.bytes_after,
+                removed = stats.records_removed, "compacted");
+        }
+        Ok(stats)
+    }
+
+    /// The segments one run may compact (module docs, step 1), oldest first; none if the
+    /// dirty ones are too few and too young.
+    fn cleanable(&self, policy: &CompactionPolicy) -> Result<Vec<Arc<Segment>>> {
+        let segs = self.segments.read().clone();
+        let mut range = Vec::new();
+        for pair in segs.windows(2) {
+            let [seg, next] = pair else { break };
+            let extent = seg.extent();
+            if next.base_log_index > policy.upto_log_index.saturating_add(1)
+                || extent.max_timestamp_ms.saturating_add(policy.min_lag_ms) > policy.now_ms
+            {
+                break;
+            }
+            range.push(Arc::clone(seg));
+        }
+        // Sealed segments still waiting for their sync (and index) are made durable first, so
+        // that no background sync writes an index beside a compacted file.
+        let last = range.last().map_or(0, |s| s.extent().cursor.next_log_index);
+        if self.durable_next_log_index.load(Ordering::Acquire) < last {
+            self.flush()?;
+        }
+        let total: u64 = range.iter().map(|s| s.data_len() as u64).sum();
+        let dirty: Vec<&Arc<Segment>> = range
+            .iter()
+            .filter(|s| !s.header().is_some_and(|h| h.compacted))
+            .collect();
+        let dirty_bytes: u64 = dirty.iter().map(|s| s.data_len() as u64).sum();
+        let overdue = dirty.iter().any(|s| {
+            s.first_timestamp_ms()
+                .is_some_and(|t| t.saturating_add(policy.max_lag_ms) <= policy.now_ms)
+        });
+        let ratio = if total == 0 {
+            0.0
+        } else {
+            dirty_bytes as f64 / total as f64
+        };
+        if dirty.is_empty() || (ratio < policy.min_dirty_ratio && !overdue) {
+            return Ok(Vec::new());
+        }
+        Ok(range)
+    }
+
+    /// Installs `file` in place of `old` if `old` is still in the log; `false` (and the file
+    /// deleted) if retention or a reset removed it meanwhile.
+    fn swap(
+        &self,
+        old: &Arc<Segment>,
+        file: crate::segment::CompactedFile,
+        #[cfg(test)] stop: Option<CompactionStep>,
+    ) -> Result<bool> {
+        // The list changes only under the writer lock (retention, truncation and resets take
+        // it): holding it, `old` stays where it is found.
+        let _w = self.writer.lock();
+        let Some(at) = self
+            .segments
+            .read()
+            .iter()
+            .position(|s| Arc::ptr_eq(s, old))
+        else {
+            file.discard();
+            return Ok(false);
+        };
+        let new = file.install(
+            old,
+            &self.opts,
+            #[cfg(test)]
+            stop,
+        )?;
+        if let Some(slot) = self.segments.write().get_mut(at) {
+            *slot = Arc::clone(&new);
+        }
+        #[cfg(test)]
+        if stop == Some(CompactionStep::Renamed) {
+            return Ok(true);
+        }
+        if let Err(e) = new.write_index(&self.opts.faults) {
+            tracing::warn!(segment = %new.path.display(), error = %e,
+                "could not write a compacted segment's index; the next open will rebuild it");
+        }
+        Ok(true)
+    }
+}
+
+/// Each record of a data batch as compaction sees it: its offset, key, and whether it is a
+/// tombstone (only Kafka's records can be: replog's have no null value).
+fn for_each_key(batch: &Batch, mut each: impl FnMut(u64, Option<&[u8]>, bool)) -> Result<()> {
+    let base = batch.base_offset().get();
+    match batch.format() {
+        PayloadFormat::Replog => {
+            for (delta, r) in batch.record_refs() {
+                each(base + u64::from(delta), r.key, false);
+            }
+            Ok(())
+        }
+        PayloadFormat::Kafka if batch.payload.is_empty() => Ok(()),
+        PayloadFormat::Kafka => kafka::for_each_key(
+            &batch.payload,
+            batch.is_compacted(),
+            &Limits::ON_DISK,
+            |delta, key, tombstone| each(base + u64::from(delta), key, tombstone),
+        )
+        .map_err(|kind| crate::Error::InvalidBatch { kind }),
+    }
+}
+
+/// Paces a run to its bytes-per-second budget by sleeping (it runs on a blocking thread).
+struct Throttle {
+    bytes_per_second: u64,
+    start: Instant,
+    spent: std::cell::Cell<u64>,
+}
+
+impl Throttle {
+    fn new(bytes_per_second: u64) -> Throttle {
+        Throttle {
+            bytes_per_second,
+            start: Instant::now(),
+            spent: std::cell::Cell::new(0),
+        }
+    }
+
+    fn spent(&self, bytes: u64) {
+        self.spent.set(self.spent.get().saturating_add(bytes));
+        if self.bytes_per_second == 0 {
+            return;
+        }
+        let due = Duration::from_secs_f64(self.spent.get() as f64 / self.bytes_per_second as f64);
+        let elapsed = self.start.elapsed();
+        if due > elapsed {
+            // At most a few seconds at a time: a segment is at most 4 GiB, a budget at least
+            // some MiB/s in practice.
+            std::thread::sleep((due - elapsed).min(Duration::from_secs(5)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

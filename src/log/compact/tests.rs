@@ -1,0 +1,357 @@
+//! Unit tests of `log/compact.rs`: compaction of real segment files against a model (each
+//! key's latest record, tombstones and their age), in both payload formats and every Kafka
+//! codec; a replica fed the compacted entries; a run cut at each of its steps.
+
+use bytes::Bytes;
+use kafka_protocol::records::{Compression, RecordBatchDecoder};
+use proptest::prelude::*;
+
+use super::super::test_util::{KafkaFields, kafka_records};
+use super::*;
+use crate::config::LogConfig;
+use crate::log::EntrySpec;
+use crate::segment::kafka::CODECS;
+use crate::segment::record::{Record, encode_records};
+use crate::types::Offset;
+
+/// One record written: its key (`None` for none), its value (`None` for a Kafka tombstone).
+type Rec = (Option<u8>, Option<u8>);
+
+/// A record as read back: offset, key, value (`None` for a tombstone read natively as empty
+/// is not told apart: the model compares values as bytes).
+type Read = (u64, Option<Vec<u8>>, Vec<u8>);
+
+/// A record's key and value, either null.
+type Fields = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// A record written, for the model: offset, key, value, whether it is a tombstone, and the
+/// time its batch was appended.
+type Written = (u64, Option<Vec<u8>>, Vec<u8>, bool, u64);
+
+fn config() -> LogConfig {
+    LogConfig {
+        segment_bytes: 2048,
+        index_interval_bytes: 128,
+        record_bytes_max: 256,
+        batch_bytes_max: 1024,
+        preallocate: crate::Preallocate::Fallocate,
+        ..LogConfig::default()
+    }
+}
+
+fn key_bytes(k: u8) -> Vec<u8> {
+    format!("key-{k}").into_bytes()
+}
+
+fn value_bytes(offset_hint: u64, v: u8) -> Vec<u8> {
+    format!("value-{v}-{offset_hint}").into_bytes()
+}
+
+/// Appends one batch of `recs` at `time_ms`, in replog's format (tombstones written as empty
+/// values: replog's records have no null) or as a Kafka batch with `codec`; returns what each
+/// record is, with its offset, for the model: (offset, key, value, tombstone, time).
+fn append(
+    log: &PartitionLog,
+    recs: &[Rec],
+    kafka: Option<Compression>,
+    time_ms: u64,
+) -> Vec<Written> {
+    let base = log.end_offset().get();
+    let fields: Vec<Fields> = recs
+        .iter()
+        .enumerate()
+        .map(|(i, (k, v))| {
+            let value = match (kafka, v) {
+                (Some(_), None) => None,
+                (_, v) => Some(value_bytes(base + i as u64, v.unwrap_or(0))),
+            };
+            (k.map(key_bytes), value)
+        })
+        .collect();
+    let count = u32::try_from(recs.len()).unwrap();
+    let (format, payload) = match kafka {
+        Some(codec) => {
+            let records: Vec<KafkaFields> = (1_000..)
+                .zip(&fields)
+                .map(|(t, (k, v))| (t, k.clone(), v.clone()))
+                .collect();
+            (PayloadFormat::Kafka, kafka_records(&records, codec, false))
+        }
+        None => {
+            let records: Vec<Record> = fields
+                .iter()
+                .map(|(k, v)| Record {
+                    key: k.clone().map(Bytes::from),
+                    value: Bytes::from(v.clone().unwrap_or_default()),
+                    headers: Vec::new(),
+                })
+                .collect();
+            (
+                PayloadFormat::Replog,
+                encode_records(&records, 256).unwrap().0,
+            )
+        }
+    };
+    let spec = EntrySpec {
+        format,
+        timestamp_ms: Some(time_ms),
+        ..EntrySpec::default()
+    };
+    let info = log.append_entry(spec, count, &payload).unwrap();
+    assert_eq!(info.base_offset.get(), base);
+    fields
+        .into_iter()
+        .enumerate()
+        .map(|(i, (k, v))| {
+            (
+                base + i as u64,
+                k,
+                v.clone().unwrap_or_default(),
+                v.is_none(),
+                time_ms,
+            )
+        })
+        .collect()
+}
+
+fn read_all(log: &PartitionLog) -> Vec<Read> {
+    log.iter(Offset(0))
+        .map(|r| {
+            let (o, rec) = r.unwrap();
+            (o.get(), rec.key.map(|k| k.to_vec()), rec.value.to_vec())
+        })
+        .collect()
+}
+
+fn policy(upto: u64, now_ms: u64, delete_retention_ms: u64) -> CompactionPolicy {
+    CompactionPolicy {
+        upto_log_index: upto,
+        now_ms,
+        min_lag_ms: 0,
+        max_lag_ms: u64::MAX,
+        delete_retention_ms,
+        min_dirty_ratio: 0.0,
+        bytes_per_second: 0,
+    }
+}
+
+/// What a compacted log must read as: below `boundary` (the active segment's base offset,
+/// which compaction leaves whole), each key's latest record there unless it is a tombstone
+/// older than `delete_retention_ms`, and every record without a key; from `boundary` on,
+/// everything.
+fn expected(
+    written: &[Written],
+    boundary: u64,
+    now_ms: u64,
+    delete_retention_ms: u64,
+) -> Vec<Read> {
+    let mut latest: HashMap<Vec<u8>, u64> = HashMap::new();
+    for (o, k, ..) in written.iter().filter(|w| w.0 < boundary) {
+        if let Some(k) = k {
+            latest.insert(k.clone(), *o);
+        }
+    }
+    written
+        .iter()
+        .filter(|(o, k, _, tombstone, time)| {
+            *o >= boundary
+                || match k {
+                    None => true,
+                    Some(k) => {
+                        latest.get(k) == Some(o)
+                            && !(*tombstone && time + delete_retention_ms <= now_ms)
+                    }
+                }
+        })
+        .map(|(o, k, v, ..)| (*o, k.clone(), v.clone()))
+        .collect()
+}
+
+/// The base offset of the active segment: compaction's range ends there.
+fn boundary(log: &PartitionLog) -> u64 {
+    log.segments.read().last().unwrap().base_offset
+}
+
+/// Every Kafka batch a Kafka fetch would serve decodes with a Kafka client's decoder, its
+/// records at the offsets the log reads.
+fn kafka_decodes(log: &PartitionLog) {
+    for b in log.read(Offset(0), usize::MAX).unwrap() {
+        let mut out = bytes::BytesMut::new();
+        if b.format() == PayloadFormat::Kafka && !b.payload.is_empty() {
+            crate::segment::kafka::serve(&b.payload, b.base_offset().get(), 0, &mut out);
+        } else {
+            crate::segment::kafka::encode_native(&b, &mut out);
+        }
+        if out.is_empty() {
+            continue;
+        }
+        let mut bytes = out.freeze();
+        let sets = RecordBatchDecoder::decode_all(&mut bytes).unwrap();
+        let offsets: Vec<u64> = sets
+            .iter()
+            .flat_map(|s| s.records.iter().map(|r| u64::try_from(r.offset).unwrap()))
+            .collect();
+        let read: Vec<u64> = b.records().map(|(o, _)| o.get()).collect();
+        assert_eq!(offsets, read, "a Kafka client reads what the log reads");
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Batch_ {
+    recs: Vec<Rec>,
+    /// `None`: replog's format; else the Kafka codec's index in [`CODECS`].
+    kafka: Option<usize>,
+    /// Milliseconds after the log's start of time.
+    age: u64,
+}
+
+fn batch_strategy() -> impl Strategy<Value = Batch_> {
+    (
+        prop::collection::vec(
+            (
+                prop::option::weighted(0.9, 0u8..6),
+                prop::option::weighted(0.85, any::<u8>()),
+            ),
+            1..6,
+        ),
+        prop::option::of(0usize..CODECS.len()),
+        0u64..1_000,
+    )
+        .prop_map(|(recs, kafka, age)| Batch_ { recs, kafka, age })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// A compacted log reads as the model says, reads the same after a reopen and after a
+    /// second run (which rewrites nothing), serves Kafka batches a Kafka client decodes, and
+    /// a replica written from its entries reads the same.
+    #[test]
+    fn compaction_keeps_each_keys_latest_record(
+        batches in prop::collection::vec(batch_strategy(), 1..60),
+        delete_retention_ms in prop::option::of(0u64..1_000),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let now = 10_000u64;
+        let delete_retention_ms = delete_retention_ms.unwrap_or(u64::MAX / 2);
+        let mut written = Vec::new();
+        let log = PartitionLog::open(dir.path(), config()).unwrap();
+        for b in &batches {
+            let kafka = b.kafka.map(|i| CODECS[i]);
+            written.extend(append(&log, &b.recs, kafka, now - 1_000 + b.age));
+        }
+        let entries_before = log.next_log_index().get();
+        let end = log.end_offset();
+        let upto = entries_before - 1;
+        let stats = log.compact(&policy(upto, now, delete_retention_ms)).unwrap();
+        let want = expected(&written, boundary(&log), now, delete_retention_ms);
+        prop_assert_eq!(read_all(&log), want.clone());
+        prop_assert_eq!(log.end_offset(), end);
+        prop_assert_eq!(log.next_log_index().get(), entries_before);
+        let removed = written.len() as u64 - want.len() as u64;
+        prop_assert_eq!(stats.records_removed, removed);
+        kafka_decodes(&log);
+
+        // Again: nothing left to do.
+        let again = log.compact(&policy(upto, now, delete_retention_ms)).unwrap();
+        prop_assert_eq!(again.segments, 0);
+        prop_assert_eq!(again.records_removed, 0);
+
+        // A replica written from the compacted entries, as a follower is.
+        let replica_dir = tempfile::tempdir().unwrap();
+        let replica = PartitionLog::open(replica_dir.path(), config()).unwrap();
+        for b in log.read_entries(0, entries_before, usize::MAX).unwrap() {
+            let spec = EntrySpec {
+                log_index: Some(b.log_index().get()),
+                term: Some(b.term().get()),
+                format: b.format(),
+                timestamp_ms: Some(b.timestamp_ms()),
+                compacted: b.is_compacted(),
+                ..EntrySpec::default()
+            };
+            replica.append_entry(spec, b.record_count(), &b.payload).unwrap();
+        }
+        prop_assert_eq!(read_all(&replica), want.clone());
+
+        drop(log);
+        let log = PartitionLog::open(dir.path(), config()).unwrap();
+        prop_assert_eq!(read_all(&log), want);
+        prop_assert_eq!(log.end_offset(), end);
+    }
+}
+
+/// A run cut after any of its steps (as a crash would) leaves a log that opens with no
+/// temporary file and reads as the log before the run less some of the records the run
+/// removes (the segments it finished), never one the compacted log keeps; the next run
+/// finishes the job.
+#[test]
+fn a_run_cut_at_any_step_loses_nothing() {
+    for step in [
+        CompactionStep::Written,
+        CompactionStep::IndexRemoved,
+        CompactionStep::Renamed,
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let now = 10_000;
+        let mut written = Vec::new();
+        let (before, want) = {
+            let log = PartitionLog::open(dir.path(), config()).unwrap();
+            for i in 0..40u8 {
+                let codec = (i % 3 == 0).then_some(Compression::Gzip);
+                written.extend(append(
+                    &log,
+                    &[(Some(i % 4), Some(i)), (Some(i % 5), Some(i))],
+                    codec,
+                    now,
+                ));
+            }
+            let before = read_all(&log);
+            let want = expected(&written, boundary(&log), now, u64::MAX / 2);
+            let upto = log.next_log_index().get() - 1;
+            let _ = log.compact_until(&policy(upto, now, u64::MAX / 2), Some(step));
+            log.abandon();
+            (before, want)
+        };
+        let log = PartitionLog::open(dir.path(), config()).unwrap();
+        let got = read_all(&log);
+        assert!(got.iter().all(|r| before.contains(r)), "{step:?}: {got:?}");
+        assert!(want.iter().all(|r| got.contains(r)), "{step:?}: {got:?}");
+        let leftovers: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".tmp"))
+            .collect();
+        assert!(leftovers.is_empty(), "{step:?}: {leftovers:?}");
+        let upto = log.next_log_index().get() - 1;
+        log.compact(&policy(upto, now, u64::MAX / 2)).unwrap();
+        assert_eq!(read_all(&log), want, "{step:?}");
+    }
+}
+
+/// `min.compaction.lag.ms` keeps recent segments whole, the dirty ratio holds a run back, and
+/// nothing past the committed log index is compacted.
+#[test]
+fn lags_ratio_and_the_commit_point_hold_compaction_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = PartitionLog::open(dir.path(), config()).unwrap();
+    let now = 100_000;
+    for i in 0..60u8 {
+        append(&log, &[(Some(i % 2), Some(i))], None, now - 1_000);
+    }
+    let upto = log.next_log_index().get() - 1;
+    let mut p = policy(upto, now, 0);
+    p.min_lag_ms = 5_000;
+    assert_eq!(log.compact(&p).unwrap(), CompactionStats::default());
+    p.min_lag_ms = 0;
+    p.upto_log_index = 0;
+    assert_eq!(
+        log.compact(&p).unwrap().segments,
+        0,
+        "nothing committed yet"
+    );
+    p.upto_log_index = upto;
+    p.min_dirty_ratio = 1.5;
+    assert_eq!(log.compact(&p).unwrap().segments, 0, "ratio never reached");
+    p.max_lag_ms = 500;
+    assert!(log.compact(&p).unwrap().segments > 0, "overdue segments go");
+}
