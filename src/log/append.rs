@@ -185,9 +185,14 @@ impl PartitionLog {
         // into one older than 3 (FORMAT.md §9): a build that reads only the older version must
         // refuse the segment, not cut it at the frame.
         let old_format = w.active.version < header.min_format_version();
+        // A segment is as large as its topic's `segment.bytes` says now, also one created
+        // when it said more (a topic's first segment is created before its configs apply).
+        let used = w.handle.capacity() - w.handle.free_len();
+        let full = used > crate::segment::format::SEGMENT_HEADER_LEN
+            && (used + frame_len) as u64 > self.segment_bytes();
         if old_format && w.cursor.next_log_index == w.active.base_log_index {
             self.replace_empty_active_locked(&mut w)?;
-        } else if w.handle.free_len() < frame_len || old_format {
+        } else if w.handle.free_len() < frame_len || old_format || full {
             self.roll_locked(&mut w)?;
         }
         if w.handle.free_len() < frame_len {

@@ -680,6 +680,11 @@ impl Batch {
         self.record_count
     }
 
+    /// The bytes the batch takes in its log: its frame's header and payload.
+    pub fn size_bytes(&self) -> usize {
+        FRAME_HEADER_LEN + self.payload.len()
+    }
+
     /// Whether compaction removed records from this batch (its offsets have gaps).
     pub fn is_compacted(&self) -> bool {
         self.compacted

@@ -14,6 +14,7 @@ use support::{
 };
 
 mod attack;
+mod compaction;
 mod consumer;
 mod groups;
 mod hostile;
