@@ -194,7 +194,7 @@ pub use error::{CorruptKind, Error, Result};
 pub use group::assignor::Assignor;
 pub use group::{GroupError, OFFSETS_TOPIC};
 pub use local_cluster::LocalCluster;
-pub use log::{AppendInfo, CompactionStats, LogIter, PartitionLog};
+pub use log::{AppendInfo, CompactionPolicy, CompactionStats, LogIter, PartitionLog};
 pub use node::{Node, NodeConfig, PartitionStatus};
 pub use producer::{Producer, ProducerConfig, RecordMetadata};
 

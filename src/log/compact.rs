@@ -38,25 +38,47 @@ use crate::segment::format::{EntryKind, PayloadFormat};
 use crate::segment::kafka;
 use crate::segment::record::{Batch, Limits, compact_replog_payload};
 use crate::segment::{FrameOut, Segment};
+use crate::types::LogIndex;
 
-/// What one compaction run may do: the topic's compaction configs and the replica's limits.
+/// What one compaction run ([`PartitionLog::compact`]) may do: how far, and the topic
+/// configs Kafka names for it.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct CompactionPolicy {
-    /// Frames after this log index are not compacted: they may not be committed or applied
-    /// here yet.
-    pub(crate) upto_log_index: u64,
-    pub(crate) now_ms: u64,
+#[non_exhaustive]
+pub struct CompactionPolicy {
+    /// Frames after this log index are not compacted (a Raft replica passes what it has
+    /// applied: what may still be cut from its log must stay whole).
+    pub upto_log_index: u64,
+    /// The time the lags and the tombstones' age are reckoned from, in milliseconds since the
+    /// Unix epoch.
+    pub now_ms: u64,
     /// `min.compaction.lag.ms`: a segment with a frame newer than this is not compacted.
-    pub(crate) min_lag_ms: u64,
+    pub min_lag_ms: u64,
     /// `max.compaction.lag.ms`: a dirty segment older than this is compacted whatever the
     /// dirty ratio.
-    pub(crate) max_lag_ms: u64,
+    pub max_lag_ms: u64,
     /// `delete.retention.ms`: how long a tombstone stays once it is its key's latest.
-    pub(crate) delete_retention_ms: u64,
-    /// `min.cleanable.dirty.ratio`.
-    pub(crate) min_dirty_ratio: f64,
+    pub delete_retention_ms: u64,
+    /// `min.cleanable.dirty.ratio`: the share of the range's bytes in segments not compacted
+    /// since they were written below which a run does nothing.
+    pub min_dirty_ratio: f64,
     /// Bytes of segments read per second at most (0 for no limit): the run's I/O budget.
-    pub(crate) bytes_per_second: u64,
+    pub bytes_per_second: u64,
+}
+
+impl CompactionPolicy {
+    /// A run up to `upto_log_index`, now, with Kafka's defaults: no lags, tombstones kept
+    /// a day, a dirty ratio of 0.5, no I/O limit.
+    pub fn new(upto_log_index: LogIndex) -> CompactionPolicy {
+        CompactionPolicy {
+            upto_log_index: upto_log_index.get(),
+            now_ms: super::now_ms(),
+            min_lag_ms: 0,
+            max_lag_ms: u64::MAX,
+            delete_retention_ms: 24 * 60 * 60 * 1000,
+            min_dirty_ratio: 0.5,
+            bytes_per_second: 0,
+        }
+    }
 }
 
 /// What a compaction run did.
@@ -87,14 +109,37 @@ pub(crate) enum CompactionStep {
 }
 
 impl PartitionLog {
-    /// Compacts the log's cleanable range under `policy` (see the module docs); returns what
-    /// it did.
+    /// Compacts the log (Kafka's `cleanup.policy=compact`): rewrites its sealed segments up to
+    /// `policy.upto_log_index` with at least the latest record of each key, and returns what
+    /// it did. Offsets never change: a compacted log has gaps, which reads skip. Appends and
+    /// reads go on meanwhile; a crash at any point leaves the log as it was or with some
+    /// segments compacted (the on-disk steps are in [`crate::format`](mod@crate::format),
+    /// §4.3).
+    ///
+    /// ```
+    /// use replog::{CompactionPolicy, LogConfig, LogIndex, Offset, PartitionLog, Record};
+    ///
+    /// # fn main() -> replog::Result<()> {
+    /// let dir = tempfile::tempdir()?;
+    /// let log = PartitionLog::open(dir.path(), LogConfig::default())?;
+    /// for v in 0..3 {
+    ///     log.append(&[Record::new(format!("v{v}")).with_key("k")])?;
+    /// }
+    /// log.roll()?; // the active segment is never compacted
+    /// let upto = LogIndex(log.next_log_index().get() - 1);
+    /// let stats = log.compact(&CompactionPolicy::new(upto))?;
+    /// assert_eq!(stats.records_removed, 2);
+    /// let left: Vec<_> = log.iter(Offset(0)).map(|r| r.map(|(o, _)| o)).collect::<Result<_, _>>()?;
+    /// assert_eq!(left, vec![Offset(2)]);
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Errors
     ///
     /// [`crate::Error::Io`] if a file could not be written or renamed (the log is unchanged
     /// where the error struck), [`crate::Error::Corrupt`] if a segment does not read.
-    pub(crate) fn compact(&self, policy: &CompactionPolicy) -> Result<CompactionStats> {
+    pub fn compact(&self, policy: &CompactionPolicy) -> Result<CompactionStats> {
         self.compact_until(
             policy,
             #[cfg(test)]

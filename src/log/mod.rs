@@ -47,10 +47,9 @@ use crate::types::{LogIndex, Offset};
 
 pub use append::AppendInfo;
 pub(crate) use append::EntrySpec;
-pub(crate) use compact::CompactionPolicy;
-pub use compact::CompactionStats;
 #[cfg(test)]
 pub(crate) use compact::CompactionStep;
+pub use compact::{CompactionPolicy, CompactionStats};
 pub use read::LogIter;
 
 /// A local, append-only log of record batches in memory-mapped segment files.

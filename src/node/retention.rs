@@ -28,15 +28,13 @@ impl Broker {
                 continue;
             };
             let s = *group.settings.read();
-            let policy = CompactionPolicy {
-                upto_log_index: applied,
-                now_ms: now,
-                min_lag_ms: s.min_compaction_lag_ms,
-                max_lag_ms: s.max_compaction_lag_ms,
-                delete_retention_ms: s.delete_retention_ms,
-                min_dirty_ratio: s.min_cleanable_dirty_ratio,
-                bytes_per_second: self.config.compaction_bytes_per_second,
-            };
+            let mut policy = CompactionPolicy::new(crate::types::LogIndex(applied));
+            policy.now_ms = now;
+            policy.min_lag_ms = s.min_compaction_lag_ms;
+            policy.max_lag_ms = s.max_compaction_lag_ms;
+            policy.delete_retention_ms = s.delete_retention_ms;
+            policy.min_dirty_ratio = s.min_cleanable_dirty_ratio;
+            policy.bytes_per_second = self.config.compaction_bytes_per_second;
             let g = Arc::clone(&group);
             let stats = tokio::task::spawn_blocking(move || g.store.log().compact(&policy))
                 .await

@@ -929,6 +929,19 @@ pub fn fuzz_kafka_batch(data: &[u8]) -> Result<usize, CorruptKind> {
         }
     }
     let data = Bytes::from(data);
+    // As a compacted batch (FORMAT.md §4.3) too: its decode, and compaction's rewrite of it
+    // keeping every other record, whose result must decode as a compacted batch.
+    if let Ok(records) = decode_records_of(&data, true, &limits) {
+        let mut i = 0usize;
+        let kept = compact_batch(&data, true, &limits, |_, _, _| {
+            i += 1;
+            i.is_multiple_of(2)
+        });
+        if let Ok(Some(kept)) = kept {
+            let again = decode_records_of(&kept, true, &limits).expect("a rewrite decodes");
+            assert_eq!(again.len(), records.len() / 2, "every other record kept");
+        }
+    }
     let info = accept(&data, &limits)?;
     let records = decode_records_of(&data, false, &limits)?;
     assert_eq!(

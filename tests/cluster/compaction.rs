@@ -1,8 +1,8 @@
 //! Log compaction on a three-broker cluster: a compacted topic written with 1,000 keys × 100
 //! versions while a follower is down (it comes back to a leader that compacted what it lacks)
 //! and then with the leader stopped; afterwards every replica serves the same latest value of
-//! each key, its log within twice its live records, and kcat reads it from the beginning,
-//! also a topic kcat itself wrote, compressed, as Kafka batches.
+//! each key, its log within twice its live records, and kcat and kafka-python read it from the
+//! beginning, also a topic kcat itself wrote, compressed, as Kafka batches, with tombstones.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -208,7 +208,25 @@ async fn every_replica_keeps_each_keys_latest_value_through_failures() {
             .collect();
         assert_eq!(read, want, "through {at}");
     }
+    // kafka-python's consumer too, stepping over the batches compaction emptied.
+    if let Some(read) = kafka_python_reads(kafka[1], TOPIC).await {
+        assert_eq!(read, want);
+    }
     kcat_writes_a_compacted_topic(kcat, &client, &cluster, &kafka).await;
+}
+
+/// Each key's last value as kafka-python's consumer reads `topic` from its beginning to its
+/// end through `at` (`None` where the Python clients are not installed).
+async fn kafka_python_reads(at: SocketAddr, topic: &str) -> Option<BTreeMap<String, String>> {
+    if !crate::kafka_python::python_clients() {
+        return None;
+    }
+    let (ok, out, err) =
+        crate::kafka_python::python("compacted.py", vec![at.to_string(), topic.into()]).await;
+    assert!(ok, "{out}{err}");
+    let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(r["position"], r["end"], "{r}");
+    Some(serde_json::from_value(r["latest"].clone()).unwrap())
 }
 
 /// A topic kcat writes (gzip, so stored as Kafka's compressed batches), compacted, reads
@@ -305,5 +323,8 @@ async fn kcat_writes_a_compacted_topic(
             },
         )
         .await;
+    }
+    if let Some(read) = kafka_python_reads(kafka[2], topic).await {
+        assert_eq!(read, want);
     }
 }

@@ -448,3 +448,14 @@ fn the_first_record_at_a_time_is_found_inside_the_batch() {
         Err(CorruptKind::BadKafkaBatch(_))
     ));
 }
+
+/// The fuzz entry point on valid batches of every codec: decoded, and compacted to every
+/// other record (uncompressed then) and decoded again as a compacted batch.
+#[test]
+fn the_fuzz_entry_compacts_what_it_decodes() {
+    for codec in CODECS {
+        let b = sample(codec);
+        let n = decode_records(&b, &LIMITS).unwrap().len();
+        assert_eq!(fuzz_kafka_batch(&b), Ok(n), "{codec:?}");
+    }
+}
