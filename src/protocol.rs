@@ -160,6 +160,8 @@ impl WireBatch {
 
     pub(crate) fn from_batch(b: &Batch) -> Self {
         let records = match b.format {
+            // A run of emptied entries (its payload is their count): no record.
+            _ if b.kind == EntryKind::Gap => Bytes::new(),
             PayloadFormat::Replog => b.payload.clone(),
             PayloadFormat::Kafka if b.compacted => {
                 let base = b.base_offset.get();

@@ -175,6 +175,7 @@ impl PartitionLog {
                 PayloadFormat::Replog
             },
             compacted: kind == EntryKind::Data && spec.compacted,
+            entries: 1,
             timestamp_ms,
             producer_id: spec.producer_id,
             producer_epoch: spec.producer_epoch,

@@ -36,8 +36,8 @@ use super::PartitionLog;
 use crate::error::Result;
 use crate::segment::format::{EntryKind, PayloadFormat};
 use crate::segment::kafka;
-use crate::segment::record::{Batch, Limits, compact_replog_payload};
-use crate::segment::{FrameOut, Segment};
+use crate::segment::record::{Batch, FrameHeader, Limits, compact_replog_payload};
+use crate::segment::{FrameOut, Segment, gap};
 use crate::types::LogIndex;
 
 /// What one compaction run ([`PartitionLog::compact`]) may do: how far, and the topic
@@ -160,10 +160,17 @@ impl PartitionLog {
         let throttle = Throttle::new(policy.bytes_per_second);
         // The key map: each key's latest offset in the range.
         let mut latest: HashMap<Box<[u8]>, u64> = HashMap::new();
+        // Each idempotent producer's last batch in the range, which stays a frame of its own
+        // even if emptied (as Kafka's cleaner keeps it): a replica that replays the range
+        // learns the producer's last sequence from it.
+        let mut last_of_producer: HashMap<u64, u64> = HashMap::new();
         for seg in &range {
             for (pos, h) in seg.frames()? {
                 if h.kind != EntryKind::Data {
                     continue;
+                }
+                if h.producer_id != 0 {
+                    last_of_producer.insert(h.producer_id, h.log_index);
                 }
                 let batch = seg.batch(pos, &h)?;
                 for_each_key(&batch, |offset, key, _| {
@@ -184,13 +191,24 @@ impl PartitionLog {
             frame_time.saturating_add(policy.delete_retention_ms) <= policy.now_ms
         };
         for seg in &range {
-            let mut frames = Vec::new();
-            let mut changed = false;
+            let mut frames = Runs::default();
             for (pos, h) in seg.frames()? {
-                if h.kind != EntryKind::Data {
-                    frames.push(FrameOut::Keep(pos));
+                if h.kind == EntryKind::Gap {
+                    let entries = seg.gap_entries(pos, &h)?;
+                    let spans = entries.iter().map(Batch::record_count).collect();
+                    frames.push(FrameOut::Keep(pos), &h, Some(spans));
                     continue;
                 }
+                if h.kind != EntryKind::Data {
+                    frames.push(FrameOut::Keep(pos), &h, None);
+                    continue;
+                }
+                // An emptied frame joins a gap unless it is an idempotent producer's last, or
+                // spans no offset (a log-start entry, which is not a batch).
+                let collapsible = h.record_count > 0
+                    && (h.producer_id == 0
+                        || last_of_producer.get(&h.producer_id) != Some(&h.log_index));
+                let gap = |empty: bool| (empty && collapsible).then(|| vec![h.record_count]);
                 let batch = seg.batch(pos, &h)?;
                 let base = h.base_offset;
                 let mut removed = 0u64;
@@ -231,17 +249,22 @@ impl PartitionLog {
                         }
                     }
                 };
+                let empty = match &payload {
+                    Some(p) => p.is_empty(),
+                    None => h.compacted && batch.payload.is_empty(),
+                };
                 match payload {
                     Some(payload) => {
-                        changed = true;
+                        frames.changed = true;
                         stats.records_removed += removed;
-                        frames.push(FrameOut::Rewrite(h, payload));
+                        frames.push(FrameOut::Rewrite(h, payload), &h, gap(empty));
                     }
-                    None => frames.push(FrameOut::Keep(pos)),
+                    None => frames.push(FrameOut::Keep(pos), &h, gap(empty)),
                 }
             }
             throttle.spent(seg.data_len() as u64);
             let marked = seg.header().is_some_and(|h| h.compacted);
+            let (frames, changed) = frames.finish();
             if !changed && marked {
                 continue;
             }
@@ -357,6 +380,89 @@ impl PartitionLog {
         Ok(true)
     }
 }
+
+/// A compacted segment's frames as they are decided, with the runs of emptied entries (data
+/// frames that kept no record, and gap frames) of one term collapsed into gap frames
+/// (FORMAT.md §4.3, `crate::segment::gap`).
+#[derive(Default)]
+struct Runs {
+    out: Vec<FrameOut>,
+    /// The run being gathered: each emptied frame's output and header.
+    run: Vec<(FrameOut, FrameHeader)>,
+    /// The offsets each entry of the run spans.
+    spans: Vec<u32>,
+    /// The offsets the run spans.
+    span: u64,
+    /// A frame is rewritten or a run collapsed: the segment changes.
+    changed: bool,
+}
+
+impl Runs {
+    /// Adds a frame; `spans` (each entry's offsets) if it is an emptied entry, or a gap frame
+    /// of them, which may join a gap.
+    fn push(&mut self, frame: FrameOut, h: &FrameHeader, spans: Option<Vec<u32>>) {
+        let Some(spans) = spans else {
+            self.flush();
+            self.out.push(frame);
+            return;
+        };
+        let joins = self.run.first().is_none_or(|(_, first)| {
+            first.term == h.term
+                && self.span + u64::from(h.record_count) <= GAP_SPAN_MAX
+                && self.spans.len() + spans.len() <= GAP_ENTRIES_MAX
+        });
+        if !joins {
+            self.flush();
+        }
+        self.span += u64::from(h.record_count);
+        self.spans.extend(spans);
+        self.run.push((frame, *h));
+    }
+
+    /// Ends the run: a gap frame for two entries or more, else the frame as it was decided.
+    fn flush(&mut self) {
+        let run = std::mem::take(&mut self.run);
+        let spans = std::mem::take(&mut self.spans);
+        let span = std::mem::take(&mut self.span);
+        let Some((_, first)) = run.first() else {
+            return;
+        };
+        let already_one_gap = run.len() == 1 && first.kind == EntryKind::Gap;
+        if spans.len() < 2 || already_one_gap {
+            self.out.extend(run.into_iter().map(|(frame, _)| frame));
+            return;
+        }
+        let last = run
+            .last()
+            .map_or(first.timestamp_ms, |(_, h)| h.timestamp_ms);
+        let gap = FrameHeader {
+            kind: EntryKind::Gap,
+            format: PayloadFormat::Replog,
+            compacted: true,
+            entries: spans.len() as u64,
+            record_count: u32::try_from(span).unwrap_or(u32::MAX),
+            timestamp_ms: last,
+            producer_id: 0,
+            producer_epoch: 0,
+            base_sequence: 0,
+            ..*first
+        };
+        self.out.push(FrameOut::Rewrite(gap, gap::encode(&spans)));
+        self.changed = true;
+    }
+
+    fn finish(mut self) -> (Vec<FrameOut>, bool) {
+        self.flush();
+        (self.out, self.changed)
+    }
+}
+
+/// The most offsets one gap frame spans: what a Kafka batch's last offset delta can say,
+/// since a Kafka fetch serves the gap as one empty batch.
+const GAP_SPAN_MAX: u64 = i32::MAX as u64;
+
+/// The most entries in one gap frame, as a count of spans.
+const GAP_ENTRIES_MAX: usize = gap::GAP_ENTRIES_MAX as usize;
 
 /// Each record of a data batch as compaction sees it: its offset, key, and whether it is a
 /// tombstone (only Kafka's records can be: replog's have no null value).

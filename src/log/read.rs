@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::{PartitionLog, segment_index_of};
 use crate::error::{Error, Result};
 use crate::segment::Segment;
-use crate::segment::format::{EntryKind, SEGMENT_HEADER_LEN};
+use crate::segment::format::{EntryKind, FRAME_HEADER_LEN, SEGMENT_HEADER_LEN};
 use crate::segment::record::{Batch, FrameHeader, Limits, Record};
 use crate::types::Offset;
 
@@ -45,7 +45,7 @@ impl PartitionLog {
             |s| s.seek_offset(from.0),
             |h| h.base_offset > from.0,
             |s, pos, h| {
-                if h.kind != EntryKind::Data || h.next_offset() <= from.0 {
+                if h.kind == EntryKind::Control || h.next_offset() <= from.0 {
                     return Ok(true);
                 }
                 // Stop at the end offset read above: a frame can be visible in its segment a
@@ -258,8 +258,24 @@ impl PartitionLog {
                         },
                     });
                 }
-                if h.log_index < want {
+                if h.log_index + h.entries <= want {
                     return Ok(true);
+                }
+                if h.kind == EntryKind::Gap {
+                    // The entries a gap frame stands for, each as Raft sees it, counted as
+                    // a frame header each (what a replica appends for it).
+                    let skip = (want - h.log_index) as usize;
+                    for entry in s.gap_entries(pos, h)?.into_iter().skip(skip) {
+                        let len = FRAME_HEADER_LEN;
+                        if entry.log_index.get() >= to || !within(out.len(), bytes, len, max_bytes)
+                        {
+                            return Ok(false);
+                        }
+                        expected.set(entry.log_index.get() + 1);
+                        out.push(entry);
+                        bytes = bytes.saturating_add(len);
+                    }
+                    return Ok(bytes < max_bytes && expected.get() < to);
                 }
                 let len = h.frame_len();
                 if !within(out.len(), bytes, len, max_bytes) {

@@ -346,6 +346,12 @@ pub(crate) fn entry_from_batch(b: &Batch) -> io::Result<Entry> {
             format: b.format(),
             compacted: b.compacted,
         }),
+        EntryKind::Gap => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("a gap frame at log index {} read as one entry", b.log_index),
+            ));
+        }
         EntryKind::Control => match b.payload.split_first() {
             Some((&CONTROL_BLANK, _)) => EntryPayload::Blank,
             Some((&CONTROL_MEMBERSHIP, json)) => {

@@ -11,14 +11,15 @@ use crate::error::CorruptKind;
 pub(crate) const SEGMENT_MAGIC: [u8; 8] = *b"replog\x1a\n";
 /// Magic bytes at position 0 of every index file.
 pub(crate) const INDEX_MAGIC: [u8; 8] = *b"replidx\n";
-/// The format version this build writes (FORMAT.md §9): 3, which added compacted frames and
-/// segments.
-pub(crate) const FORMAT_VERSION: u16 = 3;
+/// The format version this build writes (FORMAT.md §9): 4, which added gap frames.
+pub(crate) const FORMAT_VERSION: u16 = 4;
 /// The first format version whose segments may hold Kafka batches (the `KAFKA` frame flag).
 pub(crate) const FORMAT_VERSION_KAFKA: u16 = 2;
 /// The first format version whose segments may hold compacted frames (the `COMPACTED` frame
 /// flag) and carry the `COMPACTED` segment flag.
 pub(crate) const FORMAT_VERSION_COMPACTED: u16 = 3;
+/// The first format version whose segments may hold gap frames (`kind = 3`, FORMAT.md §4.3).
+pub(crate) const FORMAT_VERSION_GAP: u16 = 4;
 /// The index format version this build writes and reads (FORMAT.md §5, §9): 3, whose entries
 /// carry a time. An index of an earlier version is rebuilt from its segment, as any index that
 /// does not check out is.
@@ -111,6 +112,9 @@ pub(crate) enum EntryKind {
     Data = 1,
     /// An entry of the layer above (e.g. Raft membership); takes no offsets.
     Control = 2,
+    /// A run of data entries compaction emptied, collapsed into one frame (FORMAT.md §4.3):
+    /// it stands for `entries` log entries and spans `record_count` offsets.
+    Gap = 3,
 }
 
 /// How a data frame's payload is encoded (FORMAT.md §4).
@@ -128,6 +132,7 @@ impl EntryKind {
         match v {
             1 => Ok(EntryKind::Data),
             2 => Ok(EntryKind::Control),
+            3 => Ok(EntryKind::Gap),
             other => Err(CorruptKind::UnknownEntryKind(other)),
         }
     }

@@ -16,8 +16,9 @@
 //! - `file.rs`: making a segment durable, writing its index, and deleting its files.
 //! - `inspect.rs`: [`inspect_segment`], the read-only scan behind `replog check`.
 //!
-//! `format.rs` (layout constants), `record.rs` (frame codec), `index.rs` (index file codec) and
-//! `mmap.rs` (the map and its single writer) are pure building blocks beneath them.
+//! `format.rs` (layout constants), `record.rs` (frame codec), `gap.rs` (gap frames' payload),
+//! `index.rs` (index file codec) and `mmap.rs` (the map and its single writer) are pure
+//! building blocks beneath them; `compact.rs` writes a compacted segment and swaps it in.
 
 // Code that reads bytes from disk must not panic on them: no unchecked indexing here.
 #![deny(clippy::indexing_slicing)]
@@ -26,6 +27,7 @@ mod compact;
 mod create;
 mod file;
 pub(crate) mod format;
+pub(crate) mod gap;
 pub(crate) mod index;
 mod inspect;
 pub(crate) mod kafka;

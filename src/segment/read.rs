@@ -132,6 +132,31 @@ impl Segment {
         })
     }
 
+    /// The entries the gap frame at `pos`, whose header is `h`, stands for (FORMAT.md §4.3),
+    /// each as Raft sees it: an emptied data entry of the gap's term and time, in replog's
+    /// format, spanning the offsets its span in the payload says, without a producer.
+    pub(crate) fn gap_entries(&self, pos: usize, h: &FrameHeader) -> Result<Vec<Batch>> {
+        let frame = self.batch(pos, h)?;
+        let spans = super::gap::spans(&frame.payload, h.record_count)
+            .map_err(|kind| corrupt(&self.path, pos, kind))?;
+        let mut base = h.base_offset;
+        let mut out = Vec::with_capacity(spans.len());
+        for (i, span) in (0u64..).zip(spans) {
+            out.push(Batch {
+                log_index: LogIndex(h.log_index + i),
+                base_offset: Offset(base),
+                record_count: span,
+                kind: super::format::EntryKind::Data,
+                format: PayloadFormat::Replog,
+                compacted: true,
+                payload: bytes::Bytes::new(),
+                ..frame.clone()
+            });
+            base += u64::from(span);
+        }
+        Ok(out)
+    }
+
     /// Finds the frame with `log_index` (which must be in this segment), returning its position
     /// and the cursor just before it.
     pub(crate) fn locate(&self, log_index: u64, limits: &Limits) -> Result<(usize, Cursor)> {
@@ -149,6 +174,20 @@ impl Segment {
                     last_term: 0,
                 });
                 return Ok((pos, cursor));
+            }
+            if h.log_index < log_index && log_index < h.log_index + h.entries {
+                // Inside a gap frame: entries compaction merged, all committed, which no
+                // replica ever cuts apart (Raft truncates only what is not committed).
+                return Err(crate::Error::Io(std::sync::Arc::new(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!(
+                        "log index {log_index} lies inside a compacted gap of entries {}..{} \
+                         in {}",
+                        h.log_index,
+                        h.log_index + h.entries,
+                        self.path.display()
+                    ),
+                ))));
             }
             before = Some(Cursor::after(&h));
             pos += h.frame_len();

@@ -246,8 +246,10 @@ pub(crate) struct FrameHeader {
     pub(crate) format: PayloadFormat,
     /// Compaction removed records from the frame (the `COMPACTED` flag, FORMAT.md §4.3):
     /// `record_count` is the offsets it spans, its payload holds fewer records, each with its
-    /// offset.
+    /// offset. Always set on a gap frame.
     pub(crate) compacted: bool,
+    /// The log entries the frame stands for: 1, but for a gap frame (FORMAT.md §4.3).
+    pub(crate) entries: u64,
     pub(crate) timestamp_ms: u64,
     /// Idempotent producer that wrote the batch; 0 for none.
     pub(crate) producer_id: u64,
@@ -265,7 +267,9 @@ impl FrameHeader {
 
     /// The oldest segment format version that may hold this frame (FORMAT.md §9).
     pub(crate) fn min_format_version(&self) -> u16 {
-        if self.compacted {
+        if self.kind == EntryKind::Gap {
+            super::format::FORMAT_VERSION_GAP
+        } else if self.compacted {
             super::format::FORMAT_VERSION_COMPACTED
         } else if self.format == PayloadFormat::Kafka {
             super::format::FORMAT_VERSION_KAFKA
@@ -356,7 +360,7 @@ fn put_header_fields(dst: &mut [u8], header: &FrameHeader) {
         PayloadFormat::Replog => 0,
         PayloadFormat::Kafka => FRAME_FLAG_KAFKA,
     };
-    if header.compacted {
+    if header.compacted && header.kind == EntryKind::Data {
         flags |= FRAME_FLAG_COMPACTED;
     }
     put(dst, FRAME_FLAGS_POS, &[flags]);
@@ -446,7 +450,7 @@ pub(crate) fn decode_frame(
     if get_u32(frame, FRAME_RESERVED2_POS) != Some(0) {
         return Err(CorruptKind::NonZeroReserved);
     }
-    let header = FrameHeader {
+    let mut header = FrameHeader {
         body_len,
         log_index: get_u64(frame, FRAME_LOG_INDEX_POS).ok_or(CorruptKind::Truncated)?,
         term: get_u64(frame, FRAME_TERM_POS).ok_or(CorruptKind::Truncated)?,
@@ -454,7 +458,8 @@ pub(crate) fn decode_frame(
         record_count: get_u32(frame, FRAME_RECORD_COUNT_POS).ok_or(CorruptKind::Truncated)?,
         kind,
         format,
-        compacted,
+        compacted: compacted || kind == EntryKind::Gap,
+        entries: 1,
         timestamp_ms: get_u64(frame, FRAME_TIMESTAMP_POS).ok_or(CorruptKind::Truncated)?,
         producer_id: get_u64(frame, FRAME_PRODUCER_ID_POS).ok_or(CorruptKind::Truncated)?,
         producer_epoch: get_u16(frame, FRAME_PRODUCER_EPOCH_POS).ok_or(CorruptKind::Truncated)?,
@@ -484,8 +489,19 @@ pub(crate) fn decode_frame(
         }
         EntryKind::Control if header.record_count != 0 => return Err(CorruptKind::BadRecord),
         EntryKind::Control => {}
+        EntryKind::Gap => header.entries = gap_entries(payload, &header)?,
     }
     Ok(Some(header))
+}
+
+/// The entries a gap frame stands for (FORMAT.md §4.3), from its payload (`super::gap`):
+/// at least one, without a producer, and the log index after them within range.
+fn gap_entries(payload: &[u8], header: &FrameHeader) -> Result<u64, CorruptKind> {
+    let entries = super::gap::entries(payload, header.record_count)?;
+    if header.producer_id != 0 || header.log_index.checked_add(entries).is_none() {
+        return Err(CorruptKind::BadRecord);
+    }
+    Ok(entries)
 }
 
 /// Checks a data frame's payload in its format: replog's records ([`validate_records`]), or

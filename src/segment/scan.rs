@@ -47,7 +47,7 @@ impl Cursor {
     /// The cursor after `h`.
     pub(crate) fn after(h: &FrameHeader) -> Cursor {
         Cursor {
-            next_log_index: h.log_index + 1,
+            next_log_index: h.log_index + h.entries,
             next_offset: h.next_offset(),
             last_term: h.term,
         }

@@ -56,6 +56,17 @@ fn append(
     kafka: Option<Compression>,
     time_ms: u64,
 ) -> Vec<Written> {
+    append_with(log, recs, kafka, time_ms, EntrySpec::default())
+}
+
+/// [`append`] with a term and a producer from `spec`.
+fn append_with(
+    log: &PartitionLog,
+    recs: &[Rec],
+    kafka: Option<Compression>,
+    time_ms: u64,
+    spec: EntrySpec,
+) -> Vec<Written> {
     let base = log.end_offset().get();
     let fields: Vec<Fields> = recs
         .iter()
@@ -95,7 +106,7 @@ fn append(
     let spec = EntrySpec {
         format,
         timestamp_ms: Some(time_ms),
-        ..EntrySpec::default()
+        ..spec
     };
     let info = log.append_entry(spec, count, &payload).unwrap();
     assert_eq!(info.base_offset.get(), base);
@@ -203,6 +214,42 @@ struct Batch_ {
     kafka: Option<usize>,
     /// Milliseconds after the log's start of time.
     age: u64,
+    /// The batch starts a new term.
+    new_term: bool,
+    /// The idempotent producer (1 or 2) that writes it, if one does.
+    producer: Option<u64>,
+}
+
+/// What Raft and the offsets see of an entry: log index, term, base offset, offsets spanned.
+type EntryMeta = (u64, u64, u64, u32);
+
+fn entry_meta(log: &PartitionLog, from: u64, to: u64) -> Vec<EntryMeta> {
+    log.read_entries(from, to, usize::MAX)
+        .unwrap()
+        .iter()
+        .map(|b| {
+            let m = (b.log_index().get(), b.term().get(), b.base_offset().get());
+            (m.0, m.1, m.2, b.record_count())
+        })
+        .collect()
+}
+
+/// Writes `entries` (read from another replica's log) to `log` as a follower does.
+fn replicate(log: &PartitionLog, entries: &[crate::segment::record::Batch]) {
+    for b in entries {
+        let spec = EntrySpec {
+            log_index: Some(b.log_index().get()),
+            term: Some(b.term().get()),
+            format: b.format(),
+            timestamp_ms: Some(b.timestamp_ms()),
+            compacted: b.is_compacted(),
+            producer_id: b.producer().map_or(0, |p| p.0),
+            base_sequence: b.producer().map_or(0, |p| p.1),
+            ..EntrySpec::default()
+        };
+        log.append_entry(spec, b.record_count(), &b.payload)
+            .unwrap();
+    }
 }
 
 fn batch_strategy() -> impl Strategy<Value = Batch_> {
@@ -216,8 +263,16 @@ fn batch_strategy() -> impl Strategy<Value = Batch_> {
         ),
         prop::option::of(0usize..CODECS.len()),
         0u64..1_000,
+        prop::bool::weighted(0.1),
+        prop::option::weighted(0.2, 1u64..3),
     )
-        .prop_map(|(recs, kafka, age)| Batch_ { recs, kafka, age })
+        .prop_map(|(recs, kafka, age, new_term, producer)| Batch_ {
+            recs,
+            kafka,
+            age,
+            new_term,
+            producer,
+        })
 }
 
 proptest! {
@@ -225,25 +280,57 @@ proptest! {
 
     /// A compacted log reads as the model says, reads the same after a reopen and after a
     /// second run (which rewrites nothing), serves Kafka batches a Kafka client decodes, and
-    /// a replica written from its entries reads the same.
+    /// hands Raft the same entries (log index, term, offsets) as before, runs of emptied ones
+    /// merged into gap frames included; a replica written from its entries reads the same,
+    /// and so does one that held the log before compaction up to any entry and catches up.
     #[test]
     fn compaction_keeps_each_keys_latest_record(
         batches in prop::collection::vec(batch_strategy(), 1..60),
         delete_retention_ms in prop::option::of(0u64..1_000),
+        caught_up_to in any::<prop::sample::Index>(),
     ) {
         let dir = tempfile::tempdir().unwrap();
         let now = 10_000u64;
         let delete_retention_ms = delete_retention_ms.unwrap_or(u64::MAX / 2);
         let mut written = Vec::new();
         let log = PartitionLog::open(dir.path(), config()).unwrap();
+        let mut term = 1;
+        let mut sequences = [0u32; 3];
         for b in &batches {
             let kafka = b.kafka.map(|i| CODECS[i]);
-            written.extend(append(&log, &b.recs, kafka, now - 1_000 + b.age));
+            term += u64::from(b.new_term);
+            let mut spec = EntrySpec { term: Some(term), ..EntrySpec::default() };
+            if let Some(p) = b.producer {
+                spec.producer_id = p;
+                spec.base_sequence = sequences[p as usize];
+                sequences[p as usize] += b.recs.len() as u32;
+            }
+            written.extend(append_with(&log, &b.recs, kafka, now - 1_000 + b.age, spec));
         }
         let entries_before = log.next_log_index().get();
+        let meta_before = entry_meta(&log, 0, entries_before);
+        // The entries before compaction, copied out of the segments compaction replaces.
+        let original: Vec<_> = log
+            .read_entries(0, entries_before, usize::MAX)
+            .unwrap()
+            .into_iter()
+            .map(|mut b| {
+                b.payload = Bytes::copy_from_slice(&b.payload);
+                b
+            })
+            .collect();
         let end = log.end_offset();
         let upto = entries_before - 1;
         let stats = log.compact(&policy(upto, now, delete_retention_ms)).unwrap();
+        prop_assert_eq!(entry_meta(&log, 0, entries_before), meta_before.clone());
+        // Each producer's last batch keeps its producer and sequence.
+        for p in 1..3u64 {
+            let last = |entries: &[crate::segment::record::Batch]| {
+                entries.iter().rev().find_map(|b| b.producer().filter(|q| q.0 == p))
+            };
+            let after = log.read_entries(0, entries_before, usize::MAX).unwrap();
+            prop_assert_eq!(last(&after), last(&original));
+        }
         let want = expected(&written, boundary(&log), now, delete_retention_ms);
         prop_assert_eq!(read_all(&log), want.clone());
         prop_assert_eq!(log.end_offset(), end);
@@ -260,18 +347,22 @@ proptest! {
         // A replica written from the compacted entries, as a follower is.
         let replica_dir = tempfile::tempdir().unwrap();
         let replica = PartitionLog::open(replica_dir.path(), config()).unwrap();
-        for b in log.read_entries(0, entries_before, usize::MAX).unwrap() {
-            let spec = EntrySpec {
-                log_index: Some(b.log_index().get()),
-                term: Some(b.term().get()),
-                format: b.format(),
-                timestamp_ms: Some(b.timestamp_ms()),
-                compacted: b.is_compacted(),
-                ..EntrySpec::default()
-            };
-            replica.append_entry(spec, b.record_count(), &b.payload).unwrap();
-        }
+        replicate(&replica, &log.read_entries(0, entries_before, usize::MAX).unwrap());
         prop_assert_eq!(read_all(&replica), want.clone());
+        prop_assert_eq!(entry_meta(&replica, 0, entries_before), meta_before.clone());
+
+        // One that held the log up to some entry before compaction, and catches up over the
+        // compacted rest (a follower that was down): the same entries at the same offsets,
+        // and every record the leader keeps.
+        let k = caught_up_to.index(original.len() + 1) as u64;
+        let behind_dir = tempfile::tempdir().unwrap();
+        let behind = PartitionLog::open(behind_dir.path(), config()).unwrap();
+        replicate(&behind, &original[..k as usize]);
+        replicate(&behind, &log.read_entries(k, entries_before, usize::MAX).unwrap());
+        prop_assert_eq!(entry_meta(&behind, 0, entries_before), meta_before);
+        prop_assert_eq!(behind.end_offset(), end);
+        let behind_reads = read_all(&behind);
+        prop_assert!(want.iter().all(|r| behind_reads.contains(r)));
 
         drop(log);
         let log = PartitionLog::open(dir.path(), config()).unwrap();
@@ -354,4 +445,40 @@ fn lags_ratio_and_the_commit_point_hold_compaction_back() {
     assert_eq!(log.compact(&p).unwrap().segments, 0, "ratio never reached");
     p.max_lag_ms = 500;
     assert!(log.compact(&p).unwrap().segments > 0, "overdue segments go");
+}
+
+/// A log of one-record batches over a few keys (a group's committed offsets) compacts to a
+/// small fraction of its size: the runs of emptied entries become gap frames of a few bytes
+/// per entry, not a 64-byte frame header each; the entries Raft reads are the same.
+#[test]
+fn runs_of_emptied_batches_shrink_to_gap_frames() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = PartitionLog::open(dir.path(), config()).unwrap();
+    let now = 10_000;
+    for i in 0..3_000u32 {
+        append(&log, &[(Some((i % 3) as u8), Some(i as u8))], None, now);
+    }
+    let size = |log: &PartitionLog| -> usize {
+        let segs = log.segments.read();
+        segs[..segs.len() - 1].iter().map(|s| s.data_len()).sum()
+    };
+    let next = log.next_log_index().get();
+    let meta = entry_meta(&log, 0, next);
+    let before = size(&log);
+    log.compact(&policy(next - 1, now, u64::MAX / 2)).unwrap();
+    let after = size(&log);
+    assert!(after * 10 < before, "{after} bytes of {before} left");
+    assert_eq!(entry_meta(&log, 0, next), meta);
+    // Read in small pieces, the entries still come one by one and in order.
+    let mut from = 0;
+    let mut seen = Vec::new();
+    for _ in 0..next {
+        if from == next {
+            break;
+        }
+        let got = log.read_entries(from, next, 1_000).unwrap();
+        from = got.last().unwrap().log_index().get() + 1;
+        seen.extend(got.iter().map(|b| b.log_index().get()));
+    }
+    assert_eq!(seen, (0..next).collect::<Vec<_>>());
 }
