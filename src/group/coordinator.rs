@@ -35,11 +35,6 @@ pub(crate) struct Shard {
     /// Set when the shard is dropped: a request that still holds it must not use it (a new
     /// shard, loaded afresh, takes its place).
     pub(crate) dead: std::sync::atomic::AtomicBool,
-    /// Set while the partition is being rewritten.
-    pub(crate) rewriting: std::sync::atomic::AtomicBool,
-    /// The partition's size after the last rewrite (the next waits for as many bytes again
-    /// as `offsets_rewrite_bytes / 2`, so that retention purges before it is reconsidered).
-    pub(crate) size_after_rewrite: std::sync::atomic::AtomicU64,
 }
 
 impl Shard {
@@ -56,8 +51,6 @@ impl Shard {
             writer: tokio::sync::Mutex::new(()),
             loaded: tokio::sync::Mutex::new(false),
             dead: std::sync::atomic::AtomicBool::new(false),
-            rewriting: std::sync::atomic::AtomicBool::new(false),
-            size_after_rewrite: std::sync::atomic::AtomicU64::new(0),
         }
     }
 

@@ -235,9 +235,4 @@ impl LiveGroup {
     pub(crate) fn commit(&mut self, topic: String, partition: u32, committed: Option<Committed>) {
         self.group.commit(topic, partition, committed);
     }
-
-    /// [`Group::written`].
-    pub(crate) fn written(&mut self, snapshot: Snapshot) {
-        self.group.written(snapshot);
-    }
 }

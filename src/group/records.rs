@@ -34,22 +34,24 @@
 //! written before it was kept, is the same without `group_instance_id` (every member
 //! dynamic), and still loads.
 //!
-//! **Rewrite**, written after a coordinator re-appended every live record of its partition
-//! (each group's latest membership and committed offsets):
+//! **Rewrite**, written by earlier versions after a coordinator re-appended every live record
+//! of its partition, before the topic was compacted; read and ignored now:
 //!
 //! ```text
 //! key:   u8 kind = 3
 //! value: u8 version = 0 | u64 keep_from_log_index
 //! ```
 //!
-//! Every live key has a record at or after `keep_from_log_index`: the segments wholly before it
-//! hold only superseded records, and every replica purges them (see `node/retention.rs`).
-//!
 //! The latest record of a key wins: a coordinator that loads the partition applies them in
-//! offset order. An empty value deletes the key's earlier value (an offset reset to
-//! "nothing committed"). A group's empty value deletes the whole group: its membership, its
-//! generation and every offset committed before it (Kafka's DeleteGroups); records of the
-//! group after it are a new group's. A record that does not decode (unknown kind or version, truncated) is
+//! offset order, and compaction keeps each key's latest record (`node/retention.rs`). An empty
+//! value deletes the key's earlier value (an offset reset to "nothing committed") and is a
+//! tombstone to compaction, which drops it after the topic's `delete.retention.ms`. A group's
+//! empty value deletes the whole group: its membership, its generation and every offset
+//! committed before it (Kafka's DeleteGroups); records of the group after it are a new group's.
+//! Since compaction keeps only each key's latest record, a deletion of a group is written with
+//! an empty value for each of its committed offsets too: once a new group of the same name
+//! writes its group record, the old group's empty value goes, and its offsets must already
+//! be deleted under their own keys. A record that does not decode (unknown kind or version, truncated) is
 //! skipped with a warning: it never stops a coordinator from loading the rest.
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -72,7 +74,7 @@ pub(crate) enum GroupRecord {
         group: String,
         snapshot: Option<Snapshot>,
     },
-    /// A rewrite ended: the records before this log index are superseded.
+    /// A rewrite ended (written by earlier versions only; ignored).
     Rewrite { keep_from_log_index: u64 },
 }
 
@@ -94,7 +96,7 @@ pub(crate) enum DecodeError {
 const KIND_OFFSET: u8 = 1;
 const KIND_GROUP: u8 = 2;
 const KIND_REWRITE: u8 = 3;
-/// The version of every value written (a rewrite's is still 0).
+/// The version of every value written.
 const VERSION: u8 = 1;
 /// The rewrite record's value version.
 const REWRITE_VERSION: u8 = 0;
@@ -181,20 +183,6 @@ pub(crate) fn group_record(group: &str, snapshot: &Snapshot) -> (Bytes, Bytes) {
         );
     }
     (key, value.freeze())
-}
-
-/// The key and value of a rewrite's end.
-pub(crate) fn rewrite_record(keep_from_log_index: u64) -> (Bytes, Bytes) {
-    let mut value = BytesMut::new();
-    value.put_u8(REWRITE_VERSION);
-    value.put_u64_le(keep_from_log_index);
-    (Bytes::from_static(&[KIND_REWRITE]), value.freeze())
-}
-
-/// Whether a record's key is a rewrite's (read by every replica's retention, which decodes
-/// nothing else of this topic).
-pub(crate) fn is_rewrite_key(key: &[u8]) -> bool {
-    key == [KIND_REWRITE]
 }
 
 /// Reads fields off the front of a record's bytes.
@@ -436,8 +424,10 @@ mod tests {
                 snapshot: None,
             })
         );
-        let (k, v) = rewrite_record(77);
-        assert!(is_rewrite_key(&k));
+        // A rewrite's end, as earlier versions wrote it, still decodes.
+        let k = [KIND_REWRITE];
+        let mut v = vec![REWRITE_VERSION];
+        v.extend(77u64.to_le_bytes());
         assert_eq!(
             decode(&k, &v),
             Ok(GroupRecord::Rewrite {

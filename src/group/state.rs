@@ -148,9 +148,6 @@ pub(crate) struct Group {
     /// The current rebalance started from Empty: it waits out its delay whoever has joined.
     initial: bool,
     pub(crate) offsets: HashMap<(String, u32), Committed>,
-    /// The membership last written (or read back): what a rewrite of the partition writes
-    /// again (never a rebalance in progress).
-    pub(crate) persisted: Option<Snapshot>,
     /// Counts member ids handed out, so that two are never the same.
     next_member: u64,
     /// Member ids handed to first joins not yet joined with, and until when they may.
@@ -209,7 +206,6 @@ impl Group {
             rebalance_deadline: None,
             initial: false,
             offsets: HashMap::new(),
-            persisted: None,
             next_member: 0,
             pending: HashMap::new(),
             replies: Vec::new(),
@@ -507,11 +503,6 @@ impl Group {
                 self.offsets.remove(&(topic, partition));
             }
         }
-    }
-
-    /// `snapshot` was written: what a rewrite of the partition writes again.
-    pub(crate) fn written(&mut self, snapshot: Snapshot) {
-        self.persisted = Some(snapshot);
     }
 
     /// Moves time on: members whose session ended are removed (a member waiting for its join

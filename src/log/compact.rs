@@ -63,6 +63,9 @@ pub struct CompactionPolicy {
     pub min_dirty_ratio: f64,
     /// Bytes of segments read per second at most (0 for no limit): the run's I/O budget.
     pub bytes_per_second: u64,
+    /// A record of replog's with an empty value is a tombstone (the offsets topic's deletions,
+    /// `group/records.rs`); otherwise only a Kafka record's null value is.
+    pub(crate) empty_values_are_tombstones: bool,
 }
 
 impl CompactionPolicy {
@@ -77,6 +80,7 @@ impl CompactionPolicy {
             delete_retention_ms: 24 * 60 * 60 * 1000,
             min_dirty_ratio: 0.5,
             bytes_per_second: 0,
+            empty_values_are_tombstones: false,
         }
     }
 }
@@ -224,9 +228,10 @@ impl PartitionLog {
                     kept
                 };
                 let payload = match h.format {
-                    PayloadFormat::Replog => {
-                        compact_replog_payload(&batch, |d, k| keep(d, k, false)).map(Bytes::from)
-                    }
+                    PayloadFormat::Replog => compact_replog_payload(&batch, |d, k, v| {
+                        keep(d, k, policy.empty_values_are_tombstones && v.is_empty())
+                    })
+                    .map(Bytes::from),
                     PayloadFormat::Kafka if batch.payload.is_empty() => None,
                     PayloadFormat::Kafka => {
                         match kafka::compact_batch(

@@ -22,16 +22,6 @@ impl PartitionLog {
         })
     }
 
-    /// The base log index of the segment that holds `log_index`, if segments come before it
-    /// (what a purge up to it would delete; `None` if nothing).
-    pub(crate) fn segment_floor(&self, log_index: u64) -> Option<u64> {
-        let segs = self.segments.read();
-        let i = segs.partition_point(|s| s.base_log_index <= log_index);
-        (i > 1)
-            .then(|| segs.get(i - 1).map(|s| s.base_log_index))
-            .flatten()
-    }
-
     /// The base log index of the segment that holds `offset`, if segments come before it
     /// (what a purge of the records below `offset` would delete up to; `None` if nothing).
     pub(crate) fn segment_floor_of_offset(&self, offset: u64) -> Option<u64> {

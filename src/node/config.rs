@@ -132,14 +132,9 @@ pub struct NodeConfig {
     /// most the brokers there are. Default 3.
     pub offsets_topic_replication_factor: u32,
     /// Segment size of the offsets topic's partitions (Kafka's `offsets.topic.segment.bytes`):
-    /// small, so that what a rewrite supersedes is soon in whole segments that can be purged.
-    /// Default 16 MiB.
+    /// small, so that superseded commits are soon in sealed segments, which compaction
+    /// rewrites (the active segment it leaves whole). Default 16 MiB.
     pub offsets_segment_bytes: u64,
-    /// A coordinator rewrites its partition's live records (every group's latest membership
-    /// and committed offsets) once the partition holds this many bytes and four times what it
-    /// would rewrite; the replicas then purge the segments before the rewrite. This stands in
-    /// for Kafka's compaction of the topic. Default 64 MiB.
-    pub offsets_rewrite_bytes: u64,
     /// Shortest session timeout a group member may ask for (Kafka's
     /// `group.min.session.timeout.ms`). Default 1 s.
     pub group_session_timeout_min: Duration,
@@ -248,7 +243,6 @@ impl NodeConfig {
             default_replication_factor: 3,
             offsets_topic_replication_factor: 3,
             offsets_segment_bytes: 16 << 20,
-            offsets_rewrite_bytes: 64 << 20,
             group_session_timeout_min: Duration::from_secs(1),
             group_session_timeout_max: Duration::from_secs(1800),
             group_initial_rebalance_delay: Duration::from_millis(300),
@@ -476,9 +470,6 @@ impl NodeConfig {
             },
             other => other,
         })?;
-        if self.offsets_rewrite_bytes == 0 {
-            return bad("offsets_rewrite_bytes", "must be positive".into());
-        }
         if self.offsets_topic_replication_factor == 0 {
             return bad(
                 "offsets_topic_replication_factor",

@@ -153,9 +153,6 @@ struct Broker {
     coordinator: crate::group::coordinator::Shards,
     /// Set while this broker is creating the offsets topic.
     offsets_topic_creating: AtomicBool,
-    /// Per offsets partition hosted here: the offset its retention has read up to, and the
-    /// log index its latest rewrite keeps from (see `retention.rs`).
-    offsets_scans: parking_lot::Mutex<HashMap<PartitionId, (Offset, Option<u64>)>>,
     /// The Kafka address this broker advertises, once its Kafka listener is bound: registered
     /// in the metadata log, so that every broker's Kafka metadata names it.
     kafka_addr: std::sync::OnceLock<SocketAddr>,
@@ -391,7 +388,6 @@ impl Node {
             stopping: shutdown_rx.clone(),
             coordinator: crate::group::coordinator::Shards::default(),
             offsets_topic_creating: AtomicBool::new(false),
-            offsets_scans: parking_lot::Mutex::default(),
             kafka_addr: std::sync::OnceLock::new(),
             producer_ids: tokio::sync::Mutex::new(0..0),
             failed_logins: crate::security::FailedLogins::default(),

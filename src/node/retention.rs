@@ -5,21 +5,21 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::log::{CompactionPolicy, CompactionStats};
 
-use super::write::read_committed;
 use super::{Broker, HostedReplica};
-use crate::group::records::GroupRecord;
 
 impl Broker {
-    /// Compacts every hosted replica of a compacted topic (`cleanup.policy` has `compact`),
-    /// one at a time on a blocking thread, up to what each has applied (committed on every
-    /// replica that acknowledged it): leaders and followers alike, each its own copy.
+    /// Compacts every hosted replica of a compacted topic (`cleanup.policy` has `compact`, and
+    /// the offsets topic whatever its configs say), one at a time on a blocking thread, up to
+    /// what each has applied (committed on every replica that acknowledged it): leaders and
+    /// followers alike, each its own copy. In the offsets topic a record with an empty value
+    /// is a deletion (`group/records.rs`), removed as a tombstone is.
     pub(crate) async fn compact_topics(&self) -> Result<CompactionStats> {
         let now = crate::env::now_ms();
         let groups: Vec<Arc<HostedReplica>> = self
             .groups
             .read()
             .values()
-            .filter(|g| g.id.topic != crate::group::OFFSETS_TOPIC && g.settings.read().compact)
+            .filter(|g| is_offsets(g) || g.settings.read().compact)
             .cloned()
             .collect();
         let mut total = CompactionStats::default();
@@ -35,6 +35,7 @@ impl Broker {
             policy.delete_retention_ms = s.delete_retention_ms;
             policy.min_dirty_ratio = s.min_cleanable_dirty_ratio;
             policy.bytes_per_second = self.config.compaction_bytes_per_second;
+            policy.empty_values_are_tombstones = is_offsets(&group);
             let g = Arc::clone(&group);
             let stats = tokio::task::spawn_blocking(move || g.store.log().compact(&policy))
                 .await
@@ -62,24 +63,17 @@ impl Broker {
         }
         let groups: Vec<Arc<HostedReplica>> = self.groups.read().values().cloned().collect();
         for group in groups {
-            // The offsets topic keeps what its last rewrite did not supersede, whatever its
-            // age or size (its coordinator rewrites it instead of Kafka's compaction).
-            let keep_from = if group.id.topic == crate::group::OFFSETS_TOPIC {
-                self.offsets_keep_from(&group)
-                    .and_then(|k| group.store.log().segment_floor(k))
-            } else {
-                let s = *group.settings.read();
-                let time = s.retention_ms.map(std::time::Duration::from_millis);
-                // A compacted topic without `delete` in its policy keeps every segment.
-                let log = group.store.log();
-                let retained = s
-                    .delete
-                    .then(|| log.retention_point_with(now, time, s.retention_bytes))
-                    .flatten();
-                // And the segments whose records DeleteRecords deleted all go.
-                let deleted = log.segment_floor_of_offset(group.sm.log_start());
-                retained.max(deleted)
-            };
+            let s = *group.settings.read();
+            let time = s.retention_ms.map(std::time::Duration::from_millis);
+            // A compacted topic without `delete` in its policy keeps every segment, and so
+            // does the offsets topic, which compaction alone keeps small.
+            let log = group.store.log();
+            let retained = (s.delete && !is_offsets(&group))
+                .then(|| log.retention_point_with(now, time, s.retention_bytes))
+                .flatten();
+            // And the segments whose records DeleteRecords deleted all go.
+            let deleted = log.segment_floor_of_offset(group.sm.log_start());
+            let keep_from = retained.max(deleted);
             let Some(keep_from) = keep_from else {
                 continue;
             };
@@ -98,53 +92,9 @@ impl Broker {
         }
         Ok(())
     }
-
-    /// The log index from which an offsets partition's records are live, as its latest
-    /// rewrite record says (`None` before the first rewrite). Each call reads on from where
-    /// the last stopped, at most [`OFFSETS_SCAN_BYTES`] of committed records, decoding only
-    /// each record's key.
-    fn offsets_keep_from(&self, group: &HostedReplica) -> Option<u64> {
-        let log = group.store.log();
-        let (mut next, mut keep_from) = self
-            .offsets_scans
-            .lock()
-            .get(&group.id)
-            .copied()
-            .unwrap_or((log.start_offset(), None));
-        next = next.max(log.start_offset());
-        let mut read = 0usize;
-        // Bounded by OFFSETS_SCAN_BYTES and by the high watermark.
-        while read < OFFSETS_SCAN_BYTES {
-            let Ok(batches) = read_committed(group, next, 4 << 20) else {
-                break;
-            };
-            if batches.is_empty() {
-                break;
-            }
-            for b in &batches {
-                read += b.payload.len();
-                for (offset, r) in b.records() {
-                    if offset < next {
-                        continue;
-                    }
-                    let key = r.key.unwrap_or_default();
-                    if crate::group::records::is_rewrite_key(&key)
-                        && let Ok(GroupRecord::Rewrite {
-                            keep_from_log_index,
-                        }) = crate::group::records::decode(&key, &r.value)
-                    {
-                        keep_from = keep_from.max(Some(keep_from_log_index));
-                    }
-                }
-                next = next.max(b.next_offset());
-            }
-        }
-        self.offsets_scans
-            .lock()
-            .insert(group.id.clone(), (next, keep_from));
-        keep_from
-    }
 }
 
-/// Most record bytes of an offsets partition read per retention check.
-const OFFSETS_SCAN_BYTES: usize = 64 << 20;
+/// Whether `group` is a partition of the offsets topic.
+fn is_offsets(group: &HostedReplica) -> bool {
+    group.id.topic == crate::group::OFFSETS_TOPIC
+}

@@ -182,7 +182,7 @@ pub(crate) fn encode_compacted_records(records: &[(u32, Record)]) -> Result<Byte
 /// every record is kept and the batch was not compacted before (nothing to rewrite).
 pub(crate) fn compact_replog_payload(
     batch: &Batch,
-    mut keep: impl FnMut(u32, Option<&[u8]>) -> bool,
+    mut keep: impl FnMut(u32, Option<&[u8]>, &[u8]) -> bool,
 ) -> Option<Vec<u8>> {
     let mut out = Vec::new();
     let mut dropped = false;
@@ -201,7 +201,7 @@ pub(crate) fn compact_replog_payload(
         };
         let start = pos;
         let record = RecordRef::read(payload, &mut pos)?;
-        if keep(delta, record.key) {
+        if keep(delta, record.key, record.value) {
             out.extend_from_slice(&delta.to_le_bytes());
             out.extend_from_slice(payload.get(start..pos)?);
         } else {

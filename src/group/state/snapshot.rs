@@ -51,7 +51,6 @@ impl Group {
     /// coordinator): Stable with its members. A member already here keeps its session and
     /// protocols; any other is given a whole session from `now` to be heard from again.
     pub(crate) fn restore(&mut self, snapshot: Snapshot, now: Instant) {
-        self.persisted = Some(snapshot.clone());
         self.generation = snapshot.generation;
         self.protocol_type = Some(snapshot.protocol_type).filter(|t| !t.is_empty());
         self.protocol = Some(snapshot.protocol).filter(|p| !p.is_empty());

@@ -143,6 +143,7 @@ fn policy(upto: u64, now_ms: u64, delete_retention_ms: u64) -> CompactionPolicy 
         delete_retention_ms,
         min_dirty_ratio: 0.0,
         bytes_per_second: 0,
+        empty_values_are_tombstones: false,
     }
 }
 
@@ -481,4 +482,56 @@ fn runs_of_emptied_batches_shrink_to_gap_frames() {
         seen.extend(got.iter().map(|b| b.log_index().get()));
     }
     assert_eq!(seen, (0..next).collect::<Vec<_>>());
+}
+
+/// With `empty_values_are_tombstones` (the offsets topic's deletions), a record of replog's
+/// with an empty value deletes its key: it goes once it is older than `delete.retention.ms`,
+/// and the records it superseded go at once; without it, it is a value like any other.
+#[test]
+fn empty_values_delete_their_keys_where_the_policy_says_so() {
+    let now = 100_000;
+    for flag in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let log = PartitionLog::open(dir.path(), config()).unwrap();
+        let record = |k: &str, v: &str| Record {
+            key: Some(Bytes::from(k.to_string())),
+            value: Bytes::from(v.to_string()),
+            headers: Vec::new(),
+        };
+        let write = |recs: &[Record], time: u64| {
+            let (payload, _) = encode_records(recs, 256).unwrap();
+            let spec = EntrySpec {
+                timestamp_ms: Some(time),
+                ..EntrySpec::default()
+            };
+            log.append_entry(spec, recs.len() as u32, &payload).unwrap();
+        };
+        write(&[record("old", "1"), record("recent", "1")], now - 10_000);
+        write(&[record("old", "")], now - 5_000);
+        write(&[record("recent", "")], now - 100);
+        write(&[record("kept", "1")], now - 100);
+        log.roll().unwrap();
+        let mut p = policy(log.next_log_index().get() - 1, now, 1_000);
+        p.empty_values_are_tombstones = flag;
+        log.compact(&p).unwrap();
+        let keys: Vec<(String, String)> = read_all(&log)
+            .into_iter()
+            .map(|(_, k, v)| {
+                (
+                    String::from_utf8(k.unwrap()).unwrap(),
+                    String::from_utf8(v).unwrap(),
+                )
+            })
+            .collect();
+        let want: Vec<(&str, &str)> = if flag {
+            vec![("recent", ""), ("kept", "1")]
+        } else {
+            vec![("old", ""), ("recent", ""), ("kept", "1")]
+        };
+        let want: Vec<(String, String)> = want
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(keys, want, "empty values are tombstones: {flag}");
+    }
 }

@@ -16,16 +16,23 @@ impl Broker {
         let (hosted, shard) = self.coordinate(group).await?;
         let _writer = shard.writer.lock().await;
         self.may_write(&shard)?;
-        {
+        // An empty value for each committed offset, then the group's: compaction keeps only
+        // each key's latest record, so the offsets are deleted under their own keys too.
+        let mut records: Vec<Record> = {
             let groups = shard.groups.lock();
             let g = groups.get(group).ok_or(GroupError::GroupIdNotFound)?;
             if g.state != State::Empty {
                 return Err(GroupError::NonEmptyGroup);
             }
-        }
-        let tombstone = Record::new(Bytes::new()).with_key(group_tombstone(group));
-        self.write_and_apply(&hosted, &shard, group, vec![tombstone])
-            .await
+            g.offsets
+                .keys()
+                .map(|(topic, partition)| {
+                    Record::new(Bytes::new()).with_key(offset_tombstone(group, topic, *partition))
+                })
+                .collect()
+        };
+        records.push(Record::new(Bytes::new()).with_key(group_tombstone(group)));
+        self.write_and_apply(&hosted, &shard, group, records).await
     }
 
     /// OffsetDelete: deletes the group's committed offsets of `partitions`, each answered

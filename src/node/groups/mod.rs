@@ -1,7 +1,7 @@
 //! The broker's side of consumer groups: which broker coordinates a group, loading a
 //! coordinator's shard from its offsets partition, serving the group requests against it, and
-//! the timers that expire sessions and finish rebalances (a shard's loading and its
-//! partition's rewrites are `shards.rs`'s, deleting groups and offsets `delete.rs`'s). The
+//! the timers that expire sessions and finish rebalances (a shard's loading is `shards.rs`'s,
+//! deleting groups and offsets `delete.rs`'s). The
 //! rules themselves are `group/state.rs`'s; the records `group/records.rs`'s.
 
 use std::net::SocketAddr;
@@ -41,9 +41,6 @@ type GroupResult<T> = std::result::Result<T, GroupError>;
 /// How often the coordinators' timers run (session expiry, rebalance deadlines).
 const TICK: Duration = Duration::from_millis(100);
 
-/// Ticks between checks of whether an offsets partition is due for a rewrite (one second).
-const REWRITE_CHECK_TICKS: u64 = 10;
-
 /// Bytes of the offsets partition read at once while loading.
 const LOAD_BYTES: usize = 4 << 20;
 
@@ -73,7 +70,12 @@ impl Broker {
             tokio::spawn(async move {
                 let brokers = u32::try_from(broker.catalog.read().brokers().len()).unwrap_or(1);
                 let request = CreateTopicRequest {
-                    configs: crate::topic_config::TopicConfigs::default(),
+                    // Compacted whatever it says (`retention.rs`); it says so to clients.
+                    configs: crate::topic_config::TopicConfigs::from_pairs([(
+                        "cleanup.policy",
+                        "compact",
+                    )])
+                    .unwrap_or_default(),
                     assignment: Vec::new(),
                     name: OFFSETS_TOPIC.into(),
                     partitions: broker.config.offsets_topic_partitions,
@@ -212,9 +214,6 @@ impl Broker {
         let (key, value) = group_record(group, snapshot);
         self.write_group_records(hosted, vec![Record::new(value).with_key(key)])
             .await?;
-        if let Some(g) = shard.groups.lock().get_mut(group) {
-            g.written(snapshot.clone());
-        }
         Ok(())
     }
 
@@ -598,23 +597,17 @@ impl Broker {
     ) {
         let mut interval = tokio::time::interval(TICK);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut ticks = 0u64;
         // Ends at shutdown.
         loop {
             tokio::select! {
                 _ = interval.tick() => {}
                 _ = shutdown.changed() => return,
             }
-            ticks += 1;
             let limits = self.group_limits();
             for shard in self.coordinator.all() {
                 if !self.still_leads(&shard) {
                     self.coordinator.drop_shard(&shard);
                     continue;
-                }
-                // Every second: a partition grown past its live records is rewritten.
-                if ticks.is_multiple_of(REWRITE_CHECK_TICKS) {
-                    self.maybe_rewrite(&shard);
                 }
                 let now = Instant::now();
                 let emptied: Vec<(String, Snapshot)> = {

@@ -1,6 +1,6 @@
 //! A coordinator's shard of groups: loading it from its offsets partition when this broker
-//! comes to lead the partition, and rewriting the partition to its live records when it has
-//! grown well past them.
+//! comes to lead the partition. (The partition is kept small by compaction, as every
+//! compacted topic is: `node/retention.rs`.)
 
 use super::*;
 
@@ -100,91 +100,5 @@ impl Broker {
             "group coordinator loaded"
         );
         Ok(())
-    }
-
-    /// Whether `shard`'s partition is due for a rewrite: it holds `offsets_rewrite_bytes`
-    /// and four times what a rewrite would write.
-    fn needs_rewrite(&self, hosted: &HostedReplica, shard: &Shard) -> bool {
-        let size = hosted.store.log().size_bytes();
-        let since = size.saturating_sub(shard.size_after_rewrite.load(Ordering::Acquire));
-        if size < self.config.offsets_rewrite_bytes || since < self.config.offsets_rewrite_bytes / 2
-        {
-            return false;
-        }
-        let live: u64 = shard
-            .groups
-            .lock()
-            .iter()
-            .map(|(name, g)| {
-                let per_offset = 64 + name.len() as u64;
-                let members = g.persisted.as_ref().map_or(0, |s| {
-                    s.members
-                        .iter()
-                        .map(|m| 64 + (m.subscription.len() + m.assignment.len()) as u64)
-                        .sum::<u64>()
-                });
-                g.offsets.len() as u64 * per_offset + members
-            })
-            .sum();
-        size > live.saturating_mul(4)
-    }
-
-    /// Re-appends every live record of `shard`'s partition (each group's persisted membership
-    /// and committed offsets), then a rewrite record naming where they start: the segments
-    /// before it hold only superseded records, and every replica's retention purges them.
-    /// Holds the shard's writer throughout, so that nothing is written in between.
-    async fn rewrite(&self, hosted: &HostedReplica, shard: &Shard) -> GroupResult<()> {
-        let started = std::time::Instant::now();
-        let _writer = shard.writer.lock().await;
-        self.may_write(shard)?;
-        let log = hosted.store.log();
-        let (before, keep_from) = (log.size_bytes(), log.next_log_index().get());
-        let mut records = Vec::new();
-        {
-            let groups = shard.groups.lock();
-            for (name, g) in groups.iter() {
-                if let Some(s) = &g.persisted {
-                    let (key, value) = group_record(name, s);
-                    records.push(Record::new(value).with_key(key));
-                }
-                for ((topic, partition), c) in &g.offsets {
-                    let (key, value) = offset_record(name, topic, *partition, c, -1);
-                    records.push(Record::new(value).with_key(key));
-                }
-            }
-        }
-        let rewritten = records.len();
-        let (key, value) = crate::group::records::rewrite_record(keep_from);
-        records.push(Record::new(value).with_key(key));
-        self.write_group_records(hosted, records).await?;
-        shard
-            .size_after_rewrite
-            .store(log.size_bytes(), Ordering::Release);
-        tracing::info!(
-            partition = shard.partition,
-            records = rewritten,
-            bytes_before = before,
-            keep_from,
-            ms = started.elapsed().as_millis() as u64,
-            "offsets partition rewritten"
-        );
-        Ok(())
-    }
-
-    /// Starts a rewrite of `shard`'s partition if it is due and none runs.
-    pub(super) fn maybe_rewrite(self: &Arc<Self>, shard: &Arc<Shard>) {
-        let Ok(hosted) = self.group(&PartitionId::new(OFFSETS_TOPIC, shard.partition)) else {
-            return;
-        };
-        if !self.needs_rewrite(&hosted, shard) || shard.rewriting.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let (broker, shard) = (Arc::clone(self), Arc::clone(shard));
-        tokio::spawn(async move {
-            if let Err(e) = broker.rewrite(&hosted, &shard).await {
-                tracing::warn!(partition = shard.partition, error = ?e, "rewriting an offsets partition failed");
-            }
-            shard.rewriting.store(false, Ordering::Release);
-        });
     }
 }

@@ -1,5 +1,5 @@
 //! Committed offsets: fenced by generation, reset and described, read back by the next
-//! coordinator, kept small by the offsets topic's rewrites, and used by the CLI.
+//! coordinator, kept small by the offsets topic's compaction, and used by the CLI.
 
 use super::*;
 
@@ -390,18 +390,38 @@ async fn the_cli_consumes_as_a_group_resumes_and_describes_and_resets_it() {
     cluster.shutdown().await.unwrap();
 }
 
-/// The offsets topic does not grow without bound: once a partition holds far more than its
-/// live records, its coordinator rewrites them, and every replica purges the segments before
-/// the rewrite; the committed offsets read back the same, after the coordinator's failover
-/// too.
+/// The bytes of the frames of `node`'s replica of offsets partition 0, from its log start to
+/// its high watermark, as stored (gap frames included).
+fn offsets_partition_bytes(node: &replog::Node) -> u64 {
+    let status = node.status(replog::OFFSETS_TOPIC, 0).unwrap();
+    let mut next = status.log_start;
+    let mut bytes = 0u64;
+    // Bounded by the high watermark: each read moves `next` past at least one batch.
+    for _ in 0..1_000_000 {
+        if next >= status.high_watermark {
+            break;
+        }
+        let batches = node.read(replog::OFFSETS_TOPIC, 0, next, 1 << 20).unwrap();
+        let Some(last) = batches.last() else { break };
+        next = last.next_offset();
+        bytes += batches.iter().map(|b| b.size_bytes() as u64).sum::<u64>();
+    }
+    bytes
+}
+
+/// The offsets topic is compacted as Kafka's: after thousands of commits every replica of its
+/// partition holds each key's latest record and the segment being written (which compaction
+/// leaves whole), and the committed offsets read back the same, after the coordinator's
+/// failover too. A deleted group whose name a new group takes keeps none of its old offsets
+/// once compaction has dropped the deletion's group record.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_offsets_topic_is_rewritten_purged_on_every_replica_and_reads_back_the_same() {
+async fn the_offsets_topic_is_compacted_on_every_replica_and_reads_back_the_same() {
     let dir = tempfile::tempdir().unwrap();
+    let segment_bytes = 80u64 << 10;
     let mut cluster = crate::local_cluster(3, dir.path(), TOPIC, 20, |c| {
         c.log.record_bytes_max = 16 << 10;
         c.log.batch_bytes_max = 64 << 10;
-        c.offsets_segment_bytes = 80 << 10;
-        c.offsets_rewrite_bytes = 256 << 10;
+        c.offsets_segment_bytes = segment_bytes;
         c.durability = replog::Durability::Replicated;
         c.offsets_topic_partitions = 1;
         c.retention_check_interval = Duration::from_millis(0); // applied below, by hand
@@ -410,6 +430,26 @@ async fn the_offsets_topic_is_rewritten_purged_on_every_replica_and_reads_back_t
     let client = Client::connect(&cluster.addrs(), ClientConfig::default())
         .await
         .unwrap();
+    // A group with offsets on every partition, deleted, and its name taken by a new group
+    // (a consumer's join writes its group record) that commits one offset.
+    let doomed = "doomed";
+    let all: Vec<(String, u32, Option<Offset>)> = (0..20)
+        .map(|p| (TOPIC.to_string(), p, Some(Offset(7))))
+        .collect();
+    client.reset_group_offsets(doomed, &all).await.unwrap();
+    client.delete_group(doomed).await.unwrap();
+    let member_client = Client::connect(&cluster.addrs(), ClientConfig::default())
+        .await
+        .unwrap();
+    let mut member = Consumer::new(Arc::new(member_client), group_config(doomed));
+    member.subscribe(&[TOPIC]).unwrap();
+    joined(&mut member).await;
+    member.close().await.unwrap();
+    let reborn = vec![(TOPIC.to_string(), 0, Some(Offset(9)))];
+    client.reset_group_offsets(doomed, &reborn).await.unwrap();
+    let doomed_want: BTreeMap<(String, u32), Offset> =
+        BTreeMap::from([((TOPIC.to_string(), 0), Offset(9))]);
+
     let group = "compacted";
     let rounds = 500u64;
     for round in 1..=rounds {
@@ -427,28 +467,30 @@ async fn the_offsets_topic_is_rewritten_purged_on_every_replica_and_reads_back_t
     let want: BTreeMap<(String, u32), Offset> = (0..20)
         .map(|p| ((TOPIC.to_string(), p), Offset(rounds * 100 + u64::from(p))))
         .collect();
-    // Every replica of the offsets partition purges what the rewrite superseded.
-    let starts = wait_until(
+    let written: u64 = cluster.nodes().map(offsets_partition_bytes).max().unwrap();
+    // Every replica compacts its copy: what stays is about one round's records, the segment
+    // being written, and a few bytes for each emptied batch.
+    let sizes = wait_until(
         Duration::from_secs(60),
-        "every replica to purge",
+        "every replica to compact the offsets partition",
         async || {
-            let mut starts = Vec::new();
+            let mut sizes = Vec::new();
             for node in cluster.nodes() {
                 node.enforce_retention().await.unwrap();
-                let status = node.status(replog::OFFSETS_TOPIC, 0).unwrap();
-                starts.push((status.log_start, status.log_end));
+                sizes.push(offsets_partition_bytes(node));
             }
-            if starts.iter().all(|(start, _)| start.get() > 0) {
-                Ok(starts)
+            if sizes.iter().all(|s| *s <= segment_bytes + (16 << 10)) {
+                Ok(sizes)
             } else {
-                Err(format!("not purged: {starts:?}"))
+                Err(format!("not compacted: {sizes:?} bytes"))
             }
         },
     )
     .await;
-    println!("offsets partition (log start, log end) on each broker: {starts:?}");
+    println!("offsets partition: {written} bytes written, {sizes:?} bytes after compaction");
     assert_eq!(client.committed_offsets(group).await.unwrap(), want);
-    // The next coordinator loads the rewritten partition.
+    assert_eq!(client.committed_offsets(doomed).await.unwrap(), doomed_want);
+    // The next coordinator loads the compacted partition.
     let coordinator = client.group_coordinator(group).await.unwrap();
     let id = broker_at(&cluster, coordinator);
     cluster.stop(id).await.unwrap();
@@ -461,6 +503,7 @@ async fn the_offsets_topic_is_rewritten_purged_on_every_replica_and_reads_back_t
         .await
         .unwrap();
     assert_eq!(client.committed_offsets(group).await.unwrap(), want);
+    assert_eq!(client.committed_offsets(doomed).await.unwrap(), doomed_want);
     drop(client);
     cluster.shutdown().await.unwrap();
 }
