@@ -198,9 +198,15 @@ impl PartitionLog {
             let mut frames = Runs::default();
             for (pos, h) in seg.frames()? {
                 if h.kind == EntryKind::Gap {
-                    let entries = seg.gap_entries(pos, &h)?;
-                    let spans = entries.iter().map(Batch::record_count).collect();
-                    frames.push(FrameOut::Keep(pos), &h, Some(spans));
+                    let payload = seg.batch(pos, &h)?.payload;
+                    let runs = gap::runs(&payload, h.record_count).map_err(|kind| {
+                        crate::Error::Corrupt {
+                            file: seg.path.clone(),
+                            position: pos as u64,
+                            kind,
+                        }
+                    })?;
+                    frames.push(FrameOut::Keep(pos), &h, Some(runs));
                     continue;
                 }
                 if h.kind != EntryKind::Data {
@@ -212,7 +218,14 @@ impl PartitionLog {
                 let collapsible = h.record_count > 0
                     && (h.producer_id == 0
                         || last_of_producer.get(&h.producer_id) != Some(&h.log_index));
-                let gap = |empty: bool| (empty && collapsible).then(|| vec![h.record_count]);
+                let gap = |empty: bool| {
+                    (empty && collapsible).then(|| {
+                        vec![gap::Run {
+                            count: 1,
+                            span: h.record_count,
+                        }]
+                    })
+                };
                 let batch = seg.batch(pos, &h)?;
                 let base = h.base_offset;
                 let mut removed = 0u64;
@@ -392,20 +405,21 @@ impl PartitionLog {
 #[derive(Default)]
 struct Runs {
     out: Vec<FrameOut>,
-    /// The run being gathered: each emptied frame's output and header.
+    /// The emptied frames being gathered: each one's output and header.
     run: Vec<(FrameOut, FrameHeader)>,
-    /// The offsets each entry of the run spans.
-    spans: Vec<u32>,
-    /// The offsets the run spans.
+    /// Their entries' spans, run-length encoded.
+    spans: Vec<gap::Run>,
+    /// The entries and the offsets they span.
+    entries: u64,
     span: u64,
     /// A frame is rewritten or a run collapsed: the segment changes.
     changed: bool,
 }
 
 impl Runs {
-    /// Adds a frame; `spans` (each entry's offsets) if it is an emptied entry, or a gap frame
+    /// Adds a frame; `spans` (its entries' spans) if it is an emptied entry, or a gap frame
     /// of them, which may join a gap.
-    fn push(&mut self, frame: FrameOut, h: &FrameHeader, spans: Option<Vec<u32>>) {
+    fn push(&mut self, frame: FrameOut, h: &FrameHeader, spans: Option<Vec<gap::Run>>) {
         let Some(spans) = spans else {
             self.flush();
             self.out.push(frame);
@@ -414,13 +428,16 @@ impl Runs {
         let joins = self.run.first().is_none_or(|(_, first)| {
             first.term == h.term
                 && self.span + u64::from(h.record_count) <= GAP_SPAN_MAX
-                && self.spans.len() + spans.len() <= GAP_ENTRIES_MAX
+                && self.spans.len() + spans.len() <= gap::GAP_RUNS_MAX
         });
         if !joins {
             self.flush();
         }
         self.span += u64::from(h.record_count);
-        self.spans.extend(spans);
+        for r in spans {
+            self.entries += r.count;
+            gap::push_run(&mut self.spans, r.count, r.span);
+        }
         self.run.push((frame, *h));
     }
 
@@ -428,12 +445,13 @@ impl Runs {
     fn flush(&mut self) {
         let run = std::mem::take(&mut self.run);
         let spans = std::mem::take(&mut self.spans);
+        let entries = std::mem::take(&mut self.entries);
         let span = std::mem::take(&mut self.span);
         let Some((_, first)) = run.first() else {
             return;
         };
         let already_one_gap = run.len() == 1 && first.kind == EntryKind::Gap;
-        if spans.len() < 2 || already_one_gap {
+        if entries < 2 || already_one_gap {
             self.out.extend(run.into_iter().map(|(frame, _)| frame));
             return;
         }
@@ -444,7 +462,7 @@ impl Runs {
             kind: EntryKind::Gap,
             format: PayloadFormat::Replog,
             compacted: true,
-            entries: spans.len() as u64,
+            entries,
             record_count: u32::try_from(span).unwrap_or(u32::MAX),
             timestamp_ms: last,
             producer_id: 0,
@@ -465,9 +483,6 @@ impl Runs {
 /// The most offsets one gap frame spans: what a Kafka batch's last offset delta can say,
 /// since a Kafka fetch serves the gap as one empty batch.
 const GAP_SPAN_MAX: u64 = i32::MAX as u64;
-
-/// The most entries in one gap frame, as a count of spans.
-const GAP_ENTRIES_MAX: usize = gap::GAP_ENTRIES_MAX as usize;
 
 /// Each record of a data batch as compaction sees it: its offset, key, and whether it is a
 /// tombstone (only Kafka's records can be: replog's have no null value).

@@ -264,8 +264,9 @@ impl PartitionLog {
                 if h.kind == EntryKind::Gap {
                     // The entries a gap frame stands for, each as Raft sees it, counted as
                     // a frame header each (what a replica appends for it).
-                    let skip = (want - h.log_index) as usize;
-                    for entry in s.gap_entries(pos, h)?.into_iter().skip(skip) {
+                    let mut entries = s.gap_entries(pos, h)?;
+                    entries.skip_to(want);
+                    for entry in entries {
                         let len = FRAME_HEADER_LEN;
                         if entry.log_index.get() >= to || !within(out.len(), bytes, len, max_bytes)
                         {

@@ -133,28 +133,16 @@ impl Segment {
     }
 
     /// The entries the gap frame at `pos`, whose header is `h`, stands for (FORMAT.md §4.3),
-    /// each as Raft sees it: an emptied data entry of the gap's term and time, in replog's
-    /// format, spanning the offsets its span in the payload says, without a producer.
-    pub(crate) fn gap_entries(&self, pos: usize, h: &FrameHeader) -> Result<Vec<Batch>> {
+    /// one by one as they are asked for ([`super::gap::GapEntries`]).
+    pub(crate) fn gap_entries(
+        &self,
+        pos: usize,
+        h: &FrameHeader,
+    ) -> Result<super::gap::GapEntries> {
         let frame = self.batch(pos, h)?;
-        let spans = super::gap::spans(&frame.payload, h.record_count)
+        let runs = super::gap::runs(&frame.payload, h.record_count)
             .map_err(|kind| corrupt(&self.path, pos, kind))?;
-        let mut base = h.base_offset;
-        let mut out = Vec::with_capacity(spans.len());
-        for (i, span) in (0u64..).zip(spans) {
-            out.push(Batch {
-                log_index: LogIndex(h.log_index + i),
-                base_offset: Offset(base),
-                record_count: span,
-                kind: super::format::EntryKind::Data,
-                format: PayloadFormat::Replog,
-                compacted: true,
-                payload: bytes::Bytes::new(),
-                ..frame.clone()
-            });
-            base += u64::from(span);
-        }
-        Ok(out)
+        Ok(super::gap::GapEntries::new(frame, runs))
     }
 
     /// Finds the frame with `log_index` (which must be in this segment), returning its position
