@@ -281,6 +281,35 @@ pub(crate) struct CreatePartitionsRequest {
     pub(crate) validate_only: bool,
 }
 
+/// `Op::DeleteRecords` request: partition `partition`'s records before `before` deleted on
+/// every replica (Kafka's DeleteRecords); answered `Result<u64, WireError>`, the partition's
+/// log start after it (never moved back), once its leader committed the new start.
+///
+/// Served by the partition's leader only: elsewhere `NotLeader` (with the leader's hint where
+/// the broker knows it); `OffsetOutOfRange` for a `before` past the high watermark;
+/// `UnknownTopic` / `UnknownPartition`; `TopicAuthorizationFailed` without DELETE on the
+/// topic.
+///
+/// The body, byte by byte (postcard, as every body: unsigned integers are LEB128 varints):
+///
+/// | pos | size | field | rule |
+/// |---|---|---|---|
+/// | 0 | 1–5 | topic length | varint |
+/// | … | length | topic | UTF-8 bytes |
+/// | … | 1–5 | partition | varint (`u32`) |
+/// | … | 1 | before tag | `00`: every committed record (the high watermark); `01`: an offset follows |
+/// | … | 1–10 | before | varint (`u64`), only after tag `01` |
+///
+/// So `{ partition: "t"-3, before: Some(300) }` is `01 74 03 01 AC 02`. The answer
+/// `Ok(300)` is `00 AC 02`; a follower's refusal starts `01 00` (`Err`, `NotLeader`), then
+/// `00` (no hint) or `01` and the hint (`node_id` varint, address, `term` varint).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct DeleteRecordsRequest {
+    pub(crate) partition: PartitionId,
+    /// Records below this offset go; `None`: every committed record.
+    pub(crate) before: Option<u64>,
+}
+
 /// `Op::Propose` request: a metadata command to commit (a broker's registration, a partition's
 /// move or its end); answered `Result<(), WireError>` once the metadata leader has applied it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -613,6 +642,28 @@ impl WireError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `Op::DeleteRecords`' request and answer, pinned byte by byte as the struct's docs
+    /// have them.
+    #[test]
+    fn a_delete_records_request_is_pinned_byte_by_byte() {
+        let request = DeleteRecordsRequest {
+            partition: PartitionId::new("t", 3),
+            before: Some(300),
+        };
+        let bytes = postcard::to_stdvec(&request).unwrap();
+        assert_eq!(bytes, [0x01, b't', 0x03, 0x01, 0xAC, 0x02]);
+        let all = DeleteRecordsRequest {
+            partition: PartitionId::new("t", 3),
+            before: None,
+        };
+        assert_eq!(postcard::to_stdvec(&all).unwrap(), [0x01, b't', 0x03, 0x00]);
+        let answer: std::result::Result<u64, WireError> = Ok(300);
+        assert_eq!(postcard::to_stdvec(&answer).unwrap(), [0x00, 0xAC, 0x02]);
+        let refused: std::result::Result<u64, WireError> =
+            Err(WireError::NotLeader { leader: None });
+        assert_eq!(postcard::to_stdvec(&refused).unwrap(), [0x01, 0x00, 0x00]);
+    }
 
     /// The borrowing decoder reads what the client encodes, and its records share the frame.
     #[test]

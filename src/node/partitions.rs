@@ -9,7 +9,7 @@ use super::metadata::MetaError;
 use crate::catalog::{CONFIGURED_TOPIC_ID, MetaCommand, PARTITIONS_MAX, Refused};
 use crate::error::{Error, Result};
 use crate::protocol::ProposeRequest;
-use crate::types::{Offset, PartitionId};
+use crate::types::{LeaderHint, Offset, PartitionId, Term};
 
 /// How many times an addition is computed again when the topic changed first.
 const ATTEMPTS: usize = 5;
@@ -93,7 +93,7 @@ impl Broker {
 
     /// Deletes the records of partition `id` before `before` (`None`: all it has committed)
     /// on every replica: the new log start is committed through the partition's group, on its
-    /// leader; reads below it are out of range at once, and the segments below it are
+    /// leader (elsewhere `NotLeader`, with the leader where this broker knows it); reads below it are out of range at once, and the segments below it are
     /// removed by the next retention pass. Returns the log start after it (never moved back).
     pub(crate) async fn delete_records(
         &self,
@@ -101,6 +101,22 @@ impl Broker {
         before: Option<u64>,
     ) -> Result<Offset> {
         let group = self.group(id)?;
+        // Asked of the leader only: a follower's high watermark may lag the leader's, and the
+        // new start is the leader's to commit.
+        let state = group.raft.state();
+        if state.leader != Some(self.config.id) {
+            let leader = state.leader.and_then(|node_id| {
+                Some(LeaderHint {
+                    node_id,
+                    addr: self.broker_addr(node_id)?,
+                    term: Term(state.term),
+                })
+            });
+            return Err(Error::NotLeader {
+                partition: id.clone(),
+                leader,
+            });
+        }
         let high_watermark = group.committed_end();
         let target = before.unwrap_or(high_watermark.get());
         if target > high_watermark.get() {
