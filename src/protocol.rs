@@ -273,12 +273,41 @@ pub(crate) struct AlterTopicConfigs {
 
 /// `Op::CreatePartitions` request: topic `name` grown to `count` partitions; answered
 /// `Result<(), WireError>` once the metadata leader applied it.
+///
+/// `assignment` came last, after the other fields: a body that ends before it (from a client
+/// of before) is read as one without (see [`CreatePartitionsRequest::decode`]).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct CreatePartitionsRequest {
     pub(crate) name: String,
     pub(crate) count: u32,
     /// Only check that it could be done.
     pub(crate) validate_only: bool,
+    /// Each new partition's brokers, the preferred leader first, as the client placed them
+    /// (Kafka's CreatePartitions assignments); empty: placed as a new topic's partitions are.
+    pub(crate) assignment: Vec<Vec<crate::types::NodeId>>,
+}
+
+/// [`CreatePartitionsRequest`] as clients sent it before it had `assignment`.
+#[derive(Deserialize)]
+struct CreatePartitionsRequestUnassigned {
+    name: String,
+    count: u32,
+    validate_only: bool,
+}
+
+impl CreatePartitionsRequest {
+    /// Decodes a body with or without the trailing `assignment` (none: placed by replog).
+    pub(crate) fn decode(body: &[u8]) -> postcard::Result<CreatePartitionsRequest> {
+        postcard::from_bytes(body).or_else(|_| {
+            let old: CreatePartitionsRequestUnassigned = postcard::from_bytes(body)?;
+            Ok(CreatePartitionsRequest {
+                name: old.name,
+                count: old.count,
+                validate_only: old.validate_only,
+                assignment: Vec::new(),
+            })
+        })
+    }
 }
 
 /// `Op::DeleteRecords` request: partition `partition`'s records before `before` deleted on
@@ -642,6 +671,29 @@ impl WireError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A CreatePartitions body with its assignment decodes with it; one that ends before it
+    /// (a client of before it existed) decodes as placed by replog.
+    #[test]
+    fn a_create_partitions_request_decodes_with_and_without_its_assignment() {
+        let with = CreatePartitionsRequest {
+            name: "t".into(),
+            count: 4,
+            validate_only: false,
+            assignment: vec![vec![1, 2], vec![2, 3]],
+        };
+        let bytes = postcard::to_stdvec(&with).unwrap();
+        assert_eq!(
+            bytes,
+            [0x01, b't', 0x04, 0x00, 0x02, 0x02, 1, 2, 0x02, 2, 3]
+        );
+        let decoded = CreatePartitionsRequest::decode(&bytes).unwrap();
+        assert_eq!(decoded.assignment, vec![vec![1, 2], vec![2, 3]]);
+        let old = CreatePartitionsRequest::decode(&bytes[..4]).unwrap();
+        assert_eq!((old.name.as_str(), old.count), ("t", 4));
+        assert!(!old.validate_only && old.assignment.is_empty());
+        assert!(CreatePartitionsRequest::decode(&bytes[..2]).is_err());
+    }
 
     /// `Op::DeleteRecords`' request and answer, pinned byte by byte as the struct's docs
     /// have them.

@@ -190,10 +190,32 @@ impl Client {
     /// [`Error::NoBrokerReachable`]; [`Error::Indeterminate`]; [`Error::Timeout`] if the new
     /// partitions have no leader by the deadline (they exist).
     pub async fn create_partitions(&self, topic: &str, partitions: u32) -> Result<()> {
+        self.create_partitions_assigned(topic, partitions, &[])
+            .await
+    }
+
+    /// [`create_partitions`](Self::create_partitions) with each new partition's brokers
+    /// named (the preferred leader first), as Kafka's CreatePartitions assignments and
+    /// `kafka-topics --alter --replica-assignment` name them: `assignments` holds one list per
+    /// new partition, in order (empty: placed as a new topic's are).
+    ///
+    /// # Errors
+    ///
+    /// As [`create_partitions`](Self::create_partitions), and
+    /// [`Error::InvalidReplicaAssignment`] for an assignment whose list count is not the
+    /// number of partitions added, a list not of the topic's replication factor, a broker
+    /// named twice in one list, or one the cluster does not have (nothing added).
+    pub async fn create_partitions_assigned(
+        &self,
+        topic: &str,
+        partitions: u32,
+        assignments: &[Vec<NodeId>],
+    ) -> Result<()> {
         let request = crate::protocol::CreatePartitionsRequest {
             name: topic.to_string(),
             count: partitions,
             validate_only: false,
+            assignment: assignments.to_vec(),
         };
         let started = Instant::now();
         self.admin(Op::CreatePartitions, &request, topic).await?;
@@ -289,6 +311,7 @@ impl Client {
                         | WireError::InvalidReplicationFactor { .. }
                         | WireError::InvalidTopicConfig { .. }
                         | WireError::PartitionsNotAdded { .. }
+                        | WireError::InvalidReplicaAssignment(_)
                         | WireError::TopicAuthorizationFailed
                         | WireError::ClusterAuthorizationFailed
                         | WireError::AuthenticationFailed(_)

@@ -344,7 +344,8 @@ impl Handler for NodeHandler {
                 },
                 Op::CreatePartitions => encode_response(
                     &async {
-                        let request = decode_request(&body)?;
+                        let request = crate::protocol::CreatePartitionsRequest::decode(&body)
+                            .map_err(|e| WireError::Other(format!("bad request: {e}")))?;
                         let deadline =
                             tokio::time::Instant::now() + self.broker.config.request_timeout;
                         let grown = service.create_partitions(request, deadline);

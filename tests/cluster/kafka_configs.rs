@@ -2,7 +2,7 @@
 //! topics with configs through one `replog node` process, describe them through another,
 //! change them with AlterConfigs and IncrementalAlterConfigs, and see a value out of range
 //! refused and a compacted topic refuse a record without a key; and grow topics (never
-//! shrink them) with CreatePartitions.
+//! shrink them) with CreatePartitions, on the brokers they name too.
 
 use crate::kafka::{cluster, kcat, run};
 use crate::kafka_python::{python, python_clients};
@@ -38,6 +38,12 @@ async fn kafkas_admin_clients_create_describe_and_change_topic_configs() {
     assert_eq!(c["partitions"], 3, "{r}");
     assert_eq!(c["shrink"], "INVALID_PARTITIONS", "{r}");
     assert_eq!(c["placed"], serde_json::json!([[3, 1], [2, 3]]), "{r}");
+    assert_eq!(
+        c["grown_placed"],
+        serde_json::json!([[3, 1], [2, 3], [1, 2]]),
+        "{r}"
+    );
+    assert_eq!(c["bad_assignment"], "INVALID_REPLICA_ASSIGNMENT", "{r}");
     // A topic created again under its name has another id, and neither is Kafka's "none".
     let ids = c["ids"].as_array().unwrap();
     assert_ne!(ids[0], ids[1], "{r}");

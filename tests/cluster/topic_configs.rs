@@ -225,6 +225,90 @@ async fn a_topic_grows_and_never_shrinks() {
     cluster.shutdown().await.unwrap();
 }
 
+/// Partitions added on the brokers the client names (Kafka's CreatePartitions assignments):
+/// through the native client, then through the CLI with kafka-topics' `--replica-assignment`
+/// (every partition listed, the ones the topic has left as they are); each new partition's
+/// replicas are exactly those asked for, in order, and run on those brokers; assignments
+/// that cannot be taken are refused and add nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn added_partitions_go_to_the_brokers_asked_for() {
+    const PLACED: &str = "placed";
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = local_cluster(3, dir.path(), "other", 1, |_| {}).await;
+    let addrs = cluster.addrs();
+    let client = connect(&addrs, ClientConfig::default(), Duration::from_secs(20)).await;
+    client.create_topic(PLACED, 1, 2).await.unwrap();
+    for (count, assignment) in [
+        (3, vec![vec![3, 1]]),
+        (2, vec![vec![1]]),
+        (2, vec![vec![2, 2]]),
+        (2, vec![vec![1, 9]]),
+        (2, vec![vec![1, 2, 3]]),
+    ] {
+        let refused = client
+            .create_partitions_assigned(PLACED, count, &assignment)
+            .await;
+        assert!(
+            matches!(refused, Err(Error::InvalidReplicaAssignment(_))),
+            "{assignment:?}: {refused:?}"
+        );
+    }
+    assert_eq!(client.describe(PLACED).await.unwrap().len(), 1);
+
+    client
+        .create_partitions_assigned(PLACED, 3, &[vec![3, 1], vec![2, 3]])
+        .await
+        .unwrap();
+    let bootstrap = addrs[1].to_string();
+    let (ok, out, err) = tokio::task::spawn_blocking(move || {
+        cli(
+            &[
+                "topics",
+                "--bootstrap-server",
+                &bootstrap,
+                "--alter",
+                "--topic",
+                PLACED,
+                "--partitions",
+                "4",
+                "--replica-assignment",
+                "1:2,3:1,2:3,1:3",
+            ],
+            "",
+        )
+    })
+    .await
+    .unwrap();
+    assert!(ok, "{out}{err}");
+    let want: [&[u64]; 3] = [&[3, 1], &[2, 3], &[1, 3]];
+    let described = wait_until(
+        Duration::from_secs(20),
+        "four partitions with leaders",
+        async || {
+            let d = client.describe(PLACED).await.map_err(|e| e.to_string())?;
+            if d.len() == 4 && d.iter().all(|p| p.leader.is_some()) {
+                Ok(d)
+            } else {
+                Err(format!("{d:?}"))
+            }
+        },
+    )
+    .await;
+    for (p, replicas) in (1..4).zip(want) {
+        assert_eq!(described[p].replicas, replicas, "{}", described[p]);
+        let id = replog::PartitionId::new(PLACED, p as u32);
+        let mut hosts: Vec<u64> = (1..=3)
+            .filter(|b| cluster.node(*b).unwrap().partitions().contains(&id))
+            .collect();
+        hosts.sort_unstable();
+        let mut expected = replicas.to_vec();
+        expected.sort_unstable();
+        assert_eq!(hosts, expected, "partition {p} runs on its replicas");
+    }
+    drop(client);
+    cluster.shutdown().await.unwrap();
+}
+
 /// `replog topics --create --config`, `replog configs --alter` and `--describe` against
 /// broker processes.
 #[test]
