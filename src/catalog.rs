@@ -38,17 +38,22 @@ pub(crate) use acls::{AclFilterRecord, AclRecord};
 pub(crate) const METADATA_TOPIC: &str = "__cluster_metadata";
 
 /// Longest file name the file systems replog runs on take (ext4, xfs, btrfs).
-const FILE_NAME_BYTES_MAX: usize = 255;
+pub(crate) const FILE_NAME_BYTES_MAX: usize = 255;
 
 /// The longest suffix replog puts after a topic's name in a file name: a deleted replica's
 /// directory, `{topic}-{partition}.{topic id}-delete` (`node/replica_dir.rs`), with a partition
 /// below [`PARTITIONS_MAX`] and a topic id up to `u64::MAX`.
 const LONGEST_NAME_SUFFIX: &str = "-9999.18446744073709551615-delete";
 
-/// Longest topic name: every file name derived from it fits [`FILE_NAME_BYTES_MAX`] (222
-/// bytes; Kafka allows 249, but replog's deletion names are longer than Kafka's, and the
-/// longest names could not be deleted).
-pub(crate) const TOPIC_NAME_BYTES_MAX: usize = FILE_NAME_BYTES_MAX - LONGEST_NAME_SUFFIX.len();
+/// The most bytes of a topic's name a replica's directory name holds (222): with
+/// [`LONGEST_NAME_SUFFIX`] after them, every file name made from it fits
+/// [`FILE_NAME_BYTES_MAX`]. A longer name stands in file names shortened to this length
+/// (`node/replica_dir.rs`).
+pub(crate) const DIR_TOPIC_BYTES_MAX: usize = FILE_NAME_BYTES_MAX - LONGEST_NAME_SUFFIX.len();
+
+/// Longest topic name, Kafka's (249 bytes). Names over [`DIR_TOPIC_BYTES_MAX`] take a
+/// shortened form in their replicas' directory names.
+pub(crate) const TOPIC_NAME_BYTES_MAX: usize = 249;
 
 /// Most partitions per created topic.
 pub(crate) const PARTITIONS_MAX: u32 = 10_000;
@@ -644,8 +649,7 @@ impl Catalog {
 pub(crate) fn check_topic_name(name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() > TOPIC_NAME_BYTES_MAX {
         return Err(format!(
-            "a topic name has 1 to {TOPIC_NAME_BYTES_MAX} characters (so that every file name \
-             made from it fits {FILE_NAME_BYTES_MAX} bytes); this one has {}",
+            "a topic name has 1 to {TOPIC_NAME_BYTES_MAX} characters; this one has {}",
             name.len()
         ));
     }

@@ -51,7 +51,8 @@
 //!   `max.message.bytes`, …) kept in the metadata log and applied by every replica without a
 //!   restart ([`Client::create_topic_with_configs`], [`Client::alter_topic_configs`], Kafka's
 //!   DescribeConfigs, AlterConfigs and IncrementalAlterConfigs); partitions added
-//!   ([`Client::create_partitions`]); records deleted through Raft (Kafka's DeleteRecords);
+//!   ([`Client::create_partitions`]); records deleted through Raft
+//!   ([`Client::delete_records`], Kafka's DeleteRecords);
 //!   topics created by a Kafka client's first Metadata request
 //!   ([`NodeConfig::auto_create_topics`]); topic ids (KIP-516).
 //!

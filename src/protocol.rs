@@ -275,12 +275,70 @@ pub(crate) struct AlterTopicConfigs {
 
 /// `Op::CreatePartitions` request: topic `name` grown to `count` partitions; answered
 /// `Result<(), WireError>` once the metadata leader applied it.
+///
+/// `assignment` came last, after the other fields: a body that ends before it (from a client
+/// of before) is read as one without (see [`CreatePartitionsRequest::decode`]).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct CreatePartitionsRequest {
     pub(crate) name: String,
     pub(crate) count: u32,
     /// Only check that it could be done.
     pub(crate) validate_only: bool,
+    /// Each new partition's brokers, the preferred leader first, as the client placed them
+    /// (Kafka's CreatePartitions assignments); empty: placed as a new topic's partitions are.
+    pub(crate) assignment: Vec<Vec<crate::types::NodeId>>,
+}
+
+/// [`CreatePartitionsRequest`] as clients sent it before it had `assignment`.
+#[derive(Deserialize)]
+struct CreatePartitionsRequestUnassigned {
+    name: String,
+    count: u32,
+    validate_only: bool,
+}
+
+impl CreatePartitionsRequest {
+    /// Decodes a body with or without the trailing `assignment` (none: placed by replog).
+    pub(crate) fn decode(body: &[u8]) -> postcard::Result<CreatePartitionsRequest> {
+        postcard::from_bytes(body).or_else(|_| {
+            let old: CreatePartitionsRequestUnassigned = postcard::from_bytes(body)?;
+            Ok(CreatePartitionsRequest {
+                name: old.name,
+                count: old.count,
+                validate_only: old.validate_only,
+                assignment: Vec::new(),
+            })
+        })
+    }
+}
+
+/// `Op::DeleteRecords` request: partition `partition`'s records before `before` deleted on
+/// every replica (Kafka's DeleteRecords); answered `Result<u64, WireError>`, the partition's
+/// log start after it (never moved back), once its leader committed the new start.
+///
+/// Served by the partition's leader only: elsewhere `NotLeader` (with the leader's hint where
+/// the broker knows it); `OffsetOutOfRange` for a `before` past the high watermark;
+/// `UnknownTopic` / `UnknownPartition`; `TopicAuthorizationFailed` without DELETE on the
+/// topic.
+///
+/// The body, byte by byte (postcard, as every body: unsigned integers are LEB128 varints):
+///
+/// | pos | size | field | rule |
+/// |---|---|---|---|
+/// | 0 | 1–5 | topic length | varint |
+/// | … | length | topic | UTF-8 bytes |
+/// | … | 1–5 | partition | varint (`u32`) |
+/// | … | 1 | before tag | `00`: every committed record (the high watermark); `01`: an offset follows |
+/// | … | 1–10 | before | varint (`u64`), only after tag `01` |
+///
+/// So `{ partition: "t"-3, before: Some(300) }` is `01 74 03 01 AC 02`. The answer
+/// `Ok(300)` is `00 AC 02`; a follower's refusal starts `01 00` (`Err`, `NotLeader`), then
+/// `00` (no hint) or `01` and the hint (`node_id` varint, address, `term` varint).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct DeleteRecordsRequest {
+    pub(crate) partition: PartitionId,
+    /// Records below this offset go; `None`: every committed record.
+    pub(crate) before: Option<u64>,
 }
 
 /// `Op::Propose` request: a metadata command to commit (a broker's registration, a partition's
@@ -615,6 +673,51 @@ impl WireError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A CreatePartitions body with its assignment decodes with it; one that ends before it
+    /// (a client of before it existed) decodes as placed by replog.
+    #[test]
+    fn a_create_partitions_request_decodes_with_and_without_its_assignment() {
+        let with = CreatePartitionsRequest {
+            name: "t".into(),
+            count: 4,
+            validate_only: false,
+            assignment: vec![vec![1, 2], vec![2, 3]],
+        };
+        let bytes = postcard::to_stdvec(&with).unwrap();
+        assert_eq!(
+            bytes,
+            [0x01, b't', 0x04, 0x00, 0x02, 0x02, 1, 2, 0x02, 2, 3]
+        );
+        let decoded = CreatePartitionsRequest::decode(&bytes).unwrap();
+        assert_eq!(decoded.assignment, vec![vec![1, 2], vec![2, 3]]);
+        let old = CreatePartitionsRequest::decode(&bytes[..4]).unwrap();
+        assert_eq!((old.name.as_str(), old.count), ("t", 4));
+        assert!(!old.validate_only && old.assignment.is_empty());
+        assert!(CreatePartitionsRequest::decode(&bytes[..2]).is_err());
+    }
+
+    /// `Op::DeleteRecords`' request and answer, pinned byte by byte as the struct's docs
+    /// have them.
+    #[test]
+    fn a_delete_records_request_is_pinned_byte_by_byte() {
+        let request = DeleteRecordsRequest {
+            partition: PartitionId::new("t", 3),
+            before: Some(300),
+        };
+        let bytes = postcard::to_stdvec(&request).unwrap();
+        assert_eq!(bytes, [0x01, b't', 0x03, 0x01, 0xAC, 0x02]);
+        let all = DeleteRecordsRequest {
+            partition: PartitionId::new("t", 3),
+            before: None,
+        };
+        assert_eq!(postcard::to_stdvec(&all).unwrap(), [0x01, b't', 0x03, 0x00]);
+        let answer: std::result::Result<u64, WireError> = Ok(300);
+        assert_eq!(postcard::to_stdvec(&answer).unwrap(), [0x00, 0xAC, 0x02]);
+        let refused: std::result::Result<u64, WireError> =
+            Err(WireError::NotLeader { leader: None });
+        assert_eq!(postcard::to_stdvec(&refused).unwrap(), [0x01, 0x00, 0x00]);
+    }
 
     /// The borrowing decoder reads what the client encodes, and its records share the frame.
     #[test]

@@ -190,10 +190,32 @@ impl Client {
     /// [`Error::NoBrokerReachable`]; [`Error::Indeterminate`]; [`Error::Timeout`] if the new
     /// partitions have no leader by the deadline (they exist).
     pub async fn create_partitions(&self, topic: &str, partitions: u32) -> Result<()> {
+        self.create_partitions_assigned(topic, partitions, &[])
+            .await
+    }
+
+    /// [`create_partitions`](Self::create_partitions) with each new partition's brokers
+    /// named (the preferred leader first), as Kafka's CreatePartitions assignments and
+    /// `kafka-topics --alter --replica-assignment` name them: `assignments` holds one list per
+    /// new partition, in order (empty: placed as a new topic's are).
+    ///
+    /// # Errors
+    ///
+    /// As [`create_partitions`](Self::create_partitions), and
+    /// [`Error::InvalidReplicaAssignment`] for an assignment whose list count is not the
+    /// number of partitions added, a list not of the topic's replication factor, a broker
+    /// named twice in one list, or one the cluster does not have (nothing added).
+    pub async fn create_partitions_assigned(
+        &self,
+        topic: &str,
+        partitions: u32,
+        assignments: &[Vec<NodeId>],
+    ) -> Result<()> {
         let request = crate::protocol::CreatePartitionsRequest {
             name: topic.to_string(),
             count: partitions,
             validate_only: false,
+            assignment: assignments.to_vec(),
         };
         let started = Instant::now();
         self.admin(Op::CreatePartitions, &request, topic).await?;
@@ -289,6 +311,7 @@ impl Client {
                         | WireError::InvalidReplicationFactor { .. }
                         | WireError::InvalidTopicConfig { .. }
                         | WireError::PartitionsNotAdded { .. }
+                        | WireError::InvalidReplicaAssignment(_)
                         | WireError::TopicAuthorizationFailed
                         | WireError::ClusterAuthorizationFailed
                         | WireError::AuthenticationFailed(_)
@@ -354,6 +377,91 @@ impl Client {
             replicas: replicas.to_vec(),
         };
         self.admin(Op::Reassign, &request, topic).await
+    }
+
+    /// Deletes partition `partition` of `topic`'s records before offset `before` on every
+    /// replica (Kafka's DeleteRecords, `kafka-delete-records`): the partition's leader commits
+    /// the new log start through the partition's group, reads below it are out of range from
+    /// then on, and the segments wholly below it are removed by the brokers' next retention
+    /// pass. Returns the partition's log start after it (never moved back: an offset below
+    /// the current start changes nothing). Asked of the leader, following `NotLeader` hints (as
+    /// [`send`](Self::send) does) until the delivery timeout; asking again is harmless.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OffsetOutOfRange`] for an offset past the high watermark (nothing deleted);
+    /// [`Error::UnknownTopic`]; [`Error::UnknownPartition`];
+    /// [`Error::TopicAuthorizationFailed`] without DELETE on the topic;
+    /// [`Error::Timeout`] if no leader took it by the deadline.
+    pub async fn delete_records(
+        &self,
+        topic: &str,
+        partition: u32,
+        before: Offset,
+    ) -> Result<Offset> {
+        let id = PartitionId::new(topic, partition);
+        let request = crate::protocol::DeleteRecordsRequest {
+            partition: id.clone(),
+            before: Some(before.get()),
+        };
+        let started = Instant::now();
+        let deadline = started + self.config.delivery_timeout;
+        let mut backoff = Duration::from_millis(50);
+        let mut hops = 0;
+        let mut next: Option<SocketAddr> = None;
+        let mut last = String::from("no leader known");
+        // Bounded by the deadline.
+        loop {
+            if next.is_none() && self.leader_addr(&id).is_none() {
+                let _ = self.refresh_for(Some(topic), Some(&id)).await;
+            }
+            let addr = next
+                .take()
+                .or_else(|| self.leader_addr(&id))
+                .or_else(|| self.candidates().first().copied());
+            let Some(addr) = addr else {
+                return Err(Error::NoBrokerReachable { tried: last });
+            };
+            match self.call::<_, u64>(addr, Op::DeleteRecords, &request).await {
+                Ok(Ok(start)) => return Ok(Offset(start)),
+                Ok(Err(WireError::NotLeader { leader })) => {
+                    last = format!("{addr}: not the leader");
+                    let hops_left = hops < self.config.redirect_hops_max;
+                    match super::routing::redirect(addr, self.cached_hint(&id), leader) {
+                        super::routing::Redirect::Follow(h) if hops_left => {
+                            hops += 1;
+                            self.learn_leader(&id, h);
+                            next = Some(h.addr);
+                            continue;
+                        }
+                        super::routing::Redirect::KeepCache(a) if hops_left => {
+                            hops += 1;
+                            next = Some(a);
+                            continue;
+                        }
+                        _ => self.forget_leader(&id),
+                    }
+                }
+                // Moving the start to the same offset again changes nothing: an attempt
+                // whose outcome is unknown is simply asked again.
+                Ok(Err(e @ (WireError::TryAgain(_) | WireError::Indeterminate(_)))) => {
+                    last = format!("{addr}: {e:?}");
+                }
+                Ok(Err(e)) => return Err(e.into_error(&id, before.get())),
+                Err(e) => {
+                    last = format!("{addr}: {e}");
+                    self.forget_leader(&id);
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout {
+                    elapsed_ms: elapsed_ms(started),
+                    last,
+                });
+            }
+            tokio::time::sleep(jitter(backoff)).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
     }
 
     /// Every broker of the cluster and its address, as the metadata group records them (a

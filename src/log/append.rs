@@ -43,6 +43,11 @@ pub struct AppendInfo {
     pub base_offset: Offset,
     /// The number of records in the batch.
     pub record_count: u32,
+    /// The batch's timestamp as its frame holds it, in ms since the Unix epoch: the time the
+    /// partition's leader appended it (Kafka's LogAppendTime), which is every record's
+    /// timestamp on a `message.timestamp.type=LogAppendTime` topic. 0 where it cannot be
+    /// known: a resent idempotent batch whose first copy is no longer in the log.
+    pub timestamp_ms: u64,
 }
 
 impl AppendInfo {
@@ -279,6 +284,7 @@ impl PartitionLog {
             log_index: LogIndex(header.log_index),
             base_offset: Offset(header.base_offset),
             record_count,
+            timestamp_ms: header.timestamp_ms,
         })
     }
 }

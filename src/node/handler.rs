@@ -8,9 +8,9 @@ use serde::Serialize;
 use crate::error::Error;
 use crate::group::api::{GroupRequest, MemberRef};
 use crate::protocol::{
-    CreateTopicRequest, DeleteTopicRequest, FetchRequest, FetchResponse, ListOffsetsRequest,
-    MetadataRequest, ProduceRequestRef, ProduceResponse, ProposeRequest, TopicConfigsRequest,
-    WireBatch, WireError,
+    CreateTopicRequest, DeleteRecordsRequest, DeleteTopicRequest, FetchRequest, FetchResponse,
+    ListOffsetsRequest, MetadataRequest, ProduceRequestRef, ProduceResponse, ProposeRequest,
+    TopicConfigsRequest, WireBatch, WireError,
 };
 use crate::security::Session;
 use crate::transport::frame::Op;
@@ -344,11 +344,20 @@ impl Handler for NodeHandler {
                 },
                 Op::CreatePartitions => encode_response(
                     &async {
-                        let request = decode_request(&body)?;
+                        let request = crate::protocol::CreatePartitionsRequest::decode(&body)
+                            .map_err(|e| WireError::Other(format!("bad request: {e}")))?;
                         let deadline =
                             tokio::time::Instant::now() + self.broker.config.request_timeout;
                         let grown = service.create_partitions(request, deadline);
                         grown.await.map_err(wire)
+                    }
+                    .await,
+                ),
+                Op::DeleteRecords => encode_response(
+                    &async {
+                        let request: DeleteRecordsRequest = decode_request(&body)?;
+                        let deleted = service.delete_records(&request.partition, request.before);
+                        deleted.await.map(|start| start.get()).map_err(wire)
                     }
                     .await,
                 ),

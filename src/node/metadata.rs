@@ -548,7 +548,10 @@ impl Forwardable for DeleteTopicRequest {
 
 /// Checks a replica assignment a client gave: every partition with the same number of
 /// distinct brokers of the cluster.
-fn check_replica_assignment(assignment: &[Vec<NodeId>], brokers: &[NodeId]) -> Result<()> {
+pub(super) fn check_replica_assignment(
+    assignment: &[Vec<NodeId>],
+    brokers: &[NodeId],
+) -> Result<()> {
     let bad = |reason: String| Err(Error::InvalidReplicaAssignment(reason));
     let factor = assignment.first().map_or(0, Vec::len);
     for (p, replicas) in assignment.iter().enumerate() {

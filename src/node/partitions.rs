@@ -9,25 +9,56 @@ use super::metadata::MetaError;
 use crate::catalog::{CONFIGURED_TOPIC_ID, MetaCommand, PARTITIONS_MAX, Refused};
 use crate::error::{Error, Result};
 use crate::protocol::ProposeRequest;
-use crate::types::{Offset, PartitionId};
+use crate::types::{LeaderHint, NodeId, Offset, PartitionId, Term};
 
 /// How many times an addition is computed again when the topic changed first.
 const ATTEMPTS: usize = 5;
 
+/// Checks the brokers a client named for a topic's `added` new partitions, as Kafka checks
+/// them (each refusal its INVALID_REPLICA_ASSIGNMENT): one list per new partition, each of
+/// the topic's replication factor `factor`, of distinct brokers of the cluster.
+fn check_added_replicas(
+    assignment: &[Vec<NodeId>],
+    added: u32,
+    factor: usize,
+    brokers: &[NodeId],
+) -> Result<()> {
+    if assignment.len() != added as usize {
+        return Err(Error::InvalidReplicaAssignment(format!(
+            "{added} partitions added, but {} assignments given",
+            assignment.len()
+        )));
+    }
+    if let Some((p, replicas)) = assignment
+        .iter()
+        .enumerate()
+        .find(|(_, r)| r.len() != factor)
+    {
+        return Err(Error::InvalidReplicaAssignment(format!(
+            "new partition {p} has {} replicas; the topic's replication factor is {factor}",
+            replicas.len()
+        )));
+    }
+    super::metadata::check_replica_assignment(assignment, brokers)
+}
+
 impl Broker {
     /// Grows created topic `name` to `count` partitions, each with as many replicas as the
-    /// topic's first (with `validate_only`, only checks that it could).
+    /// topic's first (with `validate_only`, only checks that it could): on the brokers
+    /// `assignment` names for each new partition (the preferred leader first), or, if it is
+    /// empty, placed as a new topic's are.
     pub(crate) async fn create_partitions(
         &self,
         name: &str,
         count: u32,
         validate_only: bool,
+        assignment: &[Vec<NodeId>],
     ) -> Result<()> {
         let mut attempt = 0;
         // Bounded by ATTEMPTS.
         loop {
             attempt += 1;
-            let command = self.plan_partitions(name, count)?;
+            let command = self.plan_partitions(name, count, assignment)?;
             if validate_only {
                 return Ok(());
             }
@@ -50,8 +81,14 @@ impl Broker {
         }
     }
 
-    /// The command that grows `name` to `count` partitions, or why it cannot grow so.
-    fn plan_partitions(&self, name: &str, count: u32) -> Result<MetaCommand> {
+    /// The command that grows `name` to `count` partitions (on `assignment`'s brokers, if
+    /// given), or why it cannot grow so.
+    fn plan_partitions(
+        &self,
+        name: &str,
+        count: u32,
+        assignment: &[Vec<NodeId>],
+    ) -> Result<MetaCommand> {
         let catalog = self.catalog.read();
         let t = catalog
             .topic(name)
@@ -79,21 +116,27 @@ impl Broker {
         }
         let factor = t.assignment.first().map_or(1, Vec::len);
         let brokers = catalog.brokers();
-        // Placed as a topic of `count` partitions created now would be; the new ones take
-        // their places in that layout.
-        let layout = crate::catalog::assign(&brokers, count, factor, t.id)
-            .map_err(|reason| Error::InvalidTopic { reason })?;
+        let added = if assignment.is_empty() {
+            // Placed as a topic of `count` partitions created now would be; the new ones take
+            // their places in that layout.
+            let layout = crate::catalog::assign(&brokers, count, factor, t.id)
+                .map_err(|reason| Error::InvalidTopic { reason })?;
+            layout.get(current as usize..).unwrap_or_default().to_vec()
+        } else {
+            check_added_replicas(assignment, count - current, factor, &brokers)?;
+            assignment.to_vec()
+        };
         Ok(MetaCommand::AddPartitions {
             name: name.to_string(),
             topic_id: t.id,
             from: current,
-            assignment: layout.get(current as usize..).unwrap_or_default().to_vec(),
+            assignment: added,
         })
     }
 
     /// Deletes the records of partition `id` before `before` (`None`: all it has committed)
     /// on every replica: the new log start is committed through the partition's group, on its
-    /// leader; reads below it are out of range at once, and the segments below it are
+    /// leader (elsewhere `NotLeader`, with the leader where this broker knows it); reads below it are out of range at once, and the segments below it are
     /// removed by the next retention pass. Returns the log start after it (never moved back).
     pub(crate) async fn delete_records(
         &self,
@@ -101,6 +144,22 @@ impl Broker {
         before: Option<u64>,
     ) -> Result<Offset> {
         let group = self.group(id)?;
+        // Asked of the leader only: a follower's high watermark may lag the leader's, and the
+        // new start is the leader's to commit.
+        let state = group.raft.state();
+        if state.leader != Some(self.config.id) {
+            let leader = state.leader.and_then(|node_id| {
+                Some(LeaderHint {
+                    node_id,
+                    addr: self.broker_addr(node_id)?,
+                    term: Term(state.term),
+                })
+            });
+            return Err(Error::NotLeader {
+                partition: id.clone(),
+                leader,
+            });
+        }
         let high_watermark = group.committed_end();
         let target = before.unwrap_or(high_watermark.get());
         if target > high_watermark.get() {

@@ -4,14 +4,47 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::catalog::DIR_TOPIC_BYTES_MAX;
 use crate::env::{sync_dir, write_atomic};
 use crate::error::{Error, Result};
 use crate::raft::types::Vote;
 use crate::types::PartitionId;
 
-/// A replica's directory: `{topic}-{partition}` in the broker's data directory.
+/// A replica's directory: `{topic}-{partition}` in the broker's data directory, the topic as
+/// [`dir_topic`] writes it.
 pub(super) fn partition_dir(data_dir: &Path, id: &PartitionId) -> PathBuf {
-    data_dir.join(format!("{}-{}", id.topic, id.partition))
+    data_dir.join(format!("{}-{}", dir_topic(&id.topic), id.partition))
+}
+
+/// A topic's name as its replicas' directory names hold it: the name itself up to
+/// [`DIR_TOPIC_BYTES_MAX`] bytes (222); a longer one (Kafka's names go to 249) as its first
+/// 157 bytes, `~` and the SHA-256 of the whole name in lowercase hex, 222 bytes too, so that
+/// `{topic}-{partition}.{topic id}-delete` still fits a file name. `~` is in no topic name,
+/// so a shortened name is never another topic's full one, and the hash keeps names that
+/// share their first 157 bytes apart.
+///
+/// A directory's name is never read back as a topic: a broker opens the replicas its
+/// catalog (the metadata log) and its configured topics name, each at the directory made
+/// from the full name, and a deleted topic's directories are found by the topic id in their
+/// `partition.metadata`. So the full name is kept where it already is, and nothing on disk
+/// changes for names of 222 bytes or fewer.
+fn dir_topic(topic: &str) -> std::borrow::Cow<'_, str> {
+    use sha2::Digest;
+    use std::fmt::Write;
+    if topic.len() <= DIR_TOPIC_BYTES_MAX {
+        return topic.into();
+    }
+    let digest = sha2::Sha256::digest(topic.as_bytes());
+    let mut short = String::with_capacity(DIR_TOPIC_BYTES_MAX);
+    // Topic names are ASCII: any byte length is a character boundary; `get` keeps it safe
+    // for any string all the same.
+    let kept = DIR_TOPIC_BYTES_MAX - 1 - 2 * digest.len();
+    short.push_str(topic.get(..kept).unwrap_or(topic));
+    short.push('~');
+    for byte in digest {
+        let _ = write!(short, "{byte:02x}");
+    }
+    short.into()
 }
 
 /// The file in a created topic's partition directory that names the topic's id.
@@ -166,6 +199,33 @@ pub(super) fn remove_deleted_dirs(data_dir: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Names of up to 222 bytes are their own directory names; longer ones (to Kafka's 249)
+    /// are shortened to 222 bytes, alike every time, apart for names alike in their first 157
+    /// bytes, and their replicas' deletion names still fit a file name.
+    #[test]
+    fn long_topic_names_make_directory_names_that_fit() {
+        let data = tempfile::tempdir().unwrap();
+        let plain = "t".repeat(DIR_TOPIC_BYTES_MAX);
+        assert_eq!(
+            partition_dir(data.path(), &PartitionId::new(plain.clone(), 7)),
+            data.path().join(format!("{plain}-7"))
+        );
+        let long = |last: char| format!("{}{last}", "t".repeat(248));
+        let (a, b) = (long('a'), long('b'));
+        let short = dir_topic(&a);
+        assert_eq!(short.len(), DIR_TOPIC_BYTES_MAX);
+        assert!(short.starts_with(&"t".repeat(157)) && short.as_bytes()[157] == b'~');
+        assert_eq!(short, dir_topic(&a), "stable");
+        assert_ne!(short, dir_topic(&b));
+        let dir = partition_dir(data.path(), &PartitionId::new(a.clone(), 9999));
+        prepare_partition_dir(&dir, u64::MAX).unwrap();
+        discard_dir(&dir, u64::MAX).unwrap();
+        assert!(!dir.exists());
+        let deleted = format!("{short}-9999.{}-delete", u64::MAX);
+        assert!(deleted.len() <= crate::catalog::FILE_NAME_BYTES_MAX);
+        std::fs::create_dir(data.path().join(&deleted)).unwrap();
+    }
 
     /// After a crash the catalog can name an earlier topic of a name for a moment: the
     /// directory of the later topic is never discarded for it; an earlier one, or one without

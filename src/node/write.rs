@@ -161,6 +161,7 @@ impl Broker {
             log_index: LogIndex(log_index),
             base_offset: Offset(response.base_offset),
             record_count,
+            timestamp_ms: response.timestamp_ms,
         })
     }
 

@@ -367,11 +367,21 @@ impl Replica {
             });
             match check? {
                 Check::Duplicate(b) => {
+                    // The first copy's stamp, from its frame while the log still holds it.
+                    let first = self
+                        .store
+                        .log()
+                        .read_entries(b.log_index, b.log_index + 1, 0);
+                    let timestamp_ms = first
+                        .ok()
+                        .and_then(|entries| entries.first().map(|e| e.timestamp_ms))
+                        .unwrap_or(0);
                     return Ok((
                         b.log_index,
                         AppendResponse {
                             base_offset: b.base_offset,
                             record_count: b.record_count,
+                            timestamp_ms,
                         },
                     ));
                 }

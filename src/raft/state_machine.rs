@@ -197,6 +197,7 @@ impl RaftStateMachine<C> for StateMachine {
                         AppendResponse {
                             base_offset: state.log_start,
                             record_count: 0,
+                            timestamp_ms: req.timestamp_ms,
                         }
                     }
                     EntryPayload::Normal(req) => {
@@ -217,6 +218,7 @@ impl RaftStateMachine<C> for StateMachine {
                         AppendResponse {
                             base_offset,
                             record_count: req.record_count,
+                            timestamp_ms: req.timestamp_ms,
                         }
                     }
                     EntryPayload::Membership(m) => {

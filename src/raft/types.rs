@@ -70,6 +70,9 @@ pub struct AppendResponse {
     pub base_offset: u64,
     /// Number of records.
     pub record_count: u32,
+    /// The batch's timestamp as the leader stamped it (ms since the Unix epoch); 0 where
+    /// unknown (a resent batch whose first copy is no longer in the log).
+    pub timestamp_ms: u64,
 }
 
 /// What a Raft node id stands for: a broker and the address clients and peers reach it at.

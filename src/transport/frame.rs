@@ -73,6 +73,8 @@ pub(crate) enum Op {
     TopicConfigs = 18,
     /// Admin: partitions added to a topic.
     CreatePartitions = 19,
+    /// Admin: a partition's records before an offset deleted (Kafka's DeleteRecords).
+    DeleteRecords = 20,
 }
 
 impl Op {
@@ -98,6 +100,7 @@ impl Op {
             Op::Users => "users",
             Op::TopicConfigs => "topic_configs",
             Op::CreatePartitions => "create_partitions",
+            Op::DeleteRecords => "delete_records",
         }
     }
 
@@ -122,6 +125,7 @@ impl Op {
             17 => Some(Op::Users),
             18 => Some(Op::TopicConfigs),
             19 => Some(Op::CreatePartitions),
+            20 => Some(Op::DeleteRecords),
             _ => None,
         }
     }

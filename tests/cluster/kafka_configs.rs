@@ -2,7 +2,7 @@
 //! topics with configs through one `replog node` process, describe them through another,
 //! change them with AlterConfigs and IncrementalAlterConfigs, and see a value out of range
 //! refused and a compacted topic refuse a record without a key; and grow topics (never
-//! shrink them) with CreatePartitions.
+//! shrink them) with CreatePartitions, on the brokers they name too.
 
 use crate::kafka::{cluster, kcat, run};
 use crate::kafka_python::{python, python_clients};
@@ -38,6 +38,12 @@ async fn kafkas_admin_clients_create_describe_and_change_topic_configs() {
     assert_eq!(c["partitions"], 3, "{r}");
     assert_eq!(c["shrink"], "INVALID_PARTITIONS", "{r}");
     assert_eq!(c["placed"], serde_json::json!([[3, 1], [2, 3]]), "{r}");
+    assert_eq!(
+        c["grown_placed"],
+        serde_json::json!([[3, 1], [2, 3], [1, 2]]),
+        "{r}"
+    );
+    assert_eq!(c["bad_assignment"], "INVALID_REPLICA_ASSIGNMENT", "{r}");
     // A topic created again under its name has another id, and neither is Kafka's "none".
     let ids = c["ids"].as_array().unwrap();
     assert_ne!(ids[0], ids[1], "{r}");
@@ -130,4 +136,45 @@ async fn kcat_creates_the_topic_it_produces_to() {
     )
     .await;
     assert_eq!(read, "one\ntwo\n");
+}
+
+/// A producer on a `message.timestamp.type=LogAppendTime` topic learns the broker's stamp
+/// from the ProduceResponse (its `log_append_time_ms`): kafka-python's and confluent-kafka's
+/// record metadata have the timestamp a consumer then reads, the broker's, not the one the
+/// producer gave; on a CreateTime topic the answer's −1 leaves them the producer's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn producers_learn_the_brokers_log_append_time() {
+    if !python_clients() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = crate::local_cluster(3, dir.path(), "other", 1, |c| {
+        c.kafka_listen = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+    })
+    .await;
+    let kafka = cluster.node(1).unwrap().kafka_addr().unwrap().to_string();
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let (ok, out, err) = python("append_time.py", vec![kafka]).await;
+    assert!(ok, "{out}{err}");
+    let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    // Each client's codes for (LogAppendTime, CreateTime): kafka-python's are Kafka's,
+    // confluent-kafka's are librdkafka's.
+    for (client, log_append_time, create_time) in [("kafka_python", 1, 0), ("confluent", 2, 1)] {
+        let stamped = &r["stamped"][client];
+        let produced = stamped["produced"].as_i64().unwrap();
+        assert!(produced >= before, "the broker's stamp: {r}");
+        assert_eq!(stamped["read"], stamped["produced"], "{r}");
+        assert_eq!(stamped["read_type"], log_append_time, "{r}");
+        let created = &r["created"][client];
+        assert_eq!(created["produced"], 1_000_000, "the record's own: {r}");
+        assert_eq!(created["read"], 1_000_000, "{r}");
+        assert_eq!(created["read_type"], create_time, "{r}");
+    }
+    // confluent-kafka's delivery report names the stamp's type too.
+    assert_eq!(r["stamped"]["confluent"]["produced_type"], 2, "{r}");
+    assert_eq!(r["created"]["confluent"]["produced_type"], 1, "{r}");
+    cluster.shutdown().await.unwrap();
 }

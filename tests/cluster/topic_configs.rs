@@ -225,6 +225,90 @@ async fn a_topic_grows_and_never_shrinks() {
     cluster.shutdown().await.unwrap();
 }
 
+/// Partitions added on the brokers the client names (Kafka's CreatePartitions assignments):
+/// through the native client, then through the CLI with kafka-topics' `--replica-assignment`
+/// (every partition listed, the ones the topic has left as they are); each new partition's
+/// replicas are exactly those asked for, in order, and run on those brokers; assignments
+/// that cannot be taken are refused and add nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn added_partitions_go_to_the_brokers_asked_for() {
+    const PLACED: &str = "placed";
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = local_cluster(3, dir.path(), "other", 1, |_| {}).await;
+    let addrs = cluster.addrs();
+    let client = connect(&addrs, ClientConfig::default(), Duration::from_secs(20)).await;
+    client.create_topic(PLACED, 1, 2).await.unwrap();
+    for (count, assignment) in [
+        (3, vec![vec![3, 1]]),
+        (2, vec![vec![1]]),
+        (2, vec![vec![2, 2]]),
+        (2, vec![vec![1, 9]]),
+        (2, vec![vec![1, 2, 3]]),
+    ] {
+        let refused = client
+            .create_partitions_assigned(PLACED, count, &assignment)
+            .await;
+        assert!(
+            matches!(refused, Err(Error::InvalidReplicaAssignment(_))),
+            "{assignment:?}: {refused:?}"
+        );
+    }
+    assert_eq!(client.describe(PLACED).await.unwrap().len(), 1);
+
+    client
+        .create_partitions_assigned(PLACED, 3, &[vec![3, 1], vec![2, 3]])
+        .await
+        .unwrap();
+    let bootstrap = addrs[1].to_string();
+    let (ok, out, err) = tokio::task::spawn_blocking(move || {
+        cli(
+            &[
+                "topics",
+                "--bootstrap-server",
+                &bootstrap,
+                "--alter",
+                "--topic",
+                PLACED,
+                "--partitions",
+                "4",
+                "--replica-assignment",
+                "1:2,3:1,2:3,1:3",
+            ],
+            "",
+        )
+    })
+    .await
+    .unwrap();
+    assert!(ok, "{out}{err}");
+    let want: [&[u64]; 3] = [&[3, 1], &[2, 3], &[1, 3]];
+    let described = wait_until(
+        Duration::from_secs(20),
+        "four partitions with leaders",
+        async || {
+            let d = client.describe(PLACED).await.map_err(|e| e.to_string())?;
+            if d.len() == 4 && d.iter().all(|p| p.leader.is_some()) {
+                Ok(d)
+            } else {
+                Err(format!("{d:?}"))
+            }
+        },
+    )
+    .await;
+    for (p, replicas) in (1..4).zip(want) {
+        assert_eq!(described[p].replicas, replicas, "{}", described[p]);
+        let id = replog::PartitionId::new(PLACED, p as u32);
+        let mut hosts: Vec<u64> = (1..=3)
+            .filter(|b| cluster.node(*b).unwrap().partitions().contains(&id))
+            .collect();
+        hosts.sort_unstable();
+        let mut expected = replicas.to_vec();
+        expected.sort_unstable();
+        assert_eq!(hosts, expected, "partition {p} runs on its replicas");
+    }
+    drop(client);
+    cluster.shutdown().await.unwrap();
+}
+
 /// `replog topics --create --config`, `replog configs --alter` and `--describe` against
 /// broker processes.
 #[test]
@@ -405,5 +489,164 @@ async fn deleted_records_are_gone_from_every_replica() {
         },
     )
     .await;
+    cluster.shutdown().await.unwrap();
+}
+
+/// Asks broker `at` over the native wire, by hand, to delete partition 0 of `topic`'s
+/// records before `before` (`Op::DeleteRecords`, the body as `protocol.rs` pins it); the
+/// answer's body.
+async fn delete_records_by_hand(at: std::net::SocketAddr, topic: &str, before: u8) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut body = vec![topic.len() as u8];
+    body.extend_from_slice(topic.as_bytes());
+    body.extend_from_slice(&[0x00, 0x01, before]);
+    let mut frame = crate::hostile::header(body.len() as u32, 20, 1).to_vec();
+    frame.extend_from_slice(&body);
+    let mut s = tokio::net::TcpStream::connect(at).await.unwrap();
+    s.write_all(&frame).await.unwrap();
+    let mut head = [0u8; 16];
+    s.read_exact(&mut head).await.unwrap();
+    assert_eq!((head[4], head[5]), (2, 20), "a response to DeleteRecords");
+    let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+    let mut answer = vec![0u8; len];
+    s.read_exact(&mut answer).await.unwrap();
+    answer
+}
+
+/// DeleteRecords over the native door and the CLI: a follower refuses it naming the leader,
+/// the leader commits the new start so every replica's records start there (a read below it
+/// is out of range on each, a read from it answers from it), the start never moves back, and
+/// an offset past the high watermark or an unknown topic is refused as such.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_are_deleted_through_the_native_door_and_the_cli() {
+    const CUT: &str = "cut";
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = local_cluster(3, dir.path(), "other", 1, |_| {}).await;
+    let addrs = cluster.addrs();
+    let client = connect(&addrs, ClientConfig::default(), Duration::from_secs(20)).await;
+    client.create_topic(CUT, 1, 3).await.unwrap();
+    for batch in 0..5 {
+        let records: Vec<Record> = (0..10)
+            .map(|i| Record::new(format!("{batch}-{i}")))
+            .collect();
+        client.send(CUT, 0, &records).await.unwrap();
+    }
+
+    // A follower, asked by hand, refuses it with the leader's hint (Err, NotLeader, Some,
+    // the leader's id).
+    let leader = client.describe(CUT).await.unwrap()[0].leader.unwrap();
+    let follower = (1..=3u64).find(|id| *id != leader).unwrap();
+    wait_until(
+        Duration::from_secs(20),
+        "the follower to refuse naming the leader",
+        async || {
+            let answer = delete_records_by_hand(addrs[follower as usize - 1], CUT, 5).await;
+            if answer.get(..4) == Some(&[0x01, 0x00, 0x01, leader as u8][..]) {
+                Ok(())
+            } else {
+                Err(format!("{answer:02x?}"))
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        cluster
+            .node(leader)
+            .unwrap()
+            .status(CUT, 0)
+            .unwrap()
+            .log_start,
+        Offset(0)
+    );
+
+    assert_eq!(
+        client.delete_records(CUT, 0, Offset(20)).await.unwrap(),
+        Offset(20)
+    );
+    for id in 1..=3u64 {
+        let node = cluster.node(id).unwrap();
+        wait_until(
+            Duration::from_secs(20),
+            &format!("broker {id}'s records to start at 20"),
+            async || {
+                let st = node.status(CUT, 0).unwrap();
+                (st.log_start == Offset(20))
+                    .then_some(())
+                    .ok_or(format!("{st:?}"))
+            },
+        )
+        .await;
+        let replica = Some(addrs[id as usize - 1]);
+        let below = client.fetch(CUT, 0, Offset(19), 1 << 20, replica).await;
+        assert!(
+            matches!(below, Err(Error::OffsetOutOfRange { start, .. }) if start == Offset(20)),
+            "{below:?}"
+        );
+        let from = client
+            .fetch(CUT, 0, Offset(20), 1 << 20, replica)
+            .await
+            .unwrap();
+        let first = from
+            .iter()
+            .flat_map(|b| b.records())
+            .find(|(o, _)| *o >= Offset(20))
+            .unwrap();
+        assert_eq!(first.0, Offset(20));
+        assert_eq!(first.1.value, "2-0");
+    }
+    // Never back; past the high watermark and unknown topics refused.
+    assert_eq!(
+        client.delete_records(CUT, 0, Offset(10)).await.unwrap(),
+        Offset(20)
+    );
+    assert!(matches!(
+        client.delete_records(CUT, 0, Offset(51)).await,
+        Err(Error::OffsetOutOfRange { requested, end, .. })
+            if requested == Offset(51) && end == Offset(50)
+    ));
+    assert!(matches!(
+        client.delete_records("no.such.topic", 0, Offset(1)).await,
+        Err(Error::UnknownTopic(t)) if t == "no.such.topic"
+    ));
+
+    // The CLI, as kafka-delete-records.
+    let bootstrap = addrs[follower as usize - 1].to_string();
+    let run = |args: Vec<String>| {
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            cli(&args, "")
+        })
+    };
+    let args = |topic: &str, offset: &str| {
+        [
+            "delete-records",
+            "--bootstrap-server",
+            &bootstrap,
+            "--topic",
+            topic,
+        ]
+        .into_iter()
+        .chain(["--partition", "0", "--offset", offset])
+        .map(str::to_string)
+        .collect::<Vec<_>>()
+    };
+    let (ok, out, err) = run(args(CUT, "30")).await.unwrap();
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("partition: cut-0\tlow_watermark: 30"), "{out}");
+    let (ok, _, err) = run(args(CUT, "99")).await.unwrap();
+    assert!(!ok && err.contains("outside the log"), "{err}");
+    let (ok, _, err) = run(args("no.such.topic", "1")).await.unwrap();
+    assert!(!ok && err.contains("unknown topic"), "{err}");
+    wait_until(
+        Duration::from_secs(20),
+        "every replica to start at 30",
+        async || {
+            (1..=3)
+                .all(|id| cluster.node(id).unwrap().status(CUT, 0).unwrap().log_start == Offset(30))
+                .then_some(())
+        },
+    )
+    .await;
+    drop(client);
     cluster.shutdown().await.unwrap();
 }

@@ -568,3 +568,96 @@ async fn a_broker_with_hundreds_of_quiet_partitions_holds_disk_for_its_data_only
     );
     cluster.shutdown().await.unwrap();
 }
+
+/// Kafka's longest topic name, 249 bytes, created through the Kafka door: written to,
+/// read back after its broker restarts (the replica's directory name shortened to fit the
+/// file system, mapped back through the metadata log); a 250-byte name is refused as Kafka
+/// refuses it (INVALID_TOPIC_EXCEPTION).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_of_kafkas_longest_name_survives_a_restart() {
+    use kafka_protocol::messages::create_topics_request::CreatableTopic;
+    use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, CreateTopicsResponse, TopicName};
+    use replog::{Client, ClientConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = local_cluster(1, dir.path(), "other", 1, |c| {
+        c.kafka_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    })
+    .await;
+    let create = |topic: &str| {
+        let mut t = CreatableTopic::default();
+        t.name = TopicName(kafka_protocol::protocol::StrBytes::from_string(
+            topic.to_string(),
+        ));
+        t.num_partitions = 2;
+        t.replication_factor = 1;
+        let mut r = CreateTopicsRequest::default();
+        r.timeout_ms = 10_000;
+        r.topics.push(t);
+        r
+    };
+    let longest = format!("long.{}", "n".repeat(244));
+    let over = format!("{longest}x");
+    assert_eq!((longest.len(), over.len()), (249, 250));
+    let kafka = cluster.node(1).unwrap().kafka_addr().unwrap();
+    for (name, code) in [(&over, 17), (&longest, 0)] {
+        let (_, answer): (usize, CreateTopicsResponse) =
+            crate::kafka::kafka_call(kafka, ApiKey::CreateTopics, 7, &create(name)).await;
+        assert_eq!(answer.topics[0].error_code, code, "{:?}", answer.topics[0]);
+    }
+    // A client of the cluster as it is now, once the topic is ready, having written
+    // `{tag}-{p}` to each partition `p`.
+    let write_each = async |cluster: &replog::LocalCluster, tag: &str| {
+        let client = Client::connect(&cluster.addrs(), ClientConfig::default())
+            .await
+            .unwrap();
+        client
+            .wait_ready(&longest, Duration::from_secs(20))
+            .await
+            .unwrap();
+        for p in 0..2 {
+            let record = Record::new(format!("{tag}-{p}"));
+            client.send(&longest, p, &[record]).await.unwrap();
+        }
+        client
+    };
+    let client = write_each(&cluster, "before").await;
+    // Its replicas' directories: the name shortened to 222 bytes, then `-{partition}`.
+    let data = cluster.data_dir(1).unwrap();
+    let names: Vec<String> = std::fs::read_dir(&data)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("long."))
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(
+        names.iter().all(|n| n.len() == 224 && n.contains('~')),
+        "{names:?}"
+    );
+    drop(client);
+
+    cluster.restart(1).await.unwrap();
+    let client = write_each(&cluster, "after").await;
+    for p in 0..2 {
+        let read = client
+            .fetch(&longest, p, Offset(0), 1 << 20, None)
+            .await
+            .unwrap();
+        let values: Vec<_> = read
+            .iter()
+            .flat_map(|b| b.records())
+            .map(|(_, r)| r.value)
+            .collect();
+        assert_eq!(
+            values,
+            vec![
+                bytes_of(&format!("before-{p}")),
+                bytes_of(&format!("after-{p}"))
+            ]
+        );
+    }
+    let listed = client.list_topics().await.unwrap();
+    assert!(listed.contains(&(longest.clone(), 2)), "{listed:?}");
+    drop(client);
+    cluster.shutdown().await.unwrap();
+}

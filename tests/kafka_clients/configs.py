@@ -141,6 +141,20 @@ def confluent(a, b):
         return [p.replicas for _, p in sorted(partitions.items())]
 
     out["placed"] = until(replicas, lambda r: len(r) == 2)
+
+    # Partitions added on the brokers named (CreatePartitions assignments), and an
+    # assignment of the wrong replication factor refused.
+    admin_a.create_partitions([NewPartitions(placed, 3, replica_assignment=[[1, 2]])])[
+        placed
+    ].result(30)
+    out["grown_placed"] = until(replicas, lambda r: len(r) == 3)
+    try:
+        admin_a.create_partitions([NewPartitions(placed, 4, replica_assignment=[[1]])])[
+            placed
+        ].result(30)
+        out["bad_assignment"] = None
+    except KafkaException as e:
+        out["bad_assignment"] = e.args[0].name()
     return out
 
 

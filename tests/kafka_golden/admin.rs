@@ -212,7 +212,8 @@ async fn create_and_delete_topics_answer_each_topic() {
 
 /// CreatePartitions: a created topic grown (its new partitions get leaders and take records),
 /// and refusals: no more partitions than it has (INVALID_PARTITIONS), a topic that does not
-/// exist, a manual assignment, a topic configured on the brokers.
+/// exist, an assignment naming a broker the cluster does not have, a topic configured on the
+/// brokers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_partitions_grows_a_topic() {
     use kafka_protocol::messages::create_partitions_request::{
@@ -239,7 +240,7 @@ async fn create_partitions_grows_a_topic() {
                 grow("no.such.topic", 2),
                 grow(TOPIC, 5),
                 grow(&name, 4).with_assignments(Some(vec![
-                    CreatePartitionsAssignment::default().with_broker_ids(vec![BrokerId(1)]),
+                    CreatePartitionsAssignment::default().with_broker_ids(vec![BrokerId(9)]),
                 ])),
             ]);
         let answer = broker.exchange(ApiKey::CreatePartitions, v, &request).await;
@@ -260,7 +261,11 @@ async fn create_partitions_grows_a_topic() {
                      partitions are theirs",
                 ),
             ),
-            result(&name, 39, Some("replog assigns replicas itself")),
+            result(
+                &name,
+                39,
+                Some("invalid replica assignment: partition 0: broker 9 is not in the cluster"),
+            ),
         ]);
         broker.assert_answer(ApiKey::CreatePartitions, v, &answer, &expected);
         // Asked again with the count it has now: refused.

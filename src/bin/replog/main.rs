@@ -13,6 +13,7 @@ mod check;
 mod configs;
 mod connect;
 mod consume;
+mod delete_records;
 mod demo;
 mod error;
 mod groups;
@@ -64,6 +65,9 @@ enum Command {
     Consume(consume::ConsumeArgs),
     /// Lists and describes consumer groups, and resets their offsets.
     Groups(groups::GroupsArgs),
+    /// Deletes a partition's records before an offset on every replica, as
+    /// kafka-delete-records does.
+    DeleteRecords(delete_records::DeleteRecordsArgs),
     /// Plays the tutorial on an embedded three-broker cluster (ports 9092, 19092, 29092, or
     /// free ports when those are taken), in a temporary directory.
     Demo,
@@ -132,6 +136,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
             Command::Produce(args) => done(produce::run(args).await),
             Command::Consume(args) => done(consume::run(args).await),
             Command::Groups(args) => done(groups::run(args).await),
+            Command::DeleteRecords(args) => done(delete_records::run(args).await),
             Command::Acls(args) => done(acls::run(args).await),
             Command::Users(args) => done(users::run(args).await),
             Command::Configs(args) => done(configs::run(args).await),

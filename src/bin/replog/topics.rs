@@ -39,6 +39,12 @@ pub(crate) struct TopicsArgs {
     /// Partitions, with --create (default 1) or --alter.
     #[arg(long, requires = "sized")]
     partitions: Option<u32>,
+    /// With --alter: the brokers of each partition, as kafka-topics spells them: partitions
+    /// separated by commas, a partition's brokers by colons, the preferred leader first
+    /// (`1:2,2:3`). Either every partition the topic will have (those it has are left as
+    /// they are, as kafka-topics does) or only the new ones.
+    #[arg(long, value_name = "B:B,B:B", value_parser = parse_replica_assignment, requires = "alter")]
+    replica_assignment: Option<ReplicaAssignment>,
     /// Replicas of each partition (at most the number of brokers), with --create.
     #[arg(long, default_value_t = 1, requires = "create")]
     replication_factor: u32,
@@ -69,8 +75,13 @@ enum Action {
         replication_factor: u32,
         configs: Vec<String>,
     },
-    /// `--alter --partitions N`: a topic grown to `N` partitions.
-    Grow { topic: String, partitions: u32 },
+    /// `--alter --partitions N`: a topic grown to `N` partitions, on the brokers
+    /// `--replica-assignment` names if given (empty: placed by replog).
+    Grow {
+        topic: String,
+        partitions: u32,
+        assignment: Vec<Vec<u64>>,
+    },
     /// `--delete`: a topic created at run time.
     Delete { topic: String },
     /// `--reassign`: move one partition to other brokers.
@@ -98,6 +109,7 @@ impl TopicsArgs {
             topic,
             alter,
             partitions,
+            replica_assignment,
             replication_factor,
             configs,
             reassign,
@@ -113,6 +125,7 @@ impl TopicsArgs {
             Some(topic) if alter => Action::Grow {
                 topic,
                 partitions: partitions.unwrap_or(1),
+                assignment: replica_assignment.map(|a| a.0).unwrap_or_default(),
             },
             Some(topic) if create => Action::Create {
                 topic,
@@ -143,9 +156,21 @@ pub(crate) async fn run(args: TopicsArgs) -> Result<(), CliError> {
                 .await?;
             println!("Created topic {topic}.");
         }
-        Action::Grow { topic, partitions } => {
+        Action::Grow {
+            topic,
+            partitions,
+            mut assignment,
+        } => {
+            // kafka-topics' list names every partition: the ones the topic has are dropped.
+            if assignment.len() == partitions as usize {
+                let current = client
+                    .partition_count(&topic)
+                    .await
+                    .map_err(|e| CliError::about_topic(&topic, e))?;
+                assignment.drain(..(current as usize).min(assignment.len()));
+            }
             client
-                .create_partitions(&topic, partitions)
+                .create_partitions_assigned(&topic, partitions, &assignment)
                 .await
                 .map_err(|e| CliError::about_topic(&topic, e))?;
             println!("Topic {topic} has {partitions} partitions.");
@@ -179,6 +204,30 @@ pub(crate) async fn run(args: TopicsArgs) -> Result<(), CliError> {
         Action::Describe { topic } => describe(&client, topic).await?,
     }
     Ok(())
+}
+
+/// kafka-topics' `--replica-assignment`: each partition's brokers, the preferred leader
+/// first (one value to clap, not a list of them).
+#[derive(Clone, Debug)]
+struct ReplicaAssignment(Vec<Vec<u64>>);
+
+/// Parses kafka-topics' `--replica-assignment`: `1:2,2:3` is partition 0 on brokers 1 and
+/// 2, partition 1 on brokers 2 and 3.
+fn parse_replica_assignment(s: &str) -> Result<ReplicaAssignment, String> {
+    let partitions: Result<Vec<Vec<u64>>, String> = s
+        .split(',')
+        .map(|partition| {
+            partition
+                .split(':')
+                .map(|b| {
+                    b.trim()
+                        .parse::<u64>()
+                        .map_err(|_| format!("{b:?} is not a broker id (in {s:?})"))
+                })
+                .collect()
+        })
+        .collect();
+    partitions.map(ReplicaAssignment)
 }
 
 /// Prints a line per partition of `topic`, or of every topic.
@@ -273,9 +322,27 @@ mod tests {
             action(&["--alter", "--topic", "t", "--partitions", "6"]),
             Action::Grow {
                 topic: t(),
-                partitions: 6
+                partitions: 6,
+                assignment: vec![]
             }
         );
+        assert_eq!(
+            action(&[
+                "--alter",
+                "--topic",
+                "t",
+                "--partitions",
+                "3",
+                "--replica-assignment",
+                "1:2,2:3,3:1"
+            ]),
+            Action::Grow {
+                topic: t(),
+                partitions: 3,
+                assignment: vec![vec![1, 2], vec![2, 3], vec![3, 1]]
+            }
+        );
+
         assert!(refused(&["--alter", "--topic", "t"]));
         assert!(refused(&[
             "--alter",
@@ -319,6 +386,16 @@ mod tests {
             &["--reassign", "--create", "--topic", "t", "--replicas", "1"],
             &["--partitions", "3", "--topic", "t"],
             &["--replicas", "1", "--topic", "t"],
+            &[
+                "--alter",
+                "--topic",
+                "t",
+                "--partitions",
+                "3",
+                "--replica-assignment",
+                "1:x",
+            ],
+            &["--create", "--topic", "t", "--replica-assignment", "1:2"],
         ] {
             assert!(refused(args), "{args:?}");
         }

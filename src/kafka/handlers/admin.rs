@@ -230,7 +230,9 @@ pub(crate) async fn delete_topics(
 }
 
 /// CreatePartitions: each topic grown through the service (its checks, placement and wait
-/// for a metadata leader); manual assignments are refused (replog places replicas itself).
+/// for a metadata leader), its new partitions on the brokers the request's assignments name
+/// if it has any (a broker id that is no broker's: INVALID_REPLICA_ASSIGNMENT, as the other
+/// checks of an assignment).
 pub(crate) async fn create_partitions(
     request: CreatePartitionsRequest,
     service: &BrokerService,
@@ -241,19 +243,32 @@ pub(crate) async fn create_partitions(
         let mut res = CreatePartitionsTopicResult::default();
         res.name = t.name.clone();
         res.error_message = None;
-        let grown = if t.assignments.is_some() {
-            Err((
+        let assignment: Result<Vec<Vec<u64>>, _> = t
+            .assignments
+            .iter()
+            .flatten()
+            .map(|a| {
+                a.broker_ids
+                    .iter()
+                    .map(|b| u64::try_from(b.0))
+                    .collect::<Result<Vec<u64>, _>>()
+            })
+            .collect();
+        let grown = match assignment {
+            Err(_) => Err((
                 code::INVALID_REPLICA_ASSIGNMENT,
-                "replog assigns replicas itself".to_string(),
-            ))
-        } else {
-            let request = crate::protocol::CreatePartitionsRequest {
-                name: t.name.0.to_string(),
-                count: u32::try_from(t.count).unwrap_or(0),
-                validate_only: request.validate_only,
-            };
-            let grown = service.create_partitions(request, request_deadline).await;
-            grown.map_err(|e| (topic_error(&e), e.to_string()))
+                "a negative broker id in the assignment".to_string(),
+            )),
+            Ok(assignment) => {
+                let request = crate::protocol::CreatePartitionsRequest {
+                    name: t.name.0.to_string(),
+                    count: u32::try_from(t.count).unwrap_or(0),
+                    validate_only: request.validate_only,
+                    assignment,
+                };
+                let grown = service.create_partitions(request, request_deadline).await;
+                grown.map_err(|e| (topic_error(&e), e.to_string()))
+            }
         };
         if let Err((c, m)) = grown {
             res.error_code = c;

@@ -122,6 +122,11 @@ async fn write(
     match service.produce(produce).await {
         Ok(info) => {
             pr.base_offset = i64::try_from(info.base_offset.get()).unwrap_or(i64::MAX);
+            // On a LogAppendTime topic the records' timestamp is the leader's stamp: the
+            // producer's RecordMetadata takes it from here (−1: the records' own, CreateTime).
+            if info.timestamp_ms > 0 && service.log_append_time(&produce_partition) {
+                pr.log_append_time_ms = i64::try_from(info.timestamp_ms).unwrap_or(-1);
+            }
             // Kafka answers the partition's log start with a batch taken (an idempotent
             // producer compares it with what it sent to tell retention from lost state).
             let start = service.list_offset(&produce_partition, OffsetAt::Earliest, None);

@@ -104,6 +104,15 @@ impl BrokerService {
             .await
     }
 
+    /// Whether the records of `partition`'s topic take the time their leader appended them
+    /// (`message.timestamp.type=LogAppendTime`), as this broker's replica has the topic's
+    /// configs; false for a partition it does not host.
+    pub(crate) fn log_append_time(&self, partition: &crate::types::PartitionId) -> bool {
+        self.broker
+            .group(partition)
+            .is_ok_and(|g| g.settings.read().log_append_time)
+    }
+
     /// Brokers, topics and every partition's current leader (`local_only`: only the partitions
     /// hosted here, as brokers ask each other). A client is told only of the topics it may
     /// describe.

@@ -146,7 +146,8 @@ impl BrokerService {
     }
 
     /// Grows a created topic to `request.count` partitions through the metadata group (ALTER
-    /// on the topic), asked again while no metadata leader takes it, until `deadline`.
+    /// on the topic), on the brokers `request.assignment` names if it names any, asked again
+    /// while no metadata leader takes it, until `deadline`.
     pub(crate) async fn create_partitions(
         &self,
         request: CreatePartitionsRequest,
@@ -154,11 +155,16 @@ impl BrokerService {
     ) -> Result<()> {
         self.authorize_topic(AclOperation::Alter, &request.name)?;
         let (name, count) = (request.name.as_str(), request.count);
+        let assignment = &request.assignment;
         if request.validate_only {
-            return self.broker.create_partitions(name, count, true).await;
+            return self
+                .broker
+                .create_partitions(name, count, true, assignment)
+                .await;
         }
         until_leader(deadline, || {
-            self.broker.create_partitions(name, count, false)
+            self.broker
+                .create_partitions(name, count, false, assignment)
         })
         .await
     }
