@@ -45,8 +45,11 @@ def until(fetch, ok, budget=30):
 
 def confluent(a, b):
     out = {}
-    admin_a = AdminClient({"bootstrap.servers": a})
-    admin_b = AdminClient({"bootstrap.servers": b})
+    # librdkafka's admin client is a producer underneath, which creates the topics it names by
+    # default: its metadata refreshes of a topic it looked up would create it again once the
+    # test deletes it.
+    admin_a = AdminClient({"bootstrap.servers": a, "allow.auto.create.topics": False})
+    admin_b = AdminClient({"bootstrap.servers": b, "allow.auto.create.topics": False})
     topic = "cfk.configured"
     fs = admin_a.create_topics(
         [NewTopic(topic, 1, 3, config={"cleanup.policy": "compact", "retention.ms": "1000"})]
