@@ -16,12 +16,17 @@
 //!    `min.cleanable.dirty.ratio` of the range's bytes, or the oldest of them is older than
 //!    `max.compaction.lag.ms`.
 //! 2. A map of each key to its latest offset in the range.
-//! 3. Each segment of the range rewritten beside itself with the records that are their key's
-//!    latest, less the tombstones (Kafka records with a null value) older than
-//!    `delete.retention.ms`; records without a key stay. A segment whose rewrite would change
-//!    nothing and that is marked compacted already is left alone.
-//! 4. Each rewritten segment checked as recovery checks it and swapped in by one rename
-//!    ([`crate::segment::CompactedFile`]); readers holding the old one finish on its map.
+//! 3. Each segment of the range decided: the records that are their key's latest stay, less
+//!    the tombstones (Kafka records with a null value, and in the offsets topic empty values)
+//!    older than `delete.retention.ms`; records without a key stay.
+//! 4. Consecutive segments written as one file beside the first, as many as fit a segment's
+//!    size, runs of emptied entries of one term merged into gap frames (FORMAT.md §4.3). A
+//!    lone segment whose rewrite would change nothing and that is marked compacted already is
+//!    left alone. So a compacted log keeps about one segment per `segment.bytes` of what is
+//!    live, however long it runs.
+//! 5. Each new file checked as recovery checks it and swapped in by one rename over the first
+//!    segment, the others deleted after it ([`crate::segment::CompactedFile`]); readers
+//!    holding the old segments finish on their maps.
 //!
 //! Reads and appends go on throughout: only the swap takes the log's locks, for a rename.
 
@@ -34,7 +39,9 @@ use bytes::Bytes;
 
 use super::PartitionLog;
 use crate::error::Result;
-use crate::segment::format::{EntryKind, PayloadFormat};
+use crate::segment::format::{
+    END_MARK, EntryKind, FRAME_HEADER_LEN, PayloadFormat, SEGMENT_HEADER_LEN,
+};
 use crate::segment::kafka;
 use crate::segment::record::{Batch, FrameHeader, Limits, compact_replog_payload};
 use crate::segment::{FrameOut, Segment, gap};
@@ -191,109 +198,54 @@ impl PartitionLog {
             throttle.spent(seg.data_len() as u64);
         }
         stats.keys = latest.len();
-        let tombstone_gone = |frame_time: u64| {
-            frame_time.saturating_add(policy.delete_retention_ms) <= policy.now_ms
-        };
+        // Each segment's frames decided, then the segments written: consecutive ones merged
+        // into one file as long as it stays within a segment's size.
+        let mut decided = Vec::with_capacity(range.len());
         for seg in &range {
+            decided.push(decide(seg, &latest, &last_of_producer, policy)?);
+            throttle.spent(seg.data_len() as u64);
+        }
+        let capacity = usize::try_from(self.opts.capacity).unwrap_or(usize::MAX);
+        let mut start = 0;
+        // Bounded: each turn moves `start` past one segment at least.
+        while let Some(first) = decided.get(start) {
+            let mut end = start + 1;
+            let mut len = SEGMENT_HEADER_LEN + END_MARK.len() + first.len;
+            while let Some(add) = decided
+                .get(end)
+                .map(|next| next.len_after(&decided[end - 1]))
+                .filter(|add| len + add <= capacity)
+            {
+                len += add;
+                end += 1;
+            }
+            let (group, parts) = (&range[start..end], &decided[start..end]);
+            start = end;
             let mut frames = Runs::default();
-            for (pos, h) in seg.frames()? {
-                if h.kind == EntryKind::Gap {
-                    let payload = seg.batch(pos, &h)?.payload;
-                    let runs = gap::runs(&payload, h.record_count).map_err(|kind| {
-                        crate::Error::Corrupt {
-                            file: seg.path.clone(),
-                            position: pos as u64,
-                            kind,
-                        }
-                    })?;
-                    frames.push(FrameOut::Keep(pos), &h, Some(runs));
-                    continue;
-                }
-                if h.kind != EntryKind::Data {
-                    frames.push(FrameOut::Keep(pos), &h, None);
-                    continue;
-                }
-                // An emptied frame joins a gap unless it is an idempotent producer's last, or
-                // spans no offset (a log-start entry, which is not a batch).
-                let collapsible = h.record_count > 0
-                    && (h.producer_id == 0
-                        || last_of_producer.get(&h.producer_id) != Some(&h.log_index));
-                let gap = |empty: bool| {
-                    (empty && collapsible).then(|| {
-                        vec![gap::Run {
-                            count: 1,
-                            span: h.record_count,
-                        }]
-                    })
-                };
-                let batch = seg.batch(pos, &h)?;
-                let base = h.base_offset;
-                let mut removed = 0u64;
-                let mut keep = |delta: u32, key: Option<&[u8]>, tombstone: bool| {
-                    let kept = match key {
-                        None => true,
-                        Some(key) => {
-                            latest.get(key) == Some(&(base + u64::from(delta)))
-                                && !(tombstone && tombstone_gone(h.timestamp_ms))
-                        }
+            for (seg, d) in parts.iter().enumerate() {
+                for f in &d.frames {
+                    let out = match &f.payload {
+                        Some(p) => FrameOut::Rewrite(f.header, p.clone()),
+                        None => FrameOut::Keep { seg, pos: f.pos },
                     };
-                    removed += u64::from(!kept);
-                    kept
-                };
-                let payload = match h.format {
-                    PayloadFormat::Replog => compact_replog_payload(&batch, |d, k, v| {
-                        keep(d, k, policy.empty_values_are_tombstones && v.is_empty())
-                    })
-                    .map(Bytes::from),
-                    PayloadFormat::Kafka if batch.payload.is_empty() => None,
-                    PayloadFormat::Kafka => {
-                        match kafka::compact_batch(
-                            &batch.payload,
-                            h.compacted,
-                            &Limits::ON_DISK,
-                            keep,
-                        )
-                        .map_err(|kind| crate::Error::Corrupt {
-                            file: seg.path.clone(),
-                            position: pos as u64,
-                            kind,
-                        })? {
-                            Some(b) if removed == 0 => {
-                                debug_assert_eq!(b, batch.payload);
-                                None
-                            }
-                            Some(b) => Some(b),
-                            None => Some(Bytes::new()),
-                        }
-                    }
-                };
-                let empty = match &payload {
-                    Some(p) => p.is_empty(),
-                    None => h.compacted && batch.payload.is_empty(),
-                };
-                match payload {
-                    Some(payload) => {
-                        frames.changed = true;
-                        stats.records_removed += removed;
-                        frames.push(FrameOut::Rewrite(h, payload), &h, gap(empty));
-                    }
-                    None => frames.push(FrameOut::Keep(pos), &h, gap(empty)),
+                    frames.push(out, &f.header, f.gap.clone());
                 }
             }
-            throttle.spent(seg.data_len() as u64);
-            let marked = seg.header().is_some_and(|h| h.compacted);
-            let (frames, changed) = frames.finish();
-            if !changed && marked {
+            let (frames, collapsed) = frames.finish();
+            let marked = group
+                .iter()
+                .all(|s| s.header().is_some_and(|h| h.compacted));
+            if group.len() == 1 && marked && !collapsed && parts.iter().all(|d| !d.changed) {
                 continue;
             }
-            let file = seg.write_compacted(&frames, &self.opts)?;
+            let file = crate::segment::write_compacted(group, &frames, &self.opts)?;
             let after = file.data_len as u64;
             #[cfg(test)]
             if stop == Some(CompactionStep::Written) {
                 return Ok(stats);
             }
             if !self.swap(
-                seg,
+                group,
                 file,
                 #[cfg(test)]
                 stop,
@@ -304,9 +256,10 @@ impl PartitionLog {
             if stop.is_some() {
                 return Ok(stats);
             }
-            stats.segments += 1;
-            stats.bytes_before += seg.data_len() as u64;
+            stats.segments += group.len();
+            stats.bytes_before += group.iter().map(|s| s.data_len() as u64).sum::<u64>();
             stats.bytes_after += after;
+            stats.records_removed += parts.iter().map(|d| d.removed).sum::<u64>();
         }
         if stats.segments > 0 {
             tracing::debug!(dir = %self.dir.display(), segments = stats.segments,
@@ -358,34 +311,45 @@ impl PartitionLog {
         Ok(range)
     }
 
-    /// Installs `file` in place of `old` if `old` is still in the log; `false` (and the file
-    /// deleted) if retention or a reset removed it meanwhile.
+    /// Installs `file` in place of the consecutive segments `group` if they are still in the
+    /// log, one after another; `false` (and the file deleted) if retention or a reset removed
+    /// one meanwhile.
     fn swap(
         &self,
-        old: &Arc<Segment>,
+        group: &[Arc<Segment>],
         file: crate::segment::CompactedFile,
         #[cfg(test)] stop: Option<CompactionStep>,
     ) -> Result<bool> {
         // The list changes only under the writer lock (retention, truncation and resets take
-        // it): holding it, `old` stays where it is found.
+        // it): holding it, the group stays where it is found.
         let _w = self.writer.lock();
-        let Some(at) = self
-            .segments
-            .read()
-            .iter()
-            .position(|s| Arc::ptr_eq(s, old))
-        else {
+        let at = {
+            let segs = self.segments.read();
+            group.first().and_then(|first| {
+                let at = segs.iter().position(|s| Arc::ptr_eq(s, first))?;
+                let found = segs.get(at..at + group.len())?;
+                found
+                    .iter()
+                    .zip(group)
+                    .all(|(a, b)| Arc::ptr_eq(a, b))
+                    .then_some(at)
+            })
+        };
+        let Some(at) = at else {
             file.discard();
             return Ok(false);
         };
         let new = file.install(
-            old,
+            group,
             &self.opts,
             #[cfg(test)]
             stop,
         )?;
-        if let Some(slot) = self.segments.write().get_mut(at) {
-            *slot = Arc::clone(&new);
+        {
+            let mut segs = self.segments.write();
+            if at + group.len() <= segs.len() {
+                segs.splice(at..at + group.len(), [Arc::clone(&new)]);
+            }
         }
         #[cfg(test)]
         if stop == Some(CompactionStep::Renamed) {
@@ -397,6 +361,156 @@ impl PartitionLog {
         }
         Ok(true)
     }
+}
+
+/// One frame of a segment as compaction decided it.
+struct Decision {
+    pos: usize,
+    header: FrameHeader,
+    /// The records kept, if fewer than the frame holds (`None`: the frame as it is).
+    payload: Option<Bytes>,
+    /// Its entries' spans if it is an emptied entry (or a gap frame) that may join a gap.
+    gap: Option<Vec<gap::Run>>,
+}
+
+/// A segment's frames as compaction decided them.
+struct Decided {
+    frames: Vec<Decision>,
+    /// Some frame is rewritten.
+    changed: bool,
+    /// Bytes of its frames once written, before runs of emptied ones merge.
+    len: usize,
+    /// Records removed.
+    removed: u64,
+}
+
+impl Decided {
+    /// The bytes this segment's frames add to a file after `before`'s: less the gap frame
+    /// header its first emptied entries need no more if they continue `before`'s last run.
+    fn len_after(&self, before: &Decided) -> usize {
+        let last = before
+            .frames
+            .last()
+            .and_then(|d| Some((d.header.term, d.gap.as_ref()?)));
+        let first = self
+            .frames
+            .first()
+            .and_then(|d| Some((d.header.term, d.gap.as_ref()?)));
+        match (last, first) {
+            (Some((t1, r1)), Some((t2, r2))) if t1 == t2 => {
+                let extends = r1.last().map(|r| r.span) == r2.first().map(|r| r.span);
+                let saved = FRAME_HEADER_LEN + 8 + if extends { GAP_RUN_LEN_MAX } else { 0 };
+                self.len.saturating_sub(saved)
+            }
+            _ => self.len,
+        }
+    }
+}
+
+/// Decides what compaction keeps of each frame of `seg`, given each key's latest offset in
+/// the range and each idempotent producer's last batch there.
+fn decide(
+    seg: &Segment,
+    latest: &HashMap<Box<[u8]>, u64>,
+    last_of_producer: &HashMap<u64, u64>,
+    policy: &CompactionPolicy,
+) -> Result<Decided> {
+    let tombstone_gone =
+        |frame_time: u64| frame_time.saturating_add(policy.delete_retention_ms) <= policy.now_ms;
+    let corrupt = |pos: usize, kind| crate::Error::Corrupt {
+        file: seg.path.clone(),
+        position: pos as u64,
+        kind,
+    };
+    let mut out = Decided {
+        frames: Vec::new(),
+        changed: false,
+        len: 0,
+        removed: 0,
+    };
+    for (pos, h) in seg.frames()? {
+        let mut decision = Decision {
+            pos,
+            header: h,
+            payload: None,
+            gap: None,
+        };
+        if h.kind == EntryKind::Gap {
+            let payload = seg.batch(pos, &h)?.payload;
+            let runs = gap::runs(&payload, h.record_count).map_err(|kind| corrupt(pos, kind))?;
+            decision.gap = Some(runs);
+        } else if h.kind == EntryKind::Data {
+            let batch = seg.batch(pos, &h)?;
+            let base = h.base_offset;
+            let mut removed = 0u64;
+            let mut keep = |delta: u32, key: Option<&[u8]>, tombstone: bool| {
+                let kept = match key {
+                    None => true,
+                    Some(key) => {
+                        latest.get(key) == Some(&(base + u64::from(delta)))
+                            && !(tombstone && tombstone_gone(h.timestamp_ms))
+                    }
+                };
+                removed += u64::from(!kept);
+                kept
+            };
+            decision.payload = match h.format {
+                PayloadFormat::Replog => compact_replog_payload(&batch, |d, k, v| {
+                    keep(d, k, policy.empty_values_are_tombstones && v.is_empty())
+                })
+                .map(Bytes::from),
+                PayloadFormat::Kafka if batch.payload.is_empty() => None,
+                PayloadFormat::Kafka => {
+                    match kafka::compact_batch(&batch.payload, h.compacted, &Limits::ON_DISK, keep)
+                        .map_err(|kind| corrupt(pos, kind))?
+                    {
+                        Some(b) if removed == 0 => {
+                            debug_assert_eq!(b, batch.payload);
+                            None
+                        }
+                        Some(b) => Some(b),
+                        None => Some(Bytes::new()),
+                    }
+                }
+            };
+            out.changed |= decision.payload.is_some();
+            out.removed += removed;
+            let empty = match &decision.payload {
+                Some(p) => p.is_empty(),
+                None => h.compacted && batch.payload.is_empty(),
+            };
+            // An emptied frame joins a gap unless it is an idempotent producer's last, or
+            // spans no offset (a log-start entry, which is not a batch).
+            let collapsible = h.record_count > 0
+                && (h.producer_id == 0
+                    || last_of_producer.get(&h.producer_id) != Some(&h.log_index));
+            decision.gap = (empty && collapsible).then(|| {
+                vec![gap::Run {
+                    count: 1,
+                    span: h.record_count,
+                }]
+            });
+        }
+        // What the frame adds to the file, at most: an emptied entry after another of its term
+        // only the runs it adds to the gap frame they become (none if it extends the last).
+        let previous = out
+            .frames
+            .last()
+            .and_then(|p| p.gap.as_ref().filter(|_| p.header.term == h.term));
+        out.len += match (&decision.gap, previous) {
+            (Some(runs), Some(before)) => {
+                let extends = before.last().map(|r| r.span) == runs.first().map(|r| r.span);
+                GAP_RUN_LEN_MAX * (runs.len() - usize::from(extends))
+            }
+            (Some(runs), None) => FRAME_HEADER_LEN + 8 + GAP_RUN_LEN_MAX * runs.len(),
+            (None, _) => match &decision.payload {
+                Some(p) => FRAME_HEADER_LEN + p.len(),
+                None => h.frame_len(),
+            },
+        };
+        out.frames.push(decision);
+    }
+    Ok(out)
 }
 
 /// A compacted segment's frames as they are decided, with the runs of emptied entries (data
@@ -412,8 +526,8 @@ struct Runs {
     /// The entries and the offsets they span.
     entries: u64,
     span: u64,
-    /// A frame is rewritten or a run collapsed: the segment changes.
-    changed: bool,
+    /// A run was collapsed: the segment changes.
+    collapsed: bool,
 }
 
 impl Runs {
@@ -471,14 +585,17 @@ impl Runs {
             ..*first
         };
         self.out.push(FrameOut::Rewrite(gap, gap::encode(&spans)));
-        self.changed = true;
+        self.collapsed = true;
     }
 
     fn finish(mut self) -> (Vec<FrameOut>, bool) {
         self.flush();
-        (self.out, self.changed)
+        (self.out, self.collapsed)
     }
 }
+
+/// The most bytes one run of a gap frame takes (a count and a span, FORMAT.md §4.3).
+const GAP_RUN_LEN_MAX: usize = 15;
 
 /// The most offsets one gap frame spans: what a Kafka batch's last offset delta can say,
 /// since a Kafka fetch serves the gap as one empty batch.

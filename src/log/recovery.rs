@@ -62,6 +62,7 @@ impl PartitionLog {
             zeros_syncs: Arc::default(),
         };
         let bases = drop_segments_before_restart(&dir, list_segments(&dir)?)?;
+        let bases = drop_merged_segments(&dir, bases, &opts)?;
         let (segments, handle, recovery) = match bases.split_last() {
             None => {
                 let (seg, handle) = Segment::create(&dir, Cursor::default(), &opts, None, false)?;
@@ -173,6 +174,49 @@ fn drop_segments_before_restart(dir: &Path, bases: Vec<u64>) -> Result<Vec<u64>>
         }
     }
     Ok(bases)
+}
+
+/// Finishes a compaction that merged segments and stopped after putting the merged file in
+/// place, before deleting the segments it replaced (FORMAT.md §7): a compacted segment
+/// without an index whose frames reach past the next segment's base holds that segment's
+/// entries, and the segments that start before its end are deleted. A merged file that ends
+/// anywhere but at a later segment's base is left for the open to judge.
+fn drop_merged_segments(dir: &Path, bases: Vec<u64>, opts: &SegmentOptions) -> Result<Vec<u64>> {
+    let mut kept: Vec<u64> = Vec::with_capacity(bases.len());
+    let mut i = 0;
+    // Bounded: each turn moves `i` past one segment at least.
+    while let Some(&base) = bases.get(i) {
+        kept.push(base);
+        i += 1;
+        let Some(&next) = bases.get(i) else { break };
+        let Some(end) = crate::segment::merged_end(dir, base, opts)? else {
+            continue;
+        };
+        if end <= next {
+            continue;
+        }
+        let covered = bases
+            .get(i..)
+            .unwrap_or_default()
+            .iter()
+            .take_while(|&&b| b < end)
+            .count();
+        // The segments merged were sealed: one comes after them, at the merged file's end.
+        if bases.get(i + covered) != Some(&end) {
+            continue;
+        }
+        for &old in bases.get(i..i + covered).unwrap_or_default().iter().rev() {
+            tracing::info!(
+                segment = old,
+                merged_into = base,
+                "deleting a segment a compaction merged before it stopped"
+            );
+            remove_segment_files(dir, old)?;
+        }
+        sync_dir(dir)?;
+        i += covered;
+    }
+    Ok(kept)
 }
 
 /// Removes the files of the segment with `base` (the index first).

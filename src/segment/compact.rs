@@ -1,12 +1,16 @@
-//! Compaction's part of a segment (FORMAT.md §4.3, §7): a new file written beside a sealed
-//! segment holding what compaction kept of its frames, checked whole, and then installed in
-//! the segment's place by one rename.
+//! Compaction's part of a segment (FORMAT.md §4.3, §7): a new file written beside one or more
+//! consecutive sealed segments, holding what compaction kept of their frames, checked whole,
+//! and then installed in the first one's place by one rename, the others deleted after it.
 //!
-//! The new file has the same name as the old with `.compacted.tmp` after it until the rename,
+//! The new file has the first segment's name with `.compacted.tmp` after it until the rename,
 //! so a crash before it leaves a temporary file that the next open removes, and the old
-//! segment whole. The old segment's index is deleted before the rename: a crash between the two
-//! leaves the old segment without an index (rebuilt on open), a crash after the rename the new
-//! one without an index (rebuilt too). No crash leaves an index describing the other file.
+//! segments whole. The first segment's index is deleted before the rename: a crash between the
+//! two leaves the old segment without an index (rebuilt on open), a crash after the rename the
+//! new one without an index (rebuilt too). No crash leaves an index describing the other file.
+//! A crash after the rename and before the other segments are deleted leaves them beside a
+//! first segment that holds their frames too: the next open reads the first up to the next
+//! one's base log index (where a sealed segment's scan stops), so the log reads the same, and
+//! the next compaction merges them again.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
@@ -27,8 +31,8 @@ use crate::error::{CorruptKind, Result};
 /// records.
 #[derive(Debug)]
 pub(crate) enum FrameOut {
-    /// The frame at this position of the old segment, copied byte for byte.
-    Keep(usize),
+    /// The frame at position `pos` of the `seg`th old segment, copied byte for byte.
+    Keep { seg: usize, pos: usize },
     /// The frame with this header (its `compacted` flag set, its `body_len` computed here)
     /// and the records compaction kept.
     Rewrite(FrameHeader, Bytes),
@@ -71,120 +75,126 @@ impl Segment {
         }
         Ok(out)
     }
+}
 
-    /// Writes `frames` as this segment compacted, beside it under a temporary name, synced,
-    /// and checks the result as recovery would: the same first and next log index and offset
-    /// as this segment, every frame valid. The segment itself is untouched.
-    pub(crate) fn write_compacted(
-        &self,
-        frames: &[FrameOut],
-        opts: &SegmentOptions,
-    ) -> Result<CompactedFile> {
-        let extent = self.extent();
-        let data = self
-            .map
-            .published()
-            .get(..extent.data_len)
-            .unwrap_or_default();
-        let restart = self.header().is_some_and(|h| h.restart);
-        let tmp = self.path.with_extension("log.compacted.tmp");
-        let result = (|| -> Result<CompactedFile> {
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&tmp)?;
-            let mut out = BufWriter::with_capacity(1 << 20, &file);
-            let header = SegmentHeader {
-                version: FORMAT_VERSION,
-                base_log_index: self.base_log_index,
-                base_offset: self.base_offset,
-                restart,
-                compacted: true,
-            };
-            out.write_all(&header.encode())?;
-            let mut len = SEGMENT_HEADER_LEN;
-            for frame in frames {
-                match frame {
-                    FrameOut::Keep(pos) => {
-                        let h = decode_frame(data, *pos, &Limits::ON_DISK)
-                            .ok()
-                            .flatten()
-                            .ok_or_else(|| corrupt(&self.path, *pos, CorruptKind::Truncated))?;
-                        let bytes = data
-                            .get(*pos..*pos + h.frame_len())
-                            .ok_or_else(|| corrupt(&self.path, *pos, CorruptKind::Truncated))?;
-                        out.write_all(bytes)?;
-                        len += bytes.len();
-                    }
-                    FrameOut::Rewrite(h, payload) => {
-                        let mut h = *h;
-                        h.body_len = body_len_for(payload.len(), &Limits::ON_DISK)?;
-                        h.compacted = true;
-                        out.write_all(&encode_frame_header(&h, payload))?;
-                        out.write_all(payload)?;
-                        len += h.frame_len();
-                    }
+/// Writes `frames` as the consecutive sealed segments `group` compacted into one, beside the
+/// first under a temporary name, synced, and checks the result as recovery would: the first
+/// segment's first log index and offset, the last one's next, every frame valid. The segments
+/// themselves are untouched.
+pub(crate) fn write_compacted(
+    group: &[Arc<Segment>],
+    frames: &[FrameOut],
+    opts: &SegmentOptions,
+) -> Result<CompactedFile> {
+    let (Some(first), Some(last)) = (group.first(), group.last()) else {
+        return Err(std::io::Error::other("no segment to compact").into());
+    };
+    let end = last.extent().cursor;
+    let datas: Vec<&[u8]> = group
+        .iter()
+        .map(|s| s.map.published().get(..s.data_len()).unwrap_or_default())
+        .collect();
+    let restart = first.header().is_some_and(|h| h.restart);
+    let tmp = first.path.with_extension("log.compacted.tmp");
+    let result = (|| -> Result<CompactedFile> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)?;
+        let mut out = BufWriter::with_capacity(1 << 20, &file);
+        let header = SegmentHeader {
+            version: FORMAT_VERSION,
+            base_log_index: first.base_log_index,
+            base_offset: first.base_offset,
+            restart,
+            compacted: true,
+        };
+        out.write_all(&header.encode())?;
+        let mut len = SEGMENT_HEADER_LEN;
+        for frame in frames {
+            match frame {
+                FrameOut::Keep { seg, pos } => {
+                    let (data, path) = datas
+                        .get(*seg)
+                        .zip(group.get(*seg).map(|s| &s.path))
+                        .ok_or_else(|| std::io::Error::other("a frame of no segment"))?;
+                    let h = decode_frame(data, *pos, &Limits::ON_DISK)
+                        .ok()
+                        .flatten()
+                        .ok_or_else(|| corrupt(path, *pos, CorruptKind::Truncated))?;
+                    let bytes = data
+                        .get(*pos..*pos + h.frame_len())
+                        .ok_or_else(|| corrupt(path, *pos, CorruptKind::Truncated))?;
+                    out.write_all(bytes)?;
+                    len += bytes.len();
+                }
+                FrameOut::Rewrite(h, payload) => {
+                    let mut h = *h;
+                    h.body_len = body_len_for(payload.len(), &Limits::ON_DISK)?;
+                    h.compacted = true;
+                    out.write_all(&encode_frame_header(&h, payload))?;
+                    out.write_all(payload)?;
+                    len += h.frame_len();
                 }
             }
-            out.write_all(&END_MARK)?;
-            out.flush()?;
-            drop(out);
-            file.sync_all()?;
-            let file_len = len + END_MARK.len();
-            let map = MappedFile::map_read_only(&file, file_len, file_len)?;
-            let base = Cursor {
-                next_log_index: self.base_log_index,
-                next_offset: self.base_offset,
-                last_term: 0,
-            };
-            let (state, scan) = scan_segment(
-                map.published(),
-                base,
-                opts,
-                Some(extent.cursor.next_log_index),
-            );
-            if scan.stop != ScanStop::Limit
-                || scan.cursor.next_offset != extent.cursor.next_offset
-                || scan.end != len
-            {
-                let kind = match scan.stop {
-                    ScanStop::Invalid(kind) => kind,
-                    _ => CorruptKind::MissingEntries {
-                        expected: extent.cursor.next_log_index,
-                        found: scan.cursor.next_log_index,
-                    },
-                };
-                return Err(corrupt(&tmp, scan.end, kind));
-            }
-            Ok(CompactedFile {
-                tmp: tmp.clone(),
-                file,
-                map,
-                state,
-                base,
-                data_len: len,
-            })
-        })();
-        if result.is_err() {
-            let _ = std::fs::remove_file(&tmp);
         }
-        result
+        out.write_all(&END_MARK)?;
+        out.flush()?;
+        drop(out);
+        file.sync_all()?;
+        let file_len = len + END_MARK.len();
+        let map = MappedFile::map_read_only(&file, file_len, file_len)?;
+        let base = Cursor {
+            next_log_index: first.base_log_index,
+            next_offset: first.base_offset,
+            last_term: 0,
+        };
+        let (state, scan) = scan_segment(map.published(), base, opts, Some(end.next_log_index));
+        if scan.stop != ScanStop::Limit
+            || scan.cursor.next_offset != end.next_offset
+            || scan.end != len
+        {
+            let kind = match scan.stop {
+                ScanStop::Invalid(kind) => kind,
+                _ => CorruptKind::MissingEntries {
+                    expected: end.next_log_index,
+                    found: scan.cursor.next_log_index,
+                },
+            };
+            return Err(corrupt(&tmp, scan.end, kind));
+        }
+        Ok(CompactedFile {
+            tmp: tmp.clone(),
+            file,
+            map,
+            state,
+            base,
+            data_len: len,
+        })
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
     }
+    result
 }
 
 impl CompactedFile {
-    /// Puts the compacted file in place of `old` (the old index deleted first, then one
-    /// rename, then the directory synced) and returns it as a segment, which has no index file
-    /// yet: the caller writes it. The caller holds the log's locks, so that `old` is still in
-    /// the log and nothing else changes its files.
+    /// Puts the compacted file in place of the segments `group` (the first one's index deleted
+    /// first, then one rename over the first, the directory synced, then the other segments'
+    /// files deleted and the directory synced again) and returns it as a segment, which has no
+    /// index file yet: the caller writes it. The caller holds the log's locks, so that the
+    /// segments are still in the log and nothing else changes their files.
     pub(crate) fn install(
         self,
-        old: &Segment,
+        group: &[Arc<Segment>],
         opts: &SegmentOptions,
         #[cfg(test)] stop: Option<crate::log::CompactionStep>,
     ) -> Result<Arc<Segment>> {
+        let Some((old, merged)) = group.split_first() else {
+            return Err(std::io::Error::other("no segment to replace").into());
+        };
         let dir = old
             .path
             .parent()
@@ -198,6 +208,16 @@ impl CompactedFile {
         }
         std::fs::rename(&self.tmp, &old.path)?;
         sync_dir(&dir)?;
+        #[cfg(test)]
+        if stop == Some(crate::log::CompactionStep::Renamed) && !merged.is_empty() {
+            return Err(std::io::Error::other("stopped for a test").into());
+        }
+        if !merged.is_empty() {
+            for s in merged {
+                s.remove_files()?;
+            }
+            sync_dir(&dir)?;
+        }
         Ok(Arc::new(Segment::new(
             &dir,
             FORMAT_VERSION,

@@ -51,10 +51,10 @@ use index::IndexEntry;
 use mmap::MappedFile;
 use record::{FrameHeader, Limits};
 
-pub(crate) use compact::{CompactedFile, FrameOut};
+pub(crate) use compact::{CompactedFile, FrameOut, write_compacted};
 pub(crate) use create::{Recycled, SpareFile, reserve};
 pub use inspect::{SegmentReport, inspect_segment};
-pub(crate) use open::Sealed;
+pub(crate) use open::{Sealed, merged_end};
 pub use scan::fuzz_scan_segment;
 use scan::scan_from_entry;
 pub(crate) use scan::{Cursor, ScanStop, frame_time, scan};

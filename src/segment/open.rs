@@ -177,6 +177,31 @@ impl Segment {
 
 /// Opens a segment file, checks its size and header, and (for any but the first segment) that
 /// it starts where the previous one ended.
+/// Where the segment with base `base_log_index` ends (its next log index), if it is a
+/// compacted segment without an index file: what a compaction that merged segments leaves
+/// when it stops after putting the merged file in place and before deleting the segments it
+/// replaced (`compact.rs`). `None` for any other segment, or one that does not scan whole.
+pub(crate) fn merged_end(
+    dir: &Path,
+    base_log_index: u64,
+    opts: &SegmentOptions,
+) -> Result<Option<u64>> {
+    if dir.join(index_file_name(base_log_index)).exists() {
+        return Ok(None);
+    }
+    let (file, file_len, base, _) = open_checked(dir, base_log_index, None)?;
+    let map = MappedFile::map_read_only(&file, file_len, file_len)?;
+    let data = map.published();
+    if !SegmentHeader::decode(data).is_ok_and(|h| h.compacted) {
+        return Ok(None);
+    }
+    let (_, scan) = scan_segment(data, base, opts, None);
+    // A compacted file is written whole and synced before it is renamed into place: it ends
+    // at its end mark.
+    Ok(matches!(scan.stop, ScanStop::EndOfData | ScanStop::Zero)
+        .then_some(scan.cursor.next_log_index))
+}
+
 fn open_checked(
     dir: &Path,
     base_log_index: u64,

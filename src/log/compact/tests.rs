@@ -375,7 +375,8 @@ proptest! {
 /// A run cut after any of its steps (as a crash would) leaves a log that opens with no
 /// temporary file and reads as the log before the run less some of the records the run
 /// removes (the segments it finished), never one the compacted log keeps; the next run
-/// finishes the job.
+/// finishes the job. The run merges segments, so the cut after its first rename leaves the
+/// merged file beside the segments it replaces, which the open reads past.
 #[test]
 fn a_run_cut_at_any_step_loses_nothing() {
     for step in [
@@ -404,6 +405,19 @@ fn a_run_cut_at_any_step_loses_nothing() {
             log.abandon();
             (before, want)
         };
+        let files = || {
+            std::fs::read_dir(dir.path())
+                .unwrap()
+                .filter(|e| {
+                    e.as_ref()
+                        .unwrap()
+                        .file_name()
+                        .to_string_lossy()
+                        .ends_with(".log")
+                })
+                .count()
+        };
+        let at_cut = files();
         let log = PartitionLog::open(dir.path(), config()).unwrap();
         let got = read_all(&log);
         assert!(got.iter().all(|r| before.contains(r)), "{step:?}: {got:?}");
@@ -417,6 +431,11 @@ fn a_run_cut_at_any_step_loses_nothing() {
         let upto = log.next_log_index().get() - 1;
         log.compact(&policy(upto, now, u64::MAX / 2)).unwrap();
         assert_eq!(read_all(&log), want, "{step:?}");
+        let sizes: Vec<usize> = log.segments.read().iter().map(|s| s.data_len()).collect();
+        assert!(
+            files() < at_cut,
+            "{step:?}: the run merges segments: {at_cut} {sizes:?}"
+        );
     }
 }
 
@@ -449,8 +468,9 @@ fn lags_ratio_and_the_commit_point_hold_compaction_back() {
 }
 
 /// A log of one-record batches over a few keys (a group's committed offsets) compacts to a
-/// small fraction of its size: the runs of emptied entries become gap frames of a few bytes
-/// per entry, not a 64-byte frame header each; the entries Raft reads are the same.
+/// small fraction of its size and a few segments: the runs of emptied entries become gap
+/// frames of a few bytes, not a 64-byte frame header each, and the segments merge; the
+/// entries Raft reads are the same.
 #[test]
 fn runs_of_emptied_batches_shrink_to_gap_frames() {
     let dir = tempfile::tempdir().unwrap();
@@ -469,6 +489,10 @@ fn runs_of_emptied_batches_shrink_to_gap_frames() {
     log.compact(&policy(next - 1, now, u64::MAX / 2)).unwrap();
     let after = size(&log);
     assert!(after * 15 < before, "{after} bytes of {before} left");
+    // And the segments they were in merge: a compacted log keeps about one segment per
+    // segment size of what it holds.
+    let segments = log.segments.read().len();
+    assert!(segments <= 3, "{segments} segments left");
     assert_eq!(entry_meta(&log, 0, next), meta);
     // Read in small pieces, the entries still come one by one and in order.
     let mut from = 0;
