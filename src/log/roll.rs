@@ -108,6 +108,31 @@ impl PartitionLog {
         }
         self.roll_locked(&mut w)
     }
+
+    /// Seals the active segment if it holds `floor` bytes or more and at least as many as the
+    /// sealed segments together: a compacted log whose live records are few keeps its active
+    /// segment, which compaction never touches, about their size. Returns whether it rolled.
+    ///
+    /// # Errors
+    ///
+    /// As [`roll`](Self::roll).
+    pub(crate) fn roll_if_outgrown(&self, floor: u64) -> Result<bool> {
+        let mut w = self.writer.lock();
+        self.check_writable()?;
+        let active = w.active.data_len() as u64;
+        let sealed: u64 = self
+            .segments
+            .read()
+            .iter()
+            .filter(|s| !Arc::ptr_eq(s, &w.active))
+            .map(|s| s.data_len() as u64)
+            .sum();
+        if active < floor.max(sealed) || w.cursor.next_log_index == w.active.base_log_index {
+            return Ok(false);
+        }
+        self.roll_locked(&mut w)?;
+        Ok(true)
+    }
 }
 
 #[cfg(test)]
@@ -122,6 +147,42 @@ mod tests {
     use crate::segment::format::{END_MARK, SEGMENT_HEADER_LEN, segment_file_name};
     use crate::segment::record::Record;
     use crate::types::Offset;
+
+    /// The active segment is sealed once it holds the floor and as much as the sealed ones,
+    /// not before, and never empty.
+    #[test]
+    fn an_outgrown_active_segment_is_sealed() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = PartitionLog::open(dir.path(), LogConfig::default()).unwrap();
+        let floor = 4096;
+        assert!(!log.roll_if_outgrown(0).unwrap(), "an empty segment stays");
+        let value = vec![b'v'; 1000];
+        let append = |n: usize| {
+            for _ in 0..n {
+                log.append(&[Record::new(value.clone()).with_key("k")])
+                    .unwrap();
+            }
+        };
+        append(2);
+        assert!(!log.roll_if_outgrown(floor).unwrap(), "below the floor");
+        append(3);
+        assert!(
+            log.roll_if_outgrown(floor).unwrap(),
+            "past the floor, nothing sealed"
+        );
+        assert_eq!(log.segment_count(), 2);
+        append(4);
+        assert!(
+            !log.roll_if_outgrown(floor).unwrap(),
+            "less than the sealed segment"
+        );
+        append(2);
+        assert!(
+            log.roll_if_outgrown(floor).unwrap(),
+            "as much as the sealed segment"
+        );
+        assert_eq!(log.segment_count(), 3);
+    }
 
     #[test]
     fn a_recycled_segments_old_frames_never_come_back() {

@@ -27,6 +27,11 @@ impl Broker {
             let Some(applied) = group.sm.last_applied().map(|l| l.index) else {
                 continue;
             };
+            // The offsets topic's live records are few (a record per group and partition
+            // committed): its active segment is sealed, to be compacted, once it outgrows them.
+            if is_offsets(&group) && group.store.log().roll_if_outgrown(OFFSETS_ACTIVE_MIN)? {
+                tracing::debug!(partition = %group.id, "offsets partition's active segment sealed");
+            }
             let s = *group.settings.read();
             let mut policy = CompactionPolicy::new(crate::types::LogIndex(applied));
             policy.now_ms = now;
@@ -93,6 +98,10 @@ impl Broker {
         Ok(())
     }
 }
+
+/// The least an offsets partition's active segment holds before it is sealed for compaction
+/// (when it holds more than the sealed ones too).
+const OFFSETS_ACTIVE_MIN: u64 = 64 << 10;
 
 /// Whether `group` is a partition of the offsets topic.
 fn is_offsets(group: &HostedReplica) -> bool {
