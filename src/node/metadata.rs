@@ -419,7 +419,17 @@ impl Broker {
         &self,
         applied: impl Fn(&crate::catalog::Catalog) -> bool,
     ) -> bool {
-        let deadline = tokio::time::Instant::now() + self.config.request_timeout;
+        self.until_catalog_within(self.config.request_timeout, applied)
+            .await
+    }
+
+    /// [`until_catalog`](Self::until_catalog) for at most `within`.
+    pub(crate) async fn until_catalog_within(
+        &self,
+        within: std::time::Duration,
+        applied: impl Fn(&crate::catalog::Catalog) -> bool,
+    ) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
         let mut changes = self.catalog_applied.subscribe();
         // Bounded by the deadline; each turn waits for the catalog to apply more.
         loop {

@@ -42,6 +42,10 @@ fn check_added_replicas(
     super::metadata::check_replica_assignment(assignment, brokers)
 }
 
+/// How long a broker waits for its copy of the metadata to learn a topic it is asked to
+/// change and does not know, before it answers that the topic is unknown.
+const UNKNOWN_TOPIC_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl Broker {
     /// Grows created topic `name` to `count` partitions, each with as many replicas as the
     /// topic's first (with `validate_only`, only checks that it could): on the brokers
@@ -58,7 +62,19 @@ impl Broker {
         // Bounded by ATTEMPTS.
         loop {
             attempt += 1;
-            let command = self.plan_partitions(name, count, assignment)?;
+            let command = match self.plan_partitions(name, count, assignment) {
+                // A topic created through another broker a moment ago: this broker's copy
+                // of the metadata log learns it within a heartbeat or two.
+                Err(Error::UnknownTopic(_))
+                    if attempt == 1
+                        && self
+                            .until_catalog_within(UNKNOWN_TOPIC_WAIT, |c| c.topic(name).is_some())
+                            .await =>
+                {
+                    continue;
+                }
+                planned => planned?,
+            };
             if validate_only {
                 return Ok(());
             }
