@@ -33,8 +33,34 @@ pub(crate) async fn python(script: &str, args: Vec<String>) -> (bool, String, St
     python_env(script, args, Vec::new()).await
 }
 
+/// The Python that has quixstreams, if there is one: `.ci/run` installs it from PyPI into
+/// its own environment, `target/quixstreams` (its confluent-kafka is pinned to a version of
+/// its own). Required in CI, skipped elsewhere.
+pub(crate) fn quixstreams_python() -> Option<String> {
+    let python = std::env::var("REPLOG_QUIXSTREAMS_PYTHON").unwrap_or_else(|_| {
+        format!(
+            "{}/target/quixstreams/bin/python",
+            env!("CARGO_MANIFEST_DIR")
+        )
+    });
+    let found = Command::new(&python)
+        .args(["-c", "import quixstreams"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "quixstreams is not installed in {python} (.ci/run installs it)"
+        );
+        eprintln!("quixstreams is not installed in {python}: skipped");
+    }
+    found.then_some(python)
+}
+
 /// [`python`] with `env` set (the scripts' security settings: `REPLOG_SASL`,
-/// `REPLOG_SSL_CAFILE`).
+/// `REPLOG_SSL_CAFILE`; and `REPLOG_PYTHON`, the interpreter, `python3` by default).
 pub(crate) async fn python_env(
     script: &str,
     args: Vec<String>,
@@ -44,9 +70,13 @@ pub(crate) async fn python_env(
         "{}/tests/kafka_clients/{script}",
         env!("CARGO_MANIFEST_DIR")
     );
+    let interpreter = env
+        .iter()
+        .find(|(k, _)| *k == "REPLOG_PYTHON")
+        .map_or_else(|| "python3".to_string(), |(_, v)| v.clone());
     tokio::task::spawn_blocking(move || {
         let out = Command::new("timeout")
-            .args(["180", "python3", &path])
+            .args(["180", &interpreter, &path])
             .args(&args)
             .envs(env)
             .stdin(Stdio::null())

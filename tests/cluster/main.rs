@@ -22,6 +22,7 @@ mod idempotence;
 mod kafka;
 mod kafka_acls;
 mod kafka_answers;
+mod kafka_changelog;
 mod kafka_configs;
 mod kafka_group_deletion;
 mod kafka_groups;
