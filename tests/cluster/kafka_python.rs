@@ -12,8 +12,14 @@ use crate::support::wait_until;
 /// Python's Kafka clients, if installed (`.ci/run` installs kafka-python and
 /// confluent-kafka from PyPI): required in CI, skipped elsewhere.
 pub(crate) fn python_clients() -> bool {
-    let found = Command::new("python3")
-        .args(["-c", "import kafka, confluent_kafka"])
+    python_has("python3", "kafka, confluent_kafka")
+}
+
+/// Whether `python` imports `modules`; in CI it must (`.ci/run` installs them), elsewhere a
+/// test without them is skipped, saying so.
+fn python_has(python: &str, modules: &str) -> bool {
+    let found = Command::new(python)
+        .args(["-c", &format!("import {modules}")])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
@@ -21,9 +27,9 @@ pub(crate) fn python_clients() -> bool {
     if !found {
         assert!(
             std::env::var_os("CI").is_none(),
-            "kafka-python and confluent-kafka are not installed (.ci/run installs them)"
+            "{python} cannot import {modules} (.ci/run installs them)"
         );
-        eprintln!("kafka-python or confluent-kafka is not installed: skipped");
+        eprintln!("{python} cannot import {modules}: skipped");
     }
     found
 }
@@ -43,19 +49,7 @@ pub(crate) fn quixstreams_python() -> Option<String> {
             env!("CARGO_MANIFEST_DIR")
         )
     });
-    let found = Command::new(&python)
-        .args(["-c", "import quixstreams"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "quixstreams is not installed in {python} (.ci/run installs it)"
-        );
-        eprintln!("quixstreams is not installed in {python}: skipped");
-    }
+    let found = python_has(&python, "quixstreams");
     found.then_some(python)
 }
 
