@@ -1,8 +1,10 @@
-//! Log compaction on a three-broker cluster: a compacted topic written with 1,000 keys × 100
-//! versions while a follower is down (it comes back to a leader that compacted what it lacks)
-//! and then with the leader stopped; afterwards every replica serves the same latest value of
-//! each key, its log within twice its live records, and kcat and kafka-python read it from the
-//! beginning, also a topic kcat itself wrote, compressed, as Kafka batches, with tombstones.
+//! Log compaction on a four-broker cluster: a compacted topic of three replicas written with
+//! 1,000 keys × 100 versions while a follower is down (it comes back to a leader that
+//! compacted what it lacks) and then with the leader stopped, and a replica then moved to the
+//! fourth broker (it copies the compacted log); afterwards every replica serves the same
+//! latest value of each key, its log within twice its live records, and kcat and kafka-python
+//! read it from the beginning, also a topic kcat itself wrote, compressed, as Kafka batches,
+//! with tombstones.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -84,9 +86,10 @@ fn leader(cluster: &LocalCluster, topic: &str) -> Option<u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_replica_keeps_each_keys_latest_value_through_failures() {
     let dir = tempfile::tempdir().unwrap();
-    let kafka: Vec<SocketAddr> = crate::process_addrs(3);
+    // Four brokers for a topic of three replicas: the fourth gets one by reassignment.
+    let kafka: Vec<SocketAddr> = crate::process_addrs(4);
     let listen = kafka.clone();
-    let mut cluster = local_cluster(3, dir.path(), "other", 1, move |c| {
+    let mut cluster = local_cluster(4, dir.path(), "other", 1, move |c| {
         // Compaction runs when the test asks.
         c.retention_check_interval = Duration::ZERO;
         c.log.record_bytes_max = 16 << 10;
@@ -111,7 +114,8 @@ async fn every_replica_keeps_each_keys_latest_value_through_failures() {
         leader(&cluster, TOPIC)
     })
     .await;
-    let follower = (1..=3u64).find(|id| *id != first_leader).unwrap();
+    let replicas = client.describe(TOPIC).await.unwrap()[0].replicas.clone();
+    let follower = *replicas.iter().find(|id| **id != first_leader).unwrap();
 
     // Half the versions while a follower is down; the others compact what it lacks.
     cluster.stop(follower).await.unwrap();
@@ -144,6 +148,20 @@ async fn every_replica_keeps_each_keys_latest_value_through_failures() {
     cluster.restart(first_leader).await.unwrap();
     let end = client.describe(TOPIC).await.unwrap()[0].high_watermark;
 
+    // Every replica compacts; then a replica moves to the fourth broker, which copies the
+    // compacted log from the leader.
+    for node in cluster.nodes() {
+        node.compact().await.unwrap();
+    }
+    let newcomer = (1..=4u64).find(|id| !replicas.contains(id)).unwrap();
+    let mut moved: Vec<u64> = replicas
+        .iter()
+        .copied()
+        .filter(|id| *id != follower)
+        .collect();
+    moved.push(newcomer);
+    client.reassign_partition(TOPIC, 0, &moved).await.unwrap();
+
     // Every replica, once caught up and compacted, holds each key's latest value and not
     // much else.
     let want: BTreeMap<String, String> = (0..KEYS)
@@ -156,7 +174,7 @@ async fn every_replica_keeps_each_keys_latest_value_through_failures() {
         .map(|(k, v)| (4 + 10 + k.len() + v.len()) as u64)
         .sum();
     let mut sizes = Vec::new();
-    for id in 1..=3u64 {
+    for &id in &moved {
         let size = wait_until(
             Duration::from_secs(60),
             "a replica caught up and compacted",
