@@ -1,8 +1,8 @@
 //! Topic configs with Kafka's own admin clients: kafka-python's and confluent-kafka's create
 //! topics with configs through one `replog node` process, describe them through another,
 //! change them with AlterConfigs and IncrementalAlterConfigs, and see a value out of range
-//! refused and a compacted topic refuse a record without a key; and grow topics (never
-//! shrink them) with CreatePartitions, on the brokers they name too.
+//! refused and a compacted topic refuse a record without a key; grow topics (never shrink
+//! them) with CreatePartitions, on the brokers they name too; and delete records.
 
 use crate::kafka::{cluster, kcat, run};
 use crate::kafka_python::{python, python_clients};
@@ -44,6 +44,9 @@ async fn kafkas_admin_clients_create_describe_and_change_topic_configs() {
         "{r}"
     );
     assert_eq!(c["bad_assignment"], "INVALID_REPLICA_ASSIGNMENT", "{r}");
+    // DeleteRecords up to offset 3 of 5, then to the end (-1).
+    assert_eq!(c["deleted_to"], 3, "{r}");
+    assert_eq!(c["deleted_all_to"], 5, "{r}");
     // A topic created again under its name has another id, and neither is Kafka's "none".
     let ids = c["ids"].as_array().unwrap();
     assert_ne!(ids[0], ids[1], "{r}");
@@ -62,6 +65,8 @@ async fn kafkas_admin_clients_create_describe_and_change_topic_configs() {
     assert_eq!(k["altered"]["segment.ms"], "600000", "{r}");
     assert_eq!(k["incremental"], "delete,compact", "{r}");
     assert_eq!(k["partitions"], 2, "{r}");
+    assert_eq!(k["deleted_to"]["kp.trimmed-0"]["low_watermark"], 2, "{r}");
+    assert_eq!(k["deleted_to"]["kp.trimmed-0"]["error_code"], 0, "{r}");
 }
 
 /// A newcomer's first `kcat -P -t new-topic`: the topic is created by the Metadata request

@@ -1,7 +1,7 @@
 """Topic configs through the admin clients of kafka-python and confluent-kafka (driven by
 tests/cluster/kafka_configs.rs): each creates a topic with configs, describes them, changes
 them with AlterConfigs and IncrementalAlterConfigs through another broker, and sees a
-compacted topic refuse a record without a key.
+compacted topic refuse a record without a key; each grows topics and deletes records.
 
   configs.py BOOTSTRAP_A BOOTSTRAP_B
       prints one JSON line of what each client saw
@@ -10,7 +10,7 @@ import json
 import sys
 import time
 
-from confluent_kafka import KafkaException, Producer, TopicCollection
+from confluent_kafka import KafkaException, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -24,6 +24,7 @@ from kafka.admin import ConfigResourceType as KpConfigResourceType
 from kafka.admin import KafkaAdminClient
 from kafka.admin import NewPartitions as KpNewPartitions
 from kafka.admin import NewTopic as KpNewTopic
+from kafka.structs import TopicPartition as KpTopicPartition
 
 
 def until(fetch, ok, budget=30):
@@ -158,6 +159,19 @@ def confluent(a, b):
         out["bad_assignment"] = None
     except KafkaException as e:
         out["bad_assignment"] = e.args[0].name()
+
+    # DeleteRecords: the records before offset 3 of five go; then all of them.
+    trimmed = "cfk.trimmed"
+    admin_a.create_topics([NewTopic(trimmed, 1, 3)])[trimmed].result(30)
+    producer = Producer({"bootstrap.servers": a, "allow.auto.create.topics": False})
+    for i in range(5):
+        producer.produce(trimmed, f"r{i}".encode())
+    producer.flush(30)
+    del producer
+    low = admin_b.delete_records([TopicPartition(trimmed, 0, 3)])
+    out["deleted_to"] = low[TopicPartition(trimmed, 0, 3)].result(30).low_watermark
+    low = admin_a.delete_records([TopicPartition(trimmed, 0, -1)])
+    out["deleted_all_to"] = low[TopicPartition(trimmed, 0, -1)].result(30).low_watermark
     return out
 
 
@@ -203,6 +217,18 @@ def kafka_python(a, b):
     out["partitions"] = until(
         lambda: len(admin_b.describe_topics([topic])[0]["partitions"]), lambda n: n == 2
     )
+    # DeleteRecords: the records before offset 2 of four go.
+    trimmed = "kp.trimmed"
+    admin_a.create_topics([KpNewTopic(trimmed, 1, 3)])
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=a)
+    for i in range(4):
+        producer.send(trimmed, f"r{i}".encode())
+    producer.flush(30)
+    producer.close()
+    result = admin_b.delete_records({KpTopicPartition(trimmed, 0): 2}, timeout_ms=30000)
+    out["deleted_to"] = {f"{tp.topic}-{tp.partition}": v for tp, v in result.items()}
     admin_a.close()
     admin_b.close()
     return out
