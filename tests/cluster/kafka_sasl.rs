@@ -2,7 +2,8 @@
 //! with `--kafka-security-protocol SASL_PLAINTEXT` and a bootstrap user; kcat (librdkafka)
 //! produces through a follower and consumes through every broker with SCRAM-SHA-512,
 //! SCRAM-SHA-256 and PLAIN, a wrong password and an unknown user are refused, and
-//! kafka-python does the same with SCRAM-SHA-512.
+//! kafka-python does the same with SCRAM-SHA-512; and librdkafka re-authenticates (KIP-368)
+//! on brokers whose sessions are short.
 
 use std::net::SocketAddr;
 use std::process::Command;
@@ -267,4 +268,48 @@ pub(crate) async fn kafka_python_produces_and_consumes(at: &str, env: Vec<(&'sta
     let (ok, out, err) = python_env(script, args(&["consume", at, "email.send"]), env).await;
     assert!(ok, "{err}");
     assert!(out.lines().any(|l| l == "by-kafka-python"), "{out}");
+}
+
+/// Re-authentication (KIP-368) with librdkafka: brokers whose SASL sessions last 1.5 s
+/// (`--sasl-reauth-ms`); a confluent-kafka producer writes a record every 100 ms for six
+/// seconds over the same connections, re-authenticating before each session ends, with no
+/// error and nothing lost, and a consumer reads every record back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn librdkafka_re_authenticates_before_its_sessions_end_and_loses_nothing() {
+    if !crate::kafka_python::python_clients() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (brokers, addrs, kafka) = sasl_cluster_with(
+        dir.path(),
+        &[(USER, PASSWORD)],
+        &["--sasl-reauth-ms", "1500"],
+    );
+    let client = connect(&addrs).await;
+    client.create_topic("reauth.topic", 1, 3).await.unwrap();
+    let at = kafka[0].to_string();
+    let args = vec![at, USER.into(), PASSWORD.into(), "6".into()];
+    // The bootstrap user is written a moment after the cluster forms.
+    let (out, err) = wait_until(Duration::from_secs(60), "the script to run", async || {
+        let (ok, out, err) = python_env("reauth.py", args.clone(), Vec::new()).await;
+        if ok {
+            Ok((out, err))
+        } else {
+            Err(format!("{out}{err}"))
+        }
+    })
+    .await;
+    println!("{out}");
+    let r: serde_json::Value =
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}{err}"));
+    let sent = r["sent"].as_u64().unwrap();
+    assert!(sent >= 40, "{r}");
+    assert_eq!(r["delivered"], sent, "{r}");
+    assert_eq!(r["failed"], serde_json::json!([]), "{r}");
+    assert_eq!(r["errors"], serde_json::json!([]), "{r}");
+    assert_eq!(r["read"], sent, "{r}");
+    // Six seconds of 1.5 s sessions: a connection re-authenticates three times at least.
+    assert!(r["reauths"].as_u64().unwrap() >= 3, "{r}");
+    drop(client);
+    drop(brokers);
 }
