@@ -1,8 +1,10 @@
 //! Writes the seed corpora for the fuzz targets from valid encodings made by replog itself:
 //!
 //! - `corpus/segment_open/`: each `.log` segment file, whole (preallocated to
-//!   `segment_bytes`), plus a copy cut after its last frame (a smaller, faster seed).
-//! - `corpus/record_decode/`: each frame of the first segment on its own.
+//!   `segment_bytes`), plus a copy cut after its last frame (a smaller, faster seed); and a
+//!   compacted segment (frames with records removed, a gap frame), whole.
+//! - `corpus/record_decode/`: each frame of the first segment on its own, and of the
+//!   compacted segment.
 //! - `corpus/kafka_batch/`: a Kafka record batch per codec.
 //! - `corpus/kafka_request/`: a Kafka request (header and body) per API served, at its oldest
 //!   and newest version served.
@@ -12,7 +14,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use replog::{PartitionLog, Record};
+use replog::{CompactionPolicy, LogIndex, PartitionLog, Record};
 use replog_fuzz::small_config;
 
 /// Size of the segment header; frames start here (see `src/segment/FORMAT.md`).
@@ -67,7 +69,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         replog::__fuzz::fuzz_scan_segment(&bytes)
             .map_err(|e| format!("{}: scan failed: {e:?}", path.display()))?;
         fs::write(seg_out.join(format!("segment-{i}-whole")), &bytes)?;
-        fs::write(seg_out.join(format!("segment-{i}-data")), &bytes[..data_len])?;
+        fs::write(
+            seg_out.join(format!("segment-{i}-data")),
+            &bytes[..data_len],
+        )?;
         if i == 0 {
             for (j, f) in frames.iter().enumerate() {
                 replog::__fuzz::fuzz_decode_frame(&bytes[f.clone()])
@@ -76,6 +81,38 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 frame_count += 1;
             }
         }
+    }
+    // A compacted segment: one-record batches over three keys, compacted, so that most of
+    // them empty into a gap frame and a few keep records with their offsets.
+    let compacted = tempfile::tempdir()?;
+    {
+        let log = PartitionLog::open(compacted.path(), small_config())?;
+        for i in 0..300u32 {
+            log.append(&[Record::new(format!("v{i}")).with_key(format!("k{}", i % 3))])?;
+            if i % 50 == 49 {
+                log.append(&[
+                    Record::new("kept").with_key(format!("batch-{i}")),
+                    Record::new("gone").with_key("k0"),
+                ])?;
+            }
+        }
+        log.roll()?;
+        let upto = LogIndex(log.next_log_index().get() - 1);
+        log.compact(&CompactionPolicy::new(upto))?;
+    }
+    let path = compacted.path().join("00000000000000000000.log");
+    let bytes = fs::read(&path)?;
+    replog::__fuzz::fuzz_scan_segment(&bytes)
+        .map_err(|e| format!("{}: scan failed: {e:?}", path.display()))?;
+    fs::write(seg_out.join("compacted-whole"), &bytes)?;
+    for (j, f) in frames(&bytes).iter().enumerate() {
+        replog::__fuzz::fuzz_decode_frame(&bytes[f.clone()])
+            .map_err(|e| format!("compacted frame {j} does not decode: {e:?}"))?;
+        fs::write(
+            frame_out.join(format!("compacted-frame-{j}")),
+            &bytes[f.clone()],
+        )?;
+        frame_count += 1;
     }
     println!(
         "wrote {} segment seeds to {} and {frame_count} frame seeds to {}",
@@ -133,8 +170,7 @@ fn kafka_batches(out: &Path) -> Result<(), Box<dyn std::error::Error>> {
     use kafka_protocol::indexmap::IndexMap;
     use kafka_protocol::protocol::StrBytes;
     use kafka_protocol::records::{
-        Compression, Record as KafkaRecord, RecordBatchEncoder, RecordEncodeOptions,
-        TimestampType,
+        Compression, Record as KafkaRecord, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
     };
     fs::create_dir_all(out)?;
     let records: Vec<KafkaRecord> = (0..4i64)
