@@ -14,6 +14,10 @@ pub(crate) enum CliError {
     /// The arguments parse but make no sense, e.g. an empty bootstrap list.
     #[error("{0}")]
     Usage(&'static str),
+    /// `replog node --config FILE`'s file does not read, or a setting in it is wrong (the
+    /// text names the file and line).
+    #[error("{0}")]
+    Config(String),
     /// A broker, the client or the library refused or failed.
     #[error(transparent)]
     Broker(#[from] replog::Error),

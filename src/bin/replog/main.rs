@@ -10,6 +10,7 @@
 mod acls;
 mod certs;
 mod check;
+mod config_file;
 mod configs;
 mod connect;
 mod consume;
@@ -86,7 +87,42 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    use clap::{CommandFactory, FromArgMatches};
+    let node = Cli::command().find_subcommand("node").cloned();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let (args, origins) = match node.as_ref() {
+        Some(node) => match config_file::expand(args, node) {
+            Ok(expanded) => expanded,
+            Err(e) => {
+                eprintln!("replog: error: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => (args, config_file::Origins::default()),
+    };
+    let matches = match Cli::command().try_get_matches_from(&args) {
+        Ok(matches) => matches,
+        Err(e) => {
+            // A bad value from the config file: say where it was.
+            if let Some(clap::error::ContextValue::String(arg)) =
+                e.get(clap::error::ContextKind::InvalidArg)
+            {
+                let long = arg.trim_start_matches('-');
+                let long = long.split([' ', '=']).next().unwrap_or(long);
+                if let Some(at) = origins.of(long) {
+                    eprintln!("replog: error: in {at}:");
+                }
+            }
+            e.exit()
+        }
+    };
+    if let (Some(node), Some(("node", m))) = (node.as_ref(), matches.subcommand())
+        && m.get_flag("print_config")
+    {
+        print!("{}", config_file::print_config(node, m));
+        return ExitCode::SUCCESS;
+    }
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Some(ca) = &cli.tls_ca {
         let _ = connect::TLS_CA.set(ca.clone());
     }

@@ -13,6 +13,15 @@ use crate::error::CliError;
 /// The arguments of `replog node`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct NodeArgs {
+    /// A TOML file of this command's settings, each named as its flag (`election-timeout-ms
+    /// = 500`; lists as arrays: `peer = ["2@127.0.0.1:9093"]`); a flag given on the command
+    /// line wins over the file's setting of it.
+    #[arg(long = "config", value_name = "FILE")]
+    config_file: Option<PathBuf>,
+    /// Print the effective settings (the file's, the flags', the defaults) as a config file
+    /// holds them, and exit.
+    #[arg(long)]
+    print_config: bool,
     /// This broker's id.
     #[arg(long)]
     id: u64,
