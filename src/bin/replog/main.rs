@@ -22,6 +22,7 @@ mod metrics;
 mod node;
 mod produce;
 mod topics;
+mod tuning;
 mod users;
 
 use std::process::ExitCode;

@@ -146,6 +146,8 @@ pub(crate) struct NodeArgs {
     /// smaller (Kafka's `default.replication.factor`).
     #[arg(long, default_value_t = 3)]
     default_replication_factor: u32,
+    #[command(flatten)]
+    tuning: crate::tuning::TuningArgs,
 }
 
 /// `--kafka-security-protocol`, as Kafka names them.
@@ -305,6 +307,7 @@ impl NodeArgs {
         config.join = self.join;
         config.election_timeout = Duration::from_millis(self.election_timeout_ms);
         config.heartbeat_interval = (config.election_timeout / 4).max(Duration::from_millis(20));
+        self.tuning.apply(&mut config);
         config.durability = self.durability.into();
         config.kafka_listen = self.kafka_listen;
         config.kafka_advertised = self.kafka_advertised;
@@ -471,6 +474,39 @@ async fn wait_for_signal() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A config file's tuning settings reach the broker's configuration, a flag winning.
+    #[test]
+    fn a_config_files_settings_reach_the_brokers_configuration() {
+        use clap::{CommandFactory, FromArgMatches};
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("node.toml");
+        let text = "id = 3\nlisten = \"127.0.0.1:9094\"\ndata = \"d\"\n\
+                    segment-bytes = 1048576\nrequest_timeout_ms = 2500\n\
+                    offsets-topic-partitions = 4\nretention-check-interval-ms = 0\n";
+        std::fs::write(&file, text).unwrap();
+        let args: Vec<std::ffi::OsString> = ["replog", "node", "--offsets-topic-partitions", "6"]
+            .into_iter()
+            .map(Into::into)
+            .chain(["--config".into(), file.into_os_string()])
+            .collect();
+        let node = crate::Cli::command()
+            .find_subcommand("node")
+            .cloned()
+            .unwrap();
+        let (args, _) = crate::config_file::expand(args, &node).unwrap();
+        let matches = crate::Cli::command().try_get_matches_from(&args).unwrap();
+        let cli = crate::Cli::from_arg_matches(&matches).unwrap();
+        let crate::Command::Node(args) = cli.command else {
+            panic!("not node");
+        };
+        let config = args.config().unwrap();
+        assert_eq!(config.id, 3);
+        assert_eq!(config.log.segment_bytes, 1 << 20);
+        assert_eq!(config.request_timeout, Duration::from_millis(2500));
+        assert_eq!(config.retention_check_interval, Duration::ZERO);
+        assert_eq!(config.offsets_topic_partitions, 6, "the flag wins");
+    }
 
     #[test]
     fn a_bootstrap_user_names_its_mechanism_or_gets_both() {
