@@ -147,6 +147,19 @@ pub struct NodeConfig {
     pub group_initial_rebalance_delay: Duration,
     /// Most members one group may have (Kafka's `group.max.size`). Default 1000.
     pub group_members_max: usize,
+    /// Leadership goes back to each partition's preferred replica (the first of its
+    /// assignment) by itself, by a leadership transfer that pays no election timeout,
+    /// once a broker leads too few of the partitions it is preferred for (Kafka's
+    /// `auto.leader.rebalance.enable`). Default on.
+    pub auto_leader_rebalance: bool,
+    /// The share of a broker's preferred partitions, in percent, that others may lead before
+    /// their leaders hand them back (Kafka's `leader.imbalance.per.broker.percentage`).
+    /// Default 10.
+    pub leader_imbalance_percentage: u32,
+    /// How often each broker checks the partitions it leads for ones to hand back to their
+    /// preferred replicas; it hands back a few at a time (Kafka's
+    /// `leader.imbalance.check.interval.seconds`). Default 300 s.
+    pub leader_imbalance_check_interval: Duration,
     /// What the Kafka listener asks of its clients (Kafka's `security.protocol`). Default
     /// [`KafkaSecurityProtocol::Plaintext`]: no authentication, for trusted networks only.
     pub kafka_security_protocol: KafkaSecurityProtocol,
@@ -247,6 +260,9 @@ impl NodeConfig {
             group_session_timeout_max: Duration::from_secs(1800),
             group_initial_rebalance_delay: Duration::from_millis(300),
             group_members_max: 1000,
+            auto_leader_rebalance: true,
+            leader_imbalance_percentage: 10,
+            leader_imbalance_check_interval: Duration::from_secs(300),
             kafka_security_protocol: KafkaSecurityProtocol::default(),
             sasl_mechanisms: vec![
                 SaslMechanism::Scram(ScramMechanism::Sha512),
@@ -452,6 +468,15 @@ impl NodeConfig {
                     ),
                 );
             }
+        }
+        if self.leader_imbalance_percentage > 100 {
+            return bad(
+                "leader_imbalance_percentage",
+                format!(
+                    "{} is not a percentage (0 to 100)",
+                    self.leader_imbalance_percentage
+                ),
+            );
         }
         if self.offsets_topic_partitions == 0 || self.offsets_topic_partitions > PARTITIONS_MAX {
             return bad(

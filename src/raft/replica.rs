@@ -274,6 +274,56 @@ impl Replica {
         moved.ok().flatten()
     }
 
+    /// Hands this replica's leadership to `target` if this replica leads, and `target` is a
+    /// voter that acknowledged within `timeout` and holds every entry this leader has (so the
+    /// transfer waits for no election timeout and no catch-up); whether `target` then leads,
+    /// within `timeout`.
+    pub(crate) async fn transfer_to(&self, me: NodeId, target: NodeId, timeout: Duration) -> bool {
+        {
+            let m = self.raft.metrics().borrow_watched().clone();
+            if m.current_leader != Some(me) || target == me {
+                return false;
+            }
+            let voter = m
+                .membership_config
+                .membership()
+                .voter_ids()
+                .any(|v| v == target);
+            let live = m
+                .heartbeat
+                .as_ref()
+                .and_then(|h| h.get(&target))
+                .and_then(|t| t.as_ref())
+                .is_some_and(|t| t.elapsed() < timeout);
+            let matched = m
+                .replication
+                .as_ref()
+                .and_then(|r| r.get(&target))
+                .and_then(|l| l.as_ref())
+                .map(|l| l.index);
+            if !voter || !live || matched < m.last_log_index {
+                return false;
+            }
+        }
+        if self.raft.trigger().transfer_leader(target).await.is_err() {
+            return false;
+        }
+        let mut metrics = self.raft.server_metrics();
+        let moved = tokio::time::timeout(timeout, async {
+            // Bounded by the timeout around it.
+            loop {
+                if metrics.borrow_watched().current_leader == Some(target) {
+                    return true;
+                }
+                if metrics.changed().await.is_err() {
+                    return false;
+                }
+            }
+        })
+        .await;
+        moved.unwrap_or(false)
+    }
+
     /// Initializes a fresh group with these members (id and address). Does nothing if this
     /// replica has a log or has seen a vote. Returns whether it initialized.
     pub(crate) async fn initialize(&self, members: &BTreeMap<NodeId, String>) -> bool {

@@ -30,6 +30,7 @@ mod kafka_python;
 mod kafka_sasl;
 mod kafka_tls;
 mod kafka_wire;
+mod leader_balance;
 mod long_poll;
 mod metrics;
 mod native_tls;

@@ -86,6 +86,16 @@ pub(crate) struct TuningArgs {
     /// Deleted segment files kept to become later segments.
     #[arg(long)]
     recycle_segments: Option<usize>,
+    /// Leave leadership where failovers put it (no hand-back to preferred replicas).
+    #[arg(long)]
+    no_auto_leader_rebalance: bool,
+    /// The share of a broker's preferred partitions, in percent, others may lead before they
+    /// are handed back.
+    #[arg(long)]
+    leader_imbalance_percentage: Option<u32>,
+    /// How often a broker checks the partitions it leads for ones to hand back.
+    #[arg(long)]
+    leader_imbalance_check_interval_ms: Option<u64>,
 }
 
 impl TuningArgs {
@@ -161,6 +171,15 @@ impl TuningArgs {
             self.group_initial_rebalance_delay_ms.map(ms),
         );
         set(&mut config.group_members_max, self.group_members_max);
+        config.auto_leader_rebalance &= !self.no_auto_leader_rebalance;
+        set(
+            &mut config.leader_imbalance_percentage,
+            self.leader_imbalance_percentage,
+        );
+        set(
+            &mut config.leader_imbalance_check_interval,
+            self.leader_imbalance_check_interval_ms.map(ms),
+        );
         let log = &mut config.log;
         set(&mut log.segment_bytes, self.segment_bytes);
         set(&mut log.index_interval_bytes, self.index_interval_bytes);
