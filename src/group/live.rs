@@ -215,6 +215,16 @@ impl LiveGroup {
         self.deliver();
     }
 
+    /// [`Group::topic_grew`], if the group's members consume `topic`; whether it rebalances.
+    pub(crate) fn topic_grew(&mut self, topic: &str, limits: &GroupLimits, now: Instant) -> bool {
+        if !self.subscribed_to(topic) {
+            return false;
+        }
+        self.group.topic_grew(now, limits);
+        self.deliver();
+        true
+    }
+
     /// Whether the group's members consume `topic`, as Kafka's classic coordinator tells it
     /// (its `isSubscribedToTopic`): a consumer group with a chosen protocol, one of whose
     /// members' subscriptions names the topic. A subscription that does not decode names

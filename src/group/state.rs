@@ -577,6 +577,15 @@ impl Group {
         );
     }
 
+    /// A topic the members consume grew (CreatePartitions): a Stable or completing group
+    /// rebalances, so that its assignment takes the new partitions in, as Kafka's consumers
+    /// do when their metadata shows more partitions.
+    pub(crate) fn topic_grew(&mut self, now: Instant, limits: &GroupLimits) {
+        if matches!(self.state, State::Stable | State::CompletingRebalance) {
+            self.prepare_rebalance(now, limits);
+        }
+    }
+
     /// Starts a rebalance: members waiting for the leader's assignment are told to rejoin, and
     /// every member has until the longest rebalance timeout to join again.
     fn prepare_rebalance(&mut self, now: Instant, limits: &GroupLimits) {

@@ -45,6 +45,15 @@ const TICK: Duration = Duration::from_millis(100);
 const LOAD_BYTES: usize = 4 << 20;
 
 impl Broker {
+    /// Each topic's partition count, as this broker's copy of the metadata has it.
+    fn partition_counts(&self) -> std::collections::BTreeMap<String, usize> {
+        self.catalog
+            .read()
+            .topics()
+            .map(|(name, t)| (name.clone(), t.assignment.len()))
+            .collect()
+    }
+
     fn group_limits(&self) -> GroupLimits {
         GroupLimits {
             session_timeout_min: self.config.group_session_timeout_min,
@@ -597,6 +606,7 @@ impl Broker {
     ) {
         let mut interval = tokio::time::interval(TICK);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut counts = self.partition_counts();
         // Ends at shutdown.
         loop {
             tokio::select! {
@@ -604,6 +614,13 @@ impl Broker {
                 _ = shutdown.changed() => return,
             }
             let limits = self.group_limits();
+            // Topics that grew since the last tick: the groups that consume them rebalance.
+            let now_counts = self.partition_counts();
+            let grew: Vec<&String> = now_counts
+                .iter()
+                .filter(|(t, n)| counts.get(*t).is_some_and(|before| before < n))
+                .map(|(t, _)| t)
+                .collect();
             for shard in self.coordinator.all() {
                 if !self.still_leads(&shard) {
                     self.coordinator.drop_shard(&shard);
@@ -614,6 +631,12 @@ impl Broker {
                     let mut groups = shard.groups.lock();
                     let mut out = Vec::new();
                     for (name, g) in groups.iter_mut() {
+                        for topic in &grew {
+                            if g.topic_grew(topic, &limits, now) {
+                                tracing::info!(group = %name, %topic,
+                                    "group rebalancing: a topic it consumes has new partitions");
+                            }
+                        }
                         let ticked = g.tick(&limits, now);
                         for member in ticked.expired {
                             tracing::info!(group = %name, %member, "group member's session expired");
@@ -647,6 +670,7 @@ impl Broker {
                     }
                 });
             }
+            counts = now_counts;
         }
     }
 }

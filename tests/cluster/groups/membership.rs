@@ -363,3 +363,56 @@ async fn fifty_members_share_a_hundred_partitions_and_half_of_them_take_over_fro
     drop(client);
     cluster.shutdown().await.unwrap();
 }
+
+/// A topic a group consumes grows (CreatePartitions): its coordinator rebalances the group,
+/// and the member takes the new partitions in and reads what is written to them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_takes_in_the_partitions_its_topic_grows_by() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = crate::local_cluster(3, dir.path(), TOPIC, 1, |_| {}).await;
+    let client = Arc::new(
+        Client::connect(&cluster.addrs(), ClientConfig::default())
+            .await
+            .unwrap(),
+    );
+    client.create_topic("growing", 1, 3).await.unwrap();
+    let mut consumer = Consumer::new(Arc::clone(&client), group_config("growers"));
+    consumer.subscribe(&["growing"]).unwrap();
+    poll_until(&mut consumer, "the member to hold partition 0", |c| {
+        c.assignment() == vec![("growing".to_string(), 0)]
+    })
+    .await;
+    client.create_partitions("growing", 3).await.unwrap();
+    poll_until(
+        &mut consumer,
+        "the member to hold the three partitions",
+        |c| c.assignment().len() == 3,
+    )
+    .await;
+    for p in 1..3 {
+        client
+            .send("growing", p, &[Record::new(format!("new-{p}"))])
+            .await
+            .unwrap();
+    }
+    let read = Arc::new(Mutex::new(BTreeSet::new()));
+    wait_until(
+        Duration::from_secs(30),
+        "the records of the new partitions",
+        async || {
+            for r in consumer.poll(Duration::from_millis(200)).await.unwrap() {
+                read.lock().insert(r.partition);
+            }
+            let got = read.lock().clone();
+            if got.contains(&1) && got.contains(&2) {
+                Ok(())
+            } else {
+                Err(format!("read from {got:?}"))
+            }
+        },
+    )
+    .await;
+    consumer.close().await.unwrap();
+    drop(client);
+    cluster.shutdown().await.unwrap();
+}
