@@ -3,7 +3,8 @@
 //! takes to read from its beginning.
 //!
 //! ```text
-//! cargo run --release --example compaction -- [MiB of input, default 256] [keys, default 10000]
+//! cargo run --release --example compaction -- [MiB of input, default 256] [keys, default 10000] \
+//!     [MiB/s compaction may read, default: no limit; a broker's default is 128]
 //! ```
 //!
 //! The input is written in batches of 16 records of 1 KiB, each key (`key-000042`) written
@@ -54,6 +55,7 @@ fn main() -> replog::Result<()> {
     let mut args = std::env::args().skip(1);
     let mib: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(256);
     let keys: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(10_000);
+    let budget: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(0);
     let dir = tempfile::tempdir()?;
     let log = PartitionLog::open(dir.path().join("compacted"), config())?;
     let value = vec![b'v'; RECORD_BYTES - 16];
@@ -72,7 +74,8 @@ fn main() -> replog::Result<()> {
     };
     let before = append_until(&other, &value, for_two_seconds());
     let upto = replog::LogIndex(log.next_log_index().get() - 1);
-    let policy = CompactionPolicy::new(upto);
+    let mut policy = CompactionPolicy::new(upto);
+    policy.bytes_per_second = budget << 20;
     let started = Instant::now();
     let (stats, during) = std::thread::scope(|s| {
         let run = s.spawn(|| log.compact(&policy));
