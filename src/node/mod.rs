@@ -31,6 +31,7 @@ mod login;
 mod metadata;
 mod partitions;
 mod peer_gate;
+mod periodic;
 pub(crate) use peer_gate::NO_BROKER;
 mod peer_rpc;
 mod reassign;
@@ -462,52 +463,6 @@ impl Node {
         node.spawn_leader_balance(shutdown_for_retention.clone());
         node.spawn_retention(shutdown_for_retention);
         Ok(node)
-    }
-
-    /// Hands leadership back to preferred replicas every `leader_imbalance_check_interval`
-    /// until shutdown, if `auto_leader_rebalance` is on.
-    fn spawn_leader_balance(&self, shutdown: watch::Receiver<bool>) {
-        let config = &self.broker.config;
-        if config.auto_leader_rebalance {
-            let period = config.leader_imbalance_check_interval;
-            self.every(period, shutdown, |broker| async move {
-                broker.rebalance_leaders().await;
-            });
-        }
-    }
-
-    /// Applies retention every `retention_check_interval` until shutdown.
-    fn spawn_retention(&self, shutdown: watch::Receiver<bool>) {
-        let period = self.broker.config.retention_check_interval;
-        self.every(period, shutdown, |broker| async move {
-            if let Err(e) = broker.enforce_retention().await {
-                tracing::warn!(error = %e, "retention postponed");
-            }
-        });
-    }
-
-    /// Runs `task` every `period` (never for a zero period), the first time after one period,
-    /// until shutdown.
-    fn every<F, Fut>(&self, period: Duration, mut shutdown: watch::Receiver<bool>, task: F)
-    where
-        F: Fn(Arc<Broker>) -> Fut + Send + 'static,
-        Fut: std::future::Future<Output = ()> + Send,
-    {
-        if period.is_zero() {
-            return;
-        }
-        let broker = Arc::clone(&self.broker);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(period);
-            tick.tick().await;
-            // Ends at shutdown.
-            loop {
-                tokio::select! {
-                    _ = shutdown.changed() => break,
-                    _ = tick.tick() => task(Arc::clone(&broker)).await,
-                }
-            }
-        });
     }
 
     /// This broker's id.
