@@ -13,6 +13,7 @@ import sys
 import time
 
 from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
 
 TOPIC = "reauth.topic"
 
@@ -37,6 +38,17 @@ def main():
         "sasl.username": user,
         "sasl.password": password,
     }
+    # The bootstrap user is written to the metadata log a moment after the cluster forms:
+    # until a login succeeds, a failed one is not the re-authentication's.
+    deadline = time.time() + 30
+    while True:
+        try:
+            AdminClient(security).list_topics(timeout=5)
+            break
+        except Exception:  # noqa: BLE001 - retried until the deadline
+            if time.time() > deadline:
+                raise
+            time.sleep(0.5)
     lines = Lines()
     logger = logging.getLogger("librdkafka")
     logger.addHandler(lines)
