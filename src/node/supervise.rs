@@ -48,7 +48,9 @@ fn retry_pause(failures: u32) -> Duration {
     Duration::from_secs(1u64 << failures.saturating_sub(1).min(5)).min(RETRY_PAUSE_MAX)
 }
 
-/// A partition whose replica stopped and could not be brought back yet.
+/// A partition whose replica stopped and could not be brought back yet, or is being brought
+/// back now (its status stays visible meanwhile).
+#[derive(Clone)]
 pub(super) struct Down {
     pub(super) topic_id: u64,
     /// Other brokers hosting a replica, when it stopped.
@@ -75,6 +77,15 @@ impl Down {
             status,
             attempts: 0,
             next_attempt: Instant::now(),
+        }
+    }
+
+    /// This entry while the replica is being taken down or brought back: no retry is due
+    /// (whoever holds `replicas_changing` decides what follows).
+    fn in_progress(&self) -> Down {
+        Down {
+            next_attempt: Instant::now() + Duration::from_secs(24 * 3600),
+            ..self.clone()
         }
     }
 }
@@ -278,14 +289,17 @@ impl Broker {
         let mut status = self.status_of(&group);
         status.stopped = Some(why);
         let others = self.other_members(&group);
+        // Reported down from before it leaves the map until it is back in it, so a status
+        // query never finds the partition missing in between.
+        let mut down = Down::new(group.topic_id, others, BringBack::Reopen, status);
+        self.down
+            .lock()
+            .insert(group.id.clone(), down.in_progress());
         self.groups.write().remove(&group.id);
         // Only `group` holds it now.
         stop_group(&group, 1).await;
-        let how = how(&group, others);
-        (
-            group.id.clone(),
-            Down::new(group.topic_id, others, how, status),
-        )
+        down.how = how(&group, others);
+        (group.id.clone(), down)
     }
 
     /// How many other brokers are members of `group`'s Raft group.
@@ -298,7 +312,13 @@ impl Broker {
     /// its topic is gone.
     async fn retry_down(&self, id: PartitionId) {
         let _changing = self.replicas_changing.lock().await;
-        let Some(down) = self.down.lock().remove(&id) else {
+        let Some(down) = ({
+            let mut all = self.down.lock();
+            let due = all
+                .get(&id)
+                .is_some_and(|d| d.next_attempt <= Instant::now());
+            if due { all.remove(&id) } else { None }
+        }) else {
             return;
         };
         let hosted = self.groups.read().contains_key(&id);
@@ -317,10 +337,12 @@ impl Broker {
     /// Called with `replicas_changing` held.
     pub(super) async fn bring_back(&self, id: PartitionId, mut down: Down) {
         down.attempts += 1;
+        self.down.lock().insert(id.clone(), down.in_progress());
         match self.reopen(&id, down.topic_id, down.others, down.how).await {
             Ok(group) => {
                 self.apply_topic_settings(&group);
                 self.groups.write().insert(id.clone(), group);
+                self.down.lock().remove(&id);
                 tracing::info!(partition = %id, attempts = down.attempts, how = ?down.how, "stopped replica brought back");
             }
             Err(e) => {
