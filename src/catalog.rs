@@ -157,6 +157,10 @@ pub(crate) enum MetaCommand {
         from: u32,
         assignment: Vec<Vec<NodeId>>,
     },
+    /// Take back the reassignment of partition `partition` of `name` in progress (Kafka's
+    /// AlterPartitionReassignments with null replicas): the partition goes back to the
+    /// replicas it had, the brokers the move added leaving it as those it removed would have.
+    CancelReassignment { name: String, partition: u32 },
 }
 
 /// Longest user name a credential may have, in bytes.
@@ -187,6 +191,9 @@ pub(crate) struct TopicEntry {
     /// Per partition, the brokers a reassignment moves it away from: they keep their replica
     /// until the group no longer counts them ([`MetaCommand::ReassignDone`]).
     pub(crate) leaving: Vec<Vec<NodeId>>,
+    /// Per partition, its replicas before the reassignment in progress; empty while none is.
+    /// The partition's leader records each move's end, which clears it.
+    pub(crate) was: Vec<Vec<NodeId>>,
     /// Per partition, whether it was ever reassigned. Such a group is never initialized
     /// again: a replica made afresh for it (a broker it comes back to) must wait for the
     /// leader, not found a group of its own.
@@ -228,6 +235,7 @@ impl TopicEntry {
             id,
             assignment,
             leaving: vec![Vec::new(); n],
+            was: vec![Vec::new(); n],
             moved: vec![false; n],
             configs,
             config_version: 0,
@@ -246,6 +254,12 @@ pub(crate) enum Refused {
     TopicChanged,
     /// A topic config refused: its key, value and why.
     InvalidConfig(String, Option<String>, String),
+    /// A partition's new replicas refused (not distinct, or a broker the cluster lacks).
+    BadReplicas(String),
+    /// A reassignment of a partition that is still moving.
+    Moving,
+    /// A cancellation of a partition that is not moving.
+    NotMoving,
 }
 
 /// The topics of the cluster, as of some prefix of the metadata log.
@@ -452,6 +466,9 @@ impl Catalog {
                 partition,
                 replicas,
             }) => self.reassign(name, *partition, replicas),
+            Some(MetaCommand::CancelReassignment { name, partition }) => {
+                self.cancel_reassignment(name, *partition)
+            }
             Some(MetaCommand::RegisterKafka { id, addr }) => {
                 match addr.parse::<std::net::SocketAddr>() {
                     Err(_) => Err(Refused::Invalid(format!(
@@ -504,6 +521,9 @@ impl Catalog {
                     Some(t) if t.assignment.get(p) == Some(replicas) => {
                         if let Some(leaving) = t.leaving.get_mut(p) {
                             leaving.clear();
+                        }
+                        if let Some(was) = t.was.get_mut(p) {
+                            was.clear();
                         }
                         Ok(())
                     }
@@ -606,6 +626,7 @@ impl Catalog {
         }
         t.assignment.extend(assignment.iter().cloned());
         t.leaving.resize(total, Vec::new());
+        t.was.resize(total, Vec::new());
         t.moved.resize(total, false);
         Ok(())
     }
@@ -672,42 +693,119 @@ pub(crate) fn check_topic_name(name: &str) -> Result<(), String> {
 
 impl Catalog {
     fn reassign(&mut self, name: &str, partition: u32, replicas: &[NodeId]) -> Result<(), Refused> {
-        let Some(t) = self.topics.get_mut(name) else {
-            return Err(Refused::UnknownTopic);
-        };
-        if t.id == CONFIGURED_TOPIC_ID {
-            return Err(Refused::Invalid(format!(
-                "topic {name} is configured on the brokers: its replicas cannot move"
-            )));
-        }
-        let p = partition as usize;
-        let (Some(current), Some(leaving), Some(moved)) = (
-            t.assignment.get_mut(p),
-            t.leaving.get_mut(p),
-            t.moved.get_mut(p),
-        ) else {
-            return Err(Refused::Invalid(format!(
-                "topic {name} has no partition {partition}"
-            )));
-        };
-        check_replicas(replicas, &self.brokers).map_err(Refused::Invalid)?;
+        let brokers = &self.brokers;
+        let (current, leaving, was, moved) = moving_partition(&mut self.topics, name, partition)?;
+        check_replicas(replicas, brokers).map_err(Refused::BadReplicas)?;
         if current.as_slice() == replicas {
             // Already there, or on its way (a retried request): nothing to change.
             return Ok(());
         }
-        if !leaving.is_empty() {
-            return Err(Refused::Invalid(format!(
-                "partition {partition} of {name} is still moving"
-            )));
+        if !was.is_empty() {
+            return Err(Refused::Moving);
         }
         *leaving = current
             .iter()
             .copied()
             .filter(|b| !replicas.contains(b))
             .collect();
-        *current = replicas.to_vec();
+        *was = std::mem::replace(current, replicas.to_vec());
         *moved = true;
         Ok(())
+    }
+
+    /// [`MetaCommand::CancelReassignment`].
+    fn cancel_reassignment(&mut self, name: &str, partition: u32) -> Result<(), Refused> {
+        let (current, leaving, was, _) = moving_partition(&mut self.topics, name, partition)?;
+        if was.is_empty() || current == was {
+            return Err(Refused::NotMoving);
+        }
+        let back = was.clone();
+        let added: Vec<NodeId> = current
+            .iter()
+            .copied()
+            .filter(|b| !back.contains(b))
+            .collect();
+        *leaving = added;
+        *current = back;
+        Ok(())
+    }
+}
+
+impl Catalog {
+    /// The partitions moving now ([`TopicEntry::was`] set), of `topics` only if given, in
+    /// partition order.
+    pub(crate) fn reassignments(&self, topics: Option<&[String]>) -> Vec<crate::Reassignment> {
+        let mut moving = Vec::new();
+        for (name, t) in &self.topics {
+            if topics.is_some_and(|wanted| !wanted.contains(name)) {
+                continue;
+            }
+            for (p, was) in t.was.iter().enumerate() {
+                if was.is_empty() {
+                    continue;
+                }
+                let target = t.assignment.get(p).cloned().unwrap_or_default();
+                let removing = t.leaving.get(p).cloned().unwrap_or_default();
+                let adding: Vec<NodeId> = target
+                    .iter()
+                    .copied()
+                    .filter(|b| !was.contains(b))
+                    .collect();
+                let leaving: Vec<NodeId> = removing
+                    .iter()
+                    .copied()
+                    .filter(|b| !target.contains(b))
+                    .collect();
+                let mut replicas = target;
+                replicas.extend(leaving);
+                moving.push(crate::Reassignment {
+                    partition: crate::types::PartitionId::new(
+                        name.clone(),
+                        u32::try_from(p).unwrap_or(u32::MAX),
+                    ),
+                    replicas,
+                    adding,
+                    removing,
+                });
+            }
+        }
+        moving
+    }
+}
+
+/// Partition `partition` of the created topic `name`: its replicas, the brokers it leaves,
+/// those it had before its move, whether it ever moved.
+type MovingPartition<'a> = (
+    &'a mut Vec<NodeId>,
+    &'a mut Vec<NodeId>,
+    &'a mut Vec<NodeId>,
+    &'a mut bool,
+);
+
+fn moving_partition<'a>(
+    topics: &'a mut BTreeMap<String, TopicEntry>,
+    name: &str,
+    partition: u32,
+) -> Result<MovingPartition<'a>, Refused> {
+    let Some(t) = topics.get_mut(name) else {
+        return Err(Refused::UnknownTopic);
+    };
+    if t.id == CONFIGURED_TOPIC_ID {
+        return Err(Refused::Invalid(format!(
+            "topic {name} is configured on the brokers: its replicas cannot move"
+        )));
+    }
+    let p = partition as usize;
+    match (
+        t.assignment.get_mut(p),
+        t.leaving.get_mut(p),
+        t.was.get_mut(p),
+        t.moved.get_mut(p),
+    ) {
+        (Some(current), Some(leaving), Some(was), Some(moved)) => {
+            Ok((current, leaving, was, moved))
+        }
+        _ => Err(Refused::UnknownTopic),
     }
 }
 

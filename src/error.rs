@@ -181,6 +181,16 @@ pub enum Error {
     #[error("invalid replica assignment: {0}")]
     InvalidReplicaAssignment(String),
 
+    /// A partition asked to move while an earlier move of it is still under way (Kafka's
+    /// REASSIGNMENT_IN_PROGRESS): wait for it to end, or cancel it.
+    #[error("partition {0} is still moving to the replicas it was last given")]
+    ReassignmentInProgress(PartitionId),
+
+    /// A partition's move cancelled where none is under way (Kafka's
+    /// NO_REASSIGNMENT_IN_PROGRESS).
+    #[error("partition {0} is not moving")]
+    NoReassignmentInProgress(PartitionId),
+
     /// A topic asked to grow to no more partitions than it has: partitions are only ever
     /// added (a key's records would otherwise lose their partition).
     #[error("topic {topic} has {current} partitions; it only grows, not to {requested}")]

@@ -184,7 +184,7 @@ pub mod wire {
 
 pub use client::{
     Client, ClientConfig, Delivery, FetchOptions, Fetched, GroupInfo, GroupMemberInfo,
-    GroupSummary, PartitionDescription, RouteStep, SaslLogin, UserCredentials,
+    GroupSummary, PartitionDescription, Reassignment, RouteStep, SaslLogin, UserCredentials,
 };
 pub use config::LogConfig;
 pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, StartAt};
@@ -196,7 +196,7 @@ pub use group::assignor::Assignor;
 pub use group::{GroupError, OFFSETS_TOPIC};
 pub use local_cluster::LocalCluster;
 pub use log::{AppendInfo, CompactionPolicy, CompactionStats, LogIter, PartitionLog};
-pub use node::{Node, NodeConfig, PartitionStatus};
+pub use node::{Election, Node, NodeConfig, PartitionStatus};
 pub use producer::{Producer, ProducerConfig, RecordMetadata};
 
 pub use security::acl;

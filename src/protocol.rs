@@ -90,13 +90,25 @@ pub(crate) struct FetchResponse {
 }
 
 /// `Op::Reassign` request: move partition `partition` of the created topic `topic` to
-/// `replicas` (the preferred leader first); answered `Result<(), WireError>` once the metadata
-/// leader has recorded the move (the partition's leader carries it out).
+/// `replicas` (the preferred leader first), or, with no replicas, take back the move under
+/// way (as Kafka's null replicas cancel one); answered `Result<(), WireError>` once the
+/// metadata leader has recorded it (the partition's leader carries it out).
+/// `ReassignmentInProgress` for a partition still moving, `NoReassignmentInProgress` for a
+/// cancellation of one that is not, `InvalidReplicaAssignment` for replicas named twice or
+/// brokers the cluster lacks.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct ReassignRequest {
     pub(crate) topic: String,
     pub(crate) partition: u32,
     pub(crate) replicas: Vec<crate::types::NodeId>,
+}
+
+/// `Op::ListReassignments` request: the partitions moving now, of `topics` only if given;
+/// answered `Result<Vec<Reassignment>, WireError>` from the answering broker's copy of the
+/// metadata log, in partition order.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct ListReassignmentsRequest {
+    pub(crate) topics: Option<Vec<String>>,
 }
 
 /// `Op::ListOffsets` request: where `partition` is at `at`; answered
@@ -341,6 +353,36 @@ pub(crate) struct DeleteRecordsRequest {
     pub(crate) before: Option<u64>,
 }
 
+/// `Op::ElectLeaders` request: each partition's leadership handed to its preferred replica
+/// (the first of its assignment) by a Raft leadership transfer (Kafka's preferred-leader
+/// ElectLeaders); answered `Result<Vec<(PartitionId, Election)>, WireError>`, one outcome
+/// per partition asked (`None`: every partition of every topic), once each transfer is done
+/// or refused.
+///
+/// A client's request (`forwarded = false`) goes to any broker: it finds each partition's
+/// leader and asks it, with `forwarded = true` and only the partitions it leads (a request
+/// only brokers send). `ClusterAuthorizationFailed` without ALTER on the cluster.
+///
+/// The body, byte by byte (postcard):
+///
+/// | pos | size | field | rule |
+/// |---|---|---|---|
+/// | 0 | 1 | partitions tag | `00`: every partition; `01`: a list follows |
+/// | … | 1–5 | count | varint, only after tag `01`; then each partition as topic length (varint), topic (UTF-8), partition (varint `u32`) |
+/// | … | 1 | forwarded | `00` or `01` |
+///
+/// So `{ partitions: Some(["t"-3]), forwarded: false }` is `01 01 01 74 03 00`. In the
+/// answer each outcome is its variant's index (`Elected` 0, `NotNeeded` 1,
+/// `PreferredUnavailable` 2, `UnknownPartition` 3, `TryAgain` 4), the last two with a
+/// string after it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct ElectLeadersRequest {
+    /// The partitions; `None`: all.
+    pub(crate) partitions: Option<Vec<PartitionId>>,
+    /// Sent by a broker to a leader, for partitions it leads.
+    pub(crate) forwarded: bool,
+}
+
 /// `Op::Propose` request: a metadata command to commit (a broker's registration, a partition's
 /// move or its end); answered `Result<(), WireError>` once the metadata leader has applied it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -508,6 +550,10 @@ pub(crate) enum WireError {
         current: u32,
         requested: u32,
     },
+    /// A partition asked to move while it is still moving.
+    ReassignmentInProgress,
+    /// A partition's move cancelled where none is under way.
+    NoReassignmentInProgress,
 }
 
 impl WireError {
@@ -530,6 +576,8 @@ impl WireError {
             Error::InvalidReplicaAssignment(reason) => {
                 WireError::InvalidReplicaAssignment(reason.clone())
             }
+            Error::ReassignmentInProgress(_) => WireError::ReassignmentInProgress,
+            Error::NoReassignmentInProgress(_) => WireError::NoReassignmentInProgress,
             Error::PartitionsNotAdded {
                 topic,
                 current,
@@ -650,6 +698,10 @@ impl WireError {
             }
             WireError::InvalidRecord(reason) => Error::InvalidRecord(reason),
             WireError::InvalidReplicaAssignment(reason) => Error::InvalidReplicaAssignment(reason),
+            WireError::ReassignmentInProgress => Error::ReassignmentInProgress(partition.clone()),
+            WireError::NoReassignmentInProgress => {
+                Error::NoReassignmentInProgress(partition.clone())
+            }
             WireError::PartitionsNotAdded {
                 topic,
                 current,

@@ -364,9 +364,17 @@ fn a_partition_moves_and_the_brokers_it_leaves_keep_their_replica_until_done() {
     assert_eq!(t.assignment[0], vec![4, 2, 3]);
     assert_eq!(t.leaving[0], vec![1]);
     assert_eq!(t.moved, vec![true, false]);
+    // It is listed as moving: to 4, 2, 3, leaving 1.
+    let moving = c.reassignments(None);
+    assert_eq!(moving.len(), 1);
+    assert_eq!(
+        (&moving[0].replicas, &moving[0].adding, &moving[0].removing),
+        (&vec![4, 2, 3, 1], &vec![4], &vec![1])
+    );
+    assert!(c.reassignments(Some(&["other".to_string()])).is_empty());
     // A second move of the partition waits for the first.
     c.apply(2, Some(&reassign("t", 0, vec![1, 2, 3])));
-    assert!(matches!(c.outcome(2), Some(Err(Refused::Invalid(_)))));
+    assert_eq!(c.outcome(2), Some(Err(Refused::Moving)));
     // The same move again (a retried request) is no change.
     c.apply(3, Some(&reassign("t", 0, vec![4, 2, 3])));
     assert_eq!(c.outcome(3), Some(Ok(())));
@@ -383,24 +391,57 @@ fn a_partition_moves_and_the_brokers_it_leaves_keep_their_replica_until_done() {
     c.apply(5, Some(&done(vec![4, 2, 3])));
     assert_eq!(c.outcome(5), Some(Ok(())));
     assert!(c.topic("t").unwrap().leaving[0].is_empty());
+    assert!(c.reassignments(None).is_empty());
     // What is refused: a configured topic, a partition or broker that does not exist,
-    // a broker twice, an unknown topic.
+    // a broker twice.
     let bad = [
-        reassign("fixed", 0, vec![1]),
-        reassign("t", 5, vec![1]),
-        reassign("t", 1, vec![9]),
-        reassign("t", 1, vec![2, 2]),
+        (reassign("fixed", 0, vec![1]), "Invalid"),
+        (reassign("t", 5, vec![1]), "UnknownTopic"),
+        (reassign("t", 1, vec![9]), "BadReplicas"),
+        (reassign("t", 1, vec![2, 2]), "BadReplicas"),
     ];
-    for (offset, command) in (6..).zip(&bad) {
+    for (offset, (command, refusal)) in (6..).zip(&bad) {
         c.apply(offset, Some(command));
-        assert!(
-            matches!(c.outcome(offset), Some(Err(Refused::Invalid(_)))),
-            "{command:?}"
-        );
+        let outcome = format!("{:?}", c.outcome(offset));
+        assert!(outcome.contains(refusal), "{command:?}: {outcome}");
     }
     c.apply(10, Some(&reassign("nope", 0, vec![1])));
     assert_eq!(c.outcome(10), Some(Err(Refused::UnknownTopic)));
     assert_eq!(c.topic("t").unwrap().assignment[1], vec![2, 3, 4]);
+
+    // A move taken back: the partition returns to its replicas, and the broker the move
+    // added leaves it instead; nothing to take back once that move is done.
+    let cancel = |partition| MetaCommand::CancelReassignment {
+        name: "t".into(),
+        partition,
+    };
+    c.apply(11, Some(&reassign("t", 1, vec![2, 3, 1])));
+    c.apply(12, Some(&cancel(1)));
+    assert_eq!(c.outcome(12), Some(Ok(())));
+    let t = c.topic("t").unwrap();
+    assert_eq!(t.assignment[1], vec![2, 3, 4]);
+    assert_eq!(t.leaving[1], vec![1]);
+    let moving = c.reassignments(None);
+    assert_eq!(
+        (&moving[0].replicas, &moving[0].adding, &moving[0].removing),
+        (&vec![2, 3, 4, 1], &vec![], &vec![1])
+    );
+    c.apply(13, Some(&cancel(1)));
+    assert_eq!(c.outcome(13), Some(Err(Refused::NotMoving)));
+    c.apply(
+        14,
+        Some(&MetaCommand::ReassignDone {
+            topic_id: id,
+            partition: 1,
+            replicas: vec![2, 3, 4],
+        }),
+    );
+    assert_eq!(c.outcome(14), Some(Ok(())));
+    assert!(c.reassignments(None).is_empty());
+    c.apply(15, Some(&cancel(1)));
+    assert_eq!(c.outcome(15), Some(Err(Refused::NotMoving)));
+    c.apply(16, Some(&cancel(0)));
+    assert_eq!(c.outcome(16), Some(Err(Refused::NotMoving)));
 }
 
 /// Users' SCRAM credentials: put (replacing the mechanism's), checked, deleted; the same on

@@ -17,6 +17,22 @@ use crate::transport::CallError;
 use crate::transport::frame::Op;
 use crate::types::{NodeId, Offset, PartitionId};
 
+/// A partition moving to other brokers ([`Client::list_reassignments`]), as Kafka's
+/// ListPartitionReassignments describes one.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub struct Reassignment {
+    /// The partition.
+    pub partition: PartitionId,
+    /// Every broker holding a replica while it moves: those it moves to (the preferred
+    /// leader first), then those it leaves.
+    pub replicas: Vec<NodeId>,
+    /// The brokers it moves to that it was not on.
+    pub adding: Vec<NodeId>,
+    /// The brokers it leaves.
+    pub removing: Vec<NodeId>,
+}
+
 /// How one partition looks: `Topic: t  Partition: 0  Leader: 1  Replicas: 1,2,3  Isr: 1,2,3`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -281,7 +297,11 @@ impl Client {
         request: &Req,
         topic: &str,
     ) -> Result<()> {
-        let id = PartitionId::new(topic, 0);
+        self.admin_on(op, request, PartitionId::new(topic, 0)).await
+    }
+
+    /// [`admin`](Self::admin) about partition `id` (named in its errors).
+    async fn admin_on<Req: Serialize>(&self, op: Op, request: &Req, id: PartitionId) -> Result<()> {
         let started = Instant::now();
         let deadline = started + self.config.delivery_timeout;
         let mut backoff = Duration::from_millis(100);
@@ -299,9 +319,11 @@ impl Client {
             for addr in self.candidates() {
                 match self.call::<_, ()>(addr, op, request).await {
                     Ok(Ok(())) => return Ok(()),
-                    Ok(Err(e @ (WireError::TopicExists(_) | WireError::UnknownTopic)))
-                        if maybe_applied =>
-                    {
+                    Ok(Err(
+                        e @ (WireError::TopicExists(_)
+                        | WireError::UnknownTopic
+                        | WireError::NoReassignmentInProgress),
+                    )) if maybe_applied => {
                         return Err(indeterminate(&tried, format!("{e:?}")));
                     }
                     Ok(Err(
@@ -312,6 +334,9 @@ impl Client {
                         | WireError::InvalidTopicConfig { .. }
                         | WireError::PartitionsNotAdded { .. }
                         | WireError::InvalidReplicaAssignment(_)
+                        | WireError::ReassignmentInProgress
+                        | WireError::NoReassignmentInProgress
+                        | WireError::UnknownPartition
                         | WireError::TopicAuthorizationFailed
                         | WireError::ClusterAuthorizationFailed
                         | WireError::AuthenticationFailed(_)
@@ -376,7 +401,73 @@ impl Client {
             partition,
             replicas: replicas.to_vec(),
         };
-        self.admin(Op::Reassign, &request, topic).await
+        let id = PartitionId::new(topic, partition);
+        self.admin_on(Op::Reassign, &request, id).await
+    }
+
+    /// Takes back the move of partition `partition` of `topic` under way (as Kafka's
+    /// AlterPartitionReassignments with null replicas): the partition goes back to the
+    /// replicas it had before, and the brokers the move added drop theirs.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoReassignmentInProgress`] if the partition is not moving;
+    /// [`Error::UnknownTopic`] / [`Error::UnknownPartition`];
+    /// [`Error::ClusterAuthorizationFailed`] without ALTER on the cluster;
+    /// [`Error::NoBrokerReachable`].
+    pub async fn cancel_reassignment(&self, topic: &str, partition: u32) -> Result<()> {
+        let request = ReassignRequest {
+            topic: topic.to_string(),
+            partition,
+            replicas: Vec::new(),
+        };
+        let id = PartitionId::new(topic, partition);
+        self.admin_on(Op::Reassign, &request, id).await
+    }
+
+    /// The partitions moving now (Kafka's ListPartitionReassignments), of `topics` only if
+    /// given, as the answering broker's copy of the metadata log has them.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ClusterAuthorizationFailed`] without DESCRIBE on the cluster;
+    /// [`Error::NoBrokerReachable`].
+    pub async fn list_reassignments(&self, topics: Option<&[&str]>) -> Result<Vec<Reassignment>> {
+        let request = crate::protocol::ListReassignmentsRequest {
+            topics: topics.map(|t| t.iter().map(|t| (*t).to_string()).collect()),
+        };
+        self.ask_any(Op::ListReassignments, &request).await
+    }
+
+    /// Hands each partition's leadership to its preferred replica (the first of its
+    /// replicas), as Kafka's preferred-leader election (`kafka-leader-election
+    /// --election-type PREFERRED`) does, by a Raft leadership transfer: no election timeout is
+    /// paid, and a replica that does not hold every entry is not made leader. `partitions`:
+    /// the partitions to move, `None` for every partition of every topic. Returns each
+    /// partition's outcome; a broker that leads several does them a few at a time.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ClusterAuthorizationFailed`] without ALTER on the cluster;
+    /// [`Error::NoBrokerReachable`].
+    ///
+    /// ```no_run
+    /// # async fn run(client: &replog::Client) -> replog::Result<()> {
+    /// for (partition, outcome) in client.elect_leaders(None).await? {
+    ///     println!("{partition}: {outcome:?}");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn elect_leaders(
+        &self,
+        partitions: Option<&[PartitionId]>,
+    ) -> Result<Vec<(PartitionId, crate::Election)>> {
+        let request = crate::protocol::ElectLeadersRequest {
+            partitions: partitions.map(<[PartitionId]>::to_vec),
+            forwarded: false,
+        };
+        self.ask_any(Op::ElectLeaders, &request).await
     }
 
     /// Deletes partition `partition` of `topic`'s records before offset `before` on every

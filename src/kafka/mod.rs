@@ -38,8 +38,9 @@ mod refusals;
 mod sasl;
 
 use handlers::{
-    acls, admin, api_versions, configs, delete_groups, fetch, groups, metadata, offset_delete,
-    offsets, produce, producer_ids, records, sasl as sasl_state, users,
+    acls, admin, api_versions, configs, delete_groups, fetch, groups, leaders, metadata,
+    offset_delete, offsets, produce, producer_ids, reassignments, records, sasl as sasl_state,
+    users,
 };
 
 use std::net::SocketAddr;
@@ -80,6 +81,11 @@ mod code {
     pub(super) const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
     pub(super) const INVALID_CONFIG: i16 = 40;
     pub(super) const INVALID_RECORD: i16 = 87;
+    pub(super) const PREFERRED_LEADER_NOT_AVAILABLE: i16 = 80;
+    pub(super) const ELIGIBLE_LEADERS_NOT_AVAILABLE: i16 = 83;
+    pub(super) const ELECTION_NOT_NEEDED: i16 = 84;
+    pub(super) const REASSIGNMENT_IN_PROGRESS: i16 = 60;
+    pub(super) const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
     pub(super) const NOT_CONTROLLER: i16 = 41;
     pub(super) const COORDINATOR_NOT_AVAILABLE: i16 = 15;
     pub(super) const INVALID_REQUEST: i16 = 42;
@@ -305,6 +311,15 @@ async fn answer(
         RequestKind::DeleteRecords(r) => {
             ResponseKind::DeleteRecords(records::delete_records(r, service).await)
         }
+        RequestKind::ElectLeaders(r) => {
+            ResponseKind::ElectLeaders(leaders::elect_leaders(r, version, service).await)
+        }
+        RequestKind::AlterPartitionReassignments(r) => ResponseKind::AlterPartitionReassignments(
+            reassignments::alter_partition_reassignments(r, version, service).await,
+        ),
+        RequestKind::ListPartitionReassignments(r) => ResponseKind::ListPartitionReassignments(
+            reassignments::list_partition_reassignments(&r, service),
+        ),
         RequestKind::CreatePartitions(r) => {
             ResponseKind::CreatePartitions(admin::create_partitions(r, service).await)
         }
@@ -414,6 +429,8 @@ fn error_code(e: &Error) -> i16 {
         Error::InvalidTopic { .. } => code::INVALID_TOPIC_EXCEPTION,
         Error::InvalidTopicConfig { .. } => code::INVALID_CONFIG,
         Error::InvalidReplicaAssignment(_) => code::INVALID_REPLICA_ASSIGNMENT,
+        Error::ReassignmentInProgress(_) => code::REASSIGNMENT_IN_PROGRESS,
+        Error::NoReassignmentInProgress(_) => code::NO_REASSIGNMENT_IN_PROGRESS,
         Error::PartitionsNotAdded { .. } | Error::InvalidPartitionCount { .. } => {
             code::INVALID_PARTITIONS
         }

@@ -361,6 +361,23 @@ impl Handler for NodeHandler {
                     }
                     .await,
                 ),
+                Op::ElectLeaders => encode_response(
+                    &async {
+                        let request: crate::protocol::ElectLeadersRequest = decode_request(&body)?;
+                        if request.forwarded {
+                            self.brokers_only(&caller, op, Claim::AnyBroker)?;
+                        }
+                        service.elect_leaders(request).await.map_err(wire)
+                    }
+                    .await,
+                ),
+                Op::ListReassignments => encode_response(&decode_request(&body).and_then(
+                    |request: crate::protocol::ListReassignmentsRequest| {
+                        service
+                            .list_reassignments(request.topics.as_deref())
+                            .map_err(wire)
+                    },
+                )),
                 Op::Acls => super::security_ops::acls(service, &body).await,
                 Op::Users => super::security_ops::users(service, &body).await,
                 // A login's requests come before any other (`transport/login.rs`); later, or

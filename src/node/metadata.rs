@@ -90,18 +90,30 @@ impl Broker {
         {
             self.peers.set_addr(*id, addr);
         }
-        let unknown = || match &request.command {
+        let partition = || match &request.command {
             MetaCommand::ReassignPartition {
                 name, partition, ..
-            } => Error::UnknownPartition(PartitionId::new(name.clone(), *partition)),
-            MetaCommand::AddPartitions { name, .. } => Error::UnknownTopic(name.clone()),
-            _ => Error::UnknownPartition(PartitionId::new(METADATA_TOPIC, 0)),
+            }
+            | MetaCommand::CancelReassignment { name, partition } => {
+                PartitionId::new(name.clone(), *partition)
+            }
+            _ => PartitionId::new(METADATA_TOPIC, 0),
         };
-        self.propose_command(request.clone()).await.map_err(|e| {
-            e.into_error(unknown, || Error::InvalidTopic {
-                reason: "the topic exists".into(),
+        let unknown = || match &request.command {
+            MetaCommand::AddPartitions { name, .. } => Error::UnknownTopic(name.clone()),
+            _ => Error::UnknownPartition(partition()),
+        };
+        self.propose_command(request.clone())
+            .await
+            .map_err(|e| match e {
+                MetaError::Refused(Refused::Moving) => Error::ReassignmentInProgress(partition()),
+                MetaError::Refused(Refused::NotMoving) => {
+                    Error::NoReassignmentInProgress(partition())
+                }
+                e => e.into_error(unknown, || Error::InvalidTopic {
+                    reason: "the topic exists".into(),
+                }),
             })
-        })
     }
 
     /// [`propose`](Self::propose), with the metadata leader's refusal as it is.
@@ -225,7 +237,7 @@ impl Broker {
     }
 
     /// Sends a request to broker `to` and decodes its answer, waiting at most `timeout`.
-    async fn forward<Req: Serialize, Resp: serde::de::DeserializeOwned>(
+    pub(super) async fn forward<Req: Serialize, Resp: serde::de::DeserializeOwned>(
         &self,
         to: NodeId,
         op: Op,
@@ -500,6 +512,12 @@ impl MetaError {
             MetaError::Refused(Refused::UnknownTopic) => unknown(),
             MetaError::Refused(Refused::TopicExists) => exists(),
             MetaError::Refused(Refused::Invalid(reason)) => Error::InvalidTopic { reason },
+            MetaError::Refused(Refused::BadReplicas(reason)) => {
+                Error::InvalidReplicaAssignment(reason)
+            }
+            MetaError::Refused(Refused::Moving | Refused::NotMoving) => Error::InvalidTopic {
+                reason: "a partition's move refused".into(),
+            },
             MetaError::Refused(Refused::InvalidConfig(key, value, reason)) => {
                 Error::InvalidTopicConfig { key, value, reason }
             }

@@ -47,6 +47,7 @@ mod write;
 
 pub use config::NodeConfig;
 use handler::NodeHandler;
+pub use leader_balance::Election;
 use metadata::follow_metadata;
 use replica_dir::{partition_dir, remove_deleted_dirs};
 use replicas::{ReplicaSpec, open_group, open_replica};

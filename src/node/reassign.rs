@@ -13,6 +13,14 @@ use crate::types::{NodeId, PartitionId};
 use super::{Broker, HostedReplica};
 
 impl Broker {
+    /// Partition `id`'s replicas as the catalog has them now.
+    fn assignment_of(&self, id: &PartitionId) -> Option<Vec<NodeId>> {
+        let catalog = self.catalog.read();
+        catalog
+            .topic(&id.topic)
+            .and_then(|t| t.assignment.get(id.partition as usize).cloned())
+    }
+
     /// Moves the partitions this broker leads whose group's voters are not yet the
     /// catalog's replicas (a reassignment; see [`MetaCommand::ReassignPartition`]), one task
     /// per partition at a time.
@@ -32,25 +40,25 @@ impl Broker {
                 .filter_map(|g| {
                     let t = catalog.topic(&g.id.topic).filter(|t| t.id == g.topic_id)?;
                     let p = g.id.partition as usize;
-                    let leaving = !t.leaving.get(p)?.is_empty();
+                    let under_way = !t.was.get(p)?.is_empty();
                     let target = t.assignment.get(p)?.clone();
-                    t.moved.get(p)?.then(|| (Arc::clone(g), target, leaving))
+                    t.moved.get(p)?.then(|| (Arc::clone(g), target, under_way))
                 })
                 .collect()
         };
-        for (group, target, leaving) in due {
+        for (group, target, under_way) in due {
             if moving.contains_key(&group.id) || group.raft.state().leader != Some(me) {
                 continue;
             }
             let (voters, joint) = group.raft.voters();
             let settled = !joint && voters == target.iter().copied().collect();
-            if settled && !leaving {
+            if settled && !under_way {
                 continue;
             }
             let broker = Arc::clone(self);
             let id = group.id.clone();
             let task = tokio::spawn(async move {
-                if let Err(e) = broker.move_partition(&group, target, leaving).await {
+                if let Err(e) = broker.move_partition(&group, target, under_way).await {
                     tracing::debug!(partition = %group.id, error = %e, "moving the partition; will retry");
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
@@ -60,13 +68,14 @@ impl Broker {
     }
 
     /// On the partition's leader: adds the replicas in `target` that the group lacks as
-    /// learners, makes `target` the voters, and, if the move left brokers (`leaving`), records
-    /// in the metadata log that it is done (those brokers then drop their replicas).
+    /// learners, makes `target` the voters, and, if the move is still recorded as under way
+    /// (`moving`), records in the metadata log that it is done (the brokers it left then drop
+    /// their replicas).
     async fn move_partition(
         &self,
         group: &HostedReplica,
         target: Vec<NodeId>,
-        leaving: bool,
+        moving: bool,
     ) -> Result<()> {
         let failed = |e: String| Error::TryAgain {
             partition: group.id.clone(),
@@ -86,10 +95,37 @@ impl Broker {
                     .await
                     .map_err(failed)?;
             }
-            group.raft.change_voters(wanted).await.map_err(failed)?;
+            // New voters that do not hold the log yet would hold up every commit of the joint
+            // configuration (a broker that is down, forever): they vote once they copied it.
+            if !joint {
+                let new: Vec<NodeId> = target
+                    .iter()
+                    .copied()
+                    .filter(|id| !voters.contains(id))
+                    .collect();
+                let still_wanted = || self.assignment_of(&group.id) == Some(target.clone());
+                caught_up(group, &new, self.config.request_timeout, still_wanted)
+                    .await
+                    .map_err(failed)?;
+            }
+            group
+                .raft
+                .change_voters(wanted.clone())
+                .await
+                .map_err(failed)?;
             tracing::info!(partition = %group.id, voters = ?target, "partition moved");
         }
-        if !leaving {
+        // Learners a move added and a later one (or a cancellation) no longer wants.
+        let extra: std::collections::BTreeSet<NodeId> = group
+            .raft
+            .member_ids()
+            .into_iter()
+            .filter(|id| !wanted.contains(id))
+            .collect();
+        if !extra.is_empty() && !group.raft.voters().1 {
+            group.raft.remove_learners(extra).await.map_err(failed)?;
+        }
+        if !moving {
             return Ok(());
         }
         let request = ProposeRequest {
@@ -101,5 +137,39 @@ impl Broker {
             forwarded: false,
         };
         self.propose(request).await
+    }
+}
+
+/// Waits, at most `within` and while `still_wanted`, until each of `learners` holds the log as
+/// far as the leader held it when the wait began (so that, as voters, they do not hold up its
+/// commits); else why not.
+async fn caught_up(
+    group: &HostedReplica,
+    learners: &[NodeId],
+    within: Duration,
+    still_wanted: impl Fn() -> bool,
+) -> std::result::Result<(), String> {
+    let goal = group.raft.state().last_log_index;
+    let deadline = tokio::time::Instant::now() + within;
+    // Bounded by the deadline.
+    loop {
+        let members = group.raft.state().members.unwrap_or_default();
+        let behind: Vec<NodeId> = learners
+            .iter()
+            .copied()
+            .filter(|id| members.get(id).and_then(|m| m.matched) < goal)
+            .collect();
+        if behind.is_empty() {
+            return Ok(());
+        }
+        if !still_wanted() {
+            return Err("the partition was given other replicas meanwhile".into());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!(
+                "brokers {behind:?} have not copied the partition's log yet"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

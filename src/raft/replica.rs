@@ -276,37 +276,51 @@ impl Replica {
 
     /// Hands this replica's leadership to `target` if this replica leads, and `target` is a
     /// voter that acknowledged within `timeout` and holds every entry this leader has (so the
-    /// transfer waits for no election timeout and no catch-up); whether `target` then leads,
-    /// within `timeout`.
-    pub(crate) async fn transfer_to(&self, me: NodeId, target: NodeId, timeout: Duration) -> bool {
+    /// transfer waits for no election timeout and no catch-up); `Ok` once `target` leads,
+    /// within `timeout`, else why not.
+    pub(crate) async fn transfer_to(
+        &self,
+        me: NodeId,
+        target: NodeId,
+        timeout: Duration,
+    ) -> std::result::Result<(), TransferRefused> {
         {
             let m = self.raft.metrics().borrow_watched().clone();
+            if m.current_leader == Some(target) {
+                return Ok(());
+            }
             if m.current_leader != Some(me) || target == me {
-                return false;
+                return Err(TransferRefused::NotLeader);
             }
             let voter = m
                 .membership_config
                 .membership()
                 .voter_ids()
                 .any(|v| v == target);
+            if !voter {
+                return Err(TransferRefused::NotAVoter);
+            }
             let live = m
                 .heartbeat
                 .as_ref()
                 .and_then(|h| h.get(&target))
                 .and_then(|t| t.as_ref())
                 .is_some_and(|t| t.elapsed() < timeout);
+            if !live {
+                return Err(TransferRefused::NotHeardFrom);
+            }
             let matched = m
                 .replication
                 .as_ref()
                 .and_then(|r| r.get(&target))
                 .and_then(|l| l.as_ref())
                 .map(|l| l.index);
-            if !voter || !live || matched < m.last_log_index {
-                return false;
+            if matched < m.last_log_index {
+                return Err(TransferRefused::Behind);
             }
         }
         if self.raft.trigger().transfer_leader(target).await.is_err() {
-            return false;
+            return Err(TransferRefused::Stopped);
         }
         let mut metrics = self.raft.server_metrics();
         let moved = tokio::time::timeout(timeout, async {
@@ -321,7 +335,11 @@ impl Replica {
             }
         })
         .await;
-        moved.unwrap_or(false)
+        if moved.unwrap_or(false) {
+            Ok(())
+        } else {
+            Err(TransferRefused::NotTakenOver)
+        }
     }
 
     /// Initializes a fresh group with these members (id and address). Does nothing if this
@@ -514,6 +532,19 @@ impl Replica {
             .map_err(|e| e.to_string())
     }
 
+    /// Removes `ids` (learners, not voters) from the group: the leader stops replicating to
+    /// them. Returns once the change is committed; leader only.
+    pub(crate) async fn remove_learners(
+        &self,
+        ids: std::collections::BTreeSet<NodeId>,
+    ) -> Result<(), String> {
+        self.raft
+            .change_membership(openraft::ChangeMembers::RemoveNodes(ids), false)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
     /// Adds broker `id` (at `addr`) to the group as a learner: it replicates the log but does
     /// not vote. Returns once the membership change is committed; leader only.
     pub(crate) async fn add_learner(&self, id: NodeId, addr: String) -> Result<(), String> {
@@ -615,5 +646,39 @@ impl Replica {
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown failed");
         }
+    }
+}
+
+/// Why a leadership transfer did not happen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TransferRefused {
+    /// This replica does not lead (or the target is itself).
+    NotLeader,
+    /// The target is not one of the group's voters.
+    NotAVoter,
+    /// The target did not acknowledge the leader within the timeout.
+    NotHeardFrom,
+    /// The target does not hold every entry the leader has.
+    Behind,
+    /// The group's Raft member stopped.
+    Stopped,
+    /// The target did not take over within the timeout.
+    NotTakenOver,
+}
+
+impl std::fmt::Display for TransferRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TransferRefused::NotLeader => "this broker no longer leads the partition",
+            TransferRefused::NotAVoter => "the preferred replica is not one of the group's voters",
+            TransferRefused::NotHeardFrom => {
+                "the preferred replica has not answered the leader within an election timeout"
+            }
+            TransferRefused::Behind => "the preferred replica does not hold every entry yet",
+            TransferRefused::Stopped => "the partition's Raft member stopped",
+            TransferRefused::NotTakenOver => {
+                "the preferred replica did not take over within an election timeout"
+            }
+        })
     }
 }

@@ -75,6 +75,10 @@ pub(crate) enum Op {
     CreatePartitions = 19,
     /// Admin: a partition's records before an offset deleted (Kafka's DeleteRecords).
     DeleteRecords = 20,
+    /// Admin: leadership handed to each partition's preferred replica (Kafka's ElectLeaders).
+    ElectLeaders = 21,
+    /// Admin: the partitions moving now (Kafka's ListPartitionReassignments).
+    ListReassignments = 22,
 }
 
 impl Op {
@@ -101,6 +105,8 @@ impl Op {
             Op::TopicConfigs => "topic_configs",
             Op::CreatePartitions => "create_partitions",
             Op::DeleteRecords => "delete_records",
+            Op::ElectLeaders => "elect_leaders",
+            Op::ListReassignments => "list_reassignments",
         }
     }
 
@@ -126,6 +132,8 @@ impl Op {
             18 => Some(Op::TopicConfigs),
             19 => Some(Op::CreatePartitions),
             20 => Some(Op::DeleteRecords),
+            21 => Some(Op::ElectLeaders),
+            22 => Some(Op::ListReassignments),
             _ => None,
         }
     }

@@ -1,12 +1,13 @@
 //! Leadership goes back to the preferred replicas: on three in-process brokers, a broker
 //! stopped loses the partitions it led to the others, and once it is back they hand them
-//! back to it by leadership transfers (Kafka's `auto.leader.rebalance.enable`), so a
-//! rolling restart does not leave one broker leading everything.
+//! back to it by leadership transfers, by themselves (Kafka's `auto.leader.rebalance.enable`),
+//! so a rolling restart does not leave one broker leading everything, or when asked (Kafka's
+//! preferred ElectLeaders).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use replog::ClientConfig;
+use replog::{ClientConfig, Election, PartitionId};
 
 use crate::support::{connect, local_cluster, wait_until};
 
@@ -25,6 +26,17 @@ fn leaders(cluster: &replog::LocalCluster) -> BTreeMap<u32, Option<u64>> {
         .collect()
 }
 
+/// Each partition's preferred replica (the first of its replicas).
+async fn preferred_leaders(client: &replog::Client) -> BTreeMap<u32, Option<u64>> {
+    client
+        .describe(TOPIC)
+        .await
+        .unwrap()
+        .iter()
+        .map(|d| (d.partition.partition, d.replicas.first().copied()))
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leadership_returns_to_the_preferred_replicas_after_a_broker_comes_back() {
     let dir = tempfile::tempdir().unwrap();
@@ -38,13 +50,7 @@ async fn leadership_returns_to_the_preferred_replicas_after_a_broker_comes_back(
         Duration::from_secs(20),
     )
     .await;
-    let preferred: BTreeMap<u32, Option<u64>> = client
-        .describe(TOPIC)
-        .await
-        .unwrap()
-        .iter()
-        .map(|d| (d.partition.partition, d.replicas.first().copied()))
-        .collect();
+    let preferred = preferred_leaders(&client).await;
     let balanced = |cluster: &replog::LocalCluster| {
         let now = leaders(cluster);
         (now == preferred)
@@ -93,6 +99,140 @@ async fn leadership_returns_to_the_preferred_replicas_after_a_broker_comes_back(
         "leadership back to the preferred replicas {:?} after the restart",
         back.elapsed()
     );
+    drop(client);
+    cluster.shutdown().await.unwrap();
+}
+
+/// With automatic rebalancing off, broker 1's partitions stay with the others after it
+/// comes back, until a client asks for the preferred leaders: while broker 1 is down its
+/// partitions' elections fail, naming why; once it is back and caught up they move to it,
+/// the others need none, and an unknown partition is named as such.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preferred_leaders_are_elected_when_a_client_asks() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = local_cluster(3, dir.path(), TOPIC, PARTITIONS, |c| {
+        c.auto_leader_rebalance = false;
+    })
+    .await;
+    let client = connect(
+        &cluster.addrs(),
+        ClientConfig::default(),
+        Duration::from_secs(20),
+    )
+    .await;
+    let preferred = preferred_leaders(&client).await;
+    let ones: Vec<u32> = preferred
+        .iter()
+        .filter(|(_, l)| **l == Some(1))
+        .map(|(p, _)| *p)
+        .collect();
+    assert!(!ones.is_empty(), "{preferred:?}");
+    // Whoever leads now, asking makes the preferred replicas lead.
+    wait_until(
+        Duration::from_secs(30),
+        "every partition to have a leader",
+        async || {
+            let now = leaders(&cluster);
+            now.values()
+                .all(Option::is_some)
+                .then_some(())
+                .ok_or(format!("{now:?}"))
+        },
+    )
+    .await;
+    wait_until(
+        Duration::from_secs(30),
+        "the preferred replicas to lead when asked",
+        async || {
+            client.elect_leaders(None).await.unwrap();
+            let now = leaders(&cluster);
+            (now == preferred).then_some(()).ok_or(format!("{now:?}"))
+        },
+    )
+    .await;
+
+    cluster.stop(1).await.unwrap();
+    wait_until(
+        Duration::from_secs(30),
+        "the others to lead broker 1's partitions",
+        async || {
+            let now = leaders(&cluster);
+            let taken = ones.iter().all(|p| now[p].is_some_and(|l| l != 1));
+            taken.then_some(()).ok_or(format!("leaders {now:?}"))
+        },
+    )
+    .await;
+    let client = connect(
+        &cluster.addrs()[1..],
+        ClientConfig::default(),
+        Duration::from_secs(20),
+    )
+    .await;
+    let down = client.elect_leaders(None).await.unwrap();
+    for (id, outcome) in &down {
+        if ones.contains(&id.partition) {
+            assert!(
+                matches!(outcome, Election::PreferredUnavailable(why) if why.contains("broker 1")),
+                "{id}: {outcome:?}"
+            );
+        } else {
+            assert_eq!(outcome, &Election::NotNeeded, "{id}");
+        }
+    }
+
+    cluster.restart(1).await.unwrap();
+    // Broker 1 catches up; its partitions stay where they are until asked.
+    let asked: Vec<PartitionId> = (0..PARTITIONS)
+        .map(|p| PartitionId::new(TOPIC, p))
+        .chain([
+            PartitionId::new(TOPIC, PARTITIONS),
+            PartitionId::new("nope", 0),
+        ])
+        .collect();
+    let started = Instant::now();
+    let outcomes = wait_until(
+        Duration::from_secs(30),
+        "broker 1 to take its partitions back when asked",
+        async || {
+            let outcomes = client.elect_leaders(Some(&asked)).await.unwrap();
+            let elected = outcomes
+                .iter()
+                .filter(|(id, _)| ones.contains(&id.partition) && id.topic == TOPIC)
+                .all(|(_, o)| matches!(o, Election::Elected | Election::NotNeeded));
+            let why = format!("{outcomes:?}");
+            elected.then_some(outcomes).ok_or(why)
+        },
+    )
+    .await;
+    println!(
+        "preferred leaders elected {:?} after the restart",
+        started.elapsed()
+    );
+    let by_partition: BTreeMap<PartitionId, Election> = outcomes.into_iter().collect();
+    assert_eq!(by_partition.len(), asked.len(), "{by_partition:?}");
+    for p in (0..PARTITIONS).filter(|p| !ones.contains(p)) {
+        assert_eq!(
+            by_partition[&PartitionId::new(TOPIC, p)],
+            Election::NotNeeded
+        );
+    }
+    assert_eq!(
+        by_partition[&PartitionId::new(TOPIC, PARTITIONS)],
+        Election::UnknownPartition
+    );
+    assert_eq!(
+        by_partition[&PartitionId::new("nope", 0)],
+        Election::UnknownPartition
+    );
+    wait_until(
+        Duration::from_secs(5),
+        "every broker to see the preferred leaders",
+        async || {
+            let now = leaders(&cluster);
+            (now == preferred).then_some(()).ok_or(format!("{now:?}"))
+        },
+    )
+    .await;
     drop(client);
     cluster.shutdown().await.unwrap();
 }

@@ -26,6 +26,7 @@ mod kafka_changelog;
 mod kafka_configs;
 mod kafka_group_deletion;
 mod kafka_groups;
+mod kafka_leaders;
 mod kafka_python;
 mod kafka_sasl;
 mod kafka_tls;

@@ -39,11 +39,13 @@ mod delete_groups;
 mod fetch;
 mod group_coordinator;
 mod groups;
+mod leaders;
 mod metadata;
 mod offset_delete;
 mod offsets;
 mod produce;
 mod producer_ids;
+mod reassignments;
 mod records;
 mod sasl;
 #[path = "../support/mod.rs"]
@@ -55,7 +57,7 @@ pub(crate) const TOPIC: &str = "golden";
 pub(crate) const TOPIC_PARTITIONS: u32 = 2;
 
 /// How long a test waits for anything (a broker's start, an election, an answer).
-const WAIT: Duration = Duration::from_secs(30);
+pub(crate) const WAIT: Duration = Duration::from_secs(30);
 
 /// The client id every request carries.
 pub(crate) const CLIENT_ID: &str = "golden-client";
@@ -152,6 +154,11 @@ impl Broker {
     /// The cluster (for its native API: a partition's term, its leader).
     pub(crate) fn cluster(&self) -> &LocalCluster {
         self.cluster.as_ref().unwrap()
+    }
+
+    /// The cluster, to stop and restart its brokers.
+    pub(crate) fn cluster_mut(&mut self) -> &mut LocalCluster {
+        self.cluster.as_mut().unwrap()
     }
 
     /// Broker `id`'s Kafka address.
@@ -388,11 +395,13 @@ fn golden_cases() -> Vec<(ApiKey, i16)> {
         fetch::GOLDEN,
         groups::GOLDEN,
         group_coordinator::GOLDEN,
+        leaders::GOLDEN,
         metadata::GOLDEN,
         offset_delete::GOLDEN,
         offsets::GOLDEN,
         produce::GOLDEN,
         producer_ids::GOLDEN,
+        reassignments::GOLDEN,
         records::GOLDEN,
         sasl::GOLDEN,
         users::GOLDEN,
@@ -414,7 +423,7 @@ async fn every_served_api_has_a_golden_case_at_its_oldest_and_newest_version() {
         .exchange(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default())
         .await;
     let served: ApiVersionsResponse = broker.decode(ApiKey::ApiVersions, 3, &answer);
-    assert_eq!(served.api_keys.len(), 33, "the thirty-three APIs served");
+    assert_eq!(served.api_keys.len(), 36, "the thirty-six APIs served");
     let cases = &golden_cases();
     let missing: Vec<String> = served
         .api_keys

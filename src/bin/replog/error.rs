@@ -103,6 +103,14 @@ pub(crate) enum CliError {
         /// Why it failed.
         first: replog::Error,
     },
+    /// Some partitions' preferred replicas could not take over (each named above).
+    #[error("leader election failed for {failed} of {asked} partitions")]
+    ElectionsFailed {
+        /// How many failed.
+        failed: usize,
+        /// How many were asked for.
+        asked: usize,
+    },
 }
 
 impl CliError {

@@ -1,7 +1,7 @@
-//! `replog topics`: its flags, which name one [`Action`] (create, delete, reassign, list or
-//! describe), and carrying that action out against the cluster.
+//! `replog topics`: its flags, which name one [`Action`] (create, delete, grow, reassign,
+//! elect leaders, list or describe), and carrying that action out against the cluster.
 
-use replog::Client;
+use replog::{Client, Election, PartitionId};
 
 use crate::connect::connect;
 use crate::error::CliError;
@@ -14,6 +14,7 @@ use crate::error::CliError;
 /// at all (`--list`), and `--describe --list` (`--list` wins).
 #[derive(Debug, clap::Args)]
 #[command(group = clap::ArgGroup::new("sized").args(["create", "alter"]).multiple(false))]
+#[command(group = clap::ArgGroup::new("one_partition").args(["reassign", "elect_leaders"]).multiple(false))]
 pub(crate) struct TopicsArgs {
     /// Brokers to bootstrap from, comma-separated HOST:PORT.
     #[arg(long)]
@@ -56,13 +57,19 @@ pub(crate) struct TopicsArgs {
     /// --replicas (Kafka's partition reassignment).
     #[arg(long, conflicts_with_all = ["describe", "list", "delete", "create"], requires_all = ["topic", "replicas"])]
     reassign: bool,
-    /// The partition to move, with --reassign.
-    #[arg(long, default_value_t = 0, requires = "reassign")]
-    partition: u32,
+    /// The partition to move, with --reassign (default 0), or to elect a leader for, with
+    /// --elect-leaders (default: every partition of --topic).
+    #[arg(long, requires = "one_partition")]
+    partition: Option<u32>,
     /// Where to move it, with --reassign: broker ids, comma-separated, the preferred
     /// leader first.
     #[arg(long, value_delimiter = ',', requires = "reassign")]
     replicas: Vec<u64>,
+    /// Hand leadership to each partition's preferred replica (the first of its replicas),
+    /// as kafka-leader-election --election-type PREFERRED: of --topic (and --partition) if
+    /// given, else of every partition.
+    #[arg(long, conflicts_with_all = ["describe", "list", "delete", "create", "alter"])]
+    elect_leaders: bool,
 }
 
 /// What `replog topics` does: exactly one of these.
@@ -90,6 +97,12 @@ enum Action {
         partition: u32,
         replicas: Vec<u64>,
     },
+    /// `--elect-leaders`: leadership to the preferred replicas of one partition, one topic's,
+    /// or every partition (`topic` none).
+    ElectLeaders {
+        topic: Option<String>,
+        partition: Option<u32>,
+    },
     /// `--list`, or no action: topic names and partition counts, of `topic` only if given.
     List { topic: Option<String> },
     /// `--describe` (without `--list`): a line per partition, of `topic` or of every topic.
@@ -115,11 +128,13 @@ impl TopicsArgs {
             reassign,
             partition,
             replicas,
+            elect_leaders,
         } = self;
         match topic {
+            topic if elect_leaders => Action::ElectLeaders { topic, partition },
             Some(topic) if reassign => Action::Reassign {
                 topic,
-                partition,
+                partition: partition.unwrap_or(0),
                 replicas,
             },
             Some(topic) if alter => Action::Grow {
@@ -194,6 +209,9 @@ pub(crate) async fn run(args: TopicsArgs) -> Result<(), CliError> {
             let list: Vec<String> = replicas.iter().map(u64::to_string).collect();
             println!("Moving {topic}-{partition} to {}.", list.join(","));
         }
+        Action::ElectLeaders { topic, partition } => {
+            elect_leaders(&client, topic, partition).await?;
+        }
         Action::List { topic } => {
             for (name, n) in client.list_topics().await? {
                 if topic.as_deref().is_none_or(|t| t == name) {
@@ -202,6 +220,64 @@ pub(crate) async fn run(args: TopicsArgs) -> Result<(), CliError> {
             }
         }
         Action::Describe { topic } => describe(&client, topic).await?,
+    }
+    Ok(())
+}
+
+/// Hands leadership to the preferred replicas of `partition` of `topic`, of every partition
+/// of `topic`, or of every partition, and says what happened to each, as
+/// kafka-leader-election does; an error if any partition's election failed.
+async fn elect_leaders(
+    client: &Client,
+    topic: Option<String>,
+    partition: Option<u32>,
+) -> Result<(), CliError> {
+    let asked: Option<Vec<PartitionId>> = match (&topic, partition) {
+        (None, _) => None,
+        (Some(topic), Some(p)) => Some(vec![PartitionId::new(topic.as_str(), p)]),
+        (Some(topic), None) => {
+            let count = client
+                .partition_count(topic)
+                .await
+                .map_err(|e| CliError::about_topic(topic, e))?;
+            Some(
+                (0..count)
+                    .map(|p| PartitionId::new(topic.as_str(), p))
+                    .collect(),
+            )
+        }
+    };
+    let outcomes = client.elect_leaders(asked.as_deref()).await?;
+    let (mut elected, mut not_needed, mut failed) = (Vec::new(), Vec::new(), 0);
+    for (id, outcome) in &outcomes {
+        match outcome {
+            Election::Elected => elected.push(id.to_string()),
+            Election::NotNeeded => not_needed.push(id.to_string()),
+            Election::PreferredUnavailable(why) | Election::TryAgain(why) => {
+                failed += 1;
+                println!("Could not elect the preferred leader of {id}: {why}");
+            }
+            Election::UnknownPartition => {
+                failed += 1;
+                println!("Could not elect the preferred leader of {id}: no such partition");
+            }
+            other => {
+                failed += 1;
+                println!("Could not elect the preferred leader of {id}: {other:?}");
+            }
+        }
+    }
+    if !elected.is_empty() {
+        println!("Preferred leaders elected for {}.", elected.join(", "));
+    }
+    if !not_needed.is_empty() {
+        println!("Preferred leaders lead already: {}.", not_needed.join(", "));
+    }
+    if failed > 0 {
+        return Err(CliError::ElectionsFailed {
+            failed,
+            asked: outcomes.len(),
+        });
     }
     Ok(())
 }
@@ -287,6 +363,20 @@ mod tests {
             Action::List { topic: None }
         );
         assert_eq!(action(&["--describe"]), Action::Describe { topic: None });
+        assert_eq!(
+            action(&["--elect-leaders"]),
+            Action::ElectLeaders {
+                topic: None,
+                partition: None
+            }
+        );
+        assert_eq!(
+            action(&["--elect-leaders", "--topic", "t", "--partition", "2"]),
+            Action::ElectLeaders {
+                topic: Some(t()),
+                partition: Some(2)
+            }
+        );
         assert_eq!(
             action(&["--describe", "--topic", "t"]),
             Action::Describe { topic: Some(t()) }
@@ -396,6 +486,16 @@ mod tests {
                 "1:x",
             ],
             &["--create", "--topic", "t", "--replica-assignment", "1:2"],
+            &["--elect-leaders", "--describe"],
+            &[
+                "--elect-leaders",
+                "--reassign",
+                "--topic",
+                "t",
+                "--replicas",
+                "1",
+            ],
+            &["--partition", "1", "--topic", "t"],
         ] {
             assert!(refused(args), "{args:?}");
         }

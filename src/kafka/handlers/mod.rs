@@ -15,11 +15,13 @@ pub(super) mod configs;
 pub(super) mod delete_groups;
 pub(super) mod fetch;
 pub(super) mod groups;
+pub(super) mod leaders;
 pub(super) mod metadata;
 pub(super) mod offset_delete;
 pub(super) mod offsets;
 pub(super) mod produce;
 pub(super) mod producer_ids;
+pub(super) mod reassignments;
 pub(super) mod records;
 pub(super) mod sasl;
 pub(super) mod users;
@@ -42,6 +44,8 @@ pub(crate) fn served() -> impl Iterator<Item = Served> {
         admin::APIS,
         configs::APIS,
         records::APIS,
+        leaders::APIS,
+        reassignments::APIS,
         sasl::APIS,
         acls::APIS,
         users::APIS,
@@ -57,12 +61,12 @@ pub(crate) fn served() -> impl Iterator<Item = Served> {
 mod tests {
     use super::*;
 
-    /// The thirty-three APIs served, each once.
+    /// The thirty-six APIs served, each once.
     #[test]
     fn every_api_is_declared_by_one_handler() {
         let keys: std::collections::BTreeSet<i16> = served().map(|(k, _, _)| k as i16).collect();
         assert_eq!(keys.len(), served().count(), "an API declared twice");
-        assert_eq!(keys.len(), 33);
+        assert_eq!(keys.len(), 36);
         assert!(served().all(|(_, min, max)| min <= max));
     }
 }

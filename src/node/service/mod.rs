@@ -360,14 +360,22 @@ impl BrokerService {
         Ok((self.broker.new_producer_id().await?, 0))
     }
 
-    /// Moves a created topic's partition to other brokers: recorded through the metadata group
-    /// (the metadata leader checks the move), carried out by the partition's leader.
+    /// Moves a created topic's partition to other brokers, or with no replicas takes back its
+    /// move under way: recorded through the metadata group (the metadata leader checks the
+    /// move), carried out by the partition's leader.
     pub(crate) async fn reassign_partition(&self, request: ReassignRequest) -> Result<()> {
         self.authorize_cluster(AclOperation::Alter)?;
-        let command = MetaCommand::ReassignPartition {
-            name: request.topic,
-            partition: request.partition,
-            replicas: request.replicas,
+        let command = if request.replicas.is_empty() {
+            MetaCommand::CancelReassignment {
+                name: request.topic,
+                partition: request.partition,
+            }
+        } else {
+            MetaCommand::ReassignPartition {
+                name: request.topic,
+                partition: request.partition,
+                replicas: request.replicas,
+            }
         };
         self.broker
             .propose(ProposeRequest {
@@ -375,6 +383,31 @@ impl BrokerService {
                 forwarded: false,
             })
             .await
+    }
+
+    /// The partitions moving now, of `topics` only if given, as this broker's catalog has
+    /// them: DESCRIBE on the cluster.
+    pub(crate) fn list_reassignments(
+        &self,
+        topics: Option<&[String]>,
+    ) -> Result<Vec<crate::client::Reassignment>> {
+        self.authorize_cluster(AclOperation::Describe)?;
+        Ok(self.broker.catalog.read().reassignments(topics))
+    }
+
+    /// Hands partitions to their preferred replicas (Kafka's preferred-leader ElectLeaders):
+    /// ALTER on the cluster, unless a broker forwards the partitions it leads.
+    pub(crate) async fn elect_leaders(
+        &self,
+        request: crate::protocol::ElectLeadersRequest,
+    ) -> Result<Vec<(PartitionId, crate::node::Election)>> {
+        if !request.forwarded {
+            self.authorize_cluster(AclOperation::Alter)?;
+        }
+        Ok(self
+            .broker
+            .elect_preferred_leaders(request.partitions, request.forwarded)
+            .await)
     }
 
     /// Commits a metadata command a peer broker sends (a registration, a forwarded proposal,
