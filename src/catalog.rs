@@ -161,6 +161,16 @@ pub(crate) enum MetaCommand {
     /// AlterPartitionReassignments with null replicas): the partition goes back to the
     /// replicas it had, the brokers the move added leaving it as those it removed would have.
     CancelReassignment { name: String, partition: u32 },
+    /// Broker `id` leaves the cluster: every partition it holds a replica of moves to the
+    /// others (each keeping its replication factor: the broker's place goes to the broker
+    /// holding the fewest replicas among those the partition is not on), and no new replica
+    /// is placed on it. Refused where the others cannot hold a partition's replicas, where a
+    /// partition it is on is moving, and for a topic configured on the brokers.
+    DecommissionBroker { id: NodeId },
+    /// Broker `id`, decommissioned, holds no replica any more: it is no longer one of the
+    /// cluster's brokers (nor named in metadata). Proposed by the metadata leader once it has
+    /// taken the broker out of the metadata group.
+    RemoveBroker { id: NodeId },
 }
 
 /// Longest user name a credential may have, in bytes.
@@ -279,8 +289,12 @@ pub(crate) struct Catalog {
     /// Brokers' registered Kafka addresses.
     kafka_addrs: BTreeMap<NodeId, std::net::SocketAddr>,
     /// The cluster's brokers: the founding ones (every broker's configuration names the same),
-    /// and those that joined since.
+    /// and those that joined since, less those removed.
     brokers: BTreeSet<NodeId>,
+    /// Brokers decommissioned and not removed yet: their replicas are moving away.
+    draining: BTreeSet<NodeId>,
+    /// Brokers removed from the cluster (decommissioned, then emptied).
+    removed: BTreeSet<NodeId>,
     /// The first producer id no block has taken (0 until the first block: ids start at 1).
     next_producer_id: u64,
     /// Each broker's latest block of producer ids, `[start, end)`, with its command's tag.
@@ -333,6 +347,48 @@ impl Catalog {
     /// The cluster's brokers, sorted.
     pub(crate) fn brokers(&self) -> Vec<NodeId> {
         self.brokers.iter().copied().collect()
+    }
+
+    /// The brokers new replicas go to: the cluster's, less those being decommissioned.
+    pub(crate) fn placement_brokers(&self) -> Vec<NodeId> {
+        self.brokers.difference(&self.draining).copied().collect()
+    }
+
+    /// Whether broker `id` is being decommissioned (its replicas moving away).
+    pub(crate) fn is_draining(&self, id: NodeId) -> bool {
+        self.draining.contains(&id)
+    }
+
+    /// Whether broker `id` was decommissioned and removed from the cluster.
+    pub(crate) fn is_removed(&self, id: NodeId) -> bool {
+        self.removed.contains(&id)
+    }
+
+    /// The replicas (assigned, or still leaving) broker `id` holds, and how many of those
+    /// partitions it is the preferred leader of.
+    pub(crate) fn replicas_on(&self, id: NodeId) -> (usize, usize) {
+        let (mut replicas, mut preferred) = (0, 0);
+        for t in self.topics.values() {
+            for (p, assigned) in t.assignment.iter().enumerate() {
+                let leaving = t.leaving.get(p).is_some_and(|l| l.contains(&id));
+                if assigned.contains(&id) || leaving {
+                    replicas += 1;
+                }
+                if assigned.first() == Some(&id) {
+                    preferred += 1;
+                }
+            }
+        }
+        (replicas, preferred)
+    }
+
+    /// The draining brokers that hold no replica any more (ready to be removed).
+    pub(crate) fn drained(&self) -> Vec<NodeId> {
+        self.draining
+            .iter()
+            .copied()
+            .filter(|id| self.replicas_on(*id).0 == 0)
+            .collect()
     }
 
     /// The address broker `id` registered, if it did.
@@ -456,6 +512,7 @@ impl Catalog {
                     ))),
                     Ok(addr) => {
                         self.brokers.insert(*id);
+                        self.removed.remove(id);
                         self.addrs.insert(*id, addr);
                         Ok(())
                     }
@@ -469,6 +526,8 @@ impl Catalog {
             Some(MetaCommand::CancelReassignment { name, partition }) => {
                 self.cancel_reassignment(name, *partition)
             }
+            Some(MetaCommand::DecommissionBroker { id }) => self.decommission(*id),
+            Some(MetaCommand::RemoveBroker { id }) => self.remove_broker(*id),
             Some(MetaCommand::RegisterKafka { id, addr }) => {
                 match addr.parse::<std::net::SocketAddr>() {
                     Err(_) => Err(Refused::Invalid(format!(
@@ -770,6 +829,105 @@ impl Catalog {
             }
         }
         moving
+    }
+}
+
+impl Catalog {
+    /// [`MetaCommand::DecommissionBroker`]: checks the whole move first, then records every
+    /// partition's reassignment, so that it is taken whole or not at all.
+    fn decommission(&mut self, id: NodeId) -> Result<(), Refused> {
+        if !self.brokers.contains(&id) {
+            return Err(Refused::Invalid(format!(
+                "broker {id} is not in the cluster"
+            )));
+        }
+        if self.draining.contains(&id) {
+            // Asked again (a retried request): it is under way.
+            return Ok(());
+        }
+        let others: Vec<NodeId> = self
+            .brokers
+            .iter()
+            .copied()
+            .filter(|b| *b != id && !self.draining.contains(b))
+            .collect();
+        // Replicas per broker now, updated as each replacement is chosen.
+        let mut load: BTreeMap<NodeId, usize> = others.iter().map(|b| (*b, 0)).collect();
+        for t in self.topics.values() {
+            for replicas in &t.assignment {
+                for b in replicas {
+                    if let Some(n) = load.get_mut(b) {
+                        *n += 1;
+                    }
+                }
+            }
+        }
+        let mut moves: Vec<(String, u32, Vec<NodeId>)> = Vec::new();
+        for (name, t) in &self.topics {
+            for (p, replicas) in t.assignment.iter().enumerate() {
+                if !replicas.contains(&id) {
+                    continue;
+                }
+                if t.id == CONFIGURED_TOPIC_ID {
+                    return Err(Refused::Invalid(format!(
+                        "broker {id} holds replicas of topic {name}, configured on the brokers \
+                         (their replicas cannot move)"
+                    )));
+                }
+                if t.was.get(p).is_some_and(|w| !w.is_empty()) {
+                    return Err(Refused::Invalid(format!(
+                        "partition {p} of {name} is moving: decommission broker {id} once it \
+                         has moved"
+                    )));
+                }
+                let replacement = load
+                    .iter()
+                    .filter(|(b, _)| !replicas.contains(b))
+                    .min_by_key(|(b, n)| (**n, **b))
+                    .map(|(b, _)| *b);
+                let Some(replacement) = replacement else {
+                    return Err(Refused::Invalid(format!(
+                        "the other {} brokers cannot hold the {} replicas of partition {p} of \
+                         {name}",
+                        others.len(),
+                        replicas.len()
+                    )));
+                };
+                if let Some(n) = load.get_mut(&replacement) {
+                    *n += 1;
+                }
+                let mut moved: Vec<NodeId> =
+                    replicas.iter().copied().filter(|b| *b != id).collect();
+                moved.push(replacement);
+                moves.push((name.clone(), u32::try_from(p).unwrap_or(u32::MAX), moved));
+            }
+        }
+        for (name, partition, replicas) in moves {
+            self.reassign(&name, partition, &replicas)?;
+        }
+        self.draining.insert(id);
+        Ok(())
+    }
+
+    /// [`MetaCommand::RemoveBroker`].
+    fn remove_broker(&mut self, id: NodeId) -> Result<(), Refused> {
+        if !self.draining.contains(&id) {
+            return Err(Refused::Invalid(format!(
+                "broker {id} is not being decommissioned"
+            )));
+        }
+        let (replicas, _) = self.replicas_on(id);
+        if replicas > 0 {
+            return Err(Refused::Invalid(format!(
+                "broker {id} still holds {replicas} replicas"
+            )));
+        }
+        self.draining.remove(&id);
+        self.brokers.remove(&id);
+        self.addrs.remove(&id);
+        self.kafka_addrs.remove(&id);
+        self.removed.insert(id);
+        Ok(())
     }
 }
 

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::types::{LeaderHint, LogIndex, Offset, PartitionId};
+use crate::types::{LeaderHint, LogIndex, NodeId, Offset, PartitionId};
 
 /// What replog's fallible functions return.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -185,6 +185,16 @@ pub enum Error {
     /// REASSIGNMENT_IN_PROGRESS): wait for it to end, or cancel it.
     #[error("partition {0} is still moving to the replicas it was last given")]
     ReassignmentInProgress(PartitionId),
+
+    /// A broker that cannot leave the cluster: the others cannot hold a partition's replicas,
+    /// a partition it is on is moving, or it holds a topic configured on the brokers.
+    #[error("broker {broker} cannot be decommissioned: {reason}")]
+    CannotDecommission {
+        /// The broker.
+        broker: NodeId,
+        /// Why not.
+        reason: String,
+    },
 
     /// A partition's move cancelled where none is under way (Kafka's
     /// NO_REASSIGNMENT_IN_PROGRESS).

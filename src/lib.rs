@@ -183,8 +183,9 @@ pub mod wire {
 }
 
 pub use client::{
-    Client, ClientConfig, Delivery, FetchOptions, Fetched, GroupInfo, GroupMemberInfo,
-    GroupSummary, PartitionDescription, Reassignment, RouteStep, SaslLogin, UserCredentials,
+    BrokerDescription, BrokerState, Client, ClientConfig, Delivery, FetchOptions, Fetched,
+    GroupInfo, GroupMemberInfo, GroupSummary, PartitionDescription, Reassignment, RouteStep,
+    SaslLogin, UserCredentials,
 };
 pub use config::LogConfig;
 pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, StartAt};

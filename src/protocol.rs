@@ -103,6 +103,17 @@ pub(crate) struct ReassignRequest {
     pub(crate) replicas: Vec<crate::types::NodeId>,
 }
 
+/// `Op::Brokers` request: the cluster's brokers described (answered
+/// `Result<Vec<BrokerDescription>, WireError>`), or one decommissioned (answered
+/// `Result<(), WireError>` once the metadata log has the moves of its replicas:
+/// `CannotDecommission` where the others cannot take them). Variant index first (postcard):
+/// `00` describe; `01` decommission, then the broker id (varint).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) enum BrokersRequest {
+    Describe,
+    Decommission { id: crate::types::NodeId },
+}
+
 /// `Op::ListReassignments` request: the partitions moving now, of `topics` only if given;
 /// answered `Result<Vec<Reassignment>, WireError>` from the answering broker's copy of the
 /// metadata log, in partition order.
@@ -554,6 +565,11 @@ pub(crate) enum WireError {
     ReassignmentInProgress,
     /// A partition's move cancelled where none is under way.
     NoReassignmentInProgress,
+    /// A broker that cannot leave the cluster, and why.
+    CannotDecommission {
+        broker: u64,
+        reason: String,
+    },
 }
 
 impl WireError {
@@ -578,6 +594,10 @@ impl WireError {
             }
             Error::ReassignmentInProgress(_) => WireError::ReassignmentInProgress,
             Error::NoReassignmentInProgress(_) => WireError::NoReassignmentInProgress,
+            Error::CannotDecommission { broker, reason } => WireError::CannotDecommission {
+                broker: *broker,
+                reason: reason.clone(),
+            },
             Error::PartitionsNotAdded {
                 topic,
                 current,
@@ -701,6 +721,9 @@ impl WireError {
             WireError::ReassignmentInProgress => Error::ReassignmentInProgress(partition.clone()),
             WireError::NoReassignmentInProgress => {
                 Error::NoReassignmentInProgress(partition.clone())
+            }
+            WireError::CannotDecommission { broker, reason } => {
+                Error::CannotDecommission { broker, reason }
             }
             WireError::PartitionsNotAdded {
                 topic,

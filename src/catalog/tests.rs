@@ -585,3 +585,86 @@ fn acl_bindings_are_added_checked_and_removed() {
     assert!(catalog.acls().matching(&AclBindingFilter::any()).is_empty());
     assert!(!decide(&catalog, AclOperation::Write));
 }
+
+/// A decommission moves every partition off the broker, each keeping its replica count, the
+/// broker's place going to the least loaded broker the partition is not on; it is refused
+/// whole where the others cannot hold a partition, and for a configured topic's broker. Once
+/// the moves are done the broker is removed, and refused as a target meanwhile.
+#[test]
+fn a_decommissioned_broker_s_partitions_move_to_the_least_loaded_others() {
+    let mut c = Catalog::with_configured(&[], &[1, 2, 3, 4]);
+    let create = MetaCommand::CreateTopic {
+        name: "t".into(),
+        assignment: vec![vec![4, 1], vec![1, 4], vec![2, 3], vec![4, 2]],
+    };
+    c.apply(0, Some(&create));
+    let id = c.topic("t").unwrap().id;
+    c.apply(1, Some(&MetaCommand::RemoveBroker { id: 4 }));
+    assert!(matches!(c.outcome(1), Some(Err(Refused::Invalid(_)))));
+    c.apply(2, Some(&MetaCommand::DecommissionBroker { id: 4 }));
+    assert_eq!(c.outcome(2), Some(Ok(())));
+    let t = c.topic("t").unwrap();
+    // Loads before: 1 → 2, 2 → 2, 3 → 1; each place goes to the least loaded (the lowest id
+    // of equals), counting the places given before it: 3, then 2, then 1.
+    assert_eq!(
+        t.assignment,
+        vec![vec![1, 3], vec![1, 2], vec![2, 3], vec![2, 1]]
+    );
+    assert_eq!(t.leaving, vec![vec![4], vec![4], vec![], vec![4]]);
+    assert!(c.is_draining(4));
+    assert_eq!(c.placement_brokers(), vec![1, 2, 3]);
+    assert_eq!(c.replicas_on(4), (3, 0));
+    assert!(c.drained().is_empty());
+    // Asked again: nothing changes.
+    c.apply(3, Some(&MetaCommand::DecommissionBroker { id: 4 }));
+    assert_eq!(c.outcome(3), Some(Ok(())));
+    for (offset, p) in (4..).zip([0u32, 1, 3]) {
+        let replicas = c.topic("t").unwrap().assignment[p as usize].clone();
+        c.apply(
+            offset,
+            Some(&MetaCommand::ReassignDone {
+                topic_id: id,
+                partition: p,
+                replicas,
+            }),
+        );
+        assert_eq!(c.outcome(offset), Some(Ok(())));
+    }
+    assert_eq!(c.drained(), vec![4]);
+    c.apply(7, Some(&MetaCommand::RemoveBroker { id: 4 }));
+    assert_eq!(c.outcome(7), Some(Ok(())));
+    assert_eq!(c.brokers(), vec![1, 2, 3]);
+    assert!(c.is_removed(4) && !c.is_draining(4));
+    assert_eq!(c.broker_addr(4), None);
+
+    // Three brokers left and a partition of three replicas: two brokers cannot hold it, and
+    // nothing moves, not even the partitions they could hold.
+    let mut c2 = c.clone();
+    let wide = MetaCommand::CreateTopic {
+        name: "wide".into(),
+        assignment: vec![vec![1, 2, 3]],
+    };
+    c2.apply(8, Some(&wide));
+    c2.apply(9, Some(&MetaCommand::DecommissionBroker { id: 3 }));
+    match c2.outcome(9) {
+        Some(Err(Refused::Invalid(reason))) => assert!(reason.contains("cannot hold"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(!c2.is_draining(3), "refused whole");
+    assert_eq!(
+        c2.topic("t").unwrap().assignment,
+        c.topic("t").unwrap().assignment
+    );
+    assert!(c2.reassignments(None).is_empty());
+    // A configured topic's broker cannot leave: its replicas cannot move.
+    let mut fixed = Catalog::with_configured(&[("fixed".into(), 1)], &[1, 2, 3, 4]);
+    fixed.apply(0, Some(&MetaCommand::DecommissionBroker { id: 4 }));
+    match fixed.outcome(0) {
+        Some(Err(Refused::Invalid(reason))) => assert!(reason.contains("configured"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        fixed.topic("fixed").unwrap().assignment[0],
+        vec![1, 2, 3, 4]
+    );
+}

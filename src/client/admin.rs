@@ -33,6 +33,55 @@ pub struct Reassignment {
     pub removing: Vec<NodeId>,
 }
 
+/// One of the cluster's brokers ([`Client::describe_brokers`]).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub struct BrokerDescription {
+    /// Its id.
+    pub id: NodeId,
+    /// Its address for peers and native clients, as registered (or configured).
+    pub addr: Option<String>,
+    /// Its Kafka listener's advertised address, if it registered one.
+    pub kafka_addr: Option<String>,
+    /// Whether it is leaving the cluster.
+    pub state: BrokerState,
+    /// The partition replicas it holds (assigned, or still leaving it).
+    pub replicas: u32,
+    /// The partitions it is the preferred leader of.
+    pub preferred: u32,
+    /// The partitions it leads now.
+    pub leaders: u32,
+}
+
+/// Where a broker is in its life in the cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub enum BrokerState {
+    /// Serving, and given new replicas.
+    Active,
+    /// Decommissioned: its replicas are moving to the others, and it is given no new ones.
+    Draining,
+}
+
+impl std::fmt::Display for BrokerDescription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match self.state {
+            BrokerState::Active => "active",
+            BrokerState::Draining => "draining",
+        };
+        write!(
+            f,
+            "Broker: {}\tAddress: {}\tKafka: {}\tState: {state}\tReplicas: {}\tPreferred: {}\tLeaders: {}",
+            self.id,
+            self.addr.as_deref().unwrap_or("-"),
+            self.kafka_addr.as_deref().unwrap_or("-"),
+            self.replicas,
+            self.preferred,
+            self.leaders
+        )
+    }
+}
+
 /// How one partition looks: `Topic: t  Partition: 0  Leader: 1  Replicas: 1,2,3  Isr: 1,2,3`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -336,6 +385,7 @@ impl Client {
                         | WireError::InvalidReplicaAssignment(_)
                         | WireError::ReassignmentInProgress
                         | WireError::NoReassignmentInProgress
+                        | WireError::CannotDecommission { .. }
                         | WireError::UnknownPartition
                         | WireError::TopicAuthorizationFailed
                         | WireError::ClusterAuthorizationFailed
@@ -403,6 +453,38 @@ impl Client {
         };
         let id = PartitionId::new(topic, partition);
         self.admin_on(Op::Reassign, &request, id).await
+    }
+
+    /// The cluster's brokers, each with its addresses, its state (leaving or not), and the
+    /// replicas it holds, is preferred for and leads.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ClusterAuthorizationFailed`] without DESCRIBE on the cluster;
+    /// [`Error::NoBrokerReachable`].
+    pub async fn describe_brokers(&self) -> Result<Vec<BrokerDescription>> {
+        self.ask_any(Op::Brokers, &crate::protocol::BrokersRequest::Describe)
+            .await
+    }
+
+    /// Decommissions broker `id`: every partition it is on moves to the other brokers (each
+    /// keeping its replication factor; the broker's leaderships are handed over first), no
+    /// new replica goes to it, and once it holds none it leaves the metadata group and the
+    /// cluster; then it can stop with no partition under-replicated.
+    /// [`describe_brokers`](Self::describe_brokers) shows it draining, with the replicas it
+    /// has left, until it is gone. Returns once the moves are recorded; asking again is
+    /// harmless.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::CannotDecommission`] where the other brokers cannot hold a partition's
+    /// replicas, a partition on it is moving, or it holds a topic configured on the brokers
+    /// (nothing is moved then); [`Error::ClusterAuthorizationFailed`] without ALTER on the
+    /// cluster; [`Error::NoBrokerReachable`].
+    pub async fn decommission_broker(&self, id: NodeId) -> Result<()> {
+        let request = crate::protocol::BrokersRequest::Decommission { id };
+        self.admin(Op::Brokers, &request, crate::catalog::METADATA_TOPIC)
+            .await
     }
 
     /// Takes back the move of partition `partition` of `topic` under way (as Kafka's

@@ -35,7 +35,7 @@ use crate::protocol::{BrokerLimits, WireError};
 use crate::transport::frame::Op;
 use crate::transport::{CallError, Peer};
 use crate::types::{NodeId, PartitionId, Term};
-pub use admin::{PartitionDescription, Reassignment};
+pub use admin::{BrokerDescription, BrokerState, PartitionDescription, Reassignment};
 pub(crate) use deliver::PreparedBatch;
 use deliver::ProducerSlot;
 pub use deliver::{Delivery, RouteStep};

@@ -92,11 +92,14 @@ impl Client {
     /// Caches brokers and leaders; a leader is replaced only by one of a term at least as new.
     fn absorb(&self, meta: &MetadataResponse) {
         self.limits.lock().insert(meta.broker, meta.limits);
-        let mut brokers = self.brokers.lock();
-        for (id, addr) in &meta.brokers {
-            if let Ok(a) = addr.parse() {
-                brokers.insert(*id, a);
-            }
+        // The answer names every broker of the cluster: one that left is forgotten.
+        let named: HashMap<NodeId, SocketAddr> = meta
+            .brokers
+            .iter()
+            .filter_map(|(id, addr)| Some((*id, addr.parse().ok()?)))
+            .collect();
+        if !named.is_empty() {
+            *self.brokers.lock() = named.into_iter().collect();
         }
         let mut counts: HashMap<&str, u32> = HashMap::new();
         for p in &meta.partitions {

@@ -431,6 +431,7 @@ fn error_code(e: &Error) -> i16 {
         Error::InvalidReplicaAssignment(_) => code::INVALID_REPLICA_ASSIGNMENT,
         Error::ReassignmentInProgress(_) => code::REASSIGNMENT_IN_PROGRESS,
         Error::NoReassignmentInProgress(_) => code::NO_REASSIGNMENT_IN_PROGRESS,
+        Error::CannotDecommission { .. } => code::INVALID_REQUEST,
         Error::PartitionsNotAdded { .. } | Error::InvalidPartitionCount { .. } => {
             code::INVALID_PARTITIONS
         }

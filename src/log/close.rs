@@ -56,6 +56,12 @@ impl Drop for PartitionLog {
             return;
         }
         if let Err(e) = self.close_inner() {
+            // A replica discarded (its topic deleted, its partition moved away) may be closed
+            // by its last handle after its directory is gone: nothing is lost then.
+            if !self.dir.exists() {
+                tracing::debug!(dir = %self.dir.display(), error = %e, "closed a log whose directory was discarded");
+                return;
+            }
             tracing::warn!(dir = %self.dir.display(), error = %e, "closing the log failed");
         }
     }

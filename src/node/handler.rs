@@ -194,6 +194,19 @@ impl Handler for NodeHandler {
             // any other passes its turn on at once.
             let turn = matches!(op, Op::Produce).then_some(turn);
             let mut held = None;
+            let peer_op = matches!(
+                op,
+                Op::AppendEntries | Op::Vote | Op::Snapshot | Op::TransferLeader | Op::Propose
+            );
+            // A broker removed from the cluster has nothing current to tell a client: it
+            // sends it to the others, as a broker that stopped would.
+            if !peer_op && self.broker.departed() {
+                let refused = WireError::TryAgain("this broker left the cluster".into());
+                return Answer {
+                    body: encode_response::<()>(&Err(refused)),
+                    held: None,
+                };
+            }
             let body = match op {
                 Op::AppendEntries | Op::Vote | Op::Snapshot | Op::TransferLeader => {
                     self.broker.serve_raft(op, &body, &caller).await
@@ -371,6 +384,15 @@ impl Handler for NodeHandler {
                     }
                     .await,
                 ),
+                Op::Brokers => match decode_request(&body) {
+                    Err(e) => encode_response::<()>(&Err(e)),
+                    Ok(crate::protocol::BrokersRequest::Describe) => {
+                        encode_response(&service.describe_brokers().await.map_err(wire))
+                    }
+                    Ok(crate::protocol::BrokersRequest::Decommission { id }) => {
+                        encode_response(&service.decommission_broker(id).await.map_err(wire))
+                    }
+                },
                 Op::ListReassignments => encode_response(&decode_request(&body).and_then(
                     |request: crate::protocol::ListReassignmentsRequest| {
                         service

@@ -110,6 +110,15 @@ impl Broker {
                 MetaError::Refused(Refused::NotMoving) => {
                     Error::NoReassignmentInProgress(partition())
                 }
+                MetaError::Refused(Refused::Invalid(reason))
+                    if matches!(request.command, MetaCommand::DecommissionBroker { .. }) =>
+                {
+                    let broker = match request.command {
+                        MetaCommand::DecommissionBroker { id } => id,
+                        _ => 0,
+                    };
+                    Error::CannotDecommission { broker, reason }
+                }
                 e => e.into_error(unknown, || Error::InvalidTopic {
                     reason: "the topic exists".into(),
                 }),
@@ -275,7 +284,7 @@ impl Broker {
         if catalog.topic(&request.name).is_some() {
             return Err(Error::TopicExists(request.name.clone()));
         }
-        let brokers = catalog.brokers();
+        let brokers = catalog.placement_brokers();
         let factor = request.replication_factor;
         if !request.assignment.is_empty() {
             check_replica_assignment(&request.assignment, &brokers)?;
@@ -609,6 +618,8 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
     let mut registering: Option<tokio::task::JoinHandle<()>> = None;
     let mut adding: Option<tokio::task::JoinHandle<()>> = None;
     let mut moving: HashMap<PartitionId, tokio::task::JoinHandle<()>> = HashMap::new();
+    let mut removing: Option<tokio::task::JoinHandle<()>> = None;
+    let mut said_removed = false;
     loop {
         let progressed = match broker.catch_up_catalog() {
             Ok(progressed) => progressed,
@@ -625,7 +636,13 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
         // Until the catalog has this broker's address, one registration at a time is in
         // flight; a failed one is tried again on the next round (at least a second later).
         let me = broker.config.id;
-        if broker.catalog.read().broker_addr(me) != Some(broker.addr)
+        broker.say_when_removed(&mut said_removed);
+        let leaving = {
+            let catalog = broker.catalog.read();
+            catalog.is_draining(me) || catalog.is_removed(me)
+        };
+        if !leaving
+            && broker.catalog.read().broker_addr(me) != Some(broker.addr)
             && registering
                 .as_ref()
                 .is_none_or(tokio::task::JoinHandle::is_finished)
@@ -706,12 +723,13 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
                 .is_none_or(tokio::task::JoinHandle::is_finished)
         {
             let members = broker.meta.raft.member_ids();
-            let missing = broker
-                .catalog
-                .read()
+            let catalog = broker.catalog.read();
+            // Not a broker being decommissioned: it leaves the group instead.
+            let missing = catalog
                 .brokers()
                 .into_iter()
-                .find(|id| !members.contains(id));
+                .find(|id| !members.contains(id) && !catalog.is_draining(*id));
+            drop(catalog);
             if let Some(id) = missing
                 && let Some(addr) = broker.broker_addr(id)
             {
@@ -726,6 +744,36 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
                     }
                 }));
             }
+        }
+        // The metadata leader takes each decommissioned broker that holds no replica any
+        // more out of the metadata group, then out of the cluster, one at a time.
+        if broker.meta.raft.state().leader == Some(me)
+            && removing
+                .as_ref()
+                .is_none_or(tokio::task::JoinHandle::is_finished)
+        {
+            let drained = broker.catalog.read().drained().first().copied();
+            let members = broker.meta.raft.member_ids();
+            let gone = {
+                let catalog = broker.catalog.read();
+                members.into_iter().find(|m| catalog.is_removed(*m))
+            };
+            let broker = Arc::clone(&broker);
+            removing = match (drained, gone) {
+                (Some(id), _) => Some(tokio::spawn(async move {
+                    if let Err(e) = broker.remove_drained(id).await {
+                        tracing::debug!(broker = id, error = %e, "removing a decommissioned broker; will retry");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                })),
+                (None, Some(id)) => Some(tokio::spawn(async move {
+                    if let Err(e) = broker.leave_metadata_group(id).await {
+                        tracing::debug!(broker = id, error = %e, "taking a removed broker out of the metadata group; will retry");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                })),
+                (None, None) => None,
+            };
         }
         tokio::select! {
             _ = shutdown.changed() => break,

@@ -23,6 +23,7 @@ use crate::types::Durability;
 use crate::types::{NodeId, Offset, PartitionId, ProducerSeq};
 
 mod config;
+mod decommission;
 mod describe;
 mod groups;
 mod handler;
@@ -639,6 +640,14 @@ impl Node {
     /// [`Error::Io`] if a compacted segment could not be written (the log is unchanged).
     pub async fn compact(&self) -> Result<crate::CompactionStats> {
         self.broker.compact_topics().await
+    }
+
+    /// Whether this broker has left its cluster: decommissioned
+    /// ([`Client::decommission_broker`](crate::Client::decommission_broker)), emptied of its
+    /// replicas, removed, and out of the metadata group's voters. It serves no client then,
+    /// and stopping it leaves no partition under-replicated.
+    pub fn has_left(&self) -> bool {
+        self.broker.departed() && !self.broker.meta.raft.votes_in_newest(self.broker.config.id)
     }
 
     /// The cluster's brokers and their addresses, as this broker's copy of the metadata log

@@ -131,7 +131,7 @@ impl Broker {
             });
         }
         let factor = t.assignment.first().map_or(1, Vec::len);
-        let brokers = catalog.brokers();
+        let brokers = catalog.placement_brokers();
         let added = if assignment.is_empty() {
             // Placed as a topic of `count` partitions created now would be; the new ones take
             // their places in that layout.

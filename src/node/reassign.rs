@@ -58,8 +58,12 @@ impl Broker {
             let broker = Arc::clone(self);
             let id = group.id.clone();
             let task = tokio::spawn(async move {
-                if let Err(e) = broker.move_partition(&group, target, under_way).await {
-                    tracing::debug!(partition = %group.id, error = %e, "moving the partition; will retry");
+                let moved = broker.move_partition(&group, target, under_way).await;
+                let id = group.id.clone();
+                // Not held while waiting: a replica removed meanwhile closes at once.
+                drop(group);
+                if let Err(e) = moved {
+                    tracing::debug!(partition = %id, error = %e, "moving the partition; will retry");
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
             });
@@ -83,6 +87,19 @@ impl Broker {
         };
         let wanted: std::collections::BTreeSet<NodeId> = target.iter().copied().collect();
         let (voters, joint) = group.raft.voters();
+        // A leader moving itself out hands its leadership to a voter that stays first, so
+        // that writes pause for a transfer rather than for an election; that one carries the
+        // move on.
+        let me = self.config.id;
+        if !wanted.contains(&me) && !joint {
+            let timeout = self.config.election_timeout;
+            for to in target.iter().filter(|id| voters.contains(id)) {
+                if group.raft.transfer_to(me, *to, timeout).await.is_ok() {
+                    tracing::info!(partition = %group.id, to, "leadership handed over before moving off this broker");
+                    return Ok(());
+                }
+            }
+        }
         if voters != wanted || joint {
             let members = group.raft.member_ids();
             for id in target.iter().filter(|id| !members.contains(id)) {
@@ -143,7 +160,7 @@ impl Broker {
 /// Waits, at most `within` and while `still_wanted`, until each of `learners` holds the log as
 /// far as the leader held it when the wait began (so that, as voters, they do not hold up its
 /// commits); else why not.
-async fn caught_up(
+pub(super) async fn caught_up(
     group: &HostedReplica,
     learners: &[NodeId],
     within: Duration,

@@ -147,7 +147,12 @@ impl Broker {
             ids.iter().filter_map(|id| groups.remove(id)).collect()
         };
         for group in stale {
-            self.remove_replica(group).await;
+            let moved = self
+                .catalog
+                .read()
+                .topic(&group.id.topic)
+                .is_some_and(|t| t.id == group.topic_id);
+            self.remove_replica(group, moved).await;
         }
         for (id, (topic_id, replicas, founders)) in desired {
             // A replica that is down is the supervisor's to bring back (reopened here, it
@@ -236,13 +241,17 @@ impl Broker {
         }
     }
 
-    /// Stops a replica of a deleted topic and removes its directory.
-    async fn remove_replica(&self, group: Arc<HostedReplica>) {
+    /// Stops a replica of a deleted topic, or of a partition `moved` off this broker, and
+    /// removes its directory.
+    async fn remove_replica(&self, group: Arc<HostedReplica>, moved: bool) {
         stop_group(&group, 1).await;
         let (id, topic_id) = (group.id.clone(), group.topic_id);
         drop(group);
         let dir = self.partition_dir(&id);
         match discard_dir(&dir, topic_id) {
+            Ok(()) if moved => {
+                tracing::info!(partition = %id, topic_id, "replica removed: the partition moved off this broker")
+            }
             Ok(()) => {
                 tracing::info!(partition = %id, topic_id, "replica of a deleted topic removed")
             }

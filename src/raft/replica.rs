@@ -510,6 +510,17 @@ impl Replica {
             .collect()
     }
 
+    /// Whether `id` votes in the group's newest configuration (the new one of a joint
+    /// configuration).
+    pub(crate) fn votes_in_newest(&self, id: NodeId) -> bool {
+        let m = self.raft.metrics().borrow_watched().clone();
+        let membership = m.membership_config.membership();
+        membership
+            .get_joint_config()
+            .last()
+            .is_some_and(|voters| voters.contains(&id))
+    }
+
     /// The group's voters, and whether a membership change is half done (joint: the old and
     /// the new voters both count).
     pub(crate) fn voters(&self) -> (std::collections::BTreeSet<NodeId>, bool) {

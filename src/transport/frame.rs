@@ -79,6 +79,8 @@ pub(crate) enum Op {
     ElectLeaders = 21,
     /// Admin: the partitions moving now (Kafka's ListPartitionReassignments).
     ListReassignments = 22,
+    /// Admin: the brokers described, or one decommissioned.
+    Brokers = 23,
 }
 
 impl Op {
@@ -107,6 +109,7 @@ impl Op {
             Op::DeleteRecords => "delete_records",
             Op::ElectLeaders => "elect_leaders",
             Op::ListReassignments => "list_reassignments",
+            Op::Brokers => "brokers",
         }
     }
 
@@ -134,6 +137,7 @@ impl Op {
             20 => Some(Op::DeleteRecords),
             21 => Some(Op::ElectLeaders),
             22 => Some(Op::ListReassignments),
+            23 => Some(Op::Brokers),
             _ => None,
         }
     }

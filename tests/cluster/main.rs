@@ -16,6 +16,7 @@ use support::{
 mod attack;
 mod compaction;
 mod consumer;
+mod decommission;
 mod groups;
 mod hostile;
 mod idempotence;

@@ -13,7 +13,10 @@ pub mod processes;
 pub mod sockets;
 pub mod wait;
 
-pub use nodes::{free_addrs, local_cluster, shutdown_all, start_all, start_node};
+pub use nodes::{
+    ELECTION_TIMEOUT, HEARTBEAT_INTERVAL, free_addrs, local_cluster, shutdown_all, start_all,
+    start_node,
+};
 pub use ports::process_addrs;
 pub use processes::{Broker, cli};
 pub use wait::{wait_until, wait_until_blocking};

@@ -8,6 +8,7 @@
 //! (clap's). Each subcommand's arguments and work live in its own module.
 
 mod acls;
+mod brokers;
 mod certs;
 mod check;
 mod config_file;
@@ -61,6 +62,8 @@ enum Command {
     Node(Box<node::NodeArgs>),
     /// Creates, deletes, describes or lists topics.
     Topics(topics::TopicsArgs),
+    /// Lists or describes the cluster's brokers, or decommissions one.
+    Brokers(brokers::BrokersArgs),
     /// Sends each line of standard input as a record.
     Produce(produce::ProduceArgs),
     /// Prints the records of a topic's partitions (as a member of a group with --group).
@@ -170,6 +173,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         match cli.command {
             Command::Node(args) => done(node::run(*args).await),
             Command::Topics(args) => done(topics::run(args).await),
+            Command::Brokers(args) => done(brokers::run(args).await),
             Command::Produce(args) => done(produce::run(args).await),
             Command::Consume(args) => done(consume::run(args).await),
             Command::Groups(args) => done(groups::run(args).await),

@@ -395,6 +395,52 @@ impl BrokerService {
         Ok(self.broker.catalog.read().reassignments(topics))
     }
 
+    /// Decommissions broker `id` (ALTER on the cluster): the moves of its replicas recorded
+    /// through the metadata group.
+    pub(crate) async fn decommission_broker(&self, id: crate::types::NodeId) -> Result<()> {
+        self.authorize_cluster(AclOperation::Alter)?;
+        self.broker
+            .propose(ProposeRequest {
+                command: MetaCommand::DecommissionBroker { id },
+                forwarded: false,
+            })
+            .await
+    }
+
+    /// The cluster's brokers described (DESCRIBE on the cluster): from this broker's catalog,
+    /// and each partition's leader as Metadata finds it.
+    pub(crate) async fn describe_brokers(&self) -> Result<Vec<crate::client::BrokerDescription>> {
+        self.authorize_cluster(AclOperation::Describe)?;
+        let metadata = self.broker.metadata(None, false).await;
+        let mut leaders: std::collections::BTreeMap<crate::types::NodeId, u32> = Default::default();
+        for p in &metadata.partitions {
+            if let Some(l) = p.leader {
+                *leaders.entry(l).or_default() += 1;
+            }
+        }
+        let catalog = self.broker.catalog.read();
+        Ok(catalog
+            .brokers()
+            .into_iter()
+            .map(|id| {
+                let (replicas, preferred) = catalog.replicas_on(id);
+                crate::client::BrokerDescription {
+                    id,
+                    addr: self.broker.broker_addr(id).map(|a| a.to_string()),
+                    kafka_addr: catalog.kafka_addr(id).map(|a| a.to_string()),
+                    state: if catalog.is_draining(id) {
+                        crate::client::BrokerState::Draining
+                    } else {
+                        crate::client::BrokerState::Active
+                    },
+                    replicas: u32::try_from(replicas).unwrap_or(u32::MAX),
+                    preferred: u32::try_from(preferred).unwrap_or(u32::MAX),
+                    leaders: leaders.get(&id).copied().unwrap_or(0),
+                }
+            })
+            .collect())
+    }
+
     /// Hands partitions to their preferred replicas (Kafka's preferred-leader ElectLeaders):
     /// ALTER on the cluster, unless a broker forwards the partitions it leads.
     pub(crate) async fn elect_leaders(
