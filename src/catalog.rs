@@ -171,6 +171,9 @@ pub(crate) enum MetaCommand {
     /// cluster's brokers (nor named in metadata). Proposed by the metadata leader once it has
     /// taken the broker out of the metadata group.
     RemoveBroker { id: NodeId },
+    /// Broker `id` runs in rack `rack` (`None`: no rack named). Each broker registers its rack
+    /// when it starts wherever it differs from the catalog's.
+    RegisterRack { id: NodeId, rack: Option<String> },
 }
 
 /// Longest user name a credential may have, in bytes.
@@ -182,6 +185,9 @@ pub(crate) struct ProducerBlock {
     pub(crate) ids: std::ops::Range<u64>,
     pub(crate) tag: u64,
 }
+
+/// Longest rack name, in bytes.
+pub(crate) const RACK_BYTES_MAX: usize = 255;
 
 /// The most producer ids one [`MetaCommand::AllocateProducerIds`] takes.
 pub(crate) const PRODUCER_ID_BLOCK_MAX: u64 = 1 << 20;
@@ -291,6 +297,8 @@ pub(crate) struct Catalog {
     /// The cluster's brokers: the founding ones (every broker's configuration names the same),
     /// and those that joined since, less those removed.
     brokers: BTreeSet<NodeId>,
+    /// Brokers' racks, as they registered them.
+    racks: BTreeMap<NodeId, String>,
     /// Brokers decommissioned and not removed yet: their replicas are moving away.
     draining: BTreeSet<NodeId>,
     /// Brokers removed from the cluster (decommissioned, then emptied).
@@ -352,6 +360,27 @@ impl Catalog {
     /// The brokers new replicas go to: the cluster's, less those being decommissioned.
     pub(crate) fn placement_brokers(&self) -> Vec<NodeId> {
         self.brokers.difference(&self.draining).copied().collect()
+    }
+
+    /// The rack broker `id` registered, if it named one.
+    pub(crate) fn rack(&self, id: NodeId) -> Option<&str> {
+        self.racks.get(&id).map(String::as_str)
+    }
+
+    /// Replicas for a new topic's partitions over the placement brokers, spread over their
+    /// racks ([`assign_racked`]).
+    pub(crate) fn place(
+        &self,
+        partitions: u32,
+        replication_factor: usize,
+        start: u64,
+    ) -> Result<Vec<Vec<NodeId>>, String> {
+        let brokers: Vec<(NodeId, Option<&str>)> = self
+            .placement_brokers()
+            .into_iter()
+            .map(|b| (b, self.rack(b)))
+            .collect();
+        assign_racked(&brokers, partitions, replication_factor, start)
     }
 
     /// Whether broker `id` is being decommissioned (its replicas moving away).
@@ -528,6 +557,22 @@ impl Catalog {
             }
             Some(MetaCommand::DecommissionBroker { id }) => self.decommission(*id),
             Some(MetaCommand::RemoveBroker { id }) => self.remove_broker(*id),
+            Some(MetaCommand::RegisterRack { id, rack }) => match rack {
+                _ if !self.brokers.contains(id) => Err(Refused::Invalid(format!(
+                    "broker {id} is not in the cluster"
+                ))),
+                Some(rack) if rack.is_empty() || rack.len() > RACK_BYTES_MAX => Err(
+                    Refused::Invalid(format!("a rack name has 1 to {RACK_BYTES_MAX} bytes")),
+                ),
+                Some(rack) => {
+                    self.racks.insert(*id, rack.clone());
+                    Ok(())
+                }
+                None => {
+                    self.racks.remove(id);
+                    Ok(())
+                }
+            },
             Some(MetaCommand::RegisterKafka { id, addr }) => {
                 match addr.parse::<std::net::SocketAddr>() {
                     Err(_) => Err(Refused::Invalid(format!(
@@ -880,10 +925,21 @@ impl Catalog {
                          has moved"
                     )));
                 }
+                // A rack the partition's other replicas are not in first, then the least
+                // loaded broker, then the lowest id.
+                let racks_kept: BTreeSet<Option<&str>> = replicas
+                    .iter()
+                    .filter(|b| **b != id)
+                    .map(|b| self.racks.get(b).map(String::as_str))
+                    .collect();
                 let replacement = load
                     .iter()
                     .filter(|(b, _)| !replicas.contains(b))
-                    .min_by_key(|(b, n)| (**n, **b))
+                    .min_by_key(|(b, n)| {
+                        let rack = self.racks.get(*b).map(String::as_str);
+                        let shared = !self.racks.is_empty() && racks_kept.contains(&rack);
+                        (shared, **n, **b)
+                    })
                     .map(|(b, _)| *b);
                 let Some(replacement) = replacement else {
                     return Err(Refused::Invalid(format!(
@@ -909,6 +965,66 @@ impl Catalog {
         Ok(())
     }
 
+    /// The next move that evens out the brokers' replica counts, if they differ by more than
+    /// one and fewer than `at_once` partitions are moving: a replica of a created topic's
+    /// partition, not moving, from the broker holding the most to the one holding the fewest
+    /// (in its place in the list), where that keeps the partition's racks. None while a
+    /// broker is being decommissioned.
+    pub(crate) fn balancing_move(&self, at_once: usize) -> Option<(String, u32, Vec<NodeId>)> {
+        if !self.draining.is_empty() {
+            return None;
+        }
+        let moving = self
+            .topics
+            .values()
+            .flat_map(|t| &t.was)
+            .filter(|w| !w.is_empty())
+            .count();
+        if moving >= at_once {
+            return None;
+        }
+        let mut counts: BTreeMap<NodeId, usize> = self.brokers.iter().map(|b| (*b, 0)).collect();
+        for t in self.topics.values().filter(|t| t.id != CONFIGURED_TOPIC_ID) {
+            for replicas in &t.assignment {
+                for b in replicas {
+                    if let Some(n) = counts.get_mut(b) {
+                        *n += 1;
+                    }
+                }
+            }
+        }
+        let (&most, &high) = counts
+            .iter()
+            .max_by_key(|(b, n)| (**n, std::cmp::Reverse(**b)))?;
+        let (&fewest, &low) = counts.iter().min_by_key(|(b, n)| (**n, **b))?;
+        if high <= low + 1 {
+            return None;
+        }
+        let rack = |b: &NodeId| self.racks.get(b).map(String::as_str);
+        for (name, t) in self
+            .topics
+            .iter()
+            .filter(|(_, t)| t.id != CONFIGURED_TOPIC_ID)
+        {
+            for (p, replicas) in t.assignment.iter().enumerate() {
+                let still = t.was.get(p).is_some_and(Vec::is_empty);
+                if !still || !replicas.contains(&most) || replicas.contains(&fewest) {
+                    continue;
+                }
+                let moved: Vec<NodeId> = replicas
+                    .iter()
+                    .map(|b| if *b == most { fewest } else { *b })
+                    .collect();
+                let span = |list: &[NodeId]| list.iter().map(rack).collect::<BTreeSet<_>>().len();
+                if span(&moved) < span(replicas) {
+                    continue;
+                }
+                return Some((name.clone(), u32::try_from(p).unwrap_or(u32::MAX), moved));
+            }
+        }
+        None
+    }
+
     /// [`MetaCommand::RemoveBroker`].
     fn remove_broker(&mut self, id: NodeId) -> Result<(), Refused> {
         if !self.draining.contains(&id) {
@@ -926,6 +1042,7 @@ impl Catalog {
         self.brokers.remove(&id);
         self.addrs.remove(&id);
         self.kafka_addrs.remove(&id);
+        self.racks.remove(&id);
         self.removed.insert(id);
         Ok(())
     }
@@ -1027,6 +1144,80 @@ pub(crate) fn assign(
         for j in 0..(replication_factor as u64 - 1) {
             let step = 1 + (shift + j) % (n64 - 1);
             replicas.push(sorted[((first + step) % n64) as usize]);
+        }
+        out.push(replicas);
+    }
+    Ok(out)
+}
+
+/// [`assign`], with each partition's replicas spread over as many racks as the brokers are
+/// in (Kafka's rack-aware assignment): the brokers are listed alternating between racks (the
+/// first of each rack, then the second of each, ...), each partition's first replica walks
+/// that list, and each further replica is the next one along (shifted per round, as in
+/// [`assign`]) in a rack the partition has no replica in yet, until every rack has one.
+/// Brokers with no rack count as one rack of their own; with no rack named at all this is
+/// [`assign`].
+pub(crate) fn assign_racked(
+    brokers: &[(NodeId, Option<&str>)],
+    partitions: u32,
+    replication_factor: usize,
+    start: u64,
+) -> Result<Vec<Vec<NodeId>>, String> {
+    if brokers.iter().all(|(_, rack)| rack.is_none()) {
+        let ids: Vec<NodeId> = brokers.iter().map(|(b, _)| *b).collect();
+        return assign(&ids, partitions, replication_factor, start);
+    }
+    let mut by_rack: BTreeMap<Option<&str>, Vec<NodeId>> = BTreeMap::new();
+    for (b, rack) in brokers {
+        by_rack.entry(*rack).or_default().push(*b);
+    }
+    for list in by_rack.values_mut() {
+        list.sort_unstable();
+        list.dedup();
+    }
+    let racks = by_rack.len();
+    let deepest = by_rack.values().map(Vec::len).max().unwrap_or(0);
+    let mut alternated: Vec<(NodeId, Option<&str>)> = Vec::new();
+    for i in 0..deepest {
+        for (rack, list) in &by_rack {
+            if let Some(b) = list.get(i) {
+                alternated.push((*b, *rack));
+            }
+        }
+    }
+    let n = alternated.len();
+    if replication_factor == 0 || replication_factor > n {
+        return Err(format!(
+            "replication factor {replication_factor} is not between 1 and the {n} brokers"
+        ));
+    }
+    let n64 = n as u64;
+    let start = start % n64;
+    let mut shift = start;
+    let mut out = Vec::with_capacity(partitions as usize);
+    for p in 0..u64::from(partitions) {
+        if p > 0 && p % n64 == 0 {
+            shift += 1;
+        }
+        let first = (p + start) % n64;
+        let (leader, leader_rack) = alternated[first as usize];
+        let mut replicas = vec![leader];
+        let mut racks_used = BTreeSet::from([leader_rack]);
+        let mut k = 0u64;
+        // Bounded: each pass over the other brokers takes at least one (the rack rule lapses
+        // once every rack is used, and the broker rule only once every broker is).
+        while replicas.len() < replication_factor && k < n64 * n64 * 2 {
+            let step = 1 + (shift * racks as u64 + k) % (n64 - 1).max(1);
+            let (b, rack) = alternated[((first + step) % n64) as usize];
+            k += 1;
+            let rack_ok = !racks_used.contains(&rack) || racks_used.len() == racks;
+            if rack_ok && !replicas.contains(&b) {
+                replicas.push(b);
+                racks_used.insert(rack);
+            }
+        }
+        if replicas.len() < replication_factor {
+            return Err("the brokers cannot hold the replicas".into());
         }
         out.push(replicas);
     }

@@ -668,3 +668,142 @@ fn a_decommissioned_broker_s_partitions_move_to_the_least_loaded_others() {
         vec![1, 2, 3, 4]
     );
 }
+
+/// Rack-aware placement: every partition's replicas span as many racks as there are, the
+/// first replicas go round all brokers evenly, and with no racks named it is the plain
+/// placement.
+#[test]
+fn replicas_are_spread_over_racks() {
+    let racked = [
+        (1, Some("a")),
+        (2, Some("a")),
+        (3, Some("b")),
+        (4, Some("b")),
+        (5, Some("c")),
+        (6, Some("c")),
+    ];
+    for factor in 1..=6usize {
+        for start in 0..6u64 {
+            let placed = assign_racked(&racked, 12, factor, start).unwrap();
+            let mut firsts = BTreeMap::<u64, usize>::new();
+            for replicas in &placed {
+                let distinct: BTreeSet<&u64> = replicas.iter().collect();
+                assert_eq!(distinct.len(), factor, "{replicas:?}");
+                let racks: BTreeSet<Option<&str>> = replicas
+                    .iter()
+                    .map(|b| racked.iter().find(|(id, _)| id == b).unwrap().1)
+                    .collect();
+                assert_eq!(racks.len(), factor.min(3), "factor {factor}: {replicas:?}");
+                *firsts.entry(replicas[0]).or_default() += 1;
+            }
+            assert!(firsts.values().all(|n| *n == 2), "{firsts:?}");
+        }
+    }
+    // Uneven racks: two brokers in one, one in the other; each partition of two replicas
+    // has one in each.
+    let uneven = [(1, Some("a")), (2, Some("a")), (3, Some("b"))];
+    for replicas in assign_racked(&uneven, 6, 2, 0).unwrap() {
+        assert!(replicas.contains(&3), "{replicas:?}");
+    }
+    let plain = [(1, None), (2, None), (3, None)];
+    assert_eq!(
+        assign_racked(&plain, 5, 2, 1).unwrap(),
+        assign(&[1, 2, 3], 5, 2, 1).unwrap()
+    );
+    assert!(assign_racked(&racked, 1, 7, 0).is_err());
+}
+
+/// A decommissioned broker's place goes to a broker in a rack its partition is not in yet,
+/// even one holding more replicas.
+#[test]
+fn a_decommissioned_brokers_place_goes_to_another_rack() {
+    let mut c = Catalog::with_configured(&[], &[1, 2, 3, 4]);
+    let rack = |id, rack: &str| MetaCommand::RegisterRack {
+        id,
+        rack: Some(rack.into()),
+    };
+    c.apply(0, Some(&rack(1, "a")));
+    c.apply(1, Some(&rack(2, "a")));
+    c.apply(2, Some(&rack(3, "b")));
+    c.apply(3, Some(&rack(4, "b")));
+    assert_eq!(c.rack(3), Some("b"));
+    c.apply(4, Some(&rack(9, "c")));
+    assert!(matches!(c.outcome(4), Some(Err(Refused::Invalid(_)))));
+    let create = MetaCommand::CreateTopic {
+        name: "t".into(),
+        // Broker 3 holds more than broker 4.
+        assignment: vec![vec![1, 4], vec![3, 2], vec![3, 1]],
+    };
+    c.apply(5, Some(&create));
+    c.apply(6, Some(&MetaCommand::DecommissionBroker { id: 1 }));
+    assert_eq!(c.outcome(6), Some(Ok(())));
+    let t = c.topic("t").unwrap();
+    // Partition 0 keeps 4 (rack b): broker 2 (rack a) takes 1's place. Partition 2 keeps 3
+    // (rack b): broker 2 again, not 4.
+    assert_eq!(t.assignment[0], vec![4, 2]);
+    assert_eq!(t.assignment[2], vec![3, 2]);
+}
+
+/// Replica balancing moves one replica at a time from the fullest broker to the emptiest,
+/// never more partitions at once than allowed, never while a broker is decommissioned, and
+/// stops once the counts differ by at most one.
+#[test]
+fn balancing_moves_even_out_the_brokers_replicas() {
+    let mut c = Catalog::with_configured(&[("fixed".into(), 2)], &[1, 2, 3]);
+    let create = MetaCommand::CreateTopic {
+        name: "t".into(),
+        assignment: assign(&[1, 2, 3], 6, 2, 0).unwrap(),
+    };
+    c.apply(0, Some(&create));
+    let id = c.topic("t").unwrap().id;
+    assert_eq!(c.balancing_move(4), None, "four each: balanced");
+    c.apply(
+        1,
+        Some(&MetaCommand::RegisterBroker {
+            id: 4,
+            addr: "127.0.0.1:9".into(),
+            join: true,
+        }),
+    );
+    assert_eq!(c.balancing_move(0), None, "no move allowed at once");
+    let mut offset = 2;
+    // Bounded: each round moves one replica toward balance.
+    for _ in 0..10 {
+        let Some((name, partition, replicas)) = c.balancing_move(1) else {
+            break;
+        };
+        assert!(replicas.contains(&4), "{replicas:?}");
+        c.apply(
+            offset,
+            Some(&MetaCommand::ReassignPartition {
+                name,
+                partition,
+                replicas: replicas.clone(),
+            }),
+        );
+        assert_eq!(c.outcome(offset), Some(Ok(())));
+        // A second move waits for the first.
+        assert_eq!(c.balancing_move(1), None);
+        c.apply(
+            offset + 1,
+            Some(&MetaCommand::ReassignDone {
+                topic_id: id,
+                partition,
+                replicas,
+            }),
+        );
+        offset += 2;
+    }
+    let counts: Vec<usize> = (1..=4)
+        .map(|b| {
+            c.topic("t")
+                .unwrap()
+                .assignment
+                .iter()
+                .filter(|r| r.contains(&b))
+                .count()
+        })
+        .collect();
+    assert_eq!(counts, vec![3, 3, 3, 3]);
+    assert_eq!(c.balancing_move(4), None);
+}

@@ -43,6 +43,8 @@ pub struct BrokerDescription {
     pub addr: Option<String>,
     /// Its Kafka listener's advertised address, if it registered one.
     pub kafka_addr: Option<String>,
+    /// Its rack, if it named one.
+    pub rack: Option<String>,
     /// Whether it is leaving the cluster.
     pub state: BrokerState,
     /// The partition replicas it holds (assigned, or still leaving it).
@@ -71,10 +73,11 @@ impl std::fmt::Display for BrokerDescription {
         };
         write!(
             f,
-            "Broker: {}\tAddress: {}\tKafka: {}\tState: {state}\tReplicas: {}\tPreferred: {}\tLeaders: {}",
+            "Broker: {}\tAddress: {}\tKafka: {}\tRack: {}\tState: {state}\tReplicas: {}\tPreferred: {}\tLeaders: {}",
             self.id,
             self.addr.as_deref().unwrap_or("-"),
             self.kafka_addr.as_deref().unwrap_or("-"),
+            self.rack.as_deref().unwrap_or("-"),
             self.replicas,
             self.preferred,
             self.leaders

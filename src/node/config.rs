@@ -105,6 +105,10 @@ pub struct NodeConfig {
     /// Where Kafka's clients reach this broker: the address of its Kafka-protocol listener
     /// (see the crate docs for the APIs served). `None` (the default) runs none.
     pub kafka_listen: Option<SocketAddr>,
+    /// The rack (or zone) this broker runs in, if named: new topics and decommissions spread
+    /// each partition's replicas over as many racks as there are (Kafka's `broker.rack`), and
+    /// Metadata names it. Registered in the metadata log. `None` by default.
+    pub rack: Option<String>,
     /// The Kafka address metadata answers give for this broker (default: `kafka_listen`). The
     /// broker registers it in the metadata log, so every broker's answers name it.
     pub kafka_advertised: Option<SocketAddr>,
@@ -152,6 +156,10 @@ pub struct NodeConfig {
     /// once a broker leads too few of the partitions it is preferred for (Kafka's
     /// `auto.leader.rebalance.enable`). Default on.
     pub auto_leader_rebalance: bool,
+    /// Whether replicas move by themselves until every broker holds as many as the others,
+    /// give or take one (Redpanda's continuous balancing): a broker that joins takes replicas
+    /// over from the others, a few partitions at a time, each keeping its racks. Default off.
+    pub replica_balance: bool,
     /// The share of a broker's preferred partitions, in percent, that others may lead before
     /// their leaders hand them back (Kafka's `leader.imbalance.per.broker.percentage`).
     /// Default 10.
@@ -249,6 +257,7 @@ impl NodeConfig {
             join: false,
             kafka_listen: None,
             kafka_advertised: None,
+            rack: None,
             kafka_peers: BTreeMap::new(),
             offsets_topic_partitions: 8,
             auto_create_topics: true,
@@ -261,6 +270,7 @@ impl NodeConfig {
             group_initial_rebalance_delay: Duration::from_millis(300),
             group_members_max: 1000,
             auto_leader_rebalance: true,
+            replica_balance: false,
             leader_imbalance_percentage: 10,
             leader_imbalance_check_interval: Duration::from_secs(300),
             kafka_security_protocol: KafkaSecurityProtocol::default(),
@@ -343,6 +353,14 @@ impl NodeConfig {
         }
         if self.default_replication_factor == 0 {
             return bad("default_replication_factor", "must be positive".into());
+        }
+        if let Some(rack) = &self.rack
+            && (rack.is_empty() || rack.len() > crate::catalog::RACK_BYTES_MAX)
+        {
+            return bad(
+                "rack",
+                format!("must have 1 to {} bytes", crate::catalog::RACK_BYTES_MAX),
+            );
         }
         if self.election_timeout.is_zero() {
             return bad("election_timeout", "must be positive".into());

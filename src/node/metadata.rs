@@ -296,7 +296,8 @@ impl Broker {
         }
         let created = catalog.created();
         let assignment = if request.assignment.is_empty() {
-            crate::catalog::assign(&brokers, request.partitions, factor as usize, created)
+            catalog
+                .place(request.partitions, factor as usize, created)
                 .map_err(|reason| Error::InvalidTopic { reason })?
         } else {
             request.assignment.clone()
@@ -611,6 +612,9 @@ pub(super) fn check_replica_assignment(
     Ok(())
 }
 
+/// Partitions replica balancing moves at once.
+const REPLICA_MOVES_AT_ONCE: usize = 4;
+
 /// Follows the metadata log: applies each committed command to the catalog, then starts and
 /// stops replicas to match it. Runs until shutdown.
 pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
@@ -619,6 +623,7 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
     let mut adding: Option<tokio::task::JoinHandle<()>> = None;
     let mut moving: HashMap<PartitionId, tokio::task::JoinHandle<()>> = HashMap::new();
     let mut removing: Option<tokio::task::JoinHandle<()>> = None;
+    let mut balancing: Option<tokio::task::JoinHandle<()>> = None;
     let mut said_removed = false;
     loop {
         let progressed = match broker.catch_up_catalog() {
@@ -675,6 +680,30 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
                 };
                 if let Err(e) = broker.propose(request).await {
                     tracing::debug!(error = %e, "registering this broker's Kafka address failed; will retry");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }));
+        }
+        // Then its rack, the same way.
+        if !leaving
+            && broker.catalog.read().broker_addr(me) == Some(broker.addr)
+            && broker.catalog.read().rack(me) != broker.config.rack.as_deref()
+            && broker.meta.raft.state().leader.is_some()
+            && registering
+                .as_ref()
+                .is_none_or(tokio::task::JoinHandle::is_finished)
+        {
+            let broker = Arc::clone(&broker);
+            registering = Some(tokio::spawn(async move {
+                let request = ProposeRequest {
+                    command: MetaCommand::RegisterRack {
+                        id: me,
+                        rack: broker.config.rack.clone(),
+                    },
+                    forwarded: false,
+                };
+                if let Err(e) = broker.propose(request).await {
+                    tracing::debug!(error = %e, "registering this broker's rack failed; will retry");
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
             }));
@@ -774,6 +803,37 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
                 })),
                 (None, None) => None,
             };
+        }
+        // With replica balancing on, the metadata leader records one move at a time that
+        // evens out the brokers' replica counts, a few partitions moving at once.
+        if broker.config.replica_balance
+            && broker.meta.raft.state().leader == Some(me)
+            && balancing
+                .as_ref()
+                .is_none_or(tokio::task::JoinHandle::is_finished)
+            && let Some((name, partition, replicas)) =
+                broker.catalog.read().balancing_move(REPLICA_MOVES_AT_ONCE)
+        {
+            let broker = Arc::clone(&broker);
+            balancing = Some(tokio::spawn(async move {
+                let request = ProposeRequest {
+                    command: MetaCommand::ReassignPartition {
+                        name: name.clone(),
+                        partition,
+                        replicas: replicas.clone(),
+                    },
+                    forwarded: false,
+                };
+                match broker.propose(request).await {
+                    Ok(()) => {
+                        tracing::info!(topic = %name, partition, ?replicas, "partition moving to even out the brokers' replicas")
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "a balancing move was refused; will retry");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            }));
         }
         tokio::select! {
             _ = shutdown.changed() => break,

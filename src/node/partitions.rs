@@ -135,7 +135,8 @@ impl Broker {
         let added = if assignment.is_empty() {
             // Placed as a topic of `count` partitions created now would be; the new ones take
             // their places in that layout.
-            let layout = crate::catalog::assign(&brokers, count, factor, t.id)
+            let layout = catalog
+                .place(count, factor, t.id)
                 .map_err(|reason| Error::InvalidTopic { reason })?;
             layout.get(current as usize..).unwrap_or_default().to_vec()
         } else {

@@ -45,9 +45,9 @@ impl Claim {
     /// producer ids) comes from that broker; any other from any broker.
     pub(super) fn of_command(command: &MetaCommand) -> Claim {
         match command {
-            MetaCommand::RegisterBroker { id, .. } | MetaCommand::RegisterKafka { id, .. } => {
-                Claim::Broker(*id)
-            }
+            MetaCommand::RegisterBroker { id, .. }
+            | MetaCommand::RegisterKafka { id, .. }
+            | MetaCommand::RegisterRack { id, .. } => Claim::Broker(*id),
             MetaCommand::AllocateProducerIds { broker, .. } => Claim::Broker(*broker),
             _ => Claim::AnyBroker,
         }

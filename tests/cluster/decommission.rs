@@ -197,3 +197,68 @@ async fn a_decommissioned_broker_leaves_with_nothing_lost_or_doubled() {
     drop(client);
     cluster.shutdown().await.unwrap();
 }
+
+/// Replica balancing (opt-in): three brokers hold a topic of 6 partitions with two replicas,
+/// four replicas each; a fourth broker joins and, a few partitions at a time, takes replicas
+/// over until every broker holds three, with the writes made before readable after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joining_broker_takes_its_share_of_replicas() {
+    use crate::support::{free_addrs, shutdown_all, start_all, start_node};
+    let dir = tempfile::tempdir().unwrap();
+    let addrs = free_addrs(4);
+    let balanced = |id| {
+        let mut c = crate::bare(id, &addrs[..3], dir.path());
+        c.replica_balance = true;
+        c
+    };
+    let mut nodes = start_all(balanced).await;
+    let client = connect(
+        &addrs[..3],
+        ClientConfig::default(),
+        Duration::from_secs(20),
+    )
+    .await;
+    client.create_topic(TOPIC, 6, 2).await.unwrap();
+    for p in 0..6 {
+        client
+            .send(TOPIC, p, &[Record::new(format!("before-{p}"))])
+            .await
+            .unwrap();
+    }
+    let mut joiner = crate::bare(4, &addrs, dir.path());
+    joiner.join = true;
+    joiner.replica_balance = true;
+    nodes.push(Some(start_node(joiner).await.unwrap()));
+    let started = std::time::Instant::now();
+    let counts = wait_until(
+        Duration::from_secs(60),
+        "every broker to hold three replicas",
+        async || {
+            let brokers = client.describe_brokers().await.map_err(|e| e.to_string())?;
+            let counts: Vec<(u64, u32)> = brokers.iter().map(|b| (b.id, b.replicas)).collect();
+            let moving = client
+                .list_reassignments(None)
+                .await
+                .map_err(|e| e.to_string())?;
+            let even = counts.len() == 4 && counts.iter().all(|(_, n)| *n == 3);
+            (even && moving.is_empty())
+                .then_some(counts.clone())
+                .ok_or(format!("{counts:?}, moving {moving:?}"))
+        },
+    )
+    .await;
+    println!("balanced {counts:?} in {:?}", started.elapsed());
+    for p in 0..6 {
+        let batches = client
+            .fetch(TOPIC, p, Offset(0), 1 << 20, None)
+            .await
+            .unwrap();
+        let values: Vec<Vec<u8>> = batches
+            .iter()
+            .flat_map(|b| b.records().map(|(_, r)| r.value.to_vec()))
+            .collect();
+        assert_eq!(values, vec![format!("before-{p}").into_bytes()]);
+    }
+    drop(client);
+    shutdown_all(nodes).await;
+}

@@ -38,6 +38,7 @@ mod metrics;
 mod native_tls;
 mod principal_mapping;
 mod processes;
+mod racks;
 mod replication;
 #[path = "../support/mod.rs"]
 mod support;

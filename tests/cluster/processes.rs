@@ -328,6 +328,70 @@ fn the_tutorial_runs_through_the_cli_against_three_broker_processes() {
         }
     });
 
+    // Broker 4 is decommissioned (once partition 0's move has ended: until then it is
+    // refused as still moving): its replicas move to the first three, and it leaves.
+    let decommission = [
+        "brokers",
+        "--bootstrap-server",
+        &server(1),
+        "--decommission",
+        "4",
+    ];
+    wait_until_blocking(
+        Duration::from_secs(30),
+        "broker 4's decommission to be taken",
+        || {
+            let (ok, out, err) = cli(&decommission, "");
+            if ok {
+                Ok(out)
+            } else {
+                Err(format!("{out}{err}"))
+            }
+        },
+    );
+    let list = ["brokers", "--bootstrap-server", &server(0), "--list"];
+    wait_until_blocking(Duration::from_secs(60), "broker 4 to leave", || {
+        let (ok, out, err) = cli(&list, "");
+        let ids: Vec<&str> = out
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        if ok && ids == ["1", "2", "3"] {
+            Ok(())
+        } else {
+            Err(format!("{out}{err}"))
+        }
+    });
+    let (ok, described, err) = cli(
+        &[
+            "topics",
+            "--bootstrap-server",
+            &server(0),
+            "--describe",
+            "--topic",
+            "spread",
+        ],
+        "",
+    );
+    assert!(ok, "{err}");
+    assert_eq!(described.lines().count(), 4, "{described}");
+    for line in described.lines() {
+        assert!(
+            !field(line, "Replicas:").split(',').any(|b| b == "4"),
+            "{described}"
+        );
+    }
+    let (ok, brokers, err) = cli(
+        &["brokers", "--bootstrap-server", &server(2), "--describe"],
+        "",
+    );
+    assert!(ok, "{err}");
+    assert_eq!(brokers.lines().count(), 3, "{brokers}");
+    assert!(
+        brokers.lines().all(|l| l.contains("State: active")),
+        "{brokers}"
+    );
+
     // Errors are one line and a non-zero exit, never a panic.
     for args in [
         vec![

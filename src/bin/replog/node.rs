@@ -56,6 +56,10 @@ pub(crate) struct NodeArgs {
     /// Serve Kafka's clients (kcat, librdkafka, kafka-python) on this address too.
     #[arg(long)]
     kafka_listen: Option<SocketAddr>,
+    /// The rack (or zone) this broker runs in: each partition's replicas are spread over as
+    /// many racks as there are (Kafka's broker.rack).
+    #[arg(long)]
+    rack: Option<String>,
     /// The Kafka address clients are given for this broker (default: --kafka-listen).
     #[arg(long, requires = "kafka_listen")]
     kafka_advertised: Option<SocketAddr>,
@@ -311,6 +315,7 @@ impl NodeArgs {
         config.durability = self.durability.into();
         config.kafka_listen = self.kafka_listen;
         config.kafka_advertised = self.kafka_advertised;
+        config.rack = self.rack;
         config.kafka_peers = self.kafka_peers.into_iter().collect();
         if let (Some(cert), Some(key)) = (self.tls_cert, self.tls_key) {
             let mut tls = replog::TlsConfig::new(cert, key);

@@ -89,6 +89,10 @@ pub(crate) struct TuningArgs {
     /// Leave leadership where failovers put it (no hand-back to preferred replicas).
     #[arg(long)]
     no_auto_leader_rebalance: bool,
+    /// Move replicas by themselves until every broker holds as many as the others, give or
+    /// take one (a broker that joins takes its share).
+    #[arg(long)]
+    replica_balance: bool,
     /// The share of a broker's preferred partitions, in percent, others may lead before they
     /// are handed back.
     #[arg(long)]
@@ -172,6 +176,7 @@ impl TuningArgs {
         );
         set(&mut config.group_members_max, self.group_members_max);
         config.auto_leader_rebalance &= !self.no_auto_leader_rebalance;
+        config.replica_balance |= self.replica_balance;
         set(
             &mut config.leader_imbalance_percentage,
             self.leader_imbalance_percentage,

@@ -183,6 +183,11 @@ impl BrokerService {
         out
     }
 
+    /// The rack broker `id` registered, if any.
+    pub(crate) fn rack(&self, id: crate::types::NodeId) -> Option<String> {
+        self.broker.catalog.read().rack(id).map(str::to_string)
+    }
+
     /// The brokers in the cluster's catalog.
     pub(crate) fn broker_count(&self) -> usize {
         self.broker.catalog.read().brokers().len()
@@ -428,6 +433,7 @@ impl BrokerService {
                     id,
                     addr: self.broker.broker_addr(id).map(|a| a.to_string()),
                     kafka_addr: catalog.kafka_addr(id).map(|a| a.to_string()),
+                    rack: catalog.rack(id).map(str::to_string),
                     state: if catalog.is_draining(id) {
                         crate::client::BrokerState::Draining
                     } else {
