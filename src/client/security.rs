@@ -45,7 +45,9 @@ impl Client {
             match self.call::<_, Resp>(addr, op, request).await {
                 Ok(Ok(answer)) => return Ok(answer),
                 // A broker that cannot answer now (one that left the cluster): the next.
-                Ok(Err(e @ WireError::TryAgain(_))) => tried.push(format!("{addr} ({e:?})")),
+                Ok(Err(e @ (WireError::TryAgain(_) | WireError::NotLeader { .. }))) => {
+                    tried.push(format!("{addr} ({e:?})"));
+                }
                 Ok(Err(e)) => return Err(refusal(e)),
                 Err(e) => tried.push(format!("{addr} ({e})")),
             }

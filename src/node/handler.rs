@@ -199,9 +199,10 @@ impl Handler for NodeHandler {
                 Op::AppendEntries | Op::Vote | Op::Snapshot | Op::TransferLeader | Op::Propose
             );
             // A broker removed from the cluster has nothing current to tell a client: it
-            // sends it to the others, as a broker that stopped would.
+            // leads nothing, so the client asks the others (as after any NotLeader without a
+            // hint: they name the leaders).
             if !peer_op && self.broker.departed() {
-                let refused = WireError::TryAgain("this broker left the cluster".into());
+                let refused = WireError::NotLeader { leader: None };
                 return Answer {
                     body: encode_response::<()>(&Err(refused)),
                     held: None,
