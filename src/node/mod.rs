@@ -25,6 +25,7 @@ use crate::types::{NodeId, Offset, PartitionId, ProducerSeq};
 mod config;
 mod decommission;
 mod describe;
+mod follow;
 mod groups;
 mod handler;
 mod leader_balance;
@@ -47,9 +48,9 @@ mod topic_settings;
 mod write;
 
 pub use config::NodeConfig;
+use follow::follow_metadata;
 use handler::NodeHandler;
 pub use leader_balance::Election;
-use metadata::follow_metadata;
 use replica_dir::{partition_dir, remove_deleted_dirs};
 use replicas::{ReplicaSpec, open_group, open_replica};
 use service::BrokerService;
