@@ -47,32 +47,9 @@ pub(crate) fn assign(
     replication_factor: usize,
     start: u64,
 ) -> Result<Vec<Vec<NodeId>>, String> {
-    let mut sorted = brokers.to_vec();
-    sorted.sort_unstable();
-    sorted.dedup();
-    let n = sorted.len();
-    if replication_factor == 0 || replication_factor > n {
-        return Err(format!(
-            "replication factor {replication_factor} is not between 1 and the {n} brokers"
-        ));
-    }
-    let n64 = n as u64;
-    let start = start % n64;
-    let mut shift = start;
-    let mut out = Vec::with_capacity(partitions as usize);
-    for p in 0..u64::from(partitions) {
-        if p > 0 && p % n64 == 0 {
-            shift += 1;
-        }
-        let first = (p + start) % n64;
-        let mut replicas = vec![sorted[first as usize]];
-        for j in 0..(replication_factor as u64 - 1) {
-            let step = 1 + (shift + j) % (n64 - 1);
-            replicas.push(sorted[((first + step) % n64) as usize]);
-        }
-        out.push(replicas);
-    }
-    Ok(out)
+    // One rack holding every broker: the rack rule never applies.
+    let unracked: Vec<(NodeId, Option<&str>)> = brokers.iter().map(|b| (*b, None)).collect();
+    assign_racked(&unracked, partitions, replication_factor, start)
 }
 
 /// [`assign`], with each partition's replicas spread over as many racks as the brokers are
@@ -80,18 +57,14 @@ pub(crate) fn assign(
 /// first of each rack, then the second of each, ...), each partition's first replica walks
 /// that list, and each further replica is the next one along (shifted per round, as in
 /// [`assign`]) in a rack the partition has no replica in yet, until every rack has one.
-/// Brokers with no rack count as one rack of their own; with no rack named at all this is
-/// [`assign`].
+/// Brokers with no rack count as one rack of their own; with no rack named at all, every
+/// further replica is simply the next one along: [`assign`].
 pub(crate) fn assign_racked(
     brokers: &[(NodeId, Option<&str>)],
     partitions: u32,
     replication_factor: usize,
     start: u64,
 ) -> Result<Vec<Vec<NodeId>>, String> {
-    if brokers.iter().all(|(_, rack)| rack.is_none()) {
-        let ids: Vec<NodeId> = brokers.iter().map(|(b, _)| *b).collect();
-        return assign(&ids, partitions, replication_factor, start);
-    }
     let mut by_rack: BTreeMap<Option<&str>, Vec<NodeId>> = BTreeMap::new();
     for (b, rack) in brokers {
         by_rack.entry(*rack).or_default().push(*b);

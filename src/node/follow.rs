@@ -73,20 +73,15 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
                 .as_ref()
                 .is_none_or(tokio::task::JoinHandle::is_finished)
         {
-            let broker = Arc::clone(&broker);
-            registering = Some(tokio::spawn(async move {
-                let request = ProposeRequest {
-                    command: MetaCommand::RegisterKafka {
-                        id: me,
-                        addr: kafka.to_string(),
-                    },
-                    forwarded: false,
-                };
-                if let Err(e) = broker.propose(request).await {
-                    tracing::debug!(error = %e, "registering this broker's Kafka address failed; will retry");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-            }));
+            let command = MetaCommand::RegisterKafka {
+                id: me,
+                addr: kafka.to_string(),
+            };
+            registering = Some(propose_later(
+                &broker,
+                command,
+                "this broker's Kafka address",
+            ));
         }
         // Then its rack, the same way.
         if !leaving
@@ -97,20 +92,11 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
                 .as_ref()
                 .is_none_or(tokio::task::JoinHandle::is_finished)
         {
-            let broker = Arc::clone(&broker);
-            registering = Some(tokio::spawn(async move {
-                let request = ProposeRequest {
-                    command: MetaCommand::RegisterRack {
-                        id: me,
-                        rack: broker.config.rack.clone(),
-                    },
-                    forwarded: false,
-                };
-                if let Err(e) = broker.propose(request).await {
-                    tracing::debug!(error = %e, "registering this broker's rack failed; will retry");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-            }));
+            let command = MetaCommand::RegisterRack {
+                id: me,
+                rack: broker.config.rack.clone(),
+            };
+            registering = Some(propose_later(&broker, command, "this broker's rack"));
         }
         // The users the cluster starts with, while it has none (once it has one, they are the
         // operators' to change).
@@ -256,4 +242,25 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
     {
         task.abort();
     }
+}
+
+/// Commits `command` in the metadata log on a task of its own; on failure it says so (at
+/// debug: it is tried again on a later round) and the task holds its place a second, so that
+/// the next try waits.
+fn propose_later(
+    broker: &Arc<Broker>,
+    command: MetaCommand,
+    what: &'static str,
+) -> tokio::task::JoinHandle<()> {
+    let broker = Arc::clone(broker);
+    tokio::spawn(async move {
+        let request = ProposeRequest {
+            command,
+            forwarded: false,
+        };
+        if let Err(e) = broker.propose(request).await {
+            tracing::debug!(error = %e, "proposing {what} failed; will retry");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    })
 }
