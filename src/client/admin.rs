@@ -296,6 +296,8 @@ impl Client {
         // Bounded by the delivery deadline.
         let deadline = started + self.config.delivery_timeout;
         let mut last = String::from("no leader yet");
+        // A new partition is usually led within a few round trips: asked again soon at first.
+        let mut pause = Duration::from_millis(5);
         loop {
             match self.refresh(Some(topic)).await {
                 Ok(meta)
@@ -313,7 +315,8 @@ impl Client {
                     last: format!("the partitions of {topic} exist; waiting for leaders: {last}"),
                 });
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(50));
         }
     }
 

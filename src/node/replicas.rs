@@ -36,7 +36,9 @@ impl Broker {
     /// Initializes a fresh group whose members are `replicas`, before its replica can be
     /// reached: every founding replica writes the same first entry (the group's membership), so
     /// that each is a voter from the start. The first replica (the preferred leader; the lowest
-    /// broker id for the metadata group) may run for leader at once; the k-th other one runs
+    /// broker id for the metadata group) runs for leader at once, and again every few
+    /// milliseconds until it leads or an election timeout has passed (its peers open their
+    /// replicas as they learn of the group, see `Replica::run_for_leader_soon`); the k-th other one runs
     /// no election before k + 1 election timeouts have passed, so that the preferred leader
     /// usually wins, and a founder that comes up after the group formed follows its leader
     /// instead of disturbing it. On a replica that has a log or a vote, this does nothing.
@@ -55,7 +57,15 @@ impl Broker {
         };
         let members = self.members(replicas);
         if rank == 0 {
-            group.raft.initialize(&members).await;
+            if group.raft.initialize(&members).await {
+                let weak = Arc::downgrade(group);
+                let within = self.config.election_timeout;
+                tokio::spawn(async move {
+                    if let Some(group) = weak.upgrade() {
+                        group.raft.run_for_leader_soon(within).await;
+                    }
+                });
+            }
             return;
         }
         group.raft.allow_elections(false);

@@ -364,6 +364,52 @@ impl Replica {
         self.raft.runtime_config().elect(allowed);
     }
 
+    /// Runs for leader now, and again after 10, 20, 40, ... ms while its campaign stands
+    /// (still a candidate in the term it started, no leader known), until `within` has passed;
+    /// then the election timer takes over, as for any member. For a group's preferred founder:
+    /// its peers open their replicas as they learn of the group, a few milliseconds apart, and
+    /// a vote asked of a peer that has not opened its replica yet fails at once; asking again
+    /// soon makes the group led within a few round trips instead of after an election
+    /// timeout. A founder that comes up after its group formed stops at the first answer: the
+    /// voters refuse it while their leader's lease holds and answer with the leader's term,
+    /// which ends its campaign, so it never raises the term past the leader's and never
+    /// deposes it.
+    pub(crate) async fn run_for_leader_soon(&self, within: Duration) {
+        let started = std::time::Instant::now();
+        let mut metrics = self.raft.metrics();
+        let mut pause = Duration::from_millis(10);
+        // Bounded by `within` (and at most a few dozen tries: the pause doubles).
+        loop {
+            let term = metrics.borrow_watched().current_term;
+            if self.raft.trigger().elect(false).await.is_err() {
+                return;
+            }
+            let until = (std::time::Instant::now() + pause).min(started + within);
+            let until = tokio::time::Instant::from_std(until);
+            // Led, or campaign over: true; the pause passed with the campaign standing: false.
+            let settled = tokio::time::timeout_at(until, async {
+                loop {
+                    {
+                        let m = metrics.borrow_watched();
+                        let campaigning = m.state == openraft::ServerState::Candidate
+                            && m.current_term == term + 1;
+                        if m.current_leader.is_some() || (m.current_term > term && !campaigning) {
+                            return;
+                        }
+                    }
+                    if metrics.changed().await.is_err() {
+                        return;
+                    }
+                }
+            })
+            .await;
+            if settled.is_ok() || started.elapsed() >= within {
+                return;
+            }
+            pause *= 2;
+        }
+    }
+
     /// Proposes a batch and waits until it is committed and applied.
     ///
     /// A batch with a producer id is checked against the producer's recent batches first (see

@@ -187,6 +187,63 @@ async fn topics_are_created_and_deleted_through_the_metadata_group() {
     shutdown_all(nodes).await;
 }
 
+/// A partition's preferred replica on a broker that was down when its topic was created: the
+/// other two form the group and take writes; when the broker comes back its replica (a
+/// founder that runs for leader at once on a fresh group) follows the leader and copies the
+/// log, and the leader keeps its leadership and its term (the newcomer's campaign is refused
+/// while the leader's lease holds and ends at the leader's term).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preferred_replica_that_comes_up_late_follows_without_deposing_the_leader() {
+    use replog::{Client, ClientConfig};
+    const LATE: &str = "late";
+    let dir = tempfile::tempdir().unwrap();
+    let addrs = free_addrs(3);
+    let config = |id| {
+        let mut c = bare(id, &addrs, dir.path());
+        c.auto_leader_rebalance = false;
+        c
+    };
+    let mut nodes = start_all(config).await;
+    nodes[2].take().unwrap().shutdown().await.unwrap();
+    let client = Client::connect(&addrs[..2], ClientConfig::default())
+        .await
+        .unwrap();
+    // Three partitions of three replicas: Kafka's spread makes broker 3 the first replica of
+    // one of them.
+    client.create_topic(LATE, 3, 3).await.unwrap();
+    let described = client.describe(LATE).await.unwrap();
+    let d = described.iter().find(|d| d.replicas[0] == 3).unwrap();
+    let p = d.partition.partition;
+    for n in 0..100 {
+        client
+            .send(LATE, p, &[Record::new(format!("r{n}"))])
+            .await
+            .unwrap();
+    }
+    let leader = d.leader.unwrap();
+    let before = node_ref(&nodes, leader).status(LATE, p).unwrap();
+
+    nodes[2] = Some(start_node(config(3)).await.unwrap());
+    let late = node_ref(&nodes, 3);
+    wait_until(
+        Duration::from_secs(10),
+        "broker 3's replica to copy the log",
+        async || (late.status(LATE, p).ok()?.high_watermark == before.high_watermark).then_some(()),
+    )
+    .await;
+    let after = node_ref(&nodes, leader).status(LATE, p).unwrap();
+    assert_eq!(
+        (after.leader, after.term),
+        (Some(leader), before.term),
+        "the leader kept its leadership and term"
+    );
+    assert_eq!(late.status(LATE, p).unwrap().leader, Some(leader));
+    let values = committed_values(late, LATE, p).unwrap();
+    assert_eq!(values.len(), 100);
+    drop(client);
+    shutdown_all(nodes).await;
+}
+
 /// Stale metadata: a client whose cached leader has since been deposed (it went down and came
 /// back as a follower) sends there, gets `NotLeader` naming the new leader in a newer term,
 /// and follows it at once, without a metadata refresh.
