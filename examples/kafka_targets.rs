@@ -89,7 +89,7 @@ async fn cluster_with(
     let cluster = LocalCluster::start(3, dir, move |c| {
         c.topics = topics.clone();
         c.kafka_listen = peers.get(&c.id).copied();
-        c.kafka_peers = peers.clone();
+        c.kafka_peers = peers.iter().map(|(id, a)| (*id, a.into())).collect();
         if let Some(certs) = &certs {
             c.tls = Some(replog::DevCertificates::broker_config(certs, c.id));
             c.kafka_security_protocol = replog::KafkaSecurityProtocol::Ssl;

@@ -296,9 +296,9 @@ pub(crate) struct Catalog {
     /// The outcomes of the last commands, by offset.
     outcomes: BTreeMap<u64, Result<(), Refused>>,
     /// Brokers' registered addresses.
-    addrs: BTreeMap<NodeId, std::net::SocketAddr>,
+    addrs: BTreeMap<NodeId, crate::Address>,
     /// Brokers' registered Kafka addresses.
-    kafka_addrs: BTreeMap<NodeId, std::net::SocketAddr>,
+    kafka_addrs: BTreeMap<NodeId, crate::Address>,
     /// The cluster's brokers: the founding ones (every broker's configuration names the same),
     /// and those that joined since, less those removed.
     brokers: BTreeSet<NodeId>,
@@ -426,13 +426,13 @@ impl Catalog {
     }
 
     /// The address broker `id` registered, if it did.
-    pub(crate) fn broker_addr(&self, id: NodeId) -> Option<std::net::SocketAddr> {
-        self.addrs.get(&id).copied()
+    pub(crate) fn broker_addr(&self, id: NodeId) -> Option<crate::Address> {
+        self.addrs.get(&id).cloned()
     }
 
     /// Broker `id`'s registered Kafka address, if it has one.
-    pub(crate) fn kafka_addr(&self, id: NodeId) -> Option<std::net::SocketAddr> {
-        self.kafka_addrs.get(&id).copied()
+    pub(crate) fn kafka_addr(&self, id: NodeId) -> Option<crate::Address> {
+        self.kafka_addrs.get(&id).cloned()
     }
 
     /// Broker `id`'s latest block of producer ids, if it took one.
@@ -533,10 +533,8 @@ impl Catalog {
                 }
             },
             Some(MetaCommand::RegisterBroker { id, addr, join }) => {
-                match addr.parse::<std::net::SocketAddr>() {
-                    Err(_) => Err(Refused::Invalid(format!(
-                        "{addr:?} is not a socket address"
-                    ))),
+                match addr.parse::<crate::Address>() {
+                    Err(e) => Err(Refused::Invalid(e.to_string())),
                     Ok(_) if !join && !self.brokers.contains(id) => Err(Refused::Invalid(format!(
                         "broker {id} is not in the cluster (a new broker joins with --join)"
                     ))),
@@ -578,20 +576,16 @@ impl Catalog {
                     Ok(())
                 }
             },
-            Some(MetaCommand::RegisterKafka { id, addr }) => {
-                match addr.parse::<std::net::SocketAddr>() {
-                    Err(_) => Err(Refused::Invalid(format!(
-                        "{addr:?} is not a socket address"
-                    ))),
-                    Ok(_) if !self.brokers.contains(id) => Err(Refused::Invalid(format!(
-                        "broker {id} is not in the cluster"
-                    ))),
-                    Ok(addr) => {
-                        self.kafka_addrs.insert(*id, addr);
-                        Ok(())
-                    }
+            Some(MetaCommand::RegisterKafka { id, addr }) => match addr.parse::<crate::Address>() {
+                Err(e) => Err(Refused::Invalid(e.to_string())),
+                Ok(_) if !self.brokers.contains(id) => Err(Refused::Invalid(format!(
+                    "broker {id} is not in the cluster"
+                ))),
+                Ok(addr) => {
+                    self.kafka_addrs.insert(*id, addr);
+                    Ok(())
                 }
-            }
+            },
             Some(MetaCommand::AllocateProducerIds { broker, count, tag }) => {
                 self.allocate_producer_ids(*broker, *count, *tag)
             }

@@ -326,6 +326,15 @@ pub enum Error {
         path: PathBuf,
     },
 
+    /// An address that is not `HOST:PORT` with a host name or IP address and a port.
+    #[error("invalid address {addr:?}: {reason}")]
+    InvalidAddress {
+        /// The address as given.
+        addr: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
     /// A configuration value is out of range or inconsistent with another.
     #[error("invalid configuration: {field}: {reason}")]
     InvalidConfig {

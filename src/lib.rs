@@ -150,6 +150,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod address;
 mod catalog;
 mod client;
 mod config;
@@ -182,6 +183,7 @@ pub mod wire {
     #![doc = include_str!("transport/PROTOCOL.md")]
 }
 
+pub use address::{Address, HOST_BYTES_MAX};
 pub use client::{
     BrokerDescription, BrokerState, Client, ClientConfig, Delivery, FetchOptions, Fetched,
     GroupInfo, GroupMemberInfo, GroupSummary, PartitionDescription, Reassignment, RouteStep,

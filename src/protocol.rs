@@ -356,7 +356,8 @@ impl CreatePartitionsRequest {
 ///
 /// So `{ partition: "t"-3, before: Some(300) }` is `01 74 03 01 AC 02`. The answer
 /// `Ok(300)` is `00 AC 02`; a follower's refusal starts `01 00` (`Err`, `NotLeader`), then
-/// `00` (no hint) or `01` and the hint (`node_id` varint, address, `term` varint).
+/// `00` (no hint) or `01` and the hint (`node_id` varint, address as a string `HOST:PORT`
+/// (length varint, UTF-8), `term` varint).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct DeleteRecordsRequest {
     pub(crate) partition: PartitionId,
@@ -575,7 +576,9 @@ pub(crate) enum WireError {
 impl WireError {
     pub(crate) fn from_error(e: &Error) -> Self {
         match e {
-            Error::NotLeader { leader, .. } => WireError::NotLeader { leader: *leader },
+            Error::NotLeader { leader, .. } => WireError::NotLeader {
+                leader: leader.clone(),
+            },
             Error::UnknownPartition(_) => WireError::UnknownPartition,
             Error::UnknownTopic(_) => WireError::UnknownTopic,
             Error::TopicAuthorizationFailed(_) => WireError::TopicAuthorizationFailed,

@@ -82,12 +82,12 @@ impl fmt::Display for PartitionId {
 /// client's leader cache.
 ///
 /// [`Error::NotLeader`]: crate::Error::NotLeader
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LeaderHint {
     /// The leader's broker id.
     pub node_id: NodeId,
     /// The leader's address.
-    pub addr: std::net::SocketAddr,
+    pub addr: crate::Address,
     /// The Raft term the refusing broker was in: of two hints, the one with the higher term
     /// is the newer.
     pub term: Term,

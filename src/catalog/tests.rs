@@ -299,6 +299,7 @@ fn brokers_register_their_addresses_and_the_latest_one_counts() {
     c.apply(3, Some(&register(3, "localhost")));
     assert!(matches!(c.outcome(3), Some(Err(Refused::Invalid(_)))));
     assert_eq!((c.broker_addr(9), c.broker_addr(3)), (None, None));
+
     assert_eq!(c.brokers(), vec![1, 2, 3], "no join, no new broker");
     // A broker that joins is one of the cluster's from then on: topics may use it.
     let join = MetaCommand::RegisterBroker {
@@ -341,6 +342,18 @@ fn brokers_register_their_addresses_and_the_latest_one_counts() {
     c.apply(12, Some(&kafka(3, "nowhere")));
     assert!(matches!(c.outcome(12), Some(Err(Refused::Invalid(_)))));
     assert_eq!((c.kafka_addr(9), c.kafka_addr(3)), (None, None));
+    // Host names are registered as they are (whoever connects resolves them).
+    c.apply(13, Some(&register(3, "broker-3.example:29092")));
+    c.apply(14, Some(&kafka(3, "kafka-3.example:9092")));
+    assert_eq!((c.outcome(13), c.outcome(14)), (Some(Ok(())), Some(Ok(()))));
+    let named = |a: Option<crate::Address>| a.map(|a| a.to_string());
+    assert_eq!(
+        (named(c.broker_addr(3)), named(c.kafka_addr(3))),
+        (
+            Some("broker-3.example:29092".into()),
+            Some("kafka-3.example:9092".into())
+        )
+    );
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! ([`PartitionDescription`]), creating and deleting topics, reassigning a partition, listing
 //! brokers and topics, and the retry rule all admin requests share (`admin`).
 
-use std::net::SocketAddr;
+use crate::Address;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -147,7 +147,7 @@ impl Client {
                         local_only: false,
                     };
                     match self
-                        .call::<_, MetadataResponse>(addr, Op::Metadata, &request)
+                        .call::<_, MetadataResponse>(&addr, Op::Metadata, &request)
                         .await
                     {
                         Ok(Ok(m)) => m
@@ -372,7 +372,7 @@ impl Client {
         // Bounded by the deadline.
         loop {
             for addr in self.candidates() {
-                match self.call::<_, ()>(addr, op, request).await {
+                match self.call::<_, ()>(&addr, op, request).await {
                     Ok(Ok(())) => return Ok(()),
                     Ok(Err(
                         e @ (WireError::TopicExists(_)
@@ -587,7 +587,7 @@ impl Client {
         let deadline = started + self.config.delivery_timeout;
         let mut backoff = Duration::from_millis(50);
         let mut hops = 0;
-        let mut next: Option<SocketAddr> = None;
+        let mut next: Option<Address> = None;
         let mut last = String::from("no leader known");
         // Bounded by the deadline.
         loop {
@@ -597,20 +597,23 @@ impl Client {
             let addr = next
                 .take()
                 .or_else(|| self.leader_addr(&id))
-                .or_else(|| self.candidates().first().copied());
+                .or_else(|| self.candidates().first().cloned());
             let Some(addr) = addr else {
                 return Err(Error::NoBrokerReachable { tried: last });
             };
-            match self.call::<_, u64>(addr, Op::DeleteRecords, &request).await {
+            match self
+                .call::<_, u64>(&addr, Op::DeleteRecords, &request)
+                .await
+            {
                 Ok(Ok(start)) => return Ok(Offset(start)),
                 Ok(Err(WireError::NotLeader { leader })) => {
                     last = format!("{addr}: not the leader");
                     let hops_left = hops < self.config.redirect_hops_max;
-                    match super::routing::redirect(addr, self.cached_hint(&id), leader) {
+                    match super::routing::redirect(&addr, self.cached_hint(&id), leader) {
                         super::routing::Redirect::Follow(h) if hops_left => {
                             hops += 1;
+                            next = Some(h.addr.clone());
                             self.learn_leader(&id, h);
-                            next = Some(h.addr);
                             continue;
                         }
                         super::routing::Redirect::KeepCache(a) if hops_left => {
@@ -649,7 +652,7 @@ impl Client {
     /// # Errors
     ///
     /// [`Error::NoBrokerReachable`].
-    pub async fn brokers(&self) -> Result<Vec<(NodeId, SocketAddr)>> {
+    pub async fn brokers(&self) -> Result<Vec<(NodeId, Address)>> {
         let meta = self.refresh(None).await?;
         Ok(meta
             .brokers

@@ -2,7 +2,7 @@
 //! sending it in turn, and delivering it to the partition's leader through redirects, elections
 //! and unknown outcomes ([`Delivery`], [`RouteStep`]).
 
-use std::net::SocketAddr;
+use crate::Address;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,7 +38,7 @@ pub struct Delivery {
 #[non_exhaustive]
 pub struct RouteStep {
     /// The broker's address.
-    pub addr: SocketAddr,
+    pub addr: Address,
     /// What happened: `"ok"`, `"not leader; leader is 1 at 127.0.0.1:9092 (term 3)"`, `"unreachable"`...
     pub outcome: String,
 }
@@ -204,7 +204,7 @@ impl Client {
 /// What [`Delivering::run`] does after a step.
 enum Next {
     /// Send to `target` at once.
-    Retry { target: SocketAddr },
+    Retry { target: Address },
     /// No leader known: ask for metadata (with backoff), then send to the leader it names.
     Refresh,
     /// Delivered, or failed for good.
@@ -289,7 +289,7 @@ impl<'a> Delivering<'a> {
                 crate::metrics::produce_retry();
             }
             attempts += 1;
-            let answer = self.attempt(addr).await;
+            let answer = self.attempt(addr.clone()).await;
             target = match self.on_answer(addr, answer).await {
                 Next::Retry { target } => Some(target),
                 Next::Refresh => None,
@@ -341,7 +341,7 @@ impl<'a> Delivering<'a> {
     fn no_leader(&mut self, last: String) -> Next {
         self.last = last;
         self.route.push(RouteStep {
-            addr: self.client.bootstrap[0],
+            addr: self.client.bootstrap[0].clone(),
             outcome: self.last.clone(),
         });
         Next::Refresh
@@ -349,7 +349,7 @@ impl<'a> Delivering<'a> {
 
     /// Sends the batch to `addr` once (its numbers marked as being sent meanwhile), and
     /// records the answer.
-    async fn attempt(&mut self, addr: SocketAddr) -> Answer {
+    async fn attempt(&mut self, addr: Address) -> Answer {
         // The first attempt passes the turn on once it is queued on its connection.
         let enqueued = self.turn.take().map(|turn| {
             let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -366,7 +366,7 @@ impl<'a> Delivering<'a> {
         }
         let answer = self
             .client
-            .call_with::<_, ProduceResponse>(addr, Op::Produce, &*self.request, enqueued)
+            .call_with::<_, ProduceResponse>(&addr, Op::Produce, &*self.request, enqueued)
             .await;
         if self.idempotent {
             let attempt = match &answer {
@@ -387,7 +387,7 @@ impl<'a> Delivering<'a> {
     }
 
     /// Notes what `addr` answered, as the last outcome and as a step of the route.
-    fn record(&mut self, addr: SocketAddr, answer: &Answer) {
+    fn record(&mut self, addr: Address, answer: &Answer) {
         let outcome = match answer {
             Ok(Ok(_)) => "ok".to_string(),
             Ok(Err(WireError::NotLeader { leader: Some(h) })) => format!(
@@ -412,7 +412,7 @@ impl<'a> Delivering<'a> {
     }
 
     /// Hands what `addr` answered to the handler of its class.
-    async fn on_answer(&mut self, addr: SocketAddr, answer: Answer) -> Next {
+    async fn on_answer(&mut self, addr: Address, answer: Answer) -> Next {
         match answer {
             Ok(Ok(resp)) => self.on_written(resp),
             Ok(Err(WireError::NotLeader { leader })) => self.on_not_leader(addr, leader),
@@ -442,14 +442,15 @@ impl<'a> Delivering<'a> {
 
     /// Refused by a broker that does not lead: to the leader the hint or the cache names
     /// ([`redirect`]), a bounded number of hops; else refresh, forgetting the cached leader.
-    fn on_not_leader(&mut self, addr: SocketAddr, hint: Option<LeaderHint>) -> Next {
+    fn on_not_leader(&mut self, addr: Address, hint: Option<LeaderHint>) -> Next {
         let cached = self.client.cached_hint(&self.id);
         let hops_left = self.hops < self.client.config.redirect_hops_max;
-        match redirect(addr, cached, hint) {
+        match redirect(&addr, cached, hint) {
             Redirect::Follow(h) if hops_left => {
                 self.hops += 1;
+                let target = h.addr.clone();
                 self.client.learn_leader(&self.id, h);
-                Next::Retry { target: h.addr }
+                Next::Retry { target }
             }
             Redirect::KeepCache(a) if hops_left => {
                 self.hops += 1;
@@ -464,14 +465,14 @@ impl<'a> Delivering<'a> {
 
     /// The leader cannot take it yet: the same leader again after a pause, doubling up to
     /// 250 ms.
-    async fn on_try_again(&mut self, addr: SocketAddr) -> Next {
+    async fn on_try_again(&mut self, addr: Address) -> Next {
         tokio::time::sleep(jitter(self.pause)).await;
         self.pause = (self.pause * 2).min(Duration::from_millis(250));
         Next::Retry { target: addr }
     }
 
     /// The partition expects sequence `expected` of this producer, not `got`.
-    async fn on_out_of_order(&mut self, addr: SocketAddr, expected: u32, got: u32) -> Next {
+    async fn on_out_of_order(&mut self, addr: Address, expected: u32, got: u32) -> Next {
         let numbers = numbers_of(&self.request.batch);
         let (current_epoch, oldest) = {
             let sequencer = self.slot.sequencer.lock();
@@ -513,7 +514,7 @@ impl<'a> Delivering<'a> {
     }
 
     /// A later epoch of this producer has written: these numbers never will.
-    fn on_fenced(&mut self, addr: SocketAddr, epoch: u16, current: u16) -> Next {
+    fn on_fenced(&mut self, addr: Address, epoch: u16, current: u16) -> Next {
         let numbers = numbers_of(&self.request.batch);
         if self.maybe_written {
             return Next::Done(Err(Error::Indeterminate {

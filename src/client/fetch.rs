@@ -1,6 +1,6 @@
 //! [`Client::fetch`]: reading committed batches from a partition's leader or a named replica.
 
-use std::net::SocketAddr;
+use crate::Address;
 use std::time::Duration;
 
 use super::Client;
@@ -25,7 +25,7 @@ pub struct FetchOptions {
     pub min_bytes: u32,
     /// Read from this broker instead of the partition's leader (any replica serves
     /// committed records). Default `None`.
-    pub replica: Option<SocketAddr>,
+    pub replica: Option<Address>,
 }
 
 impl Default for FetchOptions {
@@ -71,7 +71,7 @@ impl Client {
         partition: u32,
         offset: Offset,
         max_bytes: u32,
-        replica: Option<SocketAddr>,
+        replica: Option<Address>,
     ) -> Result<Vec<Batch>> {
         let options = FetchOptions {
             max_bytes,
@@ -115,7 +115,7 @@ impl Client {
             record_bytes_max: self.config.record_bytes_max,
             batch_bytes_max: self.config.batch_bytes_max,
         };
-        let mut targets: Vec<SocketAddr> = options.replica.into_iter().collect();
+        let mut targets: Vec<Address> = options.replica.iter().cloned().collect();
         let named = !targets.is_empty();
         if targets.is_empty() {
             if self.leader_addr(&id).is_none() {
@@ -129,7 +129,7 @@ impl Client {
         let mut tried = Vec::new();
         for addr in targets {
             match self
-                .call_timeout::<_, FetchResponse>(addr, Op::Fetch, &request, timeout)
+                .call_timeout::<_, FetchResponse>(&addr, Op::Fetch, &request, timeout)
                 .await
             {
                 Ok(Ok(answer)) => {
@@ -180,12 +180,12 @@ impl Client {
         if self.leader_addr(&id).is_none() {
             let _ = self.refresh(Some(topic)).await;
         }
-        let mut targets: Vec<SocketAddr> = self.leader_addr(&id).into_iter().collect();
+        let mut targets: Vec<Address> = self.leader_addr(&id).into_iter().collect();
         targets.extend(self.candidates());
         let mut tried = Vec::new();
         for addr in targets {
             match self
-                .call::<_, Option<u64>>(addr, Op::ListOffsets, &request)
+                .call::<_, Option<u64>>(&addr, Op::ListOffsets, &request)
                 .await
             {
                 Ok(Ok(found)) => return Ok(found.map(Offset)),

@@ -4,8 +4,8 @@
 //! reset and their deletion.
 //! The membership itself (join, sync, heartbeat) is the [`Consumer`](crate::Consumer)'s.
 
+use crate::Address;
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -67,7 +67,7 @@ pub struct GroupMemberInfo {
 
 /// `addr`'s refusal of a group request, as an error: a refused login as itself, anything else
 /// as the broker's.
-fn refused(addr: SocketAddr, e: WireError) -> Error {
+fn refused(addr: Address, e: WireError) -> Error {
     match e {
         WireError::AuthenticationFailed(why) => Error::AuthenticationFailed(why),
         other => Error::Remote(format!("{addr} refused a group request: {other:?}")),
@@ -83,9 +83,9 @@ impl Client {
     /// The coordinator of `group`: from the cache, or asked of any broker (the one that
     /// leads the group's offsets partition; the brokers create the offsets topic on the
     /// first such question, so this may take a few elections' time).
-    async fn coordinator(&self, group: &str, deadline: Instant) -> Result<SocketAddr> {
+    async fn coordinator(&self, group: &str, deadline: Instant) -> Result<Address> {
         if let Some(addr) = self.coordinators.lock().get(group) {
-            return Ok(*addr);
+            return Ok(addr.clone());
         }
         let request = GroupRequest::FindCoordinator {
             group: group.to_string(),
@@ -98,18 +98,20 @@ impl Client {
             for addr in self.candidates() {
                 match self
                     .call::<_, std::result::Result<Coordinator, GroupError>>(
-                        addr,
+                        &addr,
                         Op::Group,
                         &request,
                     )
                     .await
                 {
                     Ok(Ok(Ok(c))) => {
-                        let Ok(found) = c.addr.parse::<SocketAddr>() else {
+                        let Ok(found) = c.addr.parse::<Address>() else {
                             last = format!("{addr} named an unusable address {}", c.addr);
                             continue;
                         };
-                        self.coordinators.lock().insert(group.to_string(), found);
+                        self.coordinators
+                            .lock()
+                            .insert(group.to_string(), found.clone());
                         return Ok(found);
                     }
                     Ok(Ok(Err(e))) if e.coordinator_moved() => last = format!("{addr}: {e}"),
@@ -155,7 +157,7 @@ impl Client {
             let addr = self.coordinator(group, deadline).await?;
             let answer = self
                 .call_timeout::<_, std::result::Result<T, GroupError>>(
-                    addr,
+                    &addr,
                     Op::Group,
                     request,
                     wait + self.timeout(),
@@ -192,7 +194,7 @@ impl Client {
     ///
     /// [`Error::Group`] for an invalid group id; [`Error::Timeout`] if no broker names one by
     /// the delivery deadline.
-    pub async fn group_coordinator(&self, group: &str) -> Result<SocketAddr> {
+    pub async fn group_coordinator(&self, group: &str) -> Result<Address> {
         self.coordinators.lock().remove(group);
         self.coordinator(group, self.group_deadline()).await
     }
@@ -227,7 +229,7 @@ impl Client {
         };
         let addr = self.coordinator(group, self.group_deadline()).await?;
         match self
-            .call::<_, std::result::Result<(), GroupError>>(addr, Op::Group, &request)
+            .call::<_, std::result::Result<(), GroupError>>(&addr, Op::Group, &request)
             .await
         {
             Ok(Ok(Ok(()))) => Ok(()),
@@ -310,7 +312,7 @@ impl Client {
         let mut out: BTreeMap<String, GroupSummary> = BTreeMap::new();
         for (_, addr) in brokers {
             let answer = self
-                .call::<_, Vec<GroupListing>>(addr, Op::Group, &GroupRequest::List)
+                .call::<_, Vec<GroupListing>>(&addr, Op::Group, &GroupRequest::List)
                 .await;
             if let Ok(Ok(groups)) = answer {
                 for g in groups {

@@ -20,8 +20,8 @@ mod sequencer;
 
 pub use security::UserCredentials;
 
+use crate::Address;
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -173,11 +173,11 @@ impl Default for ClientConfig {
 #[derive(Debug)]
 pub struct Client {
     config: ClientConfig,
-    bootstrap: Vec<SocketAddr>,
-    brokers: Mutex<HashMap<NodeId, SocketAddr>>,
+    bootstrap: Vec<Address>,
+    brokers: Mutex<HashMap<NodeId, Address>>,
     /// Each partition's leader and the term it leads in, as metadata and hints named them.
     leaders: Mutex<HashMap<PartitionId, (NodeId, Term)>>,
-    peers: Mutex<HashMap<SocketAddr, Arc<Peer>>>,
+    peers: Mutex<HashMap<Address, Arc<Peer>>>,
     /// TLS to every broker, with [`ClientConfig::tls_ca`].
     tls: Option<crate::tls::TlsDialer>,
     producers: Mutex<HashMap<PartitionId, Arc<ProducerSlot>>>,
@@ -186,7 +186,7 @@ pub struct Client {
     /// Each broker's size limits, as its metadata answers named them.
     limits: Mutex<HashMap<NodeId, BrokerLimits>>,
     /// Each consumer group's coordinator, as FindCoordinator named it.
-    coordinators: Mutex<HashMap<String, SocketAddr>>,
+    coordinators: Mutex<HashMap<String, Address>>,
     shutdown: watch::Sender<bool>,
 }
 
@@ -224,7 +224,10 @@ impl Client {
     /// alike), or asks for one the client does not make;
     /// [`Error::Tls`](crate::Error::Tls) if [`ClientConfig::tls_ca`] cannot be read;
     /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) for a login without TLS.
-    pub async fn connect(bootstrap: &[SocketAddr], config: ClientConfig) -> Result<Client> {
+    pub async fn connect<A>(bootstrap: &[A], config: ClientConfig) -> Result<Client>
+    where
+        A: Clone + Into<Address>,
+    {
         if config.sasl.is_some() && config.tls_ca.is_none() {
             return Err(crate::Error::InvalidConfig {
                 field: "sasl",
@@ -252,7 +255,7 @@ impl Client {
         let client = Client {
             tls,
             config,
-            bootstrap: bootstrap.to_vec(),
+            bootstrap: bootstrap.iter().cloned().map(Into::into).collect(),
             brokers: Mutex::default(),
             leaders: Mutex::default(),
             peers: Mutex::default(),
@@ -266,16 +269,17 @@ impl Client {
         Ok(client)
     }
 
-    fn peer(&self, addr: SocketAddr) -> Arc<Peer> {
+    fn peer(&self, addr: &Address) -> Arc<Peer> {
         let mut peers = self.peers.lock();
-        Arc::clone(peers.entry(addr).or_insert_with(|| {
+        Arc::clone(peers.entry(addr.clone()).or_insert_with(|| {
+            // The broker's certificate must name the host dialed: its name, or its IP address.
             let tls = self.tls.as_ref().map(|dialer| crate::transport::Dial {
                 dialer: dialer.clone(),
-                name: addr.ip().into(),
+                name: addr.server_name(),
                 login: self.config.sasl.clone().map(Arc::new),
             });
             Arc::new(Peer::new(
-                addr,
+                addr.clone(),
                 self.config.frame_bytes_max,
                 self.shutdown.subscribe(),
                 tls,
@@ -308,7 +312,7 @@ impl Client {
 
     async fn call<Req: Serialize, Resp: DeserializeOwned>(
         &self,
-        addr: SocketAddr,
+        addr: &Address,
         op: Op,
         request: &Req,
     ) -> std::result::Result<std::result::Result<Resp, WireError>, CallError> {
@@ -318,7 +322,7 @@ impl Client {
     /// [`call`](Self::call) waiting up to `timeout` for the answer.
     async fn call_timeout<Req: Serialize, Resp: DeserializeOwned>(
         &self,
-        addr: SocketAddr,
+        addr: &Address,
         op: Op,
         request: &Req,
         timeout: Duration,
@@ -330,7 +334,7 @@ impl Client {
     /// connection.
     async fn call_with<Req: Serialize, Resp: DeserializeOwned>(
         &self,
-        addr: SocketAddr,
+        addr: &Address,
         op: Op,
         request: &Req,
         enqueued: Option<tokio::sync::oneshot::Sender<()>>,
@@ -347,7 +351,7 @@ impl Client {
     /// alike, and the request is not retried elsewhere (Kafka's clients give up alike).
     async fn call_within<Req: Serialize, Resp: DeserializeOwned>(
         &self,
-        addr: SocketAddr,
+        addr: &Address,
         op: Op,
         request: &Req,
         timeout: Duration,

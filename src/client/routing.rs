@@ -2,8 +2,8 @@
 //! topic's partition count), how metadata answers fill it, and the one rule for taking a
 //! `NotLeader` hint ([`redirect`]).
 
+use crate::Address;
 use std::collections::HashMap;
-use std::net::SocketAddr;
 
 use super::Client;
 use crate::error::{Error, Result};
@@ -13,12 +13,12 @@ use crate::types::{LeaderHint, NodeId, PartitionId, Term};
 
 impl Client {
     /// Every address worth asking: known brokers, then the bootstrap list.
-    pub(super) fn candidates(&self) -> Vec<SocketAddr> {
-        let mut out: Vec<SocketAddr> = self.brokers.lock().values().copied().collect();
+    pub(super) fn candidates(&self) -> Vec<Address> {
+        let mut out: Vec<Address> = self.brokers.lock().values().cloned().collect();
         out.sort();
         for a in &self.bootstrap {
             if !out.contains(a) {
-                out.push(*a);
+                out.push(a.clone());
             }
         }
         out
@@ -47,7 +47,7 @@ impl Client {
                 local_only: false,
             };
             match self
-                .call::<_, MetadataResponse>(addr, Op::Metadata, &request)
+                .call::<_, MetadataResponse>(&addr, Op::Metadata, &request)
                 .await
             {
                 Ok(Ok(meta)) => {
@@ -93,7 +93,7 @@ impl Client {
     fn absorb(&self, meta: &MetadataResponse) {
         self.limits.lock().insert(meta.broker, meta.limits);
         // The answer names every broker of the cluster: one that left is forgotten.
-        let named: HashMap<NodeId, SocketAddr> = meta
+        let named: HashMap<NodeId, Address> = meta
             .brokers
             .iter()
             .filter_map(|(id, addr)| Some((*id, addr.parse().ok()?)))
@@ -121,14 +121,14 @@ impl Client {
     }
 
     /// The address of `partition`'s cached leader.
-    pub(super) fn leader_addr(&self, partition: &PartitionId) -> Option<SocketAddr> {
+    pub(super) fn leader_addr(&self, partition: &PartitionId) -> Option<Address> {
         let (leader, _) = *self.leaders.lock().get(partition)?;
-        self.brokers.lock().get(&leader).copied()
+        self.brokers.lock().get(&leader).cloned()
     }
 
     /// The address this client knows broker `id` at, from metadata or a leader hint.
-    pub fn broker_addr(&self, id: NodeId) -> Option<SocketAddr> {
-        self.brokers.lock().get(&id).copied()
+    pub fn broker_addr(&self, id: NodeId) -> Option<Address> {
+        self.brokers.lock().get(&id).cloned()
     }
 
     /// Caches a `NotLeader` hint that is followed as the partition's leader.
@@ -152,17 +152,17 @@ impl Client {
     }
 
     /// The cached leader of a partition: broker id and address.
-    pub fn cached_leader(&self, topic: &str, partition: u32) -> Option<(NodeId, SocketAddr)> {
+    pub fn cached_leader(&self, topic: &str, partition: u32) -> Option<(NodeId, Address)> {
         let id = PartitionId::new(topic, partition);
         let (leader, _) = *self.leaders.lock().get(&id)?;
-        Some((leader, self.brokers.lock().get(&leader).copied()?))
+        Some((leader, self.brokers.lock().get(&leader).cloned()?))
     }
 
     /// The cached leader of `id` as a hint. (Locks one at a time: `absorb` takes `brokers`
     /// before `leaders`.)
     pub(super) fn cached_hint(&self, id: &PartitionId) -> Option<LeaderHint> {
         let (node_id, term) = *self.leaders.lock().get(id)?;
-        let addr = self.brokers.lock().get(&node_id).copied()?;
+        let addr = self.brokers.lock().get(&node_id).cloned()?;
         Some(LeaderHint {
             node_id,
             addr,
@@ -177,7 +177,7 @@ pub(super) enum Redirect {
     /// To the hinted leader, which becomes the cached one.
     Follow(LeaderHint),
     /// To the cached leader: the hint is older than what the cache knows.
-    KeepCache(SocketAddr),
+    KeepCache(Address),
     /// Nowhere known: refresh metadata (forgetting the cached leader).
     Refresh,
 }
@@ -187,14 +187,14 @@ pub(super) enum Redirect {
 /// yet: a hint is only as fresh as its term); a cached leader that itself refused is never
 /// trusted again.
 pub(super) fn redirect(
-    refused_by: SocketAddr,
+    refused_by: &Address,
     cached: Option<LeaderHint>,
     hint: Option<LeaderHint>,
 ) -> Redirect {
-    let cached = cached.filter(|c| c.addr != refused_by);
+    let cached = cached.filter(|c| &c.addr != refused_by);
     match (hint, cached) {
         (Some(h), Some(c)) if c.term > h.term => Redirect::KeepCache(c.addr),
-        (Some(h), _) if h.addr != refused_by => Redirect::Follow(h),
+        (Some(h), _) if &h.addr != refused_by => Redirect::Follow(h),
         (_, Some(c)) => Redirect::KeepCache(c.addr),
         _ => Redirect::Refresh,
     }
@@ -206,26 +206,41 @@ mod tests {
 
     #[test]
     fn not_leader_hints_are_followed_only_when_at_least_as_new_as_the_cache() {
-        let addr = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+        let addr = |port: u16| Address::from(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
         let hint = |node_id: NodeId, term: u64| LeaderHint {
             node_id,
             addr: addr(9090 + node_id as u16),
             term: Term(term),
         };
-        let (a, b, c) = (addr(9091), hint(2, 7), hint(3, 5));
+        let (a, b, c) = (&addr(9091), hint(2, 7), hint(3, 5));
         // A newer hint than the cache: follow it.
-        assert_eq!(redirect(a, Some(c), Some(b)), Redirect::Follow(b));
+        assert_eq!(
+            redirect(a, Some(c.clone()), Some(b.clone())),
+            Redirect::Follow(b.clone())
+        );
         // An older hint than the cache (the refusing broker lags): go to the cached leader.
-        assert_eq!(redirect(a, Some(b), Some(c)), Redirect::KeepCache(b.addr));
+        assert_eq!(
+            redirect(a, Some(b.clone()), Some(c.clone())),
+            Redirect::KeepCache(b.addr.clone())
+        );
         // The same term: the hint, from a broker in that term, wins.
-        assert_eq!(redirect(a, Some(hint(3, 7)), Some(b)), Redirect::Follow(b));
+        assert_eq!(
+            redirect(a, Some(hint(3, 7)), Some(b.clone())),
+            Redirect::Follow(b.clone())
+        );
         // No hint (an election runs): the cache, unless the cached leader is who refused.
-        assert_eq!(redirect(a, Some(b), None), Redirect::KeepCache(b.addr));
-        assert_eq!(redirect(b.addr, Some(b), None), Redirect::Refresh);
+        assert_eq!(
+            redirect(a, Some(b.clone()), None),
+            Redirect::KeepCache(b.addr.clone())
+        );
+        assert_eq!(redirect(&b.addr, Some(b.clone()), None), Redirect::Refresh);
         assert_eq!(redirect(a, None, None), Redirect::Refresh);
         // The cached leader refused and names a newer one: follow.
-        assert_eq!(redirect(c.addr, Some(c), Some(b)), Redirect::Follow(b));
+        assert_eq!(
+            redirect(&c.addr, Some(c.clone()), Some(b.clone())),
+            Redirect::Follow(b.clone())
+        );
         // A hint naming the refusing broker itself is no hint.
-        assert_eq!(redirect(b.addr, None, Some(b)), Redirect::Refresh);
+        assert_eq!(redirect(&b.addr, None, Some(b.clone())), Redirect::Refresh);
     }
 }

@@ -42,7 +42,7 @@ impl Client {
     ) -> Result<Resp> {
         let mut tried = Vec::new();
         for addr in self.candidates() {
-            match self.call::<_, Resp>(addr, op, request).await {
+            match self.call::<_, Resp>(&addr, op, request).await {
                 Ok(Ok(answer)) => return Ok(answer),
                 // A broker that cannot answer now (one that left the cluster): the next.
                 Ok(Err(e @ (WireError::TryAgain(_) | WireError::NotLeader { .. }))) => {

@@ -9,8 +9,8 @@ mod group;
 
 use fetcher::Fetcher;
 
+use crate::Address;
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,7 +42,7 @@ pub struct ConsumerConfig {
     pub max_poll_records: usize,
     /// Read from this broker's own replicas instead of the leaders' (any replica serves
     /// committed records). Default `None`.
-    pub replica: Option<SocketAddr>,
+    pub replica: Option<Address>,
     /// The consumer group whose offsets this consumer commits and, with
     /// [`subscribe`](Consumer::subscribe), whose partitions it shares (Kafka's `group.id`).
     /// Default `None`.
@@ -730,7 +730,7 @@ impl Consumer {
             options: FetchOptions {
                 max_wait: self.config.max_wait,
                 max_bytes: self.config.max_bytes,
-                replica: self.config.replica,
+                replica: self.config.replica.clone(),
                 ..FetchOptions::default()
             },
             tx: self.tx.clone(),

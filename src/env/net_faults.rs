@@ -42,11 +42,34 @@ pub(crate) enum Verdict {
     Lose,
 }
 
+/// Host names pointed at addresses by [`NetFaults::set_host`], as lines of `/etc/hosts` would.
+#[cfg(any(test, feature = "failpoints"))]
+static HOSTS: parking_lot::Mutex<Option<std::collections::HashMap<String, std::net::IpAddr>>> =
+    parking_lot::Mutex::new(None);
+
 #[cfg(any(test, feature = "failpoints"))]
 impl NetFaults {
     /// An injector with a healthy network.
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())
+    }
+
+    /// Makes host name `name` resolve to `ip` in this whole process (brokers and clients), as a
+    /// line of `/etc/hosts` would, or back to the system's resolver with `None`: for tests of
+    /// a broker that comes back under the same name at another address. Give each test names
+    /// of its own: the table is the process's, like the system's.
+    pub fn set_host(name: &str, ip: Option<std::net::IpAddr>) {
+        let mut hosts = HOSTS.lock();
+        let table = hosts.get_or_insert_with(Default::default);
+        match ip {
+            Some(ip) => table.insert(name.to_string(), ip),
+            None => table.remove(name),
+        };
+    }
+
+    /// Where [`set_host`](Self::set_host) points `name`, if it does.
+    pub(crate) fn host_ip(name: &str) -> Option<std::net::IpAddr> {
+        HOSTS.lock().as_ref()?.get(name).copied()
     }
 
     /// Cuts the link from `from` to `to` (one way).

@@ -447,7 +447,10 @@ fn error_code(e: &Error) -> i16 {
 /// `NOT_LEADER_OR_FOLLOWER` (KIP-951: the client goes there without asking for metadata
 /// first): the refusing replica's hint, or, from a broker that hosts no replica, the
 /// metadata it gathers from the replicas.
-async fn current_leader(e: &Error, service: &BrokerService) -> Option<(NodeId, u64, SocketAddr)> {
+async fn current_leader(
+    e: &Error,
+    service: &BrokerService,
+) -> Option<(NodeId, u64, crate::Address)> {
     let Error::NotLeader { partition, leader } = e else {
         return None;
     };
@@ -459,5 +462,5 @@ async fn current_leader(e: &Error, service: &BrokerService) -> Option<(NodeId, u
             (p.leader?, p.term)
         }
     };
-    Some((node, term, *service.kafka_brokers().get(&node)?))
+    Some((node, term, service.kafka_brokers().get(&node)?.clone()))
 }

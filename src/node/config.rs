@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::Address;
 use crate::catalog::{PARTITIONS_MAX, check_topic_name};
 use crate::config::LogConfig;
 use crate::error::{Error, Result};
@@ -26,10 +27,15 @@ pub struct NodeConfig {
     pub id: NodeId,
     /// Address to listen on for peers and clients.
     pub listen: SocketAddr,
-    /// Every other broker: id and address. The ids are the cluster's brokers; an address is
-    /// where to find a broker until the metadata log says otherwise (each broker registers
-    /// its `listen` address there when it starts, so a broker that moved is found again).
-    pub peers: BTreeMap<NodeId, SocketAddr>,
+    /// Where other brokers and clients reach this broker (default: `listen`): a host name
+    /// (resolved at each connection, so the broker may come back at another IP under the same
+    /// name) or an IP address. Registered in the metadata log; metadata answers name it.
+    pub advertised: Option<Address>,
+    /// Every other broker: id and address (a host name or an IP address). The ids are the
+    /// cluster's brokers; an address is where to find a broker until the metadata log says
+    /// otherwise (each broker registers its advertised address there when it starts, so a
+    /// broker that moved is found again).
+    pub peers: BTreeMap<NodeId, Address>,
     /// Directory holding one subdirectory per partition replica (`{topic}-{partition}`).
     pub data_dir: PathBuf,
     /// Configured topics and their partition counts: they exist from the start, with a
@@ -109,12 +115,13 @@ pub struct NodeConfig {
     /// each partition's replicas over as many racks as there are (Kafka's `broker.rack`), and
     /// Metadata names it. Registered in the metadata log. `None` by default.
     pub rack: Option<String>,
-    /// The Kafka address metadata answers give for this broker (default: `kafka_listen`). The
-    /// broker registers it in the metadata log, so every broker's answers name it.
-    pub kafka_advertised: Option<SocketAddr>,
+    /// The Kafka address metadata answers give for this broker (default: `kafka_listen`), a
+    /// host name or an IP address. The broker registers it in the metadata log, so every
+    /// broker's answers name it.
+    pub kafka_advertised: Option<Address>,
     /// Other brokers' advertised Kafka addresses, for metadata answers until those brokers
     /// have registered theirs (a registered address wins). Empty by default.
-    pub kafka_peers: BTreeMap<NodeId, SocketAddr>,
+    pub kafka_peers: BTreeMap<NodeId, Address>,
     /// Whether a Kafka client's Metadata request that allows it creates the topics it names
     /// that do not exist (Kafka's `auto.create.topics.enable`), with
     /// [`num_partitions`](Self::num_partitions) partitions of
@@ -226,6 +233,7 @@ pub struct NodeConfig {
 
 impl NodeConfig {
     /// A configuration with defaults for everything but identity, addresses and storage.
+    /// (`peers` by IP address; to name them by host name, set [`peers`](Self::peers).)
     pub fn new(
         id: NodeId,
         listen: SocketAddr,
@@ -235,7 +243,8 @@ impl NodeConfig {
         NodeConfig {
             id,
             listen,
-            peers,
+            advertised: None,
+            peers: peers.into_iter().map(|(id, a)| (id, a.into())).collect(),
             data_dir: data_dir.into(),
             topics: Vec::new(),
             topic_defaults: crate::TopicConfigs::default(),
@@ -678,7 +687,7 @@ mod tests {
         );
         assert_eq!(
             field(&|c| {
-                c.peers.insert(1, c.listen);
+                c.peers.insert(1, c.listen.into());
             }),
             "peers"
         );

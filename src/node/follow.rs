@@ -51,7 +51,7 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
             catalog.is_draining(me) || catalog.is_removed(me)
         };
         if !leaving
-            && broker.catalog.read().broker_addr(me) != Some(broker.addr)
+            && broker.catalog.read().broker_addr(me).as_ref() != Some(&broker.addr)
             && registering
                 .as_ref()
                 .is_none_or(tokio::task::JoinHandle::is_finished)
@@ -65,9 +65,9 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
             }));
         }
         // Then its Kafka address, the same way (the catalog's names it for every broker).
-        if let Some(kafka) = broker.kafka_addr.get().copied()
-            && broker.catalog.read().broker_addr(me) == Some(broker.addr)
-            && broker.catalog.read().kafka_addr(me) != Some(kafka)
+        if let Some(kafka) = broker.kafka_addr.get().cloned()
+            && broker.catalog.read().broker_addr(me).as_ref() == Some(&broker.addr)
+            && broker.catalog.read().kafka_addr(me).as_ref() != Some(&kafka)
             && broker.meta.raft.state().leader.is_some()
             && registering
                 .as_ref()
@@ -85,7 +85,7 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
         }
         // Then its rack, the same way.
         if !leaving
-            && broker.catalog.read().broker_addr(me) == Some(broker.addr)
+            && broker.catalog.read().broker_addr(me).as_ref() == Some(&broker.addr)
             && broker.catalog.read().rack(me) != broker.config.rack.as_deref()
             && broker.meta.raft.state().leader.is_some()
             && registering
@@ -102,7 +102,7 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
         // operators' to change).
         if !broker.config.bootstrap_users.is_empty()
             && !broker.catalog.read().has_users()
-            && broker.catalog.read().broker_addr(me) == Some(broker.addr)
+            && broker.catalog.read().broker_addr(me).as_ref() == Some(&broker.addr)
             && broker.meta.raft.state().leader.is_some()
             && registering
                 .as_ref()

@@ -2,11 +2,11 @@
 //! brokers registered, moves), forwarding them to the metadata leader, and following the
 //! metadata log into the catalog.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::Address;
 use crate::catalog::{
     CONFIGURED_TOPIC_ID, METADATA_TOPIC, MetaCommand, PARTITIONS_MAX, Refused, check_topic_name,
 };
@@ -29,12 +29,12 @@ const PRODUCER_ID_BLOCK: u64 = 1000;
 impl Broker {
     /// Where broker `id` is: this broker's own address, or the one it registered in the
     /// metadata log, or else the configured one.
-    pub(super) fn broker_addr(&self, id: NodeId) -> Option<SocketAddr> {
+    pub(super) fn broker_addr(&self, id: NodeId) -> Option<Address> {
         if id == self.config.id {
-            Some(self.addr)
+            Some(self.addr.clone())
         } else {
             let registered = self.catalog.read().broker_addr(id);
-            registered.or_else(|| self.config.peers.get(&id).copied())
+            registered.or_else(|| self.config.peers.get(&id).cloned())
         }
     }
 
@@ -81,9 +81,9 @@ impl Broker {
         // registration, and a claim nobody verified must not divert traffic meanwhile.
         if let MetaCommand::RegisterBroker { id, addr, .. } = &request.command
             && *id != self.config.id
-            && let Ok(addr) = addr.parse()
-            && self.peers.addr_of(*id) != Some(addr)
-            && self.answers_at(*id, addr).await
+            && let Ok(addr) = addr.parse::<Address>()
+            && self.peers.addr_of(*id).as_ref() != Some(&addr)
+            && self.answers_at(*id, addr.clone()).await
         {
             self.peers.set_addr(*id, addr);
         }
@@ -203,7 +203,7 @@ impl Broker {
 
     /// Whether the broker listening at `addr` is broker `id`: it answers a metadata request
     /// (of this broker's own, local only), within an election timeout, naming itself.
-    async fn answers_at(&self, id: NodeId, addr: SocketAddr) -> bool {
+    async fn answers_at(&self, id: NodeId, addr: Address) -> bool {
         let request = MetadataRequest {
             topic: Some(METADATA_TOPIC.to_string()),
             local_only: true,
@@ -624,12 +624,15 @@ mod tests {
         let cluster = LocalCluster::start(2, dir.path(), |_| {}).await.unwrap();
         let (one, two) = (cluster.addrs()[0], cluster.addrs()[1]);
         let broker = &cluster.node(1).unwrap().broker;
-        assert!(broker.answers_at(2, two).await);
-        assert!(!broker.answers_at(2, one).await, "broker 1 is not broker 2");
+        assert!(broker.answers_at(2, two.into()).await);
+        assert!(
+            !broker.answers_at(2, one.into()).await,
+            "broker 1 is not broker 2"
+        );
         let nobody = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let free = nobody.local_addr().unwrap();
         drop(nobody);
-        assert!(!broker.answers_at(2, free).await);
+        assert!(!broker.answers_at(2, free.into()).await);
         cluster.shutdown().await.unwrap();
     }
 
@@ -666,7 +669,7 @@ mod tests {
         assert!(proposed.is_err(), "nothing commits without a quorum");
         assert_eq!(
             broker.peers.addr_of(2),
-            Some(two),
+            Some(two.into()),
             "broker 2's traffic still goes where the catalog says"
         );
         cluster.shutdown().await.unwrap();

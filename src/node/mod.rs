@@ -9,6 +9,7 @@ use std::time::Duration;
 use parking_lot::RwLock;
 use tokio::sync::watch;
 
+use crate::Address;
 use crate::catalog::{CONFIGURED_TOPIC_ID, Catalog, METADATA_TOPIC};
 use crate::config::LogConfig;
 use crate::env::Env;
@@ -131,8 +132,9 @@ struct Broker {
     config: NodeConfig,
     /// What the broker's logs and peer connections take from the machine (test faults).
     env: Env,
-    /// This broker's address, as peers and clients reach it.
-    addr: SocketAddr,
+    /// This broker's address, as peers and clients reach it (`NodeConfig::advertised`, or the
+    /// address it listens on).
+    addr: Address,
     timing: Timing,
     peers: Arc<PeerSet>,
     /// The founding brokers' ids, sorted: this one's and its peers', or only its peers' when
@@ -160,7 +162,7 @@ struct Broker {
     offsets_topic_creating: AtomicBool,
     /// The Kafka address this broker advertises, once its Kafka listener is bound: registered
     /// in the metadata log, so that every broker's Kafka metadata names it.
-    kafka_addr: std::sync::OnceLock<SocketAddr>,
+    kafka_addr: std::sync::OnceLock<Address>,
     /// The producer ids this broker has left to hand out, from its latest block (see
     /// [`MetaCommand::AllocateProducerIds`](crate::catalog::MetaCommand)).
     producer_ids: tokio::sync::Mutex<std::ops::Range<u64>>,
@@ -179,6 +181,8 @@ struct Broker {
 pub struct Node {
     broker: Arc<Broker>,
     addr: SocketAddr,
+    /// Where the Kafka listener is bound, if one runs.
+    kafka_bound: std::sync::OnceLock<SocketAddr>,
     shutdown: watch::Sender<bool>,
     server: tokio::task::JoinHandle<()>,
     /// The task that follows the metadata log (see `follow_metadata`).
@@ -376,10 +380,11 @@ impl Node {
         }
         let topic_defaults =
             crate::topic_config::broker_defaults(&config.log, &config.topic_defaults);
+        let advertised = config.advertised.clone().unwrap_or_else(|| addr.into());
         let broker = Arc::new(Broker {
             config,
             env,
-            addr,
+            addr: advertised,
             timing,
             peers,
             founders,
@@ -411,13 +416,16 @@ impl Node {
         let client_budgets = crate::transport::ClientBudgets::new(&limits);
         // One connection cap for both doors.
         let admission = crate::transport::Admission::new(limits);
+        let kafka_bound = std::sync::OnceLock::new();
         let kafka = match broker.config.kafka_listen {
             Some(at) => {
                 let listener = tokio::net::TcpListener::bind(at).await?;
                 let local = listener.local_addr()?;
+                let _ = kafka_bound.set(local);
+                let advertised = broker.config.kafka_advertised.clone();
                 let _ = broker
                     .kafka_addr
-                    .set(broker.config.kafka_advertised.unwrap_or(local));
+                    .set(advertised.unwrap_or_else(|| local.into()));
                 let sasl = crate::kafka::sasl_settings(&broker.config);
                 let config = crate::kafka::KafkaConfig {
                     me: broker.config.id,
@@ -454,6 +462,7 @@ impl Node {
         let node = Node {
             broker,
             addr,
+            kafka_bound,
             shutdown,
             server,
             follower,
@@ -478,10 +487,22 @@ impl Node {
         self.addr
     }
 
-    /// The address this broker's Kafka listener gives Kafka's clients (its advertised one, or
-    /// the one it bound), if it has a Kafka listener ([`NodeConfig::kafka_listen`]).
+    /// The address this broker's Kafka listener is bound to, if it has one
+    /// ([`NodeConfig::kafka_listen`]).
     pub fn kafka_addr(&self) -> Option<SocketAddr> {
-        self.broker.kafka_addr.get().copied()
+        self.kafka_bound.get().copied()
+    }
+
+    /// The address this broker's Kafka listener gives Kafka's clients (its advertised one, or
+    /// the one it bound), if it has a Kafka listener.
+    pub fn kafka_advertised(&self) -> Option<Address> {
+        self.broker.kafka_addr.get().cloned()
+    }
+
+    /// The address this broker gives peers and clients ([`NodeConfig::advertised`], or the
+    /// one it listens on).
+    pub fn advertised(&self) -> Address {
+        self.broker.addr.clone()
     }
 
     /// Reads the TLS certificate and key files ([`NodeConfig::tls`]) again: connections made
@@ -653,7 +674,7 @@ impl Node {
 
     /// The cluster's brokers and their addresses, as this broker's copy of the metadata log
     /// has them so far (founding brokers, registered addresses, brokers that joined).
-    pub fn brokers(&self) -> Vec<(NodeId, SocketAddr)> {
+    pub fn brokers(&self) -> Vec<(NodeId, Address)> {
         let all = self.broker.catalog.read().brokers();
         all.into_iter()
             .filter_map(|id| Some((id, self.broker.broker_addr(id)?)))

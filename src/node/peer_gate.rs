@@ -287,7 +287,7 @@ mod tests {
                 name: broker_name(1),
                 login: None,
             };
-            let peer = Peer::new(node.addr(), 1 << 20, stopping.clone(), Some(dial));
+            let peer = Peer::new(node.addr().into(), 1 << 20, stopping.clone(), Some(dial));
             let mut answered = 0;
             for i in 0..1000u64 {
                 // A caller whose handshakes all fail delivers no vote at all: twenty failed

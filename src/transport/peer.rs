@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use super::frame::{Kind, Op, OutFrame, read_frame};
 use super::spawn_writer;
 use super::{ReadHalf, WriteHalf};
+use crate::Address;
 use crate::tls::TlsDialer;
 
 /// How a connection dials TLS: with this dialer, expecting a certificate that names this
@@ -46,8 +47,9 @@ pub(crate) enum CallError {
 /// Outbound connection to one peer address, made on first use and remade after a failure.
 #[derive(Debug)]
 pub(crate) struct Peer {
-    /// Where the peer is; a registration in the metadata log can move it.
-    addr: parking_lot::Mutex<SocketAddr>,
+    /// Where the peer is (a name is resolved at each connection); a registration in the
+    /// metadata log can move it.
+    addr: parking_lot::Mutex<Address>,
     frame_bytes_max: u32,
     shutdown: watch::Receiver<bool>,
     conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
@@ -60,7 +62,7 @@ type Pending = Arc<parking_lot::Mutex<HashMap<u64, oneshot::Sender<Vec<u8>>>>>;
 #[derive(Debug)]
 struct Conn {
     /// The address it connects to: a connection to a peer's old address is not reused.
-    addr: SocketAddr,
+    addr: Address,
     tx: mpsc::Sender<(OutFrame, ())>,
     pending: Pending,
     next_id: AtomicU64,
@@ -69,7 +71,7 @@ struct Conn {
 
 impl Peer {
     pub(crate) fn new(
-        addr: SocketAddr,
+        addr: Address,
         frame_bytes_max: u32,
         shutdown: watch::Receiver<bool>,
         tls: Option<Dial>,
@@ -130,13 +132,18 @@ impl Peer {
     }
 
     /// Sends later requests to `addr`; requests already sent finish on the old connection.
-    pub(crate) fn set_addr(&self, addr: SocketAddr) {
+    pub(crate) fn set_addr(&self, addr: Address) {
         *self.addr.lock() = addr;
+    }
+
+    /// Where this peer's requests go.
+    pub(crate) fn addr(&self) -> Address {
+        self.addr.lock().clone()
     }
 
     async fn connection(&self, timeout: Duration) -> Result<Arc<Conn>, CallError> {
         let mut guard = self.conn.lock().await;
-        let addr = *self.addr.lock();
+        let addr = self.addr();
         if let Some(conn) = guard
             .as_ref()
             .filter(|c| c.alive.load(Ordering::Acquire) && c.addr == addr)
@@ -144,7 +151,7 @@ impl Peer {
             return Ok(Arc::clone(conn));
         }
         *guard = None;
-        let (mut rd, wr) = match tokio::time::timeout(timeout, self.dial(addr)).await {
+        let (mut rd, wr) = match tokio::time::timeout(timeout, self.dial(&addr)).await {
             Ok(Ok(halves)) => halves,
             Ok(Err(e)) => return Err(e),
             Err(_) => return Err(CallError::Unreachable("connect timed out".into())),
@@ -195,13 +202,28 @@ impl Peer {
 }
 
 impl Peer {
-    /// Connects to `addr`, through a TLS handshake if the peer serves TLS, and logs in where
-    /// the dial says to.
-    async fn dial(&self, addr: SocketAddr) -> Result<(ReadHalf, WriteHalf), CallError> {
-        let (mut rd, mut wr) = self
-            .connect(addr)
+    /// Connects to `addr` (a name resolved now, each of its addresses tried in turn), through
+    /// a TLS handshake if the peer serves TLS, and logs in where the dial says to.
+    async fn dial(&self, addr: &Address) -> Result<(ReadHalf, WriteHalf), CallError> {
+        let resolved = addr
+            .resolve()
             .await
-            .map_err(|e| CallError::Unreachable(e.to_string()))?;
+            .map_err(|e| CallError::Unreachable(format!("{addr}: {e}")))?;
+        let mut failed = None;
+        let mut connected = None;
+        for ip in resolved {
+            match self.connect(ip).await {
+                Ok(halves) => {
+                    connected = Some(halves);
+                    break;
+                }
+                Err(e) => failed = Some(e),
+            }
+        }
+        let (mut rd, mut wr) = connected.ok_or_else(|| {
+            let why = failed.map_or_else(|| "no address".to_string(), |e| e.to_string());
+            CallError::Unreachable(why)
+        })?;
         if let Some(login) = self.tls.as_ref().and_then(|t| t.login.as_ref()) {
             super::login::log_in((&mut rd, &mut wr), login).await?;
         }
@@ -259,7 +281,7 @@ impl PeerSet {
     /// Connections (made lazily) to every broker in `peers` but `self_id`: a node never
     /// connects to itself.
     pub(crate) fn new(
-        peers: &std::collections::BTreeMap<u64, SocketAddr>,
+        peers: &std::collections::BTreeMap<u64, Address>,
         self_id: u64,
         frame_bytes_max: u32,
         shutdown: &watch::Receiver<bool>,
@@ -275,21 +297,21 @@ impl PeerSet {
             faults: None,
         };
         for (id, addr) in peers {
-            set.set_addr(*id, *addr);
+            set.set_addr(*id, addr.clone());
         }
         set
     }
 
     /// Sends later requests for broker `id` to `addr`: a broker that came back elsewhere, or
     /// one that joined (its connections are made here). Never this broker itself.
-    pub(crate) fn set_addr(&self, id: u64, addr: SocketAddr) {
+    pub(crate) fn set_addr(&self, id: u64, addr: Address) {
         if id == self.self_id {
             return;
         }
-        let make = || Arc::new(self.peer(id, addr));
+        let make = || Arc::new(self.peer(id, addr.clone()));
         match self.peers.write().entry(id) {
             std::collections::hash_map::Entry::Occupied(c) => {
-                c.get().bulk.set_addr(addr);
+                c.get().bulk.set_addr(addr.clone());
                 c.get().control.set_addr(addr);
             }
             std::collections::hash_map::Entry::Vacant(v) => {
@@ -386,7 +408,7 @@ impl PeerSet {
 
     /// A connection to broker `id` at `addr` (over TLS, checking its certificate names
     /// `broker-<id>`, if the brokers serve TLS).
-    fn peer(&self, id: u64, addr: SocketAddr) -> Peer {
+    fn peer(&self, id: u64, addr: Address) -> Peer {
         let tls = self.tls.as_ref().map(|dialer| Dial {
             dialer: dialer.clone(),
             name: crate::tls::broker_name(id),
@@ -400,7 +422,7 @@ impl PeerSet {
     pub(crate) async fn probe(
         &self,
         id: u64,
-        addr: SocketAddr,
+        addr: Address,
         op: Op,
         body: Vec<u8>,
         timeout: Duration,
@@ -409,9 +431,9 @@ impl PeerSet {
     }
 
     /// Where broker `id`'s traffic goes now, if it is known.
-    pub(crate) fn addr_of(&self, id: u64) -> Option<SocketAddr> {
+    pub(crate) fn addr_of(&self, id: u64) -> Option<Address> {
         let peers = self.peers.read();
-        Some(*peers.get(&id)?.bulk.addr.lock())
+        Some(peers.get(&id)?.bulk.addr())
     }
 
     /// The connection to broker `id`, for bulk or control traffic.

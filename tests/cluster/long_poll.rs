@@ -108,7 +108,7 @@ async fn a_fetch_waits_until_min_bytes_are_committed() {
         .unwrap()
         .addr();
     let mut from_follower = waiting(Duration::from_secs(10), 1);
-    from_follower.replica = Some(follower);
+    from_follower.replica = Some(follower.into());
     let fetched = client
         .fetch_with(TOPIC, 0, Offset(1), &from_follower)
         .await

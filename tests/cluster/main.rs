@@ -217,7 +217,7 @@ async fn wait_for_fetch(client: &replog::Client, addr: SocketAddr) -> Vec<replog
         &format!("data on {addr}"),
         async || {
             let batches = client
-                .fetch(TOPIC, 0, Offset(0), 1 << 20, Some(addr))
+                .fetch(TOPIC, 0, Offset(0), 1 << 20, Some(addr.into()))
                 .await
                 .unwrap();
             (!batches.is_empty()).then_some(batches)
@@ -247,6 +247,11 @@ fn spawn_broker_with(
     }
     args.extend(more);
     Broker::spawn(id, addrs, dir, &args)
+}
+
+/// [`spawn_broker_with`], every broker named `localhost:PORT` (`--listen`, `--peer`).
+fn spawn_named_broker(id: u64, addrs: &[SocketAddr], dir: &Path, more: &[&str]) -> Broker {
+    Broker::spawn_named(id, addrs, dir, more, Some("localhost"))
 }
 
 /// Brokers without configured topics: `config` with none.
@@ -295,7 +300,7 @@ async fn wait_for_broker_everywhere(nodes: &[Option<Node>], id: u64, addr: Socke
             nodes
                 .iter()
                 .flatten()
-                .all(|n| n.brokers().contains(&(id, addr)))
+                .all(|n| n.brokers().contains(&(id, addr.into())))
                 .then_some(())
         },
     )
@@ -304,7 +309,11 @@ async fn wait_for_broker_everywhere(nodes: &[Option<Node>], id: u64, addr: Socke
 
 /// Waits until a client bootstrapped at `via` names broker `id` at `addr`, and returns every
 /// broker it names then.
-async fn wait_for_broker(via: SocketAddr, id: u64, addr: SocketAddr) -> Vec<(u64, SocketAddr)> {
+async fn wait_for_broker(
+    via: SocketAddr,
+    id: u64,
+    addr: SocketAddr,
+) -> Vec<(u64, replog::Address)> {
     use replog::{Client, ClientConfig};
     let client = Client::connect(&[via], ClientConfig::default())
         .await
@@ -314,7 +323,7 @@ async fn wait_for_broker(via: SocketAddr, id: u64, addr: SocketAddr) -> Vec<(u64
         &format!("{via} to name broker {id} at {addr}"),
         async || {
             let brokers = client.brokers().await.unwrap();
-            if brokers.contains(&(id, addr)) {
+            if brokers.contains(&(id, addr.into())) {
                 Ok(brokers)
             } else {
                 Err(format!("{via} still names {brokers:?}"))

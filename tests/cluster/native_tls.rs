@@ -72,6 +72,7 @@ async fn fetched_values(
     partition: u32,
     replica: Option<std::net::SocketAddr>,
 ) -> Option<Vec<Vec<u8>>> {
+    let replica = replica.map(replog::Address::from);
     let batches = client
         .fetch(topic, partition, Offset(0), 1 << 20, replica)
         .await
@@ -532,7 +533,8 @@ async fn a_producer_and_a_consumer_log_in_as_a_user_with_only_the_acls_they_need
     for addr in &addrs {
         let what = format!("bob's grants on {addr}");
         wait_until(Duration::from_secs(10), &what, async || {
-            bob.fetch(TOPIC, 0, Offset(0), 1 << 10, Some(*addr)).await
+            bob.fetch(TOPIC, 0, Offset(0), 1 << 10, Some(addr.into()))
+                .await
         })
         .await;
     }

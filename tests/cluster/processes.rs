@@ -69,7 +69,7 @@ async fn three_broker_processes_survive_sigkill_of_the_leader() {
         let what = format!("{addr} to hold {acked:?}");
         wait_until(Duration::from_secs(20), &what, async || {
             let got: Vec<String> = match client
-                .fetch(TOPIC, 0, Offset(0), 1 << 20, Some(*addr))
+                .fetch(TOPIC, 0, Offset(0), 1 << 20, Some(addr.into()))
                 .await
             {
                 Ok(batches) => batches
@@ -89,17 +89,19 @@ async fn three_broker_processes_survive_sigkill_of_the_leader() {
     }
 }
 
-/// The seed tutorial through the CLI against three `replog node` processes: describe, produce
-/// through a follower, consume from every broker's own replica, and one-line errors.
+/// The seed tutorial through the CLI against three `replog node` processes named
+/// `localhost:PORT`: describe, produce through a follower, consume from every broker's own
+/// replica, a broker joining and leaving, and one-line errors.
 #[test]
 fn the_tutorial_runs_through_the_cli_against_three_broker_processes() {
     let dir = tempfile::tempdir().unwrap();
     let addrs = process_addrs(4);
     let (addrs, fourth) = (addrs[..3].to_vec(), addrs[3]);
     let _brokers: Vec<Broker> = (1..=3)
-        .map(|id| spawn_broker(id, &addrs, dir.path(), false))
+        .map(|id| spawn_named_broker(id, &addrs, dir.path(), &[]))
         .collect();
-    let server = |i: usize| addrs[i].to_string();
+    // Brokers and clients by host name (`localhost:PORT`), as operators name them.
+    let server = |i: usize| format!("localhost:{}", addrs[i].port());
 
     // Create the topic through broker 2, retrying while the processes start.
     let create = [
@@ -172,8 +174,7 @@ fn the_tutorial_runs_through_the_cli_against_three_broker_processes() {
     );
     assert!(ok, "produce failed: {err}");
     assert!(
-        out.contains(&format!("{TOPIC}/0@0"))
-            && out.contains(&addrs[leader as usize - 1].to_string()),
+        out.contains(&format!("{TOPIC}/0@0")) && out.contains(&server(leader as usize - 1)),
         "landed at offset 0 through the leader: {out}"
     );
 
@@ -208,8 +209,8 @@ fn the_tutorial_runs_through_the_cli_against_three_broker_processes() {
     // A fourth broker joins; a topic created afterwards is spread over all four.
     let mut with_joiner = addrs.clone();
     with_joiner.push(fourth);
-    let _joiner = spawn_broker_with(4, &with_joiner, dir.path(), false, &["--join"]);
-    let joiner = with_joiner[3].to_string();
+    let _joiner = spawn_named_broker(4, &with_joiner, dir.path(), &["--join"]);
+    let joiner = format!("localhost:{}", with_joiner[3].port());
     // Wait for the join: broker 1, which the create below goes to and which spreads the topic
     // by its own catalog, names broker 4 among the cluster's brokers.
     let runtime = tokio::runtime::Builder::new_current_thread()

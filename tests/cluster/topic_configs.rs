@@ -458,7 +458,7 @@ async fn deleted_records_are_gone_from_every_replica() {
                 0,
                 Offset(149),
                 1 << 20,
-                Some(addrs[id as usize - 1]),
+                Some(addrs[id as usize - 1].into()),
             )
             .await;
         assert!(
@@ -471,7 +471,7 @@ async fn deleted_records_are_gone_from_every_replica() {
                 0,
                 Offset(150),
                 1 << 20,
-                Some(addrs[id as usize - 1]),
+                Some(addrs[id as usize - 1].into()),
             )
             .await
             .unwrap();
@@ -576,8 +576,10 @@ async fn records_are_deleted_through_the_native_door_and_the_cli() {
             },
         )
         .await;
-        let replica = Some(addrs[id as usize - 1]);
-        let below = client.fetch(CUT, 0, Offset(19), 1 << 20, replica).await;
+        let replica = Some(addrs[id as usize - 1].into());
+        let below = client
+            .fetch(CUT, 0, Offset(19), 1 << 20, replica.clone())
+            .await;
         assert!(
             matches!(below, Err(Error::OffsetOutOfRange { start, .. }) if start == Offset(20)),
             "{below:?}"

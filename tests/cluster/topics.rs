@@ -283,10 +283,13 @@ async fn a_client_with_a_stale_leader_follows_the_newer_hint() {
 
     let d = stale.send(TOPIC, 0, &[Record::new("two")]).await.unwrap();
     assert_eq!(d.base_offset, Offset(1));
-    let route: Vec<SocketAddr> = d.route.iter().map(|s| s.addr).collect();
+    let route: Vec<replog::Address> = d.route.iter().map(|s| s.addr.clone()).collect();
     assert_eq!(
         route,
-        vec![addrs[old as usize - 1], addrs[new as usize - 1]],
+        vec![
+            replog::Address::from(addrs[old as usize - 1]),
+            addrs[new as usize - 1].into()
+        ],
         "{:?}",
         d.route
     );
@@ -395,6 +398,79 @@ async fn a_broker_back_on_another_address_is_found_through_the_metadata_log() {
         assert_eq!(brokers.len(), 3, "{brokers:?}");
     }
     shutdown_all(nodes).await;
+}
+
+/// Brokers named by host names (`--listen`, `--peer` and the client's bootstrap list as
+/// names): a broker that comes back under the same name at another IP (127.0.0.2, as a
+/// restarted pod would) is found again by the others and by clients, through their next
+/// connection's lookup; nothing in the metadata log changes, since the name does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_back_at_another_ip_under_its_name_is_found_again() {
+    use replog::{Address, Client, ClientConfig, NetFaults};
+    let dir = tempfile::tempdir().unwrap();
+    let addrs = free_addrs(3);
+    let host = |id: u64| format!("broker-{id}.names.replog.test");
+    let named = |id: u64| Address::new(&host(id), addrs[id as usize - 1].port()).unwrap();
+    for id in 1..=3 {
+        NetFaults::set_host(&host(id), Some([127, 0, 0, 1].into()));
+    }
+    let config = |id: u64| {
+        let mut c = single_partition(id, &addrs, dir.path());
+        c.advertised = Some(named(id));
+        c.peers = (1..=3)
+            .filter(|p| *p != id)
+            .map(|p| (p, named(p)))
+            .collect();
+        c
+    };
+    let mut nodes = start_all(config).await;
+    let client = Client::connect(&[named(1), named(2), named(3)], ClientConfig::default())
+        .await
+        .unwrap();
+    client
+        .send(TOPIC, 0, &[Record::new("before")])
+        .await
+        .unwrap();
+    // Every broker and the client name the brokers by their names.
+    for n in nodes.iter().flatten() {
+        let brokers: Vec<String> = n.brokers().iter().map(|(_, a)| a.to_string()).collect();
+        assert_eq!(
+            brokers,
+            (1..=3).map(|id| named(id).to_string()).collect::<Vec<_>>()
+        );
+    }
+    assert_eq!(client.broker_addr(3), Some(named(3)));
+
+    // Broker 3 comes back at 127.0.0.2 under its name, while the others write on.
+    nodes[2].take().unwrap().shutdown().await.unwrap();
+    client
+        .send(TOPIC, 0, &[Record::new("while down")])
+        .await
+        .unwrap();
+    NetFaults::set_host(&host(3), Some([127, 0, 0, 2].into()));
+    let mut moved = config(3);
+    moved.listen = std::net::SocketAddr::from(([127, 0, 0, 2], addrs[2].port()));
+    nodes[2] = Some(start_node(moved).await.unwrap());
+    client
+        .send(TOPIC, 0, &[Record::new("after")])
+        .await
+        .unwrap();
+    assert_every_replica_holds(&nodes, &["before", "while down", "after"]).await;
+    // A client reaches it there by name: it reads broker 3's own replica.
+    let third = Client::connect(&[named(3)], ClientConfig::default())
+        .await
+        .unwrap();
+    let read = third
+        .fetch(TOPIC, 0, Offset(0), 1 << 20, Some(named(3)))
+        .await
+        .unwrap();
+    assert_eq!(read.iter().map(|b| b.records().count()).sum::<usize>(), 3);
+    assert_eq!(node_ref(&nodes, 3).advertised(), named(3));
+    drop((client, third));
+    shutdown_all(nodes).await;
+    for id in 1..=3 {
+        NetFaults::set_host(&host(id), None);
+    }
 }
 
 /// A broker that joins a running cluster registers through the founding brokers; the

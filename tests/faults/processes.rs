@@ -14,7 +14,7 @@ async fn read_replica(
     // Bounded: each pass moves `next` forward or ends.
     loop {
         let batches = client
-            .fetch(TOPIC, partition, next, 1 << 20, Some(addr))
+            .fetch(TOPIC, partition, next, 1 << 20, Some(addr.into()))
             .await?;
         if batches.is_empty() {
             return Ok(out);

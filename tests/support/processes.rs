@@ -26,12 +26,28 @@ impl Broker {
     /// at `addrs[i - 1]`), with a 500 ms election timeout, its data under `dir/proc-{id}`, and
     /// `more` arguments (topics, other listeners, `--join`).
     pub fn spawn(id: u64, addrs: &[SocketAddr], dir: &Path, more: &[&str]) -> Broker {
+        Broker::spawn_named(id, addrs, dir, more, None)
+    }
+
+    /// [`spawn`](Self::spawn) with every broker named `host` in `--listen` and `--peer`
+    /// (`host:PORT`, the ports of `addrs`), when `host` is given.
+    pub fn spawn_named(
+        id: u64,
+        addrs: &[SocketAddr],
+        dir: &Path,
+        more: &[&str],
+        host: Option<&str>,
+    ) -> Broker {
+        let name = |a: &SocketAddr| match host {
+            Some(host) => format!("{host}:{}", a.port()),
+            None => a.to_string(),
+        };
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_replog"));
         cmd.args(["node", "--id", &id.to_string()])
-            .args(["--listen", &addrs[id as usize - 1].to_string()]);
+            .args(["--listen", &name(&addrs[id as usize - 1])]);
         for (i, a) in (1u64..).zip(addrs) {
             if i != id {
-                cmd.args(["--peer", &format!("{i}@{a}")]);
+                cmd.args(["--peer", &format!("{i}@{}", name(a))]);
             }
         }
         cmd.args(["--election-timeout-ms", "500"])

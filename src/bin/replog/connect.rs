@@ -2,9 +2,7 @@
 //! `produce` and `consume` share), resolving a bootstrap list, and connecting a `Client`
 //! (over TLS with `--tls-ca`).
 
-use std::net::SocketAddr;
-
-use replog::{Client, ClientConfig};
+use replog::{Address, Client, ClientConfig};
 
 use crate::error::CliError;
 
@@ -24,20 +22,17 @@ pub(crate) struct Target {
     pub(crate) partition: Option<u32>,
 }
 
-/// Resolves `host:port,host:port` to every address of every host.
-pub(crate) async fn bootstrap(list: &str) -> Result<Vec<SocketAddr>, CliError> {
+/// Parses `host:port,host:port`, checking that each name resolves now (a name is resolved
+/// again at each connection the client makes).
+pub(crate) async fn bootstrap(list: &str) -> Result<Vec<Address>, CliError> {
     let mut out = Vec::new();
     for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let addrs = tokio::net::lookup_host(part)
-            .await
-            .map_err(|source| CliError::Resolve {
-                server: part.to_string(),
-                source,
-            })?;
-        // IPv4 first: brokers usually listen on 127.0.0.1, and localhost may resolve to ::1.
-        let mut addrs: Vec<SocketAddr> = addrs.collect();
-        addrs.sort_by_key(|a| a.is_ipv6());
-        out.extend(addrs);
+        let addr: Address = part.parse().map_err(CliError::Broker)?;
+        addr.resolve().await.map_err(|source| CliError::Resolve {
+            server: part.to_string(),
+            source,
+        })?;
+        out.push(addr);
     }
     if out.is_empty() {
         return Err(CliError::Usage("no bootstrap server given"));
@@ -55,7 +50,7 @@ pub(crate) static COMMAND_CONFIG: std::sync::OnceLock<std::path::PathBuf> =
 
 /// A client bootstrapped from `addrs` (over TLS, trusting `--tls-ca`, if given), set up as
 /// `--command-config` says.
-pub(crate) async fn client(addrs: &[SocketAddr]) -> Result<Client, CliError> {
+pub(crate) async fn client(addrs: &[Address]) -> Result<Client, CliError> {
     let mut config = ClientConfig::default();
     if let Some(path) = COMMAND_CONFIG.get() {
         let text = std::fs::read_to_string(path).map_err(|source| CliError::Io {

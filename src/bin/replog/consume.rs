@@ -91,7 +91,7 @@ pub(crate) async fn run(args: ConsumeArgs) -> Result<(), CliError> {
     let addrs = bootstrap(&bootstrap_server).await?;
     let client = Arc::new(client(&addrs).await?);
     let mut config = ConsumerConfig::default();
-    config.replica = from_replica.then(|| addrs[0]);
+    config.replica = from_replica.then(|| addrs[0].clone());
     let start = match (offset, from_beginning) {
         (Some(o), _) => StartAt::Offset(Offset(o)),
         (None, true) => StartAt::Beginning,

@@ -261,7 +261,7 @@ async fn print_replica(client: &Client, addr: SocketAddr, want: usize) -> Result
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let batches = client
-            .fetch(TOPIC, 0, Offset(0), 1 << 20, Some(addr))
+            .fetch(TOPIC, 0, Offset(0), 1 << 20, Some(addr.into()))
             .await?;
         let values: Vec<String> = batches
             .iter()

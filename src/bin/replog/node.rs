@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::ValueEnum;
-use replog::{Durability, Node, NodeConfig};
+use replog::{Address, Durability, Node, NodeConfig};
 
 use crate::error::CliError;
 
@@ -25,12 +25,20 @@ pub(crate) struct NodeArgs {
     /// This broker's id.
     #[arg(long)]
     id: u64,
-    /// Address to listen on, e.g. 127.0.0.1:9092.
+    /// Address to listen on, HOST:PORT, e.g. 127.0.0.1:9092 or broker-1.example:9092. A host
+    /// name is resolved to listen, and is what this broker gives the others and clients
+    /// (unless --advertised says otherwise): they resolve it at each connection, so the broker
+    /// may come back at another IP under the same name.
     #[arg(long)]
-    listen: SocketAddr,
-    /// Another broker, as ID@HOST:PORT; repeat for each.
+    listen: Address,
+    /// Where other brokers and clients reach this broker, HOST:PORT (default: --listen), e.g.
+    /// when it listens on 0.0.0.0.
+    #[arg(long)]
+    advertised: Option<Address>,
+    /// Another broker, as ID@HOST:PORT (a host name is resolved at each connection); repeat
+    /// for each.
     #[arg(long = "peer", value_parser = parse_peer)]
-    peers: Vec<(u64, SocketAddr)>,
+    peers: Vec<(u64, Address)>,
     /// Data directory.
     #[arg(long)]
     data: PathBuf,
@@ -53,21 +61,23 @@ pub(crate) struct NodeArgs {
     /// (`GET /metrics`).
     #[arg(long)]
     metrics_listen: Option<SocketAddr>,
-    /// Serve Kafka's clients (kcat, librdkafka, kafka-python) on this address too.
+    /// Serve Kafka's clients (kcat, librdkafka, kafka-python) on this address too, HOST:PORT
+    /// (a host name is what Kafka's clients are given, unless --kafka-advertised says
+    /// otherwise).
     #[arg(long)]
-    kafka_listen: Option<SocketAddr>,
+    kafka_listen: Option<Address>,
     /// The rack (or zone) this broker runs in: each partition's replicas are spread over as
     /// many racks as there are (Kafka's broker.rack).
     #[arg(long)]
     rack: Option<String>,
     /// The Kafka address clients are given for this broker (default: --kafka-listen).
     #[arg(long, requires = "kafka_listen")]
-    kafka_advertised: Option<SocketAddr>,
+    kafka_advertised: Option<Address>,
     /// Another broker's advertised Kafka address, ID@HOST:PORT (repeat per broker). Optional:
     /// each broker registers its own in the metadata log, which wins; this fills in for a
     /// broker that has not.
     #[arg(long = "kafka-peer", value_parser = parse_peer, requires = "kafka_listen")]
-    kafka_peers: Vec<(u64, SocketAddr)>,
+    kafka_peers: Vec<(u64, Address)>,
     /// What the Kafka listener asks of its clients: nothing (PLAINTEXT), TLS (SSL), SASL
     /// authentication first (SASL_PLAINTEXT), or both (SASL_SSL). Default: SSL with
     /// --tls-cert, PLAINTEXT without.
@@ -273,13 +283,33 @@ impl From<DurabilityArg> for Durability {
 }
 
 /// Parses `--peer ID@HOST:PORT`.
-fn parse_peer(s: &str) -> Result<(u64, SocketAddr), String> {
+fn parse_peer(s: &str) -> Result<(u64, Address), String> {
     let (id, addr) = s.split_once('@').ok_or("expected ID@HOST:PORT")?;
     let id = id.parse().map_err(|_| format!("bad broker id {id:?}"))?;
-    let addr = addr
-        .parse()
-        .map_err(|_| format!("bad address {addr:?} (use IP:PORT)"))?;
+    let addr = addr.parse().map_err(|e: replog::Error| e.to_string())?;
     Ok((id, addr))
+}
+
+/// Where to bind `addr`: its IP address, or the first address its name resolves to (IPv4
+/// first); and the address to advertise for it when none is given: a name itself, an IP
+/// address none (the bound address is advertised).
+fn bind_address(addr: &Address) -> Result<(SocketAddr, Option<Address>), CliError> {
+    if let Some(ip) = addr.ip() {
+        return Ok((ip, None));
+    }
+    let resolve = |addr: &Address| {
+        use std::net::ToSocketAddrs;
+        let mut all: Vec<SocketAddr> = (addr.host(), addr.port()).to_socket_addrs()?.collect();
+        all.sort_by_key(SocketAddr::is_ipv6);
+        all.into_iter()
+            .next()
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no address"))
+    };
+    let ip = resolve(addr).map_err(|source| CliError::Resolve {
+        server: addr.to_string(),
+        source,
+    })?;
+    Ok((ip, Some(addr.clone())))
 }
 
 /// Parses `--topic NAME:PARTITIONS` (`NAME` alone means one partition).
@@ -297,12 +327,10 @@ fn parse_topic(s: &str) -> Result<(String, u32), String> {
 impl NodeArgs {
     /// The broker's configuration.
     fn config(self) -> Result<NodeConfig, CliError> {
-        let mut config = NodeConfig::new(
-            self.id,
-            self.listen,
-            self.peers.into_iter().collect(),
-            self.data,
-        );
+        let (listen, named) = bind_address(&self.listen)?;
+        let mut config = NodeConfig::new(self.id, listen, Default::default(), self.data);
+        config.peers = self.peers.into_iter().collect();
+        config.advertised = self.advertised.or(named);
         config.topics = self.topics;
         config.topic_defaults = crate::configs::parse_pairs(&self.default_topic_configs)?;
         config.auto_create_topics = !self.no_auto_create_topics;
@@ -313,8 +341,11 @@ impl NodeArgs {
         config.heartbeat_interval = (config.election_timeout / 4).max(Duration::from_millis(20));
         self.tuning.apply(&mut config);
         config.durability = self.durability.into();
-        config.kafka_listen = self.kafka_listen;
-        config.kafka_advertised = self.kafka_advertised;
+        let kafka = self.kafka_listen.as_ref().map(bind_address).transpose()?;
+        config.kafka_listen = kafka.as_ref().map(|(at, _)| *at);
+        config.kafka_advertised = self
+            .kafka_advertised
+            .or_else(|| kafka.and_then(|(_, named)| named));
         config.rack = self.rack;
         config.kafka_peers = self.kafka_peers.into_iter().collect();
         if let (Some(cert), Some(key)) = (self.tls_cert, self.tls_key) {

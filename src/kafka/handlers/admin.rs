@@ -306,7 +306,7 @@ pub(crate) fn describe_cluster(
         .map(|(id, addr)| {
             let mut b = DescribeClusterBroker::default();
             b.broker_id = broker_id(*id);
-            b.host = StrBytes::from_string(addr.ip().to_string());
+            b.host = StrBytes::from_string(addr.host().to_string());
             b.port = i32::from(addr.port());
             b.rack = service.rack(*id).map(StrBytes::from_string);
             b

@@ -77,7 +77,7 @@ pub(crate) async fn find_coordinator(
         Ok(c) => match service.kafka_brokers().get(&c.node) {
             Some(addr) => {
                 r.node_id = crate::kafka::broker_id(c.node);
-                r.host = s(&addr.ip().to_string());
+                r.host = s(addr.host());
                 r.port = i32::from(addr.port());
             }
             None => r.error_code = COORDINATOR_NOT_AVAILABLE,

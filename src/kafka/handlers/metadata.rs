@@ -86,7 +86,7 @@ pub(crate) async fn metadata(
         .map(|(id, addr)| {
             let mut b = MetadataResponseBroker::default();
             b.node_id = broker_id(*id);
-            b.host = StrBytes::from_string(addr.ip().to_string());
+            b.host = StrBytes::from_string(addr.host().to_string());
             b.port = i32::from(addr.port());
             b.rack = service.rack(*id).map(StrBytes::from_string);
             b

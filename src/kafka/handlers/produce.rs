@@ -7,7 +7,6 @@
 //! other.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 
 use kafka_protocol::messages::produce_request::PartitionProduceData;
 use kafka_protocol::messages::produce_response::{
@@ -74,7 +73,7 @@ pub(crate) async fn produce(
 }
 
 /// A partition's answer, and its leader's Kafka address when the refusal names one.
-type Written = (PartitionProduceResponse, Option<(NodeId, SocketAddr)>);
+type Written = (PartitionProduceResponse, Option<(NodeId, crate::Address)>);
 
 /// Writes one partition's batch; `turn` is its place among the connection's batches.
 async fn write(
@@ -153,7 +152,7 @@ async fn leader_hint(
     e: &Error,
     service: &BrokerService,
     pr: &mut PartitionProduceResponse,
-) -> Option<(NodeId, SocketAddr)> {
+) -> Option<(NodeId, crate::Address)> {
     let (node, term, addr) = current_leader(e, service).await?;
     let mut l = LeaderIdAndEpoch::default();
     l.leader_id = broker_id(node);
@@ -162,10 +161,10 @@ async fn leader_hint(
     Some((node, addr))
 }
 
-fn endpoint((id, addr): (NodeId, SocketAddr)) -> NodeEndpoint {
+fn endpoint((id, addr): (NodeId, crate::Address)) -> NodeEndpoint {
     let mut n = NodeEndpoint::default();
     n.node_id = broker_id(id);
-    n.host = StrBytes::from_string(addr.ip().to_string());
+    n.host = StrBytes::from_string(addr.host().to_string());
     n.port = i32::from(addr.port());
     n
 }

@@ -166,19 +166,19 @@ impl BrokerService {
     /// and this broker's own.
     pub(crate) fn kafka_brokers(
         &self,
-    ) -> std::collections::BTreeMap<crate::types::NodeId, SocketAddr> {
+    ) -> std::collections::BTreeMap<crate::types::NodeId, crate::Address> {
         let catalog = self.broker.catalog.read();
         let mut out = std::collections::BTreeMap::new();
         for id in catalog.brokers() {
             if let Some(addr) = catalog
                 .kafka_addr(id)
-                .or_else(|| self.broker.config.kafka_peers.get(&id).copied())
+                .or_else(|| self.broker.config.kafka_peers.get(&id).cloned())
             {
                 out.insert(id, addr);
             }
         }
         if let Some(me) = self.broker.kafka_addr.get() {
-            out.insert(self.broker.config.id, *me);
+            out.insert(self.broker.config.id, me.clone());
         }
         out
     }

@@ -121,12 +121,12 @@ async fn deleted_groups_and_offsets_stay_deleted_after_failover_and_restart() {
 
     // The coordinator's broker goes: the next coordinator reads the deletions back.
     let coordinator = client.group_coordinator("gone").await.unwrap();
-    let id = broker_at(&cluster, coordinator);
+    let id = broker_at(&cluster, &coordinator);
     cluster.stop(id).await.unwrap();
     let survivors: Vec<SocketAddr> = cluster
         .addrs()
         .into_iter()
-        .filter(|a| *a != coordinator)
+        .filter(|a| coordinator != *a)
         .collect();
     let client = Client::connect(&survivors, ClientConfig::default())
         .await

@@ -93,10 +93,10 @@ async fn poll_until_owned(consumer: Consumer, what: &str, done: fn(&Consumer) ->
         .into_inner()
 }
 
-fn broker_at(cluster: &replog::LocalCluster, addr: SocketAddr) -> replog::NodeId {
+fn broker_at(cluster: &replog::LocalCluster, addr: &replog::Address) -> replog::NodeId {
     cluster
         .nodes()
-        .find(|n| n.addr() == addr)
+        .find(|n| *addr == n.addr())
         .map(|n| n.id())
         .expect("a broker at the coordinator's address")
 }

@@ -106,12 +106,12 @@ async fn committed_offsets_are_fenced_survive_the_coordinators_failover_and_resu
 
     // Stop the coordinator's broker: the offsets are read back by the next coordinator.
     let coordinator = client.group_coordinator(group).await.unwrap();
-    let id = broker_at(&cluster, coordinator);
+    let id = broker_at(&cluster, &coordinator);
     cluster.stop(id).await.unwrap();
     let survivors: Vec<SocketAddr> = cluster
         .addrs()
         .into_iter()
-        .filter(|a| *a != coordinator)
+        .filter(|a| coordinator != *a)
         .collect();
     let client = Arc::new(
         Client::connect(&survivors, ClientConfig::default())
@@ -492,12 +492,12 @@ async fn the_offsets_topic_is_compacted_on_every_replica_and_reads_back_the_same
     assert_eq!(client.committed_offsets(doomed).await.unwrap(), doomed_want);
     // The next coordinator loads the compacted partition.
     let coordinator = client.group_coordinator(group).await.unwrap();
-    let id = broker_at(&cluster, coordinator);
+    let id = broker_at(&cluster, &coordinator);
     cluster.stop(id).await.unwrap();
     let survivors: Vec<SocketAddr> = cluster
         .addrs()
         .into_iter()
-        .filter(|a| *a != coordinator)
+        .filter(|a| coordinator != *a)
         .collect();
     let client = Client::connect(&survivors, ClientConfig::default())
         .await
