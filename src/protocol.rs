@@ -481,6 +481,9 @@ pub(crate) struct PartitionMetadata {
     pub(crate) replicas: Vec<NodeId>,
     /// Replicas caught up with the leader (known only when the answering broker leads).
     pub(crate) isr: Vec<NodeId>,
+    /// How many entries each follower is behind the leader's log (known only when the
+    /// answering broker leads; empty otherwise).
+    pub(crate) lag: Vec<(NodeId, u64)>,
     pub(crate) log_start: u64,
     pub(crate) high_watermark: u64,
 }

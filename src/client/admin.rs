@@ -53,6 +53,12 @@ pub struct BrokerDescription {
     pub preferred: u32,
     /// The partitions it leads now.
     pub leaders: u32,
+    /// How many log entries its replicas are behind their leaders, summed over them (0 once
+    /// it has caught up everywhere; a broker that was down, or just given replicas, has lag).
+    pub lag: u64,
+    /// Its replicas outside their partition's in-sync set (behind, unheard from, or of a
+    /// partition with no leader).
+    pub out_of_sync: u32,
 }
 
 /// Where a broker is in its life in the cluster.
@@ -73,14 +79,16 @@ impl std::fmt::Display for BrokerDescription {
         };
         write!(
             f,
-            "Broker: {}\tAddress: {}\tKafka: {}\tRack: {}\tState: {state}\tReplicas: {}\tPreferred: {}\tLeaders: {}",
+            "Broker: {}\tAddress: {}\tKafka: {}\tRack: {}\tState: {state}\tReplicas: {}\tPreferred: {}\tLeaders: {}\tLag: {}\tOut of sync: {}",
             self.id,
             self.addr.as_deref().unwrap_or("-"),
             self.kafka_addr.as_deref().unwrap_or("-"),
             self.rack.as_deref().unwrap_or("-"),
             self.replicas,
             self.preferred,
-            self.leaders
+            self.leaders,
+            self.lag,
+            self.out_of_sync
         )
     }
 }

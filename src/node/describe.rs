@@ -70,6 +70,13 @@ impl Broker {
         let bytes_max =
             (self.config.payload_bytes_max() as u64).saturating_mul(ISR_LAG_REQUESTS_MAX);
         let log = group.store.log();
+        let lag = state
+            .members
+            .iter()
+            .flatten()
+            .filter(|(id, _)| **id != self.config.id)
+            .map(|(id, m)| (*id, entries_behind(last, m.matched)))
+            .collect();
         let isr = state
             .members
             .map(|members| {
@@ -97,6 +104,7 @@ impl Broker {
             term: state.term,
             replicas,
             isr,
+            lag,
             log_start: group.log_start().get(),
             high_watermark: group.sm.high_watermark(),
         }
@@ -153,6 +161,7 @@ impl Broker {
                         term: 0,
                         replicas,
                         isr: Vec::new(),
+                        lag: Vec::new(),
                         log_start: 0,
                         high_watermark: 0,
                     });

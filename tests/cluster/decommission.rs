@@ -262,3 +262,80 @@ async fn a_joining_broker_takes_its_share_of_replicas() {
     drop(client);
     shutdown_all(nodes).await;
 }
+
+/// Brokers seen from outside: a stopped broker's replicas fall out of sync and behind by the
+/// entries written meanwhile (`describe_brokers`, `replog brokers --describe`); back, it
+/// catches up to no lag and every replica in sync.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_brokers_lag_shows_while_it_is_down_and_clears_once_it_caught_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = replog::LocalCluster::start(3, dir.path(), |c| {
+        c.heartbeat_interval = HEARTBEAT_INTERVAL;
+        c.election_timeout = ELECTION_TIMEOUT;
+        c.auto_leader_rebalance = false;
+    })
+    .await
+    .unwrap();
+    let client = connect(
+        &cluster.addrs(),
+        ClientConfig::default(),
+        Duration::from_secs(20),
+    )
+    .await;
+    client.create_topic(TOPIC, 2, 3).await.unwrap();
+    let described = client.describe_brokers().await.unwrap();
+    assert!(
+        described.iter().all(|b| b.lag == 0 && b.out_of_sync == 0),
+        "{described:?}"
+    );
+    // Broker 3 stops; each partition takes 20 one-record writes without it.
+    let down = 3;
+    cluster.stop(down).await.unwrap();
+    let live: Vec<_> = cluster
+        .addrs()
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| *i as u64 + 1 != down)
+        .map(|(_, a)| a)
+        .collect();
+    let client = connect(&live, ClientConfig::default(), Duration::from_secs(20)).await;
+    for n in 0..20 {
+        for p in 0..2 {
+            client
+                .send(TOPIC, p, &[Record::new(format!("{n}"))])
+                .await
+                .unwrap();
+        }
+    }
+    wait_until(
+        Duration::from_secs(10),
+        "the stopped broker's lag to show",
+        async || {
+            let brokers = client.describe_brokers().await.map_err(|e| e.to_string())?;
+            let it = brokers.iter().find(|b| b.id == down).ok_or("no broker")?;
+            let others_fine = brokers
+                .iter()
+                .filter(|b| b.id != down)
+                .all(|b| b.lag == 0 && b.out_of_sync == 0);
+            (it.lag >= 40 && it.out_of_sync == 2 && others_fine)
+                .then_some(())
+                .ok_or(format!("{brokers:?}"))
+        },
+    )
+    .await;
+    cluster.restart(down).await.unwrap();
+    wait_until(
+        Duration::from_secs(20),
+        "the broker to catch up",
+        async || {
+            let brokers = client.describe_brokers().await.map_err(|e| e.to_string())?;
+            brokers
+                .iter()
+                .all(|b| b.lag == 0 && b.out_of_sync == 0)
+                .then_some(())
+                .ok_or(format!("{brokers:?}"))
+        },
+    )
+    .await;
+    cluster.shutdown().await.unwrap();
+}

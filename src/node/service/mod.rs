@@ -418,9 +418,20 @@ impl BrokerService {
         self.authorize_cluster(AclOperation::Describe)?;
         let metadata = self.broker.metadata(None, false).await;
         let mut leaders: std::collections::BTreeMap<crate::types::NodeId, u32> = Default::default();
+        // Per broker: entries its replicas are behind their leaders, and partitions on it out
+        // of the in-sync set.
+        let mut lag: std::collections::BTreeMap<crate::types::NodeId, u64> = Default::default();
+        let mut out_of_sync: std::collections::BTreeMap<crate::types::NodeId, u32> =
+            Default::default();
         for p in &metadata.partitions {
             if let Some(l) = p.leader {
                 *leaders.entry(l).or_default() += 1;
+            }
+            for (id, behind) in &p.lag {
+                *lag.entry(*id).or_default() += behind;
+            }
+            for id in p.replicas.iter().filter(|r| !p.isr.contains(r)) {
+                *out_of_sync.entry(*id).or_default() += 1;
             }
         }
         let catalog = self.broker.catalog.read();
@@ -442,6 +453,8 @@ impl BrokerService {
                     replicas: u32::try_from(replicas).unwrap_or(u32::MAX),
                     preferred: u32::try_from(preferred).unwrap_or(u32::MAX),
                     leaders: leaders.get(&id).copied().unwrap_or(0),
+                    lag: lag.get(&id).copied().unwrap_or(0),
+                    out_of_sync: out_of_sync.get(&id).copied().unwrap_or(0),
                 }
             })
             .collect())
