@@ -12,6 +12,9 @@ use crate::types::{NodeId, PartitionId};
 
 use super::{Broker, HostedReplica};
 
+/// Partitions one leader moves at once (the others wait their turn).
+pub(super) const MOVES_AT_ONCE: usize = 8;
+
 impl Broker {
     /// Partition `id`'s replicas as the catalog has them now.
     fn assignment_of(&self, id: &PartitionId) -> Option<Vec<NodeId>> {
@@ -23,7 +26,10 @@ impl Broker {
 
     /// Moves the partitions this broker leads whose group's voters are not yet the
     /// catalog's replicas (a reassignment; see [`MetaCommand::ReassignPartition`]), one task
-    /// per partition at a time.
+    /// per partition at a time, and at most [`MOVES_AT_ONCE`] partitions at once: a broker
+    /// being decommissioned hands out all its partitions in one command, and copying them all
+    /// at once would share the links and disks among more logs than they serve well, starving
+    /// the writes the leaders take meanwhile.
     pub(super) fn drive_moves(
         self: &Arc<Self>,
         moving: &mut HashMap<PartitionId, tokio::task::JoinHandle<()>>,
@@ -47,6 +53,9 @@ impl Broker {
                 .collect()
         };
         for (group, target, under_way) in due {
+            if moving.len() >= MOVES_AT_ONCE {
+                break;
+            }
             if moving.contains_key(&group.id) || group.raft.state().leader != Some(me) {
                 continue;
             }

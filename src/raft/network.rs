@@ -46,6 +46,10 @@ fn deadline(base: Duration, bytes: usize) -> Duration {
 pub(crate) struct GroupNetFactory {
     pub(crate) group: PartitionId,
     pub(crate) peers: Arc<PeerSet>,
+    /// Set once a voter answers one of this member's vote requests with a refusal (it has
+    /// the group, and a leader, a longer log or a vote of its own), as opposed to failing to
+    /// answer (no replica of the group yet).
+    pub(crate) vote_refused: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl RaftNetworkFactory<C> for GroupNetFactory {
@@ -58,6 +62,7 @@ impl RaftNetworkFactory<C> for GroupNetFactory {
             control: false,
             peer: self.peers.get(target, false),
             peers: Arc::clone(&self.peers),
+            vote_refused: Arc::clone(&self.vote_refused),
         }
     }
 
@@ -68,6 +73,7 @@ impl RaftNetworkFactory<C> for GroupNetFactory {
             control: true,
             peer: self.peers.get(target, true),
             peers: Arc::clone(&self.peers),
+            vote_refused: Arc::clone(&self.vote_refused),
         }
     }
 }
@@ -81,6 +87,8 @@ pub(crate) struct GroupNet {
     /// log told this broker where it is): looked up again on every call until known.
     peer: Option<Arc<Peer>>,
     peers: Arc<PeerSet>,
+    /// See [`GroupNetFactory::vote_refused`].
+    vote_refused: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl GroupNet {
@@ -131,7 +139,12 @@ impl RaftNetworkV2<C> for GroupNet {
         rpc: VoteRequest<C>,
         option: RPCOption,
     ) -> Result<VoteResponse<C>, RPCError<C>> {
-        self.call(Op::Vote, &rpc, option.soft_ttl()).await
+        let answer: VoteResponse<C> = self.call(Op::Vote, &rpc, option.soft_ttl()).await?;
+        if !answer.vote_granted {
+            self.vote_refused
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+        Ok(answer)
     }
 
     async fn transfer_leader(

@@ -107,6 +107,8 @@ pub(crate) struct Replica {
     /// Serializes the check-and-propose of idempotent batches, so that the log holds them in
     /// the order they were checked in.
     gate: tokio::sync::Mutex<Proposed>,
+    /// Whether a voter has refused this member a vote (see `GroupNetFactory::vote_refused`).
+    vote_refused: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Idempotent batches this replica proposed as leader and has not yet seen applied.
@@ -207,9 +209,11 @@ impl Replica {
             field: "raft timing",
             reason: e.to_string(),
         })?;
+        let vote_refused = Arc::default();
         let network = GroupNetFactory {
             group: group.clone(),
             peers,
+            vote_refused: Arc::clone(&vote_refused),
         };
         let raft = openraft::Raft::new(id, Arc::new(config), network, store.clone(), sm.clone())
             .await
@@ -222,6 +226,7 @@ impl Replica {
             store,
             sm,
             gate: tokio::sync::Mutex::default(),
+            vote_refused,
         })
     }
 
@@ -364,29 +369,40 @@ impl Replica {
         self.raft.runtime_config().elect(allowed);
     }
 
-    /// Runs for leader now, and again after 10, 20, 40, ... ms while its campaign stands
-    /// (still a candidate in the term it started, no leader known), until `within` has passed;
-    /// then the election timer takes over, as for any member. For a group's preferred founder:
-    /// its peers open their replicas as they learn of the group, a few milliseconds apart, and
-    /// a vote asked of a peer that has not opened its replica yet fails at once; asking again
-    /// soon makes the group led within a few round trips instead of after an election
-    /// timeout. A founder that comes up after its group formed stops at the first answer: the
-    /// voters refuse it while their leader's lease holds and answer with the leader's term,
-    /// which ends its campaign, so it never raises the term past the leader's and never
-    /// deposes it.
+    /// Runs for leader now, and again after 10, 20, 40, ... ms for as long as its vote
+    /// requests fail unanswered (no voter has the group yet) and no leader is known, until
+    /// `within` has passed; then the election timer takes over, as for any member. For a
+    /// group's preferred founder: its peers open their replicas as they learn of the group, a
+    /// few milliseconds apart, and a vote asked of a peer that has not opened its replica yet
+    /// fails at once; asking again soon makes the group led within a few round trips instead
+    /// of after an election timeout.
+    ///
+    /// It stops at the first refusal: a voter that answers has the group, and refuses for a
+    /// reason asking again will not change (a leader whose lease holds, a longer log, a vote
+    /// given to another). So a founder that comes up after its group formed asks at most once
+    /// and then follows; retrying would raise its term past the leader's and depose it. And
+    /// it does not ask at all once it has heard the leader (see the pre-vote below).
     pub(crate) async fn run_for_leader_soon(&self, within: Duration) {
+        use std::sync::atomic::Ordering;
         let started = std::time::Instant::now();
         let mut metrics = self.raft.metrics();
         let mut pause = Duration::from_millis(10);
+        self.vote_refused.store(false, Ordering::Release);
         // Bounded by `within` (and at most a few dozen tries: the pause doubles).
         loop {
             let term = metrics.borrow_watched().current_term;
-            if self.raft.trigger().elect(false).await.is_err() {
+            // A pre-vote first: openraft makes it a no-op while this member has heard a leader
+            // within its lease, a check made inside the Raft core, so a leader's append that
+            // arrives just before cannot be followed by a campaign that deposes it (the real
+            // election after it raises the term; replog's peers grant pre-votes, so it costs
+            // no round trip).
+            if self.raft.trigger().elect(true).await.is_err() {
                 return;
             }
             let until = (std::time::Instant::now() + pause).min(started + within);
             let until = tokio::time::Instant::from_std(until);
-            // Led, or campaign over: true; the pause passed with the campaign standing: false.
+            // Led, or campaign over (refused, or another's vote seen): done. The pause passed
+            // with the campaign standing: again.
             let settled = tokio::time::timeout_at(until, async {
                 loop {
                     {
@@ -403,7 +419,10 @@ impl Replica {
                 }
             })
             .await;
-            if settled.is_ok() || started.elapsed() >= within {
+            if settled.is_ok()
+                || self.vote_refused.load(Ordering::Acquire)
+                || started.elapsed() >= within
+            {
                 return;
             }
             pause *= 2;
