@@ -300,7 +300,8 @@ mod tests {
                 let mut rpc =
                     VoteRequest::<C>::new(vote, Some(LogId::new_term_index(999, 1 << 40)));
                 rpc.leadership_transfer = true;
-                let body = crate::transport::body::encode(&(group, &rpc)).unwrap();
+                let topic_id = crate::catalog::CONFIGURED_TOPIC_ID;
+                let body = crate::transport::body::encode(&(group, topic_id, &rpc)).unwrap();
                 // Refused, or never delivered (a handshake that fails).
                 if let Ok(answer) = peer.call(Op::Vote, body, timeout).await {
                     let answer: Result<openraft::raft::VoteResponse<C>, String> =

@@ -15,16 +15,24 @@ use super::peer_gate::{Claim, raft_sender};
 use super::supervise::RebuildCause;
 
 impl Broker {
-    /// Serves a Raft RPC: the body starts with the partition id, then the request.
-    /// Served only to `caller` if it may send Raft traffic as the sender the RPC names (see
-    /// `peer_gate.rs`).
+    /// Serves a Raft RPC: the body starts with the partition id and its topic's id, then the
+    /// request. Served only to `caller` if it may send Raft traffic as the sender the RPC names
+    /// (see `peer_gate.rs`), and only by this broker's replica of that partition of that topic.
+    ///
+    /// A topic deleted and created again has partitions of the same names, each another Raft
+    /// group, and a broker that slept through both runs the old topic's replicas until it
+    /// learns of the deletion: the two groups must not hear each other. An old replica's vote
+    /// can be of the new leader's term and name another leader, which openraft cannot order
+    /// against the leader's own: the leader dropped such an answer to its probe, and with it
+    /// the probe, which it then awaited for good, so that this broker's new replica never got
+    /// an entry. Other answers deposed the new leader, or had the old replica rebuilt.
     pub(super) async fn serve_raft(
         self: &Arc<Self>,
         op: Op,
         body: &[u8],
         caller: &Caller,
     ) -> Vec<u8> {
-        let found = postcard::take_from_bytes::<PartitionId>(body)
+        let found = postcard::take_from_bytes::<(PartitionId, u64)>(body)
             .map_err(|e| format!("bad request: {e}"))
             .and_then(|(id, rest)| {
                 let sender = raft_sender(rest).ok_or("bad request: no sender's vote")?;
@@ -33,15 +41,21 @@ impl Broker {
                 }
                 Ok((id, rest))
             })
-            .and_then(|(id, rest)| {
+            .and_then(|((id, topic_id), rest)| {
                 let group = if id.topic == METADATA_TOPIC && id.partition == 0 {
                     Some(Arc::clone(&self.meta))
                 } else {
                     self.groups.read().get(&id).cloned()
                 };
-                group
-                    .map(|g| (g, rest))
-                    .ok_or_else(|| format!("unknown partition {id}"))
+                let group = group.ok_or_else(|| format!("unknown partition {id}"))?;
+                if group.topic_id != topic_id {
+                    return Err(format!(
+                        "partition {id} of topic id {topic_id} is not hosted here (this \
+                         broker's is of topic id {})",
+                        group.topic_id
+                    ));
+                }
+                Ok((group, rest))
             });
         let refuse = |e: String| {
             postcard::to_stdvec(&std::result::Result::<(), String>::Err(e)).unwrap_or_default()
@@ -74,3 +88,6 @@ impl Broker {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -326,6 +326,7 @@ pub(super) async fn open_group(spec: ReplicaSpec) -> Result<Arc<HostedReplica>> 
     let raft = Replica::start(
         me,
         id.clone(),
+        spec.topic_id,
         timing,
         spec.peers,
         store.clone(),

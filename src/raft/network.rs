@@ -45,6 +45,8 @@ fn deadline(base: Duration, bytes: usize) -> Duration {
 /// Makes the network clients of one partition's Raft group.
 pub(crate) struct GroupNetFactory {
     pub(crate) group: PartitionId,
+    /// The id of the group's topic (see [`GroupNet`]).
+    pub(crate) topic_id: u64,
     pub(crate) peers: Arc<PeerSet>,
     /// Set once a voter answers one of this member's vote requests with a refusal (it has
     /// the group, and a leader, a longer log or a vote of its own), as opposed to failing to
@@ -58,6 +60,7 @@ impl RaftNetworkFactory<C> for GroupNetFactory {
     async fn new_client(&mut self, target: NodeId, _node: &BrokerNode) -> GroupNet {
         GroupNet {
             group: self.group.clone(),
+            topic_id: self.topic_id,
             target,
             control: false,
             peer: self.peers.get(target, false),
@@ -69,6 +72,7 @@ impl RaftNetworkFactory<C> for GroupNetFactory {
     async fn new_heartbeat_client(&mut self, target: NodeId, _node: &BrokerNode) -> GroupNet {
         GroupNet {
             group: self.group.clone(),
+            topic_id: self.topic_id,
             target,
             control: true,
             peer: self.peers.get(target, true),
@@ -78,9 +82,17 @@ impl RaftNetworkFactory<C> for GroupNetFactory {
     }
 }
 
-/// One partition's RPCs to one broker. A request body is `(partition, request)`, postcard.
+/// One partition's RPCs to one broker. A request body is `(partition, topic id, request)`,
+/// postcard.
+///
+/// The topic id names the group: a topic deleted and created again under the same name has
+/// partitions of the same names, but a new id, and each of its partitions is another Raft
+/// group. A broker that slept through both still runs the old topic's replicas until it
+/// learns of the deletion, and the receiver serves a request only on a replica of the id the
+/// request names (`node/peer_rpc.rs`), so that the two groups never hear each other.
 pub(crate) struct GroupNet {
     group: PartitionId,
+    topic_id: u64,
     target: NodeId,
     control: bool,
     /// `None` for a broker this one does not know yet (one that joined, before the metadata
@@ -108,7 +120,7 @@ impl GroupNet {
                 &found
             }
         };
-        let body = crate::transport::body::encode(&(&self.group, request))
+        let body = crate::transport::body::encode(&(&self.group, self.topic_id, request))
             .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let timeout = deadline(timeout, body.len());
         match self.peers.call(peer, self.target, op, body, timeout).await {
@@ -187,7 +199,7 @@ pub(crate) enum Served {
     ContradictsCommitted(u64),
 }
 
-/// Serves one peer RPC (`body` is the request after the partition id) on `raft`.
+/// Serves one peer RPC (`body` is the request after the partition and topic ids) on `raft`.
 pub(crate) async fn serve(
     raft: &openraft::Raft<C, StateMachine>,
     store: &LogStore,

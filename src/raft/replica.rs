@@ -176,10 +176,12 @@ impl Replica {
         WriteError::NotLeader(hint)
     }
 
-    /// Starts the group member `id` of partition `group` over `store` and `sm`.
+    /// Starts the group member `id` of partition `group` of topic `topic_id` over `store` and
+    /// `sm`.
     pub(crate) async fn start(
         id: NodeId,
         group: PartitionId,
+        topic_id: u64,
         timing: Timing,
         peers: Arc<PeerSet>,
         store: LogStore,
@@ -212,6 +214,7 @@ impl Replica {
         let vote_refused = Arc::default();
         let network = GroupNetFactory {
             group: group.clone(),
+            topic_id,
             peers,
             vote_refused: Arc::clone(&vote_refused),
         };
