@@ -188,7 +188,9 @@ impl Replica {
         sm: StateMachine,
     ) -> Result<Replica> {
         let config = openraft::Config {
-            cluster_name: "replog".into(),
+            // openraft's tracing spans carry it (`cluster=`): each names its partition, so that
+            // a trace of many groups on one broker can be told apart.
+            cluster_name: format!("replog-{group}"),
             heartbeat_interval: millis(timing.heartbeat),
             election_timeout_min: millis(timing.election_timeout),
             election_timeout_max: millis(timing.election_timeout * 2),
