@@ -236,3 +236,125 @@ async fn preferred_leaders_are_elected_when_a_client_asks() {
     drop(client);
     cluster.shutdown().await.unwrap();
 }
+
+/// A rolling restart of all three brokers under a producer, with automatic rebalancing on (the
+/// default): each broker stops (handing its leaderships over), comes back, and leads its
+/// preferred partitions again before the next one stops; at the end every preferred replica
+/// leads, and every record acknowledged meanwhile is on every replica, once, at its offset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_under_writes_ends_balanced_with_nothing_lost() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = local_cluster(3, dir.path(), TOPIC, PARTITIONS, |c| {
+        c.leader_imbalance_check_interval = Duration::from_millis(300);
+    })
+    .await;
+    let client = Arc::new(
+        connect(
+            &cluster.addrs(),
+            ClientConfig::default(),
+            Duration::from_secs(20),
+        )
+        .await,
+    );
+    let preferred = preferred_leaders(&client).await;
+    let balanced = |cluster: &replog::LocalCluster| {
+        let now = leaders(cluster);
+        (now == preferred)
+            .then_some(())
+            .ok_or(format!("leaders {now:?}, preferred {preferred:?}"))
+    };
+    wait_until(
+        Duration::from_secs(30),
+        "every preferred replica to lead",
+        async || balanced(&cluster),
+    )
+    .await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (client, stop) = (Arc::clone(&client), Arc::clone(&stop));
+        tokio::spawn(async move {
+            let mut acked = Vec::new();
+            // Bounded by `stop`, set once the restarts are done.
+            for n in 0u64.. {
+                if stop.load(Ordering::Acquire) {
+                    break;
+                }
+                let p = (n % u64::from(PARTITIONS)) as u32;
+                let value = format!("{n}");
+                if let Ok(d) = client
+                    .send(TOPIC, p, &[replog::Record::new(value.clone())])
+                    .await
+                {
+                    acked.push((p, d.base_offset.get(), value));
+                }
+            }
+            acked
+        })
+    };
+    for id in 1..=3 {
+        cluster.stop(id).await.unwrap();
+        cluster.restart(id).await.unwrap();
+        let back = Instant::now();
+        wait_until(
+            Duration::from_secs(30),
+            "the restarted broker to lead its preferred partitions again",
+            async || balanced(&cluster),
+        )
+        .await;
+        println!(
+            "broker {id}: balanced {:?} after its restart",
+            back.elapsed()
+        );
+    }
+    stop.store(true, Ordering::Release);
+    let acked = writer.await.unwrap();
+    assert!(acked.len() > PARTITIONS as usize, "{} writes", acked.len());
+    // Every acknowledged record on every replica, at its offset.
+    for p in 0..PARTITIONS {
+        let want: BTreeMap<u64, String> = acked
+            .iter()
+            .filter(|(q, _, _)| *q == p)
+            .map(|(_, o, v)| (*o, v.clone()))
+            .collect();
+        let last = want.keys().last().copied().unwrap_or(0);
+        wait_until(
+            Duration::from_secs(20),
+            "every replica to hold the acknowledged records",
+            async || {
+                for node in cluster.nodes() {
+                    let mut got = BTreeMap::new();
+                    let mut next = replog::Offset(0);
+                    // Bounded: each read moves `next` on, and stops at the end.
+                    for _ in 0..10_000 {
+                        let batches = node
+                            .read(TOPIC, p, next, 1 << 20)
+                            .map_err(|e| e.to_string())?;
+                        if batches.is_empty() {
+                            break;
+                        }
+                        for b in batches {
+                            for (o, r) in b.records() {
+                                got.insert(o.get(), String::from_utf8_lossy(&r.value).into_owned());
+                                next = replog::Offset(o.get() + 1);
+                            }
+                        }
+                    }
+                    // Each value is written once (n), so each may be in the log once.
+                    let distinct: std::collections::BTreeSet<&String> = got.values().collect();
+                    if want.iter().any(|(o, v)| got.get(o) != Some(v))
+                        || next.get() <= last
+                        || distinct.len() != got.len()
+                    {
+                        return Err(format!("broker {} partition {p}", node.id()));
+                    }
+                }
+                Ok(())
+            },
+        )
+        .await;
+    }
+    drop(client);
+    cluster.shutdown().await.unwrap();
+}

@@ -95,12 +95,14 @@ async fn three_broker_processes_survive_sigkill_of_the_leader() {
 #[test]
 fn the_tutorial_runs_through_the_cli_against_three_broker_processes() {
     let dir = tempfile::tempdir().unwrap();
-    let addrs = process_addrs(4);
-    let (addrs, fourth) = (addrs[..3].to_vec(), addrs[3]);
+    let all = process_addrs(8);
+    let (addrs, fourth) = (all[..3].to_vec(), all[3]);
+    // Brokers and clients by host name (`localhost:PORT`), as operators name them; each
+    // broker has a Kafka listener too, named alike.
+    let kafka = |id: u64| format!("localhost:{}", all[3 + id as usize].port());
     let _brokers: Vec<Broker> = (1..=3)
-        .map(|id| spawn_named_broker(id, &addrs, dir.path(), &[]))
+        .map(|id| spawn_named_broker(id, &addrs, dir.path(), &["--kafka-listen", &kafka(id)]))
         .collect();
-    // Brokers and clients by host name (`localhost:PORT`), as operators name them.
     let server = |i: usize| format!("localhost:{}", addrs[i].port());
 
     // Create the topic through broker 2, retrying while the processes start.
@@ -209,7 +211,12 @@ fn the_tutorial_runs_through_the_cli_against_three_broker_processes() {
     // A fourth broker joins; a topic created afterwards is spread over all four.
     let mut with_joiner = addrs.clone();
     with_joiner.push(fourth);
-    let _joiner = spawn_named_broker(4, &with_joiner, dir.path(), &["--join"]);
+    let _joiner = spawn_named_broker(
+        4,
+        &with_joiner,
+        dir.path(),
+        &["--join", "--kafka-listen", &kafka(4)],
+    );
     let joiner = format!("localhost:{}", with_joiner[3].port());
     // Wait for the join: broker 1, which the create below goes to and which spreads the topic
     // by its own catalog, names broker 4 among the cluster's brokers.
@@ -363,6 +370,24 @@ fn the_tutorial_runs_through_the_cli_against_three_broker_processes() {
             Err(format!("{out}{err}"))
         }
     });
+    // Kafka's clients see three brokers, by name (kcat's metadata through broker 1).
+    if let Some(kcat) = crate::kafka::kcat() {
+        let at = kafka(1);
+        wait_until_blocking(
+            Duration::from_secs(30),
+            "kcat to list three brokers",
+            || {
+                let (ok, out, err) = crate::kafka::run(kcat, &["-L", "-b", &at], "");
+                let named =
+                    (1..=3).all(|id| out.contains(&format!("broker {id} at {}", kafka(id))));
+                if ok && out.contains(" 3 brokers:") && named && !out.contains("broker 4 at") {
+                    Ok(())
+                } else {
+                    Err(format!("{out}{err}"))
+                }
+            },
+        );
+    }
     let (ok, described, err) = cli(
         &[
             "topics",
