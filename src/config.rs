@@ -39,7 +39,8 @@ pub struct LogConfig {
     ///
     /// A segment file is `segment_bytes` long from the start, but only its written part and
     /// at most two steps past it have blocks, so a broker with thousands of quiet partitions
-    /// does not hold `segment_bytes` of disk for each. A larger step means fewer
+    /// does not hold `segment_bytes` of disk for each. A new segment's steps start at 32 KiB
+    /// and double as it fills, up to this one, so a segment that holds nothing has 32 KiB. A larger step means fewer
     /// preallocations (one `fallocate(2)`, or one write of zeros, per step) and fewer, larger
     /// extents.
     pub preallocate_step_bytes: u64,

@@ -36,12 +36,13 @@ impl Broker {
     /// Initializes a fresh group whose members are `replicas`, before its replica can be
     /// reached: every founding replica writes the same first entry (the group's membership), so
     /// that each is a voter from the start. The first replica (the preferred leader; the lowest
-    /// broker id for the metadata group) runs for leader at once, and again every few
-    /// milliseconds until it leads or an election timeout has passed (its peers open their
-    /// replicas as they learn of the group, see `Replica::run_for_leader_soon`); the k-th other one runs
-    /// no election before k + 1 election timeouts have passed, so that the preferred leader
-    /// usually wins, and a founder that comes up after the group formed follows its leader
-    /// instead of disturbing it. On a replica that has a log or a vote, this does nothing.
+    /// broker id for the metadata group) runs for leader at once (openraft's `initialize`
+    /// starts a campaign on every founder), and again every few milliseconds until it leads or
+    /// an election timeout has passed (its peers open their replicas as they learn of the
+    /// group, see `Replica::run_for_leader_soon`); the k-th other one runs no further election
+    /// before k + 1 election timeouts have passed, so that the preferred leader usually wins,
+    /// and a founder that comes up after the group formed follows its leader instead of
+    /// disturbing it. On a replica that has a log or a vote, this does nothing.
     ///
     /// Why every founder, and why before it is reachable: openraft refuses to initialize a
     /// replica once it has seen a vote, and a replica with no membership is no voter and never

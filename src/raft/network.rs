@@ -48,9 +48,9 @@ pub(crate) struct GroupNetFactory {
     /// The id of the group's topic (see [`GroupNet`]).
     pub(crate) topic_id: u64,
     pub(crate) peers: Arc<PeerSet>,
-    /// Set once a voter answers one of this member's vote requests with a refusal (it has
-    /// the group, and a leader, a longer log or a vote of its own), as opposed to failing to
-    /// answer (no replica of the group yet).
+    /// Set once a voter of a formed group refuses one of this member's vote requests (it
+    /// follows a leader, or holds more log), as opposed to failing to answer (no replica of
+    /// the group yet) or refusing for a vote of its own in the same term.
     pub(crate) vote_refused: Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -152,7 +152,13 @@ impl RaftNetworkV2<C> for GroupNet {
         option: RPCOption,
     ) -> Result<VoteResponse<C>, RPCError<C>> {
         let answer: VoteResponse<C> = self.call(Op::Vote, &rpc, option.soft_ttl()).await?;
-        if !answer.vote_granted {
+        // Refused by a voter of a group that formed: it follows a leader (a committed vote of
+        // a real term; `initialize` gives every founder one of term 0), or holds more log. A
+        // founder refused only because the voter campaigns in the same term (a split vote at
+        // formation) may well win its next campaign.
+        let formed = (answer.vote.committed && answer.vote.leader_id.term > 0)
+            || answer.last_log_id > rpc.last_log_id;
+        if !answer.vote_granted && formed {
             self.vote_refused
                 .store(true, std::sync::atomic::Ordering::Release);
         }

@@ -374,36 +374,46 @@ impl Replica {
         self.raft.runtime_config().elect(allowed);
     }
 
-    /// Runs for leader now, and again after 10, 20, 40, ... ms for as long as its vote
-    /// requests fail unanswered (no voter has the group yet) and no leader is known, until
-    /// `within` has passed; then the election timer takes over, as for any member. For a
+    /// Runs for leader again after 10, 20, 40, ... ms (openraft's `initialize` ran the first
+    /// campaign) for as long as its vote requests fail unanswered (no voter has the group
+    /// yet) and no leader is known, until `within` has passed; then the election timer takes
+    /// over, as for any member. For a
     /// group's preferred founder: its peers open their replicas as they learn of the group, a
     /// few milliseconds apart, and a vote asked of a peer that has not opened its replica yet
     /// fails at once; asking again soon makes the group led within a few round trips instead
     /// of after an election timeout.
     ///
-    /// It stops at the first refusal: a voter that answers has the group, and refuses for a
-    /// reason asking again will not change (a leader whose lease holds, a longer log, a vote
-    /// given to another). So a founder that comes up after its group formed asks at most once
-    /// and then follows; retrying would raise its term past the leader's and depose it. And
-    /// it does not ask at all once it has heard the leader (see the pre-vote below).
+    /// It stops at the first refusal from a voter of a group that formed: one that follows a
+    /// leader (whose lease holds), or holds more log, refuses for a reason asking again will
+    /// not change (a refusal because the voter campaigns in the same term, as founders do at
+    /// formation, is no such reason). So a founder that comes up after its group formed asks
+    /// at most once more and then follows; retrying would raise its term past the leader's and
+    /// depose it. And it does not ask at all once it has heard the leader (see the pre-vote
+    /// below).
     pub(crate) async fn run_for_leader_soon(&self, within: Duration) {
         use std::sync::atomic::Ordering;
         let started = std::time::Instant::now();
         let mut metrics = self.raft.metrics();
         let mut pause = Duration::from_millis(10);
         self.vote_refused.store(false, Ordering::Release);
+        // The first campaign is the one openraft's `initialize` starts by itself, from term 0
+        // (it initialized a fresh member); the later ones are asked for here.
+        let mut term = 0;
+        let mut first = true;
         // Bounded by `within` (and at most a few dozen tries: the pause doubles).
         loop {
-            let term = metrics.borrow_watched().current_term;
-            // A pre-vote first: openraft makes it a no-op while this member has heard a leader
-            // within its lease, a check made inside the Raft core, so a leader's append that
-            // arrives just before cannot be followed by a campaign that deposes it (the real
-            // election after it raises the term; replog's peers grant pre-votes, so it costs
-            // no round trip).
-            if self.raft.trigger().elect(true).await.is_err() {
-                return;
+            if !first {
+                term = metrics.borrow_watched().current_term;
+                // A pre-vote first: openraft makes it a no-op while this member has heard a
+                // leader within its lease, a check made inside the Raft core, so a leader's
+                // append that arrives just before cannot be followed by a campaign that deposes
+                // it (the real election after it raises the term; replog's peers grant
+                // pre-votes, so it costs no round trip).
+                if self.raft.trigger().elect(true).await.is_err() {
+                    return;
+                }
             }
+            first = false;
             let until = (std::time::Instant::now() + pause).min(started + within);
             let until = tokio::time::Instant::from_std(until);
             // Led, or campaign over (refused, or another's vote seen): done. The pause passed

@@ -66,7 +66,7 @@ impl SpareFile {
     /// Creates `dir/name`, `opts.capacity` bytes long with the first step's blocks
     /// preallocated, and synced.
     pub(crate) fn create(dir: &Path, name: &str, opts: &SegmentOptions) -> io::Result<SpareFile> {
-        let allocated = opts.capacity.min(opts.preallocate_step.max(1));
+        let allocated = opts.capacity.min(step_at(0, opts.preallocate_step.max(1)));
         let path = dir.join(name);
         let result = (|| -> io::Result<File> {
             opts.faults.check(FaultPoint::CreateSegment)?;
@@ -262,7 +262,7 @@ pub(crate) fn reserve(
         Preallocate::Auto => Preallocate::Fallocate,
         mode => mode,
     };
-    let step = opts.preallocate_step.max(1);
+    let step = step_at(end as u64, opts.preallocate_step.max(1));
     let capacity = handle.capacity() as u64;
     if end > handle.allocated() {
         handle.join_ahead();
@@ -293,6 +293,21 @@ pub(crate) fn reserve(
         reserved |= zeros_ahead(handle, from, to, opts, synced);
     }
     Ok(reserved)
+}
+
+/// The first preallocation step of a segment: a partition that holds nothing yet takes this
+/// much disk for its segment, however large its configured step.
+pub(crate) const FIRST_STEP_BYTES: u64 = 32 << 10;
+
+/// The preallocation step of a segment written to `end`: [`FIRST_STEP_BYTES`] at first,
+/// doubling as the segment fills (the next power of two at or above `end`), up to `step`, the
+/// configured one. A quiet partition so holds 32 KiB of disk for its segment, not a whole
+/// step, and a busy one reaches its full step after a few hundred KiB.
+pub(crate) fn step_at(end: u64, step: u64) -> u64 {
+    end.max(1)
+        .checked_next_power_of_two()
+        .unwrap_or(step)
+        .clamp(FIRST_STEP_BYTES.min(step), step)
 }
 
 /// Starts a thread that writes zeros over `[from, to)` of `handle`'s file, and syncs them if
@@ -357,4 +372,26 @@ pub(super) fn preallocate_from(
         pos += n as u64;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_start_small_and_double_up_to_the_configured_one() {
+        let mib = 1 << 20;
+        assert_eq!(step_at(0, mib), FIRST_STEP_BYTES);
+        assert_eq!(step_at(1, mib), FIRST_STEP_BYTES);
+        assert_eq!(step_at(FIRST_STEP_BYTES, mib), FIRST_STEP_BYTES);
+        assert_eq!(step_at(FIRST_STEP_BYTES + 1, mib), 2 * FIRST_STEP_BYTES);
+        assert_eq!(step_at(300 << 10, mib), 512 << 10);
+        assert_eq!(step_at(40 << 10, mib), 64 << 10);
+        assert_eq!(step_at(mib, mib), mib);
+        assert_eq!(step_at(60 << 20, mib), mib);
+        assert_eq!(step_at(u64::MAX, mib), mib);
+        // A configured step below the first is used from the start; one above grows to it.
+        assert_eq!(step_at(0, 4096), 4096);
+        assert_eq!(step_at(5 << 20, 64 << 20), 8 << 20);
+    }
 }

@@ -391,6 +391,7 @@ impl NodeArgs {
 /// Runs the broker until Ctrl-C or SIGTERM, then shuts it down.
 pub(crate) async fn run(args: NodeArgs) -> Result<(), CliError> {
     let id = args.id;
+    raise_open_files_limit();
     if let Some(addr) = args.metrics_listen {
         let local = crate::metrics::serve(addr).await?;
         eprintln!("replog: metrics on http://{local}/metrics");
@@ -505,6 +506,38 @@ async fn wait_for_signal() {
         }
     }
     let _ = tokio::signal::ctrl_c().await;
+}
+
+/// Largest open-file limit asked for where the hard limit is unlimited (Linux's default
+/// `fs.nr_open`).
+const OPEN_FILES_MAX: u64 = 1 << 20;
+
+/// Raises this process's soft limit on open files to its hard limit, saying so: a broker holds
+/// files for its partitions and a descriptor per connection, and the usual soft limit (1,024)
+/// is the first thing a broker with many partitions or clients runs out of, while the hard
+/// limit is often far higher. A failure is said as a warning and changes nothing.
+fn raise_open_files_limit() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let hard = limit.maximum.unwrap_or(OPEN_FILES_MAX);
+    let Some(soft) = limit.current else {
+        return;
+    };
+    if soft >= hard {
+        return;
+    }
+    let raised = Rlimit {
+        current: Some(hard),
+        maximum: limit.maximum,
+    };
+    match setrlimit(Resource::Nofile, raised) {
+        Ok(()) => tracing::info!(
+            from = soft,
+            to = hard,
+            "raised the open-file limit to the hard limit"
+        ),
+        Err(e) => tracing::warn!(limit = soft, error = %e, "could not raise the open-file limit"),
+    }
 }
 
 #[cfg(test)]
