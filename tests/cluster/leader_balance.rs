@@ -26,6 +26,17 @@ fn leaders(cluster: &replog::LocalCluster) -> BTreeMap<u32, Option<u64>> {
         .collect()
 }
 
+/// Whether every partition is led by its preferred replica (else which lead them).
+fn balanced(
+    cluster: &replog::LocalCluster,
+    preferred: &BTreeMap<u32, Option<u64>>,
+) -> Result<(), String> {
+    let now = leaders(cluster);
+    (now == *preferred)
+        .then_some(())
+        .ok_or(format!("leaders {now:?}, preferred {preferred:?}"))
+}
+
 /// Each partition's preferred replica (the first of its replicas).
 async fn preferred_leaders(client: &replog::Client) -> BTreeMap<u32, Option<u64>> {
     client
@@ -51,16 +62,10 @@ async fn leadership_returns_to_the_preferred_replicas_after_a_broker_comes_back(
     )
     .await;
     let preferred = preferred_leaders(&client).await;
-    let balanced = |cluster: &replog::LocalCluster| {
-        let now = leaders(cluster);
-        (now == preferred)
-            .then_some(())
-            .ok_or(format!("leaders {now:?}, preferred {preferred:?}"))
-    };
     wait_until(
         Duration::from_secs(30),
         "every preferred replica to lead",
-        async || balanced(&cluster),
+        async || balanced(&cluster, &preferred),
     )
     .await;
 
@@ -92,7 +97,7 @@ async fn leadership_returns_to_the_preferred_replicas_after_a_broker_comes_back(
     wait_until(
         Duration::from_secs(60),
         "broker 1 to lead its partitions again",
-        async || balanced(&cluster),
+        async || balanced(&cluster, &preferred),
     )
     .await;
     println!(
@@ -259,16 +264,10 @@ async fn a_rolling_restart_under_writes_ends_balanced_with_nothing_lost() {
         .await,
     );
     let preferred = preferred_leaders(&client).await;
-    let balanced = |cluster: &replog::LocalCluster| {
-        let now = leaders(cluster);
-        (now == preferred)
-            .then_some(())
-            .ok_or(format!("leaders {now:?}, preferred {preferred:?}"))
-    };
     wait_until(
         Duration::from_secs(30),
         "every preferred replica to lead",
-        async || balanced(&cluster),
+        async || balanced(&cluster, &preferred),
     )
     .await;
     let stop = Arc::new(AtomicBool::new(false));
@@ -300,7 +299,7 @@ async fn a_rolling_restart_under_writes_ends_balanced_with_nothing_lost() {
         wait_until(
             Duration::from_secs(30),
             "the restarted broker to lead its preferred partitions again",
-            async || balanced(&cluster),
+            async || balanced(&cluster, &preferred),
         )
         .await;
         println!(
