@@ -179,6 +179,22 @@ pub(crate) enum MetaCommand {
     /// Broker `id` runs in rack `rack` (`None`: no rack named). Each broker registers its rack
     /// when it starts wherever it differs from the catalog's.
     RegisterRack { id: NodeId, rack: Option<String> },
+    /// Every broker of the cluster speaks protocol version `version` (see `version.rs`):
+    /// records of that version may be written from now on. Proposed by the metadata leader
+    /// once each registered broker speaks it over a live connection; never lowers the
+    /// finalized version (protocol version 2).
+    FinalizeVersion { version: u16 },
+}
+
+impl MetaCommand {
+    /// The protocol version that brought the command in: none is proposed before the cluster
+    /// finalized it, and a broker pinned below it refuses to apply it.
+    pub(crate) fn since(&self) -> u16 {
+        match self {
+            MetaCommand::FinalizeVersion { .. } => 2,
+            _ => 1,
+        }
+    }
 }
 
 /// Longest user name a credential may have, in bytes.
@@ -316,6 +332,9 @@ pub(crate) struct Catalog {
     users: BTreeMap<String, BTreeMap<ScramMechanism, ScramCredential>>,
     /// The ACL bindings.
     acls: Acls,
+    /// The cluster's finalized protocol version: the newest every broker speaks (1 until a
+    /// `FinalizeVersion` raises it).
+    finalized_version: u16,
 }
 
 impl Catalog {
@@ -340,6 +359,11 @@ impl Catalog {
     /// The metadata log offset of the next command to apply.
     pub(crate) fn next_offset(&self) -> u64 {
         self.next_offset
+    }
+
+    /// The cluster's finalized protocol version (see [`MetaCommand::FinalizeVersion`]).
+    pub(crate) fn finalized_version(&self) -> u16 {
+        self.finalized_version.max(crate::PROTOCOL_VERSION_MIN)
     }
 
     /// How many topics were ever created.
@@ -560,6 +584,12 @@ impl Catalog {
             }
             Some(MetaCommand::DecommissionBroker { id }) => self.decommission(*id),
             Some(MetaCommand::RemoveBroker { id }) => self.remove_broker(*id),
+            Some(MetaCommand::FinalizeVersion { version }) => {
+                if *version > self.finalized_version {
+                    self.finalized_version = *version;
+                }
+                Ok(())
+            }
             Some(MetaCommand::RegisterRack { id, rack }) => match rack {
                 _ if !self.brokers.contains(id) => Err(Refused::Invalid(format!(
                     "broker {id} is not in the cluster"

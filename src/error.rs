@@ -60,6 +60,19 @@ pub enum Error {
     #[error("authorization is not enabled on this broker")]
     SecurityDisabled,
 
+    /// A protocol version this broker does not speak: a peer whose versions do not meet its
+    /// own, a metadata record newer than it understands, or a cluster whose finalized version
+    /// is above the one it was pinned to (see [`PROTOCOL_VERSION`](crate::PROTOCOL_VERSION)).
+    #[error("{what} needs protocol version {needed}; this broker speaks up to {supported}")]
+    UnsupportedVersion {
+        /// What needs it.
+        what: String,
+        /// The version it needs.
+        needed: u16,
+        /// The newest version this broker speaks (its pin, if it was given one).
+        supported: u16,
+    },
+
     /// A topic of this name exists already.
     #[error("topic {0} already exists")]
     TopicExists(String),

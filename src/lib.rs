@@ -174,6 +174,7 @@ mod tls;
 mod topic_config;
 mod transport;
 mod types;
+mod version;
 
 pub mod format {
     #![doc = include_str!("segment/FORMAT.md")]
@@ -212,6 +213,7 @@ pub use segment::{Preallocate, RecoveryEvent};
 pub use tls::{DevCertificates, TlsConfig, TlsError};
 pub use topic_config::{ConfigChange, ConfigEntry, ConfigSource, TopicConfigs};
 pub use types::{Durability, LeaderHint, LogIndex, NodeId, Offset, PartitionId, ProducerSeq, Term};
+pub use version::{PROTOCOL_VERSION, PROTOCOL_VERSION_MIN};
 
 /// Helpers for the `replog` binary's inspection tools. Not part of the API.
 #[doc(hidden)]

@@ -149,6 +149,12 @@ impl LocalCluster {
         self.configs.get(index(id)?)
     }
 
+    /// Broker `id`'s configuration, to change before it is [`restart`](Self::restart)ed (as an
+    /// operator changes a broker's flags between a stop and a start).
+    pub fn config_mut(&mut self, id: NodeId) -> Option<&mut NodeConfig> {
+        self.configs.get_mut(index(id)?)
+    }
+
     /// The directory broker `id` keeps its data in.
     pub fn data_dir(&self, id: NodeId) -> Option<PathBuf> {
         Some(self.config(id)?.data_dir.clone())

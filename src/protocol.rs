@@ -574,6 +574,12 @@ pub(crate) enum WireError {
         broker: u64,
         reason: String,
     },
+    /// A Hello whose versions do not meet the broker's: the broker's own range (see
+    /// `transport/hello.rs`; protocol version 2 and later).
+    UnsupportedVersion {
+        min: u16,
+        max: u16,
+    },
 }
 
 impl WireError {
@@ -731,6 +737,11 @@ impl WireError {
             WireError::CannotDecommission { broker, reason } => {
                 Error::CannotDecommission { broker, reason }
             }
+            WireError::UnsupportedVersion { min, max } => Error::UnsupportedVersion {
+                what: format!("the broker (speaking versions {min} to {max})"),
+                needed: min,
+                supported: crate::PROTOCOL_VERSION,
+            },
             WireError::PartitionsNotAdded {
                 topic,
                 current,

@@ -180,6 +180,23 @@ fn metadata_commands_are_pinned_byte_by_byte() {
             },
             vec![13, 1, b't', 3, 1, 1, 2, 2, 1],
         ),
+        (
+            MetaCommand::CancelReassignment {
+                name: "t".into(),
+                partition: 2,
+            },
+            vec![14, 1, b't', 2],
+        ),
+        (MetaCommand::DecommissionBroker { id: 4 }, vec![15, 4]),
+        (MetaCommand::RemoveBroker { id: 4 }, vec![16, 4]),
+        (
+            MetaCommand::RegisterRack {
+                id: 2,
+                rack: Some("a".into()),
+            },
+            vec![17, 2, 1, 1, b'a'],
+        ),
+        (MetaCommand::FinalizeVersion { version: 2 }, vec![18, 2]),
     ];
     for (command, golden) in cases {
         assert_eq!(bytes(&command), golden, "{command:?}");
@@ -675,4 +692,19 @@ fn balancing_moves_even_out_the_brokers_replicas() {
         .collect();
     assert_eq!(counts, vec![3, 3, 3, 3]);
     assert_eq!(c.balancing_move(4), None);
+}
+
+/// The finalized protocol version only rises: a late or repeated `FinalizeVersion` of an older
+/// version changes nothing.
+#[test]
+fn the_finalized_protocol_version_only_rises() {
+    let mut c = Catalog::with_configured(&[], &[1, 2, 3]);
+    assert_eq!(c.finalized_version(), 1);
+    c.apply(0, Some(&MetaCommand::FinalizeVersion { version: 2 }));
+    assert_eq!(c.finalized_version(), 2);
+    c.apply(1, Some(&MetaCommand::FinalizeVersion { version: 1 }));
+    assert_eq!(c.finalized_version(), 2);
+    assert_eq!(c.outcome(1), Some(Ok(())));
+    assert_eq!(MetaCommand::FinalizeVersion { version: 2 }.since(), 2);
+    assert_eq!(MetaCommand::RemoveBroker { id: 1 }.since(), 1);
 }

@@ -229,6 +229,13 @@ pub struct NodeConfig {
     /// authorized (until brokers authenticate each other, anyone who reaches the native port
     /// can make them).
     pub authorization: Option<AuthorizerPolicy>,
+    /// The newest protocol version this broker speaks to the others and writes in the
+    /// metadata log ([`PROTOCOL_VERSION`](crate::PROTOCOL_VERSION) by default). For a rolling
+    /// upgrade, pin the new build to the version the old one speaks until every broker runs
+    /// the new build, then unpin them one by one: the cluster finalizes the new version once
+    /// every broker speaks it (see [`Node::finalized_version`](crate::Node::finalized_version)).
+    /// A broker pinned below the cluster's finalized version refuses to start.
+    pub protocol_version: u16,
 }
 
 impl NodeConfig {
@@ -295,6 +302,7 @@ impl NodeConfig {
             tls: None,
             bootstrap_users: Vec::new(),
             authorization: None,
+            protocol_version: crate::PROTOCOL_VERSION,
         }
     }
 
@@ -335,6 +343,7 @@ impl NodeConfig {
             frame_timeout: self.frame_read_timeout,
             in_flight_max: self.requests_in_flight_max,
             buffered_bytes_max: self.buffered_request_bytes_max,
+            protocol_version: self.protocol_version,
         }
     }
 
@@ -495,6 +504,17 @@ impl NodeConfig {
                     ),
                 );
             }
+        }
+        if !crate::version::is_known(self.protocol_version) {
+            return bad(
+                "protocol_version",
+                format!(
+                    "{} is not a version this build speaks ({} to {})",
+                    self.protocol_version,
+                    crate::PROTOCOL_VERSION_MIN,
+                    crate::PROTOCOL_VERSION
+                ),
+            );
         }
         if self.leader_imbalance_percentage > 100 {
             return bad(

@@ -29,14 +29,26 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
     let mut removing: Option<tokio::task::JoinHandle<()>> = None;
     let mut balancing: Option<tokio::task::JoinHandle<()>> = None;
     let mut said_removed = false;
+    let mut finalizing: Option<tokio::task::JoinHandle<()>> = None;
+    let mut said_version = broker.catalog.read().finalized_version();
+    let mut said_refused = false;
     loop {
         let progressed = match broker.catch_up_catalog() {
             Ok(progressed) => progressed,
+            // Said once: the broker applies no more of the log until it runs a newer build.
+            Err(e @ crate::Error::UnsupportedVersion { .. }) => {
+                if !std::mem::replace(&mut said_refused, true) {
+                    tracing::error!(error = %e, "metadata log not applied past a record this broker does not understand");
+                }
+                false
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "metadata log unreadable; will retry");
                 false
             }
         };
+        super::versions::say_finalized(&broker.catalog.read(), &mut said_version);
+        super::versions::finalize_version(&broker, &mut finalizing);
         broker.reconcile().await;
         if progressed {
             broker.sweep_deleted();
@@ -235,7 +247,7 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
             break;
         }
     }
-    for task in [registering, adding]
+    for task in [registering, adding, finalizing]
         .into_iter()
         .flatten()
         .chain(moving.into_values())

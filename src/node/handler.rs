@@ -196,7 +196,12 @@ impl Handler for NodeHandler {
             let mut held = None;
             let peer_op = matches!(
                 op,
-                Op::AppendEntries | Op::Vote | Op::Snapshot | Op::TransferLeader | Op::Propose
+                Op::AppendEntries
+                    | Op::Vote
+                    | Op::PreVote
+                    | Op::Snapshot
+                    | Op::TransferLeader
+                    | Op::Propose
             );
             // A broker removed from the cluster has nothing current to tell a client: it
             // leads nothing, so the client asks the others (as after any NotLeader without a
@@ -209,7 +214,7 @@ impl Handler for NodeHandler {
                 };
             }
             let body = match op {
-                Op::AppendEntries | Op::Vote | Op::Snapshot | Op::TransferLeader => {
+                Op::AppendEntries | Op::Vote | Op::PreVote | Op::Snapshot | Op::TransferLeader => {
                     self.broker.serve_raft(op, &body, &caller).await
                 }
                 Op::Produce => encode_response(
@@ -401,6 +406,10 @@ impl Handler for NodeHandler {
                             .map_err(wire)
                     },
                 )),
+                // The transport answers a Hello itself (`transport/hello.rs`).
+                Op::Hello => {
+                    encode_response::<()>(&Err(WireError::Other("Hello is the transport's".into())))
+                }
                 Op::Acls => super::security_ops::acls(service, &body).await,
                 Op::Users => super::security_ops::users(service, &body).await,
                 // A login's requests come before any other (`transport/login.rs`); later, or

@@ -393,6 +393,8 @@ impl Broker {
                 .map_err(MetaError::Failed)?;
             return answer.map_err(|e| MetaError::Failed(e.into_error(&self.meta.id, 0)));
         }
+        self.check_proposal_version(&command)
+            .map_err(MetaError::Failed)?;
         let value = postcard::to_stdvec(&command)
             .map_err(|e| MetaError::Failed(Error::Remote(e.to_string())))?;
         let (records, record_count) = encode_records(&[Record::new(value)], META_RECORD_BYTES_MAX)
@@ -473,17 +475,18 @@ impl Broker {
                 return Ok(progressed);
             }
             let mut catalog = self.catalog.write();
-            for batch in &batches {
+            let mut refused = None;
+            'batches: for batch in &batches {
                 for (offset, record) in batch.records() {
                     if offset.get() < catalog.next_offset() {
                         continue;
                     }
                     let command = postcard::from_bytes::<MetaCommand>(&record.value).ok();
-                    if command.is_none() {
-                        tracing::warn!(
-                            offset = offset.get(),
-                            "metadata record is not a command; skipped"
-                        );
+                    // Not skipped: a broker that skipped a record it does not understand would
+                    // run on a catalog the others do not have.
+                    if let Err(e) = self.check_record_version(offset.get(), command.as_ref()) {
+                        refused = Some(e);
+                        break 'batches;
                     }
                     catalog.apply(offset.get(), command.as_ref());
                     if let Some(MetaCommand::RegisterBroker { id, .. }) = &command
@@ -497,6 +500,9 @@ impl Broker {
             let next = catalog.next_offset();
             drop(catalog);
             self.catalog_applied.send_replace(next);
+            if let Some(e) = refused {
+                return Err(e);
+            }
         }
     }
 }

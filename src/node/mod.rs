@@ -46,6 +46,7 @@ mod security_ops;
 pub(crate) mod service;
 mod supervise;
 mod topic_settings;
+mod versions;
 mod write;
 
 pub use config::NodeConfig;
@@ -296,7 +297,7 @@ impl Node {
             config.id,
             config.frame_bytes_max,
             &shutdown_rx,
-            dialer,
+            (dialer, config.protocol_version),
         );
         #[cfg(any(test, feature = "failpoints"))]
         let peers = peers.with_faults(env.net_faults());
@@ -405,6 +406,22 @@ impl Node {
         });
         // Before anything can reach the groups (see `Broker::initialize`).
         initialize_groups(&broker).await;
+        if broker.config.protocol_version < crate::PROTOCOL_VERSION {
+            tracing::info!(
+                version = broker.config.protocol_version,
+                newest = crate::PROTOCOL_VERSION,
+                "speaking a pinned protocol version (a rolling upgrade): the cluster finalizes no later one while this broker runs pinned"
+            );
+        }
+        // A broker pinned below the protocol version its cluster finalized, or one that meets
+        // a record newer than it understands, does not run on.
+        if let Err(e @ Error::UnsupportedVersion { .. }) = broker.catch_up_catalog() {
+            tracing::error!(error = %e, "this broker cannot run in its cluster; stopping");
+            for replica in broker.all_groups() {
+                replica.raft.shutdown().await;
+            }
+            return Err(e);
+        }
         broker.refresh_topic_settings();
         let handler: Arc<dyn Handler> = Arc::new(NodeHandler {
             broker: Arc::clone(&broker),
@@ -497,6 +514,26 @@ impl Node {
     /// the one it bound), if it has a Kafka listener.
     pub fn kafka_advertised(&self) -> Option<Address> {
         self.broker.kafka_addr.get().cloned()
+    }
+
+    /// The cluster's finalized protocol version, as this broker's copy of the metadata log
+    /// has it: the newest version every broker speaks (see
+    /// [`NodeConfig::protocol_version`]). Records of later versions are not written before it
+    /// rises.
+    pub fn finalized_version(&self) -> u16 {
+        self.broker.catalog.read().finalized_version()
+    }
+
+    /// The protocol version this broker speaks to broker `peer`: the highest both know (see
+    /// [`NodeConfig::protocol_version`]), as the connection to it chose, connecting if none
+    /// is open. `None` if `peer` is not a broker this one knows, or cannot be reached within
+    /// the request timeout.
+    pub async fn peer_protocol_version(&self, peer: NodeId) -> Option<u16> {
+        let connection = self.broker.peers.get(peer, true)?;
+        connection
+            .version(self.broker.config.request_timeout)
+            .await
+            .ok()
     }
 
     /// The address this broker gives peers and clients ([`NodeConfig::advertised`], or the

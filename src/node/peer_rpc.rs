@@ -69,7 +69,7 @@ impl Broker {
         if let Some(damage) = group.store.take_damage() {
             self.request_rebuild(Arc::clone(&group), RebuildCause::Damaged(damage));
         }
-        if op == Op::Vote && group.store.abstains(group.sm.last_applied()) {
+        if matches!(op, Op::Vote | Op::PreVote) && group.store.abstains(group.sm.last_applied()) {
             return refuse(
                 "this replica was rebuilt after damage and votes again once it holds what it \
                  had committed"

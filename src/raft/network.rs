@@ -104,22 +104,36 @@ pub(crate) struct GroupNet {
 }
 
 impl GroupNet {
+    /// The connection to the target broker.
+    fn peer(&self) -> Result<Arc<Peer>, RPCError<C>> {
+        match &self.peer {
+            Some(peer) => Ok(Arc::clone(peer)),
+            None => self.peers.get(self.target, self.control).ok_or_else(|| {
+                Unreachable::from_string(format!("unknown broker {}", self.target)).into()
+            }),
+        }
+    }
+
+    /// Records a refusal of a vote or pre-vote by a voter of a group that formed: it follows
+    /// a leader (a committed vote of a real term; `initialize` gives every founder one of term
+    /// 0), or holds more log. A founder refused only because the voter campaigns in the same
+    /// term (a split vote at formation) may well win its next campaign.
+    fn note_refusal(&self, rpc: &VoteRequest<C>, answer: &VoteResponse<C>) {
+        let formed = (answer.vote.committed && answer.vote.leader_id.term > 0)
+            || answer.last_log_id > rpc.last_log_id;
+        if !answer.vote_granted && formed {
+            self.vote_refused
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
+
     async fn call<Req: Serialize, Resp: DeserializeOwned>(
         &self,
         op: Op,
         request: &Req,
         timeout: Duration,
     ) -> Result<Resp, RPCError<C>> {
-        let found;
-        let peer = match &self.peer {
-            Some(peer) => peer,
-            None => {
-                found = self.peers.get(self.target, self.control).ok_or_else(|| {
-                    Unreachable::from_string(format!("unknown broker {}", self.target))
-                })?;
-                &found
-            }
-        };
+        let peer = &self.peer()?;
         let body = crate::transport::body::encode(&(&self.group, self.topic_id, request))
             .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let timeout = deadline(timeout, body.len());
@@ -152,16 +166,30 @@ impl RaftNetworkV2<C> for GroupNet {
         option: RPCOption,
     ) -> Result<VoteResponse<C>, RPCError<C>> {
         let answer: VoteResponse<C> = self.call(Op::Vote, &rpc, option.soft_ttl()).await?;
-        // Refused by a voter of a group that formed: it follows a leader (a committed vote of
-        // a real term; `initialize` gives every founder one of term 0), or holds more log. A
-        // founder refused only because the voter campaigns in the same term (a split vote at
-        // formation) may well win its next campaign.
-        let formed = (answer.vote.committed && answer.vote.leader_id.term > 0)
-            || answer.last_log_id > rpc.last_log_id;
-        if !answer.vote_granted && formed {
-            self.vote_refused
-                .store(true, std::sync::atomic::Ordering::Release);
+        self.note_refusal(&rpc, &answer);
+        Ok(answer)
+    }
+
+    /// Asks the target whether it would grant a vote at the next term: a voter that still
+    /// hears its leader (within the leader's lease) or holds more log says no, and nothing
+    /// changes on it. A broker of protocol version 1 knows no pre-vote: its answer is taken as
+    /// a grant, as openraft does for a network without pre-votes, so that an election among
+    /// brokers of two versions runs as it did before.
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<C>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<C>, RPCError<C>> {
+        let version = match self.peer()?.version(option.soft_ttl()).await {
+            Ok(version) => version,
+            Err(CallError::Unreachable(msg)) => return Err(Unreachable::from_string(msg).into()),
+            Err(e) => return Err(RPCError::Network(NetworkError::new(&e))),
+        };
+        if version < Op::PreVote.since() {
+            return Ok(VoteResponse::new(rpc.vote, None, true));
         }
+        let answer: VoteResponse<C> = self.call(Op::PreVote, &rpc, option.soft_ttl()).await?;
+        self.note_refusal(&rpc, &answer);
         Ok(answer)
     }
 
@@ -240,6 +268,10 @@ pub(crate) async fn serve(
         },
         Op::Vote => match decode::<VoteRequest<C>>(body) {
             Ok(rpc) => respond(raft.vote(rpc).await.map_err(|e| e.to_string())),
+            Err(e) => respond::<VoteResponse<C>>(Err(e)),
+        },
+        Op::PreVote => match decode::<VoteRequest<C>>(body) {
+            Ok(rpc) => respond(raft.pre_vote(rpc).await.map_err(|e| e.to_string())),
             Err(e) => respond::<VoteResponse<C>>(Err(e)),
         },
         Op::Snapshot => match decode::<(Vote, SnapshotMetaOf<C>, Vec<u8>)>(body) {

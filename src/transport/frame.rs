@@ -81,6 +81,12 @@ pub(crate) enum Op {
     ListReassignments = 22,
     /// Admin: the brokers described, or one decommissioned.
     Brokers = 23,
+    /// Anyone, first on a connection: the protocol versions the caller speaks, answered with
+    /// the one chosen (protocol version 2; see `hello.rs`).
+    Hello = 24,
+    /// Raft pre-vote: would the voter grant a vote at the next term? Changes nothing on the
+    /// voter (protocol version 2).
+    PreVote = 25,
 }
 
 impl Op {
@@ -110,6 +116,17 @@ impl Op {
             Op::ElectLeaders => "elect_leaders",
             Op::ListReassignments => "list_reassignments",
             Op::Brokers => "brokers",
+            Op::Hello => "hello",
+            Op::PreVote => "pre_vote",
+        }
+    }
+
+    /// The protocol version that brought the operation in: a connection of an older version
+    /// treats it as unknown.
+    pub(crate) fn since(self) -> u16 {
+        match self {
+            Op::Hello | Op::PreVote => 2,
+            _ => 1,
         }
     }
 
@@ -138,6 +155,8 @@ impl Op {
             21 => Some(Op::ElectLeaders),
             22 => Some(Op::ListReassignments),
             23 => Some(Op::Brokers),
+            24 => Some(Op::Hello),
+            25 => Some(Op::PreVote),
             _ => None,
         }
     }

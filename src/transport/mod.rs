@@ -11,6 +11,7 @@
 mod accept;
 pub(crate) mod body;
 pub(crate) mod frame;
+mod hello;
 mod login;
 mod peer;
 mod server;

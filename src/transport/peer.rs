@@ -55,6 +55,9 @@ pub(crate) struct Peer {
     conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
     /// TLS, if the peer serves it.
     tls: Option<Dial>,
+    /// The newest protocol version to offer in a connection's Hello (see `hello.rs`); at 1,
+    /// none is said.
+    protocol_version: u16,
 }
 
 type Pending = Arc<parking_lot::Mutex<HashMap<u64, oneshot::Sender<Vec<u8>>>>>;
@@ -67,6 +70,8 @@ struct Conn {
     pending: Pending,
     next_id: AtomicU64,
     alive: Arc<AtomicBool>,
+    /// The protocol version it speaks, chosen by its Hello.
+    version: u16,
 }
 
 impl Peer {
@@ -82,7 +87,28 @@ impl Peer {
             shutdown,
             conn: tokio::sync::Mutex::new(None),
             tls,
+            protocol_version: crate::PROTOCOL_VERSION,
         }
+    }
+
+    /// The same peer, offering protocol versions up to `version` (a broker pinned lower).
+    pub(crate) fn speaking(mut self, version: u16) -> Self {
+        self.protocol_version = version;
+        self
+    }
+
+    /// The protocol version the connection to the peer speaks, connecting first if there is
+    /// none.
+    pub(crate) async fn version(&self, timeout: Duration) -> Result<u16, CallError> {
+        Ok(self.connection(timeout).await?.version)
+    }
+
+    /// The protocol version of the live connection to the peer, if there is one now (not
+    /// waiting for a connection being made).
+    pub(crate) fn live_version(&self) -> Option<u16> {
+        let guard = self.conn.try_lock().ok()?;
+        let conn = guard.as_ref()?;
+        conn.alive.load(Ordering::Acquire).then_some(conn.version)
     }
 
     /// Sends a request and waits up to `timeout` for its response.
@@ -151,8 +177,8 @@ impl Peer {
             return Ok(Arc::clone(conn));
         }
         *guard = None;
-        let (mut rd, wr) = match tokio::time::timeout(timeout, self.dial(&addr)).await {
-            Ok(Ok(halves)) => halves,
+        let (mut rd, wr, version) = match tokio::time::timeout(timeout, self.dial(&addr)).await {
+            Ok(Ok(dialed)) => dialed,
             Ok(Err(e)) => return Err(e),
             Err(_) => return Err(CallError::Unreachable("connect timed out".into())),
         };
@@ -195,6 +221,7 @@ impl Peer {
             pending,
             next_id: AtomicU64::new(1),
             alive,
+            version,
         });
         *guard = Some(Arc::clone(&conn));
         Ok(conn)
@@ -202,9 +229,27 @@ impl Peer {
 }
 
 impl Peer {
+    /// Connects to `addr` as [`open`](Self::open) does and says Hello: the connection's
+    /// halves and the protocol version it speaks. A peer that closes the connection on the
+    /// Hello (a build before versions) is connected to again and spoken to at version 1.
+    async fn dial(&self, addr: &Address) -> Result<(ReadHalf, WriteHalf, u16), CallError> {
+        use super::hello::{Greeted, say_hello};
+        let (mut rd, mut wr) = self.open(addr).await?;
+        if self.protocol_version <= crate::version::PROTOCOL_VERSION_MIN {
+            return Ok((rd, wr, crate::version::PROTOCOL_VERSION_MIN));
+        }
+        match say_hello((&mut rd, &mut wr), self.protocol_version).await? {
+            Greeted::Version(version) => Ok((rd, wr, version)),
+            Greeted::Closed => {
+                let (rd, wr) = self.open(addr).await?;
+                Ok((rd, wr, crate::version::PROTOCOL_VERSION_MIN))
+            }
+        }
+    }
+
     /// Connects to `addr` (a name resolved now, each of its addresses tried in turn), through
     /// a TLS handshake if the peer serves TLS, and logs in where the dial says to.
-    async fn dial(&self, addr: &Address) -> Result<(ReadHalf, WriteHalf), CallError> {
+    async fn open(&self, addr: &Address) -> Result<(ReadHalf, WriteHalf), CallError> {
         let resolved = addr
             .resolve()
             .await
@@ -273,6 +318,8 @@ pub(crate) struct PeerSet {
     tls: Option<TlsDialer>,
     /// Per broker. Grows when a broker joins.
     peers: parking_lot::RwLock<HashMap<u64, Connections>>,
+    /// The newest protocol version offered to the other brokers.
+    protocol_version: u16,
     #[cfg(any(test, feature = "failpoints"))]
     faults: Option<Arc<crate::env::NetFaults>>,
 }
@@ -285,7 +332,7 @@ impl PeerSet {
         self_id: u64,
         frame_bytes_max: u32,
         shutdown: &watch::Receiver<bool>,
-        tls: Option<TlsDialer>,
+        (tls, protocol_version): (Option<TlsDialer>, u16),
     ) -> Self {
         let set = PeerSet {
             self_id,
@@ -293,6 +340,7 @@ impl PeerSet {
             shutdown: shutdown.clone(),
             tls,
             peers: parking_lot::RwLock::default(),
+            protocol_version,
             #[cfg(any(test, feature = "failpoints"))]
             faults: None,
         };
@@ -415,6 +463,14 @@ impl PeerSet {
             login: None,
         });
         Peer::new(addr, self.frame_bytes_max, self.shutdown.clone(), tls)
+            .speaking(self.protocol_version)
+    }
+
+    /// The protocol version broker `id`'s live connections speak, if one is up now.
+    pub(crate) fn live_version(&self, id: u64) -> Option<u16> {
+        let peers = self.peers.read();
+        let c = peers.get(&id)?;
+        c.control.live_version().or_else(|| c.bulk.live_version())
     }
 
     /// Calls whoever listens at `addr` once, over a connection of its own (not any broker's):

@@ -68,6 +68,8 @@ pub(crate) struct Caller {
     /// The user its certificate stands for, once worked out (`Ok(None)` inside: none; `Err`:
     /// a certificate that may name none, why).
     pub(crate) certificate_user: std::sync::OnceLock<Result<Option<String>, String>>,
+    /// The protocol version its Hello chose; 1 until it says one (see `hello.rs`).
+    pub(crate) version: std::sync::atomic::AtomicU16,
 }
 
 impl Caller {
@@ -166,6 +168,9 @@ pub(crate) struct ServerLimits {
     pub(crate) answer_bytes_max: usize,
     /// ... and on one connection.
     pub(crate) connection_answer_bytes_max: usize,
+    /// The newest protocol version the server speaks (see `version.rs`): a Hello is answered
+    /// with at most this, and at 1 a Hello closes the connection as an unknown operation.
+    pub(crate) protocol_version: u16,
 }
 
 /// The broker-wide budgets that both of its doors (this server and the Kafka listener) take
@@ -248,6 +253,11 @@ enum Closed {
     Evicted,
     /// On probation in the room kept for peers, its first request was not a peer's.
     NotPeer,
+    /// Its Hello named no protocol version the server speaks.
+    Unversioned,
+    /// It said Hello to a server pinned to protocol version 1, which closes the connection as
+    /// a build before versions does: its caller connects again without one.
+    LaterVersion,
 }
 
 /// Reads the next request frame of a server connection within `limits`: waits up to `idle`
@@ -286,7 +296,11 @@ async fn read_request(
             rd.read_exact(rest).await.map_err(|_| Closed::Gone)?;
         }
         let head = frame::decode_head(&head, limits.frame_bytes_max).map_err(Closed::Malformed)?;
-        if probation.take().is_some() && !(may_be_peer && is_peer_first(head.op)) {
+        // A Hello leaves the probation to the request after it.
+        if head.op != Op::Hello
+            && probation.take().is_some()
+            && !(may_be_peer && is_peer_first(head.op))
+        {
             return Err(Closed::NotPeer);
         }
         let len = head.body_len as usize;
@@ -321,7 +335,7 @@ async fn read_request(
 fn is_raft(op: Op) -> bool {
     matches!(
         op,
-        Op::Vote | Op::AppendEntries | Op::Snapshot | Op::TransferLeader
+        Op::Vote | Op::PreVote | Op::AppendEntries | Op::Snapshot | Op::TransferLeader
     )
 }
 
@@ -329,6 +343,60 @@ fn is_raft(op: Op) -> bool {
 /// broker registering itself sends one first).
 fn is_peer_first(op: Op) -> bool {
     is_raft(op) || op == Op::Propose
+}
+
+/// What a request's protocol version means for its connection.
+enum Greeting {
+    /// Not a Hello, and of a version the connection speaks: served as usual.
+    NotHello,
+    /// A Hello answered: the connection speaks the version chosen from now on.
+    Answered(OutFrame),
+    /// Closed: an operation of a later version than the connection's (as an unknown operation
+    /// always closed one), or a Hello whose versions do not meet the server's (answered first).
+    Close(Refusal),
+}
+
+struct Refusal {
+    answer: Option<OutFrame>,
+    closed: Closed,
+}
+
+/// Checks a request's operation against its connection's protocol version, and answers a Hello
+/// (see `hello.rs`) from a server that speaks up to `max`.
+fn greet(head: &frame::FrameHead, body: &[u8], caller: &Caller, max: u16) -> Greeting {
+    use std::sync::atomic::Ordering;
+    let unknown = || {
+        Greeting::Close(Refusal {
+            answer: None,
+            closed: Closed::Malformed(FrameError::UnknownOp(head.op as u8)),
+        })
+    };
+    if head.op != Op::Hello {
+        return if head.op.since() > caller.version.load(Ordering::Acquire) {
+            unknown()
+        } else {
+            Greeting::NotHello
+        };
+    }
+    if head.op.since() > max {
+        // What a build before versions does with a Hello; the caller speaks version 1 next.
+        return Greeting::Close(Refusal {
+            answer: None,
+            closed: Closed::LaterVersion,
+        });
+    }
+    let (answer, chosen) = super::hello::answer_hello(body, max);
+    let frame = OutFrame::new(Kind::Response, Op::Hello, head.request_id, answer);
+    match chosen {
+        Some(version) => {
+            caller.version.store(version, Ordering::Release);
+            Greeting::Answered(frame)
+        }
+        None => Greeting::Close(Refusal {
+            answer: Some(frame),
+            closed: Closed::Unversioned,
+        }),
+    }
 }
 
 /// Says why a connection was closed: a warning for what a well-behaved client never does (a
@@ -350,6 +418,14 @@ fn log_closed(from: Option<SocketAddr>, why: Closed) {
         Closed::NotPeer => tracing::debug!(
             ?from,
             "connection closed: the room left is kept for peer brokers"
+        ),
+        Closed::LaterVersion => tracing::debug!(
+            ?from,
+            "connection closed: a Hello to a broker pinned to protocol version 1"
+        ),
+        Closed::Unversioned => tracing::warn!(
+            ?from,
+            "connection closed: it speaks no protocol version this broker speaks"
         ),
     }
 }
@@ -403,6 +479,7 @@ async fn serve_conn(
         refusal_logged: std::sync::atomic::AtomicBool::new(false),
         confirmed_broker: std::sync::atomic::AtomicU64::new(crate::node::NO_BROKER),
         certificate_user: std::sync::OnceLock::new(),
+        version: std::sync::atomic::AtomicU16::new(crate::version::PROTOCOL_VERSION_MIN),
     });
     let from = Some(from);
     // Answers go out in the order they finish; each holds its request's in-flight slot until
@@ -445,6 +522,23 @@ async fn serve_conn(
                 "a response arrived on a server connection; closing it"
             );
             break;
+        }
+        match greet(&head, &body, &caller, limits.protocol_version) {
+            Greeting::NotHello => {}
+            Greeting::Answered(frame) => {
+                drop(share);
+                if tx.send((frame, (None, None))).await.is_err() {
+                    break;
+                }
+                continue;
+            }
+            Greeting::Close(why) => {
+                if let Some(frame) = why.answer {
+                    let _ = tx.send((frame, (None, None))).await;
+                }
+                log_closed(from, why.closed);
+                break;
+            }
         }
         // A client with `in_flight_max` answers unwritten is not read from until one drains
         // (Raft traffic from a connection that may be a peer's is not held back).

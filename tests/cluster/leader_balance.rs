@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use replog::{ClientConfig, Election, PartitionId};
 
-use crate::support::{connect, local_cluster, wait_until};
+use crate::support::{
+    connect, local_cluster, spawn_writer, wait_for_acked_on_every_replica, wait_until,
+};
 
 const TOPIC: &str = "balanced";
 const PARTITIONS: u32 = 6;
@@ -271,27 +273,7 @@ async fn a_rolling_restart_under_writes_ends_balanced_with_nothing_lost() {
     )
     .await;
     let stop = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let (client, stop) = (Arc::clone(&client), Arc::clone(&stop));
-        tokio::spawn(async move {
-            let mut acked = Vec::new();
-            // Bounded by `stop`, set once the restarts are done.
-            for n in 0u64.. {
-                if stop.load(Ordering::Acquire) {
-                    break;
-                }
-                let p = (n % u64::from(PARTITIONS)) as u32;
-                let value = format!("{n}");
-                if let Ok(d) = client
-                    .send(TOPIC, p, &[replog::Record::new(value.clone())])
-                    .await
-                {
-                    acked.push((p, d.base_offset.get(), value));
-                }
-            }
-            acked
-        })
-    };
+    let writer = spawn_writer(Arc::clone(&client), TOPIC, PARTITIONS, Arc::clone(&stop));
     for id in 1..=3 {
         cluster.stop(id).await.unwrap();
         cluster.restart(id).await.unwrap();
@@ -311,49 +293,7 @@ async fn a_rolling_restart_under_writes_ends_balanced_with_nothing_lost() {
     let acked = writer.await.unwrap();
     assert!(acked.len() > PARTITIONS as usize, "{} writes", acked.len());
     // Every acknowledged record on every replica, at its offset.
-    for p in 0..PARTITIONS {
-        let want: BTreeMap<u64, String> = acked
-            .iter()
-            .filter(|(q, _, _)| *q == p)
-            .map(|(_, o, v)| (*o, v.clone()))
-            .collect();
-        let last = want.keys().last().copied().unwrap_or(0);
-        wait_until(
-            Duration::from_secs(20),
-            "every replica to hold the acknowledged records",
-            async || {
-                for node in cluster.nodes() {
-                    let mut got = BTreeMap::new();
-                    let mut next = replog::Offset(0);
-                    // Bounded: each read moves `next` on, and stops at the end.
-                    for _ in 0..10_000 {
-                        let batches = node
-                            .read(TOPIC, p, next, 1 << 20)
-                            .map_err(|e| e.to_string())?;
-                        if batches.is_empty() {
-                            break;
-                        }
-                        for b in batches {
-                            for (o, r) in b.records() {
-                                got.insert(o.get(), String::from_utf8_lossy(&r.value).into_owned());
-                                next = replog::Offset(o.get() + 1);
-                            }
-                        }
-                    }
-                    // Each value is written once (n), so each may be in the log once.
-                    let distinct: std::collections::BTreeSet<&String> = got.values().collect();
-                    if want.iter().any(|(o, v)| got.get(o) != Some(v))
-                        || next.get() <= last
-                        || distinct.len() != got.len()
-                    {
-                        return Err(format!("broker {} partition {p}", node.id()));
-                    }
-                }
-                Ok(())
-            },
-        )
-        .await;
-    }
+    wait_for_acked_on_every_replica(&cluster, TOPIC, PARTITIONS, &acked).await;
     drop(client);
     cluster.shutdown().await.unwrap();
 }

@@ -44,6 +44,7 @@ mod replication;
 mod support;
 mod topic_configs;
 mod topics;
+mod upgrade;
 
 const TOPIC: &str = "email.send";
 const PARTITIONS: u32 = 3;

@@ -14,8 +14,8 @@ pub mod sockets;
 pub mod wait;
 
 pub use nodes::{
-    ELECTION_TIMEOUT, HEARTBEAT_INTERVAL, free_addrs, local_cluster, shutdown_all, start_all,
-    start_node,
+    ELECTION_TIMEOUT, HEARTBEAT_INTERVAL, free_addrs, local_cluster, shutdown_all, spawn_writer,
+    start_all, start_node, wait_for_acked_on_every_replica,
 };
 pub use ports::process_addrs;
 pub use processes::{Broker, cli};

@@ -82,3 +82,94 @@ pub async fn shutdown_all(nodes: Vec<Option<Node>>) {
         node.shutdown().await.unwrap();
     }
 }
+
+/// Waits (up to 20 s a partition) until every running broker of `cluster` holds each record of
+/// `acked` (partition, offset, value) at its offset, and each value once: acknowledged writes
+/// that a failover or a restart must not lose nor double.
+pub async fn wait_for_acked_on_every_replica(
+    cluster: &replog::LocalCluster,
+    topic: &str,
+    partitions: u32,
+    acked: &[(u32, u64, String)],
+) {
+    for p in 0..partitions {
+        let want: BTreeMap<u64, String> = acked
+            .iter()
+            .filter(|(q, _, _)| *q == p)
+            .map(|(_, o, v)| (*o, v.clone()))
+            .collect();
+        let last = want.keys().last().copied().unwrap_or(0);
+        crate::support::wait_until(
+            Duration::from_secs(20),
+            "every replica to hold the acknowledged records",
+            async || {
+                for node in cluster.nodes() {
+                    let got = read_all(node, topic, p)?;
+                    // Each value is written once, so each may be in the log once.
+                    let distinct: std::collections::BTreeSet<&String> = got.values().collect();
+                    let end = got.keys().last().map_or(0, |o| o + 1);
+                    if want.iter().any(|(o, v)| got.get(o) != Some(v))
+                        || end <= last
+                        || distinct.len() != got.len()
+                    {
+                        return Err(format!("broker {} partition {p}", node.id()));
+                    }
+                }
+                Ok(())
+            },
+        )
+        .await;
+    }
+}
+
+/// Every record of `topic`'s partition `p` in `node`'s replica, by offset, as text.
+fn read_all(node: &Node, topic: &str, p: u32) -> Result<BTreeMap<u64, String>, String> {
+    let mut got = BTreeMap::new();
+    let mut next = replog::Offset(0);
+    // Bounded: each read moves `next` on, and stops at the end.
+    for _ in 0..10_000 {
+        let batches = node
+            .read(topic, p, next, 1 << 20)
+            .map_err(|e| e.to_string())?;
+        if batches.is_empty() {
+            break;
+        }
+        for b in batches {
+            for (o, r) in b.records() {
+                got.insert(o.get(), String::from_utf8_lossy(&r.value).into_owned());
+                next = replog::Offset(o.get() + 1);
+            }
+        }
+    }
+    Ok(got)
+}
+
+/// A task that writes one record at a time to `topic`'s `partitions` in turn, through
+/// `client`, until `stop` is set, and returns what was acknowledged: (partition, offset,
+/// value), each value written once.
+pub fn spawn_writer(
+    client: std::sync::Arc<replog::Client>,
+    topic: &'static str,
+    partitions: u32,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<Vec<(u32, u64, String)>> {
+    use std::sync::atomic::Ordering;
+    tokio::spawn(async move {
+        let mut acked = Vec::new();
+        // Bounded by `stop`.
+        for n in 0u64.. {
+            if stop.load(Ordering::Acquire) {
+                break;
+            }
+            let p = (n % u64::from(partitions)) as u32;
+            let value = format!("{n}");
+            if let Ok(d) = client
+                .send(topic, p, &[replog::Record::new(value.clone())])
+                .await
+            {
+                acked.push((p, d.base_offset.get(), value));
+            }
+        }
+        acked
+    })
+}

@@ -100,6 +100,10 @@ pub(crate) struct TuningArgs {
     /// How often a broker checks the partitions it leads for ones to hand back.
     #[arg(long)]
     leader_imbalance_check_interval_ms: Option<u64>,
+    /// The newest protocol version to speak: during a rolling upgrade, the version the old
+    /// build speaks, until every broker runs the new one (the newest by default).
+    #[arg(long)]
+    protocol_version: Option<u16>,
 }
 
 impl TuningArgs {
@@ -185,6 +189,7 @@ impl TuningArgs {
             &mut config.leader_imbalance_check_interval,
             self.leader_imbalance_check_interval_ms.map(ms),
         );
+        set(&mut config.protocol_version, self.protocol_version);
         let log = &mut config.log;
         set(&mut log.segment_bytes, self.segment_bytes);
         set(&mut log.index_interval_bytes, self.index_interval_bytes);

@@ -219,3 +219,93 @@ async fn a_replica_of_a_deleted_topic_never_answers_for_the_topic_created_again(
     drop(client);
     cluster.shutdown().await.unwrap();
 }
+
+/// A pre-vote asks a voter whether it would vote for a candidate at the next term, and
+/// changes nothing on it: refused while the voter hears its leader, granted once it has not
+/// for a lease, and the voter's term is the same after both. On a connection that said no
+/// Hello (protocol version 1) the operation is unknown: the connection is closed unanswered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pre_vote_is_refused_while_the_leader_lives_and_changes_nothing() {
+    use openraft::raft::{VoteRequest, VoteResponse};
+
+    use crate::raft::types::{C, LogId};
+    use crate::transport::frame::Op;
+    use crate::transport::{CallError, Peer};
+
+    let dir = tempfile::tempdir().unwrap();
+    let net = NetFaults::new();
+    let listeners = (0..3)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let cluster = LocalCluster::start_in(
+        listeners,
+        dir.path(),
+        |c| {
+            c.topics = vec![("pre".into(), 1)];
+            c.heartbeat_interval = Duration::from_millis(100);
+            c.election_timeout = Duration::from_millis(1000);
+        },
+        |_| Env::default().with_net_faults(Arc::clone(&net)),
+    )
+    .await
+    .unwrap();
+    let id = PartitionId::new("pre", 0);
+    let nodes: Vec<&Node> = cluster.nodes().collect();
+    let (leader, term) = until(Duration::from_secs(20), "a settled leader", async || {
+        settled_leader(&nodes, &id)
+    })
+    .await;
+    let followers: Vec<NodeId> = (1..=3).filter(|n| *n != leader).collect();
+    let (voter, candidate) = (cluster.node(followers[0]).unwrap(), followers[1]);
+    let (_stop, stopping) = tokio::sync::watch::channel(false);
+    let peer = Peer::new(voter.addr().into(), 1 << 20, stopping.clone(), None);
+    let rpc = VoteRequest::<C>::new(
+        Vote::new(term + 1, candidate),
+        Some(LogId::new_term_index(term, 1 << 40)),
+    );
+    let topic_id = crate::catalog::CONFIGURED_TOPIC_ID;
+    let body = crate::transport::body::encode(&(&id, topic_id, &rpc)).unwrap();
+    let pre_vote = async |peer: &Peer| -> VoteResponse<C> {
+        let answer = peer
+            .call(Op::PreVote, body.clone(), Duration::from_secs(5))
+            .await
+            .unwrap();
+        let answer: Result<VoteResponse<C>, String> = postcard::from_bytes(&answer).unwrap();
+        answer.unwrap()
+    };
+    assert_eq!(peer.version(Duration::from_secs(5)).await.unwrap(), 2);
+    assert!(
+        !pre_vote(&peer).await.vote_granted,
+        "the voter hears its leader"
+    );
+    assert_eq!(voter.status("pre", 0).unwrap().term, term);
+
+    // The leader cut off from both followers, which run no election of their own meanwhile.
+    for n in &followers {
+        let replica = cluster.node(*n).unwrap().broker.group(&id).unwrap();
+        replica.raft.allow_elections(false);
+    }
+    net.partition(&[leader], &followers);
+    until(
+        Duration::from_secs(10),
+        "the voter to grant a pre-vote once its leader's lease is over",
+        async || pre_vote(&peer).await.vote_granted.then_some(()),
+    )
+    .await;
+    assert_eq!(
+        voter.status("pre", 0).unwrap().term,
+        term,
+        "a pre-vote changes no term"
+    );
+
+    // Protocol version 1 knows no pre-vote.
+    let old = Peer::new(voter.addr().into(), 1 << 20, stopping, None).speaking(1);
+    assert_eq!(old.version(Duration::from_secs(5)).await.unwrap(), 1);
+    let closed = old
+        .call(Op::PreVote, body.clone(), Duration::from_secs(5))
+        .await;
+    assert!(matches!(closed, Err(CallError::Closed)), "{closed:?}");
+    net.heal();
+    drop(nodes);
+    cluster.shutdown().await.unwrap();
+}
