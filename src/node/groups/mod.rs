@@ -589,7 +589,7 @@ impl Broker {
     }
 
     fn still_leads(&self, shard: &Shard) -> bool {
-        self.group(&PartitionId::new(OFFSETS_TOPIC, shard.partition))
+        self.replica(&PartitionId::new(OFFSETS_TOPIC, shard.partition))
             .is_ok_and(|h| {
                 let s = h.raft.state();
                 s.leader == Some(self.config.id) && s.term == shard.term
@@ -652,7 +652,7 @@ impl Broker {
                 let broker = Arc::clone(&self);
                 tokio::spawn(async move {
                     let Ok(hosted) =
-                        broker.group(&PartitionId::new(OFFSETS_TOPIC, shard.partition))
+                        broker.replica(&PartitionId::new(OFFSETS_TOPIC, shard.partition))
                     else {
                         return;
                     };

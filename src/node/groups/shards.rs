@@ -11,7 +11,7 @@ impl Broker {
         p: u32,
     ) -> GroupResult<(Arc<HostedReplica>, Arc<Shard>)> {
         let hosted = self
-            .group(&PartitionId::new(OFFSETS_TOPIC, p))
+            .replica(&PartitionId::new(OFFSETS_TOPIC, p))
             .map_err(|_| GroupError::NotCoordinator)?;
         let state = hosted.raft.state();
         if state.leader != Some(self.config.id) {

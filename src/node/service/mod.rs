@@ -109,7 +109,7 @@ impl BrokerService {
     /// configs; false for a partition it does not host.
     pub(crate) fn log_append_time(&self, partition: &crate::types::PartitionId) -> bool {
         self.broker
-            .group(partition)
+            .replica(partition)
             .is_ok_and(|g| g.settings.read().log_append_time)
     }
 
@@ -138,7 +138,7 @@ impl BrokerService {
         answer
     }
 
-    /// Creates a topic through the metadata group. The offsets topic is created by the
+    /// Creates a topic through the metadata Raft group. The offsets topic is created by the
     /// brokers only (a broker forwards its creation to the metadata leader).
     pub(crate) async fn create_topic(&self, request: CreateTopicRequest) -> Result<()> {
         if !request.forwarded {
@@ -150,7 +150,7 @@ impl BrokerService {
         self.broker.create_topic(request).await
     }
 
-    /// Deletes a created topic through the metadata group (never the offsets topic).
+    /// Deletes a created topic through the metadata Raft group (never the offsets topic).
     pub(crate) async fn delete_topic(&self, request: DeleteTopicRequest) -> Result<()> {
         if !request.forwarded {
             self.authorize_topic(AclOperation::Delete, &request.name)?;
@@ -366,7 +366,7 @@ impl BrokerService {
     }
 
     /// Moves a created topic's partition to other brokers, or with no replicas takes back its
-    /// move under way: recorded through the metadata group (the metadata leader checks the
+    /// move under way: recorded through the metadata Raft group (the metadata leader checks the
     /// move), carried out by the partition's leader.
     pub(crate) async fn reassign_partition(&self, request: ReassignRequest) -> Result<()> {
         self.authorize_cluster(AclOperation::Alter)?;
@@ -401,7 +401,7 @@ impl BrokerService {
     }
 
     /// Decommissions broker `id` (ALTER on the cluster): the moves of its replicas recorded
-    /// through the metadata group.
+    /// through the metadata Raft group.
     pub(crate) async fn decommission_broker(&self, id: crate::types::NodeId) -> Result<()> {
         self.authorize_cluster(AclOperation::Alter)?;
         self.broker
