@@ -156,10 +156,9 @@ struct Broker {
     down: parking_lot::Mutex<HashMap<PartitionId, supervise::Down>>,
     /// Turns true when shutdown begins: waits that hold requests (long polls) end.
     stopping: watch::Receiver<bool>,
-    /// The group coordinators of the offsets partitions this broker leads (see `groups.rs`).
-    coordinator: crate::group::coordinator::Shards,
-    /// Set while this broker is creating the offsets topic.
-    offsets_topic_creating: AtomicBool,
+    /// The group coordinators of the offsets partitions this broker leads (`group/runtime.rs`;
+    /// this broker is their host, see `groups.rs`).
+    coordinator: Arc<crate::group::runtime::GroupCoordinator>,
     /// The Kafka address this broker advertises, once its Kafka listener is bound: registered
     /// in the metadata log, so that every broker's Kafka metadata names it.
     kafka_addr: std::sync::OnceLock<Address>,
@@ -381,6 +380,7 @@ impl Node {
         let topic_defaults =
             crate::topic_config::broker_defaults(&config.log, &config.topic_defaults);
         let advertised = config.advertised.clone().unwrap_or_else(|| addr.into());
+        let coordinator = groups::coordinator(&config);
         let broker = Arc::new(Broker {
             config,
             env,
@@ -396,8 +396,7 @@ impl Node {
             closing: AtomicBool::new(false),
             down: parking_lot::Mutex::default(),
             stopping: shutdown_rx.clone(),
-            coordinator: crate::group::coordinator::Shards::default(),
-            offsets_topic_creating: AtomicBool::new(false),
+            coordinator,
             kafka_addr: std::sync::OnceLock::new(),
             producer_ids: tokio::sync::Mutex::new(0..0),
             failed_logins: crate::security::FailedLogins::default(),
@@ -470,7 +469,10 @@ impl Node {
             tls,
         };
         tokio::spawn(Arc::clone(&node.broker).supervise(shutdown_for_retention.clone()));
-        tokio::spawn(Arc::clone(&node.broker).run_group_timers(shutdown_for_retention.clone()));
+        tokio::spawn(groups::run_timers(
+            Arc::clone(&node.broker),
+            shutdown_for_retention.clone(),
+        ));
         tokio::spawn(Arc::clone(&node.broker).report_metrics(shutdown_for_retention.clone()));
         node.spawn_leader_balance(shutdown_for_retention.clone());
         node.spawn_retention(shutdown_for_retention);

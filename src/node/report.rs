@@ -69,7 +69,7 @@ impl Broker {
     /// Each coordinated group's size and generation, and its lag on the partitions this
     /// broker hosts.
     fn report_groups(&self) {
-        for shard in self.coordinator.all() {
+        for shard in self.coordinator.shards() {
             let groups = shard.groups.lock();
             for (name, g) in groups.iter() {
                 if name.is_empty() {
