@@ -6,7 +6,7 @@
 //! - **Configured topics** ([`NodeConfig::topics`](crate::NodeConfig)) exist from the start on
 //!   every founding broker, with a replica on each. Every broker must be given the same list.
 //!   They cannot be deleted.
-//! - **Created topics** come from the metadata group: a Raft group that every broker is a
+//! - **Created topics** come from the metadata Raft group: a Raft group that every broker is a
 //!   member of (the founding brokers vote, brokers that joined later are learners), whose partition log (`__cluster_metadata-0`) holds one record per command
 //!   ([`MetaCommand`], postcard-encoded in the record's value). Every broker applies the
 //!   committed commands in log order, so every broker reaches the same catalog, and starts
@@ -39,7 +39,7 @@ pub(crate) use acls::{AclFilterRecord, AclRecord};
 pub(crate) use placement::{assign, assign_racked};
 use placement::{check_assignment, check_replicas};
 
-/// The metadata group's topic name (one partition).
+/// The metadata Raft group's topic name (one partition).
 pub(crate) const METADATA_TOPIC: &str = "__cluster_metadata";
 
 /// Longest file name the file systems replog runs on take (ext4, xfs, btrfs).
@@ -93,14 +93,14 @@ pub(crate) enum MetaCommand {
     },
     /// Move a created topic's partition to `replicas` (Kafka's partition reassignment). The
     /// brokers it leaves keep their replica until [`ReassignDone`](Self::ReassignDone): the
-    /// partition's leader adds the new replicas as learners, changes the group's voters to
+    /// partition's leader adds the new replicas as learners, changes the Raft group's voters to
     /// `replicas`, and then proposes that.
     ReassignPartition {
         name: String,
         partition: u32,
         replicas: Vec<NodeId>,
     },
-    /// The group of partition `partition` of topic `topic_id` has exactly `replicas` as its
+    /// The Raft group of partition `partition` of topic `topic_id` has exactly `replicas` as its
     /// voters: the brokers it left may drop their replicas.
     ReassignDone {
         topic_id: u64,
@@ -174,7 +174,7 @@ pub(crate) enum MetaCommand {
     DecommissionBroker { id: NodeId },
     /// Broker `id`, decommissioned, holds no replica any more: it is no longer one of the
     /// cluster's brokers (nor named in metadata). Proposed by the metadata leader once it has
-    /// taken the broker out of the metadata group.
+    /// taken the broker out of the metadata Raft group.
     RemoveBroker { id: NodeId },
     /// Broker `id` runs in rack `rack` (`None`: no rack named). Each broker registers its rack
     /// when it starts wherever it differs from the catalog's.
@@ -226,14 +226,14 @@ pub(crate) struct TopicEntry {
     /// Per partition, the brokers hosting a replica; the first is the preferred leader.
     pub(crate) assignment: Vec<Vec<NodeId>>,
     /// Per partition, the brokers a reassignment moves it away from: they keep their replica
-    /// until the group no longer counts them ([`MetaCommand::ReassignDone`]).
+    /// until the Raft group no longer counts them ([`MetaCommand::ReassignDone`]).
     pub(crate) leaving: Vec<Vec<NodeId>>,
     /// Per partition, its replicas before the reassignment in progress; empty while none is.
     /// The partition's leader records each move's end, which clears it.
     pub(crate) was: Vec<Vec<NodeId>>,
-    /// Per partition, whether it was ever reassigned. Such a group is never initialized
+    /// Per partition, whether it was ever reassigned. Such a Raft group is never initialized
     /// again: a replica made afresh for it (a broker it comes back to) must wait for the
-    /// leader, not found a group of its own.
+    /// leader, not found a Raft group of its own.
     pub(crate) moved: Vec<bool>,
     /// The configs set on the topic (the rest are the brokers' defaults).
     pub(crate) configs: TopicConfigs,

@@ -95,7 +95,7 @@
 //! }
 //! // (`LocalCluster` does all of this in one call.)
 //!
-//! // Bootstrap from broker 2 only: it creates the topic through the metadata group (one
+//! // Bootstrap from broker 2 only: it creates the topic through the metadata Raft group (one
 //! // partition, three replicas); then the client asks it who leads and writes there.
 //! let client = Client::connect(&[addrs[1]], ClientConfig::default()).await?;
 //! client.create_topic("email.send", 1, 3).await?;

@@ -270,7 +270,7 @@ pub(crate) struct CreateTopicRequest {
 }
 
 /// `Op::TopicConfigs` request: a topic's configs described, or changed through the metadata
-/// group.
+/// Raft group.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) enum TopicConfigsRequest {
     /// Every config of `topic`, with its value and source; answered

@@ -545,7 +545,7 @@ pub(crate) struct TopicSettings {
 }
 
 impl TopicSettings {
-    /// Settings that hold nothing back (the metadata group's, and a replica's before it
+    /// Settings that hold nothing back (the metadata Raft group's, and a replica's before it
     /// learns its topic's).
     pub(crate) fn unconstrained() -> TopicSettings {
         TopicSettings {

@@ -205,7 +205,7 @@ impl Client {
     /// Creates a topic of `partitions` partitions with `replication_factor` replicas each,
     /// spread over the brokers as Kafka spreads them, and waits (up to the delivery timeout)
     /// until every partition has a leader. Any broker takes the request: it forwards it to
-    /// the metadata group's leader.
+    /// the metadata Raft group's leader.
     ///
     /// # Errors
     ///
@@ -444,7 +444,7 @@ impl Client {
     /// Moves partition `partition` of a created topic to the brokers `replicas` (the first is
     /// its preferred leader), as Kafka's partition reassignment does. Returns once the move is
     /// recorded in the metadata log; the partition's leader then adds the new replicas, lets
-    /// them copy the log, and changes the group's voters, after which the brokers it left
+    /// them copy the log, and changes the Raft group's voters, after which the brokers it left
     /// remove their replicas. [`describe`](Self::describe) shows the new replicas at once
     /// and the in-sync ones as they catch up.
     ///
@@ -483,7 +483,7 @@ impl Client {
 
     /// Decommissions broker `id`: every partition it is on moves to the other brokers (each
     /// keeping its replication factor; the broker's leaderships are handed over first), no
-    /// new replica goes to it, and once it holds none it leaves the metadata group and the
+    /// new replica goes to it, and once it holds none it leaves the metadata Raft group and the
     /// cluster; then it can stop with no partition under-replicated.
     /// [`describe_brokers`](Self::describe_brokers) shows it draining, with the replicas it
     /// has left, until it is gone. Returns once the moves are recorded; asking again is
@@ -568,7 +568,7 @@ impl Client {
 
     /// Deletes partition `partition` of `topic`'s records before offset `before` on every
     /// replica (Kafka's DeleteRecords, `kafka-delete-records`): the partition's leader commits
-    /// the new log start through the partition's group, reads below it are out of range from
+    /// the new log start through the partition's Raft group, reads below it are out of range from
     /// then on, and the segments wholly below it are removed by the brokers' next retention
     /// pass. Returns the partition's log start after it (never moved back: an offset below
     /// the current start changes nothing). Asked of the leader, following `NotLeader` hints (as
@@ -654,7 +654,7 @@ impl Client {
         }
     }
 
-    /// Every broker of the cluster and its address, as the metadata group records them (a
+    /// Every broker of the cluster and its address, as the metadata Raft group records them (a
     /// broker that came back on another address is named at the new one).
     ///
     /// # Errors

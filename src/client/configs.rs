@@ -31,7 +31,7 @@ impl Client {
             })
     }
 
-    /// Changes `topic`'s configs by `changes`, all or none, through the metadata group
+    /// Changes `topic`'s configs by `changes`, all or none, through the metadata Raft group
     /// (Kafka's IncrementalAlterConfigs): every replica applies them without a restart.
     ///
     /// ```no_run

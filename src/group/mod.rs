@@ -18,8 +18,11 @@
 //! - `live.rs`: a group as its coordinator serves it, the state machine with the channels
 //!   of the joins and syncs waiting on it.
 //! - `records.rs`: the bytes of the records in the offsets topic.
-//! - `coordinator.rs`: a broker's coordinators, one per offsets partition it leads: loading,
-//!   writing, timers.
+//! - `coordinator.rs`: a broker's coordinators' shards, one per offsets partition it leads,
+//!   each holding the groups that hash to that partition, and applying a record to them.
+//! - `runtime.rs` (and `runtime/`): the coordinators at work: finding a group's coordinator,
+//!   loading a shard, serving the group requests, the timers. It reaches the broker only
+//!   through its `Host` trait (`node/groups.rs` implements it).
 //! - `assignor.rs`: the partition assignors a consumer group's leader runs (range,
 //!   round-robin) and Kafka's consumer-protocol encoding of subscriptions and assignments.
 
@@ -28,6 +31,7 @@ pub(crate) mod assignor;
 pub(crate) mod coordinator;
 pub(crate) mod live;
 pub(crate) mod records;
+pub(crate) mod runtime;
 pub(crate) mod state;
 
 use serde::{Deserialize, Serialize};
@@ -36,6 +40,9 @@ use serde::{Deserialize, Serialize};
 /// name). Created by the brokers on the first group request; clients may read it but not write
 /// it.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
+/// A group request's result.
+pub(crate) type GroupResult<T> = std::result::Result<T, GroupError>;
 
 /// Why a group request was refused, as Kafka's error codes name them ([`code`](Self::code)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, thiserror::Error)]

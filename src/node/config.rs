@@ -104,7 +104,7 @@ pub struct NodeConfig {
     pub compaction_bytes_per_second: u64,
     /// This broker joins a running cluster instead of founding one (`replog node --join`).
     /// Its `peers` are the cluster's founding brokers, as they were started (the same ids), and
-    /// its id is new. It registers itself through them; the metadata group makes it a learner
+    /// its id is new. It registers itself through them; the metadata Raft group makes it a learner
     /// (it replicates the catalog without voting on it), and topics created from then on are
     /// spread over it too. It hosts no replica of the configured topics. Default false.
     pub join: bool,

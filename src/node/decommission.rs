@@ -4,8 +4,8 @@
 //! broker holds no replica, the metadata leader removes it from the cluster
 //! ([`MetaCommand::RemoveBroker`]), which it learns too: from then on no broker names it, it
 //! sends clients to the others, and it can stop with no partition under-replicated. Then
-//! the metadata leader takes it out of the metadata group (a broker that joined takes its
-//! vote, so the group keeps its size).
+//! the metadata leader takes it out of the metadata Raft group (a broker that joined takes its
+//! vote, so the Raft group keeps its size).
 
 use std::collections::BTreeSet;
 
@@ -19,7 +19,7 @@ use super::Broker;
 impl Broker {
     /// On the metadata leader: removes the drained broker `id` from the cluster
     /// ([`MetaCommand::RemoveBroker`]; every broker, `id` too, applies it while `id` is still
-    /// in the metadata group, so `id` knows it left).
+    /// in the metadata Raft group, so `id` knows it left).
     pub(super) async fn remove_drained(&self, id: NodeId) -> Result<()> {
         self.propose(ProposeRequest {
             command: MetaCommand::RemoveBroker { id },
@@ -33,10 +33,10 @@ impl Broker {
         Ok(())
     }
 
-    /// On the metadata leader: takes the removed broker `id` out of the metadata group (a
-    /// broker that joined takes its vote, so the group keeps its size). A metadata leader that
+    /// On the metadata leader: takes the removed broker `id` out of the metadata Raft group (a
+    /// broker that joined takes its vote, so the Raft group keeps its size). A metadata leader that
     /// is `id` itself hands its leadership over instead, and the next leader does it.
-    pub(super) async fn leave_metadata_group(&self, id: NodeId) -> Result<()> {
+    pub(super) async fn remove_from_metadata_raft(&self, id: NodeId) -> Result<()> {
         let me = self.config.id;
         let meta = &self.meta;
         let again = |reason: String| Error::TryAgain {
@@ -46,7 +46,9 @@ impl Broker {
         let timeout = self.config.election_timeout;
         let (voters, joint) = meta.raft.voters();
         if joint {
-            return Err(again("the metadata group's membership is changing".into()));
+            return Err(again(
+                "the metadata Raft group's membership is changing".into(),
+            ));
         }
         if id == me {
             for to in voters.iter().filter(|v| **v != me) {
@@ -62,7 +64,7 @@ impl Broker {
         }
         // It learns it left from the metadata log (and drops what it still holds): it is
         // given the log up to its removal, and with the next heartbeats that it is committed,
-        // before it leaves the group. One that is down leaves without.
+        // before it leaves the Raft group. One that is down leaves without.
         let within = self.config.request_timeout;
         if super::reassign::caught_up(meta, &[id], within, || true)
             .await
@@ -72,7 +74,7 @@ impl Broker {
         } else {
             tracing::info!(
                 broker = id,
-                "a removed broker is not answering: it leaves the metadata group without having \
+                "a removed broker is not answering: it leaves the metadata Raft group without having \
                  copied all of it"
             );
         }
@@ -95,13 +97,13 @@ impl Broker {
                 next.insert(learner);
             }
             meta.raft.change_voters(next.clone()).await.map_err(again)?;
-            tracing::info!(broker = id, voters = ?next, "removed broker left the metadata group");
+            tracing::info!(broker = id, voters = ?next, "removed broker left the metadata Raft group");
         } else {
             meta.raft
                 .remove_learners(BTreeSet::from([id]))
                 .await
                 .map_err(again)?;
-            tracing::info!(broker = id, "removed broker left the metadata group");
+            tracing::info!(broker = id, "removed broker left the metadata Raft group");
         }
         Ok(())
     }
@@ -112,7 +114,7 @@ impl Broker {
     }
 
     /// On a broker decommissioned: says once, when it has been removed from the cluster and
-    /// no longer votes in the metadata group, that it can stop.
+    /// no longer votes in the metadata Raft group, that it can stop.
     pub(super) fn say_when_removed(&self, said: &mut bool) {
         if !*said && self.departed() && !self.meta.raft.votes_in_newest(self.config.id) {
             // (Node::has_left says the same.)

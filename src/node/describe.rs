@@ -24,12 +24,12 @@ impl Broker {
         if let Some(down) = self.down.lock().get(&id) {
             return Ok(down.status.clone());
         }
-        let group = self.group(&id)?;
-        Ok(self.status_of(&group))
+        let replica = self.replica(&id)?;
+        Ok(self.status_of(&replica))
     }
 
-    pub(super) fn status_of(&self, group: &HostedReplica) -> PartitionStatus {
-        let state = group.raft.state();
+    pub(super) fn status_of(&self, replica: &HostedReplica) -> PartitionStatus {
+        let state = replica.raft.state();
         let last = state.last_log_index.unwrap_or(0);
         let follower_lag = state
             .members
@@ -44,21 +44,21 @@ impl Broker {
         PartitionStatus {
             leader: state.leader,
             term: state.term,
-            log_end: group.store.log().end_offset(),
-            high_watermark: Offset(group.sm.high_watermark()),
-            log_start: group.log_start(),
+            log_end: replica.store.log().end_offset(),
+            high_watermark: Offset(replica.sm.high_watermark()),
+            log_start: replica.log_start(),
             follower_lag,
-            stopped: group.raft.stopped().map(|why| why.to_string()),
+            stopped: replica.raft.stopped().map(|why| why.to_string()),
         }
     }
 
     /// This broker's view of one replica it hosts.
     fn partition_metadata(
         &self,
-        group: &HostedReplica,
+        replica: &HostedReplica,
         replicas: Vec<NodeId>,
     ) -> PartitionMetadata {
-        let state = group.raft.state();
+        let state = replica.raft.state();
         let last = state.last_log_index.unwrap_or(0);
         // In sync: the leader, and followers that are at most ISR_LAG_ENTRIES_MAX entries and
         // ISR_LAG_REQUESTS_MAX full replication requests of bytes behind, and acknowledged the
@@ -69,7 +69,7 @@ impl Broker {
         let silence_max = self.config.election_timeout * 2;
         let bytes_max =
             (self.config.payload_bytes_max() as u64).saturating_mul(ISR_LAG_REQUESTS_MAX);
-        let log = group.store.log();
+        let log = replica.store.log();
         let lag = state
             .members
             .iter()
@@ -99,14 +99,14 @@ impl Broker {
             })
             .unwrap_or_default();
         PartitionMetadata {
-            partition: group.id.clone(),
+            partition: replica.id.clone(),
             leader: state.leader,
             term: state.term,
             replicas,
             isr,
             lag,
-            log_start: group.log_start().get(),
-            high_watermark: group.sm.high_watermark(),
+            log_start: replica.log_start().get(),
+            high_watermark: replica.sm.high_watermark(),
         }
     }
 
@@ -135,10 +135,10 @@ impl Broker {
         let mut remote: std::collections::BTreeSet<NodeId> = Default::default();
         let mut elsewhere: HashMap<PartitionId, usize> = HashMap::new();
         for (id, replicas) in wanted {
-            let group = self.groups.read().get(&id).cloned();
-            match group {
-                Some(group) => {
-                    let ours = self.partition_metadata(&group, replicas);
+            let replica = self.replicas.read().get(&id).cloned();
+            match replica {
+                Some(replica) => {
+                    let ours = self.partition_metadata(&replica, replicas);
                     // A follower knows its leader but not which replicas are caught up: the
                     // leader is asked for its in-sync set, so that every broker answers with
                     // the same Isr (Kafka's metadata does).

@@ -1,7 +1,7 @@
 //! The task that follows the metadata log on every broker: it applies each committed command
 //! to the catalog and starts and stops replicas to match; registers what this broker must
 //! have in the log (its address, its Kafka address, its rack, the bootstrap users); and, on
-//! the metadata leader, adds joined brokers to the metadata group, removes brokers that left,
+//! the metadata leader, adds joined brokers to the metadata Raft group, removes brokers that left,
 //! and proposes the moves that balance replicas.
 
 use std::collections::HashMap;
@@ -146,7 +146,7 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
             }));
         }
         broker.drive_moves(&mut moving);
-        // The metadata leader makes every broker that joined a learner of the metadata group,
+        // The metadata leader makes every broker that joined a learner of the metadata Raft group,
         // one at a time (a membership change waits for the previous one).
         if broker.meta.raft.state().leader == Some(me)
             && adding
@@ -155,7 +155,7 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
         {
             let members = broker.meta.raft.member_ids();
             let catalog = broker.catalog.read();
-            // Not a broker being decommissioned: it leaves the group instead.
+            // Not a broker being decommissioned: it leaves the metadata Raft group instead.
             let missing = catalog
                 .brokers()
                 .into_iter()
@@ -167,7 +167,9 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
                 let broker = Arc::clone(&broker);
                 adding = Some(tokio::spawn(async move {
                     match broker.meta.raft.add_learner(id, addr.to_string()).await {
-                        Ok(()) => tracing::info!(broker = id, "broker joined the metadata group"),
+                        Ok(()) => {
+                            tracing::info!(broker = id, "broker joined the metadata Raft group")
+                        }
                         Err(e) => {
                             tracing::debug!(broker = id, error = %e, "adding a learner failed; will retry");
                             tokio::time::sleep(Duration::from_secs(1)).await;
@@ -177,7 +179,7 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
             }
         }
         // The metadata leader takes each decommissioned broker that holds no replica any
-        // more out of the metadata group, then out of the cluster, one at a time.
+        // more out of the metadata Raft group, then out of the cluster, one at a time.
         if broker.meta.raft.state().leader == Some(me)
             && removing
                 .as_ref()
@@ -198,8 +200,8 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
                     }
                 })),
                 (None, Some(id)) => Some(tokio::spawn(async move {
-                    if let Err(e) = broker.leave_metadata_group(id).await {
-                        tracing::debug!(broker = id, error = %e, "taking a removed broker out of the metadata group; will retry");
+                    if let Err(e) = broker.remove_from_metadata_raft(id).await {
+                        tracing::debug!(broker = id, error = %e, "taking a removed broker out of the metadata Raft group; will retry");
                         tokio::time::sleep(Duration::from_secs(1)).await;
                     }
                 })),

@@ -1,5 +1,5 @@
 //! The native wire's codec: decodes a request frame, calls the [`BrokerService`] (or, for a
-//! peer's Raft RPC, the partition's group), encodes the answer. No request's meaning lives here.
+//! peer's Raft RPC, the partition's replica), encodes the answer. No request's meaning lives here.
 
 use std::sync::Arc;
 
@@ -22,7 +22,7 @@ use super::peer_gate::Claim;
 use super::service::{BrokerService, Fetch, Produce};
 
 /// The native protocol's door: client requests go to the [`BrokerService`], peers' Raft RPCs
-/// to their partition's group.
+/// to this broker's replica of their partition.
 pub(super) struct NodeHandler {
     pub(super) broker: Arc<Broker>,
     pub(super) service: BrokerService,

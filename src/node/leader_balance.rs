@@ -26,7 +26,7 @@ impl Broker {
     /// back (module docs), a few at a time; how many moved.
     pub(crate) async fn rebalance_leaders(&self) -> usize {
         let me = self.config.id;
-        let hosted: Vec<Arc<HostedReplica>> = self.groups.read().values().cloned().collect();
+        let hosted: Vec<Arc<HostedReplica>> = self.replicas.read().values().cloned().collect();
         // Per preferred broker: partitions known here, and those another broker leads.
         let mut preferred_of: BTreeMap<NodeId, (u64, u64)> = BTreeMap::new();
         let mut mine = Vec::new();
@@ -201,10 +201,10 @@ impl Broker {
         let Some(preferred) = preferred else {
             return Election::UnknownPartition;
         };
-        let Some(group) = self.groups.read().get(id).cloned() else {
+        let Some(replica) = self.replicas.read().get(id).cloned() else {
             return Election::TryAgain("its leader no longer hosts it".into());
         };
-        match group.raft.state().leader {
+        match replica.raft.state().leader {
             Some(leader) if leader == preferred => return Election::NotNeeded,
             Some(leader) if leader == me => {}
             _ => return Election::TryAgain("its leadership moved meanwhile".into()),
@@ -213,12 +213,12 @@ impl Broker {
         // tried again until an election timeout has passed.
         let timeout = self.config.election_timeout;
         let deadline = tokio::time::Instant::now() + timeout;
-        let mut transferred = group.raft.transfer_to(me, preferred, timeout).await;
+        let mut transferred = replica.raft.transfer_to(me, preferred, timeout).await;
         // Bounded by the deadline.
         while transferred == Err(TransferRefused::Behind) && tokio::time::Instant::now() < deadline
         {
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            transferred = group.raft.transfer_to(me, preferred, timeout).await;
+            transferred = replica.raft.transfer_to(me, preferred, timeout).await;
         }
         match transferred {
             Ok(()) => {

@@ -1,4 +1,4 @@
-//! The metadata group from a broker's side: proposing commands (topics created and deleted,
+//! The metadata Raft group from a broker's side: proposing commands (topics created and deleted,
 //! brokers registered, moves), forwarding them to the metadata leader, and following the
 //! metadata log into the catalog.
 
@@ -73,11 +73,11 @@ impl Broker {
         })
     }
 
-    /// Commits a metadata command through the metadata group (see [`Op::Propose`]).
+    /// Commits a metadata command through the metadata Raft group (see [`Op::Propose`]).
     pub(crate) async fn propose(&self, request: ProposeRequest) -> Result<()> {
         // A registration moves a broker's traffic once it is committed (the catalog applies
         // it). Before that, only if the broker answers at the new address as itself: the
-        // metadata group may need that very broker's vote or acknowledgement to commit its
+        // metadata Raft group may need that very broker's vote or acknowledgement to commit its
         // registration, and a claim nobody verified must not divert traffic meanwhile.
         if let MetaCommand::RegisterBroker { id, addr, .. } = &request.command
             && *id != self.config.id
@@ -139,7 +139,7 @@ impl Broker {
     /// A producer id no other producer of the cluster has (Kafka's `ProducerIdManager`): the
     /// next of this broker's block, and when the block is spent, a new one of
     /// [`PRODUCER_ID_BLOCK`] ids taken through the metadata log (asked again, within the
-    /// request timeout, while the metadata group has no leader or its leader cannot be
+    /// request timeout, while the metadata Raft group has no leader or its leader cannot be
     /// reached: a leader that just died is still named until the others elect another).
     pub(crate) async fn new_producer_id(&self) -> Result<u64> {
         let mut ids = self.producer_ids.lock().await;
@@ -312,7 +312,7 @@ impl Broker {
         })
     }
 
-    /// Creates a topic through the metadata group: proposed here when this broker leads it,
+    /// Creates a topic through the metadata Raft group: proposed here when this broker leads it,
     /// otherwise forwarded (once) to its leader.
     pub(crate) async fn create_topic(&self, request: CreateTopicRequest) -> Result<()> {
         let command = self.plan_topic(&request)?;
@@ -326,7 +326,7 @@ impl Broker {
             })
     }
 
-    /// Deletes a created topic through the metadata group (see
+    /// Deletes a created topic through the metadata Raft group (see
     /// [`create_topic`](Self::create_topic)).
     pub(crate) async fn delete_topic(&self, request: DeleteTopicRequest) -> Result<()> {
         let unknown = || Error::UnknownTopic(request.name.clone());
@@ -362,7 +362,7 @@ impl Broker {
         request: &Req,
     ) -> std::result::Result<(), MetaError> {
         let deadline = tokio::time::Instant::now() + self.config.request_timeout;
-        // Wait (boundedly) for the metadata group to have a leader.
+        // Wait (boundedly) for the metadata Raft group to have a leader.
         let leader = loop {
             if let Some(leader) = self.meta.raft.state().leader {
                 break leader;
@@ -370,7 +370,7 @@ impl Broker {
             if tokio::time::Instant::now() >= deadline {
                 return Err(MetaError::Failed(Error::TryAgain {
                     partition: self.meta.id.clone(),
-                    reason: "the metadata group has no leader yet".into(),
+                    reason: "the metadata Raft group has no leader yet".into(),
                 }));
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -656,7 +656,7 @@ mod tests {
         .await
         .unwrap();
         let two = cluster.addrs()[1];
-        // Without brokers 2 and 3 nothing commits in the metadata group.
+        // Without brokers 2 and 3 nothing commits in the metadata Raft group.
         cluster.stop(2).await.unwrap();
         cluster.stop(3).await.unwrap();
         let elsewhere = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -54,7 +54,7 @@ use follow::follow_metadata;
 use handler::NodeHandler;
 pub use leader_balance::Election;
 use replica_dir::{partition_dir, remove_deleted_dirs};
-use replicas::{ReplicaSpec, open_group, open_replica};
+use replicas::{ReplicaSpec, open_or_rebuild_replica, open_replica};
 use service::BrokerService;
 
 /// A snapshot of one partition replica's state.
@@ -92,7 +92,7 @@ const ISR_LAG_ENTRIES_MAX: u64 = 1000;
 /// ... and at most this many full replication requests of bytes behind it.
 const ISR_LAG_REQUESTS_MAX: u64 = 4;
 
-/// This broker's replica of one partition's Raft group (or of the metadata group): the group's
+/// This broker's replica of one partition's Raft group (or of the metadata Raft group): its
 /// Raft handle, its log store and state machine.
 struct HostedReplica {
     id: PartitionId,
@@ -103,7 +103,7 @@ struct HostedReplica {
     sm: StateMachine,
     /// Set once a rebuild of this replica was asked for (see [`Broker::rebuild_replica`]).
     rebuilding: AtomicBool,
-    /// Its topic's settings (see `topic_settings.rs`); the metadata group's hold nothing back.
+    /// Its topic's settings (see `topic_settings.rs`); the metadata Raft group's hold nothing back.
     settings: parking_lot::RwLock<crate::topic_config::TopicSettings>,
 }
 
@@ -142,8 +142,8 @@ struct Broker {
     /// it joined. The cluster's brokers are the catalog's.
     founders: Vec<NodeId>,
     /// The partition replicas this broker hosts.
-    groups: RwLock<HashMap<PartitionId, Arc<HostedReplica>>>,
-    /// This broker's member of the metadata group.
+    replicas: RwLock<HashMap<PartitionId, Arc<HostedReplica>>>,
+    /// This broker's member of the metadata Raft group.
     meta: Arc<HostedReplica>,
     /// The topics, as of the metadata log applied here.
     catalog: RwLock<Catalog>,
@@ -157,10 +157,9 @@ struct Broker {
     down: parking_lot::Mutex<HashMap<PartitionId, supervise::Down>>,
     /// Turns true when shutdown begins: waits that hold requests (long polls) end.
     stopping: watch::Receiver<bool>,
-    /// The group coordinators of the offsets partitions this broker leads (see `groups.rs`).
-    coordinator: crate::group::coordinator::Shards,
-    /// Set while this broker is creating the offsets topic.
-    offsets_topic_creating: AtomicBool,
+    /// The group coordinators of the offsets partitions this broker leads (`group/runtime.rs`;
+    /// this broker is their host, see `groups.rs`).
+    coordinator: Arc<crate::group::runtime::GroupCoordinator>,
     /// The Kafka address this broker advertises, once its Kafka listener is bound: registered
     /// in the metadata log, so that every broker's Kafka metadata names it.
     kafka_addr: std::sync::OnceLock<Address>,
@@ -204,8 +203,8 @@ impl std::fmt::Debug for Node {
 }
 
 impl Node {
-    /// Opens and recovers the replicas of the configured topics and the metadata group,
-    /// listens on `config.listen`, and joins each group. Replicas of created topics start a
+    /// Opens and recovers the replicas of the configured topics and the metadata Raft group,
+    /// listens on `config.listen`, and joins each Raft group. Replicas of created topics start a
     /// moment later, once the metadata log is re-applied (at once, from the local log, up to
     /// where it was committed at the last shutdown). A fresh cluster elects its leaders by
     /// itself.
@@ -346,9 +345,9 @@ impl Node {
             };
             async move {
                 if metadata {
-                    open_group(spec).await
+                    open_replica(spec).await
                 } else {
-                    open_replica(others, spec).await
+                    open_or_rebuild_replica(others, spec).await
                 }
             }
         };
@@ -359,7 +358,7 @@ impl Node {
             Durability::Fsync,
         )
         .await?;
-        let mut groups = HashMap::new();
+        let mut replicas = HashMap::new();
         // Configured topics have a replica on every founding broker, and only there.
         let configured = if config.join {
             &[][..]
@@ -369,19 +368,20 @@ impl Node {
         for (topic, count) in configured {
             for partition in 0..*count {
                 let id = PartitionId::new(topic.clone(), partition);
-                let group = open(
+                let replica = open(
                     id.clone(),
                     CONFIGURED_TOPIC_ID,
                     config.log.clone(),
                     config.durability,
                 )
                 .await?;
-                groups.insert(id, group);
+                replicas.insert(id, replica);
             }
         }
         let topic_defaults =
             crate::topic_config::broker_defaults(&config.log, &config.topic_defaults);
         let advertised = config.advertised.clone().unwrap_or_else(|| addr.into());
+        let coordinator = groups::coordinator(&config);
         let broker = Arc::new(Broker {
             config,
             env,
@@ -389,7 +389,7 @@ impl Node {
             timing,
             peers,
             founders,
-            groups: RwLock::new(groups),
+            replicas: RwLock::new(replicas),
             meta,
             catalog_applied: watch::Sender::new(catalog.next_offset()),
             catalog: RwLock::new(catalog),
@@ -397,15 +397,14 @@ impl Node {
             closing: AtomicBool::new(false),
             down: parking_lot::Mutex::default(),
             stopping: shutdown_rx.clone(),
-            coordinator: crate::group::coordinator::Shards::default(),
-            offsets_topic_creating: AtomicBool::new(false),
+            coordinator,
             kafka_addr: std::sync::OnceLock::new(),
             producer_ids: tokio::sync::Mutex::new(0..0),
             failed_logins: crate::security::FailedLogins::default(),
             topic_defaults,
         });
-        // Before anything can reach the groups (see `Broker::initialize`).
-        initialize_groups(&broker).await;
+        // Before anything can reach the replicas (see `Broker::initialize`).
+        initialize_replicas(&broker).await;
         if broker.config.protocol_version < crate::PROTOCOL_VERSION {
             tracing::info!(
                 version = broker.config.protocol_version,
@@ -417,7 +416,7 @@ impl Node {
         // a record newer than it understands, does not run on.
         if let Err(e @ Error::UnsupportedVersion { .. }) = broker.catch_up_catalog() {
             tracing::error!(error = %e, "this broker cannot run in its cluster; stopping");
-            for replica in broker.all_groups() {
+            for replica in broker.all_replicas() {
                 replica.raft.shutdown().await;
             }
             return Err(e);
@@ -487,7 +486,10 @@ impl Node {
             tls,
         };
         tokio::spawn(Arc::clone(&node.broker).supervise(shutdown_for_retention.clone()));
-        tokio::spawn(Arc::clone(&node.broker).run_group_timers(shutdown_for_retention.clone()));
+        tokio::spawn(groups::run_timers(
+            Arc::clone(&node.broker),
+            shutdown_for_retention.clone(),
+        ));
         tokio::spawn(Arc::clone(&node.broker).report_metrics(shutdown_for_retention.clone()));
         node.spawn_leader_balance(shutdown_for_retention.clone());
         node.spawn_retention(shutdown_for_retention);
@@ -614,8 +616,8 @@ impl Node {
     }
 
     /// Reads committed batches of a partition from this replica, from `offset` on, up to about
-    /// `max_bytes` (see [`PartitionLog::read`](crate::PartitionLog::read)). Works on any replica, leader or not; a
-    /// follower serves what it knows is committed.
+    /// `max_bytes` (see [`PartitionLog::read`](crate::PartitionLog::read)). Works on any replica,
+    /// leader or not; a follower serves what it knows is committed.
     ///
     /// # Errors
     ///
@@ -631,7 +633,7 @@ impl Node {
         self.broker.read(topic, partition, offset, max_bytes)
     }
 
-    /// Waits until this broker is ready to serve: the metadata group and every partition
+    /// Waits until this broker is ready to serve: the metadata Raft group and every partition
     /// replica it hosts know a leader (`Node::start` returns before the first elections), and
     /// none is down. Returns how many partition replicas it hosts.
     ///
@@ -643,18 +645,19 @@ impl Node {
         // Bounded by `timeout`.
         loop {
             let broker = &self.broker;
-            let groups: Vec<Arc<HostedReplica>> = broker.groups.read().values().cloned().collect();
-            let mut waiting: Vec<String> = groups
+            let replicas: Vec<Arc<HostedReplica>> =
+                broker.replicas.read().values().cloned().collect();
+            let mut waiting: Vec<String> = replicas
                 .iter()
                 .filter(|g| g.raft.state().leader.is_none())
                 .map(|g| g.id.to_string())
                 .collect();
             waiting.extend(broker.down.lock().keys().map(|id| format!("{id} (down)")));
             if broker.meta.raft.state().leader.is_none() {
-                waiting.push("the metadata group".into());
+                waiting.push("the metadata Raft group".into());
             }
             if waiting.is_empty() {
-                return Ok(groups.len());
+                return Ok(replicas.len());
             }
             if started.elapsed() >= timeout {
                 waiting.sort();
@@ -703,7 +706,7 @@ impl Node {
 
     /// Whether this broker has left its cluster: decommissioned
     /// ([`Client::decommission_broker`](crate::Client::decommission_broker)), emptied of its
-    /// replicas, removed, and out of the metadata group's voters. It serves no client then,
+    /// replicas, removed, and out of the metadata Raft group's voters. It serves no client then,
     /// and stopping it leaves no partition under-replicated.
     pub fn has_left(&self) -> bool {
         self.broker.departed() && !self.broker.meta.raft.votes_in_newest(self.broker.config.id)
@@ -720,25 +723,26 @@ impl Node {
 
     /// Every partition this broker hosts.
     pub fn partitions(&self) -> Vec<PartitionId> {
-        let mut ids: Vec<PartitionId> = self.broker.groups.read().keys().cloned().collect();
+        let mut ids: Vec<PartitionId> = self.broker.replicas.read().keys().cloned().collect();
         ids.sort();
         ids
     }
 
-    /// Controlled shutdown (Kafka's): every group this broker leads hands its leadership to
+    /// Controlled shutdown (Kafka's): every Raft group this broker leads hands its leadership to
     /// the follower holding the most of its log, all at once, each waiting at most an election
     /// timeout, so that writes pause for a hand-off instead of an election timeout plus an
-    /// election. The metadata group goes last, so that the partitions' new leaders find it led.
+    /// election. The metadata Raft group goes last, so that the partitions' new leaders find it
+    /// led.
     async fn hand_off_leadership(&self) {
         let me = self.broker.config.id;
         let timeout = self.broker.config.election_timeout;
-        let partitions = self.broker.all_groups();
+        let partitions = self.broker.all_replicas();
         let (meta, partitions): (Vec<_>, Vec<_>) = partitions
             .into_iter()
             .partition(|g| Arc::ptr_eq(g, &self.broker.meta));
-        for groups in [partitions, meta] {
+        for replicas in [partitions, meta] {
             let handed = futures_util::future::join_all(
-                groups
+                replicas
                     .iter()
                     .map(|g| async move { (g.id.clone(), g.raft.hand_off(me, timeout).await) }),
             )
@@ -776,9 +780,9 @@ impl Node {
         let changing = self.broker.replicas_changing.lock().await;
         self.broker.closing.store(true, Ordering::Release);
         drop(changing);
-        let groups = self.broker.all_groups();
-        for group in &groups {
-            group.raft.shutdown().await;
+        let replicas = self.broker.all_replicas();
+        for replica in &replicas {
+            replica.raft.shutdown().await;
         }
         let _ = self.server.await;
         if let Some(kafka) = self.kafka {
@@ -790,7 +794,7 @@ impl Node {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         let busy = |broker: &Arc<Broker>| {
             Arc::strong_count(broker) > 1
-                || groups
+                || replicas
                     .iter()
                     .any(|g| g.store.syncs_in_flight() > 0 || Arc::strong_count(g) > 2)
         };
@@ -798,11 +802,11 @@ impl Node {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         // Flushes each log and records how far it is committed, so that a restart re-applies
-        // it at once without waiting for a leader: the metadata group first (the catalog the
-        // replicas are started from), and every group even if one fails.
+        // it at once without waiting for a leader: the metadata Raft group first (the catalog the
+        // replicas are started from), and every replica even if one fails.
         let mut first_error = None;
-        for group in groups.iter().rev() {
-            if let Err(e) = group.store.persist_committed() {
+        for replica in replicas.iter().rev() {
+            if let Err(e) = replica.store.persist_committed() {
                 first_error.get_or_insert(e);
             }
         }
@@ -810,21 +814,21 @@ impl Node {
     }
 }
 
-/// Initializes every group `broker` starts with (see [`Broker::initialize`]).
-async fn initialize_groups(broker: &Broker) {
-    // A joining broker's metadata replica is made a learner by the group's leader.
+/// Initializes every replica `broker` starts with (see [`Broker::initialize`]).
+async fn initialize_replicas(broker: &Broker) {
+    // A joining broker's metadata replica is made a learner by the metadata Raft group's leader.
     if !broker.config.join {
         let all = broker.founders.clone();
         broker.initialize(&broker.meta, &all).await;
     }
-    let groups: Vec<Arc<HostedReplica>> = broker.groups.read().values().cloned().collect();
-    for group in groups {
+    let hosted: Vec<Arc<HostedReplica>> = broker.replicas.read().values().cloned().collect();
+    for replica in hosted {
         let replicas = broker
             .catalog
             .read()
-            .topic(&group.id.topic)
-            .and_then(|t| t.assignment.get(group.id.partition as usize).cloned())
+            .topic(&replica.id.topic)
+            .and_then(|t| t.assignment.get(replica.id.partition as usize).cloned())
             .unwrap_or_default();
-        broker.initialize(&group, &replicas).await;
+        broker.initialize(&replica, &replicas).await;
     }
 }

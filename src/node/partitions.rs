@@ -1,8 +1,8 @@
 //! Partitions added to a created topic (Kafka's CreatePartitions): placed as a new topic's
-//! are, committed through the metadata group, and started by the brokers assigned them as
+//! are, committed through the metadata Raft group, and started by the brokers assigned them as
 //! the catalog applies the command (`replicas.rs`). And a partition's records deleted up to an
 //! offset (Kafka's DeleteRecords): the new log start committed through the partition's own
-//! group, so that every replica agrees where its records start.
+//! Raft group, so that every replica agrees where its records start.
 
 use super::Broker;
 use super::metadata::MetaError;
@@ -152,18 +152,19 @@ impl Broker {
     }
 
     /// Deletes the records of partition `id` before `before` (`None`: all it has committed)
-    /// on every replica: the new log start is committed through the partition's group, on its
-    /// leader (elsewhere `NotLeader`, with the leader where this broker knows it); reads below it are out of range at once, and the segments below it are
-    /// removed by the next retention pass. Returns the log start after it (never moved back).
+    /// on every replica: the new log start is committed through the partition's Raft group, on its
+    /// leader (elsewhere `NotLeader`, with the leader where this broker knows it); reads below it
+    /// are out of range at once, and the segments below it are removed by the next retention pass.
+    /// Returns the log start after it (never moved back).
     pub(crate) async fn delete_records(
         &self,
         id: &PartitionId,
         before: Option<u64>,
     ) -> Result<Offset> {
-        let group = self.group(id)?;
+        let replica = self.replica(id)?;
         // Asked of the leader only: a follower's high watermark may lag the leader's, and the
         // new start is the leader's to commit.
-        let state = group.raft.state();
+        let state = replica.raft.state();
         if state.leader != Some(self.config.id) {
             let leader = state.leader.and_then(|node_id| {
                 Some(LeaderHint {
@@ -177,17 +178,17 @@ impl Broker {
                 leader,
             });
         }
-        let high_watermark = group.committed_end();
+        let high_watermark = replica.committed_end();
         let target = before.unwrap_or(high_watermark.get());
         if target > high_watermark.get() {
             return Err(Error::OffsetOutOfRange {
                 requested: Offset(target),
-                start: group.log_start(),
+                start: replica.log_start(),
                 end: high_watermark,
             });
         }
         let command = crate::raft::storage::log_start_command(target);
-        self.commit(&group, command, None).await?;
-        Ok(group.log_start())
+        self.commit(&replica, command, None).await?;
+        Ok(replica.log_start())
     }
 }

@@ -8,8 +8,8 @@
 //! only on a connection whose certificate names the broker the traffic claims to come from
 //! (the candidate of a vote, the leader of an append, the broker a registration registers), or
 //! some broker of the cluster where the traffic names none. Anything else is refused before it
-//! reaches a group or the metadata log: no term moves, no leader changes, no broker registers.
-//! The first refusal on a connection is logged, at warn.
+//! reaches a partition's Raft group or the metadata log: no term moves, no leader changes, no
+//! broker registers. The first refusal on a connection is logged, at warn.
 //!
 //! A certificate that names some broker, one of the cluster's or not (a joining broker's), is
 //! a broker's everywhere else: its connection is not asked to log in where native clients
@@ -277,7 +277,7 @@ mod tests {
         );
         let claims = [2, 2, 2, 2, 4];
         let node = cluster.node(1).unwrap();
-        let groups = node.partitions();
+        let partitions = node.partitions();
         let (_stop, stopping) = tokio::sync::watch::channel(false);
         let timeout = Duration::from_secs(5);
         for ((who, dialer, a_broker), claimed) in impostors.into_iter().chain([unknown]).zip(claims)
@@ -295,13 +295,13 @@ mod tests {
                 if i == 20 && answered == 0 {
                     break;
                 }
-                let group: &PartitionId = &groups[i as usize % groups.len()];
+                let partition: &PartitionId = &partitions[i as usize % partitions.len()];
                 let vote = crate::raft::types::Vote::new(1000 + i, claimed);
                 let mut rpc =
                     VoteRequest::<C>::new(vote, Some(LogId::new_term_index(999, 1 << 40)));
                 rpc.leadership_transfer = true;
                 let topic_id = crate::catalog::CONFIGURED_TOPIC_ID;
-                let body = crate::transport::body::encode(&(group, topic_id, &rpc)).unwrap();
+                let body = crate::transport::body::encode(&(partition, topic_id, &rpc)).unwrap();
                 // Refused, or never delivered (a handshake that fails).
                 if let Ok(answer) = peer.call(Op::Vote, body, timeout).await {
                     let answer: Result<openraft::raft::VoteResponse<C>, String> =

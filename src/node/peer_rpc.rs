@@ -1,4 +1,4 @@
-//! Raft traffic between brokers: a peer's RPC routed to the partition's group, with the
+//! Raft traffic between brokers: a peer's RPC routed to the partition's Raft group, with the
 //! replica-health checks that come first (damage found by a read, a rebuilt replica that may not
 //! vote yet, a request that contradicts what this replica holds as committed).
 
@@ -21,7 +21,7 @@ impl Broker {
     ///
     /// A topic deleted and created again has partitions of the same names, each another Raft
     /// group, and a broker that slept through both runs the old topic's replicas until it
-    /// learns of the deletion: the two groups must not hear each other. An old replica's vote
+    /// learns of the deletion: the two Raft groups must not hear each other. An old replica's vote
     /// can be of the new leader's term and name another leader, which openraft cannot order
     /// against the leader's own: the leader dropped such an answer to its probe, and with it
     /// the probe, which it then awaited for good, so that this broker's new replica never got
@@ -42,44 +42,45 @@ impl Broker {
                 Ok((id, rest))
             })
             .and_then(|((id, topic_id), rest)| {
-                let group = if id.topic == METADATA_TOPIC && id.partition == 0 {
+                let replica = if id.topic == METADATA_TOPIC && id.partition == 0 {
                     Some(Arc::clone(&self.meta))
                 } else {
-                    self.groups.read().get(&id).cloned()
+                    self.replicas.read().get(&id).cloned()
                 };
-                let group = group.ok_or_else(|| format!("unknown partition {id}"))?;
-                if group.topic_id != topic_id {
+                let replica = replica.ok_or_else(|| format!("unknown partition {id}"))?;
+                if replica.topic_id != topic_id {
                     return Err(format!(
                         "partition {id} of topic id {topic_id} is not hosted here (this \
                          broker's is of topic id {})",
-                        group.topic_id
+                        replica.topic_id
                     ));
                 }
-                Ok((group, rest))
+                Ok((replica, rest))
             });
         let refuse = |e: String| {
             postcard::to_stdvec(&std::result::Result::<(), String>::Err(e)).unwrap_or_default()
         };
-        let (group, rest) = match found {
+        let (replica, rest) = match found {
             Ok(found) => found,
             Err(e) => return refuse(e),
         };
-        // openraft stopped this group on a read that failed validation (replicating from a
+        // openraft stopped this replica on a read that failed validation (replicating from a
         // damaged segment): the replica is rebuilt from the new leader.
-        if let Some(damage) = group.store.take_damage() {
-            self.request_rebuild(Arc::clone(&group), RebuildCause::Damaged(damage));
+        if let Some(damage) = replica.store.take_damage() {
+            self.request_rebuild(Arc::clone(&replica), RebuildCause::Damaged(damage));
         }
-        if matches!(op, Op::Vote | Op::PreVote) && group.store.abstains(group.sm.last_applied()) {
+        if matches!(op, Op::Vote | Op::PreVote) && replica.store.abstains(replica.sm.last_applied())
+        {
             return refuse(
                 "this replica was rebuilt after damage and votes again once it holds what it \
                  had committed"
                     .into(),
             );
         }
-        match group.raft.serve(op, rest).await {
+        match replica.raft.serve(op, rest).await {
             Served::Reply(reply) => reply,
             Served::ContradictsCommitted(index) => {
-                self.request_rebuild(group, RebuildCause::Contradicted(index));
+                self.request_rebuild(replica, RebuildCause::Contradicted(index));
                 refuse(format!(
                     "this replica's committed log contradicts the request at index {index}: \
                      replica rebuilding"

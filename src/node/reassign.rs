@@ -24,7 +24,7 @@ impl Broker {
             .and_then(|t| t.assignment.get(id.partition as usize).cloned())
     }
 
-    /// Moves the partitions this broker leads whose group's voters are not yet the
+    /// Moves the partitions this broker leads whose Raft group's voters are not yet the
     /// catalog's replicas (a reassignment; see [`MetaCommand::ReassignPartition`]), one task
     /// per partition at a time, and at most [`MOVES_AT_ONCE`] partitions at once: a broker
     /// being decommissioned hands out all its partitions in one command, and copying them all
@@ -38,10 +38,10 @@ impl Broker {
         let me = self.config.id;
         // Only partitions ever reassigned are looked at: the others' voters are their
         // replicas from the start.
-        let groups: Vec<Arc<HostedReplica>> = self.groups.read().values().cloned().collect();
+        let replicas: Vec<Arc<HostedReplica>> = self.replicas.read().values().cloned().collect();
         let due: Vec<(Arc<HostedReplica>, Vec<NodeId>, bool)> = {
             let catalog = self.catalog.read();
-            groups
+            replicas
                 .iter()
                 .filter_map(|g| {
                     let t = catalog.topic(&g.id.topic).filter(|t| t.id == g.topic_id)?;
@@ -52,25 +52,25 @@ impl Broker {
                 })
                 .collect()
         };
-        for (group, target, under_way) in due {
+        for (replica, target, under_way) in due {
             if moving.len() >= MOVES_AT_ONCE {
                 break;
             }
-            if moving.contains_key(&group.id) || group.raft.state().leader != Some(me) {
+            if moving.contains_key(&replica.id) || replica.raft.state().leader != Some(me) {
                 continue;
             }
-            let (voters, joint) = group.raft.voters();
+            let (voters, joint) = replica.raft.voters();
             let settled = !joint && voters == target.iter().copied().collect();
             if settled && !under_way {
                 continue;
             }
             let broker = Arc::clone(self);
-            let id = group.id.clone();
+            let id = replica.id.clone();
             let task = tokio::spawn(async move {
-                let moved = broker.move_partition(&group, target, under_way).await;
-                let id = group.id.clone();
+                let moved = broker.move_partition(&replica, target, under_way).await;
+                let id = replica.id.clone();
                 // Not held while waiting: a replica removed meanwhile closes at once.
-                drop(group);
+                drop(replica);
                 if let Err(e) = moved {
                     tracing::debug!(partition = %id, error = %e, "moving the partition; will retry");
                     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -80,22 +80,22 @@ impl Broker {
         }
     }
 
-    /// On the partition's leader: adds the replicas in `target` that the group lacks as
+    /// On the partition's leader: adds the replicas in `target` that the Raft group lacks as
     /// learners, makes `target` the voters, and, if the move is still recorded as under way
     /// (`moving`), records in the metadata log that it is done (the brokers it left then drop
     /// their replicas).
     async fn move_partition(
         &self,
-        group: &HostedReplica,
+        replica: &HostedReplica,
         target: Vec<NodeId>,
         moving: bool,
     ) -> Result<()> {
         let failed = |e: String| Error::TryAgain {
-            partition: group.id.clone(),
+            partition: replica.id.clone(),
             reason: e,
         };
         let wanted: std::collections::BTreeSet<NodeId> = target.iter().copied().collect();
-        let (voters, joint) = group.raft.voters();
+        let (voters, joint) = replica.raft.voters();
         // A leader moving itself out hands its leadership to a voter that stays first, so
         // that writes pause for a transfer rather than for an election; that one carries the
         // move on.
@@ -103,19 +103,19 @@ impl Broker {
         if !wanted.contains(&me) && !joint {
             let timeout = self.config.election_timeout;
             for to in target.iter().filter(|id| voters.contains(id)) {
-                if group.raft.transfer_to(me, *to, timeout).await.is_ok() {
-                    tracing::info!(partition = %group.id, to, "leadership handed over before moving off this broker");
+                if replica.raft.transfer_to(me, *to, timeout).await.is_ok() {
+                    tracing::info!(partition = %replica.id, to, "leadership handed over before moving off this broker");
                     return Ok(());
                 }
             }
         }
         if voters != wanted || joint {
-            let members = group.raft.member_ids();
+            let members = replica.raft.member_ids();
             for id in target.iter().filter(|id| !members.contains(id)) {
                 let addr = self
                     .broker_addr(*id)
                     .ok_or_else(|| failed(format!("no address for broker {id}")))?;
-                group
+                replica
                     .raft
                     .add_learner(*id, addr.to_string())
                     .await
@@ -129,35 +129,35 @@ impl Broker {
                     .copied()
                     .filter(|id| !voters.contains(id))
                     .collect();
-                let still_wanted = || self.assignment_of(&group.id) == Some(target.clone());
-                caught_up(group, &new, self.config.request_timeout, still_wanted)
+                let still_wanted = || self.assignment_of(&replica.id) == Some(target.clone());
+                caught_up(replica, &new, self.config.request_timeout, still_wanted)
                     .await
                     .map_err(failed)?;
             }
-            group
+            replica
                 .raft
                 .change_voters(wanted.clone())
                 .await
                 .map_err(failed)?;
-            tracing::info!(partition = %group.id, voters = ?target, "partition moved");
+            tracing::info!(partition = %replica.id, voters = ?target, "partition moved");
         }
         // Learners a move added and a later one (or a cancellation) no longer wants.
-        let extra: std::collections::BTreeSet<NodeId> = group
+        let extra: std::collections::BTreeSet<NodeId> = replica
             .raft
             .member_ids()
             .into_iter()
             .filter(|id| !wanted.contains(id))
             .collect();
-        if !extra.is_empty() && !group.raft.voters().1 {
-            group.raft.remove_learners(extra).await.map_err(failed)?;
+        if !extra.is_empty() && !replica.raft.voters().1 {
+            replica.raft.remove_learners(extra).await.map_err(failed)?;
         }
         if !moving {
             return Ok(());
         }
         let request = ProposeRequest {
             command: MetaCommand::ReassignDone {
-                topic_id: group.topic_id,
-                partition: group.id.partition,
+                topic_id: replica.topic_id,
+                partition: replica.id.partition,
                 replicas: target,
             },
             forwarded: false,
@@ -170,16 +170,16 @@ impl Broker {
 /// far as the leader held it when the wait began (so that, as voters, they do not hold up its
 /// commits); else why not.
 pub(super) async fn caught_up(
-    group: &HostedReplica,
+    replica: &HostedReplica,
     learners: &[NodeId],
     within: Duration,
     still_wanted: impl Fn() -> bool,
 ) -> std::result::Result<(), String> {
-    let goal = group.raft.state().last_log_index;
+    let goal = replica.raft.state().last_log_index;
     let deadline = tokio::time::Instant::now() + within;
     // Bounded by the deadline.
     loop {
-        let members = group.raft.state().members.unwrap_or_default();
+        let members = replica.raft.state().members.unwrap_or_default();
         let behind: Vec<NodeId> = learners
             .iter()
             .copied()

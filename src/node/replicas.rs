@@ -26,67 +26,68 @@ use super::replica_dir::{
 use super::{Broker, HostedReplica};
 
 impl Broker {
-    /// Every group this broker runs, the metadata group included.
-    pub(super) fn all_groups(&self) -> Vec<Arc<HostedReplica>> {
-        let mut groups: Vec<Arc<HostedReplica>> = self.groups.read().values().cloned().collect();
-        groups.push(Arc::clone(&self.meta));
-        groups
+    /// Every replica this broker runs, its member of the metadata Raft group included.
+    pub(super) fn all_replicas(&self) -> Vec<Arc<HostedReplica>> {
+        let mut replicas: Vec<Arc<HostedReplica>> =
+            self.replicas.read().values().cloned().collect();
+        replicas.push(Arc::clone(&self.meta));
+        replicas
     }
 
-    /// Initializes a fresh group whose members are `replicas`, before its replica can be
-    /// reached: every founding replica writes the same first entry (the group's membership), so
-    /// that each is a voter from the start. The first replica (the preferred leader; the lowest
-    /// broker id for the metadata group) runs for leader at once (openraft's `initialize`
+    /// Initializes a fresh Raft group whose members are `replicas`, before `replica` can be
+    /// reached: every founding replica writes the same first entry (the Raft group's membership),
+    /// so that each is a voter from the start. The first replica (the preferred leader; the lowest
+    /// broker id for the metadata Raft group) runs for leader at once (openraft's `initialize`
     /// starts a campaign on every founder), and again every few milliseconds until it leads or
     /// an election timeout has passed (its peers open their replicas as they learn of the
-    /// group, see `Replica::run_for_leader_soon`); the k-th other one runs no further election
+    /// Raft group, see `Replica::run_for_leader_soon`); the k-th other one runs no further election
     /// before k + 1 election timeouts have passed, so that the preferred leader usually wins,
-    /// and a founder that comes up after the group formed follows its leader instead of
+    /// and a founder that comes up after the Raft group formed follows its leader instead of
     /// disturbing it. On a replica that has a log or a vote, this does nothing.
     ///
     /// Why every founder, and why before it is reachable: openraft refuses to initialize a
     /// replica once it has seen a vote, and a replica with no membership is no voter and never
     /// runs for leader. A founder that granted its vote to the preferred leader before holding
     /// the membership itself was therefore stuck for good if that leader stopped before it
-    /// replicated its first entry: the group never formed while that broker stayed down (the
+    /// replicated its first entry: the Raft group never formed while that broker stayed down (the
     /// fault schedules at real sizes found this, the preferred leader of a partition stopped
     /// 76 ms after the cluster started; the others initialized only later, and only while they
     /// knew no leader, which they did).
-    pub(super) async fn initialize(&self, group: &Arc<HostedReplica>, replicas: &[NodeId]) {
+    pub(super) async fn initialize(&self, replica: &Arc<HostedReplica>, replicas: &[NodeId]) {
         let Some(rank) = replicas.iter().position(|id| *id == self.config.id) else {
             return;
         };
         let members = self.members(replicas);
         if rank == 0 {
-            if group.raft.initialize(&members).await {
-                let weak = Arc::downgrade(group);
+            if replica.raft.initialize(&members).await {
+                let weak = Arc::downgrade(replica);
                 let within = self.config.election_timeout;
                 tokio::spawn(async move {
-                    if let Some(group) = weak.upgrade() {
-                        group.raft.run_for_leader_soon(within).await;
+                    if let Some(replica) = weak.upgrade() {
+                        replica.raft.run_for_leader_soon(within).await;
                     }
                 });
             }
             return;
         }
-        group.raft.allow_elections(false);
-        let initialized = group.raft.initialize(&members).await;
+        replica.raft.allow_elections(false);
+        let initialized = replica.raft.initialize(&members).await;
         if !initialized {
-            group.raft.allow_elections(true);
+            replica.raft.allow_elections(true);
             return;
         }
-        let weak = Arc::downgrade(group);
+        let weak = Arc::downgrade(replica);
         let delay = self.config.election_timeout * (rank as u32 + 1);
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
-            // A group stopped meanwhile (its topic deleted, the broker shut down) is gone.
-            if let Some(group) = weak.upgrade() {
-                group.raft.allow_elections(true);
+            // A replica stopped meanwhile (its topic deleted, the broker shut down) is gone.
+            if let Some(replica) = weak.upgrade() {
+                replica.raft.allow_elections(true);
             }
         });
     }
 
-    /// Brokers' ids and addresses, as a group's initial membership.
+    /// Brokers' ids and addresses, as a Raft group's initial membership.
     pub(super) fn members(&self, ids: &[NodeId]) -> BTreeMap<NodeId, String> {
         ids.iter()
             .filter_map(|id| Some((*id, self.broker_addr(*id)?.to_string())))
@@ -96,9 +97,9 @@ impl Broker {
     /// The replica of a partition hosted here. A partition of a known topic that is hosted
     /// elsewhere is [`Error::NotLeader`] without a hint (ask for metadata); one past its topic's
     /// partitions is [`Error::UnknownPartition`], one of no topic [`Error::UnknownTopic`].
-    pub(super) fn group(&self, id: &PartitionId) -> Result<Arc<HostedReplica>> {
-        if let Some(group) = self.groups.read().get(id) {
-            return Ok(Arc::clone(group));
+    pub(super) fn replica(&self, id: &PartitionId) -> Result<Arc<HostedReplica>> {
+        if let Some(replica) = self.replicas.read().get(id) {
+            return Ok(Arc::clone(replica));
         }
         let partitions = match self.catalog.read().topic(&id.topic) {
             Some(t) => t.assignment.len(),
@@ -123,7 +124,7 @@ impl Broker {
         let me = self.config.id;
         // Per partition hosted here: the topic id, its replicas (those a move leaves
         // included: they keep theirs until the move is done), and the replicas that may
-        // initialize its group (none once it was moved).
+        // initialize its Raft group (none once it was moved).
         type Desired = (u64, Vec<NodeId>, Option<Vec<NodeId>>);
         let desired: HashMap<PartitionId, Desired> = {
             let catalog = self.catalog.read();
@@ -146,8 +147,8 @@ impl Broker {
                 .collect()
         };
         let stale: Vec<Arc<HostedReplica>> = {
-            let mut groups = self.groups.write();
-            let ids: Vec<PartitionId> = groups
+            let mut replicas = self.replicas.write();
+            let ids: Vec<PartitionId> = replicas
                 .iter()
                 .filter(|(id, g)| {
                     g.topic_id != CONFIGURED_TOPIC_ID
@@ -155,20 +156,20 @@ impl Broker {
                 })
                 .map(|(id, _)| id.clone())
                 .collect();
-            ids.iter().filter_map(|id| groups.remove(id)).collect()
+            ids.iter().filter_map(|id| replicas.remove(id)).collect()
         };
-        for group in stale {
+        for replica in stale {
             let moved = self
                 .catalog
                 .read()
-                .topic(&group.id.topic)
-                .is_some_and(|t| t.id == group.topic_id);
-            self.remove_replica(group, moved).await;
+                .topic(&replica.id.topic)
+                .is_some_and(|t| t.id == replica.topic_id);
+            self.remove_replica(replica, moved).await;
         }
         for (id, (topic_id, replicas, founders)) in desired {
             // A replica that is down is the supervisor's to bring back (reopened here, it
             // would skip the rebuild a storage error calls for, and the pause between tries).
-            if self.groups.read().contains_key(&id) || self.down.lock().contains_key(&id) {
+            if self.replicas.read().contains_key(&id) || self.down.lock().contains_key(&id) {
                 continue;
             }
             let dir = self.partition_dir(&id);
@@ -178,16 +179,18 @@ impl Broker {
                     .await
                     .map_err(|e| Error::from(std::io::Error::other(e)))??;
                 let others = replicas.iter().filter(|r| **r != me).count();
-                open_replica(others, self.replica_spec(&id, topic_id)).await
+                open_or_rebuild_replica(others, self.replica_spec(&id, topic_id)).await
             };
             match opened.await {
-                Ok(group) => {
+                Ok(replica) => {
                     // Initialized before it is reachable (see `initialize`).
                     if let Some(founders) = founders {
-                        self.initialize(&group, &founders).await;
+                        self.initialize(&replica, &founders).await;
                     }
-                    self.apply_topic_settings(&group);
-                    self.groups.write().insert(id.clone(), Arc::clone(&group));
+                    self.apply_topic_settings(&replica);
+                    self.replicas
+                        .write()
+                        .insert(id.clone(), Arc::clone(&replica));
                     tracing::info!(partition = %id, topic_id, "replica started");
                 }
                 Err(e) => {
@@ -211,7 +214,11 @@ impl Broker {
             let Some(topic_id) = parse_topic_id(&text) else {
                 continue;
             };
-            let running = self.groups.read().values().any(|g| g.topic_id == topic_id);
+            let running = self
+                .replicas
+                .read()
+                .values()
+                .any(|g| g.topic_id == topic_id);
             if !running && self.catalog.read().is_deleted(topic_id) {
                 match discard_dir(&dir, topic_id) {
                     Ok(()) => {
@@ -254,10 +261,10 @@ impl Broker {
 
     /// Stops a replica of a deleted topic, or of a partition `moved` off this broker, and
     /// removes its directory.
-    async fn remove_replica(&self, group: Arc<HostedReplica>, moved: bool) {
-        stop_group(&group, 1).await;
-        let (id, topic_id) = (group.id.clone(), group.topic_id);
-        drop(group);
+    async fn remove_replica(&self, replica: Arc<HostedReplica>, moved: bool) {
+        stop_replica(&replica, 1).await;
+        let (id, topic_id) = (replica.id.clone(), replica.topic_id);
+        drop(replica);
         let dir = self.partition_dir(&id);
         match discard_dir(&dir, topic_id) {
             Ok(()) if moved => {
@@ -273,12 +280,12 @@ impl Broker {
     }
 }
 
-/// Stops a group's Raft member, then waits (at most 5 s) until requests still being served
+/// Stops a replica's Raft member, then waits (at most 5 s) until requests still being served
 /// and syncs still in flight let go of it: only `holders` handles are left.
-pub(super) async fn stop_group(group: &Arc<HostedReplica>, holders: usize) {
-    group.raft.shutdown().await;
+pub(super) async fn stop_replica(replica: &Arc<HostedReplica>, holders: usize) {
+    replica.raft.shutdown().await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while Arc::strong_count(group) > holders || group.store.syncs_in_flight() > 0 {
+    while Arc::strong_count(replica) > holders || replica.store.syncs_in_flight() > 0 {
         if tokio::time::Instant::now() >= deadline {
             break;
         }
@@ -304,7 +311,7 @@ pub(super) struct ReplicaSpec {
 }
 
 /// Opens (recovering) one replica's log in its directory and starts its Raft group member.
-pub(super) async fn open_group(spec: ReplicaSpec) -> Result<Arc<HostedReplica>> {
+pub(super) async fn open_replica(spec: ReplicaSpec) -> Result<Arc<HostedReplica>> {
     // Recovery reads (and may repair) files: off the runtime's threads.
     let (dir, log, env, durability, budget) = (
         spec.dir,
@@ -346,14 +353,17 @@ pub(super) async fn open_group(spec: ReplicaSpec) -> Result<Arc<HostedReplica>> 
     }))
 }
 
-/// [`open_group`] for a partition replica. A replica whose files fail validation (a damaged
+/// [`open_replica`] for a partition replica. A replica whose files fail validation (a damaged
 /// sealed segment, a bad snapshot) is rebuilt empty and copies the leader's log, instead of
 /// keeping the broker from starting: it keeps its vote, and gives none until it holds again
 /// what it had known committed (`RaftMeta::rebuilt_below`). A replica whose `raft-meta` is
 /// unreadable cannot keep its vote and is not rebuilt, nor is the only replica of a
 /// partition (`others`: how many other brokers host one): the error stands.
-pub(super) async fn open_replica(others: usize, spec: ReplicaSpec) -> Result<Arc<HostedReplica>> {
-    let damage = match open_group(spec.clone()).await {
+pub(super) async fn open_or_rebuild_replica(
+    others: usize,
+    spec: ReplicaSpec,
+) -> Result<Arc<HostedReplica>> {
+    let damage = match open_replica(spec.clone()).await {
         Err(e @ Error::Corrupt { .. }) if others > 0 => e,
         other => return other,
     };
@@ -375,5 +385,5 @@ pub(super) async fn open_replica(others: usize, spec: ReplicaSpec) -> Result<Arc
     })
     .await
     .map_err(|e| Error::from(std::io::Error::other(e)))??;
-    open_group(spec).await
+    open_replica(spec).await
 }

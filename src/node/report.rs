@@ -27,22 +27,23 @@ impl Broker {
                 _ = interval.tick() => {}
                 _ = shutdown.changed() => return,
             }
-            let groups: Vec<Arc<HostedReplica>> = self.groups.read().values().cloned().collect();
-            for group in &groups {
-                self.report_replica(group);
+            let replicas: Vec<Arc<HostedReplica>> =
+                self.replicas.read().values().cloned().collect();
+            for replica in &replicas {
+                self.report_replica(replica);
             }
             self.report_groups();
         }
     }
 
-    fn report_replica(&self, group: &HostedReplica) {
-        let state = group.raft.state();
-        let log = group.store.log();
+    fn report_replica(&self, replica: &HostedReplica) {
+        let state = replica.raft.state();
+        let log = replica.store.log();
         let leads = state.leader == Some(self.config.id);
         crate::metrics::replica(
-            &group.id,
+            &replica.id,
             log.end_offset().get(),
-            group.sm.high_watermark().min(log.end_offset().get()),
+            replica.sm.high_watermark().min(log.end_offset().get()),
             log.start_offset().get(),
             leads,
         );
@@ -61,14 +62,14 @@ impl Broker {
             } else {
                 log.bytes_after(matched)
             };
-            crate::metrics::follower_lag(&group.id, id, entries, bytes, m.ack_age);
+            crate::metrics::follower_lag(&replica.id, id, entries, bytes, m.ack_age);
         }
     }
 
     /// Each coordinated group's size and generation, and its lag on the partitions this
     /// broker hosts.
     fn report_groups(&self) {
-        for shard in self.coordinator.all() {
+        for shard in self.coordinator.shards() {
             let groups = shard.groups.lock();
             for (name, g) in groups.iter() {
                 if name.is_empty() {
@@ -80,7 +81,7 @@ impl Broker {
                         continue;
                     }
                     let id = PartitionId::new(topic.clone(), *partition);
-                    let Some(replica) = self.groups.read().get(&id).cloned() else {
+                    let Some(replica) = self.replicas.read().get(&id).cloned() else {
                         continue;
                     };
                     let hw = Offset(replica.sm.high_watermark());

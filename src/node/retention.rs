@@ -15,24 +15,24 @@ impl Broker {
     /// is a deletion (`group/records.rs`), removed as a tombstone is.
     pub(crate) async fn compact_topics(&self) -> Result<CompactionStats> {
         let now = crate::env::now_ms();
-        let groups: Vec<Arc<HostedReplica>> = self
-            .groups
+        let replicas: Vec<Arc<HostedReplica>> = self
+            .replicas
             .read()
             .values()
             .filter(|g| is_offsets(g) || g.settings.read().compact)
             .cloned()
             .collect();
         let mut total = CompactionStats::default();
-        for group in groups {
-            let Some(applied) = group.sm.last_applied().map(|l| l.index) else {
+        for replica in replicas {
+            let Some(applied) = replica.sm.last_applied().map(|l| l.index) else {
                 continue;
             };
             // The offsets topic's live records are few (a record per group and partition
             // committed): its active segment is sealed, to be compacted, once it outgrows them.
-            if is_offsets(&group) && group.store.log().roll_if_outgrown(OFFSETS_ACTIVE_MIN)? {
-                tracing::debug!(partition = %group.id, "offsets partition's active segment sealed");
+            if is_offsets(&replica) && replica.store.log().roll_if_outgrown(OFFSETS_ACTIVE_MIN)? {
+                tracing::debug!(partition = %replica.id, "offsets partition's active segment sealed");
             }
-            let s = *group.settings.read();
+            let s = *replica.settings.read();
             let mut policy = CompactionPolicy::new(crate::types::LogIndex(applied));
             policy.now_ms = now;
             policy.min_lag_ms = s.min_compaction_lag_ms;
@@ -40,13 +40,13 @@ impl Broker {
             policy.delete_retention_ms = s.delete_retention_ms;
             policy.min_dirty_ratio = s.min_cleanable_dirty_ratio;
             policy.bytes_per_second = self.config.compaction_bytes_per_second;
-            policy.empty_values_are_tombstones = is_offsets(&group);
-            let g = Arc::clone(&group);
+            policy.empty_values_are_tombstones = is_offsets(&replica);
+            let g = Arc::clone(&replica);
             let stats = tokio::task::spawn_blocking(move || g.store.log().compact(&policy))
                 .await
                 .map_err(|e| Error::Io(Arc::new(std::io::Error::other(e))))??;
             if stats.segments > 0 {
-                tracing::info!(partition = %group.id, segments = stats.segments,
+                tracing::info!(partition = %replica.id, segments = stats.segments,
                     bytes_before = stats.bytes_before, bytes_after = stats.bytes_after,
                     records_removed = stats.records_removed, keys = stats.keys,
                     "compacted");
@@ -66,31 +66,31 @@ impl Broker {
         if let Err(e) = self.compact_topics().await {
             tracing::warn!(error = %e, "compaction postponed");
         }
-        let groups: Vec<Arc<HostedReplica>> = self.groups.read().values().cloned().collect();
-        for group in groups {
-            let s = *group.settings.read();
+        let replicas: Vec<Arc<HostedReplica>> = self.replicas.read().values().cloned().collect();
+        for replica in replicas {
+            let s = *replica.settings.read();
             let time = s.retention_ms.map(std::time::Duration::from_millis);
             // A compacted topic without `delete` in its policy keeps every segment, and so
             // does the offsets topic, which compaction alone keeps small.
-            let log = group.store.log();
-            let retained = (s.delete && !is_offsets(&group))
+            let log = replica.store.log();
+            let retained = (s.delete && !is_offsets(&replica))
                 .then(|| log.retention_point_with(now, time, s.retention_bytes))
                 .flatten();
             // And the segments whose records DeleteRecords deleted all go.
-            let deleted = log.segment_floor_of_offset(group.sm.log_start());
+            let deleted = log.segment_floor_of_offset(replica.sm.log_start());
             let keep_from = retained.max(deleted);
             let Some(keep_from) = keep_from else {
                 continue;
             };
             let upto = keep_from.saturating_sub(1);
-            let applied = group.sm.last_applied().map(|l| l.index);
+            let applied = replica.sm.last_applied().map(|l| l.index);
             if applied.is_none_or(|a| a < upto) {
                 continue; // not applied here yet: purge later
             }
             let timeout = self.config.request_timeout;
-            if let Err(reason) = group.raft.purge_through(upto, timeout).await {
+            if let Err(reason) = replica.raft.purge_through(upto, timeout).await {
                 return Err(Error::Indeterminate {
-                    partition: group.id.clone(),
+                    partition: replica.id.clone(),
                     reason,
                 });
             }
@@ -103,7 +103,7 @@ impl Broker {
 /// (when it holds more than the sealed ones too).
 const OFFSETS_ACTIVE_MIN: u64 = 64 << 10;
 
-/// Whether `group` is a partition of the offsets topic.
-fn is_offsets(group: &HostedReplica) -> bool {
-    group.id.topic == crate::group::OFFSETS_TOPIC
+/// Whether `replica` is a partition of the offsets topic.
+fn is_offsets(replica: &HostedReplica) -> bool {
+    replica.id.topic == crate::group::OFFSETS_TOPIC
 }

@@ -33,7 +33,7 @@ use crate::raft::types::Vote;
 use crate::types::PartitionId;
 
 use super::replica_dir::replace_with_empty_replica;
-use super::replicas::{open_group, open_replica, stop_group};
+use super::replicas::{open_or_rebuild_replica, open_replica, stop_replica};
 use super::{Broker, HostedReplica, PartitionStatus};
 
 /// The longest pause between two attempts to bring a stopped replica back.
@@ -131,16 +131,16 @@ impl Broker {
                      it is restarted"
                 );
             }
-            // Weak handles: a replica waiting here for the lock must not keep a stopped group
+            // Weak handles: a replica waiting here for the lock must not keep a stopped replica
             // alive (its files stay locked until every handle is gone).
             let stopped: Vec<(Weak<HostedReplica>, PartitionId, Stopped)> = self
-                .groups
+                .replicas
                 .read()
                 .values()
                 .filter(|g| !g.rebuilding.load(Ordering::Acquire))
                 .filter_map(|g| Some((Arc::downgrade(g), g.id.clone(), g.raft.stopped()?)))
                 .collect();
-            for (group, id, why) in stopped {
+            for (replica, id, why) in stopped {
                 let now = Instant::now();
                 let entry = stops.entry(id).or_insert((0, now));
                 if now.duration_since(entry.1) > FLAPPING_WINDOW {
@@ -148,7 +148,7 @@ impl Broker {
                 }
                 let before = entry.0;
                 *entry = (before + 1, now);
-                self.replica_stopped(group, why, before).await;
+                self.replica_stopped(replica, why, before).await;
             }
             let due: Vec<PartitionId> = self
                 .down
@@ -166,18 +166,18 @@ impl Broker {
     /// Takes a stopped replica out of service and brings it back: at once if it had not
     /// stopped within [`FLAPPING_WINDOW`], else after the pause of as many failed attempts as
     /// it stopped `before`.
-    async fn replica_stopped(&self, group: Weak<HostedReplica>, why: Stopped, before: u32) {
+    async fn replica_stopped(&self, replica: Weak<HostedReplica>, why: Stopped, before: u32) {
         let _changing = self.replicas_changing.lock().await;
-        let Some(group) = self.still_hosted(&group) else {
+        let Some(replica) = self.still_hosted(&replica) else {
             return;
         };
         let storage = matches!(why, Stopped::Storage(_));
         let (id, mut down) = self
-            .take_down(group, why.to_string(), |group, others| {
+            .take_down(replica, why.to_string(), |replica, others| {
                 if storage && others > 0 {
                     BringBack::Rebuild {
-                        vote: group.store.vote(),
-                        below: group.store.rebuild_mark(),
+                        vote: replica.store.vote(),
+                        below: replica.store.rebuild_mark(),
                     }
                 } else {
                     BringBack::Reopen
@@ -195,22 +195,22 @@ impl Broker {
         self.bring_back(id, down).await;
     }
 
-    /// Has `group` rebuilt from its leader ([`rebuild_replica`](Self::rebuild_replica)), once;
+    /// Has `replica` rebuilt from its leader ([`rebuild_replica`](Self::rebuild_replica)), once;
     /// the metadata replica is fenced instead (it refuses its leader from then on; the
     /// catalog cannot be rebuilt under a running broker). Needs a tokio runtime; outside one
     /// the replica is rebuilt when it is next found damaged inside one, or at the next start.
     pub(super) fn request_rebuild(
         self: &Arc<Self>,
-        group: Arc<HostedReplica>,
+        replica: Arc<HostedReplica>,
         cause: RebuildCause,
     ) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        if group.rebuilding.swap(true, Ordering::AcqRel) {
+        if replica.rebuilding.swap(true, Ordering::AcqRel) {
             return;
         }
-        if Arc::ptr_eq(&group, &self.meta) {
+        if Arc::ptr_eq(&replica, &self.meta) {
             tracing::error!(
                 cause = ?cause,
                 "the metadata replica's log is damaged or contradicts its leader: it is fenced \
@@ -218,15 +218,16 @@ impl Broker {
             );
             return;
         }
-        runtime.spawn(Arc::clone(self).rebuild_replica(Arc::downgrade(&group), cause));
+        runtime.spawn(Arc::clone(self).rebuild_replica(Arc::downgrade(&replica), cause));
     }
 
-    /// The replica `group` names, if the broker still hosts that very one and is not
+    /// The replica `replica` names, if the broker still hosts that very one and is not
     /// closing. Called with `replicas_changing` held.
-    fn still_hosted(&self, group: &Weak<HostedReplica>) -> Option<Arc<HostedReplica>> {
-        let group = group.upgrade()?;
-        let current = self.groups.read().get(&group.id).cloned()?;
-        (!self.closing.load(Ordering::Acquire) && Arc::ptr_eq(&current, &group)).then_some(group)
+    fn still_hosted(&self, replica: &Weak<HostedReplica>) -> Option<Arc<HostedReplica>> {
+        let replica = replica.upgrade()?;
+        let current = self.replicas.read().get(&replica.id).cloned()?;
+        (!self.closing.load(Ordering::Acquire) && Arc::ptr_eq(&current, &replica))
+            .then_some(replica)
     }
 
     /// Rebuilds a replica from its leader: one whose committed entries the leader's log
@@ -276,36 +277,41 @@ impl Broker {
         self.bring_back(id, down).await;
     }
 
-    /// Takes `group` out of service: its status as it stops (naming `why`), out of the map,
+    /// Takes `replica` out of service: its status as it stops (naming `why`), out of the map,
     /// its Raft member stopped and every other handle let go. Returns it as down, to be
     /// brought back as `how` says (given the stopped replica and how many others host it).
     /// Called with `replicas_changing` held.
     async fn take_down(
         &self,
-        group: Arc<HostedReplica>,
+        replica: Arc<HostedReplica>,
         why: String,
         how: impl FnOnce(&HostedReplica, usize) -> BringBack,
     ) -> (PartitionId, Down) {
-        let mut status = self.status_of(&group);
+        let mut status = self.status_of(&replica);
         status.stopped = Some(why);
-        let others = self.other_members(&group);
+        let others = self.other_members(&replica);
         // Reported down from before it leaves the map until it is back in it, so a status
         // query never finds the partition missing in between.
-        let mut down = Down::new(group.topic_id, others, BringBack::Reopen, status);
+        let mut down = Down::new(replica.topic_id, others, BringBack::Reopen, status);
         self.down
             .lock()
-            .insert(group.id.clone(), down.in_progress());
-        self.groups.write().remove(&group.id);
-        // Only `group` holds it now.
-        stop_group(&group, 1).await;
-        down.how = how(&group, others);
-        (group.id.clone(), down)
+            .insert(replica.id.clone(), down.in_progress());
+        self.replicas.write().remove(&replica.id);
+        // Only `replica` holds it now.
+        stop_replica(&replica, 1).await;
+        down.how = how(&replica, others);
+        (replica.id.clone(), down)
     }
 
-    /// How many other brokers are members of `group`'s Raft group.
-    pub(super) fn other_members(&self, group: &HostedReplica) -> usize {
+    /// How many other brokers are members of `replica`'s Raft group.
+    pub(super) fn other_members(&self, replica: &HostedReplica) -> usize {
         let me = self.config.id;
-        group.raft.member_ids().iter().filter(|m| **m != me).count()
+        replica
+            .raft
+            .member_ids()
+            .iter()
+            .filter(|m| **m != me)
+            .count()
     }
 
     /// Tries again to bring back a replica that is down, unless it was started meanwhile or
@@ -321,7 +327,7 @@ impl Broker {
         }) else {
             return;
         };
-        let hosted = self.groups.read().contains_key(&id);
+        let hosted = self.replicas.read().contains_key(&id);
         let wanted = self
             .catalog
             .read()
@@ -339,9 +345,9 @@ impl Broker {
         down.attempts += 1;
         self.down.lock().insert(id.clone(), down.in_progress());
         match self.reopen(&id, down.topic_id, down.others, down.how).await {
-            Ok(group) => {
-                self.apply_topic_settings(&group);
-                self.groups.write().insert(id.clone(), group);
+            Ok(replica) => {
+                self.apply_topic_settings(&replica);
+                self.replicas.write().insert(id.clone(), replica);
                 self.down.lock().remove(&id);
                 tracing::info!(partition = %id, attempts = down.attempts, how = ?down.how, "stopped replica brought back");
             }
@@ -374,7 +380,7 @@ impl Broker {
     ) -> Result<Arc<HostedReplica>> {
         let spec = self.replica_spec(id, topic_id);
         match how {
-            BringBack::Reopen => open_replica(others, spec).await,
+            BringBack::Reopen => open_or_rebuild_replica(others, spec).await,
             BringBack::Rebuild { vote, below } => {
                 let target = spec.dir.clone();
                 tokio::task::spawn_blocking(move || {
@@ -382,7 +388,7 @@ impl Broker {
                 })
                 .await
                 .map_err(|e| Error::from(std::io::Error::other(e)))??;
-                open_group(spec).await
+                open_replica(spec).await
             }
         }
     }

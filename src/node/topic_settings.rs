@@ -1,4 +1,4 @@
-//! Topic configs: changed through the metadata group, and applied where they take effect:
+//! Topic configs: changed through the metadata Raft group, and applied where they take effect:
 //! each hosted replica keeps its topic's settings (read on every produce), refreshed whenever
 //! the catalog changes; new segments take the topic's `segment.bytes`, and an active segment
 //! older than `segment.ms` rolls.
@@ -52,8 +52,8 @@ impl Broker {
         Ok(())
     }
 
-    /// Changes a topic's configs through the metadata group: computed here from the catalog
-    /// and proposed when this broker leads the group (computed again if another change of the
+    /// Changes a topic's configs through the metadata Raft group: computed here from the catalog
+    /// and proposed when this broker leads it (computed again if another change of the
     /// topic committed first), otherwise forwarded once to its leader.
     pub(crate) async fn alter_topic_configs(&self, request: AlterTopicConfigs) -> Result<()> {
         let name = request.topic.clone();
@@ -133,22 +133,22 @@ impl Broker {
         )
     }
 
-    /// Gives `group` its topic's current settings (before it is reachable, and after each
+    /// Gives `replica` its topic's current settings (before it is reachable, and after each
     /// catalog change).
-    pub(super) fn apply_topic_settings(&self, group: &HostedReplica) {
-        let settings = self.settings_of(&group.id.topic);
-        set_settings(group, settings);
+    pub(super) fn apply_topic_settings(&self, replica: &HostedReplica) {
+        let settings = self.settings_of(&replica.id.topic);
+        set_settings(replica, settings);
     }
 
     /// Gives every hosted replica its topic's current settings, each topic's computed once.
     pub(super) fn refresh_topic_settings(&self) {
-        let groups: Vec<_> = self.groups.read().values().cloned().collect();
+        let replicas: Vec<_> = self.replicas.read().values().cloned().collect();
         let mut by_topic: HashMap<String, TopicSettings> = HashMap::new();
-        for group in groups {
+        for replica in replicas {
             let settings = *by_topic
-                .entry(group.id.topic.clone())
-                .or_insert_with(|| self.settings_of(&group.id.topic));
-            set_settings(&group, settings);
+                .entry(replica.id.topic.clone())
+                .or_insert_with(|| self.settings_of(&replica.id.topic));
+            set_settings(&replica, settings);
         }
     }
 
@@ -156,11 +156,11 @@ impl Broker {
     /// topic's `segment.ms` (each replica rolls its own: segments are a replica's layout,
     /// not part of what replicas agree on).
     pub(super) fn roll_aged_segments(&self, now_ms: u64) {
-        let groups: Vec<_> = self.groups.read().values().cloned().collect();
-        for group in groups {
-            let age = group.settings.read().segment_ms;
-            if let Err(e) = group.store.log().roll_if_older(age, now_ms) {
-                tracing::warn!(partition = %group.id, error = %e, "rolling an aged segment failed");
+        let replicas: Vec<_> = self.replicas.read().values().cloned().collect();
+        for replica in replicas {
+            let age = replica.settings.read().segment_ms;
+            if let Err(e) = replica.store.log().roll_if_older(age, now_ms) {
+                tracing::warn!(partition = %replica.id, error = %e, "rolling an aged segment failed");
             }
         }
     }
@@ -176,13 +176,13 @@ fn change_key(change: &ConfigChange) -> &str {
     }
 }
 
-/// Stores `settings` in `group`, and the segment capacity its topic sets (if it sets one) in
+/// Stores `settings` in `replica`, and the segment capacity its topic sets (if it sets one) in
 /// its log.
-fn set_settings(group: &HostedReplica, settings: TopicSettings) {
-    let old = std::mem::replace(&mut *group.settings.write(), settings);
+fn set_settings(replica: &HostedReplica, settings: TopicSettings) {
+    let old = std::mem::replace(&mut *replica.settings.write(), settings);
     if old.segment_bytes != settings.segment_bytes
         && let Some(bytes) = settings.segment_bytes
     {
-        group.store.log().set_segment_bytes(bytes);
+        replica.store.log().set_segment_bytes(bytes);
     }
 }

@@ -1,4 +1,4 @@
-//! The write and read paths: a batch validated and proposed to its partition's group, the
+//! The write and read paths: a batch validated and proposed to its partition's Raft group, the
 //! answer mapped to `NotLeader`, `TryAgain`, `Indeterminate` or the offsets it got; committed
 //! reads from any replica.
 
@@ -67,25 +67,25 @@ impl Broker {
         request: AppendRequest,
         turn: Option<Turn>,
     ) -> Result<AppendInfo> {
-        let group = self.group(id)?;
-        self.append_to(&group, request, turn).await
+        let replica = self.replica(id)?;
+        self.append_to(&replica, request, turn).await
     }
 
-    /// [`append_encoded`](Self::append_encoded) to a group of this broker.
+    /// [`append_encoded`](Self::append_encoded) to a replica of this broker.
     pub(super) async fn append_to(
         &self,
-        group: &HostedReplica,
+        replica: &HostedReplica,
         request: AppendRequest,
         turn: Option<Turn>,
     ) -> Result<AppendInfo> {
         if request.record_count == 0 {
             return Err(Error::EmptyBatch);
         }
-        // The group's own limits: the metadata log's differ from the partitions'. Checked here,
+        // The replica's own limits: the metadata log's differ from the partitions'. Checked here,
         // before anything reaches Raft: a batch the log would refuse to store must never be
-        // proposed (its storage error would stop the group for good).
-        let limits = group.store.log().limits();
-        let settings = *group.settings.read();
+        // proposed (its storage error would stop the replica for good).
+        let limits = replica.store.log().limits();
+        let settings = *replica.settings.read();
         let len = request.records.len() as u64;
         let max = limits.batch_bytes_max.min(settings.max_message_bytes);
         if len > u64::from(max) {
@@ -136,14 +136,14 @@ impl Broker {
         if keyless && settings.compact {
             return Err(Error::InvalidRecord(format!(
                 "topic {} is compacted: every record needs a key",
-                group.id.topic
+                replica.id.topic
             )));
         }
         let record_count = request.record_count;
         // The leader's clock stamps the batch (Kafka's LogAppendTime); replicas store it as is.
         // Never below the log's latest stamp (a predecessor's clock may have been ahead), so
         // that append times, and so replog's records' timestamps, follow offset order.
-        let timestamp_ms = crate::env::now_ms().max(group.store.log().max_timestamp_ms());
+        let timestamp_ms = crate::env::now_ms().max(replica.store.log().max_timestamp_ms());
         // A `LogAppendTime` topic's Kafka batches carry that stamp for Kafka's consumers too
         // (replog's own batches have no other time).
         let records = if settings.log_append_time && request.format == PayloadFormat::Kafka {
@@ -156,7 +156,7 @@ impl Broker {
             records,
             ..request
         };
-        let (log_index, response) = self.commit(group, request, turn).await?;
+        let (log_index, response) = self.commit(replica, request, turn).await?;
         Ok(AppendInfo {
             log_index: LogIndex(log_index),
             base_offset: Offset(response.base_offset),
@@ -165,13 +165,13 @@ impl Broker {
         })
     }
 
-    /// Commits `request` through `group`'s Raft member on this broker, its leader, within the
+    /// Commits `request` through `replica`'s Raft member on this broker, its leader, within the
     /// request timeout: its log index and the state machine's answer, or the refusal as the
     /// caller's error (`NotLeader` with where the leader is now, `TryAgain`, a producer's
     /// sequence or epoch refused, `Indeterminate` when the outcome is unknown).
     pub(super) async fn commit(
         &self,
-        group: &HostedReplica,
+        replica: &HostedReplica,
         request: AppendRequest,
         turn: Option<Turn>,
     ) -> Result<(u64, crate::raft::types::AppendResponse)> {
@@ -181,9 +181,9 @@ impl Broker {
             request.base_sequence,
         );
         let timeout = self.config.request_timeout;
-        let outcome = tokio::time::timeout(timeout, group.raft.write(request, turn)).await;
+        let outcome = tokio::time::timeout(timeout, replica.raft.write(request, turn)).await;
         let indeterminate = |reason: String| Error::Indeterminate {
-            partition: group.id.clone(),
+            partition: replica.id.clone(),
             reason,
         };
         match outcome {
@@ -193,8 +193,8 @@ impl Broker {
             ))),
             Ok(Ok(committed)) => Ok(committed),
             Ok(Err(WriteError::NotLeader(leader))) => Err(Error::NotLeader {
-                partition: group.id.clone(),
-                // Where the catalog says the broker is now; the group's membership keeps the
+                partition: replica.id.clone(),
+                // Where the catalog says the broker is now; the Raft group's membership keeps the
                 // address the broker had when it joined.
                 leader: leader.map(|hint| LeaderHint {
                     addr: self.broker_addr(hint.node_id).unwrap_or(hint.addr),
@@ -206,17 +206,17 @@ impl Broker {
             )),
             Ok(Err(WriteError::Other(reason))) => Err(indeterminate(reason)),
             Ok(Err(WriteError::TryAgain(reason))) => Err(Error::TryAgain {
-                partition: group.id.clone(),
+                partition: replica.id.clone(),
                 reason: reason.into(),
             }),
             Ok(Err(WriteError::OutOfOrder { expected })) => Err(Error::OutOfOrderSequence {
-                partition: group.id.clone(),
+                partition: replica.id.clone(),
                 producer_id,
                 expected,
                 got,
             }),
             Ok(Err(WriteError::Fenced { current })) => Err(Error::ProducerFenced {
-                partition: group.id.clone(),
+                partition: replica.id.clone(),
                 producer_id,
                 epoch,
                 current,
@@ -245,26 +245,26 @@ impl Broker {
         offset: Offset,
         max_bytes: usize,
     ) -> Result<Fetched> {
-        let group = self.group(&PartitionId::new(topic, partition))?;
-        self.read_replica(&group, offset, max_bytes)
+        let replica = self.replica(&PartitionId::new(topic, partition))?;
+        self.read_replica(&replica, offset, max_bytes)
     }
 
     /// [`read_marked`](Self::read_marked) of a replica already looked up.
     pub(crate) fn read_replica(
         self: &Arc<Self>,
-        group: &Arc<HostedReplica>,
+        replica: &Arc<HostedReplica>,
         offset: Offset,
         max_bytes: usize,
     ) -> Result<Fetched> {
-        let read = read_committed(group, offset, max_bytes);
+        let read = read_committed(replica, offset, max_bytes);
         // Never served: the reader gets the error, and the replica is rebuilt from the leader.
         if let Err(damage @ Error::Corrupt { .. }) = &read {
-            self.request_rebuild(Arc::clone(group), RebuildCause::Damaged(damage.clone()));
+            self.request_rebuild(Arc::clone(replica), RebuildCause::Damaged(damage.clone()));
         }
         Ok(Fetched {
             batches: read?,
-            high_watermark: group.committed_end(),
-            log_start: group.log_start(),
+            high_watermark: replica.committed_end(),
+            log_start: replica.log_start(),
         })
     }
 }
@@ -277,15 +277,15 @@ pub(crate) struct Fetched {
     pub(crate) log_start: Offset,
 }
 
-/// Reads committed batches of `group` from `offset` on, up to about `max_bytes`.
+/// Reads committed batches of `replica` from `offset` on, up to about `max_bytes`.
 pub(super) fn read_committed(
-    group: &HostedReplica,
+    replica: &HostedReplica,
     offset: Offset,
     max_bytes: usize,
 ) -> Result<Vec<Batch>> {
-    let log = group.store.log();
-    let high_watermark = group.committed_end();
-    let start = group.log_start();
+    let log = replica.store.log();
+    let high_watermark = replica.committed_end();
+    let start = replica.log_start();
     if offset > high_watermark || offset < start {
         return Err(Error::OffsetOutOfRange {
             requested: offset,

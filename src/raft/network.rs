@@ -43,23 +43,23 @@ fn deadline(base: Duration, bytes: usize) -> Duration {
 }
 
 /// Makes the network clients of one partition's Raft group.
-pub(crate) struct GroupNetFactory {
-    pub(crate) group: PartitionId,
-    /// The id of the group's topic (see [`GroupNet`]).
+pub(crate) struct ReplicaNetFactory {
+    pub(crate) partition: PartitionId,
+    /// The id of the partition's topic (see [`ReplicaNet`]).
     pub(crate) topic_id: u64,
     pub(crate) peers: Arc<PeerSet>,
-    /// Set once a voter of a formed group refuses one of this member's vote requests (it
+    /// Set once a voter of a formed Raft group refuses one of this member's vote requests (it
     /// follows a leader, or holds more log), as opposed to failing to answer (no replica of
-    /// the group yet) or refusing for a vote of its own in the same term.
+    /// the Raft group yet) or refusing for a vote of its own in the same term.
     pub(crate) vote_refused: Arc<std::sync::atomic::AtomicBool>,
 }
 
-impl RaftNetworkFactory<C> for GroupNetFactory {
-    type Network = GroupNet;
+impl RaftNetworkFactory<C> for ReplicaNetFactory {
+    type Network = ReplicaNet;
 
-    async fn new_client(&mut self, target: NodeId, _node: &BrokerNode) -> GroupNet {
-        GroupNet {
-            group: self.group.clone(),
+    async fn new_client(&mut self, target: NodeId, _node: &BrokerNode) -> ReplicaNet {
+        ReplicaNet {
+            partition: self.partition.clone(),
             topic_id: self.topic_id,
             target,
             control: false,
@@ -69,9 +69,9 @@ impl RaftNetworkFactory<C> for GroupNetFactory {
         }
     }
 
-    async fn new_heartbeat_client(&mut self, target: NodeId, _node: &BrokerNode) -> GroupNet {
-        GroupNet {
-            group: self.group.clone(),
+    async fn new_heartbeat_client(&mut self, target: NodeId, _node: &BrokerNode) -> ReplicaNet {
+        ReplicaNet {
+            partition: self.partition.clone(),
             topic_id: self.topic_id,
             target,
             control: true,
@@ -85,13 +85,13 @@ impl RaftNetworkFactory<C> for GroupNetFactory {
 /// One partition's RPCs to one broker. A request body is `(partition, topic id, request)`,
 /// postcard.
 ///
-/// The topic id names the group: a topic deleted and created again under the same name has
+/// The topic id names the Raft group: a topic deleted and created again under the same name has
 /// partitions of the same names, but a new id, and each of its partitions is another Raft
 /// group. A broker that slept through both still runs the old topic's replicas until it
 /// learns of the deletion, and the receiver serves a request only on a replica of the id the
-/// request names (`node/peer_rpc.rs`), so that the two groups never hear each other.
-pub(crate) struct GroupNet {
-    group: PartitionId,
+/// request names (`node/peer_rpc.rs`), so that the two Raft groups never hear each other.
+pub(crate) struct ReplicaNet {
+    partition: PartitionId,
     topic_id: u64,
     target: NodeId,
     control: bool,
@@ -99,11 +99,11 @@ pub(crate) struct GroupNet {
     /// log told this broker where it is): looked up again on every call until known.
     peer: Option<Arc<Peer>>,
     peers: Arc<PeerSet>,
-    /// See [`GroupNetFactory::vote_refused`].
+    /// See [`ReplicaNetFactory::vote_refused`].
     vote_refused: Arc<std::sync::atomic::AtomicBool>,
 }
 
-impl GroupNet {
+impl ReplicaNet {
     /// The connection to the target broker.
     fn peer(&self) -> Result<Arc<Peer>, RPCError<C>> {
         match &self.peer {
@@ -114,7 +114,7 @@ impl GroupNet {
         }
     }
 
-    /// Records a refusal of a vote or pre-vote by a voter of a group that formed: it follows
+    /// Records a refusal of a vote or pre-vote by a voter of a Raft group that formed: it follows
     /// a leader (a committed vote of a real term; `initialize` gives every founder one of term
     /// 0), or holds more log. A founder refused only because the voter campaigns in the same
     /// term (a split vote at formation) may well win its next campaign.
@@ -134,7 +134,7 @@ impl GroupNet {
         timeout: Duration,
     ) -> Result<Resp, RPCError<C>> {
         let peer = &self.peer()?;
-        let body = crate::transport::body::encode(&(&self.group, self.topic_id, request))
+        let body = crate::transport::body::encode(&(&self.partition, self.topic_id, request))
             .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let timeout = deadline(timeout, body.len());
         match self.peers.call(peer, self.target, op, body, timeout).await {
@@ -149,7 +149,7 @@ impl GroupNet {
     }
 }
 
-impl RaftNetworkV2<C> for GroupNet {
+impl RaftNetworkV2<C> for ReplicaNet {
     type SnapshotData = Vec<u8>;
 
     async fn append_entries(
@@ -312,7 +312,7 @@ pub(crate) async fn serve(
 /// openraft takes an entry at or below its committed index to match the local one without
 /// looking (a debug assertion aside), so a leader whose log lost committed entries would leave
 /// this replica silently diverged. The check runs on openraft's own task
-/// (`with_raft_state`), so it sees the committed index the request will meet. A group that
+/// (`with_raft_state`), so it sees the committed index the request will meet. A replica that
 /// stopped has nothing to check.
 async fn contradicted_committed(
     raft: &openraft::Raft<C, StateMachine>,

@@ -11,7 +11,7 @@ use openraft::impls::ProgressResponder;
 use openraft::raft::ClientWriteResult;
 
 use crate::error::{Error, Result};
-use crate::raft::network::{GroupNetFactory, Served, serve};
+use crate::raft::network::{ReplicaNetFactory, Served, serve};
 use crate::raft::producers::{BATCHES_PER_PRODUCER, Check, PendingBatch};
 use crate::raft::state_machine::StateMachine;
 use crate::raft::storage::LogStore;
@@ -37,7 +37,7 @@ fn millis(d: Duration) -> u64 {
 #[derive(Debug)]
 pub(crate) enum WriteError {
     /// Refused before appending: not the leader. The leader, if known, at the address its
-    /// group membership names, in this replica's term.
+    /// Raft group's membership names, in this replica's term.
     NotLeader(Option<LeaderHint>),
     /// Appended, then dropped by a leadership change: the outcome is unknown.
     Discarded,
@@ -58,7 +58,7 @@ pub(crate) enum WriteError {
     Other(String),
 }
 
-/// What a replica knows of its group.
+/// What a replica knows of its Raft group.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct ReplicaState {
     pub(crate) leader: Option<NodeId>,
@@ -69,7 +69,7 @@ pub(crate) struct ReplicaState {
     pub(crate) members: Option<BTreeMap<NodeId, Member>>,
 }
 
-/// A group member as the leader sees it.
+/// A Raft group member as the leader sees it.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Member {
     /// The last log index known to be on the member (`None`: nothing yet).
@@ -78,7 +78,7 @@ pub(crate) struct Member {
     pub(crate) ack_age: Option<Duration>,
 }
 
-/// Why a group member's Raft core stopped by itself.
+/// Why a Raft group member's core stopped by itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Stopped {
     /// A storage call failed (a failed sync, a full disk, damage openraft read): the log's
@@ -100,14 +100,14 @@ impl std::fmt::Display for Stopped {
 /// One partition replica's Raft group member.
 pub(crate) struct Replica {
     raft: openraft::Raft<C, StateMachine>,
-    /// Set by [`watch_group`] once the core stopped by itself (never by a shutdown).
+    /// Set by [`watch_leadership`] once the core stopped by itself (never by a shutdown).
     stopped: Arc<parking_lot::Mutex<Option<Stopped>>>,
     store: LogStore,
     sm: StateMachine,
     /// Serializes the check-and-propose of idempotent batches, so that the log holds them in
     /// the order they were checked in.
     gate: tokio::sync::Mutex<Proposed>,
-    /// Whether a voter has refused this member a vote (see `GroupNetFactory::vote_refused`).
+    /// Whether a voter has refused this member a vote (see `ReplicaNetFactory::vote_refused`).
     vote_refused: Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -120,12 +120,12 @@ struct Proposed {
     by_producer: HashMap<u64, VecDeque<PendingBatch>>,
 }
 
-/// Logs each leadership this member wins or loses, at `info`, until the group stops, and then
+/// Logs each leadership this member wins or loses, at `info`, until the member stops, and then
 /// records in `stopped` why it stopped, unless that was a shutdown. It watches openraft's
 /// server metrics, which change with the vote, the role and the membership only (never per
 /// write); their sender is dropped when the core's task ends, however it ends.
-fn watch_group(
-    group: PartitionId,
+fn watch_leadership(
+    partition: PartitionId,
     me: NodeId,
     raft: &openraft::Raft<C, StateMachine>,
     stopped: Arc<parking_lot::Mutex<Option<Stopped>>>,
@@ -134,7 +134,7 @@ fn watch_group(
     let all = raft.metrics();
     tokio::spawn(async move {
         let mut leading = false;
-        // Ends when the group stops (the sender is dropped).
+        // Ends when the member stops (the sender is dropped).
         while metrics.changed().await.is_ok() {
             let (now, term) = {
                 let m = metrics.borrow_watched();
@@ -143,9 +143,9 @@ fn watch_group(
             if now != leading {
                 leading = now;
                 if now {
-                    tracing::info!(partition = %group, term, "elected leader");
+                    tracing::info!(partition = %partition, term, "elected leader");
                 } else {
-                    tracing::info!(partition = %group, term, "no longer the leader");
+                    tracing::info!(partition = %partition, term, "no longer the leader");
                 }
             }
         }
@@ -155,7 +155,7 @@ fn watch_group(
             Err(openraft::errors::Fatal::Panicked) | Ok(()) => Some(Stopped::Ended),
         };
         if let Some(why) = why {
-            tracing::error!(partition = %group, reason = %why, "the replica's raft member stopped");
+            tracing::error!(partition = %partition, reason = %why, "the replica's raft member stopped");
             *stopped.lock() = Some(why);
         }
     });
@@ -176,11 +176,11 @@ impl Replica {
         WriteError::NotLeader(hint)
     }
 
-    /// Starts the group member `id` of partition `group` of topic `topic_id` over `store` and
-    /// `sm`.
+    /// Starts the Raft group member `id` of partition `partition` of topic `topic_id` over `store`
+    /// and `sm`.
     pub(crate) async fn start(
         id: NodeId,
-        group: PartitionId,
+        partition: PartitionId,
         topic_id: u64,
         timing: Timing,
         peers: Arc<PeerSet>,
@@ -189,8 +189,8 @@ impl Replica {
     ) -> Result<Replica> {
         let config = openraft::Config {
             // openraft's tracing spans carry it (`cluster=`): each names its partition, so that
-            // a trace of many groups on one broker can be told apart.
-            cluster_name: format!("replog-{group}"),
+            // a trace of many Raft groups on one broker can be told apart.
+            cluster_name: format!("replog-{partition}"),
             heartbeat_interval: millis(timing.heartbeat),
             election_timeout_min: millis(timing.election_timeout),
             election_timeout_max: millis(timing.election_timeout * 2),
@@ -214,8 +214,8 @@ impl Replica {
             reason: e.to_string(),
         })?;
         let vote_refused = Arc::default();
-        let network = GroupNetFactory {
-            group: group.clone(),
+        let network = ReplicaNetFactory {
+            partition: partition.clone(),
             topic_id,
             peers,
             vote_refused: Arc::clone(&vote_refused),
@@ -224,7 +224,7 @@ impl Replica {
             .await
             .map_err(|e| Error::from(std::io::Error::other(e.to_string())))?;
         let stopped = Arc::default();
-        watch_group(group, id, &raft, Arc::clone(&stopped));
+        watch_leadership(partition, id, &raft, Arc::clone(&stopped));
         Ok(Replica {
             raft,
             stopped,
@@ -235,11 +235,11 @@ impl Replica {
         })
     }
 
-    /// Controlled shutdown's step for one group (Kafka's controlled shutdown): if this replica
+    /// Controlled shutdown's step for one replica (Kafka's controlled shutdown): if this replica
     /// leads, hands the leadership to the live voter that holds the most of the log, and waits, at
     /// most `timeout`, until another member leads. Returns the new leader, or `None` if this
     /// replica did not lead, had no voter to hand to, or the hand-off did not finish in time
-    /// (the group then elects a leader after an election timeout, as after a crash).
+    /// (the Raft group then elects a leader after an election timeout, as after a crash).
     pub(crate) async fn hand_off(&self, me: NodeId, timeout: Duration) -> Option<NodeId> {
         let target = {
             let m = self.raft.metrics().borrow_watched().clone();
@@ -352,7 +352,7 @@ impl Replica {
         }
     }
 
-    /// Initializes a fresh group with these members (id and address). Does nothing if this
+    /// Initializes a fresh Raft group with these members (id and address). Does nothing if this
     /// replica has a log or has seen a vote. Returns whether it initialized.
     pub(crate) async fn initialize(&self, members: &BTreeMap<NodeId, String>) -> bool {
         let members: BTreeMap<NodeId, BrokerNode> = members
@@ -375,18 +375,17 @@ impl Replica {
     }
 
     /// Runs for leader again after 10, 20, 40, ... ms (openraft's `initialize` ran the first
-    /// campaign) for as long as its vote requests fail unanswered (no voter has the group
+    /// campaign) for as long as its vote requests fail unanswered (no voter has the Raft group
     /// yet) and no leader is known, until `within` has passed; then the election timer takes
-    /// over, as for any member. For a
-    /// group's preferred founder: its peers open their replicas as they learn of the group, a
-    /// few milliseconds apart, and a vote asked of a peer that has not opened its replica yet
-    /// fails at once; asking again soon makes the group led within a few round trips instead
-    /// of after an election timeout.
+    /// over, as for any member. For a Raft group's preferred founder: its peers open their
+    /// replicas as they learn of the Raft group, a few milliseconds apart, and a vote asked of a
+    /// peer that has not opened its replica yet fails at once; asking again soon makes the Raft
+    /// group led within a few round trips instead of after an election timeout.
     ///
-    /// It stops at the first refusal from a voter of a group that formed: one that follows a
+    /// It stops at the first refusal from a voter of a Raft group that formed: one that follows a
     /// leader (whose lease holds), or holds more log, refuses for a reason asking again will
     /// not change (a refusal because the voter campaigns in the same term, as founders do at
-    /// formation, is no such reason). So a founder that comes up after its group formed asks
+    /// formation, is no such reason). So a founder that comes up after its Raft group formed asks
     /// at most once more and then follows; retrying would raise its term past the leader's and
     /// depose it. And it does not ask at all once it has heard the leader (see the pre-vote
     /// below).
@@ -557,7 +556,7 @@ impl Replica {
                 .responder(responder)
                 .await;
             if proposed.is_err() {
-                // The group has stopped (fatal error, shutdown): nothing was proposed.
+                // The member has stopped (fatal error, shutdown): nothing was proposed.
                 pending.pop_back();
                 return Err(WriteError::NotLeader(None));
             }
@@ -575,12 +574,12 @@ impl Replica {
             }
             Ok(Err(ClientWriteError::LogEntryDiscarded(_))) => Err(WriteError::Discarded),
             Ok(Err(e)) => Err(WriteError::Other(e.to_string())),
-            Err(_) => Err(WriteError::Other("the raft group stopped".into())),
+            Err(_) => Err(WriteError::Other("the Raft group stopped".into())),
         }
     }
 
-    /// The group as this replica sees it now.
-    /// Every member of the group as of its latest membership: voters and learners.
+    /// The Raft group as this replica sees it now.
+    /// Every member of the Raft group as of its latest membership: voters and learners.
     pub(crate) fn member_ids(&self) -> std::collections::BTreeSet<NodeId> {
         let m = self.raft.metrics().borrow_watched().clone();
         m.membership_config
@@ -590,7 +589,7 @@ impl Replica {
             .collect()
     }
 
-    /// Whether `id` votes in the group's newest configuration (the new one of a joint
+    /// Whether `id` votes in the Raft group's newest configuration (the new one of a joint
     /// configuration).
     pub(crate) fn votes_in_newest(&self, id: NodeId) -> bool {
         let m = self.raft.metrics().borrow_watched().clone();
@@ -601,7 +600,7 @@ impl Replica {
             .is_some_and(|voters| voters.contains(&id))
     }
 
-    /// The group's voters, and whether a membership change is half done (joint: the old and
+    /// The Raft group's voters, and whether a membership change is half done (joint: the old and
     /// the new voters both count).
     pub(crate) fn voters(&self) -> (std::collections::BTreeSet<NodeId>, bool) {
         let m = self.raft.metrics().borrow_watched().clone();
@@ -610,7 +609,7 @@ impl Replica {
         (membership.voter_ids().collect(), joint)
     }
 
-    /// Makes `voters` the group's voters (through a joint configuration), removing the
+    /// Makes `voters` the Raft group's voters (through a joint configuration), removing the
     /// others. Returns once the change is committed; leader only.
     pub(crate) async fn change_voters(
         &self,
@@ -623,7 +622,7 @@ impl Replica {
             .map_err(|e| e.to_string())
     }
 
-    /// Removes `ids` (learners, not voters) from the group: the leader stops replicating to
+    /// Removes `ids` (learners, not voters) from the Raft group: the leader stops replicating to
     /// them. Returns once the change is committed; leader only.
     pub(crate) async fn remove_learners(
         &self,
@@ -636,7 +635,7 @@ impl Replica {
             .map_err(|e| e.to_string())
     }
 
-    /// Adds broker `id` (at `addr`) to the group as a learner: it replicates the log but does
+    /// Adds broker `id` (at `addr`) to the Raft group as a learner: it replicates the log but does
     /// not vote. Returns once the membership change is committed; leader only.
     pub(crate) async fn add_learner(&self, id: NodeId, addr: String) -> Result<(), String> {
         self.raft
@@ -668,7 +667,7 @@ impl Replica {
                 .collect()
         });
         ReplicaState {
-            // A group stopped by a fatal error (a failed disk) leads nothing, whatever its last
+            // A member stopped by a fatal error (a failed disk) leads nothing, whatever its last
             // metrics said: metadata must not send clients to it.
             leader: m.current_leader.filter(|_| m.running_state.is_ok()),
             term: m.current_term,
@@ -726,13 +725,13 @@ impl Replica {
         serve(&self.raft, &self.store, op, body).await
     }
 
-    /// Why the group member's Raft core stopped by itself, once it has (`None` while it runs
+    /// Why the Raft group member's core stopped by itself, once it has (`None` while it runs
     /// and after a shutdown).
     pub(crate) fn stopped(&self) -> Option<Stopped> {
         self.stopped.lock().clone()
     }
 
-    /// Stops the group member.
+    /// Stops the Raft group member.
     pub(crate) async fn shutdown(&self) {
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown failed");
@@ -745,13 +744,13 @@ impl Replica {
 pub(crate) enum TransferRefused {
     /// This replica does not lead (or the target is itself).
     NotLeader,
-    /// The target is not one of the group's voters.
+    /// The target is not one of the Raft group's voters.
     NotAVoter,
     /// The target did not acknowledge the leader within the timeout.
     NotHeardFrom,
     /// The target does not hold every entry the leader has.
     Behind,
-    /// The group's Raft member stopped.
+    /// The replica's Raft member stopped.
     Stopped,
     /// The target did not take over within the timeout.
     NotTakenOver,
@@ -761,7 +760,9 @@ impl std::fmt::Display for TransferRefused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             TransferRefused::NotLeader => "this broker no longer leads the partition",
-            TransferRefused::NotAVoter => "the preferred replica is not one of the group's voters",
+            TransferRefused::NotAVoter => {
+                "the preferred replica is not one of the Raft group's voters"
+            }
             TransferRefused::NotHeardFrom => {
                 "the preferred replica has not answered the leader within an election timeout"
             }

@@ -41,7 +41,7 @@ pub(crate) enum Op {
     Fetch = 5,
     /// Client: brokers, topics, and each partition's leader, replicas and in-sync replicas.
     Metadata = 6,
-    /// Admin: create a topic (through the metadata group).
+    /// Admin: create a topic (through the metadata Raft group).
     CreateTopic = 7,
     /// Admin: delete a created topic.
     DeleteTopic = 8,

@@ -1,6 +1,6 @@
 //! A broker leaves: on four in-process brokers, a topic of 12 partitions with three replicas
 //! takes writes while broker 4 is decommissioned. Its replicas move to the other three (its
-//! leaderships handed over first), it leaves the metadata group and the cluster, and once it
+//! leaderships handed over first), it leaves the metadata Raft group and the cluster, and once it
 //! is stopped every partition still takes writes; every acknowledged record is on every
 //! remaining replica exactly once, at the offset it was acknowledged at. With three brokers
 //! left, decommissioning another is refused: they could not hold three replicas per partition.
@@ -118,7 +118,7 @@ async fn a_decommissioned_broker_leaves_with_nothing_lost_or_doubled() {
     let node4 = cluster.node(4).unwrap();
     wait_until(
         Duration::from_secs(20),
-        "broker 4 to drop its replicas and leave the metadata group",
+        "broker 4 to drop its replicas and leave the metadata Raft group",
         async || {
             let left = node4.partitions();
             (left.is_empty() && node4.has_left())

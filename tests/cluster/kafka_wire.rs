@@ -316,7 +316,7 @@ async fn kafkas_admin_epoch_and_refusal_apis_answer_as_kafka_does() {
         r.topics.push(t);
         r
     };
-    // Created through broker 2 (whichever leads the metadata group).
+    // Created through broker 2 (whichever leads the metadata Raft group).
     let (_, answer): (usize, CreateTopicsResponse) =
         kafka_call(kafka[1], ApiKey::CreateTopics, 5, &create("made", 3, 3)).await;
     assert_eq!(answer.topics[0].error_code, 0, "{:?}", answer.topics[0]);
@@ -605,7 +605,7 @@ async fn kafkas_admin_epoch_and_refusal_apis_answer_as_kafka_does() {
     let mut delete = DeleteTopicsRequest::default();
     delete.timeout_ms = 10_000;
     delete.topic_names = vec![name("made"), name("never")];
-    // NOT_CONTROLLER while the metadata group elects a leader (its leader may have been the
+    // NOT_CONTROLLER while the metadata Raft group elects a leader (its leader may have been the
     // broker killed above): asked again, as admin clients do.
     let deleted = wait_until(Duration::from_secs(30), "a controller", async || {
         let (_, deleted): (usize, DeleteTopicsResponse) =

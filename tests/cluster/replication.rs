@@ -232,7 +232,7 @@ async fn a_follower_that_missed_purged_segments_catches_up_by_snapshot() {
 
 /// Regression: a batch over the partition's `batch_bytes_max` (each record
 /// under `record_bytes_max`) reached openraft's log write, whose storage error stopped the
-/// leader's group for good, and a client retried it into the next leader. It is refused now,
+/// leader's replica for good, and a client retried it into the next leader. It is refused now,
 /// typed, before Raft, and the partition goes on taking writes; a client with larger limits
 /// than the brokers gets the same refusal once, never a resend.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -261,7 +261,7 @@ async fn an_oversized_batch_is_refused_before_raft_and_the_partition_keeps_worki
         Err(Error::RecordTooLarge { max, .. }) => assert_eq!(max, 64 << 10),
         other => panic!("expected RecordTooLarge, got {other:?}"),
     }
-    // The group still runs: its leader (the same one, unless an election ran meanwhile) takes
+    // The Raft group still runs: its leader (the same one, unless an election ran meanwhile) takes
     // the next write; before, no replica of it ever led again.
     append_to_leader(&nodes, &[Record::new("after")]).await;
 

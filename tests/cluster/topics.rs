@@ -1,16 +1,16 @@
-//! Topics and brokers through the metadata group: topics created and deleted at run time, stale
-//! leader hints, a broker restarted alone or back on another address, brokers joining and
+//! Topics and brokers through the metadata Raft group: topics created and deleted at run time,
+//! stale leader hints, a broker restarted alone or back on another address, brokers joining and
 //! partitions moving onto them, readiness, and the disk of quiet partitions.
 
 use super::*;
 
-/// Topics created and deleted at run time through the metadata group: Kafka's replica
+/// Topics created and deleted at run time through the metadata Raft group: Kafka's replica
 /// spread, metadata from a broker that hosts no replica names the real leader, a write
 /// through such a broker reaches the leader, a deleted topic's data is gone on every broker
 /// (one that was down at the time included), and a topic created again under the same name
 /// starts afresh.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn topics_are_created_and_deleted_through_the_metadata_group() {
+async fn topics_are_created_and_deleted_through_the_metadata_raft_group() {
     use replog::{Client, ClientConfig};
     const ORDERS: &str = "orders";
     let dir = tempfile::tempdir().unwrap();
@@ -149,7 +149,7 @@ async fn topics_are_created_and_deleted_through_the_metadata_group() {
         client.send(ORDERS, 0, &[Record::new("late")]).await,
         Err(Error::UnknownTopic(_))
     ));
-    // Brokers 1 and 2 are a quorum of the metadata group and of every partition of the new
+    // Brokers 1 and 2 are a quorum of the metadata Raft group and of every partition of the new
     // topic, which has a replica on each broker, broker 3 included.
     client.create_topic(ORDERS, 2, 3).await.unwrap();
     let fresh = client
@@ -188,8 +188,8 @@ async fn topics_are_created_and_deleted_through_the_metadata_group() {
 }
 
 /// A partition's preferred replica on a broker that was down when its topic was created: the
-/// other two form the group and take writes; when the broker comes back its replica (a
-/// founder that runs for leader at once on a fresh group) follows the leader and copies the
+/// other two form the Raft group and take writes; when the broker comes back its replica (a
+/// founder that runs for leader at once on a fresh Raft group) follows the leader and copies the
 /// log, and the leader keeps its leadership and its term (the newcomer's campaign is refused
 /// while the leader's lease holds and ends at the leader's term).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -476,7 +476,7 @@ async fn a_broker_back_at_another_ip_under_its_name_is_found_again() {
 }
 
 /// A broker that joins a running cluster registers through the founding brokers; the
-/// metadata group makes it a learner; every broker names it; topics created afterwards are
+/// metadata Raft group makes it a learner; every broker names it; topics created afterwards are
 /// spread over it as Kafka spreads them over four brokers; it answers metadata for a topic it
 /// does not host with the real leader; and it keeps all of that across a restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -556,7 +556,7 @@ async fn a_broker_joins_a_running_cluster_and_takes_partitions_of_new_topics() {
 }
 
 /// A partition moves to other brokers (Kafka's reassignment), here away from its own leader
-/// and onto a broker that joined: the new replica copies the log, the group's voters change,
+/// and onto a broker that joined: the new replica copies the log, the Raft group's voters change,
 /// the broker it left removes its replica, and writes go on with nothing lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partition_moves_off_its_leader_onto_a_joined_broker() {
@@ -638,7 +638,7 @@ async fn a_partition_moves_off_its_leader_onto_a_joined_broker() {
     shutdown_all(nodes).await;
 }
 
-/// `Node::wait_ready` says when a broker serves: once the metadata group and every
+/// `Node::wait_ready` says when a broker serves: once the metadata Raft group and every
 /// partition it hosts know a leader, and not while a quorum is missing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_says_when_it_is_ready() {
@@ -649,7 +649,7 @@ async fn a_broker_says_when_it_is_ready() {
     match alone.wait_ready(Duration::from_millis(500)).await {
         Err(Error::Timeout { last, .. }) => {
             assert!(
-                last.contains("email.send/0") && last.contains("the metadata group"),
+                last.contains("email.send/0") && last.contains("the metadata Raft group"),
                 "{last}"
             )
         }

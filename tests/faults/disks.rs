@@ -142,7 +142,7 @@ async fn append_on_leader(
 }
 
 /// An I/O error on sync (EIO, and the kernel may have dropped the pages): the leader's log
-/// latches read-only, its group stops, and another broker leads.
+/// latches read-only, its replica stops, and another broker leads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_whose_disk_fails_to_sync_stops_leading_writes_go_on_elsewhere_and_it_comes_back()
 {

@@ -101,7 +101,7 @@ impl Cluster {
     }
 
     /// [`start`](Self::start); with `created: Some(factor)`, the brokers start without topics
-    /// and the topic is created through the metadata group with `factor` replicas per
+    /// and the topic is created through the metadata Raft group with `factor` replicas per
     /// partition.
     async fn start_with(n: usize, durability: Durability, created: Option<u32>) -> Cluster {
         let mut log = LogConfig::default();

@@ -228,7 +228,7 @@ async fn fault_schedules_at_real_sizes_lose_and_duplicate_nothing() {
 /// A partition whose preferred leader wins the first election and stops before anyone hears
 /// from it as leader still forms among the others. Broker 1 leads partition 0 first; its
 /// replication is muted from the start, so the others grant it their votes and never get the
-/// group's first entry from it. Before the fix, they had no membership of their own (only the
+/// Raft group's first entry from it. Before the fix, they had no membership of their own (only the
 /// preferred leader initialized at once; the others later, and openraft refuses a replica that
 /// has seen a vote), so they could neither elect a leader nor initialize: the partition stayed
 /// without a leader for as long as broker 1 was down.

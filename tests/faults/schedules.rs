@@ -228,7 +228,7 @@ async fn run_schedules(first_seed: u64, count: u64) {
         } else {
             Durability::Fsync
         };
-        // Every other schedule creates its topic through the metadata group, with three
+        // Every other schedule creates its topic through the metadata Raft group, with three
         // replicas per partition (on five brokers, each partition on three of them).
         let created = (seed % 2 == 0).then_some(3);
         let r = schedule(seed, nodes, 500, durability, created).await;

@@ -1,4 +1,4 @@
-//! Kafka's group APIs over the broker's coordinator (`node/groups.rs`): FindCoordinator,
+//! Kafka's group APIs over the broker's coordinator (`group/runtime.rs`): FindCoordinator,
 //! JoinGroup (MEMBER_ID_REQUIRED from v4), SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
 //! OffsetFetch, ListGroups and DescribeGroups. Field for field; the meanings are the
 //! coordinator's, which are Kafka's classic protocol.

@@ -1,7 +1,7 @@
 //! Kafka's ElectLeaders over the broker service. A preferred election hands each partition
 //! to the first of its replicas by a Raft leadership transfer; an unclean one has nothing to
-//! do in Raft (a group elects only a replica holding every committed entry, by itself), so a
-//! partition with a leader needs none and one without waits for its group's own election.
+//! do in Raft (a Raft group elects only a replica holding every committed entry, by itself), so a
+//! partition with a leader needs none and one without waits for its Raft group's own election.
 //! Codec only.
 
 use std::collections::BTreeMap;
@@ -91,7 +91,7 @@ fn outcome(e: Election) -> (i16, Option<String>) {
 }
 
 /// An unclean election: nothing to do where a partition has a leader; none possible where it
-/// has not (its group elects one from the replicas holding every committed entry).
+/// has not (its Raft group elects one from the replicas holding every committed entry).
 async fn unclean(
     asked: Option<Vec<PartitionId>>,
     service: &BrokerService,
@@ -113,7 +113,7 @@ async fn unclean(
                     code::ELIGIBLE_LEADERS_NOT_AVAILABLE,
                     Some(
                         "a Raft group elects only a replica holding every committed entry; \
-                         the partition's group is electing one"
+                         the partition's Raft group is electing one"
                             .to_string(),
                     ),
                 ),

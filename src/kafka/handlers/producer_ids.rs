@@ -32,7 +32,7 @@ pub(crate) async fn init_producer_id(
             tracing::debug!(error = %e, "no producer id");
             r.error_code = code::CLUSTER_AUTHORIZATION_FAILED;
         }
-        // No id could be had in time (the metadata group has no reachable leader): Kafka's
+        // No id could be had in time (the metadata Raft group has no reachable leader): Kafka's
         // answer when its producer id manager cannot hand one out, which clients retry.
         Err(e) => {
             tracing::debug!(error = %e, "no producer id");

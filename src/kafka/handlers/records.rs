@@ -1,5 +1,5 @@
 //! Kafka's DeleteRecords over the broker service: each partition's records before an offset
-//! deleted on every replica (the new log start committed through its group). Codec only.
+//! deleted on every replica (the new log start committed through its Raft group). Codec only.
 
 use kafka_protocol::messages::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsTopicResult,

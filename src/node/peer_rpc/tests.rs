@@ -61,7 +61,7 @@ fn values(node: &Node, id: &PartitionId) -> Option<Vec<Vec<u8>>> {
 /// another Raft group under the same name, and the old replica must not answer it.
 ///
 /// Here the old replica's vote is of the new leader's term and names the other live broker,
-/// as the old group's leader may well have been (`T3-N2` against the new leader's `T3-N1`
+/// as the old Raft group's leader may well have been (`T3-N2` against the new leader's `T3-N1`
 /// when a topic's creation and deletion failed so, one run in three). When Raft requests
 /// did not name their topic, the old replica answered the new leader's probe with that vote,
 /// which openraft cannot order against the leader's own: the leader dropped the answer, and
@@ -115,8 +115,8 @@ async fn a_replica_of_a_deleted_topic_never_answers_for_the_topic_created_again(
         "brokers 1 and 2 to drop the topic",
         async || {
             let gone = |n: u64| {
-                let group = cluster.node(n).map(|n| n.broker.group(&id));
-                matches!(group, Some(Err(crate::Error::UnknownTopic(_))))
+                let replica = cluster.node(n).map(|n| n.broker.replica(&id));
+                matches!(replica, Some(Err(crate::Error::UnknownTopic(_))))
             };
             (gone(1) && gone(2)).then_some(())
         },
@@ -137,17 +137,17 @@ async fn a_replica_of_a_deleted_topic_never_answers_for_the_topic_created_again(
         })
         .await;
         let other = |l: NodeId| if l == 1 { 2 } else { 1 };
-        // The new leader must not lead the metadata group: broker 3 is to hear from the one
+        // The new leader must not lead the metadata Raft group: broker 3 is to hear from the one
         // and not from the other.
         if leader == meta_leader {
             let (from, to) = (leader, other(leader));
-            let group = live[from as usize - 1].broker.group(&id).unwrap();
+            let replica = live[from as usize - 1].broker.replica(&id).unwrap();
             // Refused until `to` holds every entry the leader has.
             until(
                 Duration::from_secs(10),
                 "the leadership handed over",
                 async || {
-                    let moved = group
+                    let moved = replica
                         .raft
                         .transfer_to(from, to, Duration::from_secs(1))
                         .await;
@@ -162,7 +162,7 @@ async fn a_replica_of_a_deleted_topic_never_answers_for_the_topic_created_again(
             )
             .await;
         }
-        let topic_id = live[0].broker.group(&id).unwrap().topic_id;
+        let topic_id = live[0].broker.replica(&id).unwrap().topic_id;
         (leader, term, other(leader), meta_leader, topic_id)
     };
 
@@ -184,7 +184,7 @@ async fn a_replica_of_a_deleted_topic_never_answers_for_the_topic_created_again(
     let old = until(
         Duration::from_secs(10),
         "broker 3's old replica",
-        async || node3.broker.group(&id).ok(),
+        async || node3.broker.replica(&id).ok(),
     )
     .await;
     assert_ne!(
@@ -206,8 +206,8 @@ async fn a_replica_of_a_deleted_topic_never_answers_for_the_topic_created_again(
         Duration::from_secs(20),
         "broker 3's replica of the new topic to catch up",
         async || {
-            let group = node3.broker.group(&id).ok()?;
-            (group.topic_id == topic_id && values(node3, &id)? == [b"new".to_vec()]).then_some(())
+            let replica = node3.broker.replica(&id).ok()?;
+            (replica.topic_id == topic_id && values(node3, &id)? == [b"new".to_vec()]).then_some(())
         },
     )
     .await;
@@ -282,7 +282,7 @@ async fn a_pre_vote_is_refused_while_the_leader_lives_and_changes_nothing() {
 
     // The leader cut off from both followers, which run no election of their own meanwhile.
     for n in &followers {
-        let replica = cluster.node(*n).unwrap().broker.group(&id).unwrap();
+        let replica = cluster.node(*n).unwrap().broker.replica(&id).unwrap();
         replica.raft.allow_elections(false);
     }
     net.partition(&[leader], &followers);

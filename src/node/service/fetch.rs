@@ -153,7 +153,7 @@ impl BrokerService {
     /// before it had records, so its first batch is answered whole.
     fn fetch_partition(&self, p: &PartitionFetch, left: usize, first: bool) -> Result<Fetched> {
         self.authorize_topic(AclOperation::Read, &p.partition.topic)?;
-        let replica = self.broker.group(&p.partition)?;
+        let replica = self.broker.replica(&p.partition)?;
         check_epoch(&replica, p.current_epoch)?;
         let max = p.max_bytes.min(left);
         if max == 0 && !first {
@@ -193,7 +193,7 @@ impl BrokerService {
             {
                 return;
             }
-            match self.broker.group(&p.partition) {
+            match self.broker.replica(&p.partition) {
                 Ok(replica) => commits.push(replica.sm.subscribe()),
                 Err(_) => return,
             }
@@ -221,7 +221,7 @@ impl BrokerService {
     fn fetch_ready(&self, request: &Fetch, min_bytes: usize) -> bool {
         let mut bytes = 0usize;
         for p in &request.partitions {
-            let Ok(replica) = self.broker.group(&p.partition) else {
+            let Ok(replica) = self.broker.replica(&p.partition) else {
                 return true;
             };
             if check_epoch(&replica, p.current_epoch).is_err() {

@@ -16,7 +16,7 @@ use crate::group::api::{
     CommittedOffset, Coordinator, GroupDescription, GroupListing, JoinGroup, JoinReply,
     OffsetCommit, PartitionResult, SyncGroup,
 };
-use crate::group::{GroupError, OFFSETS_TOPIC};
+use crate::group::{GroupError, GroupResult, OFFSETS_TOPIC};
 use crate::log::AppendInfo;
 use crate::protocol::{
     CreateTopicRequest, DeleteTopicRequest, MetadataResponse, ProposeRequest, ReassignRequest,
@@ -52,8 +52,6 @@ pub(crate) struct Produce {
     /// one producer are checked in that order.
     pub(crate) turn: Option<Turn>,
 }
-
-type GroupResult<T> = std::result::Result<T, GroupError>;
 
 fn internal_topic() -> Error {
     Error::InvalidTopic {
@@ -109,7 +107,7 @@ impl BrokerService {
     /// configs; false for a partition it does not host.
     pub(crate) fn log_append_time(&self, partition: &crate::types::PartitionId) -> bool {
         self.broker
-            .group(partition)
+            .replica(partition)
             .is_ok_and(|g| g.settings.read().log_append_time)
     }
 
@@ -138,7 +136,7 @@ impl BrokerService {
         answer
     }
 
-    /// Creates a topic through the metadata group. The offsets topic is created by the
+    /// Creates a topic through the metadata Raft group. The offsets topic is created by the
     /// brokers only (a broker forwards its creation to the metadata leader).
     pub(crate) async fn create_topic(&self, request: CreateTopicRequest) -> Result<()> {
         if !request.forwarded {
@@ -150,7 +148,7 @@ impl BrokerService {
         self.broker.create_topic(request).await
     }
 
-    /// Deletes a created topic through the metadata group (never the offsets topic).
+    /// Deletes a created topic through the metadata Raft group (never the offsets topic).
     pub(crate) async fn delete_topic(&self, request: DeleteTopicRequest) -> Result<()> {
         if !request.forwarded {
             self.authorize_topic(AclOperation::Delete, &request.name)?;
@@ -217,7 +215,10 @@ impl BrokerService {
     /// FindCoordinator: the broker leading the group's offsets partition.
     pub(crate) async fn find_coordinator(&self, group: &str) -> GroupResult<Coordinator> {
         self.authorize_group(AclOperation::Describe, group)?;
-        self.broker.find_coordinator(group).await
+        self.broker
+            .coordinator
+            .find_coordinator(&self.broker, group)
+            .await
     }
 
     /// JoinGroup (Kafka's classic protocol): answered once the rebalance completes.
@@ -228,13 +229,19 @@ impl BrokerService {
         from: Option<SocketAddr>,
     ) -> GroupResult<JoinReply> {
         self.authorize_group(AclOperation::Read, &request.group)?;
-        self.broker.join_group(request, from).await
+        self.broker
+            .coordinator
+            .join_group(&self.broker, request, from)
+            .await
     }
 
     /// SyncGroup: the member's assignment, once the leader's is written.
     pub(crate) async fn sync_group(&self, request: SyncGroup) -> GroupResult<Bytes> {
         self.authorize_group(AclOperation::Read, &request.group)?;
-        self.broker.sync_group(request).await
+        self.broker
+            .coordinator
+            .sync_group(&self.broker, request)
+            .await
     }
 
     /// Heartbeat.
@@ -245,13 +252,19 @@ impl BrokerService {
         member_id: &MemberRef,
     ) -> GroupResult<()> {
         self.authorize_group(AclOperation::Read, group)?;
-        self.broker.heartbeat(group, generation, member_id).await
+        self.broker
+            .coordinator
+            .heartbeat(&self.broker, group, generation, member_id)
+            .await
     }
 
     /// LeaveGroup.
     pub(crate) async fn leave_group(&self, group: &str, member_id: &MemberRef) -> GroupResult<()> {
         self.authorize_group(AclOperation::Read, group)?;
-        self.broker.leave_group(group, member_id).await
+        self.broker
+            .coordinator
+            .leave_group(&self.broker, group, member_id)
+            .await
     }
 
     /// OffsetCommit, fenced by the member's generation: READ on the group, and on each
@@ -276,7 +289,11 @@ impl BrokerService {
                 ok
             });
         }
-        let mut results = self.broker.commit_offsets(request).await?;
+        let mut results = self
+            .broker
+            .coordinator
+            .commit_offsets(&self.broker, request)
+            .await?;
         results.extend(refused);
         Ok(results)
     }
@@ -289,7 +306,11 @@ impl BrokerService {
     ) -> GroupResult<Vec<CommittedOffset>> {
         self.authorize_group(AclOperation::Describe, group)?;
         let asked = partitions.is_some();
-        let mut offsets = self.broker.fetch_offsets(group, partitions).await?;
+        let mut offsets = self
+            .broker
+            .coordinator
+            .fetch_offsets(&self.broker, group, partitions)
+            .await?;
         if self.authorizes() {
             // Partitions asked for are answered with their error; of all the group's, those
             // of topics the session may not describe are left out (as Kafka does).
@@ -310,7 +331,7 @@ impl BrokerService {
     /// ListGroups: the groups this broker coordinates.
     /// (Every group with DESCRIBE on the cluster; otherwise those the session may describe.)
     pub(crate) async fn list_groups(&self) -> Vec<GroupListing> {
-        let mut groups = self.broker.list_groups().await;
+        let mut groups = self.broker.coordinator.list_groups(&self.broker).await;
         if self.authorizes() && !self.may_on_cluster(AclOperation::Describe) {
             groups.retain(|g| self.may(AclOperation::Describe, ResourceType::Group, &g.group));
         }
@@ -320,13 +341,19 @@ impl BrokerService {
     /// DescribeGroups for one group.
     pub(crate) async fn describe_group(&self, group: &str) -> GroupResult<GroupDescription> {
         self.authorize_group(AclOperation::Describe, group)?;
-        self.broker.describe_group(group).await
+        self.broker
+            .coordinator
+            .describe_group(&self.broker, group)
+            .await
     }
 
     /// DeleteGroups for one group: DELETE on the group.
     pub(crate) async fn delete_group(&self, group: &str) -> GroupResult<()> {
         self.authorize_group(AclOperation::Delete, group)?;
-        self.broker.delete_group(group).await
+        self.broker
+            .coordinator
+            .delete_group(&self.broker, group)
+            .await
     }
 
     /// OffsetDelete: DELETE on the group, and READ on each partition's topic (a partition
@@ -351,7 +378,11 @@ impl BrokerService {
                 ok
             });
         }
-        let mut results = self.broker.delete_offsets(group, partitions).await?;
+        let mut results = self
+            .broker
+            .coordinator
+            .delete_offsets(&self.broker, group, partitions)
+            .await?;
         results.extend(refused);
         Ok(results)
     }
@@ -366,7 +397,7 @@ impl BrokerService {
     }
 
     /// Moves a created topic's partition to other brokers, or with no replicas takes back its
-    /// move under way: recorded through the metadata group (the metadata leader checks the
+    /// move under way: recorded through the metadata Raft group (the metadata leader checks the
     /// move), carried out by the partition's leader.
     pub(crate) async fn reassign_partition(&self, request: ReassignRequest) -> Result<()> {
         self.authorize_cluster(AclOperation::Alter)?;
@@ -401,7 +432,7 @@ impl BrokerService {
     }
 
     /// Decommissions broker `id` (ALTER on the cluster): the moves of its replicas recorded
-    /// through the metadata group.
+    /// through the metadata Raft group.
     pub(crate) async fn decommission_broker(&self, id: crate::types::NodeId) -> Result<()> {
         self.authorize_cluster(AclOperation::Alter)?;
         self.broker

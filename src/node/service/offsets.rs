@@ -30,7 +30,7 @@ impl BrokerService {
         current_epoch: Option<u64>,
     ) -> Result<Option<Listed>> {
         self.authorize_topic(AclOperation::Describe, &partition.topic)?;
-        let replica = self.broker.group(partition)?;
+        let replica = self.broker.replica(partition)?;
         check_epoch(&replica, current_epoch)?;
         let log = replica.store.log();
         let high_watermark = replica.committed_end();
@@ -83,7 +83,7 @@ impl BrokerService {
     ) -> Option<u64> {
         self.authorize_topic(AclOperation::Describe, &partition.topic)
             .ok()?;
-        let replica = self.broker.group(partition).ok()?;
+        let replica = self.broker.replica(partition).ok()?;
         let current = replica.raft.term();
         if at == OffsetAt::Latest {
             return Some(current);
@@ -108,7 +108,7 @@ impl BrokerService {
         current: Option<u64>,
     ) -> Result<Option<(u64, Offset)>> {
         self.authorize_topic(AclOperation::Describe, &partition.topic)?;
-        let replica = self.broker.group(partition)?;
+        let replica = self.broker.replica(partition)?;
         let state = replica.raft.state();
         if state.leader != Some(self.broker.config.id) {
             return Err(Error::NotLeader {

@@ -1,4 +1,4 @@
-//! Creating and deleting topics through the metadata group, as admin clients of either door
+//! Creating and deleting topics through the metadata Raft group, as admin clients of either door
 //! ask: the broker's defaults for what a request leaves out, every check, and the wait for a
 //! metadata leader within the request's deadline.
 
@@ -56,7 +56,7 @@ where
 }
 
 impl BrokerService {
-    /// Creates `topic` through the metadata group (with `validate_only`, only checks that it
+    /// Creates `topic` through the metadata Raft group (with `validate_only`, only checks that it
     /// could be), by [`create_topic`](Self::create_topic)'s rules; returns its partition count
     /// and replication factor. Asked again while no metadata leader takes it, until
     /// `deadline`.
@@ -97,7 +97,7 @@ impl BrokerService {
         Ok(shape)
     }
 
-    /// Deletes the created topic `name` through the metadata group, asked again while no
+    /// Deletes the created topic `name` through the metadata Raft group, asked again while no
     /// metadata leader takes it, until `deadline`.
     pub(crate) async fn delete_topic_by_name(&self, name: String, deadline: Instant) -> Result<()> {
         // Authorized first: a client that may not delete it learns nothing of its existence.
@@ -125,7 +125,7 @@ impl BrokerService {
         self.broker.describe_topic_configs(name)
     }
 
-    /// Changes a topic's configs through the metadata group (ALTER_CONFIGS on the topic),
+    /// Changes a topic's configs through the metadata Raft group (ALTER_CONFIGS on the topic),
     /// asked again while no metadata leader takes it, until `deadline`; a forwarded change is
     /// the forwarding broker's, authorized there.
     pub(crate) async fn alter_topic_configs(
@@ -145,7 +145,7 @@ impl BrokerService {
         .await
     }
 
-    /// Grows a created topic to `request.count` partitions through the metadata group (ALTER
+    /// Grows a created topic to `request.count` partitions through the metadata Raft group (ALTER
     /// on the topic), on the brokers `request.assignment` names if it names any, asked again
     /// while no metadata leader takes it, until `deadline`.
     pub(crate) async fn create_partitions(

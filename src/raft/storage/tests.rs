@@ -105,7 +105,7 @@ fn meta_round_trips_and_rejects_damage() {
     assert!(matches!(read_meta(&path), Err(Error::Corrupt { .. })));
 }
 
-/// A network for a group of one: there is nobody to reach.
+/// A network for a Raft group of one: there is nobody to reach.
 struct NoPeers;
 
 impl openraft::RaftNetworkV2<C> for NoPeers {

@@ -5,17 +5,30 @@
 //! answered (`group/records.rs`), so no later coordinator, after a failover or a restart,
 //! brings back what was deleted.
 
-use super::*;
-use crate::group::records::group_tombstone;
+use std::sync::Arc;
 
-impl Broker {
+use bytes::Bytes;
+
+use super::{GroupCoordinator, Host};
+use crate::group::api::PartitionResult;
+use crate::group::records::{group_tombstone, offset_tombstone};
+use crate::group::state::State;
+use crate::group::{GroupError, GroupResult};
+use crate::segment::record::Record;
+
+impl GroupCoordinator {
     /// DeleteGroups for one group: refused with [`GroupError::NonEmptyGroup`] while it has
     /// members (it is not Empty), [`GroupError::GroupIdNotFound`] if the coordinator does not
     /// know it.
-    pub(crate) async fn delete_group(self: &Arc<Self>, group: &str) -> GroupResult<()> {
-        let (hosted, shard) = self.coordinate(group).await?;
+    pub(crate) async fn delete_group<H: Host>(
+        self: &Arc<Self>,
+        host: &Arc<H>,
+        group: &str,
+    ) -> GroupResult<()> {
+        let (replica, shard) = self.coordinate(host, group).await?;
+        let host = host.as_ref();
         let _writer = shard.writer.lock().await;
-        self.may_write(&shard)?;
+        self.may_write(host, &shard)?;
         // An empty value for each committed offset, then the group's: compaction keeps only
         // each key's latest record, so the offsets are deleted under their own keys too.
         let mut records: Vec<Record> = {
@@ -32,7 +45,8 @@ impl Broker {
                 .collect()
         };
         records.push(Record::new(Bytes::new()).with_key(group_tombstone(group)));
-        self.write_and_apply(&hosted, &shard, group, records).await
+        self.write_and_apply(host, &replica, &shard, group, records)
+            .await
     }
 
     /// OffsetDelete: deletes the group's committed offsets of `partitions`, each answered
@@ -41,18 +55,20 @@ impl Broker {
     /// [`GroupError::GroupIdNotFound`] for a group the coordinator does not know, and
     /// [`GroupError::NonEmptyGroup`] for a group with members that is not a consumer group.
     /// A group left without members and offsets is deleted too, as Kafka's coordinator does.
-    pub(crate) async fn delete_offsets(
+    pub(crate) async fn delete_offsets<H: Host>(
         self: &Arc<Self>,
+        host: &Arc<H>,
         group: &str,
         partitions: Vec<(String, u32)>,
     ) -> GroupResult<Vec<PartitionResult>> {
-        let (hosted, shard) = self.coordinate(group).await?;
+        let (replica, shard) = self.coordinate(host, group).await?;
+        let host = host.as_ref();
         let known: Vec<bool> = partitions
             .iter()
-            .map(|(t, p)| self.partition_exists(t, *p))
+            .map(|(t, p)| host.partition_exists(t, *p))
             .collect();
         let _writer = shard.writer.lock().await;
-        self.may_write(&shard)?;
+        self.may_write(host, &shard)?;
         let mut results = Vec::with_capacity(partitions.len());
         let mut records = Vec::new();
         {
@@ -93,30 +109,9 @@ impl Broker {
             }
         }
         if !records.is_empty() {
-            self.write_and_apply(&hosted, &shard, group, records)
+            self.write_and_apply(host, &replica, &shard, group, records)
                 .await?;
         }
         Ok(results)
-    }
-
-    /// Writes `records` of `group` to the shard's partition, then applies them to the shard
-    /// as a coordinator that loads the partition would: one path from record to state. The
-    /// caller holds the shard's writer.
-    pub(super) async fn write_and_apply(
-        &self,
-        hosted: &HostedReplica,
-        shard: &Shard,
-        group: &str,
-        records: Vec<Record>,
-    ) -> GroupResult<()> {
-        self.write_group_records(hosted, records.clone()).await?;
-        let now = Instant::now();
-        for r in &records {
-            let key = r.key.as_deref().unwrap_or_default();
-            if let Err(e) = shard.apply(key, &r.value, now) {
-                tracing::error!(%group, error = %e, "a record just written does not decode");
-            }
-        }
-        Ok(())
     }
 }
