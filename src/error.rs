@@ -380,8 +380,13 @@ pub enum CorruptKind {
     /// The file does not start with replog's magic bytes.
     #[error("bad magic")]
     BadMagic,
-    /// A format version this build does not know.
-    #[error("unsupported format version {0}")]
+    /// A format version this build does not know: a file written by a newer build (this one
+    /// writes segments of version 4 and reads 1 to 4; FORMAT.md §9).
+    #[error(
+        "unsupported format version {0} (this build reads segments of versions {min} to {max})",
+        min = crate::segment::format::FORMAT_VERSION_MIN,
+        max = crate::segment::format::FORMAT_VERSION
+    )]
     UnsupportedVersion(u16),
     /// A flags or reserved field is not zero.
     #[error("non-zero reserved or flags field")]

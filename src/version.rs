@@ -19,6 +19,11 @@
 //!   finalized version above its own, stops applying the log and says which versions
 //!   (`Error::UnsupportedVersion`), rather than skipping it. Finalizing is one way: once every
 //!   broker speaks a version, none may go back below it.
+//! - **In a partition's log**, a new kind of record (a payload format, a frame kind) comes
+//!   with a protocol version too, and is written only once the cluster finalized it, so a
+//!   follower of an older build is never sent one. On disk, segments carry a format version
+//!   of their own (FORMAT.md §9): a segment newer than the build reads is refused when its
+//!   log opens (`CorruptKind::UnsupportedVersion`, naming the version found and those read).
 //!
 //! | version | what it adds |
 //! |---|---|
