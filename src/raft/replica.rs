@@ -206,6 +206,10 @@ impl Replica {
             // the leader (its files were damaged, or its committed entries were lost by the
             // cluster). The leader must accept that and resend, not treat it as a bug.
             allow_log_reversion: Some(true),
+            // openraft reserves six rings of this many entries per Raft group for latency
+            // statistics (144 KiB at its default of 1,024) even though only its
+            // `runtime-stats` feature, which replog does not enable, writes them.
+            log_stage_capacity: Some(1),
             ..Default::default()
         }
         .validate()

@@ -283,11 +283,21 @@ async fn a_brokers_lag_shows_while_it_is_down_and_clears_once_it_caught_up() {
     )
     .await;
     client.create_topic(TOPIC, 2, 3).await.unwrap();
-    let described = client.describe_brokers().await.unwrap();
-    assert!(
-        described.iter().all(|b| b.lag == 0 && b.out_of_sync == 0),
-        "{described:?}"
-    );
+    // The new leaders' first entries reach their followers a moment after the leaders are
+    // known.
+    wait_until(
+        Duration::from_secs(10),
+        "every broker in sync after the topic's creation",
+        async || {
+            let described = client.describe_brokers().await.map_err(|e| e.to_string())?;
+            described
+                .iter()
+                .all(|b| b.lag == 0 && b.out_of_sync == 0)
+                .then_some(())
+                .ok_or(format!("{described:?}"))
+        },
+    )
+    .await;
     // Broker 3 stops; each partition takes 20 one-record writes without it.
     let down = 3;
     cluster.stop(down).await.unwrap();

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use replog::{ClientConfig, Election, PartitionId};
 
 use crate::support::{
-    connect, local_cluster, spawn_writer, wait_for_acked_on_every_replica, wait_until,
+    connect, local_cluster, spawn_writer, wait_for_acked_on_every_replica, wait_for_writes,
+    wait_until,
 };
 
 const TOPIC: &str = "balanced";
@@ -273,7 +274,13 @@ async fn a_rolling_restart_under_writes_ends_balanced_with_nothing_lost() {
     )
     .await;
     let stop = Arc::new(AtomicBool::new(false));
-    let writer = spawn_writer(Arc::clone(&client), TOPIC, PARTITIONS, Arc::clone(&stop));
+    let written = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let writer = spawn_writer(
+        Arc::clone(&client),
+        TOPIC,
+        PARTITIONS,
+        (Arc::clone(&stop), Arc::clone(&written)),
+    );
     for id in 1..=3 {
         cluster.stop(id).await.unwrap();
         cluster.restart(id).await.unwrap();
@@ -289,6 +296,9 @@ async fn a_rolling_restart_under_writes_ends_balanced_with_nothing_lost() {
             back.elapsed()
         );
     }
+    // Writes through every partition's leader after the last restart.
+    let since = written.load(Ordering::Acquire);
+    wait_for_writes(&written, since, 2 * PARTITIONS as usize).await;
     stop.store(true, Ordering::Release);
     let acked = writer.await.unwrap();
     assert!(acked.len() > PARTITIONS as usize, "{} writes", acked.len());

@@ -10,7 +10,8 @@ use std::time::Duration;
 use replog::{ClientConfig, Error, FetchOptions, Offset, PROTOCOL_VERSION};
 
 use crate::support::{
-    connect, local_cluster, spawn_writer, wait_for_acked_on_every_replica, wait_until,
+    connect, local_cluster, spawn_writer, wait_for_acked_on_every_replica, wait_for_writes,
+    wait_until,
 };
 
 const TOPIC: &str = "upgraded";
@@ -74,7 +75,13 @@ async fn a_broker_of_the_previous_protocol_version_upgrades_with_the_cluster_und
     )
     .await;
     let stop = Arc::new(AtomicBool::new(false));
-    let writer = spawn_writer(Arc::clone(&client), TOPIC, PARTITIONS, Arc::clone(&stop));
+    let written = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let writer = spawn_writer(
+        Arc::clone(&client),
+        TOPIC,
+        PARTITIONS,
+        (Arc::clone(&stop), Arc::clone(&written)),
+    );
     // A reader of partition 0 all along: the next offset it has not read.
     let read_to = Arc::new(AtomicU64::new(0));
     let reader = {
@@ -128,6 +135,9 @@ async fn a_broker_of_the_previous_protocol_version_upgrades_with_the_cluster_und
             assert_eq!(node.finalized_version(), 1, "broker {}", node.id());
         }
     }
+    // Writes through every partition's leader after the last restart.
+    let since = written.load(Ordering::Acquire);
+    wait_for_writes(&written, since, 2 * PARTITIONS as usize).await;
     stop.store(true, Ordering::Release);
     let acked = writer.await.unwrap();
     reader.await.unwrap();

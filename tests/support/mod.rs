@@ -15,7 +15,7 @@ pub mod wait;
 
 pub use nodes::{
     ELECTION_TIMEOUT, HEARTBEAT_INTERVAL, free_addrs, local_cluster, shutdown_all, spawn_writer,
-    start_all, start_node, wait_for_acked_on_every_replica,
+    start_all, start_node, wait_for_acked_on_every_replica, wait_for_writes,
 };
 pub use ports::process_addrs;
 pub use processes::{Broker, cli};

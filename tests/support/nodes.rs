@@ -146,12 +146,15 @@ fn read_all(node: &Node, topic: &str, p: u32) -> Result<BTreeMap<u64, String>, S
 
 /// A task that writes one record at a time to `topic`'s `partitions` in turn, through
 /// `client`, until `stop` is set, and returns what was acknowledged: (partition, offset,
-/// value), each value written once.
+/// value), each value written once. `written` counts the acknowledgements as they come.
 pub fn spawn_writer(
     client: std::sync::Arc<replog::Client>,
     topic: &'static str,
     partitions: u32,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    (stop, written): (
+        std::sync::Arc<std::sync::atomic::AtomicBool>,
+        std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    ),
 ) -> tokio::task::JoinHandle<Vec<(u32, u64, String)>> {
     use std::sync::atomic::Ordering;
     tokio::spawn(async move {
@@ -168,8 +171,25 @@ pub fn spawn_writer(
                 .await
             {
                 acked.push((p, d.base_offset.get(), value));
+                written.fetch_add(1, Ordering::AcqRel);
             }
         }
         acked
     })
+}
+
+/// Waits (up to 30 s) until the writer of [`spawn_writer`] has had `more` writes acknowledged
+/// since it counted `since`: writes go on after what came before, however slow the machine.
+pub async fn wait_for_writes(written: &std::sync::atomic::AtomicUsize, since: usize, more: usize) {
+    crate::support::wait_until(
+        Duration::from_secs(30),
+        "the writer to have writes acknowledged",
+        async || {
+            let now = written.load(std::sync::atomic::Ordering::Acquire);
+            (now >= since + more)
+                .then_some(())
+                .ok_or(format!("{now} written"))
+        },
+    )
+    .await;
 }
