@@ -25,6 +25,9 @@ use super::replica_dir::{
 };
 use super::{Broker, HostedReplica};
 
+/// Replicas a broker opens at once when its catalog asks for many (a topic of many
+/// partitions created, or a broker back after missing a few).
+const REPLICAS_STARTED_AT_ONCE: usize = 32;
 impl Broker {
     /// Every replica this broker runs, its member of the metadata Raft group included.
     pub(super) fn all_replicas(&self) -> Vec<Arc<HostedReplica>> {
@@ -166,36 +169,73 @@ impl Broker {
                 .is_some_and(|t| t.id == replica.topic_id);
             self.remove_replica(replica, moved).await;
         }
-        for (id, (topic_id, replicas, founders)) in desired {
+        let to_open: Vec<(PartitionId, Desired)> = desired
+            .into_iter()
             // A replica that is down is the supervisor's to bring back (reopened here, it
             // would skip the rebuild a storage error calls for, and the pause between tries).
-            if self.replicas.read().contains_key(&id) || self.down.lock().contains_key(&id) {
-                continue;
-            }
-            let dir = self.partition_dir(&id);
-            let opened = async {
-                let prepared = dir.clone();
-                tokio::task::spawn_blocking(move || prepare_partition_dir(&prepared, topic_id))
+            .filter(|(id, _)| {
+                !self.replicas.read().contains_key(id) && !self.down.lock().contains_key(id)
+            })
+            .collect();
+        if to_open.is_empty() {
+            return;
+        }
+        // Several at once: a topic of many partitions has each replica's files created and
+        // synced, and each Raft group initialized; one after another, their syncs would queue.
+        use futures_util::stream::{self, StreamExt};
+        let started: Vec<PartitionId> = stream::iter(to_open)
+            .map(|(id, (topic_id, replicas, founders))| async move {
+                self.start_replica(&id, topic_id, &replicas, founders)
                     .await
-                    .map_err(|e| Error::from(std::io::Error::other(e)))??;
-                let others = replicas.iter().filter(|r| **r != me).count();
-                open_or_rebuild_replica(others, self.replica_spec(&id, topic_id)).await
-            };
-            match opened.await {
-                Ok(replica) => {
-                    // Initialized before it is reachable (see `initialize`).
-                    if let Some(founders) = founders {
-                        self.initialize(&replica, &founders).await;
-                    }
-                    self.apply_topic_settings(&replica);
-                    self.replicas
-                        .write()
-                        .insert(id.clone(), Arc::clone(&replica));
-                    tracing::info!(partition = %id, topic_id, "replica started");
+                    .then_some(id)
+            })
+            .buffer_unordered(REPLICAS_STARTED_AT_ONCE)
+            .filter_map(|started| async move { started })
+            .collect()
+            .await;
+        if !started.is_empty() {
+            let topics: std::collections::BTreeSet<&str> =
+                started.iter().map(|id| id.topic.as_str()).collect();
+            tracing::info!(replicas = started.len(), ?topics, "replicas started");
+        }
+    }
+
+    /// Opens (creating or recovering) this broker's replica of partition `id` of topic
+    /// `topic_id`, hosted on `replicas`, initializes its Raft group with `founders` if given,
+    /// and makes it reachable. Whether it started (a failure is logged, and tried again on the
+    /// next round).
+    async fn start_replica(
+        &self,
+        id: &PartitionId,
+        topic_id: u64,
+        replicas: &[NodeId],
+        founders: Option<Vec<NodeId>>,
+    ) -> bool {
+        let me = self.config.id;
+        let dir = self.partition_dir(id);
+        let opened = async {
+            tokio::task::spawn_blocking(move || prepare_partition_dir(&dir, topic_id))
+                .await
+                .map_err(|e| Error::from(std::io::Error::other(e)))??;
+            let others = replicas.iter().filter(|r| **r != me).count();
+            open_or_rebuild_replica(others, self.replica_spec(id, topic_id)).await
+        };
+        match opened.await {
+            Ok(replica) => {
+                // Initialized before it is reachable (see `initialize`).
+                if let Some(founders) = founders {
+                    self.initialize(&replica, &founders).await;
                 }
-                Err(e) => {
-                    tracing::warn!(partition = %id, error = %e, "replica not started; will retry")
-                }
+                self.apply_topic_settings(&replica);
+                self.replicas
+                    .write()
+                    .insert(id.clone(), Arc::clone(&replica));
+                tracing::debug!(partition = %id, topic_id, "replica started");
+                true
+            }
+            Err(e) => {
+                tracing::warn!(partition = %id, error = %e, "replica not started; will retry");
+                false
             }
         }
     }
