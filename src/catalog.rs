@@ -22,7 +22,7 @@
 //! a different topic, and a broker that slept through both never mistakes the old data for
 //! the new (see `partition.metadata` in `node/replica_dir.rs`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
@@ -34,7 +34,7 @@ mod acls;
 mod moves;
 mod placement;
 
-use crate::types::NodeId;
+use crate::types::{NodeId, PartitionId};
 pub(crate) use acls::{AclFilterRecord, AclRecord};
 pub(crate) use placement::{assign, assign_racked};
 use placement::{check_assignment, check_replicas};
@@ -184,6 +184,14 @@ pub(crate) enum MetaCommand {
     /// once each registered broker speaks it over a live connection; never lowers the
     /// finalized version (protocol version 2).
     FinalizeVersion { version: u16 },
+}
+
+/// A broker's replica of a partition, as the catalog places it (see [`Catalog::hosted_by`]).
+#[derive(Clone, Debug)]
+pub(crate) struct Hosting {
+    pub(crate) topic_id: u64,
+    pub(crate) hosts: Vec<NodeId>,
+    pub(crate) founders: Option<Vec<NodeId>>,
 }
 
 impl MetaCommand {
@@ -379,6 +387,35 @@ impl Catalog {
     /// Every topic, by name.
     pub(crate) fn topics(&self) -> impl Iterator<Item = (&String, &TopicEntry)> {
         self.topics.iter()
+    }
+
+    /// The partitions of created topics that broker `me` hosts a replica of: each with its
+    /// topic's id, the brokers hosting it (those a move is taking it from included: they keep
+    /// theirs until the move is done), and the brokers that may initialize its Raft group
+    /// (none once it was moved).
+    pub(crate) fn hosted_by(&self, me: NodeId) -> HashMap<PartitionId, Hosting> {
+        self.topics
+            .iter()
+            .filter(|(_, t)| t.id != CONFIGURED_TOPIC_ID)
+            .flat_map(|(name, t)| {
+                (0..t.assignment.len()).filter_map(move |p| {
+                    let assigned = t.assignment.get(p)?;
+                    let leaving = t.leaving.get(p)?;
+                    if !assigned.contains(&me) && !leaving.contains(&me) {
+                        return None;
+                    }
+                    let hosts: Vec<NodeId> = assigned.iter().chain(leaving).copied().collect();
+                    let founders = (!t.moved.get(p)?).then(|| assigned.clone());
+                    let p = u32::try_from(p).unwrap_or(u32::MAX);
+                    let hosting = Hosting {
+                        topic_id: t.id,
+                        hosts,
+                        founders,
+                    };
+                    Some((PartitionId::new(name.clone(), p), hosting))
+                })
+            })
+            .collect()
     }
 
     /// The cluster's brokers, sorted.

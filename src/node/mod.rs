@@ -633,9 +633,12 @@ impl Node {
         self.broker.read(topic, partition, offset, max_bytes)
     }
 
-    /// Waits until this broker is ready to serve: the metadata Raft group and every partition
-    /// replica it hosts know a leader (`Node::start` returns before the first elections), and
-    /// none is down. Returns how many partition replicas it hosts.
+    /// Waits until this broker is ready to serve: it has applied the metadata log as far as it
+    /// knows it committed and opened every replica the log places on it (a restarted broker
+    /// opens its created topics' replicas as it replays the log, after `Node::start`
+    /// returned), and the metadata Raft group and every partition replica it hosts know a
+    /// leader (`Node::start` returns before the first elections), and none is down. Returns
+    /// how many partition replicas it hosts.
     ///
     /// # Errors
     ///
@@ -653,6 +656,7 @@ impl Node {
                 .map(|g| g.id.to_string())
                 .collect();
             waiting.extend(broker.down.lock().keys().map(|id| format!("{id} (down)")));
+            waiting.extend(broker.not_open_yet());
             if broker.meta.raft.state().leader.is_none() {
                 waiting.push("the metadata Raft group".into());
             }

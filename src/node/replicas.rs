@@ -1,13 +1,13 @@
 //! The replicas a broker hosts: finding, opening, initializing, reconciling with the catalog
 //! and removing them (bringing one back after damage or a stop is `supervise.rs`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::catalog::CONFIGURED_TOPIC_ID;
+use crate::catalog::{CONFIGURED_TOPIC_ID, Hosting};
 use crate::config::LogConfig;
 use crate::env::Env;
 use crate::error::{Error, Result};
@@ -90,6 +90,31 @@ impl Broker {
         });
     }
 
+    /// What this broker has yet to open of what its metadata log places on it: the log's
+    /// committed records not applied yet, and each replica the catalog places here that is
+    /// neither running nor down (for [`Node::wait_ready`](crate::Node::wait_ready)).
+    pub(super) fn not_open_yet(&self) -> Vec<String> {
+        let (applied, placed) = {
+            let catalog = self.catalog.read();
+            (catalog.next_offset(), catalog.hosted_by(self.config.id))
+        };
+        let mut missing = Vec::new();
+        if applied < self.meta.committed_end().get() {
+            missing.push("the metadata log (applying)".to_string());
+        }
+        let running: std::collections::HashSet<PartitionId> =
+            self.replicas.read().keys().cloned().collect();
+        let down: std::collections::HashSet<PartitionId> =
+            self.down.lock().keys().cloned().collect();
+        missing.extend(
+            placed
+                .into_keys()
+                .filter(|id| !running.contains(id) && !down.contains(id))
+                .map(|id| format!("{id} (opening)")),
+        );
+        missing
+    }
+
     /// Brokers' ids and addresses, as a Raft group's initial membership.
     pub(super) fn members(&self, ids: &[NodeId]) -> BTreeMap<NodeId, String> {
         ids.iter()
@@ -125,37 +150,14 @@ impl Broker {
             return;
         }
         let me = self.config.id;
-        // Per partition hosted here: the topic id, its replicas (those a move leaves
-        // included: they keep theirs until the move is done), and the replicas that may
-        // initialize its Raft group (none once it was moved).
-        type Desired = (u64, Vec<NodeId>, Option<Vec<NodeId>>);
-        let desired: HashMap<PartitionId, Desired> = {
-            let catalog = self.catalog.read();
-            catalog
-                .topics()
-                .filter(|(_, t)| t.id != CONFIGURED_TOPIC_ID)
-                .flat_map(|(name, t)| {
-                    (0..t.assignment.len()).filter_map(move |p| {
-                        let assigned = t.assignment.get(p)?;
-                        let leaving = t.leaving.get(p)?;
-                        if !assigned.contains(&me) && !leaving.contains(&me) {
-                            return None;
-                        }
-                        let hosts: Vec<NodeId> = assigned.iter().chain(leaving).copied().collect();
-                        let founders = (!t.moved.get(p)?).then(|| assigned.clone());
-                        let p = u32::try_from(p).unwrap_or(u32::MAX);
-                        Some((PartitionId::new(name.clone(), p), (t.id, hosts, founders)))
-                    })
-                })
-                .collect()
-        };
+        let desired = self.catalog.read().hosted_by(me);
         let stale: Vec<Arc<HostedReplica>> = {
             let mut replicas = self.replicas.write();
             let ids: Vec<PartitionId> = replicas
                 .iter()
                 .filter(|(id, g)| {
                     g.topic_id != CONFIGURED_TOPIC_ID
-                        && desired.get(*id).is_none_or(|(t, _, _)| *t != g.topic_id)
+                        && desired.get(*id).is_none_or(|h| h.topic_id != g.topic_id)
                 })
                 .map(|(id, _)| id.clone())
                 .collect();
@@ -169,7 +171,7 @@ impl Broker {
                 .is_some_and(|t| t.id == replica.topic_id);
             self.remove_replica(replica, moved).await;
         }
-        let to_open: Vec<(PartitionId, Desired)> = desired
+        let to_open: Vec<(PartitionId, Hosting)> = desired
             .into_iter()
             // A replica that is down is the supervisor's to bring back (reopened here, it
             // would skip the rebuild a storage error calls for, and the pause between tries).
@@ -184,8 +186,8 @@ impl Broker {
         // synced, and each Raft group initialized; one after another, their syncs would queue.
         use futures_util::stream::{self, StreamExt};
         let started: Vec<PartitionId> = stream::iter(to_open)
-            .map(|(id, (topic_id, replicas, founders))| async move {
-                self.start_replica(&id, topic_id, &replicas, founders)
+            .map(|(id, hosting)| async move {
+                self.start_replica(&id, hosting.topic_id, &hosting.hosts, hosting.founders)
                     .await
                     .then_some(id)
             })

@@ -669,6 +669,47 @@ async fn a_broker_says_when_it_is_ready() {
     shutdown_all(nodes).await;
 }
 
+/// A restarted broker is ready only once it has opened the replicas of the topics created
+/// through the metadata log (it opens them as it replays the log, after `Node::start`
+/// returned), not as soon as the few it opens at start know their leaders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_broker_is_ready_once_its_created_topics_replicas_are_open() {
+    const MADE: u32 = 8;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = replog::LocalCluster::start(3, dir.path(), |c| {
+        c.heartbeat_interval = support::HEARTBEAT_INTERVAL;
+        c.election_timeout = support::ELECTION_TIMEOUT;
+    })
+    .await
+    .unwrap();
+    let client = replog::Client::connect(&cluster.addrs(), replog::ClientConfig::default())
+        .await
+        .unwrap();
+    client.create_topic("made", MADE, 3).await.unwrap();
+    cluster.stop(3).await.unwrap();
+    cluster.restart(3).await.unwrap();
+    let hosted = cluster
+        .node(3)
+        .unwrap()
+        .wait_ready(Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(hosted, MADE as usize, "ready before its replicas were open");
+    for p in 0..MADE {
+        assert!(
+            cluster
+                .node(3)
+                .unwrap()
+                .status("made", p)
+                .unwrap()
+                .leader
+                .is_some()
+        );
+    }
+    drop(client);
+    cluster.shutdown().await.unwrap();
+}
+
 /// A broker's disk grows with the data it holds, not with its partition count: each quiet
 /// partition holds at most 64 KiB (its segment's first preallocation step, 32 KiB, and its
 /// small files), not a whole 64 MiB segment, a whole 1 MiB step or a spare file, so hundreds
