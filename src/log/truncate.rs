@@ -68,11 +68,13 @@ impl PartitionLog {
                 // and its index saying where it ends, so that recovery never reads the stale
                 // frames past the cut even when every later segment is gone (FORMAT.md §7).
                 seg.sync(faults)?;
-                seg.cut(pos, new_base);
+                seg.cut(pos, new_base)?;
                 seg.write_index(faults)?;
                 sync_dir(&self.dir)?;
             } else {
-                // The new segment replaces this file by rename; its index must go first.
+                // The new segment replaces this file by rename; its index must go first, and
+                // the old segment must never open the new file as its own.
+                seg.retire();
                 seg.remove_index_file()?;
                 sync_dir(&self.dir)?;
             }
@@ -130,6 +132,10 @@ impl PartitionLog {
             // The new segment is marked as a restart and made durable first; recovery deletes
             // whatever older segments a crash leaves beside it (FORMAT.md §7). A segment with
             // the same base (an empty active one) is replaced by the rename.
+            // Every old segment leaves the log; one may have its file replaced by the rename.
+            for s in &segs {
+                s.retire();
+            }
             let created = Segment::create(&self.dir, base, &self.segment_opts(), None, true)?;
             for s in segs.iter().filter(|s| s.base_log_index != next_log_index) {
                 s.remove_files()?;
