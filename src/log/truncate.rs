@@ -71,10 +71,10 @@ impl PartitionLog {
                 seg.cut(pos, new_base)?;
                 seg.write_index(faults)?;
                 sync_dir(&self.dir)?;
+                // Sealed and durable now (it may have been the active segment).
+                seg.release(false);
             } else {
-                // The new segment replaces this file by rename; its index must go first, and
-                // the old segment must never open the new file as its own.
-                seg.retire();
+                // The new segment replaces this file by rename; its index must go first.
                 seg.remove_index_file()?;
                 sync_dir(&self.dir)?;
             }
@@ -85,6 +85,10 @@ impl PartitionLog {
             }
             let (new, handle) =
                 Segment::create(&self.dir, new_base, &self.segment_opts(), None, false)?;
+            if !keeps_part {
+                // Its file was replaced: it must never open the new one as its own.
+                seg.retire();
+            }
             w.handle = handle;
             Ok(new)
         })();
@@ -132,11 +136,11 @@ impl PartitionLog {
             // The new segment is marked as a restart and made durable first; recovery deletes
             // whatever older segments a crash leaves beside it (FORMAT.md §7). A segment with
             // the same base (an empty active one) is replaced by the rename.
-            // Every old segment leaves the log; one may have its file replaced by the rename.
+            let created = Segment::create(&self.dir, base, &self.segment_opts(), None, true)?;
+            // Every old segment leaves the log; one may have had its file replaced just now.
             for s in &segs {
                 s.retire();
             }
-            let created = Segment::create(&self.dir, base, &self.segment_opts(), None, true)?;
             for s in segs.iter().filter(|s| s.base_log_index != next_log_index) {
                 s.remove_files()?;
             }

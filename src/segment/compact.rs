@@ -203,8 +203,6 @@ impl CompactedFile {
             .parent()
             .map(std::path::Path::to_path_buf)
             .unwrap_or_default();
-        // A new file takes its name: the old segment must never open it as its own.
-        old.retire();
         old.remove_index_file()?;
         sync_dir(&dir)?;
         #[cfg(test)]
@@ -212,6 +210,9 @@ impl CompactedFile {
             return Err(std::io::Error::other("stopped for a test").into());
         }
         std::fs::rename(&self.tmp, &old.path)?;
+        // The new file has the old one's name: the old segment must never open it as its own
+        // (nor could it: the inodes differ, `lazy.rs`).
+        old.retire();
         sync_dir(&dir)?;
         #[cfg(test)]
         if stop == Some(crate::log::CompactionStep::Renamed) && !merged.is_empty() {

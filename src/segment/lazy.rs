@@ -481,6 +481,27 @@ mod tests {
     }
 
     #[test]
+    fn a_truncation_inside_a_closed_segment_reads_as_before_and_after_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let maps = MapCache::new(1, IDLE_CLOSE_MS);
+        let log = reopened(dir.path(), &maps);
+        // One record per entry: log indexes are offsets.
+        let last_kept = log.segments()[3].base_offset + 1;
+        assert!(!log.segments()[3].is_mapped());
+        log.truncate_after(Some(crate::types::LogIndex(last_kept)))
+            .unwrap();
+        let want: Vec<String> = (0..=last_kept).map(|i| format!("value-{i}")).collect();
+        assert_eq!(values(&log), want);
+        log.append(&[Record::new("after")]).unwrap();
+        drop(log);
+        let env = Env::default().with_map_cache(Arc::clone(&maps));
+        let log = PartitionLog::open_in(dir.path(), config(), &env).unwrap();
+        let mut want = want;
+        want.push("after".into());
+        assert_eq!(values(&log), want);
+    }
+
+    #[test]
     fn a_file_replaced_under_a_closed_segment_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let maps = MapCache::new(100, IDLE_CLOSE_MS);
