@@ -55,7 +55,9 @@ pub enum Preallocate {
 /// `Preallocate::Zeros`) is off the append path.
 #[derive(Debug)]
 pub(crate) struct SpareFile {
-    file: File,
+    /// The file, open while it was just made; `None` for a recycled one, which waits for a
+    /// roll (perhaps a long time, in a quiet log) without holding a descriptor.
+    file: Option<File>,
     path: PathBuf,
     capacity: u64,
     /// Bytes at the start of the file that have blocks.
@@ -83,7 +85,7 @@ impl SpareFile {
         })();
         match result {
             Ok(file) => Ok(SpareFile {
-                file,
+                file: Some(file),
                 path,
                 capacity: opts.capacity,
                 allocated,
@@ -156,7 +158,14 @@ impl Segment {
                 SpareFile::create(dir, &name, opts)?
             }
         };
-        let result = (|| -> io::Result<()> {
+        let result = (|| -> io::Result<File> {
+            let file = match spare.file {
+                Some(file) => file,
+                None => OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&spare.path)?,
+            };
             let header = SegmentHeader {
                 version: super::format::FORMAT_VERSION,
                 base_log_index: base.next_log_index,
@@ -174,16 +183,19 @@ impl Segment {
             // its old data unsynced, which a whole-file sync would write out for nothing. (The
             // file's size and blocks were made durable when it was first preallocated.)
             opts.faults.check(FaultPoint::Sync)?;
-            write_dsync(&spare.file, &start, 0)?;
+            write_dsync(&file, &start, 0)?;
             std::fs::rename(&spare.path, &path)?;
             opts.faults.check(FaultPoint::SyncDir)?;
-            sync_dir(dir)
+            sync_dir(dir)?;
+            Ok(file)
         })();
-        if let Err(e) = result {
-            let _ = std::fs::remove_file(&spare.path);
-            return Err(e.into());
-        }
-        let file = Arc::new(spare.file);
+        let file = match result {
+            Ok(file) => Arc::new(file),
+            Err(e) => {
+                let _ = std::fs::remove_file(&spare.path);
+                return Err(e.into());
+            }
+        };
         let capacity = usize::try_from(opts.capacity)
             .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         let map = MappedFile::map_read_only(&file, capacity, SEGMENT_HEADER_LEN)?;
@@ -237,8 +249,9 @@ impl Segment {
         std::fs::rename(&seg.path, &to)?;
         // Its frames were written, so blocks exist at least that far.
         let allocated = seg.state.read().data_len as u64;
+        drop(file);
         Ok(Recycled::Spare(SpareFile {
-            file,
+            file: None,
             path: to,
             capacity,
             allocated,
