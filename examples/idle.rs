@@ -2,7 +2,9 @@
 //! partition (one Raft group each), measured while nothing is written.
 //!
 //! Run: `cargo run --release --example idle -- 300` (partitions per broker; default 300).
-//! Prints CPU used (cores), resident memory, and leader changes while idle. Memory per replica
+//! Prints CPU used (cores), resident memory, leader changes while idle, and the descriptors and
+//! memory maps the process holds (against the `ulimit -n` and `vm.max_map_count` a broker of
+//! many replicas must fit in). Memory per replica
 //! is reported two ways: the process's whole growth divided by the replicas, and the cost of
 //! one more replica, from a second run of this example (in a child process) with a tenth of
 //! the partitions: a process pays some memory once however many replicas it hosts (openraft
@@ -14,7 +16,7 @@ use replog::{LocalCluster, Preallocate};
 
 #[path = "support/process.rs"]
 mod process;
-use process::{cpu_seconds, status_kib};
+use process::{count_fds, count_maps, cpu_seconds, status_kib};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> replog::Result<()> {
@@ -25,6 +27,7 @@ async fn main() -> replog::Result<()> {
     let dir = tempfile::tempdir()?;
     let rss_before = status_kib("VmRSS");
     let (anon_before, file_before) = (status_kib("RssAnon"), status_kib("RssFile"));
+    let (fds_before, maps_before) = (count_fds(), count_maps());
     let cluster = LocalCluster::start(3, dir.path(), |c| {
         c.topics = vec![("idle".into(), partitions)];
         c.heartbeat_interval = Duration::from_millis(250);
@@ -84,6 +87,16 @@ async fn main() -> replog::Result<()> {
         status_kib("RssFile").saturating_sub(file_before),
     );
     println!("partitions whose term changed while idle: {changes}");
+    let (fds, maps) = (
+        count_fds().saturating_sub(fds_before),
+        count_maps().saturating_sub(maps_before),
+    );
+    let replicas = f64::from(partitions * 3);
+    println!(
+        "open descriptors: {fds} ({:.2} per replica), memory maps: {maps} ({:.2} per replica)",
+        fds as f64 / replicas,
+        maps as f64 / replicas,
+    );
     cluster.shutdown().await?;
     // The smaller run, for the cost of one more replica (not when this is that run).
     let small = partitions / 10;

@@ -10,8 +10,17 @@
 //! releases a directory, a sibling thread's `Command::spawn` can keep the lock alive for a
 //! moment. When the table says no one in this process holds the directory, `acquire` therefore
 //! retries a refused `flock` for a short, bounded time before it reports [`Error::Locked`].
+//!
+//! A directory whose parent this process holds (a broker's replica directories, inside the data
+//! directory the broker holds) keeps no `flock` of its own, so that an idle replica costs no
+//! descriptor for it: the parent's keeps other processes out. Exclusion across processes still
+//! holds because every acquire takes the two locks in the same order and checks the other:
+//! a nested acquire probes the directory's own `LOCK` (takes and releases it, so a process
+//! holding it is seen), and a top-level acquire, holding its own `LOCK`, probes the parent's
+//! (shared; a `LOCK` file there must not be held by anyone else). Whichever comes second sees
+//! the first.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -20,8 +29,9 @@ use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
 
-/// Directories held by a [`DirLock`] in this process, by canonical path.
-static HELD: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
+/// Directories held by a [`DirLock`] in this process, by canonical path, with whether the hold
+/// has an `flock` of its own (only those cover the directories nested in them).
+static HELD: Mutex<Option<HashMap<PathBuf, bool>>> = Mutex::new(None);
 
 /// How long a refused `flock` is retried when no one in this process holds the directory.
 const RETRY_FOR: Duration = Duration::from_millis(500);
@@ -39,13 +49,17 @@ impl DirLock {
     pub(crate) fn acquire(dir: &Path) -> Result<DirLock> {
         let key = dir.canonicalize()?;
         let lock_path = dir.join("LOCK");
-        if !HELD
-            .lock()
-            .get_or_insert_with(HashSet::new)
-            .insert(key.clone())
-        {
-            return Err(Error::Locked { path: lock_path });
-        }
+        let nested = {
+            let mut held = HELD.lock();
+            let held = held.get_or_insert_with(HashMap::new);
+            if held.contains_key(&key) {
+                return Err(Error::Locked { path: lock_path });
+            }
+            let nested = key.parent().and_then(|p| held.get(p)) == Some(&true);
+            // Covers nested directories only once its flock is taken, below.
+            held.insert(key.clone(), false);
+            nested
+        };
         // From here on the entry is ours; `DirLock`'s drop (or the error path) removes it.
         let mut guard = DirLock { file: None, key };
         let file = OpenOptions::new()
@@ -54,21 +68,46 @@ impl DirLock {
             .create(true)
             .truncate(false)
             .open(&lock_path)?;
-        let deadline = Instant::now() + RETRY_FOR;
-        loop {
-            match file.try_lock() {
-                Ok(()) => break,
-                Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
-                    std::thread::sleep(RETRY_EVERY);
-                }
-                Err(std::fs::TryLockError::WouldBlock) => {
-                    return Err(Error::Locked { path: lock_path });
-                }
-                Err(std::fs::TryLockError::Error(e)) => return Err(e.into()),
-            }
+        lock_within(&file, &lock_path, false)?;
+        if nested {
+            // The probe: no other process holds it. Dropping the file releases it.
+            return Ok(guard);
+        }
+        if let Some(parent) = guard.key.parent().map(|p| p.join("LOCK"))
+            && let Ok(outer) = File::open(&parent)
+        {
+            lock_within(&outer, &parent, true)?;
         }
         guard.file = Some(file);
+        if let Some(flocked) = HELD.lock().as_mut().and_then(|h| h.get_mut(&guard.key)) {
+            *flocked = true;
+        }
         Ok(guard)
+    }
+}
+
+/// Takes an `flock` of `file` (shared if `shared`), retrying for [`RETRY_FOR`].
+fn lock_within(file: &File, path: &Path, shared: bool) -> Result<()> {
+    let deadline = Instant::now() + RETRY_FOR;
+    // Bounded by the deadline.
+    loop {
+        let tried = if shared {
+            file.try_lock_shared()
+        } else {
+            file.try_lock()
+        };
+        match tried {
+            Ok(()) => return Ok(()),
+            Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(RETRY_EVERY);
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(Error::Locked {
+                    path: path.to_path_buf(),
+                });
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(e.into()),
+        }
     }
 }
 
@@ -138,5 +177,65 @@ mod tests {
             DirLock::acquire(&dir.path().join("p/../p")),
             Err(Error::Locked { .. })
         ));
+    }
+
+    /// Another process's lock on `path`, stood in for by an open file description of its own.
+    fn foreign_lock(path: &Path) -> File {
+        let f = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .unwrap();
+        f.lock().unwrap();
+        f
+    }
+
+    #[test]
+    fn a_directory_in_a_held_one_keeps_no_lock_of_its_own_yet_excludes_others() {
+        let root = tempfile::tempdir().unwrap();
+        let child = root.path().join("p");
+        std::fs::create_dir(&child).unwrap();
+        let parent = DirLock::acquire(root.path()).unwrap();
+        let nested = DirLock::acquire(&child).unwrap();
+        assert!(
+            nested.file.is_none(),
+            "no descriptor held for the nested lock"
+        );
+        assert!(matches!(
+            DirLock::acquire(&child),
+            Err(Error::Locked { .. })
+        ));
+        // Another process taking the child on its own meets the parent's lock.
+        let probe = File::open(root.path().join("LOCK")).unwrap();
+        assert!(probe.try_lock_shared().is_err());
+        drop(nested);
+        // A nested acquire sees another process that holds the child's lock.
+        let other = foreign_lock(&child.join("LOCK"));
+        assert!(matches!(
+            DirLock::acquire(&child),
+            Err(Error::Locked { .. })
+        ));
+        drop(other);
+        let _again = DirLock::acquire(&child).unwrap();
+        drop(parent);
+    }
+
+    #[test]
+    fn a_directory_whose_parent_another_process_holds_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let child = root.path().join("p");
+        std::fs::create_dir(&child).unwrap();
+        let other = foreign_lock(&root.path().join("LOCK"));
+        assert!(matches!(
+            DirLock::acquire(&child),
+            Err(Error::Locked { .. })
+        ));
+        drop(other);
+        let alone = DirLock::acquire(&child).unwrap();
+        assert!(
+            alone.file.is_some(),
+            "no parent held here: a lock of its own"
+        );
     }
 }

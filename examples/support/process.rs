@@ -32,3 +32,16 @@ pub fn status_kib(field: &str) -> u64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
 }
+
+/// How many file descriptors the process has open (`/proc/self/fd`); 0 where it cannot be read.
+#[allow(dead_code)]
+pub fn count_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
+}
+
+/// How many memory maps the process has (`/proc/self/maps` lines, each counted against
+/// `vm.max_map_count`); 0 where it cannot be read.
+#[allow(dead_code)]
+pub fn count_maps() -> usize {
+    std::fs::read_to_string("/proc/self/maps").map_or(0, |m| m.lines().count())
+}

@@ -37,6 +37,8 @@ pub struct Env {
     disk: Option<std::sync::Arc<FaultInjector>>,
     #[cfg(any(test, feature = "failpoints"))]
     net: Option<std::sync::Arc<NetFaults>>,
+    /// The budget of open sealed segment maps, if not the process's.
+    maps: Option<std::sync::Arc<crate::segment::lazy::MapCache>>,
 }
 
 impl Env {
@@ -66,7 +68,26 @@ impl Env {
             disk: None,
             #[cfg(any(test, feature = "failpoints"))]
             net: self.net.clone(),
+            maps: self.maps.clone(),
         }
+    }
+
+    /// This environment with its logs' sealed segments counted against `maps` instead of the
+    /// process's budget.
+    #[cfg(test)]
+    pub(crate) fn with_map_cache(
+        mut self,
+        maps: std::sync::Arc<crate::segment::lazy::MapCache>,
+    ) -> Env {
+        self.maps = Some(maps);
+        self
+    }
+
+    /// The budget of open sealed segment maps the logs opened here count against.
+    pub(crate) fn map_cache(&self) -> std::sync::Arc<crate::segment::lazy::MapCache> {
+        self.maps
+            .clone()
+            .unwrap_or_else(crate::segment::lazy::MapCache::global)
     }
 
     /// The disk faults a log opened here consults (none without the feature).

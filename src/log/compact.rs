@@ -359,6 +359,7 @@ impl PartitionLog {
             tracing::warn!(segment = %new.path.display(), error = %e,
                 "could not write a compacted segment's index; the next open will rebuild it");
         }
+        new.release(false);
         Ok(true)
     }
 }

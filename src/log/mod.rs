@@ -202,6 +202,12 @@ impl PartitionLog {
         need < self.active_free_bytes.load(Ordering::Acquire)
     }
 
+    /// The segments, oldest first (for tests of what they hold open).
+    #[cfg(test)]
+    pub(crate) fn segments(&self) -> Vec<Arc<Segment>> {
+        self.segments.read().clone()
+    }
+
     /// The number of segment files.
     pub fn segment_count(&self) -> usize {
         self.segments.read().len()

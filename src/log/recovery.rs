@@ -59,6 +59,7 @@ impl PartitionLog {
                 batch_bytes_max: config.batch_bytes_max,
             },
             faults: env.disk_faults(),
+            maps: env.map_cache(),
             zeros_syncs: Arc::default(),
         };
         let bases = drop_segments_before_restart(&dir, list_segments(&dir)?)?;

@@ -53,6 +53,8 @@ impl PartitionLog {
     ///
     /// As [`purge_to`](Self::purge_to).
     pub fn enforce_retention(&self, now_ms: u64) -> Result<usize> {
+        // Retention runs periodically: a good time to close sealed maps nobody reads.
+        self.opts.maps.close_idle();
         self.remove_leading(self.retention_rule(now_ms))
     }
 
@@ -66,6 +68,7 @@ impl PartitionLog {
         time: Option<std::time::Duration>,
         bytes: Option<u64>,
     ) -> Option<u64> {
+        self.opts.maps.close_idle();
         let segs = self.segments.read().clone();
         let mut rule = self.retention_rule_with(now_ms, time, bytes);
         let mut n = 0;

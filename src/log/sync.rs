@@ -122,6 +122,8 @@ fn seal_all(
             tracing::warn!(segment = %seg.path.display(), error = %e,
                 "could not write a sealed segment's index; the next open will rebuild it");
         }
+        // Durable: its descriptor goes, and its map may be closed when unused.
+        seg.release(false);
     }
     Ok(())
 }

@@ -68,9 +68,11 @@ impl PartitionLog {
                 // and its index saying where it ends, so that recovery never reads the stale
                 // frames past the cut even when every later segment is gone (FORMAT.md §7).
                 seg.sync(faults)?;
-                seg.cut(pos, new_base);
+                seg.cut(pos, new_base)?;
                 seg.write_index(faults)?;
                 sync_dir(&self.dir)?;
+                // Sealed and durable now (it may have been the active segment).
+                seg.release(false);
             } else {
                 // The new segment replaces this file by rename; its index must go first.
                 seg.remove_index_file()?;
@@ -83,6 +85,10 @@ impl PartitionLog {
             }
             let (new, handle) =
                 Segment::create(&self.dir, new_base, &self.segment_opts(), None, false)?;
+            if !keeps_part {
+                // Its file was replaced: it must never open the new one as its own.
+                seg.retire();
+            }
             w.handle = handle;
             Ok(new)
         })();
@@ -131,6 +137,10 @@ impl PartitionLog {
             // whatever older segments a crash leaves beside it (FORMAT.md §7). A segment with
             // the same base (an empty active one) is replaced by the rename.
             let created = Segment::create(&self.dir, base, &self.segment_opts(), None, true)?;
+            // Every old segment leaves the log; one may have had its file replaced just now.
+            for s in &segs {
+                s.retire();
+            }
             for s in segs.iter().filter(|s| s.base_log_index != next_log_index) {
                 s.remove_files()?;
             }

@@ -53,7 +53,7 @@ pub use config::NodeConfig;
 use follow::follow_metadata;
 use handler::NodeHandler;
 pub use leader_balance::Election;
-use replica_dir::{partition_dir, remove_deleted_dirs};
+use replica_dir::{open_data_dir, partition_dir};
 use replicas::{ReplicaSpec, open_or_rebuild_replica, open_replica};
 use service::BrokerService;
 
@@ -191,6 +191,7 @@ pub struct Node {
     kafka: Option<tokio::task::JoinHandle<()>>,
     /// The certificate the listeners serving TLS present (see [`NodeConfig::tls`]).
     tls: Option<crate::tls::TlsServer>,
+    _data_lock: crate::dirlock::DirLock,
 }
 
 impl std::fmt::Debug for Node {
@@ -281,7 +282,7 @@ impl Node {
             ),
             (server, _) => (None, None, server.clone()),
         };
-        crate::env::create_dir_all(&config.data_dir)?;
+        let data_lock = open_data_dir(&config.data_dir)?;
         if config.log.preallocate == crate::segment::Preallocate::Auto {
             config.log.preallocate = crate::segment::Preallocate::Fallocate;
         }
@@ -308,7 +309,6 @@ impl Node {
         founders.sort_unstable();
         founders.dedup();
         let catalog = Catalog::with_configured(&config.topics, &founders);
-        remove_deleted_dirs(&config.data_dir);
         // The metadata log is never purged (the catalog is its replay) and always synced. Its
         // records are a few topic commands: small segments, preallocated without writing.
         let mut meta_log = config.log.clone();
@@ -484,6 +484,7 @@ impl Node {
             follower,
             kafka,
             tls,
+            _data_lock: data_lock,
         };
         tokio::spawn(Arc::clone(&node.broker).supervise(shutdown_for_retention.clone()));
         tokio::spawn(groups::run_timers(
@@ -792,9 +793,8 @@ impl Node {
         if let Some(kafka) = self.kafka {
             let _ = kafka.await;
         }
-        // Requests still being served and syncs still in flight hold the logs (and their
-        // directory locks) for a moment; wait, boundedly, so that the directories can be
-        // reopened as soon as this returns.
+        // Requests being served and syncs in flight hold the logs (and their directory locks)
+        // a moment; wait, boundedly, so that the directories can be reopened when this returns.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         let busy = |broker: &Arc<Broker>| {
             Arc::strong_count(broker) > 1

@@ -162,6 +162,17 @@ fn rebuild_staging(dir: &Path) -> PathBuf {
 /// Suffix of a replica directory's replacement under construction.
 const REBUILD_SUFFIX: &str = ".rebuild";
 
+/// Creates the broker's data directory if needed, takes it for the broker (a `LOCK` of its own
+/// keeps other processes out of it and of every replica directory in it, which then hold no
+/// descriptor for their locks: `dirlock.rs`), and finishes what a crash interrupted there
+/// ([`remove_deleted_dirs`]). The broker holds the lock until it is dropped.
+pub(super) fn open_data_dir(data_dir: &Path) -> Result<crate::dirlock::DirLock> {
+    crate::env::create_dir_all(data_dir)?;
+    let lock = crate::dirlock::DirLock::acquire(data_dir)?;
+    remove_deleted_dirs(data_dir);
+    Ok(lock)
+}
+
 /// Finishes what a crash interrupted in the data directory: removes directories of deleted
 /// replicas, and completes replica rebuilds (a finished replacement whose old directory is
 /// gone is moved into place; one whose old directory is still there was never used).

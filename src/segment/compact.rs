@@ -53,13 +53,14 @@ pub(crate) struct CompactedFile {
 impl Segment {
     /// The segment's header, read from its published bytes.
     pub(crate) fn header(&self) -> Option<SegmentHeader> {
-        SegmentHeader::decode(self.map.published()).ok()
+        self.header
     }
 
     /// Every frame of the segment: its position and header, in order.
     pub(crate) fn frames(&self) -> Result<Vec<(usize, FrameHeader)>> {
         let data_len = self.data_len();
-        let data = self.map.published().get(..data_len).unwrap_or_default();
+        let map = self.mapped()?;
+        let data = map.published().get(..data_len).unwrap_or_default();
         let mut pos = SEGMENT_HEADER_LEN;
         let mut out = Vec::new();
         // Bounded by `data_len`: each turn moves past one frame of at least a header.
@@ -90,9 +91,11 @@ pub(crate) fn write_compacted(
         return Err(std::io::Error::other("no segment to compact").into());
     };
     let end = last.extent().cursor;
-    let datas: Vec<&[u8]> = group
+    let maps: Vec<_> = group.iter().map(|s| s.mapped()).collect::<Result<_>>()?;
+    let datas: Vec<&[u8]> = maps
         .iter()
-        .map(|s| s.map.published().get(..s.data_len()).unwrap_or_default())
+        .zip(group)
+        .map(|(m, s)| m.published().get(..s.data_len()).unwrap_or_default())
         .collect();
     let restart = first.header().is_some_and(|h| h.restart);
     let tmp = first.path.with_extension("log.compacted.tmp");
@@ -207,6 +210,9 @@ impl CompactedFile {
             return Err(std::io::Error::other("stopped for a test").into());
         }
         std::fs::rename(&self.tmp, &old.path)?;
+        // The new file has the old one's name: the old segment must never open it as its own
+        // (nor could it: the inodes differ, `lazy.rs`).
+        old.retire();
         sync_dir(&dir)?;
         #[cfg(test)]
         if stop == Some(crate::log::CompactionStep::Renamed) && !merged.is_empty() {
@@ -222,11 +228,11 @@ impl CompactedFile {
             &dir,
             FORMAT_VERSION,
             self.base,
-            self.file,
+            Arc::new(self.file),
             self.map,
             opts,
             self.state,
-        )))
+        )?))
     }
 
     /// Deletes the file.

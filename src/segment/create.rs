@@ -55,7 +55,9 @@ pub enum Preallocate {
 /// `Preallocate::Zeros`) is off the append path.
 #[derive(Debug)]
 pub(crate) struct SpareFile {
-    file: File,
+    /// The file, open while it was just made; `None` for a recycled one, which waits for a
+    /// roll (perhaps a long time, in a quiet log) without holding a descriptor.
+    file: Option<File>,
     path: PathBuf,
     capacity: u64,
     /// Bytes at the start of the file that have blocks.
@@ -83,7 +85,7 @@ impl SpareFile {
         })();
         match result {
             Ok(file) => Ok(SpareFile {
-                file,
+                file: Some(file),
                 path,
                 capacity: opts.capacity,
                 allocated,
@@ -156,7 +158,14 @@ impl Segment {
                 SpareFile::create(dir, &name, opts)?
             }
         };
-        let result = (|| -> io::Result<()> {
+        let result = (|| -> io::Result<File> {
+            let file = match spare.file {
+                Some(file) => file,
+                None => OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&spare.path)?,
+            };
             let header = SegmentHeader {
                 version: super::format::FORMAT_VERSION,
                 base_log_index: base.next_log_index,
@@ -174,21 +183,24 @@ impl Segment {
             // its old data unsynced, which a whole-file sync would write out for nothing. (The
             // file's size and blocks were made durable when it was first preallocated.)
             opts.faults.check(FaultPoint::Sync)?;
-            write_dsync(&spare.file, &start, 0)?;
+            write_dsync(&file, &start, 0)?;
             std::fs::rename(&spare.path, &path)?;
             opts.faults.check(FaultPoint::SyncDir)?;
-            sync_dir(dir)
+            sync_dir(dir)?;
+            Ok(file)
         })();
-        if let Err(e) = result {
-            let _ = std::fs::remove_file(&spare.path);
-            return Err(e.into());
-        }
-        let file = spare.file;
+        let file = match result {
+            Ok(file) => Arc::new(file),
+            Err(e) => {
+                let _ = std::fs::remove_file(&spare.path);
+                return Err(e.into());
+            }
+        };
         let capacity = usize::try_from(opts.capacity)
             .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         let map = MappedFile::map_read_only(&file, capacity, SEGMENT_HEADER_LEN)?;
         let allocated = usize::try_from(spare.allocated).unwrap_or(capacity);
-        let handle = WriteHandle::new(Arc::clone(&map), file.try_clone()?, allocated);
+        let handle = WriteHandle::new(Arc::clone(&map), Arc::clone(&file), allocated);
         let state = SegmentState {
             data_len: SEGMENT_HEADER_LEN,
             cursor: base,
@@ -205,7 +217,7 @@ impl Segment {
             map,
             opts,
             state,
-        );
+        )?;
         Ok((Arc::new(seg), handle))
     }
 
@@ -214,23 +226,32 @@ impl Segment {
     /// change) and its file has `capacity` bytes, deletes its index and renames the file to
     /// `to`. The caller syncs the directory.
     pub(crate) fn recycle(self: Arc<Self>, to: PathBuf, capacity: u64) -> io::Result<Recycled> {
-        if self.file.metadata()?.len() != capacity {
-            return Ok(Recycled::No(self));
-        }
         let seg = match Arc::try_unwrap(self) {
             Ok(seg) => seg,
             Err(shared) => return Ok(Recycled::No(shared)),
         };
-        // Views of the bytes hold the map; with the segment owned here, no new one can appear.
-        if Arc::strong_count(&seg.map) != 1 || Arc::weak_count(&seg.map) != 0 {
+        // Views of the bytes hold the map; with the segment owned here, no new one can appear
+        // (and a closed map cannot be opened again: only this owner could).
+        if seg.map.in_use() {
             return Ok(Recycled::No(Arc::new(seg)));
         }
+        // The file itself, if nothing else holds it, or (a sealed segment) opened again.
+        let held = seg.file.lock().take().map(Arc::try_unwrap);
+        let file = match held {
+            Some(Ok(file)) => file,
+            Some(Err(_)) | None => seg.map.open_file()?,
+        };
+        if file.metadata()?.len() != capacity {
+            return Ok(Recycled::No(Arc::new(seg)));
+        }
+        seg.retire();
         seg.remove_index_file()?;
         std::fs::rename(&seg.path, &to)?;
         // Its frames were written, so blocks exist at least that far.
         let allocated = seg.state.read().data_len as u64;
+        drop(file);
         Ok(Recycled::Spare(SpareFile {
-            file: seg.file,
+            file: None,
             path: to,
             capacity,
             allocated,
@@ -321,9 +342,8 @@ fn zeros_ahead(
 ) -> bool {
     let faults = opts.faults.clone();
     let syncs = sync.then(|| Arc::clone(&opts.zeros_syncs));
-    let Ok(file) = handle.file().try_clone() else {
-        return false;
-    };
+    // Shared with the handle, which joins this thread before it lets go of the file.
+    let file = handle.shared_file();
     let spawned = std::thread::Builder::new()
         .name("replog-zeros".into())
         .spawn(move || {

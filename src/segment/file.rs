@@ -15,7 +15,13 @@ impl Segment {
     pub(crate) fn sync(&self, faults: &Faults) -> io::Result<()> {
         faults.check(FaultPoint::Sync)?;
         let token = faults.sync_token();
-        self.file.sync_data()?;
+        // A sealed, durable segment holds no descriptor: open one for the sync.
+        let held = self.file.lock().clone();
+        let file = match held {
+            Some(file) => file,
+            None => std::sync::Arc::new(self.map.open_file()?),
+        };
+        file.sync_data()?;
         faults.synced(&self.path, token);
         Ok(())
     }
@@ -57,6 +63,7 @@ impl Segment {
 
     /// Deletes the segment's files. Existing maps stay valid until their last user drops them.
     pub(crate) fn remove_files(&self) -> io::Result<()> {
+        self.retire();
         match std::fs::remove_file(&self.index_path) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
             _ => {}

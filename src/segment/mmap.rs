@@ -14,6 +14,10 @@
 //!    read-only map it scanned through, and before it maps the file again; retention and
 //!    truncation unlink whole files, which leaves existing maps valid, and retention renames a
 //!    file for reuse only once no map of it is left (`Segment::recycle`).
+//!    A sealed segment's map is closed when unused and opened again on the next read
+//!    (`lazy.rs`): only while the segment is still in its log (a removed one is never opened
+//!    again, since another file may take its name) and only if the file at its path is the
+//!    same one (device and inode), which, sealed, is never shrunk or written again.
 //!    A file is as long as its map from the moment it is mapped (its tail may be a hole: reading
 //!    a hole through a map gives zeros, never a signal). Its blocks are allocated ahead of the
 //!    writer, a step at a time (`LogConfig::preallocate_step_bytes`), and every write goes
@@ -125,7 +129,8 @@ impl AsRef<[u8]> for MapSlice {
 #[derive(Debug)]
 pub(crate) struct WriteHandle {
     map: Arc<MappedFile>,
-    file: File,
+    /// The segment file, shared with its segment (one descriptor for both).
+    file: Arc<File>,
     /// Bytes `[0, allocated)` of the file have disk blocks: given by a preallocation that
     /// returned, or written. Never below the published length.
     allocated: usize,
@@ -146,7 +151,7 @@ impl Drop for WriteHandle {
 impl WriteHandle {
     /// The writer for `map`, writing through `file` (the same file, which must not be written
     /// by anyone else), whose first `allocated` bytes have disk blocks.
-    pub(crate) fn new(map: Arc<MappedFile>, file: File, allocated: usize) -> Self {
+    pub(crate) fn new(map: Arc<MappedFile>, file: Arc<File>, allocated: usize) -> Self {
         let allocated = allocated.max(map.published.load(Ordering::Relaxed));
         WriteHandle {
             map,
@@ -199,6 +204,11 @@ impl WriteHandle {
         &self.file
     }
 
+    /// The file, shared, for the thread preallocating blocks ahead ([`set_ahead`](Self::set_ahead)).
+    pub(crate) fn shared_file(&self) -> Arc<File> {
+        Arc::clone(&self.file)
+    }
+
     /// Bytes left between the published length and the end of the map.
     pub(crate) fn free_len(&self) -> usize {
         self.map.raw.len() - self.map.published.load(Ordering::Relaxed)
@@ -227,7 +237,7 @@ impl WriteHandle {
         let mut at = pos as u64;
         // Bounded by `len`: each turn writes at least one byte or returns.
         while !slices.is_empty() {
-            match rustix::io::pwritev(&self.file, slices, at) {
+            match rustix::io::pwritev(&*self.file, slices, at) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => {
                     at += n as u64;
@@ -265,7 +275,7 @@ mod tests {
             .unwrap();
         file.set_len(4096).unwrap();
         let map = MappedFile::map_read_only(&file, 4096, 0).unwrap();
-        let mut w = WriteHandle::new(Arc::clone(&map), file.try_clone().unwrap(), 0);
+        let mut w = WriteHandle::new(Arc::clone(&map), Arc::new(file), 0);
         assert!(map.published().is_empty());
         assert!(map.bytes(0, 5).is_none());
         assert_eq!(w.append(b"hello\0\0", 2).unwrap(), 0);

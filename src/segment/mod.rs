@@ -15,6 +15,8 @@
 //! - `read.rs`: finding frames in an open segment and handing them out as batches.
 //! - `file.rs`: making a segment durable, writing its index, and deleting its files.
 //! - `inspect.rs`: [`inspect_segment`], the read-only scan behind `replog check`.
+//! - `lazy.rs`: sealed segments' maps, opened on first read and closed again when unused or
+//!   over the process's budget; a sealed segment holds no file descriptor.
 //!
 //! `format.rs` (layout constants), `record.rs` (frame codec), `gap.rs` (gap frames' payload),
 //! `index.rs` (index file codec) and `mmap.rs` (the map and its single writer) are pure
@@ -31,6 +33,7 @@ pub(crate) mod gap;
 pub(crate) mod index;
 mod inspect;
 pub(crate) mod kafka;
+pub(crate) mod lazy;
 pub(crate) mod mmap;
 mod open;
 mod read;
@@ -39,15 +42,17 @@ mod scan;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 use crate::env::Faults;
 use crate::error::{CorruptKind, Error};
 pub use create::Preallocate;
+use format::SegmentHeader;
 use format::{index_file_name, segment_file_name};
 use index::IndexEntry;
+use lazy::{LazyMap, MapCache};
 use mmap::MappedFile;
 use record::{FrameHeader, Limits};
 
@@ -85,7 +90,7 @@ pub(crate) struct Extent {
     pub(crate) max_record_time: i64,
 }
 
-/// One segment file, mapped.
+/// One segment file, mapped (a sealed one only while it is used: `lazy.rs`).
 #[derive(Debug)]
 pub(crate) struct Segment {
     /// The format version in its header: Kafka batches go only into version 2 or later.
@@ -94,9 +99,15 @@ pub(crate) struct Segment {
     pub(crate) base_offset: u64,
     pub(crate) path: PathBuf,
     index_path: PathBuf,
-    /// The segment file, for syncing.
-    file: File,
-    map: Arc<MappedFile>,
+    /// The segment file, shared with its write handle, while the segment is active or not
+    /// yet durable; `None` once sealed and synced ([`Segment::release`]): a sync then opens
+    /// the file for its duration.
+    file: Mutex<Option<Arc<File>>>,
+    map: Arc<LazyMap>,
+    /// The header, read when the segment was opened or created.
+    header: Option<SegmentHeader>,
+    /// The stamp of the first frame, once there is one (it never changes).
+    first_timestamp_ms: OnceLock<u64>,
     index_interval_bytes: usize,
     state: RwLock<SegmentState>,
 }
@@ -111,6 +122,8 @@ pub(crate) struct SegmentOptions {
     pub(crate) preallocate_step: u64,
     pub(crate) limits: Limits,
     pub(crate) faults: Faults,
+    /// The budget of open sealed maps this log's segments count against.
+    pub(crate) maps: Arc<MapCache>,
     /// Syncs of zeros made ahead of the writer ([`reserve`]), shared by the log's segments.
     pub(crate) zeros_syncs: Arc<std::sync::atomic::AtomicU64>,
 }
@@ -140,22 +153,61 @@ impl Segment {
         dir: &Path,
         version: u16,
         base: Cursor,
-        file: File,
+        file: Arc<File>,
         map: Arc<MappedFile>,
         opts: &SegmentOptions,
         state: SegmentState,
-    ) -> Segment {
-        Segment {
+    ) -> std::io::Result<Segment> {
+        let path = dir.join(segment_file_name(base.next_log_index));
+        let header = SegmentHeader::decode(map.published()).ok();
+        let map = LazyMap::new(path.clone(), &file, map, Arc::clone(&opts.maps))?;
+        let seg = Segment {
             version,
             base_log_index: base.next_log_index,
             base_offset: base.next_offset,
-            path: dir.join(segment_file_name(base.next_log_index)),
+            path,
             index_path: dir.join(index_file_name(base.next_log_index)),
-            file,
+            file: Mutex::new(Some(file)),
             map,
+            header,
+            first_timestamp_ms: OnceLock::new(),
             index_interval_bytes: usize::try_from(opts.index_interval_bytes).unwrap_or(usize::MAX),
             state: RwLock::new(state),
+        };
+        // While the map is open: a sealed segment keeps the stamp after closing it.
+        let _ = seg.first_timestamp_ms();
+        Ok(seg)
+    }
+
+    /// The segment's map, opened again if it was closed (`lazy.rs`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] if the segment was removed from its log or its file cannot be mapped.
+    pub(crate) fn mapped(&self) -> crate::error::Result<Arc<MappedFile>> {
+        self.map.get()
+    }
+
+    /// Lets the sealed, durable segment go of its file and makes its map closable; with
+    /// `close`, closes the map now (a segment recovery opened, which no one reads yet).
+    pub(crate) fn release(&self, close: bool) {
+        *self.file.lock() = None;
+        self.map.set_evictable();
+        if close {
+            self.map.close();
         }
+    }
+
+    /// Marks the segment as removed from its log: its file is never opened again, since
+    /// another file may take its name.
+    pub(crate) fn retire(&self) {
+        self.map.retire();
+    }
+
+    /// Whether the segment holds its map open now (for tests and figures).
+    #[cfg(test)]
+    pub(crate) fn is_mapped(&self) -> bool {
+        self.map.is_open()
     }
 
     /// A consistent snapshot of the segment's extent.
@@ -172,15 +224,20 @@ impl Segment {
     /// The stamp of the segment's first frame (FORMAT.md §5), if it has one: read from the
     /// published bytes, which were checked when they were written or recovered.
     pub(crate) fn first_timestamp_ms(&self) -> Option<u64> {
+        if let Some(&stamp) = self.first_timestamp_ms.get() {
+            return Some(stamp);
+        }
         let data_len = self.state.read().data_len;
         if data_len <= format::SEGMENT_HEADER_LEN {
             return None;
         }
-        let data = self.map.published().get(..data_len)?;
-        format::get_u64(
+        let map = self.map.get().ok()?;
+        let data = map.published().get(..data_len)?;
+        let stamp = format::get_u64(
             data,
             format::SEGMENT_HEADER_LEN + format::FRAME_TIMESTAMP_POS,
-        )
+        )?;
+        Some(*self.first_timestamp_ms.get_or_init(|| stamp))
     }
 
     /// Records a frame the writer has just published at `pos`.
@@ -199,19 +256,26 @@ impl Segment {
         s.data_len = pos + h.frame_len();
         s.cursor = Cursor::after(h);
         s.max_timestamp_ms = s.max_timestamp_ms.max(h.timestamp_ms);
-        if let Some(time) = frame_time(self.map.published(), pos, h) {
+        // The active segment's map is always open.
+        let map = self.map.current();
+        if let Some(time) = map.and_then(|m| frame_time(m.published(), pos, h)) {
             s.max_record_time = s.max_record_time.max(time);
         }
     }
 
     /// Ends the segment at `pos`, where the frame with `cursor.next_log_index` starts.
-    pub(crate) fn cut(&self, pos: usize, cursor: Cursor) {
+    ///
+    /// # Errors
+    ///
+    /// As [`mapped`](Self::mapped).
+    pub(crate) fn cut(&self, pos: usize, cursor: Cursor) -> crate::error::Result<()> {
+        let map = self.map.get()?;
         let mut s = self.state.write();
         s.data_len = pos;
         s.cursor = cursor;
         s.entries.retain(|e| (e.position as usize) < pos);
         s.last_indexed = s.entries.last().map_or(0, |e| e.position as usize);
-        let data = self.map.published().get(..pos).unwrap_or_default();
+        let data = map.published().get(..pos).unwrap_or_default();
         s.max_record_time = s.entries.last().map_or(index::NO_TIME, |last| {
             let start = Cursor {
                 next_log_index: self.base_log_index + u64::from(last.rel_log_index),
@@ -220,6 +284,7 @@ impl Segment {
             };
             scan_from_entry(data, last.position as usize, start, last.time_before).1
         });
+        Ok(())
     }
 
     /// Bytes of valid data in the segment, header included.

@@ -56,8 +56,17 @@ impl Segment {
             // An index that ends before the next segment cannot be right: rebuild it.
             f.next_log_index >= next_base
         });
-        let state = match from_index {
-            Some((f, time)) if f.next_log_index == next_base => state_from_index(f, time),
+        let file = Arc::new(file);
+        let seg = match from_index {
+            Some((f, time)) if f.next_log_index == next_base => Segment::new(
+                dir,
+                version,
+                base,
+                file,
+                map,
+                opts,
+                state_from_index(f, time),
+            )?,
             _ => {
                 let (state, scan) = scan_segment(data, base, opts, Some(next_base));
                 let reason = match scan.stop {
@@ -79,15 +88,7 @@ impl Segment {
                     }
                     return Err(corrupt(&path, scan.end, kind));
                 }
-                let seg = Segment::new(
-                    dir,
-                    version,
-                    base,
-                    file.try_clone()?,
-                    Arc::clone(&map),
-                    opts,
-                    state.clone(),
-                );
+                let seg = Segment::new(dir, version, base, file, map, opts, state)?;
                 // An index promises synced data (a tail segment may have come back from the
                 // page cache only): sync first.
                 seg.sync(&opts.faults)?;
@@ -95,12 +96,12 @@ impl Segment {
                     tracing::warn!(file = %seg.index_path.display(), error = %e,
                         "could not rewrite segment index; it will be rebuilt on the next open");
                 }
-                state
+                seg
             }
         };
-        Ok(Sealed::Open(Arc::new(Segment::new(
-            dir, version, base, file, map, opts, state,
-        ))))
+        // Durable now: the segment lets go of its file and map until a read needs them.
+        seg.release(true);
+        Ok(Sealed::Open(Arc::new(seg)))
     }
 
     /// Opens the last segment for appending, recovering it after a crash. Returns the segment,
@@ -166,9 +167,10 @@ impl Segment {
                 "recovery truncated the log's tail at an invalid frame");
         }
         let map = MappedFile::map_read_only(&file, capacity, state.data_len)?;
-        let handle = WriteHandle::new(Arc::clone(&map), file.try_clone()?, state.data_len);
+        let file = Arc::new(file);
+        let handle = WriteHandle::new(Arc::clone(&map), Arc::clone(&file), state.data_len);
         Ok((
-            Arc::new(Segment::new(dir, version, base, file, map, opts, state)),
+            Arc::new(Segment::new(dir, version, base, file, map, opts, state)?),
             handle,
             event,
         ))

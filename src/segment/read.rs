@@ -44,7 +44,7 @@ impl Segment {
         h: &FrameHeader,
         time: i64,
     ) -> Result<Option<(u64, i64)>> {
-        let Some(latest) = frame_time(self.map.published(), pos, h) else {
+        let Some(latest) = frame_time(self.mapped()?.published(), pos, h) else {
             return Ok(None);
         };
         if latest < time {
@@ -102,7 +102,8 @@ impl Segment {
         data_len: usize,
         limits: &Limits,
     ) -> Result<FrameHeader> {
-        let data = self.map.published().get(..data_len).unwrap_or_default();
+        let map = self.mapped()?;
+        let data = map.published().get(..data_len).unwrap_or_default();
         match decode_frame(data, pos, limits) {
             Ok(Some(h)) => Ok(h),
             Ok(None) => Err(corrupt(&self.path, pos, CorruptKind::Truncated)),
@@ -113,7 +114,7 @@ impl Segment {
     /// The frame at `pos` as a batch whose payload shares the map (no copy).
     pub(crate) fn batch(&self, pos: usize, h: &FrameHeader) -> Result<Batch> {
         let payload = self
-            .map
+            .mapped()?
             .bytes(pos + FRAME_HEADER_LEN, pos + h.frame_len())
             .ok_or_else(|| corrupt(&self.path, pos, CorruptKind::Truncated))?;
         Ok(Batch {
