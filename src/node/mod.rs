@@ -404,23 +404,8 @@ impl Node {
             topic_defaults,
         });
         // Before anything can reach the replicas (see `Broker::initialize`).
-        initialize_replicas(&broker).await;
-        if broker.config.protocol_version < crate::PROTOCOL_VERSION {
-            tracing::info!(
-                version = broker.config.protocol_version,
-                newest = crate::PROTOCOL_VERSION,
-                "speaking a pinned protocol version (a rolling upgrade): the cluster finalizes no later one while this broker runs pinned"
-            );
-        }
-        // A broker pinned below the protocol version its cluster finalized, or one that meets
-        // a record newer than it understands, does not run on.
-        if let Err(e @ Error::UnsupportedVersion { .. }) = broker.catch_up_catalog() {
-            tracing::error!(error = %e, "this broker cannot run in its cluster; stopping");
-            for replica in broker.all_replicas() {
-                replica.raft.shutdown().await;
-            }
-            return Err(e);
-        }
+        replicas::initialize_replicas(&broker).await;
+        broker.check_version_at_start().await?;
         broker.refresh_topic_settings();
         let handler: Arc<dyn Handler> = Arc::new(NodeHandler {
             broker: Arc::clone(&broker),
@@ -517,26 +502,6 @@ impl Node {
     /// the one it bound), if it has a Kafka listener.
     pub fn kafka_advertised(&self) -> Option<Address> {
         self.broker.kafka_addr.get().cloned()
-    }
-
-    /// The cluster's finalized protocol version, as this broker's copy of the metadata log
-    /// has it: the newest version every broker speaks (see
-    /// [`NodeConfig::protocol_version`]). Records of later versions are not written before it
-    /// rises.
-    pub fn finalized_version(&self) -> u16 {
-        self.broker.catalog.read().finalized_version()
-    }
-
-    /// The protocol version this broker speaks to broker `peer`: the highest both know (see
-    /// [`NodeConfig::protocol_version`]), as the connection to it chose, connecting if none
-    /// is open. `None` if `peer` is not a broker this one knows, or cannot be reached within
-    /// the request timeout.
-    pub async fn peer_protocol_version(&self, peer: NodeId) -> Option<u16> {
-        let connection = self.broker.peers.get(peer, true)?;
-        connection
-            .version(self.broker.config.request_timeout)
-            .await
-            .ok()
     }
 
     /// The address this broker gives peers and clients ([`NodeConfig::advertised`], or the
@@ -815,24 +780,5 @@ impl Node {
             }
         }
         first_error.map_or(Ok(()), Err)
-    }
-}
-
-/// Initializes every replica `broker` starts with (see [`Broker::initialize`]).
-async fn initialize_replicas(broker: &Broker) {
-    // A joining broker's metadata replica is made a learner by the metadata Raft group's leader.
-    if !broker.config.join {
-        let all = broker.founders.clone();
-        broker.initialize(&broker.meta, &all).await;
-    }
-    let hosted: Vec<Arc<HostedReplica>> = broker.replicas.read().values().cloned().collect();
-    for replica in hosted {
-        let replicas = broker
-            .catalog
-            .read()
-            .topic(&replica.id.topic)
-            .and_then(|t| t.assignment.get(replica.id.partition as usize).cloned())
-            .unwrap_or_default();
-        broker.initialize(&replica, &replicas).await;
     }
 }

@@ -429,3 +429,22 @@ pub(super) async fn open_or_rebuild_replica(
     .map_err(|e| Error::from(std::io::Error::other(e)))??;
     open_replica(spec).await
 }
+
+/// Initializes every replica `broker` starts with (see [`Broker::initialize`]).
+pub(super) async fn initialize_replicas(broker: &Broker) {
+    // A joining broker's metadata replica is made a learner by the metadata Raft group's leader.
+    if !broker.config.join {
+        let all = broker.founders.clone();
+        broker.initialize(&broker.meta, &all).await;
+    }
+    let hosted: Vec<Arc<HostedReplica>> = broker.replicas.read().values().cloned().collect();
+    for replica in hosted {
+        let replicas = broker
+            .catalog
+            .read()
+            .topic(&replica.id.topic)
+            .and_then(|t| t.assignment.get(replica.id.partition as usize).cloned())
+            .unwrap_or_default();
+        broker.initialize(&replica, &replicas).await;
+    }
+}

@@ -9,9 +9,54 @@ use crate::catalog::{Catalog, MetaCommand};
 use crate::error::{Error, Result};
 use crate::protocol::ProposeRequest;
 
-use super::Broker;
+use super::{Broker, Node};
+use crate::types::NodeId;
+
+impl Node {
+    /// The cluster's finalized protocol version, as this broker's copy of the metadata log
+    /// has it: the newest version every broker speaks (see
+    /// [`NodeConfig::protocol_version`](crate::NodeConfig::protocol_version)). Records of later versions are not written before it
+    /// rises.
+    pub fn finalized_version(&self) -> u16 {
+        self.broker.catalog.read().finalized_version()
+    }
+
+    /// The protocol version this broker speaks to broker `peer`: the highest both know (see
+    /// [`NodeConfig::protocol_version`](crate::NodeConfig::protocol_version)), as the connection to it chose, connecting if none
+    /// is open. `None` if `peer` is not a broker this one knows, or cannot be reached within
+    /// the request timeout.
+    pub async fn peer_protocol_version(&self, peer: NodeId) -> Option<u16> {
+        let connection = self.broker.peers.get(peer, true)?;
+        connection
+            .version(self.broker.config.request_timeout)
+            .await
+            .ok()
+    }
+}
 
 impl Broker {
+    /// At start, after the replicas opened: says so if this broker runs pinned below this
+    /// build's newest protocol version, and refuses to run on (stopping what it started) if
+    /// its metadata log holds a record newer than it understands, such as a finalized version
+    /// above its pin.
+    pub(super) async fn check_version_at_start(&self) -> Result<()> {
+        if self.config.protocol_version < crate::PROTOCOL_VERSION {
+            tracing::info!(
+                version = self.config.protocol_version,
+                newest = crate::PROTOCOL_VERSION,
+                "speaking a pinned protocol version (a rolling upgrade): the cluster finalizes no later one while this broker runs pinned"
+            );
+        }
+        if let Err(e @ Error::UnsupportedVersion { .. }) = self.catch_up_catalog() {
+            tracing::error!(error = %e, "this broker cannot run in its cluster; stopping");
+            for replica in self.all_replicas() {
+                replica.raft.shutdown().await;
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
     /// The version the metadata leader may finalize now: the newest that this broker and every
     /// other broker of the cluster speak over a live connection, if it is above the finalized
     /// one. `None` while a broker is not connected (its version is unknown).
