@@ -236,6 +236,13 @@ pub struct NodeConfig {
     /// every broker speaks it (see [`Node::finalized_version`](crate::Node::finalized_version)).
     /// A broker pinned below the cluster's finalized version refuses to start.
     pub protocol_version: u16,
+    /// A partition not written for this long, whose log every replica holds, goes quiet:
+    /// its Raft group stops its heartbeats and timers on every broker until the next write
+    /// (which waits one round trip more), and one liveness message per broker pair stands for
+    /// all of them; when a broker falls silent, the quiet partitions it led elect anew.
+    /// `None`: partitions never go quiet. Default 2 s. The metadata log and the offsets topic
+    /// never go quiet.
+    pub quiesce_after: Option<Duration>,
 }
 
 impl NodeConfig {
@@ -303,6 +310,7 @@ impl NodeConfig {
             bootstrap_users: Vec::new(),
             authorization: None,
             protocol_version: crate::PROTOCOL_VERSION,
+            quiesce_after: Some(Duration::from_secs(2)),
         }
     }
 

@@ -59,6 +59,7 @@ impl Broker {
         replicas: Vec<NodeId>,
     ) -> PartitionMetadata {
         let state = replica.raft.state();
+        let quiet = replica.raft.is_parked();
         let last = state.last_log_index.unwrap_or(0);
         // In sync: the leader, and followers that are at most ISR_LAG_ENTRIES_MAX entries and
         // ISR_LAG_REQUESTS_MAX full replication requests of bytes behind, and acknowledged the
@@ -88,7 +89,9 @@ impl Broker {
                         }
                         let matched = m.matched.unwrap_or(0);
                         let behind = last.saturating_sub(matched);
-                        let heard = m.ack_age.is_some_and(|age| age < silence_max);
+                        // A quiet group's followers acknowledged its whole log when it went
+                        // quiet, and hear nothing since.
+                        let heard = quiet || m.ack_age.is_some_and(|age| age < silence_max);
                         heard
                             && !self.peers.is_lost(*id)
                             && behind <= ISR_LAG_ENTRIES_MAX

@@ -202,6 +202,8 @@ impl Handler for NodeHandler {
                     | Op::Snapshot
                     | Op::TransferLeader
                     | Op::Propose
+                    | Op::BrokerHeartbeat
+                    | Op::Quiesce
             );
             // A broker removed from the cluster has nothing current to tell a client: it
             // leads nothing, so the client asks the others (as after any NotLeader without a
@@ -313,6 +315,22 @@ impl Handler for NodeHandler {
                             self.brokers_only(&caller, op, Claim::AnyBroker)?;
                         }
                         service.create_topic(request).await.map_err(wire)
+                    }
+                    .await,
+                ),
+                Op::BrokerHeartbeat => encode_response(
+                    &async {
+                        let heartbeat: super::liveness::BrokerHeartbeat = decode_request(&body)?;
+                        self.brokers_only(&caller, op, Claim::Peer(heartbeat.from))?;
+                        self.broker.serve_heartbeat(heartbeat)
+                    }
+                    .await,
+                ),
+                Op::Quiesce => encode_response(
+                    &async {
+                        let request: super::quiet::QuiesceRequest = decode_request(&body)?;
+                        self.brokers_only(&caller, op, Claim::Peer(request.from))?;
+                        Ok(self.broker.serve_quiesce(request))
                     }
                     .await,
                 ),

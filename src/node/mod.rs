@@ -30,6 +30,7 @@ mod follow;
 mod groups;
 mod handler;
 mod leader_balance;
+mod liveness;
 mod login;
 mod metadata;
 mod partitions;
@@ -37,6 +38,7 @@ mod peer_gate;
 mod periodic;
 pub(crate) use peer_gate::NO_BROKER;
 mod peer_rpc;
+mod quiet;
 mod reassign;
 mod replica_dir;
 mod replicas;
@@ -171,6 +173,8 @@ struct Broker {
     /// This broker's default for every topic config key (`NodeConfig::topic_defaults` and
     /// the keys its `LogConfig` owns).
     topic_defaults: crate::topic_config::TopicConfigs,
+    /// The other brokers' liveness as heard here, and this broker's disk's (`liveness.rs`).
+    liveness: Arc<liveness::Liveness>,
 }
 
 /// A broker: hosts a replica of every configured partition, each its own Raft group, and
@@ -382,6 +386,10 @@ impl Node {
             crate::topic_config::broker_defaults(&config.log, &config.topic_defaults);
         let advertised = config.advertised.clone().unwrap_or_else(|| addr.into());
         let coordinator = groups::coordinator(&config);
+        let liveness = Arc::new(liveness::Liveness::new(
+            config.heartbeat_interval,
+            config.election_timeout,
+        ));
         let broker = Arc::new(Broker {
             config,
             env,
@@ -402,6 +410,7 @@ impl Node {
             producer_ids: tokio::sync::Mutex::new(0..0),
             failed_logins: crate::security::FailedLogins::default(),
             topic_defaults,
+            liveness,
         });
         // Before anything can reach the replicas (see `Broker::initialize`).
         replicas::initialize_replicas(&broker).await;
@@ -477,6 +486,8 @@ impl Node {
             shutdown_for_retention.clone(),
         ));
         tokio::spawn(Arc::clone(&node.broker).report_metrics(shutdown_for_retention.clone()));
+        tokio::spawn(Arc::clone(&node.broker).run_liveness(shutdown_for_retention.clone()));
+        tokio::spawn(Arc::clone(&node.broker).run_quiet(shutdown_for_retention.clone()));
         node.spawn_leader_balance(shutdown_for_retention.clone());
         node.spawn_retention(shutdown_for_retention);
         Ok(node)

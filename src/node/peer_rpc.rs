@@ -77,6 +77,19 @@ impl Broker {
                     .into(),
             );
         }
+        if matches!(op, Op::Vote | Op::PreVote)
+            && let Some(refusal) = replica.raft.refuses_vote_while_quiet(rest, |leader| {
+                leader == self.config.id || self.liveness.is_live(leader)
+            })
+        {
+            // A member that campaigns against this quiet leader does not hear it (it missed
+            // the quiet, or restarted): the leader wakes, and its heartbeats bring the
+            // member back before the Raft group goes quiet again.
+            if replica.raft.parked_under() == Some(self.config.id) {
+                replica.raft.wake();
+            }
+            return refusal;
+        }
         match replica.raft.serve(op, rest).await {
             Served::Reply(reply) => reply,
             Served::ContradictsCommitted(index) => {

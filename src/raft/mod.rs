@@ -7,6 +7,7 @@
 
 pub(crate) mod network;
 pub(crate) mod producers;
+pub(crate) mod quiet;
 pub(crate) mod replica;
 pub(crate) mod state_machine;
 pub(crate) mod storage;

@@ -99,7 +99,12 @@ impl std::fmt::Display for Stopped {
 
 /// One partition replica's Raft group member.
 pub(crate) struct Replica {
-    raft: openraft::Raft<C, StateMachine>,
+    pub(super) raft: openraft::Raft<C, StateMachine>,
+    /// Whether the Raft group is quiet here (see `quiet.rs`).
+    pub(super) quiet: super::quiet::Quiet,
+    /// How long a woken leader waits for its followers' first acknowledgement before it
+    /// writes (see [`Replica::wake_to_write`]).
+    lease_wait: Duration,
     /// Set by [`watch_leadership`] once the core stopped by itself (never by a shutdown).
     stopped: Arc<parking_lot::Mutex<Option<Stopped>>>,
     store: LogStore,
@@ -210,6 +215,10 @@ impl Replica {
             // statistics (144 KiB at its default of 1,024) even though only its
             // `runtime-stats` feature, which replog does not enable, writes them.
             log_stage_capacity: Some(1),
+            // A member whose election timer runs out asks first whether it would win, and
+            // raises its term only if a quorum says yes: a member cut off from the others, or
+            // one restarted beside a quiet leader, cannot depose a leader the rest still hear.
+            enable_pre_vote: Some(true),
             ..Default::default()
         }
         .validate()
@@ -231,6 +240,8 @@ impl Replica {
         watch_leadership(partition, id, &raft, Arc::clone(&stopped));
         Ok(Replica {
             raft,
+            quiet: Default::default(),
+            lease_wait: timing.election_timeout,
             stopped,
             store,
             sm,
@@ -245,6 +256,7 @@ impl Replica {
     /// replica did not lead, had no voter to hand to, or the hand-off did not finish in time
     /// (the Raft group then elects a leader after an election timeout, as after a crash).
     pub(crate) async fn hand_off(&self, me: NodeId, timeout: Duration) -> Option<NodeId> {
+        self.wake_to_write(self.lease_wait.min(timeout)).await;
         let target = {
             let m = self.raft.metrics().borrow_watched().clone();
             if m.current_leader != Some(me) {
@@ -298,6 +310,7 @@ impl Replica {
         target: NodeId,
         timeout: Duration,
     ) -> std::result::Result<(), TransferRefused> {
+        self.wake_to_write(self.lease_wait.min(timeout)).await;
         {
             let m = self.raft.metrics().borrow_watched().clone();
             if m.current_leader == Some(target) {
@@ -460,6 +473,7 @@ impl Replica {
         request: AppendRequest,
         turn: Option<Turn>,
     ) -> std::result::Result<(u64, AppendResponse), WriteError> {
+        self.wake_to_write(self.lease_wait).await;
         if request.producer_id != 0 {
             return self.write_idempotent(request, turn).await;
         }
@@ -619,6 +633,7 @@ impl Replica {
         &self,
         voters: std::collections::BTreeSet<NodeId>,
     ) -> Result<(), String> {
+        self.wake_to_write(self.lease_wait).await;
         self.raft
             .change_membership(voters, false)
             .await
@@ -632,6 +647,7 @@ impl Replica {
         &self,
         ids: std::collections::BTreeSet<NodeId>,
     ) -> Result<(), String> {
+        self.wake_to_write(self.lease_wait).await;
         self.raft
             .change_membership(openraft::ChangeMembers::RemoveNodes(ids), false)
             .await
@@ -642,6 +658,7 @@ impl Replica {
     /// Adds broker `id` (at `addr`) to the Raft group as a learner: it replicates the log but does
     /// not vote. Returns once the membership change is committed; leader only.
     pub(crate) async fn add_learner(&self, id: NodeId, addr: String) -> Result<(), String> {
+        self.wake_to_write(self.lease_wait).await;
         self.raft
             .add_learner(id, BrokerNode { addr }, false)
             .await
@@ -717,6 +734,7 @@ impl Replica {
     /// by a quorum), so that what it reads from its log then includes every write
     /// acknowledged before. Fails if it does not lead.
     pub(crate) async fn read_barrier(&self) -> std::result::Result<(), String> {
+        self.wake_to_write(self.lease_wait).await;
         self.raft
             .ensure_linearizable(openraft::ReadPolicy::ReadIndex)
             .await
@@ -724,9 +742,17 @@ impl Replica {
             .map_err(|e| e.to_string())
     }
 
-    /// Serves a peer's Raft RPC.
+    /// Serves a peer's Raft RPC, and then wakes this member if it was quiet: whatever a peer
+    /// sends is news (an entry, a candidate, a transfer), and its timers must run again. It
+    /// wakes after serving, so that an append from its leader renews the leader's lease here
+    /// before the election timer looks at it.
     pub(crate) async fn serve(&self, op: Op, body: &[u8]) -> Served {
-        serve(&self.raft, &self.store, op, body).await
+        let served = serve(&self.raft, &self.store, op, body).await;
+        // A pre-vote changes nothing on a voter, and its candidate's real vote follows.
+        if op != Op::PreVote {
+            self.wake();
+        }
+        served
     }
 
     /// Why the Raft group member's core stopped by itself, once it has (`None` while it runs

@@ -87,6 +87,12 @@ pub(crate) enum Op {
     /// Raft pre-vote: would the voter grant a vote at the next term? Changes nothing on the
     /// voter (protocol version 2).
     PreVote = 25,
+    /// Broker: "I am alive, and my disk answers", sent to every other broker each heartbeat
+    /// interval; answered the same way (protocol version 3; see `node/liveness.rs`).
+    BrokerHeartbeat = 26,
+    /// Raft: a leader broker asks a follower broker to let Raft groups go quiet; answered with
+    /// one yes or no per group (protocol version 3; see `node/quiet.rs`).
+    Quiesce = 27,
 }
 
 impl Op {
@@ -118,6 +124,8 @@ impl Op {
             Op::Brokers => "brokers",
             Op::Hello => "hello",
             Op::PreVote => "pre_vote",
+            Op::BrokerHeartbeat => "broker_heartbeat",
+            Op::Quiesce => "quiesce",
         }
     }
 
@@ -126,6 +134,7 @@ impl Op {
     pub(crate) fn since(self) -> u16 {
         match self {
             Op::Hello | Op::PreVote => 2,
+            Op::BrokerHeartbeat | Op::Quiesce => 3,
             _ => 1,
         }
     }
@@ -157,6 +166,8 @@ impl Op {
             23 => Some(Op::Brokers),
             24 => Some(Op::Hello),
             25 => Some(Op::PreVote),
+            26 => Some(Op::BrokerHeartbeat),
+            27 => Some(Op::Quiesce),
             _ => None,
         }
     }

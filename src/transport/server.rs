@@ -335,7 +335,13 @@ async fn read_request(
 fn is_raft(op: Op) -> bool {
     matches!(
         op,
-        Op::Vote | Op::PreVote | Op::AppendEntries | Op::Snapshot | Op::TransferLeader
+        Op::Vote
+            | Op::PreVote
+            | Op::AppendEntries
+            | Op::Snapshot
+            | Op::TransferLeader
+            | Op::BrokerHeartbeat
+            | Op::Quiesce
     )
 }
 

@@ -104,6 +104,10 @@ pub(crate) struct TuningArgs {
     /// build speaks, until every broker runs the new one (the newest by default).
     #[arg(long)]
     protocol_version: Option<u16>,
+    /// How long a partition goes unwritten before its Raft group goes quiet (no heartbeats,
+    /// no timers) until the next write; 0: never.
+    #[arg(long)]
+    quiesce_after_ms: Option<u64>,
 }
 
 impl TuningArgs {
@@ -190,6 +194,9 @@ impl TuningArgs {
             self.leader_imbalance_check_interval_ms.map(ms),
         );
         set(&mut config.protocol_version, self.protocol_version);
+        if let Some(after) = self.quiesce_after_ms {
+            config.quiesce_after = (after > 0).then(|| ms(after));
+        }
         let log = &mut config.log;
         set(&mut log.segment_bytes, self.segment_bytes);
         set(&mut log.index_interval_bytes, self.index_interval_bytes);

@@ -1,0 +1,283 @@
+//! One liveness signal per broker pair: every heartbeat interval each broker tells every
+//! other that it is alive (`Op::BrokerHeartbeat`, protocol version 3), and only while its own
+//! disk answers: a write and sync of a small file in its data directory must have finished
+//! within the session timeout, so that a broker whose disk stalled stops claiming liveness
+//! and the others take over what it led. A broker not heard from for the session timeout is
+//! *silent* in this broker's view; the view is local and advisory (Raft's votes, not this
+//! view, decide who leads), and it drives two things:
+//!
+//! - the quiet Raft groups a silent broker led are woken here and elect a new leader
+//!   (`node/quiet.rs`), staggered by rank and a few at a time;
+//! - a quiet group's member refuses votes against a leader whose broker it still hears
+//!   (`raft/quiet.rs`), as its own election timer would have, had it run.
+//!
+//! A broker that restarts says so with a new incarnation (its start time): this broker then
+//! wakes the quiet groups it leads with a replica there, so that the restarted replica hears
+//! its leader before its own election timer runs out, and the quiet groups the restarted
+//! broker led, whose leadership ended with its process.
+//!
+//! Wire: request `BrokerHeartbeat { from: u64, incarnation: u64 }`, answer
+//! `Result<u64, WireError>` (the answering broker's incarnation), both postcard. Served only to
+//! a connection that may speak for broker `from` (`peer_gate.rs`), and refused while the
+//! answering broker's own disk does not answer.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::transport::frame::Op;
+use crate::types::NodeId;
+
+use super::Broker;
+
+/// The file the disk probe writes and syncs, in the data directory.
+const PROBE_FILE: &str = "liveness-probe";
+
+/// A heartbeat's body.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct BrokerHeartbeat {
+    pub(crate) from: NodeId,
+    pub(crate) incarnation: u64,
+}
+
+/// What this broker knows of the others' liveness, and of its own disk.
+#[derive(Debug)]
+pub(super) struct Liveness {
+    /// This process's incarnation: its start, in milliseconds since the Unix epoch.
+    pub(super) incarnation: u64,
+    /// A broker not heard from for this long is silent.
+    pub(super) session: Duration,
+    heard: parking_lot::Mutex<HashMap<NodeId, Heard>>,
+    /// When the disk probe last finished within its bound.
+    disk_ok_at: parking_lot::Mutex<Option<Instant>>,
+    /// Set while a disk probe runs.
+    probing: AtomicBool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Heard {
+    at: Instant,
+    incarnation: u64,
+    /// Whether this broker was counted silent (and its led groups woken) since it was last
+    /// heard.
+    silent: bool,
+}
+
+/// What hearing from a broker changed.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum News {
+    /// Nothing: it was live, and is the same process.
+    Nothing,
+    /// Heard for the first time, or again after it was silent.
+    Back,
+    /// Another process than before: it restarted.
+    Restarted,
+}
+
+impl Liveness {
+    pub(super) fn new(heartbeat: Duration, election_timeout: Duration) -> Liveness {
+        let incarnation = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(1);
+        Liveness {
+            incarnation,
+            session: (heartbeat * 8).max(election_timeout * 2),
+            heard: parking_lot::Mutex::default(),
+            disk_ok_at: parking_lot::Mutex::new(Some(Instant::now())),
+            probing: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether broker `id` was heard from within the session timeout.
+    pub(super) fn is_live(&self, id: NodeId) -> bool {
+        self.heard
+            .lock()
+            .get(&id)
+            .is_some_and(|h| h.at.elapsed() < self.session)
+    }
+
+    /// Records that broker `id`, process `incarnation`, is alive now.
+    pub(super) fn heard_from(&self, id: NodeId, incarnation: u64) -> News {
+        let mut heard = self.heard.lock();
+        let now = Instant::now();
+        let news = match heard.get(&id) {
+            None => News::Back,
+            Some(h) if h.incarnation != incarnation => News::Restarted,
+            Some(h) if h.silent || h.at.elapsed() >= self.session => News::Back,
+            Some(_) => News::Nothing,
+        };
+        heard.insert(
+            id,
+            Heard {
+                at: now,
+                incarnation,
+                silent: false,
+            },
+        );
+        news
+    }
+
+    /// The brokers that turned silent since the last call (each reported once per silence).
+    pub(super) fn newly_silent(&self) -> Vec<NodeId> {
+        let mut heard = self.heard.lock();
+        heard
+            .iter_mut()
+            .filter(|(_, h)| !h.silent && h.at.elapsed() >= self.session)
+            .map(|(id, h)| {
+                h.silent = true;
+                *id
+            })
+            .collect()
+    }
+
+    /// Whether this broker's disk answered a probe within the session timeout.
+    pub(super) fn disk_answers(&self) -> bool {
+        self.disk_ok_at
+            .lock()
+            .is_some_and(|at| at.elapsed() < self.session)
+    }
+}
+
+impl Broker {
+    /// Every heartbeat interval until shutdown: probes the disk, tells every other broker
+    /// that speaks protocol version 3 that this one is alive (while the disk answers), and
+    /// wakes the quiet groups of brokers that turned silent.
+    pub(super) async fn run_liveness(
+        self: Arc<Self>,
+        mut shutdown: tokio::sync::watch::Receiver<bool>,
+    ) {
+        let mut tick = tokio::time::interval(self.config.heartbeat_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut was_answering = true;
+        // Ends at shutdown.
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => break,
+                _ = tick.tick() => {}
+            }
+            self.probe_disk();
+            let answering = self.liveness.disk_answers();
+            if answering != was_answering {
+                was_answering = answering;
+                if answering {
+                    tracing::info!(
+                        "the data directory answers again: telling the other brokers this one is alive"
+                    );
+                } else {
+                    tracing::error!(
+                        within = ?self.liveness.session,
+                        "the data directory did not finish a write and sync: no longer telling the other brokers this one is alive"
+                    );
+                }
+            }
+            if answering {
+                self.send_heartbeats();
+            }
+            for id in self.liveness.newly_silent() {
+                self.broker_turned_silent(id);
+            }
+        }
+    }
+
+    /// Starts a write-and-sync of the probe file, unless one is still running.
+    fn probe_disk(&self) {
+        if self.liveness.probing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let path = self.config.data_dir.join(PROBE_FILE);
+        let liveness = Arc::clone(&self.liveness);
+        tokio::task::spawn_blocking(move || {
+            let written = (|| -> std::io::Result<()> {
+                use std::io::Write;
+                let mut file = std::fs::OpenOptions::new()
+                    .create(true)
+                    .write(true)
+                    .truncate(true)
+                    .open(&path)?;
+                file.write_all(&liveness.incarnation.to_le_bytes())?;
+                file.sync_data()
+            })();
+            match written {
+                Ok(()) => *liveness.disk_ok_at.lock() = Some(Instant::now()),
+                Err(e) => {
+                    tracing::debug!(error = %e, "the liveness probe of the data directory failed")
+                }
+            }
+            liveness.probing.store(false, Ordering::Release);
+        });
+    }
+
+    /// One heartbeat to every other broker of the cluster that speaks version 3, each on a
+    /// task of its own (a slow broker delays no other's).
+    fn send_heartbeats(self: &Arc<Self>) {
+        let me = self.config.id;
+        let body = match crate::transport::body::encode(&BrokerHeartbeat {
+            from: me,
+            incarnation: self.liveness.incarnation,
+        }) {
+            Ok(body) => body,
+            Err(_) => return,
+        };
+        let brokers = self.catalog.read().brokers();
+        for id in brokers.into_iter().filter(|id| *id != me) {
+            let Some(peer) = self.peers.get(id, true) else {
+                continue;
+            };
+            if self
+                .peers
+                .live_version(id)
+                .is_some_and(|v| v < Op::BrokerHeartbeat.since())
+            {
+                continue;
+            }
+            let (broker, body) = (Arc::clone(self), body.clone());
+            let timeout = self.liveness.session / 2;
+            tokio::spawn(async move {
+                let Ok(answer) = broker
+                    .peers
+                    .call(&peer, id, Op::BrokerHeartbeat, body, timeout)
+                    .await
+                else {
+                    return;
+                };
+                if let Ok(Ok(incarnation)) =
+                    postcard::from_bytes::<Result<u64, crate::protocol::WireError>>(&answer)
+                {
+                    broker.heard(id, incarnation);
+                }
+            });
+        }
+    }
+
+    /// Serves a peer's heartbeat (`body`): records it, and answers with this broker's
+    /// incarnation, unless this broker's disk does not answer.
+    pub(super) fn serve_heartbeat(
+        self: &Arc<Self>,
+        heartbeat: BrokerHeartbeat,
+    ) -> Result<u64, crate::protocol::WireError> {
+        if !self.liveness.disk_answers() {
+            return Err(crate::protocol::WireError::Other(
+                "this broker's data directory does not answer".into(),
+            ));
+        }
+        self.heard(heartbeat.from, heartbeat.incarnation);
+        Ok(self.liveness.incarnation)
+    }
+
+    /// Records that broker `id` is alive, and acts on what that changes.
+    fn heard(self: &Arc<Self>, id: NodeId, incarnation: u64) {
+        match self.liveness.heard_from(id, incarnation) {
+            News::Nothing => {}
+            News::Back => self.broker_back(id),
+            News::Restarted => {
+                tracing::info!(broker = id, "peer broker restarted");
+                self.broker_turned_silent(id);
+                self.broker_back(id);
+            }
+        }
+    }
+}

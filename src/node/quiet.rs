@@ -1,0 +1,301 @@
+//! Quiet partitions, the broker's side (each member's side is `raft/quiet.rs`).
+//!
+//! Every half second the broker looks at the partitions it leads: one that has not been
+//! written for `NodeConfig::quiesce_after`, whose log every member holds, committed and
+//! applied, and whose members' brokers all speak protocol version 3 and are live, is offered
+//! quiet. The offers go out in one `Quiesce` message per follower broker (`Op::Quiesce`, body
+//! `QuiesceRequest`, answer `Result<Vec<bool>, WireError>`: one yes or no per group, in
+//! order); a group whose followers all said yes parks on the leader too. The metadata Raft
+//! group and the offsets topic's partitions never go quiet: the cluster's and the consumer
+//! groups' coordination runs through them.
+//!
+//! When a broker turns silent (`liveness.rs`), this broker wakes the quiet groups that broker
+//! led: the first survivor by id at once, the next half an election timeout later, and so on,
+//! [`WOKEN_AT_ONCE`] at a time, so that a thousand groups do not all campaign in the same
+//! instant. When a broker is heard again, or restarted, this broker wakes the quiet groups it
+//! leads with a replica there.
+//!
+//! ## Why quiet cannot lose a write or elect two leaders
+//!
+//! Quiet changes only *when* members act, never what Raft lets them do. A write is
+//! acknowledged only once a quorum appended it in the leader's term, and a new leader is
+//! elected only by a quorum that then refuses the old term's appends; the two quorums share a
+//! member, so a quiet leader that was deposed while it slept commits nothing more, however
+//! long it slept and however wrong any broker's view of liveness is. Its first write after
+//! waking fails: openraft refuses writes until a quorum renewed the leader's lease, and the
+//! renewal cannot reach a quorum that follows someone else. The refusals added here (a parked
+//! member refusing votes while the leader's broker is live) only withhold votes, which Raft
+//! always allows; a leadership transfer's vote is never refused. What the timing does decide is
+//! how soon a group led by a dead broker elects (the session timeout, then an election), and
+//! that a broker cut off from some of the others one way cannot depose leaders the rest hear.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::catalog::METADATA_TOPIC;
+use crate::group::OFFSETS_TOPIC;
+use crate::protocol::WireError;
+use crate::raft::quiet::QuietOffer;
+use crate::raft::types::{LogId, Vote};
+use crate::transport::frame::Op;
+use crate::types::{NodeId, PartitionId};
+
+use super::{Broker, HostedReplica};
+
+/// Groups woken together after a broker turned silent, before the next few.
+const WOKEN_AT_ONCE: usize = 64;
+
+/// Groups offered quiet in one message to one broker.
+const OFFERS_PER_MESSAGE: usize = 1024;
+
+/// One group offered quiet to a follower broker.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct QuietGroup {
+    pub(crate) partition: PartitionId,
+    pub(crate) topic_id: u64,
+    /// The leader's committed vote.
+    pub(crate) vote: Vote,
+    /// The leader's last log id, committed and applied.
+    pub(crate) last: LogId,
+}
+
+/// A `Quiesce` message's body.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct QuiesceRequest {
+    /// The leader broker.
+    pub(crate) from: NodeId,
+    pub(crate) groups: Vec<QuietGroup>,
+}
+
+impl super::Node {
+    /// How many of the partition replicas this broker hosts are quiet now: their Raft groups
+    /// stopped their heartbeats and timers here until the next write (see
+    /// [`NodeConfig::quiesce_after`](crate::NodeConfig::quiesce_after)).
+    pub fn quiet_replicas(&self) -> usize {
+        self.broker.quiet_replicas()
+    }
+}
+
+impl Broker {
+    /// Every half second until shutdown, offers quiet to the idle groups this broker leads
+    /// (if `quiesce_after` is set).
+    pub(super) async fn run_quiet(
+        self: Arc<Self>,
+        mut shutdown: tokio::sync::watch::Receiver<bool>,
+    ) {
+        let Some(idle) = self.config.quiesce_after else {
+            return;
+        };
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Ends at shutdown.
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => break,
+                _ = tick.tick() => self.offer_quiet(idle).await,
+            }
+        }
+    }
+
+    /// Whether `replica`'s Raft group may ever go quiet.
+    fn may_go_quiet(replica: &HostedReplica) -> bool {
+        replica.id.topic != METADATA_TOPIC && replica.id.topic != OFFSETS_TOPIC
+    }
+
+    /// One round of offers (see the module's docs).
+    async fn offer_quiet(self: &Arc<Self>, idle: Duration) {
+        let me = self.config.id;
+        let replicas: Vec<Arc<HostedReplica>> = self.replicas.read().values().cloned().collect();
+        let eligible = |id: &NodeId| {
+            self.liveness.is_live(*id)
+                && self
+                    .peers
+                    .live_version(*id)
+                    .is_some_and(|v| v >= Op::Quiesce.since())
+        };
+        let offers: Vec<(Arc<HostedReplica>, QuietOffer)> = replicas
+            .into_iter()
+            .filter(|r| Self::may_go_quiet(r))
+            .filter_map(|r| {
+                let offer = r.raft.quiet_offer(me, idle)?;
+                offer.followers.iter().all(eligible).then_some((r, offer))
+            })
+            .collect();
+        if offers.is_empty() {
+            return;
+        }
+        let mut by_broker: HashMap<NodeId, Vec<usize>> = HashMap::new();
+        for (i, (_, offer)) in offers.iter().enumerate() {
+            for f in &offer.followers {
+                by_broker.entry(*f).or_default().push(i);
+            }
+        }
+        let mut yes = vec![0usize; offers.len()];
+        let mut asked = tokio::task::JoinSet::new();
+        for (broker, indices) in by_broker {
+            for chunk in indices.chunks(OFFERS_PER_MESSAGE) {
+                let groups = chunk
+                    .iter()
+                    .map(|i| {
+                        let (r, o) = &offers[*i];
+                        QuietGroup {
+                            partition: r.id.clone(),
+                            topic_id: r.topic_id,
+                            vote: o.vote,
+                            last: o.last,
+                        }
+                    })
+                    .collect();
+                let this = Arc::clone(self);
+                let chunk = chunk.to_vec();
+                asked.spawn(async move {
+                    let answers = this.ask_quiet(broker, groups).await;
+                    (chunk, answers)
+                });
+            }
+        }
+        // Bounded by the tasks spawned above, each bounded by its call's deadline.
+        while let Some(Ok((chunk, answers))) = asked.join_next().await {
+            for (i, said_yes) in chunk.into_iter().zip(answers) {
+                yes[i] += usize::from(said_yes);
+            }
+        }
+        let parked = offers
+            .iter()
+            .zip(yes)
+            .filter(|((r, offer), n)| *n == offer.followers.len() && r.raft.park_leader(me, offer))
+            .count();
+        if parked > 0 {
+            tracing::debug!(groups = parked, "partitions gone quiet");
+        }
+    }
+
+    /// Offers `groups` quiet to broker `to`: one yes or no per group (all no if it does not
+    /// answer).
+    async fn ask_quiet(&self, to: NodeId, groups: Vec<QuietGroup>) -> Vec<bool> {
+        let n = groups.len();
+        let request = QuiesceRequest {
+            from: self.config.id,
+            groups,
+        };
+        let (Some(peer), Ok(body)) = (
+            self.peers.get(to, true),
+            crate::transport::body::encode(&request),
+        ) else {
+            return vec![false; n];
+        };
+        let timeout = self.config.election_timeout;
+        let answer = match self.peers.call(&peer, to, Op::Quiesce, body, timeout).await {
+            Ok(answer) => answer,
+            Err(_) => return vec![false; n],
+        };
+        match postcard::from_bytes::<Result<Vec<bool>, WireError>>(&answer) {
+            Ok(Ok(answers)) if answers.len() == n => answers,
+            _ => vec![false; n],
+        }
+    }
+
+    /// Serves a leader broker's offers: each group parks here if this broker's replica of it
+    /// holds exactly the leader's log and follows its vote.
+    pub(super) fn serve_quiesce(&self, request: QuiesceRequest) -> Vec<bool> {
+        let replicas = self.replicas.read();
+        request
+            .groups
+            .iter()
+            .map(|g| {
+                use openraft::vote::RaftLeaderId;
+                let from_leader = *g.vote.leader_id().node_id() == request.from;
+                replicas.get(&g.partition).is_some_and(|r| {
+                    from_leader
+                        && r.topic_id == g.topic_id
+                        && Self::may_go_quiet(r)
+                        && r.raft.park_follower(&g.vote, &g.last)
+                })
+            })
+            .collect()
+    }
+
+    /// Broker `silent` stopped answering (or restarted): the quiet groups it led here wake and
+    /// elect, the replica first by id among the other voters at once, the next half an
+    /// election timeout later, and so on, a few at a time.
+    pub(super) fn broker_turned_silent(self: &Arc<Self>, silent: NodeId) {
+        let me = self.config.id;
+        let mut woken: Vec<(usize, Arc<HostedReplica>)> = self
+            .replicas
+            .read()
+            .values()
+            .filter(|r| r.raft.parked_under() == Some(silent))
+            .map(|r| {
+                let (voters, _) = r.raft.voters();
+                let rank = voters
+                    .iter()
+                    .filter(|v| **v != silent)
+                    .position(|v| *v == me);
+                (rank.unwrap_or(usize::MAX), Arc::clone(r))
+            })
+            .collect();
+        if woken.is_empty() {
+            return;
+        }
+        tracing::info!(
+            broker = silent,
+            partitions = woken.len(),
+            "peer broker silent: its quiet partitions here elect a new leader"
+        );
+        woken.sort_by_key(|(rank, r)| (*rank, r.id.clone()));
+        let step = self.config.election_timeout / 2;
+        tokio::spawn(async move {
+            let started = tokio::time::Instant::now();
+            for batch in woken.chunks(WOKEN_AT_ONCE) {
+                for (rank, r) in batch {
+                    let at =
+                        started + step.saturating_mul(u32::try_from(*rank).unwrap_or(8).min(8));
+                    tokio::time::sleep_until(at).await;
+                    // A new leader's append may have woken it already.
+                    if r.raft.parked_under() == Some(silent) {
+                        r.raft.wake();
+                    }
+                }
+                // At most `WOKEN_AT_ONCE` campaigns start in one stretch: the survivors'
+                // votes and blank entries are each a sync on several brokers.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+    }
+
+    /// Broker `back` is heard again, or restarted: the quiet groups this broker leads with a
+    /// replica there wake, so that the replica hears its leader before its own election timer
+    /// runs out.
+    pub(super) fn broker_back(&self, back: NodeId) {
+        let me = self.config.id;
+        let woken = self
+            .replicas
+            .read()
+            .values()
+            .filter(|r| r.raft.parked_under() == Some(me) && r.raft.member_ids().contains(&back))
+            .filter(|r| r.raft.wake())
+            .count();
+        if woken > 0 {
+            tracing::debug!(
+                broker = back,
+                partitions = woken,
+                "woke quiet partitions led here for a returning broker"
+            );
+        }
+    }
+
+    /// How many of the replicas here are quiet now.
+    fn quiet_replicas(&self) -> usize {
+        self.replicas
+            .read()
+            .values()
+            .filter(|r| r.raft.is_parked())
+            .count()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,281 @@
+//! Quiet partitions over real loopback TCP: they go quiet, wake on a write, elect anew when
+//! their leader's broker dies or is cut off, and are not disturbed by a one-way cut.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::types::NodeId;
+use crate::{Client, ClientConfig, Env, LocalCluster, NetFaults, Node, Offset, Record};
+
+const TOPIC: &str = "quiet";
+const PARTITIONS: u32 = 6;
+
+/// Polls `condition` every 20 ms until it returns `Some`, for at most `limit`; panics naming
+/// `what` after that.
+async fn until<T>(limit: Duration, what: &str, mut condition: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    // Bounded by the deadline.
+    loop {
+        if let Some(value) = condition() {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        // The pause between two polls, not a wait for anything.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Three brokers whose partitions go quiet after 300 ms unwritten, a topic of six partitions
+/// each written once, and a client.
+async fn quiet_cluster(
+    dir: &std::path::Path,
+    net: &Arc<NetFaults>,
+) -> (LocalCluster, Client, Vec<Record>) {
+    let listeners = (0..3)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let net = Arc::clone(net);
+    let cluster = LocalCluster::start_in(
+        listeners,
+        dir,
+        |c| {
+            c.heartbeat_interval = Duration::from_millis(100);
+            c.election_timeout = Duration::from_millis(500);
+            c.quiesce_after = Some(Duration::from_millis(300));
+            c.auto_leader_rebalance = false;
+        },
+        |_| Env::default().with_net_faults(Arc::clone(&net)),
+    )
+    .await
+    .unwrap();
+    let client = Client::connect(&cluster.addrs(), ClientConfig::default())
+        .await
+        .unwrap();
+    client.create_topic(TOPIC, PARTITIONS, 3).await.unwrap();
+    let mut written = Vec::new();
+    for p in 0..PARTITIONS {
+        let record = Record::new(format!("first {p}"));
+        client
+            .send(TOPIC, p, std::slice::from_ref(&record))
+            .await
+            .unwrap();
+        written.push(record);
+    }
+    (cluster, client, written)
+}
+
+/// Waits until every running broker has all its replicas of the topic quiet.
+async fn all_quiet(nodes: &[&Node]) {
+    until(Duration::from_secs(30), "every replica to go quiet", || {
+        nodes
+            .iter()
+            .all(|n| n.quiet_replicas() == PARTITIONS as usize)
+            .then_some(())
+    })
+    .await;
+}
+
+/// Each partition's (leader, term) as every broker in `nodes` names them alike, if they do.
+fn settled(nodes: &[&Node]) -> Option<BTreeMap<u32, (NodeId, u64)>> {
+    (0..PARTITIONS)
+        .map(|p| {
+            let seen: Vec<(Option<NodeId>, u64)> = nodes
+                .iter()
+                .map(|n| n.status(TOPIC, p).ok().map(|s| (s.leader, s.term)))
+                .collect::<Option<_>>()?;
+            let (leader, term) = *seen.first()?;
+            let leader = leader.filter(|l| nodes.iter().any(|n| n.id() == *l))?;
+            seen.iter()
+                .all(|s| *s == (Some(leader), term))
+                .then_some((p, (leader, term)))
+        })
+        .collect()
+}
+
+/// The values of partition `p` as broker `node` holds them, committed.
+fn values(node: &Node, p: u32) -> Vec<Vec<u8>> {
+    node.read(TOPIC, p, Offset(0), 1 << 20)
+        .unwrap()
+        .iter()
+        .flat_map(|b| b.records())
+        .map(|(_, r)| r.value.to_vec())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_partitions_go_quiet_and_a_write_wakes_them_without_an_election() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = NetFaults::new();
+    let (cluster, client, _) = quiet_cluster(dir.path(), &net).await;
+    let nodes: Vec<&Node> = cluster.nodes().collect();
+    all_quiet(&nodes).await;
+    let before = until(Duration::from_secs(10), "leaders", || settled(&nodes)).await;
+    // A quiet Raft group is still described as whole: its followers hold its whole log.
+    let described = client.describe(TOPIC).await.unwrap();
+    assert!(described.iter().all(|p| p.isr.len() == 3), "{described:?}");
+
+    for p in 0..PARTITIONS {
+        client
+            .send(TOPIC, p, &[Record::new(format!("second {p}"))])
+            .await
+            .unwrap();
+    }
+    all_quiet(&nodes).await;
+    let after = until(Duration::from_secs(10), "leaders", || settled(&nodes)).await;
+    assert_eq!(
+        before, after,
+        "a write to a quiet partition wakes it in its term"
+    );
+    for p in 0..PARTITIONS {
+        for n in &nodes {
+            until(Duration::from_secs(10), "both records everywhere", || {
+                (values(n, p).len() == 2).then_some(())
+            })
+            .await;
+        }
+    }
+    drop(client);
+    cluster.shutdown().await.unwrap();
+}
+
+/// A broker that dies while it leads quiet partitions: the survivors hear it fall silent,
+/// wake those partitions and elect among themselves; every acknowledged record is still there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quiet_partitions_of_a_dead_broker_elect_new_leaders_and_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = NetFaults::new();
+    let (mut cluster, client, written) = quiet_cluster(dir.path(), &net).await;
+    {
+        let nodes: Vec<&Node> = cluster.nodes().collect();
+        all_quiet(&nodes).await;
+    }
+    let leaders = {
+        let nodes: Vec<&Node> = cluster.nodes().collect();
+        until(Duration::from_secs(10), "leaders", || settled(&nodes)).await
+    };
+    let dead = leaders[&0].0;
+    // No hand-off: as if the process died.
+    cluster.node(dead).unwrap().stopping_with_its_cluster();
+    cluster.stop(dead).await.unwrap();
+    let survivors: Vec<&Node> = cluster.nodes().collect();
+    let now = until(Duration::from_secs(30), "new leaders", || {
+        settled(&survivors)
+    })
+    .await;
+    for p in 0..PARTITIONS {
+        assert_ne!(now[&p].0, dead);
+        client
+            .send(TOPIC, p, &[Record::new("after")])
+            .await
+            .unwrap();
+        let expected = vec![written[p as usize].value.to_vec(), b"after".to_vec()];
+        for n in &survivors {
+            until(
+                Duration::from_secs(10),
+                "the records on every survivor",
+                || (values(n, p) == expected).then_some(()),
+            )
+            .await;
+        }
+    }
+    drop(client);
+    cluster.shutdown().await.unwrap();
+}
+
+/// A quiet leader cut off from both followers: they elect a new leader; the old one
+/// acknowledges none of the writes it is asked for; after the cut heals, one leader remains and
+/// every replica holds the same records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_leader_cut_off_acknowledges_nothing_and_one_leader_remains() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = NetFaults::new();
+    let (cluster, client, _) = quiet_cluster(dir.path(), &net).await;
+    let nodes: Vec<&Node> = cluster.nodes().collect();
+    all_quiet(&nodes).await;
+    let leaders = until(Duration::from_secs(10), "leaders", || settled(&nodes)).await;
+    let (old, _) = leaders[&0];
+    let others: Vec<u64> = [1, 2, 3].into_iter().filter(|id| *id != old).collect();
+    net.partition(&[old], &others);
+    let rest: Vec<&Node> = nodes.iter().copied().filter(|n| n.id() != old).collect();
+    until(
+        Duration::from_secs(30),
+        "a new leader of partition 0",
+        || {
+            let s = settled(&rest)?;
+            (s[&0].0 != old).then_some(())
+        },
+    )
+    .await;
+    let old_node = cluster.node(old).unwrap();
+    let mut acknowledged = 0;
+    for i in 0..20 {
+        let record = [Record::new(format!("cut off {i}"))];
+        let append = old_node.append(TOPIC, 0, &record);
+        if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_millis(500), append).await {
+            acknowledged += 1;
+        }
+    }
+    assert_eq!(acknowledged, 0, "a deposed leader acknowledged writes");
+    client
+        .send(TOPIC, 0, &[Record::new("new leader")])
+        .await
+        .unwrap();
+    net.heal();
+    until(Duration::from_secs(30), "one leader everywhere", || {
+        settled(&nodes)
+    })
+    .await;
+    let expected = values(rest[0], 0);
+    assert!(expected.iter().any(|v| v == b"new leader"));
+    assert!(!expected.iter().any(|v| v.starts_with(b"cut off")));
+    for n in &nodes {
+        until(
+            Duration::from_secs(30),
+            "the same records everywhere",
+            || (values(n, 0) == expected).then_some(()),
+        )
+        .await;
+    }
+    drop(client);
+    cluster.shutdown().await.unwrap();
+}
+
+/// A broker that stops hearing one other broker (one way) wakes the quiet partitions that
+/// broker leads and runs pre-votes, but the third broker still hears the leader and refuses
+/// them: no partition changes leader or term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_way_cut_disturbs_no_quiet_partition() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = NetFaults::new();
+    let (cluster, client, _) = quiet_cluster(dir.path(), &net).await;
+    let nodes: Vec<&Node> = cluster.nodes().collect();
+    all_quiet(&nodes).await;
+    let before = until(Duration::from_secs(10), "leaders", || settled(&nodes)).await;
+    let leader = before[&0].0;
+    let deaf = [1, 2, 3].into_iter().find(|id| *id != leader).unwrap();
+    net.cut(leader, deaf);
+    // Watched for ten session timeouts (the brokers' 800 ms): long enough for the deaf broker
+    // to count the leader silent and campaign many times over.
+    let watched = Instant::now();
+    // Bounded by the time: a property watched over a window, not a wait.
+    while watched.elapsed() < Duration::from_secs(8) {
+        for p in 0..PARTITIONS {
+            for n in &nodes {
+                let s = n.status(TOPIC, p).unwrap();
+                assert!(
+                    s.term == before[&p].1,
+                    "partition {p}'s term moved on broker {}: {s:?}",
+                    n.id()
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    net.heal();
+    drop(client);
+    cluster.shutdown().await.unwrap();
+}

@@ -1,0 +1,269 @@
+//! Quiet Raft groups: a group whose log is written, committed and applied on every member,
+//! and that no one has written for a while, stops its timers on every member (no ticks, no
+//! heartbeats, no election timer), so that an idle partition costs its brokers nothing.
+//!
+//! The leader offers quiet (`quiet_offer`), the broker asks every follower
+//! (`node/quiet.rs`, one message per peer broker for all its groups), each follower parks only
+//! if it holds exactly the leader's log and vote (`park_follower`), and the leader parks last,
+//! once every follower said yes and nothing was written meanwhile (`park_leader`). Anything
+//! new wakes a member: a write or an admin change on the leader (`wake_to_write`), any Raft
+//! message on a follower (the broker's peer server calls [`Replica::wake`] after serving it),
+//! or the broker that led the group turning silent (the broker's liveness view wakes the
+//! groups it led, and their members elect as after any leader's loss).
+//!
+//! A parked follower's own election timer is off, so nothing in openraft protects a quiet
+//! leader from a candidate: the broker's peer server refuses a vote or pre-vote against a
+//! parked group's leader while that leader's broker is live in its view
+//! ([`Replica::refuses_vote_while_quiet`]). Refusing a vote is always safe; Raft's rules, not
+//! these timers, keep two leaders from committing (see DESIGN notes in `node/quiet.rs`).
+
+use std::time::{Duration, Instant};
+
+use openraft::Instant as _;
+use openraft::ServerState;
+use openraft::async_runtime::watch::WatchReceiver;
+use openraft::raft::{VoteRequest, VoteResponse};
+
+use super::replica::Replica;
+use super::types::{C, LogId, Vote};
+use crate::types::NodeId;
+
+/// A member's quiet state.
+#[derive(Debug)]
+pub(crate) struct Quiet {
+    state: parking_lot::Mutex<QuietState>,
+}
+
+#[derive(Debug)]
+struct QuietState {
+    /// Timers stopped.
+    parked: bool,
+    /// The leader the member parked under (itself on the leader).
+    leader: Option<NodeId>,
+    /// Counts writes and wakes: the leader parks only if none came since its offer.
+    activity: u64,
+    /// The last write or wake.
+    active_at: Instant,
+}
+
+impl Default for Quiet {
+    fn default() -> Self {
+        Quiet {
+            state: parking_lot::Mutex::new(QuietState {
+                parked: false,
+                leader: None,
+                activity: 0,
+                active_at: Instant::now(),
+            }),
+        }
+    }
+}
+
+/// A leader's offer of quiet to its followers: what each must hold to park.
+#[derive(Clone, Debug)]
+pub(crate) struct QuietOffer {
+    /// The leader's committed vote.
+    pub(crate) vote: Vote,
+    /// The leader's last log id, committed and applied.
+    pub(crate) last: LogId,
+    /// Every other member (voters and learners), each holding `last`.
+    pub(crate) followers: Vec<NodeId>,
+    activity: u64,
+}
+
+impl Replica {
+    /// Makes this member's elections on a timer start with a pre-vote, or not (tests: a
+    /// member that campaigns for real raises its term, which they watch).
+    #[cfg(test)]
+    pub(crate) fn pre_vote(&self, on: bool) {
+        self.raft.runtime_config().pre_vote(on);
+    }
+
+    /// Whether this member's timers are stopped.
+    pub(crate) fn is_parked(&self) -> bool {
+        self.quiet.state.lock().parked
+    }
+
+    /// The leader this member parked under, while parked.
+    pub(crate) fn parked_under(&self) -> Option<NodeId> {
+        let state = self.quiet.state.lock();
+        state.parked.then_some(state.leader).flatten()
+    }
+
+    /// Starts this member's timers again if they were stopped, and counts the activity (a
+    /// leader that offered quiet before it does not park). Returns whether it was parked.
+    pub(crate) fn wake(&self) -> bool {
+        let mut state = self.quiet.state.lock();
+        state.activity += 1;
+        state.active_at = Instant::now();
+        if !state.parked {
+            return false;
+        }
+        state.parked = false;
+        state.leader = None;
+        let config = self.raft.runtime_config();
+        config.heartbeat(true);
+        config.tick(true);
+        true
+    }
+
+    /// Wakes this member before a write, a membership change or a leadership transfer: if it
+    /// was a parked leader, it heartbeats at once and waits (at most `lease_wait`) until a
+    /// quorum acknowledged it, since openraft refuses writes until its lease is renewed after
+    /// the quiet. A write after quiet costs one round trip more.
+    pub(crate) async fn wake_to_write(&self, lease_wait: Duration) {
+        if !self.wake() {
+            return;
+        }
+        let woke = openraft::type_config::alias::InstantOf::<C>::now();
+        // A stopped member refuses the write that follows, with its reason.
+        let _ = self.raft.trigger().heartbeat().await;
+        let mut metrics = self.raft.metrics();
+        let _ = tokio::time::timeout(lease_wait, async {
+            // Bounded by the timeout around it.
+            loop {
+                {
+                    let m = metrics.borrow_watched();
+                    let renewed = m.last_quorum_acked.as_ref().is_some_and(|t| **t >= woke);
+                    if renewed || m.state != ServerState::Leader {
+                        return;
+                    }
+                }
+                if metrics.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await;
+    }
+
+    /// On the leader of `me`: the offer of quiet if the group can go quiet now. It can when
+    /// this member leads with a committed vote, nothing was written or woken for `idle`, its
+    /// last entry is committed and applied, every other member holds it, and its membership is
+    /// committed.
+    pub(crate) fn quiet_offer(&self, me: NodeId, idle: Duration) -> Option<QuietOffer> {
+        let activity = {
+            let state = self.quiet.state.lock();
+            if state.parked || state.active_at.elapsed() < idle {
+                return None;
+            }
+            state.activity
+        };
+        let m = self.raft.metrics().borrow_watched().clone();
+        if m.state != ServerState::Leader || m.current_leader != Some(me) || !m.vote.committed {
+            return None;
+        }
+        let last = m.last_applied?;
+        if m.last_log_index != Some(last.index) || m.local_committed != Some(last) {
+            return None;
+        }
+        if m.membership_config.log_id() != m.committed_membership_config.log_id() {
+            return None;
+        }
+        let replication = m.replication.as_ref()?;
+        let members = m.membership_config.membership();
+        let followers: Vec<NodeId> = members
+            .nodes()
+            .map(|(id, _)| *id)
+            .filter(|id| *id != me)
+            .collect();
+        let all_hold = followers.iter().all(|id| {
+            replication
+                .get(id)
+                .is_some_and(|l| l.as_ref() == Some(&last))
+        });
+        if !all_hold || followers.is_empty() {
+            return None;
+        }
+        Some(QuietOffer {
+            vote: m.vote,
+            last,
+            followers,
+            activity,
+        })
+    }
+
+    /// On the leader, once every follower parked on `offer`: parks, unless something was
+    /// written or woken since the offer, or the log moved. Returns whether it parked.
+    pub(crate) fn park_leader(&self, me: NodeId, offer: &QuietOffer) -> bool {
+        let mut state = self.quiet.state.lock();
+        if state.parked || state.activity != offer.activity {
+            return false;
+        }
+        {
+            let m = self.raft.metrics();
+            let m = m.borrow_watched();
+            if m.current_leader != Some(me)
+                || m.vote != offer.vote
+                || m.last_log_index != Some(offer.last.index)
+            {
+                return false;
+            }
+        }
+        self.park(&mut state, me);
+        true
+    }
+
+    /// On a follower: parks if it follows `vote` (committed) and its log ends, committed, at
+    /// `last`, as the leader's does. Returns whether it parked (or already was).
+    pub(crate) fn park_follower(&self, vote: &Vote, last: &LogId) -> bool {
+        let mut state = self.quiet.state.lock();
+        let leader = {
+            let m = self.raft.metrics();
+            let m = m.borrow_watched();
+            let holds = m.vote == *vote
+                && vote.committed
+                && m.state != ServerState::Leader
+                && m.last_log_index == Some(last.index)
+                && m.local_committed.as_ref() == Some(last);
+            if !holds {
+                return false;
+            }
+            m.current_leader
+        };
+        let Some(leader) = leader else {
+            return false;
+        };
+        if state.parked {
+            return state.leader == Some(leader);
+        }
+        self.park(&mut state, leader);
+        true
+    }
+
+    fn park(&self, state: &mut QuietState, leader: NodeId) {
+        state.parked = true;
+        state.leader = Some(leader);
+        let config = self.raft.runtime_config();
+        config.tick(false);
+        config.heartbeat(false);
+    }
+
+    /// The refusal to send for a vote or pre-vote request (`body`, after the partition's ids)
+    /// to a parked member whose leader's broker is live (`live`), unless the request is part
+    /// of a leadership transfer: the leader's lease as the member's own timers would keep it,
+    /// had they run. `None`: serve the request (after waking the member).
+    pub(crate) fn refuses_vote_while_quiet(
+        &self,
+        body: &[u8],
+        live: impl Fn(NodeId) -> bool,
+    ) -> Option<Vec<u8>> {
+        let leader = self.parked_under()?;
+        let request: VoteRequest<C> = postcard::from_bytes(body).ok()?;
+        if request.leadership_transfer || !live(leader) {
+            return None;
+        }
+        let (vote, last) = {
+            let m = self.raft.metrics();
+            let m = m.borrow_watched();
+            (
+                m.vote,
+                m.last_applied.filter(|l| Some(l.index) == m.last_log_index),
+            )
+        };
+        let last = last.or(request.last_log_id);
+        let answer: std::result::Result<VoteResponse<C>, String> =
+            Ok(VoteResponse::new(vote, last, false));
+        postcard::to_stdvec(&answer).ok()
+    }
+}
