@@ -78,7 +78,12 @@ fn log_config() -> LogConfig {
 /// tempdir.
 struct Cluster {
     cluster: LocalCluster,
-    leader: Arc<Node>,
+    /// Partition 0's leader as last seen; another broker once a write is refused.
+    leader: parking_lot::Mutex<Arc<Node>>,
+    /// Every broker, to find a new leader among.
+    nodes: Vec<Arc<Node>>,
+    /// Writes a leader refused because it no longer led (see [`append_on_leader`]).
+    leader_changes: std::sync::atomic::AtomicU64,
     _dir: tempfile::TempDir,
 }
 
@@ -109,27 +114,81 @@ impl Cluster {
             .await
             .expect("a leader");
         let leader = cluster.shared(leaders[0]).expect("the leader runs");
+        let nodes = (1..=3).filter_map(|id| cluster.shared(id)).collect();
         Cluster {
             cluster,
-            leader,
+            leader: parking_lot::Mutex::new(leader),
+            nodes,
+            leader_changes: Default::default(),
             _dir: dir,
         }
     }
 
-    fn leader(&self) -> &Arc<Node> {
-        &self.leader
+    /// How many writes a broker refused since the last call because it no longer led.
+    fn take_leader_changes(&self) -> u64 {
+        self.leader_changes
+            .swap(0, std::sync::atomic::Ordering::Relaxed)
     }
 
-    async fn shutdown(self) {
-        drop(self.leader);
-        self.cluster.shutdown().await.expect("shutdown");
+    /// Shuts the cluster down, once no task holds it, saying first if the leadership moved
+    /// during `case`.
+    fn shutdown(self: Arc<Self>, rt: &Runtime, case: &str) {
+        let changes = self.take_leader_changes();
+        if changes > 0 {
+            println!(
+                "leader change during {case}: {changes} writes refused by a broker that no \
+                 longer led, resent to the new leader"
+            );
+        }
+        let Ok(this) = Arc::try_unwrap(self) else {
+            panic!("a task still holds the cluster");
+        };
+        drop(this.leader);
+        drop(this.nodes);
+        rt.block_on(this.cluster.shutdown()).expect("shutdown");
+    }
+}
+
+/// Appends `batch` to partition 0 on its leader. A broker that no longer leads (the
+/// leadership moved during the run) is counted, and the write goes to the broker its refusal
+/// names, or to whichever broker leads once the election is over: the bench reports the
+/// change instead of stopping. Panics only if no broker takes the write within 30 s.
+async fn append_on_leader(cluster: &Cluster, batch: &[Record]) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // Bounded by the deadline.
+    loop {
+        let leader = Arc::clone(&cluster.leader.lock());
+        match leader.append(TOPIC, 0, batch).await {
+            Ok(info) => {
+                black_box(info);
+                return;
+            }
+            Err(replog::Error::NotLeader { leader: hint, .. }) if Instant::now() < deadline => {
+                cluster
+                    .leader_changes
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let named = hint.map(|h| h.node_id).or_else(|| {
+                    cluster
+                        .nodes
+                        .iter()
+                        .find(|n| n.status(TOPIC, 0).is_ok_and(|s| s.leader == Some(n.id())))
+                        .map(|n| n.id())
+                });
+                match named.and_then(|id| cluster.nodes.iter().find(|n| n.id() == id)) {
+                    Some(next) => *cluster.leader.lock() = Arc::clone(next),
+                    // No leader yet: an election runs.
+                    None => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+            Err(e) => panic!("append: {e}"),
+        }
     }
 }
 
 /// Appends `iters` batches to the leader with up to `in_flight` outstanding, and returns the
 /// wall time until the last one is committed, plus each append's latency (spawn to commit).
 async fn timed_appends(
-    leader: &Arc<Node>,
+    cluster: &Arc<Cluster>,
     batch: &Arc<Vec<Record>>,
     iters: u64,
     in_flight: usize,
@@ -137,12 +196,12 @@ async fn timed_appends(
     let mut latencies = Vec::with_capacity(iters as usize);
     let mut tasks = JoinSet::new();
     let spawn = |tasks: &mut JoinSet<Duration>| {
-        let node = Arc::clone(leader);
+        let cluster = Arc::clone(cluster);
         let batch = Arc::clone(batch);
         // From the spawn, so that time the task waits for a worker counts as latency too.
         let t = Instant::now();
         tasks.spawn(async move {
-            black_box(node.append(TOPIC, 0, &batch).await.expect("append"));
+            append_on_leader(&cluster, &batch).await;
             t.elapsed()
         });
     };
@@ -189,7 +248,7 @@ fn replicate(c: &mut Criterion) {
                 let name = format!("{size}/batch{BATCH}/inflight{in_flight}/{label}");
                 let batch = Arc::new(records(value_len, BATCH));
                 // Started lazily, so that a case a filter excludes starts no cluster.
-                let cluster: RefCell<Option<Cluster>> = RefCell::new(None);
+                let cluster: RefCell<Option<Arc<Cluster>>> = RefCell::new(None);
                 // Latencies per call of the routine; the last SAMPLE_SIZE calls are the samples.
                 let calls: RefCell<Vec<Vec<Duration>>> = RefCell::new(Vec::new());
                 g.bench_function(&name, |b| {
@@ -198,13 +257,13 @@ fn replicate(c: &mut Criterion) {
                         let cluster = cluster
                             .get_or_insert_with(|| start_cluster(&rt, durability, None, 1, &batch));
                         let (elapsed, latencies) =
-                            rt.block_on(timed_appends(cluster.leader(), &batch, iters, in_flight));
+                            rt.block_on(timed_appends(cluster, &batch, iters, in_flight));
                         calls.borrow_mut().push(latencies);
                         elapsed
                     });
                 });
                 if let Some(cluster) = cluster.into_inner() {
-                    rt.block_on(cluster.shutdown());
+                    cluster.shutdown(&rt, &format!("replicate/{name}"));
                 }
                 let calls = calls.into_inner();
                 let skip = calls.len().saturating_sub(SAMPLE_SIZE);
@@ -233,10 +292,10 @@ fn start_cluster(
     retention_bytes: Option<u64>,
     partitions: u32,
     batch: &Arc<Vec<Record>>,
-) -> Cluster {
+) -> Arc<Cluster> {
     rt.block_on(async {
-        let cluster = Cluster::start(durability, retention_bytes, partitions).await;
-        timed_appends(cluster.leader(), batch, 20, 1).await;
+        let cluster = Arc::new(Cluster::start(durability, retention_bytes, partitions).await);
+        timed_appends(&cluster, batch, 20, 1).await;
         cluster
     })
 }
@@ -326,7 +385,7 @@ fn produce(c: &mut Criterion) {
             let retention = Some(PRODUCE_RETENTION_BYTES);
             start_cluster(&rt, durability, retention, PRODUCE_PARTITIONS, &batch)
         };
-        let cluster: RefCell<Option<Cluster>> = RefCell::new(None);
+        let cluster: RefCell<Option<Arc<Cluster>>> = RefCell::new(None);
         g.bench_function(
             format!("100B/node_append_batch100_inflight64/{label}"),
             |b| {
@@ -335,13 +394,15 @@ fn produce(c: &mut Criterion) {
                     let cluster = cluster.get_or_insert_with(start);
                     settle_disk();
                     let batches = iters * batches_per_iter;
-                    rt.block_on(timed_appends(cluster.leader(), &batch, batches, 64))
-                        .0
+                    rt.block_on(timed_appends(cluster, &batch, batches, 64)).0
                 });
             },
         );
         if let Some(cluster) = cluster.take() {
-            rt.block_on(cluster.shutdown());
+            cluster.shutdown(
+                &rt,
+                &format!("produce/100B/node_append_batch100_inflight64/{label}"),
+            );
         }
         let producer: RefCell<Option<(Arc<Client>, Producer)>> = RefCell::new(None);
         g.bench_function(format!("100B/producer_all_outstanding/{label}"), |b| {
@@ -368,7 +429,10 @@ fn produce(c: &mut Criterion) {
         });
         drop(producer);
         if let Some(cluster) = cluster.into_inner() {
-            rt.block_on(cluster.shutdown());
+            cluster.shutdown(
+                &rt,
+                &format!("produce/100B/producer_all_outstanding/{label}"),
+            );
         }
     }
     g.finish();

@@ -1,7 +1,10 @@
 //! Idle cost of many partitions: three brokers in one process, each hosting a replica of every
 //! partition (one Raft group each), measured while nothing is written.
 //!
-//! Run: `cargo run --release --example idle -- 300` (partitions per broker; default 300).
+//! Run: `cargo run --release --example idle -- 300` (partitions per broker; default 300), and
+//! `-- 300 loud` for the same with partitions that never go quiet (`quiesce_after: None`:
+//! every Raft group heartbeats all the time, as before quiet partitions). The quiet run waits
+//! until every replica is quiet before it measures.
 //! Prints CPU used (cores), resident memory, leader changes while idle, and the descriptors and
 //! memory maps the process holds (against the `ulimit -n` and `vm.max_map_count` a broker of
 //! many replicas must fit in). Memory per replica
@@ -24,6 +27,7 @@ async fn main() -> replog::Result<()> {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(300);
+    let loud = std::env::args().nth(2).is_some_and(|a| a == "loud");
     let dir = tempfile::tempdir()?;
     let rss_before = status_kib("VmRSS");
     let (anon_before, file_before) = (status_kib("RssAnon"), status_kib("RssFile"));
@@ -36,6 +40,9 @@ async fn main() -> replog::Result<()> {
         c.log.record_bytes_max = 64 << 10;
         c.log.batch_bytes_max = 256 << 10;
         c.log.preallocate = Preallocate::Fallocate;
+        if loud {
+            c.quiesce_after = None;
+        }
     })
     .await?;
     let started = Instant::now();
@@ -62,6 +69,21 @@ async fn main() -> replog::Result<()> {
         started.elapsed().as_secs_f64()
     );
     tokio::time::sleep(Duration::from_secs(3)).await;
+    if !loud {
+        let quiet_since = Instant::now();
+        let all_quiet =
+            |c: &LocalCluster| c.nodes().all(|n| n.quiet_replicas() == partitions as usize);
+        // Bounded by its two minutes.
+        while !all_quiet(&cluster) && quiet_since.elapsed() < Duration::from_secs(120) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let quiet: usize = cluster.nodes().map(|n| n.quiet_replicas()).sum();
+        println!(
+            "quiet replicas: {quiet} of {} ({:.1} s after the leaders settled)",
+            partitions * 3,
+            quiet_since.elapsed().as_secs_f64() + 3.0
+        );
+    }
     let terms_before = terms(&cluster);
     let (cpu0, t0) = (cpu_seconds(), Instant::now());
     tokio::time::sleep(Duration::from_secs(20)).await;
@@ -103,6 +125,7 @@ async fn main() -> replog::Result<()> {
     if std::env::var_os(CHILD).is_none() && small > 0 {
         let out = std::process::Command::new(std::env::current_exe()?)
             .arg(small.to_string())
+            .args(loud.then_some("loud"))
             .env(CHILD, "1")
             .output()?;
         let text = String::from_utf8_lossy(&out.stdout);

@@ -281,3 +281,33 @@ impl Broker {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_broker_is_back_once_silent_once_and_restarted_when_its_incarnation_changes() {
+        let liveness = Liveness::new(Duration::from_millis(5), Duration::from_millis(10));
+        assert_eq!(liveness.session, Duration::from_millis(40));
+        assert!(!liveness.is_live(2), "never heard");
+        assert_eq!(liveness.heard_from(2, 7), News::Back);
+        assert_eq!(liveness.heard_from(2, 7), News::Nothing);
+        assert!(liveness.is_live(2));
+        assert!(liveness.newly_silent().is_empty());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        // Bounded by the deadline: the session timeout is 40 ms.
+        while liveness.is_live(2) {
+            assert!(Instant::now() < deadline);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(liveness.newly_silent(), vec![2]);
+        assert!(
+            liveness.newly_silent().is_empty(),
+            "reported once per silence"
+        );
+        assert_eq!(liveness.heard_from(2, 7), News::Back);
+        assert_eq!(liveness.heard_from(2, 8), News::Restarted);
+        assert_eq!(liveness.heard_from(2, 8), News::Nothing);
+    }
+}

@@ -5,6 +5,7 @@
 //! leader's record batch stored as it arrived, control entries (blank, membership) taking a log
 //! index but no offsets.
 
+pub(crate) mod leadership;
 pub(crate) mod network;
 pub(crate) mod producers;
 pub(crate) mod quiet;
