@@ -38,6 +38,23 @@ use replog::{
 };
 use support::{Broker, process_addrs, wait_until};
 
+tokio::task_local! {
+    /// Set by a schedule while it holds its producers back (a quiet period, long enough for
+    /// partitions to go quiet): a producer waits before its next send while it is set.
+    static HELD: Arc<std::sync::atomic::AtomicBool>;
+}
+
+/// Waits while the schedule holds producers back (see [`HELD`]); at most 5 s.
+async fn wait_while_held() {
+    // Bounded: 500 pauses of 10 ms.
+    for _ in 0..500 {
+        if !HELD.try_with(|h| h.load(Ordering::SeqCst)).unwrap_or(false) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 const TOPIC: &str = "faults";
 const PARTITIONS: u32 = 2;
 const PRODUCERS: u32 = 4;
@@ -72,6 +89,9 @@ struct Report {
     isolations: usize,
     one_way_cuts: usize,
     lossy_periods: usize,
+    /// Periods the producers were held back, and replicas found quiet at their ends (summed).
+    quiet_periods: usize,
+    quiet_replicas: usize,
     heals: usize,
     /// Stops that were power losses (`Replicated` schedules): unsynced writes taken away.
     power_losses: usize,
@@ -134,6 +154,10 @@ impl Cluster {
                 c.heartbeat_interval = Duration::from_millis(100);
                 c.election_timeout = Duration::from_millis(500);
                 c.request_timeout = Duration::from_millis(2000);
+                // Partitions go quiet between the producers' writes and while brokers are down
+                // or cut off, so the schedules lose, delay and reorder quiet offers and
+                // liveness heartbeats too, and wake quiet partitions on writes and on deaths.
+                c.quiesce_after = Some(Duration::from_millis(150));
                 c.durability = durability;
                 c.log = log.clone();
             },
@@ -362,6 +386,7 @@ async fn produce_until(
         if until.is_some_and(|u| Instant::now() >= u) {
             break;
         }
+        wait_while_held().await;
         let partition = rng.below(u64::from(PARTITIONS)) as u32;
         let record = Record::new(Op::payload(producer, n));
         let sent_after = losses.load(Ordering::SeqCst);
@@ -421,6 +446,7 @@ async fn produce_pipelined(
     let mut pending = std::collections::VecDeque::new();
     let mut ops = Vec::new();
     for n in 0..count {
+        wait_while_held().await;
         let partition = rng.below(u64::from(PARTITIONS)) as u32;
         let record =
             Record::new(Op::payload(producer, n)).with_key(keys[partition as usize].clone());

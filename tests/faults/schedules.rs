@@ -15,15 +15,18 @@ async fn schedule(
     let mut cluster = Cluster::start_with(nodes, durability, created).await;
     let mut report = Report::default();
     let per_producer = appends.div_ceil(u64::from(PRODUCERS));
+    let held = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let producers: Vec<_> = (0..PRODUCERS)
         .map(|p| {
             let addrs = cluster.addrs.clone();
             let losses = Arc::clone(&cluster.power_losses);
+            let held = Arc::clone(&held);
             // The last producer pipelines through `Producer`; the others send one at a time.
             if p + 1 == PRODUCERS {
-                tokio::spawn(produce_pipelined(addrs, p, per_producer, seed, 16, losses))
+                let producer = produce_pipelined(addrs, p, per_producer, seed, 16, losses);
+                tokio::spawn(HELD.scope(held, producer))
             } else {
-                tokio::spawn(produce(addrs, p, per_producer, seed, losses))
+                tokio::spawn(HELD.scope(held, produce(addrs, p, per_producer, seed, losses)))
             }
         })
         .collect();
@@ -123,6 +126,22 @@ async fn schedule(
                 timeline.note("heal".into());
                 report.heals += 1;
             }
+        }
+        // Now and then a quiet period, whatever faults are in effect: with nothing written,
+        // partitions whose replicas all hold their log go quiet (150 ms), and the next
+        // writes, stops and cuts meet them quiet.
+        if rng.below(5) == 0 {
+            let quiet = Duration::from_millis(300 + rng.below(600));
+            timeline.note(format!("producers held back for {quiet:?}"));
+            held.store(true, Ordering::SeqCst);
+            tokio::time::sleep(quiet).await;
+            report.quiet_replicas += cluster
+                .local
+                .nodes()
+                .map(|n| n.quiet_replicas())
+                .sum::<usize>();
+            held.store(false, Ordering::SeqCst);
+            report.quiet_periods += 1;
         }
     }
     // An acknowledged send made before the last power loss may have been lost with it.
@@ -242,6 +261,8 @@ async fn run_schedules(first_seed: u64, count: u64) {
         total.isolations += r.isolations;
         total.one_way_cuts += r.one_way_cuts;
         total.lossy_periods += r.lossy_periods;
+        total.quiet_periods += r.quiet_periods;
+        total.quiet_replicas += r.quiet_replicas;
         total.heals += r.heals;
         total.power_losses += r.power_losses;
         total.bytes_lost += r.bytes_lost;
