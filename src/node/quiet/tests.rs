@@ -187,7 +187,7 @@ async fn the_quiet_partitions_of_a_dead_broker_elect_new_leaders_and_lose_nothin
 }
 
 /// A quiet leader cut off from both followers: they elect a new leader; the old one
-/// acknowledges none of the writes it is asked for; after the cut heals, one leader remains and
+/// acknowledges none of the 1,000 writes it is asked for; after the cut heals, one leader remains and
 /// every replica holds the same records.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quiet_leader_cut_off_acknowledges_nothing_and_one_leader_remains() {
@@ -211,14 +211,20 @@ async fn a_quiet_leader_cut_off_acknowledges_nothing_and_one_leader_remains() {
     )
     .await;
     let old_node = cluster.node(old).unwrap();
-    let mut acknowledged = 0;
-    for i in 0..20 {
+    // A thousand writes at once on the old leader, each given two seconds.
+    let attempts = (0..1000).map(|i| async move {
         let record = [Record::new(format!("cut off {i}"))];
         let append = old_node.append(TOPIC, 0, &record);
-        if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_millis(500), append).await {
-            acknowledged += 1;
-        }
-    }
+        matches!(
+            tokio::time::timeout(Duration::from_secs(2), append).await,
+            Ok(Ok(_))
+        )
+    });
+    let acknowledged = futures_util::future::join_all(attempts)
+        .await
+        .into_iter()
+        .filter(|acked| *acked)
+        .count();
     assert_eq!(acknowledged, 0, "a deposed leader acknowledged writes");
     client
         .send(TOPIC, 0, &[Record::new("new leader")])
