@@ -18,6 +18,11 @@ impl Replica {
     /// replica did not lead, had no voter to hand to, or the hand-off did not finish in time
     /// (the Raft group then elects a leader after an election timeout, as after a crash).
     pub(crate) async fn hand_off(&self, me: NodeId, timeout: Duration) -> Option<NodeId> {
+        if self.raft.metrics().borrow_watched().current_leader != Some(me) {
+            return None;
+        }
+        // A quiet leader's followers acknowledged nothing lately: it heartbeats first, so that
+        // they count as live (a quiet follower is left asleep: it leads nothing to hand over).
         self.wake_to_write(self.lease_wait.min(timeout)).await;
         let target = {
             let m = self.raft.metrics().borrow_watched().clone();
@@ -72,7 +77,10 @@ impl Replica {
         target: NodeId,
         timeout: Duration,
     ) -> std::result::Result<(), TransferRefused> {
-        self.wake_to_write(self.lease_wait.min(timeout)).await;
+        // Only a leader wakes for it (see `hand_off`).
+        if self.raft.metrics().borrow_watched().current_leader == Some(me) {
+            self.wake_to_write(self.lease_wait.min(timeout)).await;
+        }
         {
             let m = self.raft.metrics().borrow_watched().clone();
             if m.current_leader == Some(target) {

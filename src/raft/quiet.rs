@@ -107,12 +107,15 @@ impl Replica {
         true
     }
 
-    /// Wakes this member before a write, a membership change or a leadership transfer: if it
-    /// was a parked leader, it heartbeats at once and waits (at most `lease_wait`) until a
+    /// Wakes this member before a write, a membership change or a leadership transfer, if it
+    /// is a parked leader: it heartbeats at once and waits (at most `lease_wait`) until a
     /// quorum acknowledged it, since openraft refuses writes until its lease is renewed after
     /// the quiet. A write after quiet costs one round trip more.
     pub(crate) async fn wake_to_write(&self, lease_wait: Duration) {
-        if !self.wake() {
+        // A quiet follower stays asleep: it refuses the write with its leader's name, and its
+        // leader hears nothing it must wake for.
+        let me = self.raft.metrics().borrow_watched().id;
+        if self.parked_under() != Some(me) || !self.wake() {
             return;
         }
         let woke = openraft::type_config::alias::InstantOf::<C>::now();
