@@ -224,7 +224,7 @@ impl Handler for NodeHandler {
                         let req: ProduceRequestRef<'_> = postcard::from_bytes(&frame)
                             .map_err(|e| WireError::Other(format!("bad request: {e}")))?;
                         let partition = req.partition.clone();
-                        let batch = req.into_request(&frame);
+                        let batch = req.into_batch(&frame);
                         let produce = Produce {
                             partition,
                             batch,

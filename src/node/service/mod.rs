@@ -21,7 +21,6 @@ use crate::log::AppendInfo;
 use crate::protocol::{
     CreateTopicRequest, DeleteTopicRequest, MetadataResponse, ProposeRequest, ReassignRequest,
 };
-use crate::raft::types::AppendRequest;
 use crate::security::Session;
 use crate::security::acl::{AclOperation, ResourceType};
 use crate::transport::Turn;
@@ -35,19 +34,22 @@ mod authorize;
 mod fetch;
 mod login;
 mod offsets;
+mod requests;
 mod topics;
 mod users;
 
 pub(crate) use fetch::{Fetch, PartitionFetch};
 pub(crate) use login::{LoginStep, SaslSettings};
+pub(crate) use requests::ProduceBatch;
 pub(crate) use topics::NewTopic;
 pub(crate) use users::{CredentialChange, UserError};
 
 /// A produce: one encoded batch for one partition.
 pub(crate) struct Produce {
+    /// The partition written.
     pub(crate) partition: PartitionId,
     /// The records as the producer encoded them, with its idempotence numbers.
-    pub(crate) batch: AppendRequest,
+    pub(crate) batch: ProduceBatch,
     /// The request's place among its connection's requests, if the codec keeps one: batches of
     /// one producer are checked in that order.
     pub(crate) turn: Option<Turn>,
