@@ -10,7 +10,7 @@ use crate::group::api::{GroupRequest, MemberRef};
 use crate::protocol::{
     CreateTopicRequest, DeleteRecordsRequest, DeleteTopicRequest, FetchRequest, FetchResponse,
     ListOffsetsRequest, MetadataRequest, ProduceRequestRef, ProduceResponse, ProposeRequest,
-    TopicConfigsRequest, WireBatch, WireError,
+    ReassignRequest, TopicConfigsRequest, WireBatch, WireError,
 };
 use crate::security::Session;
 use crate::transport::frame::Op;
@@ -19,7 +19,10 @@ use crate::types::Offset;
 
 use super::Broker;
 use super::peer_gate::Claim;
-use super::service::{BrokerService, Fetch, Produce};
+use super::service::{
+    BrokerService, CreateTopic, DeleteTopic, ElectLeaders, Fetch, NewTopic, Produce, Propose,
+    ReassignPartition,
+};
 
 /// The native protocol's door: client requests go to the [`BrokerService`], peers' Raft RPCs
 /// to this broker's replica of their partition.
@@ -312,7 +315,7 @@ impl Handler for NodeHandler {
                         if request.forwarded {
                             self.brokers_only(&caller, op, Claim::AnyBroker)?;
                         }
-                        service.create_topic(request).await.map_err(wire)
+                        service.create_topic(request.into()).await.map_err(wire)
                     }
                     .await,
                 ),
@@ -320,14 +323,17 @@ impl Handler for NodeHandler {
                     &async {
                         let request: ProposeRequest = decode_request(&body)?;
                         self.brokers_only(&caller, op, Claim::of_command(&request.command))?;
-                        service.propose(request).await.map_err(wire)
+                        service.propose(request.into()).await.map_err(wire)
                     }
                     .await,
                 ),
                 Op::Reassign => encode_response(
                     &async {
-                        let request = decode_request(&body)?;
-                        service.reassign_partition(request).await.map_err(wire)
+                        let request: ReassignRequest = decode_request(&body)?;
+                        service
+                            .reassign_partition(request.into())
+                            .await
+                            .map_err(wire)
                     }
                     .await,
                 ),
@@ -386,7 +392,7 @@ impl Handler for NodeHandler {
                         if request.forwarded {
                             self.brokers_only(&caller, op, Claim::AnyBroker)?;
                         }
-                        service.elect_leaders(request).await.map_err(wire)
+                        service.elect_leaders(request.into()).await.map_err(wire)
                     }
                     .await,
                 ),
@@ -431,7 +437,7 @@ impl Handler for NodeHandler {
                         if request.forwarded {
                             self.brokers_only(&caller, op, Claim::AnyBroker)?;
                         }
-                        service.delete_topic(request).await.map_err(wire)
+                        service.delete_topic(request.into()).await.map_err(wire)
                     }
                     .await,
                 ),
@@ -439,5 +445,58 @@ impl Handler for NodeHandler {
             crate::metrics::request(op.name(), started.elapsed());
             Answer { body, held }
         })
+    }
+}
+
+// The native wire's requests as the broker service takes them.
+
+impl From<CreateTopicRequest> for CreateTopic {
+    fn from(r: CreateTopicRequest) -> Self {
+        CreateTopic {
+            topic: NewTopic {
+                name: r.name,
+                partitions: Some(r.partitions),
+                replication_factor: Some(r.replication_factor),
+                configs: r.configs,
+                assignment: r.assignment,
+            },
+            forwarded: r.forwarded,
+        }
+    }
+}
+
+impl From<DeleteTopicRequest> for DeleteTopic {
+    fn from(r: DeleteTopicRequest) -> Self {
+        DeleteTopic {
+            name: r.name,
+            forwarded: r.forwarded,
+        }
+    }
+}
+
+impl From<ReassignRequest> for ReassignPartition {
+    fn from(r: ReassignRequest) -> Self {
+        ReassignPartition {
+            partition: crate::types::PartitionId::new(r.topic, r.partition),
+            replicas: r.replicas,
+        }
+    }
+}
+
+impl From<crate::protocol::ElectLeadersRequest> for ElectLeaders {
+    fn from(r: crate::protocol::ElectLeadersRequest) -> Self {
+        ElectLeaders {
+            partitions: r.partitions,
+            forwarded: r.forwarded,
+        }
+    }
+}
+
+impl From<ProposeRequest> for Propose {
+    fn from(r: ProposeRequest) -> Self {
+        Propose {
+            command: r.command,
+            forwarded: r.forwarded,
+        }
     }
 }

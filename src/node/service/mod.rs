@@ -18,9 +18,7 @@ use crate::group::api::{
 };
 use crate::group::{GroupError, GroupResult, OFFSETS_TOPIC};
 use crate::log::AppendInfo;
-use crate::protocol::{
-    CreateTopicRequest, DeleteTopicRequest, MetadataResponse, ProposeRequest, ReassignRequest,
-};
+use crate::protocol::MetadataResponse;
 use crate::security::Session;
 use crate::security::acl::{AclOperation, ResourceType};
 use crate::transport::Turn;
@@ -40,7 +38,9 @@ mod users;
 
 pub(crate) use fetch::{Fetch, PartitionFetch};
 pub(crate) use login::{LoginStep, SaslSettings};
-pub(crate) use requests::ProduceBatch;
+pub(crate) use requests::{
+    CreateTopic, DeleteTopic, ElectLeaders, ProduceBatch, Propose, ReassignPartition,
+};
 pub(crate) use topics::NewTopic;
 pub(crate) use users::{CredentialChange, UserError};
 
@@ -140,18 +140,18 @@ impl BrokerService {
 
     /// Creates a topic through the metadata Raft group. The offsets topic is created by the
     /// brokers only (a broker forwards its creation to the metadata leader).
-    pub(crate) async fn create_topic(&self, request: CreateTopicRequest) -> Result<()> {
+    pub(crate) async fn create_topic(&self, request: CreateTopic) -> Result<()> {
         if !request.forwarded {
-            self.authorize_create_topic(&request.name)?;
+            self.authorize_create_topic(&request.topic.name)?;
         }
-        if request.name == OFFSETS_TOPIC && !request.forwarded {
+        if request.topic.name == OFFSETS_TOPIC && !request.forwarded {
             return Err(internal_topic());
         }
-        self.broker.create_topic(request).await
+        self.broker.create_topic(request.into()).await
     }
 
     /// Deletes a created topic through the metadata Raft group (never the offsets topic).
-    pub(crate) async fn delete_topic(&self, request: DeleteTopicRequest) -> Result<()> {
+    pub(crate) async fn delete_topic(&self, request: DeleteTopic) -> Result<()> {
         if !request.forwarded {
             self.authorize_topic(AclOperation::Delete, &request.name)?;
         }
@@ -401,26 +401,19 @@ impl BrokerService {
     /// Moves a created topic's partition to other brokers, or with no replicas takes back its
     /// move under way: recorded through the metadata Raft group (the metadata leader checks the
     /// move), carried out by the partition's leader.
-    pub(crate) async fn reassign_partition(&self, request: ReassignRequest) -> Result<()> {
+    pub(crate) async fn reassign_partition(&self, request: ReassignPartition) -> Result<()> {
         self.authorize_cluster(AclOperation::Alter)?;
+        let (name, partition) = (request.partition.topic, request.partition.partition);
         let command = if request.replicas.is_empty() {
-            MetaCommand::CancelReassignment {
-                name: request.topic,
-                partition: request.partition,
-            }
+            MetaCommand::CancelReassignment { name, partition }
         } else {
             MetaCommand::ReassignPartition {
-                name: request.topic,
-                partition: request.partition,
+                name,
+                partition,
                 replicas: request.replicas,
             }
         };
-        self.broker
-            .propose(ProposeRequest {
-                command,
-                forwarded: false,
-            })
-            .await
+        self.commit_command(command).await
     }
 
     /// The partitions moving now, of `topics` only if given, as this broker's catalog has
@@ -437,11 +430,7 @@ impl BrokerService {
     /// through the metadata Raft group.
     pub(crate) async fn decommission_broker(&self, id: crate::types::NodeId) -> Result<()> {
         self.authorize_cluster(AclOperation::Alter)?;
-        self.broker
-            .propose(ProposeRequest {
-                command: MetaCommand::DecommissionBroker { id },
-                forwarded: false,
-            })
+        self.commit_command(MetaCommand::DecommissionBroker { id })
             .await
     }
 
@@ -497,7 +486,7 @@ impl BrokerService {
     /// ALTER on the cluster, unless a broker forwards the partitions it leads.
     pub(crate) async fn elect_leaders(
         &self,
-        request: crate::protocol::ElectLeadersRequest,
+        request: ElectLeaders,
     ) -> Result<Vec<(PartitionId, crate::node::Election)>> {
         if !request.forwarded {
             self.authorize_cluster(AclOperation::Alter)?;
@@ -510,7 +499,17 @@ impl BrokerService {
 
     /// Commits a metadata command a peer broker sends (a registration, a forwarded proposal,
     /// a move's end).
-    pub(crate) async fn propose(&self, request: ProposeRequest) -> Result<()> {
-        self.broker.propose(request).await
+    pub(crate) async fn propose(&self, request: Propose) -> Result<()> {
+        self.broker.propose(request.into()).await
+    }
+
+    /// Commits a metadata command this broker makes for a client, through the metadata Raft
+    /// group (forwarded to its leader if need be).
+    async fn commit_command(&self, command: MetaCommand) -> Result<()> {
+        let request = Propose {
+            command,
+            forwarded: false,
+        };
+        self.broker.propose(request.into()).await
     }
 }

@@ -5,8 +5,10 @@
 
 use bytes::Bytes;
 
+use super::NewTopic;
+use crate::catalog::MetaCommand;
 use crate::segment::format::PayloadFormat;
-use crate::types::ProducerSeq;
+use crate::types::{NodeId, PartitionId, ProducerSeq};
 
 /// The records of a produce, as the producer encoded them: written, replicated and served
 /// without re-encoding.
@@ -21,4 +23,51 @@ pub(crate) struct ProduceBatch {
     /// The idempotent producer's id, epoch and first record's sequence number; producer id 0:
     /// no idempotent producer.
     pub(crate) producer: ProducerSeq,
+}
+
+/// A topic to create, as a client or a forwarding broker asks for it.
+#[derive(Clone)]
+pub(crate) struct CreateTopic {
+    /// The topic. [`BrokerService::create_topic`](super::BrokerService::create_topic) applies
+    /// no defaults: a partition count or replication factor left out is taken from the
+    /// assignment.
+    pub(crate) topic: NewTopic,
+    /// Sent by a broker to the metadata leader, authorized where the client asked: not to be
+    /// forwarded again.
+    pub(crate) forwarded: bool,
+}
+
+/// A created topic to delete.
+#[derive(Clone)]
+pub(crate) struct DeleteTopic {
+    /// The topic.
+    pub(crate) name: String,
+    /// Sent by a broker to the metadata leader, authorized where the client asked: not to be
+    /// forwarded again.
+    pub(crate) forwarded: bool,
+}
+
+/// A partition of a created topic moved to other brokers, or its move under way taken back.
+pub(crate) struct ReassignPartition {
+    /// The partition.
+    pub(crate) partition: PartitionId,
+    /// Its new replicas, the preferred leader first; empty: the move under way taken back.
+    pub(crate) replicas: Vec<NodeId>,
+}
+
+/// Partitions' leadership handed to their preferred replicas.
+pub(crate) struct ElectLeaders {
+    /// The partitions; `None`: every partition of every topic.
+    pub(crate) partitions: Option<Vec<PartitionId>>,
+    /// Sent by a broker to the leader of `partitions`, authorized where the client asked.
+    pub(crate) forwarded: bool,
+}
+
+/// A metadata command a peer broker asks to commit (a registration, a forwarded proposal, a
+/// move's end).
+pub(crate) struct Propose {
+    /// The command.
+    pub(crate) command: MetaCommand,
+    /// Sent by a broker to the metadata leader: not to be forwarded again.
+    pub(crate) forwarded: bool,
 }
