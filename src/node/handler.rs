@@ -8,9 +8,10 @@ use serde::Serialize;
 use crate::error::Error;
 use crate::group::api::{GroupRequest, MemberRef};
 use crate::protocol::{
-    CreateTopicRequest, DeleteRecordsRequest, DeleteTopicRequest, FetchRequest, FetchResponse,
-    ListOffsetsRequest, MetadataRequest, ProduceRequestRef, ProduceResponse, ProposeRequest,
-    ReassignRequest, TopicConfigsRequest, WireBatch, WireError,
+    BrokerLimits, CreateTopicRequest, DeleteRecordsRequest, DeleteTopicRequest, FetchRequest,
+    FetchResponse, ListOffsetsRequest, MetadataRequest, MetadataResponse, PartitionMetadata,
+    ProduceRequestRef, ProduceResponse, ProposeRequest, ReassignRequest, TopicConfigsRequest,
+    WireBatch, WireError,
 };
 use crate::security::Session;
 use crate::transport::frame::Op;
@@ -20,8 +21,8 @@ use crate::types::Offset;
 use super::Broker;
 use super::peer_gate::Claim;
 use super::service::{
-    BrokerService, CreateTopic, DeleteTopic, ElectLeaders, Fetch, NewTopic, Produce, Propose,
-    ReassignPartition,
+    BrokerService, ClusterMetadata, CreateTopic, DeleteTopic, ElectLeaders, Fetch, NewTopic,
+    Produce, Propose, ReassignPartition,
 };
 
 /// The native protocol's door: client requests go to the [`BrokerService`], peers' Raft RPCs
@@ -305,7 +306,8 @@ impl Handler for NodeHandler {
                                 .authorize_topic(crate::acl::AclOperation::Describe, topic)
                                 .map_err(wire)?;
                         }
-                        Ok(service.metadata(req.topic.as_deref(), req.local_only).await)
+                        let answer = service.metadata(req.topic.as_deref(), req.local_only).await;
+                        Ok(metadata_response(answer))
                     }
                     .await,
                 ),
@@ -498,5 +500,32 @@ impl From<ProposeRequest> for Propose {
             command: r.command,
             forwarded: r.forwarded,
         }
+    }
+}
+
+// The broker service's answers as the native wire carries them.
+
+/// `Op::Metadata`'s answer.
+fn metadata_response(answer: ClusterMetadata) -> MetadataResponse {
+    let partitions = answer.partitions.into_iter().map(|p| PartitionMetadata {
+        partition: p.partition,
+        leader: p.leader,
+        term: p.term,
+        replicas: p.replicas,
+        isr: p.isr,
+        lag: p.lag,
+        log_start: p.log_start,
+        high_watermark: p.high_watermark,
+    });
+    let limits = answer.limits;
+    MetadataResponse {
+        broker: answer.broker,
+        brokers: answer.brokers,
+        partitions: partitions.collect(),
+        limits: BrokerLimits {
+            record_bytes_max: limits.record_bytes_max,
+            batch_bytes_max: limits.batch_bytes_max,
+            frame_bytes_max: limits.frame_bytes_max,
+        },
     }
 }

@@ -18,7 +18,6 @@ use crate::group::api::{
 };
 use crate::group::{GroupError, GroupResult, OFFSETS_TOPIC};
 use crate::log::AppendInfo;
-use crate::protocol::MetadataResponse;
 use crate::security::Session;
 use crate::security::acl::{AclOperation, ResourceType};
 use crate::transport::Turn;
@@ -39,7 +38,8 @@ mod users;
 pub(crate) use fetch::{Fetch, PartitionFetch};
 pub(crate) use login::{LoginStep, SaslSettings};
 pub(crate) use requests::{
-    CreateTopic, DeleteTopic, ElectLeaders, ProduceBatch, Propose, ReassignPartition,
+    ClusterMetadata, CreateTopic, DeleteTopic, ElectLeaders, PartitionInfo, ProduceBatch, Propose,
+    ReassignPartition, SizeLimits,
 };
 pub(crate) use topics::NewTopic;
 pub(crate) use users::{CredentialChange, UserError};
@@ -116,7 +116,7 @@ impl BrokerService {
     /// Brokers, topics and every partition's current leader (`local_only`: only the partitions
     /// hosted here, as brokers ask each other). A client is told only of the topics it may
     /// describe.
-    pub(crate) async fn metadata(&self, topic: Option<&str>, local_only: bool) -> MetadataResponse {
+    pub(crate) async fn metadata(&self, topic: Option<&str>, local_only: bool) -> ClusterMetadata {
         if let Some(t) = topic
             && !local_only
             && !self.may(AclOperation::Describe, ResourceType::Topic, t)

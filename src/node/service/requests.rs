@@ -71,3 +71,50 @@ pub(crate) struct Propose {
     /// Sent by a broker to the metadata leader: not to be forwarded again.
     pub(crate) forwarded: bool,
 }
+
+/// What a broker knows of the cluster, as Metadata answers it.
+pub(crate) struct ClusterMetadata {
+    /// The answering broker.
+    pub(crate) broker: NodeId,
+    /// Every broker and its address.
+    pub(crate) brokers: Vec<(NodeId, String)>,
+    /// The partitions asked about, in partition order.
+    pub(crate) partitions: Vec<PartitionInfo>,
+    /// The answering broker's size limits.
+    pub(crate) limits: SizeLimits,
+}
+
+/// A broker's size limits, as its configuration sets them: what a client need not send,
+/// because no broker would take it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SizeLimits {
+    /// `LogConfig::record_bytes_max`.
+    pub(crate) record_bytes_max: u32,
+    /// `LogConfig::batch_bytes_max`.
+    pub(crate) batch_bytes_max: u32,
+    /// `NodeConfig::frame_bytes_max`.
+    pub(crate) frame_bytes_max: u32,
+}
+
+/// What a broker knows of one partition.
+#[derive(Clone, Debug)]
+pub(crate) struct PartitionInfo {
+    /// The partition.
+    pub(crate) partition: PartitionId,
+    /// Its leader, if one is known.
+    pub(crate) leader: Option<NodeId>,
+    /// The leader's term: newer metadata has a higher one.
+    pub(crate) term: u64,
+    /// Its replicas, the preferred leader first.
+    pub(crate) replicas: Vec<NodeId>,
+    /// Replicas caught up with the leader (known only when the answering broker leads, or
+    /// asked the leader).
+    pub(crate) isr: Vec<NodeId>,
+    /// How many entries each follower is behind the leader's log (known only from the
+    /// leader; empty otherwise).
+    pub(crate) lag: Vec<(NodeId, u64)>,
+    /// The first offset in the describing replica's log.
+    pub(crate) log_start: u64,
+    /// The describing replica's high watermark.
+    pub(crate) high_watermark: u64,
+}
