@@ -54,7 +54,7 @@ impl Broker {
     }
 
     /// This broker's view of one replica it hosts.
-    fn partition_metadata(&self, replica: &HostedReplica, replicas: Vec<NodeId>) -> PartitionInfo {
+    fn partition_info(&self, replica: &HostedReplica, replicas: Vec<NodeId>) -> PartitionInfo {
         let state = replica.raft.state();
         let last = state.last_log_index.unwrap_or(0);
         // In sync: the leader, and followers that are at most ISR_LAG_ENTRIES_MAX entries and
@@ -135,7 +135,7 @@ impl Broker {
             let replica = self.replicas.read().get(&id).cloned();
             match replica {
                 Some(replica) => {
-                    let ours = self.partition_metadata(&replica, replicas);
+                    let ours = self.partition_info(&replica, replicas);
                     // A follower knows its leader but not which replicas are caught up: the
                     // leader is asked for its in-sync set, so that every broker answers with
                     // the same Isr (Kafka's metadata does).

@@ -8,10 +8,10 @@ use serde::Serialize;
 use crate::error::Error;
 use crate::group::api::{GroupRequest, MemberRef};
 use crate::protocol::{
-    BrokerLimits, CreateTopicRequest, DeleteRecordsRequest, DeleteTopicRequest, FetchRequest,
-    FetchResponse, ListOffsetsRequest, MetadataRequest, MetadataResponse, PartitionMetadata,
-    ProduceRequestRef, ProduceResponse, ProposeRequest, ReassignRequest, TopicConfigsRequest,
-    WireBatch, WireError,
+    AlterTopicConfigs, BrokerLimits, CreatePartitionsRequest, CreateTopicRequest,
+    DeleteRecordsRequest, DeleteTopicRequest, FetchRequest, FetchResponse, ListOffsetsRequest,
+    MetadataRequest, MetadataResponse, OffsetAt, PartitionMetadata, ProduceRequestRef,
+    ProduceResponse, ProposeRequest, ReassignRequest, TopicConfigsRequest, WireBatch, WireError,
 };
 use crate::security::Session;
 use crate::transport::frame::Op;
@@ -21,8 +21,8 @@ use crate::types::Offset;
 use super::Broker;
 use super::peer_gate::Claim;
 use super::service::{
-    BrokerService, ClusterMetadata, CreateTopic, DeleteTopic, ElectLeaders, Fetch, NewTopic,
-    Produce, Propose, ReassignPartition,
+    AlterConfigs, BrokerService, ClusterMetadata, CreatePartitions, CreateTopic, DeleteTopic,
+    ElectLeaders, Fetch, NewTopic, OffsetSpec, Produce, Propose, ReassignPartition,
 };
 
 /// The native protocol's door: client requests go to the [`BrokerService`], peers' Raft RPCs
@@ -346,7 +346,7 @@ impl Handler for NodeHandler {
                 Op::ListOffsets => {
                     encode_response(&decode_request(&body).and_then(|req: ListOffsetsRequest| {
                         service
-                            .list_offset(&req.partition, req.at, None)
+                            .list_offset(&req.partition, offset_spec(req.at), None)
                             .map(|o| o.map(|l| l.offset.get()))
                             .map_err(wire)
                     }))
@@ -363,7 +363,7 @@ impl Handler for NodeHandler {
                             }
                             let deadline =
                                 tokio::time::Instant::now() + self.broker.config.request_timeout;
-                            let altered = service.alter_topic_configs(request, deadline);
+                            let altered = service.alter_topic_configs(request.into(), deadline);
                             altered.await.map_err(wire)
                         }
                         .await,
@@ -371,11 +371,11 @@ impl Handler for NodeHandler {
                 },
                 Op::CreatePartitions => encode_response(
                     &async {
-                        let request = crate::protocol::CreatePartitionsRequest::decode(&body)
+                        let request = CreatePartitionsRequest::decode(&body)
                             .map_err(|e| WireError::Other(format!("bad request: {e}")))?;
                         let deadline =
                             tokio::time::Instant::now() + self.broker.config.request_timeout;
-                        let grown = service.create_partitions(request, deadline);
+                        let grown = service.create_partitions(request.into(), deadline);
                         grown.await.map_err(wire)
                     }
                     .await,
@@ -500,6 +500,39 @@ impl From<ProposeRequest> for Propose {
             command: r.command,
             forwarded: r.forwarded,
         }
+    }
+}
+
+impl From<AlterTopicConfigs> for AlterConfigs {
+    fn from(r: AlterTopicConfigs) -> Self {
+        AlterConfigs {
+            topic: r.topic,
+            changes: r.changes,
+            replace: r.replace,
+            validate_only: r.validate_only,
+            forwarded: r.forwarded,
+        }
+    }
+}
+
+impl From<CreatePartitionsRequest> for CreatePartitions {
+    fn from(r: CreatePartitionsRequest) -> Self {
+        CreatePartitions {
+            name: r.name,
+            count: r.count,
+            validate_only: r.validate_only,
+            assignment: r.assignment,
+        }
+    }
+}
+
+/// `Op::ListOffsets`' point in the partition.
+fn offset_spec(at: OffsetAt) -> OffsetSpec {
+    match at {
+        OffsetAt::Earliest => OffsetSpec::Earliest,
+        OffsetAt::Latest => OffsetSpec::Latest,
+        OffsetAt::Timestamp(ms) => OffsetSpec::Timestamp(ms),
+        OffsetAt::MaxTimestamp => OffsetSpec::MaxTimestamp,
     }
 }
 

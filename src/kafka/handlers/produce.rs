@@ -18,8 +18,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::fetch::partition;
 use crate::error::Error;
 use crate::kafka::{broker_id, code, current_leader, error_code};
-use crate::node::service::{BrokerService, Produce, ProduceBatch};
-use crate::protocol::OffsetAt;
+use crate::node::service::{BrokerService, OffsetSpec, Produce, ProduceBatch};
 use crate::segment::format::PayloadFormat;
 use crate::segment::kafka as kafka_batch;
 use crate::transport::{Turn, Turns};
@@ -127,7 +126,7 @@ async fn write(
             }
             // Kafka answers the partition's log start with a batch taken (an idempotent
             // producer compares it with what it sent to tell retention from lost state).
-            let start = service.list_offset(&produce_partition, OffsetAt::Earliest, None);
+            let start = service.list_offset(&produce_partition, OffsetSpec::Earliest, None);
             if let Ok(Some(start)) = start {
                 pr.log_start_offset = i64::try_from(start.offset.get()).unwrap_or(-1);
             }

@@ -38,8 +38,8 @@ mod users;
 pub(crate) use fetch::{Fetch, PartitionFetch};
 pub(crate) use login::{LoginStep, SaslSettings};
 pub(crate) use requests::{
-    ClusterMetadata, CreateTopic, DeleteTopic, ElectLeaders, PartitionInfo, ProduceBatch, Propose,
-    ReassignPartition, SizeLimits,
+    AlterConfigs, ClusterMetadata, CreatePartitions, CreateTopic, DeleteTopic, ElectLeaders,
+    OffsetSpec, PartitionInfo, ProduceBatch, Propose, ReassignPartition, SizeLimits,
 };
 pub(crate) use topics::NewTopic;
 pub(crate) use users::{CredentialChange, UserError};

@@ -1,13 +1,15 @@
-//! The service's own requests: what a door asks of the broker once it has decoded its wire,
-//! in none of the wires' types (neither the native protocol's nor Kafka's) and not as Raft's
-//! log entries. Each door converts its request to one of these at its boundary; the broker
-//! turns them into Raft entries and metadata commands itself.
+//! The service's own requests and answers: what a door asks of the broker once it has decoded
+//! its wire, and what it is told, in none of the wires' types (neither the native protocol's
+//! nor Kafka's) and not as Raft's log entries. Each door converts its request to one of these
+//! at its boundary, and an answer to its wire's; the broker turns the requests into Raft
+//! entries, metadata commands and the bodies it forwards to other brokers itself.
 
 use bytes::Bytes;
 
 use super::NewTopic;
 use crate::catalog::MetaCommand;
 use crate::segment::format::PayloadFormat;
+use crate::topic_config::ConfigChange;
 use crate::types::{NodeId, PartitionId, ProducerSeq};
 
 /// The records of a produce, as the producer encoded them: written, replicated and served
@@ -117,4 +119,48 @@ pub(crate) struct PartitionInfo {
     pub(crate) log_start: u64,
     /// The describing replica's high watermark.
     pub(crate) high_watermark: u64,
+}
+
+/// A change to a topic's configs.
+#[derive(Clone)]
+pub(crate) struct AlterConfigs {
+    /// The topic.
+    pub(crate) topic: String,
+    /// The changes, in order.
+    pub(crate) changes: Vec<ConfigChange>,
+    /// The topic keeps exactly the keys `changes` set (Kafka's AlterConfigs: only
+    /// [`ConfigChange::Set`] allowed); otherwise the changes apply to the configs it has
+    /// (IncrementalAlterConfigs).
+    pub(crate) replace: bool,
+    /// Only check that the change could be made.
+    pub(crate) validate_only: bool,
+    /// Sent by a broker to the metadata leader, authorized where the client asked: not to be
+    /// forwarded again.
+    pub(crate) forwarded: bool,
+}
+
+/// A created topic grown to more partitions.
+pub(crate) struct CreatePartitions {
+    /// The topic.
+    pub(crate) name: String,
+    /// Its partition count after.
+    pub(crate) count: u32,
+    /// Only check that it could be done.
+    pub(crate) validate_only: bool,
+    /// Each new partition's brokers, the preferred leader first, as the client placed them;
+    /// empty: placed as a new topic's partitions are.
+    pub(crate) assignment: Vec<Vec<NodeId>>,
+}
+
+/// A point in a partition, as ListOffsets asks for it (Kafka's `OffsetSpec`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OffsetSpec {
+    /// The first offset still in the log.
+    Earliest,
+    /// The high watermark.
+    Latest,
+    /// The first committed record whose timestamp is this time or later, in ms since the epoch.
+    Timestamp(u64),
+    /// The first record of the largest timestamp, if it is committed.
+    MaxTimestamp,
 }

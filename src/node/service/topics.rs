@@ -7,9 +7,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::BrokerService;
-use super::requests::{CreateTopic, DeleteTopic};
+use super::requests::{AlterConfigs, CreatePartitions, CreateTopic, DeleteTopic};
 use crate::error::{Error, Result};
-use crate::protocol::{AlterTopicConfigs, CreatePartitionsRequest};
 use crate::security::acl::AclOperation;
 use crate::topic_config::{ConfigEntry, TopicConfigs};
 
@@ -131,7 +130,7 @@ impl BrokerService {
     /// the forwarding broker's, authorized there.
     pub(crate) async fn alter_topic_configs(
         &self,
-        request: AlterTopicConfigs,
+        request: AlterConfigs,
         deadline: Instant,
     ) -> Result<()> {
         if !request.forwarded {
@@ -151,7 +150,7 @@ impl BrokerService {
     /// while no metadata leader takes it, until `deadline`.
     pub(crate) async fn create_partitions(
         &self,
-        request: CreatePartitionsRequest,
+        request: CreatePartitions,
         deadline: Instant,
     ) -> Result<()> {
         self.authorize_topic(AclOperation::Alter, &request.name)?;
