@@ -4,10 +4,11 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
+use crate::node::service::ProduceBatch;
 use crate::raft::types::AppendRequest;
 use crate::segment::format::{EntryKind, PayloadFormat};
 use crate::segment::record::{Batch, Limits, validate_payload};
-use crate::types::{LogIndex, NodeId, Offset, PartitionId, Term};
+use crate::types::{LogIndex, NodeId, Offset, PartitionId, ProducerSeq, Term};
 
 pub(crate) use crate::transport::body::encode;
 
@@ -23,7 +24,7 @@ pub(crate) struct ProduceRequest {
 
 /// `Op::Produce` request as the broker decodes it: the same bytes as [`ProduceRequest`], with
 /// the records borrowed from the frame, so that they reach the log without another copy
-/// (see [`ProduceRequestRef::into_request`]).
+/// (see [`ProduceRequestRef::into_batch`]).
 #[derive(Debug, Deserialize)]
 pub(crate) struct ProduceRequestRef<'a> {
     pub(crate) partition: PartitionId,
@@ -39,23 +40,29 @@ struct AppendRequestRef<'a> {
     producer_id: u64,
     producer_epoch: u16,
     base_sequence: u32,
+    #[expect(
+        dead_code,
+        reason = "decoded to keep the body's layout; the leader stamps every batch"
+    )]
     timestamp_ms: u64,
     format: PayloadFormat,
 }
 
 impl ProduceRequestRef<'_> {
-    /// The batch, its records a view of `frame` (the buffer this request was decoded from).
-    pub(crate) fn into_request(self, frame: &Bytes) -> AppendRequest {
+    /// The batch as the broker service takes it, its records a view of `frame` (the buffer
+    /// this request was decoded from). The client's `timestamp_ms` is not part of it: the
+    /// leader stamps every batch it appends.
+    pub(crate) fn into_batch(self, frame: &Bytes) -> ProduceBatch {
         let b = self.batch;
-        AppendRequest {
+        ProduceBatch {
             records: frame.slice_ref(b.records),
-            record_count: b.record_count,
-            producer_id: b.producer_id,
-            producer_epoch: b.producer_epoch,
-            base_sequence: b.base_sequence,
-            timestamp_ms: b.timestamp_ms,
             format: b.format,
-            compacted: false,
+            record_count: b.record_count,
+            producer: ProducerSeq {
+                producer_id: b.producer_id,
+                epoch: b.producer_epoch,
+                base_sequence: b.base_sequence,
+            },
         }
     }
 }
@@ -559,17 +566,11 @@ mod tests {
         let frame = Bytes::from(postcard::to_stdvec(&request).unwrap());
         let decoded: ProduceRequestRef<'_> = postcard::from_bytes(&frame).unwrap();
         assert_eq!(decoded.partition, request.partition);
-        let batch = decoded.into_request(&frame);
+        let batch = decoded.into_batch(&frame);
         assert_eq!(batch.records, request.batch.records);
-        assert_eq!(
-            (
-                batch.record_count,
-                batch.producer_id,
-                batch.base_sequence,
-                batch.timestamp_ms
-            ),
-            (2, 9, 77, 1234)
-        );
+        assert_eq!(batch.format, request.batch.format);
+        assert_eq!(batch.record_count, 2);
+        assert_eq!(batch.producer, ProducerSeq::new(9, 77).with_epoch(3));
         let inside = frame.as_ptr_range();
         assert!(
             inside.contains(&batch.records.as_ptr()),

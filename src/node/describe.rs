@@ -4,10 +4,11 @@
 use std::collections::HashMap;
 
 use crate::error::Result;
-use crate::protocol::{BrokerLimits, MetadataRequest, MetadataResponse, PartitionMetadata};
+use crate::protocol::{MetadataRequest, MetadataResponse};
 use crate::transport::frame::Op;
 use crate::types::{NodeId, Offset, PartitionId};
 
+use super::service::{ClusterMetadata, PartitionInfo, SizeLimits};
 use super::{Broker, HostedReplica, ISR_LAG_ENTRIES_MAX, ISR_LAG_REQUESTS_MAX, PartitionStatus};
 
 /// How many entries a follower that matched `matched` is behind a leader whose last entry is
@@ -53,11 +54,7 @@ impl Broker {
     }
 
     /// This broker's view of one replica it hosts.
-    fn partition_metadata(
-        &self,
-        replica: &HostedReplica,
-        replicas: Vec<NodeId>,
-    ) -> PartitionMetadata {
+    fn partition_info(&self, replica: &HostedReplica, replicas: Vec<NodeId>) -> PartitionInfo {
         let state = replica.raft.state();
         let quiet = replica.raft.is_parked();
         let last = state.last_log_index.unwrap_or(0);
@@ -101,7 +98,7 @@ impl Broker {
                     .collect()
             })
             .unwrap_or_default();
-        PartitionMetadata {
+        PartitionInfo {
             partition: replica.id.clone(),
             leader: state.leader,
             term: state.term,
@@ -117,7 +114,7 @@ impl Broker {
     /// its term, the replicas and (from the leader) the in-sync replicas. A partition hosted
     /// here is described by its local replica, which tracks the leader; one hosted elsewhere
     /// by asking its replicas (unless `local_only`: then it is left out).
-    pub(crate) async fn metadata(&self, topic: Option<&str>, local_only: bool) -> MetadataResponse {
+    pub(crate) async fn metadata(&self, topic: Option<&str>, local_only: bool) -> ClusterMetadata {
         let all = self.catalog.read().brokers();
         let brokers: Vec<(NodeId, String)> = self.members(&all).into_iter().collect();
         let wanted: Vec<(PartitionId, Vec<NodeId>)> = {
@@ -141,7 +138,7 @@ impl Broker {
             let replica = self.replicas.read().get(&id).cloned();
             match replica {
                 Some(replica) => {
-                    let ours = self.partition_metadata(&replica, replicas);
+                    let ours = self.partition_info(&replica, replicas);
                     // A follower knows its leader but not which replicas are caught up: the
                     // leader is asked for its in-sync set, so that every broker answers with
                     // the same Isr (Kafka's metadata does).
@@ -158,7 +155,7 @@ impl Broker {
                 None => {
                     remote.extend(replicas.iter().copied());
                     elsewhere.insert(id.clone(), partitions.len());
-                    partitions.push(PartitionMetadata {
+                    partitions.push(PartitionInfo {
                         partition: id,
                         leader: None,
                         term: 0,
@@ -183,7 +180,7 @@ impl Broker {
             });
             let answers = futures_util::future::join_all(asks).await;
             for answer in answers.into_iter().flatten() {
-                for theirs in answer.partitions {
+                for theirs in answer.partitions.into_iter().map(PartitionInfo::from) {
                     let Some(slot) = elsewhere
                         .get(&theirs.partition)
                         .and_then(|i| partitions.get_mut(*i))
@@ -198,21 +195,37 @@ impl Broker {
                                 && !theirs.isr.is_empty()));
                     if better {
                         let replicas = std::mem::take(&mut slot.replicas);
-                        *slot = PartitionMetadata { replicas, ..theirs };
+                        *slot = PartitionInfo { replicas, ..theirs };
                     }
                 }
             }
         }
         partitions.sort_by(|a, b| a.partition.cmp(&b.partition));
-        MetadataResponse {
+        ClusterMetadata {
             broker: self.config.id,
             brokers,
             partitions,
-            limits: BrokerLimits {
+            limits: SizeLimits {
                 record_bytes_max: self.config.log.record_bytes_max,
                 batch_bytes_max: self.config.log.batch_bytes_max,
                 frame_bytes_max: self.config.frame_bytes_max,
             },
+        }
+    }
+}
+
+/// A peer's description of a partition (its `Op::Metadata` answer), as the service tells it.
+impl From<crate::protocol::PartitionMetadata> for PartitionInfo {
+    fn from(p: crate::protocol::PartitionMetadata) -> Self {
+        PartitionInfo {
+            partition: p.partition,
+            leader: p.leader,
+            term: p.term,
+            replicas: p.replicas,
+            isr: p.isr,
+            lag: p.lag,
+            log_start: p.log_start,
+            high_watermark: p.high_watermark,
         }
     }
 }

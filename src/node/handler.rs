@@ -8,9 +8,10 @@ use serde::Serialize;
 use crate::error::Error;
 use crate::group::api::{GroupRequest, MemberRef};
 use crate::protocol::{
-    CreateTopicRequest, DeleteRecordsRequest, DeleteTopicRequest, FetchRequest, FetchResponse,
-    ListOffsetsRequest, MetadataRequest, ProduceRequestRef, ProduceResponse, ProposeRequest,
-    TopicConfigsRequest, WireBatch, WireError,
+    AlterTopicConfigs, BrokerLimits, CreatePartitionsRequest, CreateTopicRequest,
+    DeleteRecordsRequest, DeleteTopicRequest, FetchRequest, FetchResponse, ListOffsetsRequest,
+    MetadataRequest, MetadataResponse, OffsetAt, PartitionMetadata, ProduceRequestRef,
+    ProduceResponse, ProposeRequest, ReassignRequest, TopicConfigsRequest, WireBatch, WireError,
 };
 use crate::security::Session;
 use crate::transport::frame::Op;
@@ -19,7 +20,10 @@ use crate::types::Offset;
 
 use super::Broker;
 use super::peer_gate::Claim;
-use super::service::{BrokerService, Fetch, Produce};
+use super::service::{
+    AlterConfigs, BrokerService, ClusterMetadata, CreatePartitions, CreateTopic, DeleteTopic,
+    ElectLeaders, Fetch, NewTopic, OffsetSpec, Produce, Propose, ReassignPartition,
+};
 
 /// The native protocol's door: client requests go to the [`BrokerService`], peers' Raft RPCs
 /// to this broker's replica of their partition.
@@ -226,7 +230,7 @@ impl Handler for NodeHandler {
                         let req: ProduceRequestRef<'_> = postcard::from_bytes(&frame)
                             .map_err(|e| WireError::Other(format!("bad request: {e}")))?;
                         let partition = req.partition.clone();
-                        let batch = req.into_request(&frame);
+                        let batch = req.into_batch(&frame);
                         let produce = Produce {
                             partition,
                             batch,
@@ -304,7 +308,8 @@ impl Handler for NodeHandler {
                                 .authorize_topic(crate::acl::AclOperation::Describe, topic)
                                 .map_err(wire)?;
                         }
-                        Ok(service.metadata(req.topic.as_deref(), req.local_only).await)
+                        let answer = service.metadata(req.topic.as_deref(), req.local_only).await;
+                        Ok(metadata_response(answer))
                     }
                     .await,
                 ),
@@ -314,7 +319,7 @@ impl Handler for NodeHandler {
                         if request.forwarded {
                             self.brokers_only(&caller, op, Claim::AnyBroker)?;
                         }
-                        service.create_topic(request).await.map_err(wire)
+                        service.create_topic(request.into()).await.map_err(wire)
                     }
                     .await,
                 ),
@@ -338,14 +343,17 @@ impl Handler for NodeHandler {
                     &async {
                         let request: ProposeRequest = decode_request(&body)?;
                         self.brokers_only(&caller, op, Claim::of_command(&request.command))?;
-                        service.propose(request).await.map_err(wire)
+                        service.propose(request.into()).await.map_err(wire)
                     }
                     .await,
                 ),
                 Op::Reassign => encode_response(
                     &async {
-                        let request = decode_request(&body)?;
-                        service.reassign_partition(request).await.map_err(wire)
+                        let request: ReassignRequest = decode_request(&body)?;
+                        service
+                            .reassign_partition(request.into())
+                            .await
+                            .map_err(wire)
                     }
                     .await,
                 ),
@@ -356,7 +364,7 @@ impl Handler for NodeHandler {
                 Op::ListOffsets => {
                     encode_response(&decode_request(&body).and_then(|req: ListOffsetsRequest| {
                         service
-                            .list_offset(&req.partition, req.at, None)
+                            .list_offset(&req.partition, offset_spec(req.at), None)
                             .map(|o| o.map(|l| l.offset.get()))
                             .map_err(wire)
                     }))
@@ -373,7 +381,7 @@ impl Handler for NodeHandler {
                             }
                             let deadline =
                                 tokio::time::Instant::now() + self.broker.config.request_timeout;
-                            let altered = service.alter_topic_configs(request, deadline);
+                            let altered = service.alter_topic_configs(request.into(), deadline);
                             altered.await.map_err(wire)
                         }
                         .await,
@@ -381,11 +389,11 @@ impl Handler for NodeHandler {
                 },
                 Op::CreatePartitions => encode_response(
                     &async {
-                        let request = crate::protocol::CreatePartitionsRequest::decode(&body)
+                        let request = CreatePartitionsRequest::decode(&body)
                             .map_err(|e| WireError::Other(format!("bad request: {e}")))?;
                         let deadline =
                             tokio::time::Instant::now() + self.broker.config.request_timeout;
-                        let grown = service.create_partitions(request, deadline);
+                        let grown = service.create_partitions(request.into(), deadline);
                         grown.await.map_err(wire)
                     }
                     .await,
@@ -404,7 +412,7 @@ impl Handler for NodeHandler {
                         if request.forwarded {
                             self.brokers_only(&caller, op, Claim::AnyBroker)?;
                         }
-                        service.elect_leaders(request).await.map_err(wire)
+                        service.elect_leaders(request.into()).await.map_err(wire)
                     }
                     .await,
                 ),
@@ -449,7 +457,7 @@ impl Handler for NodeHandler {
                         if request.forwarded {
                             self.brokers_only(&caller, op, Claim::AnyBroker)?;
                         }
-                        service.delete_topic(request).await.map_err(wire)
+                        service.delete_topic(request.into()).await.map_err(wire)
                     }
                     .await,
                 ),
@@ -457,5 +465,118 @@ impl Handler for NodeHandler {
             crate::metrics::request(op.name(), started.elapsed());
             Answer { body, held }
         })
+    }
+}
+
+// The native wire's requests as the broker service takes them.
+
+impl From<CreateTopicRequest> for CreateTopic {
+    fn from(r: CreateTopicRequest) -> Self {
+        CreateTopic {
+            topic: NewTopic {
+                name: r.name,
+                partitions: Some(r.partitions),
+                replication_factor: Some(r.replication_factor),
+                configs: r.configs,
+                assignment: r.assignment,
+            },
+            forwarded: r.forwarded,
+        }
+    }
+}
+
+impl From<DeleteTopicRequest> for DeleteTopic {
+    fn from(r: DeleteTopicRequest) -> Self {
+        DeleteTopic {
+            name: r.name,
+            forwarded: r.forwarded,
+        }
+    }
+}
+
+impl From<ReassignRequest> for ReassignPartition {
+    fn from(r: ReassignRequest) -> Self {
+        ReassignPartition {
+            partition: crate::types::PartitionId::new(r.topic, r.partition),
+            replicas: r.replicas,
+        }
+    }
+}
+
+impl From<crate::protocol::ElectLeadersRequest> for ElectLeaders {
+    fn from(r: crate::protocol::ElectLeadersRequest) -> Self {
+        ElectLeaders {
+            partitions: r.partitions,
+            forwarded: r.forwarded,
+        }
+    }
+}
+
+impl From<ProposeRequest> for Propose {
+    fn from(r: ProposeRequest) -> Self {
+        Propose {
+            command: r.command,
+            forwarded: r.forwarded,
+        }
+    }
+}
+
+impl From<AlterTopicConfigs> for AlterConfigs {
+    fn from(r: AlterTopicConfigs) -> Self {
+        AlterConfigs {
+            topic: r.topic,
+            changes: r.changes,
+            replace: r.replace,
+            validate_only: r.validate_only,
+            forwarded: r.forwarded,
+        }
+    }
+}
+
+impl From<CreatePartitionsRequest> for CreatePartitions {
+    fn from(r: CreatePartitionsRequest) -> Self {
+        CreatePartitions {
+            name: r.name,
+            count: r.count,
+            validate_only: r.validate_only,
+            assignment: r.assignment,
+        }
+    }
+}
+
+/// `Op::ListOffsets`' point in the partition.
+fn offset_spec(at: OffsetAt) -> OffsetSpec {
+    match at {
+        OffsetAt::Earliest => OffsetSpec::Earliest,
+        OffsetAt::Latest => OffsetSpec::Latest,
+        OffsetAt::Timestamp(ms) => OffsetSpec::Timestamp(ms),
+        OffsetAt::MaxTimestamp => OffsetSpec::MaxTimestamp,
+    }
+}
+
+// The broker service's answers as the native wire carries them.
+
+/// `Op::Metadata`'s answer.
+fn metadata_response(answer: ClusterMetadata) -> MetadataResponse {
+    let partitions = answer.partitions.into_iter().map(|p| PartitionMetadata {
+        partition: p.partition,
+        leader: p.leader,
+        term: p.term,
+        replicas: p.replicas,
+        isr: p.isr,
+        lag: p.lag,
+        log_start: p.log_start,
+        high_watermark: p.high_watermark,
+    });
+    let limits = answer.limits;
+    MetadataResponse {
+        broker: answer.broker,
+        brokers: answer.brokers,
+        partitions: partitions.collect(),
+        limits: BrokerLimits {
+            record_bytes_max: limits.record_bytes_max,
+            batch_bytes_max: limits.batch_bytes_max,
+            frame_bytes_max: limits.frame_bytes_max,
+        },
     }
 }

@@ -20,6 +20,7 @@ use crate::segment::record::{Record, encode_records};
 use crate::transport::frame::Op;
 use crate::types::{NodeId, Offset, PartitionId};
 
+use super::service::{CreateTopic, DeleteTopic, Propose};
 use super::write::read_committed;
 use super::{Broker, META_RECORD_BYTES_MAX};
 
@@ -328,7 +329,7 @@ impl Broker {
 
     /// Deletes a created topic through the metadata Raft group (see
     /// [`create_topic`](Self::create_topic)).
-    pub(crate) async fn delete_topic(&self, request: DeleteTopicRequest) -> Result<()> {
+    pub(crate) async fn delete_topic(&self, request: DeleteTopic) -> Result<()> {
         let unknown = || Error::UnknownTopic(request.name.clone());
         match self.catalog.read().topic(&request.name) {
             None => return Err(unknown()),
@@ -345,7 +346,12 @@ impl Broker {
         let command = MetaCommand::DeleteTopic {
             name: request.name.clone(),
         };
-        self.meta_command(command, request.forwarded, Op::DeleteTopic, &request)
+        let forwarded = request.forwarded;
+        let body = DeleteTopicRequest {
+            name: request.name.clone(),
+            forwarded,
+        };
+        self.meta_command(command, forwarded, Op::DeleteTopic, &body)
             .await
             .map_err(|e| e.into_error(unknown, || Error::TopicExists(request.name.clone())))
     }
@@ -583,6 +589,38 @@ impl Forwardable for DeleteTopicRequest {
         DeleteTopicRequest {
             forwarded: true,
             ..self
+        }
+    }
+}
+
+/// The service's topic creation as the metadata leader is asked for it (the forwarding body
+/// of `Op::CreateTopic`): a partition count or replication factor left out is the
+/// assignment's.
+impl From<CreateTopic> for CreateTopicRequest {
+    fn from(request: CreateTopic) -> Self {
+        let topic = request.topic;
+        let placed = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        let first = topic.assignment.first().map_or(0, Vec::len);
+        CreateTopicRequest {
+            partitions: topic
+                .partitions
+                .unwrap_or_else(|| placed(topic.assignment.len())),
+            replication_factor: topic.replication_factor.unwrap_or_else(|| placed(first)),
+            name: topic.name,
+            configs: topic.configs,
+            assignment: topic.assignment,
+            forwarded: request.forwarded,
+        }
+    }
+}
+
+/// A peer's metadata command as the metadata leader is asked for it (the forwarding body of
+/// `Op::Propose`).
+impl From<Propose> for ProposeRequest {
+    fn from(request: Propose) -> Self {
+        ProposeRequest {
+            command: request.command,
+            forwarded: request.forwarded,
         }
     }
 }

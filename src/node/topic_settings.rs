@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use super::metadata::MetaError;
+use super::service::AlterConfigs;
 use super::{Broker, HostedReplica};
 use crate::catalog::{MetaCommand, Refused};
 use crate::error::{Error, Result};
@@ -55,7 +56,7 @@ impl Broker {
     /// Changes a topic's configs through the metadata Raft group: computed here from the catalog
     /// and proposed when this broker leads it (computed again if another change of the
     /// topic committed first), otherwise forwarded once to its leader.
-    pub(crate) async fn alter_topic_configs(&self, request: AlterTopicConfigs) -> Result<()> {
+    pub(crate) async fn alter_topic_configs(&self, request: AlterConfigs) -> Result<()> {
         let name = request.topic.clone();
         let unknown = || Error::UnknownTopic(name.clone());
         let exists = || Error::TopicExists(name.clone());
@@ -72,7 +73,14 @@ impl Broker {
                 version,
                 configs: next,
             };
-            let wrapped = TopicConfigsRequest::Alter(request.clone());
+            // The metadata leader is asked with the native wire's request.
+            let wrapped = TopicConfigsRequest::Alter(AlterTopicConfigs {
+                topic: request.topic.clone(),
+                changes: request.changes.clone(),
+                replace: request.replace,
+                validate_only: request.validate_only,
+                forwarded: request.forwarded,
+            });
             match self
                 .meta_command(command, request.forwarded, Op::TopicConfigs, &wrapped)
                 .await
@@ -91,7 +99,7 @@ impl Broker {
 
     /// The version of the topic's configs in the catalog, and its configs after `request`'s
     /// changes, checked.
-    fn changed_configs(&self, request: &AlterTopicConfigs) -> Result<(u64, TopicConfigs)> {
+    fn changed_configs(&self, request: &AlterConfigs) -> Result<(u64, TopicConfigs)> {
         let (version, current) = {
             let catalog = self.catalog.read();
             let t = catalog

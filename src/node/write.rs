@@ -13,6 +13,7 @@ use crate::segment::record::{Batch, Record, encode_records};
 use crate::transport::Turn;
 use crate::types::{LeaderHint, LogIndex, Offset, PartitionId, ProducerSeq};
 
+use super::service::ProduceBatch;
 use super::supervise::RebuildCause;
 use super::{Broker, HostedReplica};
 
@@ -42,18 +43,13 @@ impl Broker {
             return Err(Error::EmptyBatch);
         }
         let (payload, record_count) = encode_records(records, self.config.log.record_bytes_max)?;
-        let producer = producer.unwrap_or(ProducerSeq::new(0, 0));
-        let request = AppendRequest {
-            format: crate::segment::format::PayloadFormat::Replog,
-            compacted: false,
-            timestamp_ms: 0,
+        let batch = ProduceBatch {
             records: payload,
+            format: PayloadFormat::Replog,
             record_count,
-            producer_id: producer.producer_id,
-            producer_epoch: producer.epoch,
-            base_sequence: producer.base_sequence,
+            producer: producer.unwrap_or(ProducerSeq::new(0, 0)),
         };
-        self.append_encoded(&PartitionId::new(topic, partition), request, None)
+        self.append_encoded(&PartitionId::new(topic, partition), batch, None)
             .await
     }
 
@@ -64,11 +60,11 @@ impl Broker {
     pub(crate) async fn append_encoded(
         &self,
         id: &PartitionId,
-        request: AppendRequest,
+        batch: ProduceBatch,
         turn: Option<Turn>,
     ) -> Result<AppendInfo> {
         let replica = self.replica(id)?;
-        self.append_to(&replica, request, turn).await
+        self.append_to(&replica, log_entry(batch), turn).await
     }
 
     /// [`append_encoded`](Self::append_encoded) to a replica of this broker.
@@ -266,6 +262,21 @@ impl Broker {
             high_watermark: replica.committed_end(),
             log_start: replica.log_start(),
         })
+    }
+}
+
+/// The Raft log entry of a new batch: not compacted, and stamped by the leader's log
+/// (`append_to` sets its time).
+fn log_entry(batch: ProduceBatch) -> AppendRequest {
+    AppendRequest {
+        records: batch.records,
+        record_count: batch.record_count,
+        producer_id: batch.producer.producer_id,
+        producer_epoch: batch.producer.epoch,
+        base_sequence: batch.producer.base_sequence,
+        timestamp_ms: 0,
+        format: batch.format,
+        compacted: false,
     }
 }
 

@@ -260,7 +260,7 @@ pub(crate) async fn create_partitions(
                 "a negative broker id in the assignment".to_string(),
             )),
             Ok(assignment) => {
-                let request = crate::protocol::CreatePartitionsRequest {
+                let request = crate::node::service::CreatePartitions {
                     name: t.name.0.to_string(),
                     count: u32::try_from(t.count).unwrap_or(0),
                     validate_only: request.validate_only,

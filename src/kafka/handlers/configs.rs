@@ -13,8 +13,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use crate::error::Error;
 use crate::kafka::{KafkaConfig, code, error_code, message};
-use crate::node::service::BrokerService;
-use crate::protocol::AlterTopicConfigs;
+use crate::node::service::{AlterConfigs, BrokerService};
 use crate::security::acl::AclOperation;
 use crate::topic_config::{ConfigChange, ConfigEntry, ConfigSource};
 
@@ -195,7 +194,7 @@ async fn alter_topic(
         Ok(changes) => changes,
         Err(why) => return (code::INVALID_REQUEST, message(why)),
     };
-    let request = AlterTopicConfigs {
+    let request = AlterConfigs {
         topic: topic.to_string(),
         changes,
         replace,

@@ -64,7 +64,7 @@ pub(crate) async fn elect_leaders(
     }
     let outcomes: Vec<(PartitionId, (i16, Option<String>))> = match request.election_type {
         PREFERRED => {
-            let elected = crate::protocol::ElectLeadersRequest {
+            let elected = crate::node::service::ElectLeaders {
                 partitions: asked,
                 forwarded: false,
             };

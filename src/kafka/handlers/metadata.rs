@@ -13,7 +13,7 @@ use kafka_protocol::protocol::StrBytes;
 use crate::group::OFFSETS_TOPIC;
 use crate::kafka::{KafkaConfig, broker_id, code, topic_name};
 use crate::node::service::BrokerService;
-use crate::protocol::PartitionMetadata;
+use crate::node::service::PartitionInfo;
 use crate::security::acl::{AclOperation, CLUSTER_RESOURCE_NAME, ResourceType};
 
 /// The versions served.
@@ -153,7 +153,7 @@ struct AuthorizedOps {
 /// One partition as Kafka's Metadata names it: a partition without a leader is
 /// LEADER_NOT_AVAILABLE, which clients ask again for; its in-sync replicas are the leader's
 /// view, or the leader alone when the answering replica has none.
-fn partition(p: &PartitionMetadata) -> MetadataResponsePartition {
+fn partition(p: &PartitionInfo) -> MetadataResponsePartition {
     let mut mp = MetadataResponsePartition::default();
     mp.partition_index = i32::try_from(p.partition.partition).unwrap_or(i32::MAX);
     match p.leader {

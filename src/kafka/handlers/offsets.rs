@@ -17,8 +17,7 @@ use kafka_protocol::messages::{
 
 use super::fetch::{epoch, partition};
 use crate::kafka::{code, error_code};
-use crate::node::service::BrokerService;
-use crate::protocol::OffsetAt;
+use crate::node::service::{BrokerService, OffsetSpec};
 
 /// The versions served.
 pub(crate) const APIS: &[super::Served] = &[
@@ -29,12 +28,12 @@ pub(crate) const APIS: &[super::Served] = &[
 /// Kafka's ListOffsets timestamp as the service's point: −1 the high watermark, −2 the log
 /// start, −3 the latest time (KIP-734); `None` for the other negative ones, which name points
 /// of versions not served (−4 and −5: tiered storage).
-fn offset_at(timestamp: i64) -> Option<OffsetAt> {
+fn offset_at(timestamp: i64) -> Option<OffsetSpec> {
     match timestamp {
-        -1 => Some(OffsetAt::Latest),
-        -2 => Some(OffsetAt::Earliest),
-        -3 => Some(OffsetAt::MaxTimestamp),
-        ms => u64::try_from(ms).ok().map(OffsetAt::Timestamp),
+        -1 => Some(OffsetSpec::Latest),
+        -2 => Some(OffsetSpec::Earliest),
+        -3 => Some(OffsetSpec::MaxTimestamp),
+        ms => u64::try_from(ms).ok().map(OffsetSpec::Timestamp),
     }
 }
 

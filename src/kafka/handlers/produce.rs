@@ -18,13 +18,11 @@ use kafka_protocol::protocol::StrBytes;
 use super::fetch::partition;
 use crate::error::Error;
 use crate::kafka::{broker_id, code, current_leader, error_code};
-use crate::node::service::{BrokerService, Produce};
-use crate::protocol::OffsetAt;
-use crate::raft::types::AppendRequest;
+use crate::node::service::{BrokerService, OffsetSpec, Produce, ProduceBatch};
 use crate::segment::format::PayloadFormat;
 use crate::segment::kafka as kafka_batch;
 use crate::transport::{Turn, Turns};
-use crate::types::NodeId;
+use crate::types::{NodeId, ProducerSeq};
 
 /// The versions served.
 pub(crate) const APIS: &[super::Served] = &[(kafka_protocol::messages::ApiKey::Produce, 3, 11)];
@@ -106,15 +104,15 @@ async fn write(
     let produce_partition = partition(topic, p.index);
     let produce = Produce {
         partition: produce_partition.clone(),
-        batch: AppendRequest {
+        batch: ProduceBatch {
             records,
-            record_count: info.record_count,
-            producer_id: u64::try_from(number(info.producer_id)).unwrap_or(0),
-            producer_epoch: u16::try_from(number(info.producer_epoch.into())).unwrap_or(0),
-            base_sequence: u32::try_from(number(info.base_sequence.into())).unwrap_or(0),
-            timestamp_ms: 0,
             format: PayloadFormat::Kafka,
-            compacted: false,
+            record_count: info.record_count,
+            producer: ProducerSeq {
+                producer_id: u64::try_from(number(info.producer_id)).unwrap_or(0),
+                epoch: u16::try_from(number(info.producer_epoch.into())).unwrap_or(0),
+                base_sequence: u32::try_from(number(info.base_sequence.into())).unwrap_or(0),
+            },
         },
         turn: Some(turn),
     };
@@ -128,7 +126,7 @@ async fn write(
             }
             // Kafka answers the partition's log start with a batch taken (an idempotent
             // producer compares it with what it sent to tell retention from lost state).
-            let start = service.list_offset(&produce_partition, OffsetAt::Earliest, None);
+            let start = service.list_offset(&produce_partition, OffsetSpec::Earliest, None);
             if let Ok(Some(start)) = start {
                 pr.log_start_offset = i64::try_from(start.offset.get()).unwrap_or(-1);
             }

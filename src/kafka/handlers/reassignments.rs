@@ -16,8 +16,7 @@ use kafka_protocol::messages::{
 
 use crate::acl::AclOperation;
 use crate::kafka::{broker_id, code, error_code, message, topic_name};
-use crate::node::service::BrokerService;
-use crate::protocol::ReassignRequest;
+use crate::node::service::{BrokerService, ReassignPartition};
 use crate::types::NodeId;
 
 /// The versions served.
@@ -121,9 +120,8 @@ async fn reassign_one(
             ),
         ));
     }
-    let request = ReassignRequest {
-        topic: topic.to_string(),
-        partition,
+    let request = ReassignPartition {
+        partition: crate::types::PartitionId::new(topic, partition),
         replicas,
     };
     service

@@ -4,7 +4,6 @@
 
 use crate::catalog::{AclRecord, MetaCommand};
 use crate::error::{Error, Result};
-use crate::protocol::ProposeRequest;
 use crate::security::acl::{AclBinding, AclBindingFilter, AclOperation};
 
 use super::BrokerService;
@@ -91,11 +90,7 @@ impl BrokerService {
     }
 
     async fn propose_acls(&self, command: MetaCommand) -> Result<()> {
-        let request = ProposeRequest {
-            command,
-            forwarded: false,
-        };
-        self.broker.propose(request).await.map_err(|e| match e {
+        self.commit_command(command).await.map_err(|e| match e {
             // The leader's catalog refused a binding this broker took for valid.
             Error::InvalidTopic { reason } => Error::InvalidAcl(reason),
             other => other,

@@ -18,10 +18,6 @@ use crate::group::api::{
 };
 use crate::group::{GroupError, GroupResult, OFFSETS_TOPIC};
 use crate::log::AppendInfo;
-use crate::protocol::{
-    CreateTopicRequest, DeleteTopicRequest, MetadataResponse, ProposeRequest, ReassignRequest,
-};
-use crate::raft::types::AppendRequest;
 use crate::security::Session;
 use crate::security::acl::{AclOperation, ResourceType};
 use crate::transport::Turn;
@@ -35,19 +31,25 @@ mod authorize;
 mod fetch;
 mod login;
 mod offsets;
+mod requests;
 mod topics;
 mod users;
 
 pub(crate) use fetch::{Fetch, PartitionFetch};
 pub(crate) use login::{LoginStep, SaslSettings};
+pub(crate) use requests::{
+    AlterConfigs, ClusterMetadata, CreatePartitions, CreateTopic, DeleteTopic, ElectLeaders,
+    OffsetSpec, PartitionInfo, ProduceBatch, Propose, ReassignPartition, SizeLimits,
+};
 pub(crate) use topics::NewTopic;
 pub(crate) use users::{CredentialChange, UserError};
 
 /// A produce: one encoded batch for one partition.
 pub(crate) struct Produce {
+    /// The partition written.
     pub(crate) partition: PartitionId,
     /// The records as the producer encoded them, with its idempotence numbers.
-    pub(crate) batch: AppendRequest,
+    pub(crate) batch: ProduceBatch,
     /// The request's place among its connection's requests, if the codec keeps one: batches of
     /// one producer are checked in that order.
     pub(crate) turn: Option<Turn>,
@@ -114,7 +116,7 @@ impl BrokerService {
     /// Brokers, topics and every partition's current leader (`local_only`: only the partitions
     /// hosted here, as brokers ask each other). A client is told only of the topics it may
     /// describe.
-    pub(crate) async fn metadata(&self, topic: Option<&str>, local_only: bool) -> MetadataResponse {
+    pub(crate) async fn metadata(&self, topic: Option<&str>, local_only: bool) -> ClusterMetadata {
         if let Some(t) = topic
             && !local_only
             && !self.may(AclOperation::Describe, ResourceType::Topic, t)
@@ -138,18 +140,18 @@ impl BrokerService {
 
     /// Creates a topic through the metadata Raft group. The offsets topic is created by the
     /// brokers only (a broker forwards its creation to the metadata leader).
-    pub(crate) async fn create_topic(&self, request: CreateTopicRequest) -> Result<()> {
+    pub(crate) async fn create_topic(&self, request: CreateTopic) -> Result<()> {
         if !request.forwarded {
-            self.authorize_create_topic(&request.name)?;
+            self.authorize_create_topic(&request.topic.name)?;
         }
-        if request.name == OFFSETS_TOPIC && !request.forwarded {
+        if request.topic.name == OFFSETS_TOPIC && !request.forwarded {
             return Err(internal_topic());
         }
-        self.broker.create_topic(request).await
+        self.broker.create_topic(request.into()).await
     }
 
     /// Deletes a created topic through the metadata Raft group (never the offsets topic).
-    pub(crate) async fn delete_topic(&self, request: DeleteTopicRequest) -> Result<()> {
+    pub(crate) async fn delete_topic(&self, request: DeleteTopic) -> Result<()> {
         if !request.forwarded {
             self.authorize_topic(AclOperation::Delete, &request.name)?;
         }
@@ -399,26 +401,19 @@ impl BrokerService {
     /// Moves a created topic's partition to other brokers, or with no replicas takes back its
     /// move under way: recorded through the metadata Raft group (the metadata leader checks the
     /// move), carried out by the partition's leader.
-    pub(crate) async fn reassign_partition(&self, request: ReassignRequest) -> Result<()> {
+    pub(crate) async fn reassign_partition(&self, request: ReassignPartition) -> Result<()> {
         self.authorize_cluster(AclOperation::Alter)?;
+        let (name, partition) = (request.partition.topic, request.partition.partition);
         let command = if request.replicas.is_empty() {
-            MetaCommand::CancelReassignment {
-                name: request.topic,
-                partition: request.partition,
-            }
+            MetaCommand::CancelReassignment { name, partition }
         } else {
             MetaCommand::ReassignPartition {
-                name: request.topic,
-                partition: request.partition,
+                name,
+                partition,
                 replicas: request.replicas,
             }
         };
-        self.broker
-            .propose(ProposeRequest {
-                command,
-                forwarded: false,
-            })
-            .await
+        self.commit_command(command).await
     }
 
     /// The partitions moving now, of `topics` only if given, as this broker's catalog has
@@ -435,11 +430,7 @@ impl BrokerService {
     /// through the metadata Raft group.
     pub(crate) async fn decommission_broker(&self, id: crate::types::NodeId) -> Result<()> {
         self.authorize_cluster(AclOperation::Alter)?;
-        self.broker
-            .propose(ProposeRequest {
-                command: MetaCommand::DecommissionBroker { id },
-                forwarded: false,
-            })
+        self.commit_command(MetaCommand::DecommissionBroker { id })
             .await
     }
 
@@ -495,7 +486,7 @@ impl BrokerService {
     /// ALTER on the cluster, unless a broker forwards the partitions it leads.
     pub(crate) async fn elect_leaders(
         &self,
-        request: crate::protocol::ElectLeadersRequest,
+        request: ElectLeaders,
     ) -> Result<Vec<(PartitionId, crate::node::Election)>> {
         if !request.forwarded {
             self.authorize_cluster(AclOperation::Alter)?;
@@ -508,7 +499,17 @@ impl BrokerService {
 
     /// Commits a metadata command a peer broker sends (a registration, a forwarded proposal,
     /// a move's end).
-    pub(crate) async fn propose(&self, request: ProposeRequest) -> Result<()> {
-        self.broker.propose(request).await
+    pub(crate) async fn propose(&self, request: Propose) -> Result<()> {
+        self.broker.propose(request.into()).await
+    }
+
+    /// Commits a metadata command this broker makes for a client, through the metadata Raft
+    /// group (forwarded to its leader if need be).
+    async fn commit_command(&self, command: MetaCommand) -> Result<()> {
+        let request = Propose {
+            command,
+            forwarded: false,
+        };
+        self.broker.propose(request.into()).await
     }
 }

@@ -3,8 +3,8 @@
 
 use super::BrokerService;
 use super::fetch::check_epoch;
+use super::requests::OffsetSpec;
 use crate::error::{Error, Result};
-use crate::protocol::OffsetAt;
 use crate::security::acl::AclOperation;
 use crate::types::{Offset, PartitionId};
 
@@ -26,7 +26,7 @@ impl BrokerService {
     pub(crate) fn list_offset(
         &self,
         partition: &PartitionId,
-        at: OffsetAt,
+        at: OffsetSpec,
         current_epoch: Option<u64>,
     ) -> Result<Option<Listed>> {
         self.authorize_topic(AclOperation::Describe, &partition.topic)?;
@@ -60,10 +60,10 @@ impl BrokerService {
                 }))
         };
         match at {
-            OffsetAt::Earliest => Ok(Some(mark(start))),
-            OffsetAt::Latest => Ok(Some(mark(high_watermark))),
-            OffsetAt::Timestamp(ms) => by_time(ms),
-            OffsetAt::MaxTimestamp => match log.max_record_timestamp() {
+            OffsetSpec::Earliest => Ok(Some(mark(start))),
+            OffsetSpec::Latest => Ok(Some(mark(high_watermark))),
+            OffsetSpec::Timestamp(ms) => by_time(ms),
+            OffsetSpec::MaxTimestamp => match log.max_record_timestamp() {
                 Some(ms) => by_time(ms),
                 None => Ok(None),
             },
@@ -72,20 +72,20 @@ impl BrokerService {
 
     /// The leader epoch Kafka answers with an offset ListOffsets found (from version 4), so
     /// that a consumer can check its new position against the leader's log (KIP-320): for the
-    /// high watermark (`OffsetAt::Latest`), the replica's current term, as a Kafka leader
+    /// high watermark (`OffsetSpec::Latest`), the replica's current term, as a Kafka leader
     /// names its latest epoch; for any other offset, the term of the batch that holds it, or
     /// the current term past the last batch. `None` if the replica cannot say.
     pub(crate) fn listed_epoch(
         &self,
         partition: &PartitionId,
-        at: OffsetAt,
+        at: OffsetSpec,
         offset: Offset,
     ) -> Option<u64> {
         self.authorize_topic(AclOperation::Describe, &partition.topic)
             .ok()?;
         let replica = self.broker.replica(partition).ok()?;
         let current = replica.raft.term();
-        if at == OffsetAt::Latest {
+        if at == OffsetSpec::Latest {
             return Some(current);
         }
         let batches = replica.store.log().read(offset, 1).ok()?;

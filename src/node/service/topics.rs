@@ -7,15 +7,15 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::BrokerService;
+use super::requests::{AlterConfigs, CreatePartitions, CreateTopic, DeleteTopic};
 use crate::error::{Error, Result};
-use crate::protocol::{
-    AlterTopicConfigs, CreatePartitionsRequest, CreateTopicRequest, DeleteTopicRequest,
-};
 use crate::security::acl::AclOperation;
 use crate::topic_config::{ConfigEntry, TopicConfigs};
 
 /// A topic to create, as an admin client asks for it.
+#[derive(Clone)]
 pub(crate) struct NewTopic {
+    /// The topic's name.
     pub(crate) name: String,
     /// `None`: the broker's `num_partitions`.
     pub(crate) partitions: Option<u32>,
@@ -79,18 +79,18 @@ impl BrokerService {
                     .unwrap_or(self.broker.config.default_replication_factor.min(brokers)),
             ),
         };
-        let request = CreateTopicRequest {
-            configs: topic.configs,
-            assignment: topic.assignment,
-            name: topic.name,
-            partitions,
-            replication_factor,
+        let request = CreateTopic {
+            topic: NewTopic {
+                partitions: Some(partitions),
+                replication_factor: Some(replication_factor),
+                ..topic
+            },
             forwarded: false,
         };
-        let shape = (request.partitions, request.replication_factor);
-        self.authorize_create_topic(&request.name)?;
+        let shape = (partitions, replication_factor);
+        self.authorize_create_topic(&request.topic.name)?;
         if validate_only {
-            self.broker.plan_topic(&request)?;
+            self.broker.plan_topic(&request.into())?;
             return Ok(shape);
         }
         until_leader(deadline, || self.create_topic(request.clone())).await?;
@@ -105,7 +105,7 @@ impl BrokerService {
         if self.topic_shape(&name).is_none() {
             return Err(Error::UnknownTopic(name));
         }
-        let request = DeleteTopicRequest {
+        let request = DeleteTopic {
             name,
             forwarded: false,
         };
@@ -130,7 +130,7 @@ impl BrokerService {
     /// the forwarding broker's, authorized there.
     pub(crate) async fn alter_topic_configs(
         &self,
-        request: AlterTopicConfigs,
+        request: AlterConfigs,
         deadline: Instant,
     ) -> Result<()> {
         if !request.forwarded {
@@ -150,7 +150,7 @@ impl BrokerService {
     /// while no metadata leader takes it, until `deadline`.
     pub(crate) async fn create_partitions(
         &self,
-        request: CreatePartitionsRequest,
+        request: CreatePartitions,
         deadline: Instant,
     ) -> Result<()> {
         self.authorize_topic(AclOperation::Alter, &request.name)?;

@@ -6,7 +6,6 @@
 use bytes::Bytes;
 
 use crate::error::Error;
-use crate::protocol::ProposeRequest;
 use crate::security::acl::AclOperation;
 use crate::security::{ScramCredential, ScramMechanism};
 
@@ -195,12 +194,7 @@ impl BrokerService {
             })
             .collect();
         for command in commands {
-            let request = ProposeRequest {
-                command,
-                forwarded: false,
-            };
-            self.broker
-                .propose(request)
+            self.commit_command(command)
                 .await
                 .map_err(UserError::Failed)?;
         }
