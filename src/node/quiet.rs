@@ -9,6 +9,15 @@
 //! group and the offsets topic's partitions never go quiet: the cluster's and the consumer
 //! groups' coordination runs through them.
 //!
+//! A broker starts every partition replica asleep (the metadata Raft group and the offsets
+//! topic's aside): openraft ticks each group's timers twenty times a second, and ten thousand
+//! replicas ticking at once keep two cores busy before a single election can finish. A replica
+//! wakes on the first Raft message a peer sends it (a leader's heartbeat, a candidate's vote);
+//! the replicas this broker is the preferred leader of wake at once to elect, and any replica
+//! that still knows no leader two election timeouts later wakes too, [`WOKEN_AT_ONCE`] at a
+//! time. The peers of a restarted broker wake the quiet groups they lead with it (below), so
+//! its replicas hear their leaders within a heartbeat.
+//!
 //! When a broker turns silent (`liveness.rs`), this broker wakes the quiet groups that broker
 //! led: the first survivor by id at once, the next half an election timeout later, and so on,
 //! [`WOKEN_AT_ONCE`] at a time, so that a thousand groups do not all campaign in the same
@@ -47,6 +56,24 @@ use super::{Broker, HostedReplica};
 
 /// Groups woken together after a broker turned silent, before the next few.
 const WOKEN_AT_ONCE: usize = 64;
+
+/// The pause between two batches of groups woken.
+const WAKE_PAUSE: Duration = Duration::from_millis(50);
+
+/// Wakes each of `replicas` that `still` holds for, [`WOKEN_AT_ONCE`] at a time, a pause
+/// between batches: woken groups tick, heartbeat and may elect, and thousands at once would
+/// take the cores from the groups already awake.
+async fn wake_in_batches(
+    replicas: Vec<Arc<HostedReplica>>,
+    still: impl Fn(&HostedReplica) -> bool,
+) {
+    for batch in replicas.chunks(WOKEN_AT_ONCE) {
+        for r in batch.iter().filter(|r| still(r)) {
+            r.raft.wake();
+        }
+        tokio::time::sleep(WAKE_PAUSE).await;
+    }
+}
 
 /// Groups offered quiet in one message to one broker.
 const OFFERS_PER_MESSAGE: usize = 1024;
@@ -261,30 +288,73 @@ impl Broker {
                 }
                 // At most `WOKEN_AT_ONCE` campaigns start in one stretch: the survivors'
                 // votes and blank entries are each a sync on several brokers.
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                tokio::time::sleep(WAKE_PAUSE).await;
             }
         });
     }
 
     /// Broker `back` is heard again, or restarted: the quiet groups this broker leads with a
-    /// replica there wake, so that the replica hears its leader before its own election timer
-    /// runs out.
+    /// replica there wake ([`WOKEN_AT_ONCE`] at a time), so that the replica hears its leader
+    /// before its own election timer runs out.
     pub(super) fn broker_back(&self, back: NodeId) {
         let me = self.config.id;
-        let woken = self
+        let woken: Vec<Arc<HostedReplica>> = self
             .replicas
             .read()
             .values()
             .filter(|r| r.raft.parked_under() == Some(me) && r.raft.member_ids().contains(&back))
-            .filter(|r| r.raft.wake())
-            .count();
-        if woken > 0 {
-            tracing::debug!(
-                broker = back,
-                partitions = woken,
-                "woke quiet partitions led here for a returning broker"
-            );
+            .cloned()
+            .collect();
+        if woken.is_empty() {
+            return;
         }
+        tracing::debug!(
+            broker = back,
+            partitions = woken.len(),
+            "waking quiet partitions led here for a returning broker"
+        );
+        tokio::spawn(wake_in_batches(woken, move |r| {
+            r.raft.parked_under() == Some(me)
+        }));
+    }
+
+    /// At start, before any peer can reach them: every partition replica that may go quiet
+    /// sleeps (see the module's docs), and a task wakes the ones that must elect.
+    pub(super) fn sleep_at_start(self: &Arc<Self>) {
+        if self.config.quiesce_after.is_none() {
+            return;
+        }
+        let replicas: Vec<Arc<HostedReplica>> = self
+            .replicas
+            .read()
+            .values()
+            .filter(|r| Self::may_go_quiet(r))
+            .cloned()
+            .collect();
+        for r in &replicas {
+            r.raft.sleep();
+        }
+        let me = self.config.id;
+        let preferred: Vec<Arc<HostedReplica>> = {
+            let catalog = self.catalog.read();
+            replicas
+                .iter()
+                .filter(|r| {
+                    let assignment = catalog
+                        .topic(&r.id.topic)
+                        .and_then(|t| t.assignment.get(r.id.partition as usize).cloned());
+                    assignment.and_then(|a| a.first().copied()) == Some(me)
+                })
+                .cloned()
+                .collect()
+        };
+        let later = self.config.election_timeout * 2;
+        tokio::spawn(async move {
+            let started = tokio::time::Instant::now();
+            wake_in_batches(preferred, |r| r.raft.is_asleep()).await;
+            tokio::time::sleep_until(started + later).await;
+            wake_in_batches(replicas, |r| r.raft.is_asleep()).await;
+        });
     }
 
     /// How many of the replicas here are quiet now.

@@ -175,7 +175,8 @@ impl Replica {
                 .get(id)
                 .is_some_and(|l| l.as_ref() == Some(&last))
         });
-        if !all_hold || followers.is_empty() {
+        // A Raft group of one member goes quiet alone.
+        if !all_hold {
             return None;
         }
         Some(QuietOffer {
@@ -203,7 +204,7 @@ impl Replica {
                 return false;
             }
         }
-        self.park(&mut state, me);
+        self.park(&mut state, Some(me));
         true
     }
 
@@ -228,15 +229,33 @@ impl Replica {
             return false;
         };
         if state.parked {
-            return state.leader == Some(leader);
+            // Asleep since its broker started, it now knows its leader.
+            let leader_known = *state.leader.get_or_insert(leader);
+            return leader_known == leader;
         }
-        self.park(&mut state, leader);
+        self.park(&mut state, Some(leader));
         true
     }
 
-    fn park(&self, state: &mut QuietState, leader: NodeId) {
+    /// Stops this member's timers with no leader known (a broker starting: see
+    /// `node/quiet.rs`): it wakes on the first Raft message a peer sends it, or when its
+    /// broker wakes it to elect.
+    pub(crate) fn sleep(&self) {
+        let mut state = self.quiet.state.lock();
+        if !state.parked {
+            self.park(&mut state, None);
+        }
+    }
+
+    /// Whether this member sleeps with no leader known (see [`sleep`](Self::sleep)).
+    pub(crate) fn is_asleep(&self) -> bool {
+        let state = self.quiet.state.lock();
+        state.parked && state.leader.is_none()
+    }
+
+    fn park(&self, state: &mut QuietState, leader: Option<NodeId>) {
         state.parked = true;
-        state.leader = Some(leader);
+        state.leader = leader;
         let config = self.raft.runtime_config();
         config.tick(false);
         config.heartbeat(false);
