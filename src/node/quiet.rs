@@ -136,6 +136,10 @@ impl Broker {
     async fn offer_quiet(self: &Arc<Self>, idle: Duration) {
         let me = self.config.id;
         let replicas: Vec<Arc<HostedReplica>> = self.replicas.read().values().cloned().collect();
+        // Elected while asleep at start: it heartbeats until its group goes quiet.
+        for r in replicas.iter().filter(|r| r.raft.leads_asleep()) {
+            r.raft.wake();
+        }
         let eligible = |id: &NodeId| {
             self.liveness.is_live(*id)
                 && self

@@ -46,6 +46,24 @@ struct QuietState {
     active_at: Instant,
 }
 
+impl Quiet {
+    /// [`Replica::wake`] of the member `raft`.
+    fn wake(&self, raft: &openraft::Raft<C, super::state_machine::StateMachine>) -> bool {
+        let mut state = self.state.lock();
+        state.activity += 1;
+        state.active_at = Instant::now();
+        if !state.parked {
+            return false;
+        }
+        state.parked = false;
+        state.leader = None;
+        let config = raft.runtime_config();
+        config.heartbeat(true);
+        config.tick(true);
+        true
+    }
+}
+
 impl Default for Quiet {
     fn default() -> Self {
         Quiet {
@@ -93,18 +111,7 @@ impl Replica {
     /// Starts this member's timers again if they were stopped, and counts the activity (a
     /// leader that offered quiet before it does not park). Returns whether it was parked.
     pub(crate) fn wake(&self) -> bool {
-        let mut state = self.quiet.state.lock();
-        state.activity += 1;
-        state.active_at = Instant::now();
-        if !state.parked {
-            return false;
-        }
-        state.parked = false;
-        state.leader = None;
-        let config = self.raft.runtime_config();
-        config.heartbeat(true);
-        config.tick(true);
-        true
+        self.quiet.wake(&self.raft)
     }
 
     /// Wakes this member before a write, a membership change or a leadership transfer, if it
@@ -245,6 +252,19 @@ impl Replica {
         if !state.parked {
             self.park(&mut state, None);
         }
+    }
+
+    /// Whether this member sleeps with no leader known (see [`sleep`](Self::sleep)) although
+    /// it leads: elected by its broker's campaign while its timers slept. It must heartbeat.
+    pub(crate) fn leads_asleep(&self) -> bool {
+        // The state's lock is never held while waiting for the metrics' (see `park_follower`,
+        // which takes them in the other order).
+        if !self.is_asleep() {
+            return false;
+        }
+        let m = self.raft.metrics();
+        let m = m.borrow_watched();
+        m.current_leader == Some(m.id)
     }
 
     /// Whether this member sleeps with no leader known (see [`sleep`](Self::sleep)).
