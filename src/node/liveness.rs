@@ -222,7 +222,10 @@ impl Broker {
             Ok(body) => body,
             Err(_) => return,
         };
-        let brokers = self.catalog.read().brokers();
+        // The configured peers too: a broker starting has not applied its metadata log yet.
+        let mut brokers: std::collections::BTreeSet<NodeId> =
+            self.catalog.read().brokers().into_iter().collect();
+        brokers.extend(self.config.peers.keys().copied());
         for id in brokers.into_iter().filter(|id| *id != me) {
             let Some(peer) = self.peers.get(id, true) else {
                 continue;

@@ -232,6 +232,10 @@ impl Broker {
     /// Serves a leader broker's offers: each group parks here if this broker's replica of it
     /// holds exactly the leader's log and follows its vote.
     pub(super) fn serve_quiesce(&self, request: QuiesceRequest) -> Vec<bool> {
+        // A broker whose partitions never go quiet says no to every offer.
+        if self.config.quiesce_after.is_none() {
+            return vec![false; request.groups.len()];
+        }
         let replicas = self.replicas.read();
         request
             .groups
