@@ -254,6 +254,41 @@ impl Replica {
         }
     }
 
+    /// The sender of `body`, an AppendEntries request, if it is a heartbeat (no entries) to
+    /// this parked member from its leader, or to a member asleep since its broker started:
+    /// the member stays parked after serving it (see [`stay_parked_after`](Self::stay_parked_after)).
+    /// A heartbeat in flight when a Raft group went quiet must not wake its followers: woken,
+    /// with their leader quiet, their election timers would run out, and two followers awake
+    /// would elect one of them.
+    pub(crate) fn quiet_heartbeat_from(&self, body: &[u8]) -> Option<NodeId> {
+        use openraft::vote::RaftLeaderId;
+        let (parked, leader) = {
+            let state = self.quiet.state.lock();
+            (state.parked, state.leader)
+        };
+        if !parked {
+            return None;
+        }
+        let ((vote, _), rest) = postcard::take_from_bytes::<(Vote, Option<LogId>)>(body).ok()?;
+        let sender = *vote.leader_id().node_id();
+        // The entries' count comes next: 0, a one-byte varint, for a heartbeat.
+        let heartbeat = rest.first() == Some(&0);
+        (heartbeat && leader.is_none_or(|l| l == sender)).then_some(sender)
+    }
+
+    /// After serving a heartbeat from `sender` (see [`quiet_heartbeat_from`](Self::quiet_heartbeat_from)):
+    /// whether this member stays parked. It does if it follows `sender` now (the heartbeat was
+    /// accepted), and then knows `sender` as its leader.
+    pub(crate) fn stay_parked_after(&self, sender: NodeId) -> bool {
+        let follows = self.raft.metrics().borrow_watched().current_leader == Some(sender);
+        let mut state = self.quiet.state.lock();
+        if !follows || !state.parked || state.leader.is_some_and(|l| l != sender) {
+            return false;
+        }
+        state.leader = Some(sender);
+        true
+    }
+
     /// Whether this member sleeps with no leader known (see [`sleep`](Self::sleep)) although
     /// it leads: elected by its broker's campaign while its timers slept. It must heartbeat.
     pub(crate) fn leads_asleep(&self) -> bool {
