@@ -40,9 +40,7 @@ async fn main() -> replog::Result<()> {
         c.log.record_bytes_max = 64 << 10;
         c.log.batch_bytes_max = 256 << 10;
         c.log.preallocate = Preallocate::Fallocate;
-        if loud {
-            c.quiesce_after = None;
-        }
+        c.quiesce_after = (!loud).then_some(Duration::from_secs(2));
     })
     .await?;
     let started = Instant::now();

@@ -240,8 +240,10 @@ pub struct NodeConfig {
     /// its Raft group stops its heartbeats and timers on every broker until the next write
     /// (which waits one round trip more), and one liveness message per broker pair stands for
     /// all of them; when a broker falls silent, the quiet partitions it led elect anew.
-    /// `None`: partitions never go quiet. Default 2 s. The metadata log and the offsets topic
-    /// never go quiet.
+    /// `None` (the default for now): partitions never go quiet. 2 s is a good value. The
+    /// metadata log and the offsets topic never go quiet. Off by default until handing a quiet
+    /// partition's leadership to a broker that just restarted is as reliable as handing an
+    /// active one's (a preferred-leader election can find the restarted replica unheard).
     pub quiesce_after: Option<Duration>,
 }
 
@@ -310,7 +312,7 @@ impl NodeConfig {
             bootstrap_users: Vec::new(),
             authorization: None,
             protocol_version: crate::PROTOCOL_VERSION,
-            quiesce_after: Some(Duration::from_secs(2)),
+            quiesce_after: None,
         }
     }
 

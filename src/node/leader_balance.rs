@@ -62,10 +62,16 @@ impl Broker {
             if elsewhere * 100 <= threshold * known {
                 continue;
             }
-            if g.raft.transfer_to(me, preferred, timeout).await.is_ok() {
-                tracing::info!(partition = %g.id, to = preferred,
-                    "leadership handed back to the preferred replica");
-                moved += 1;
+            match g.raft.transfer_to(me, preferred, timeout).await {
+                Ok(()) => {
+                    tracing::info!(partition = %g.id, to = preferred,
+                        "leadership handed back to the preferred replica");
+                    moved += 1;
+                }
+                Err(why) => {
+                    tracing::debug!(partition = %g.id, to = preferred, %why,
+                        "leadership not handed back to the preferred replica yet");
+                }
             }
         }
         moved

@@ -414,7 +414,6 @@ impl Node {
         });
         // Before anything can reach the replicas (see `Broker::initialize`).
         replicas::initialize_replicas(&broker).await;
-        broker.sleep_at_start();
         broker.check_version_at_start().await?;
         broker.refresh_topic_settings();
         let handler: Arc<dyn Handler> = Arc::new(NodeHandler {

@@ -9,15 +9,6 @@
 //! group and the offsets topic's partitions never go quiet: the cluster's and the consumer
 //! groups' coordination runs through them.
 //!
-//! A broker starts every partition replica asleep (the metadata Raft group and the offsets
-//! topic's aside): openraft ticks each group's timers twenty times a second, and ten thousand
-//! replicas ticking at once keep two cores busy before a single election can finish. A replica
-//! wakes on the first Raft message a peer sends it (a leader's heartbeat, a candidate's vote);
-//! the replicas this broker is the preferred leader of wake at once to elect, and any replica
-//! that still knows no leader two election timeouts later wakes too, [`WOKEN_AT_ONCE`] at a
-//! time. The peers of a restarted broker wake the quiet groups they lead with it (below), so
-//! its replicas hear their leaders within a heartbeat.
-//!
 //! When a broker turns silent (`liveness.rs`), this broker wakes the quiet groups that broker
 //! led: the first survivor by id at once, the next half an election timeout later, and so on,
 //! [`WOKEN_AT_ONCE`] at a time, so that a thousand groups do not all campaign in the same
@@ -136,10 +127,6 @@ impl Broker {
     async fn offer_quiet(self: &Arc<Self>, idle: Duration) {
         let me = self.config.id;
         let replicas: Vec<Arc<HostedReplica>> = self.replicas.read().values().cloned().collect();
-        // Elected while asleep at start: it heartbeats until its group goes quiet.
-        for r in replicas.iter().filter(|r| r.raft.leads_asleep()) {
-            r.raft.wake();
-        }
         let eligible = |id: &NodeId| {
             self.liveness.is_live(*id)
                 && self
@@ -157,6 +144,9 @@ impl Broker {
             .collect();
         if offers.is_empty() {
             return;
+        }
+        for (r, _) in &offers {
+            r.raft.pause_heartbeats();
         }
         let mut by_broker: HashMap<NodeId, Vec<usize>> = HashMap::new();
         for (i, (_, offer)) in offers.iter().enumerate() {
@@ -194,11 +184,14 @@ impl Broker {
                 yes[i] += usize::from(said_yes);
             }
         }
-        let parked = offers
-            .iter()
-            .zip(yes)
-            .filter(|((r, offer), n)| *n == offer.followers.len() && r.raft.park_leader(me, offer))
-            .count();
+        let mut parked = 0;
+        for ((r, offer), n) in offers.iter().zip(yes) {
+            if n == offer.followers.len() && r.raft.park_leader(me, offer) {
+                parked += 1;
+            } else {
+                r.raft.resume_heartbeats();
+            }
+        }
         if parked > 0 {
             tracing::debug!(groups = parked, "partitions gone quiet");
         }
@@ -324,45 +317,6 @@ impl Broker {
         tokio::spawn(wake_in_batches(woken, move |r| {
             r.raft.parked_under() == Some(me)
         }));
-    }
-
-    /// At start, before any peer can reach them: every partition replica that may go quiet
-    /// sleeps (see the module's docs), and a task wakes the ones that must elect.
-    pub(super) fn sleep_at_start(self: &Arc<Self>) {
-        if self.config.quiesce_after.is_none() {
-            return;
-        }
-        let replicas: Vec<Arc<HostedReplica>> = self
-            .replicas
-            .read()
-            .values()
-            .filter(|r| Self::may_go_quiet(r))
-            .cloned()
-            .collect();
-        for r in &replicas {
-            r.raft.sleep();
-        }
-        let me = self.config.id;
-        let preferred: Vec<Arc<HostedReplica>> = {
-            let catalog = self.catalog.read();
-            replicas
-                .iter()
-                .filter(|r| {
-                    let assignment = catalog
-                        .topic(&r.id.topic)
-                        .and_then(|t| t.assignment.get(r.id.partition as usize).cloned());
-                    assignment.and_then(|a| a.first().copied()) == Some(me)
-                })
-                .cloned()
-                .collect()
-        };
-        let later = self.config.election_timeout * 2;
-        tokio::spawn(async move {
-            let started = tokio::time::Instant::now();
-            wake_in_batches(preferred, |r| r.raft.is_asleep()).await;
-            tokio::time::sleep_until(started + later).await;
-            wake_in_batches(replicas, |r| r.raft.is_asleep()).await;
-        });
     }
 
     /// How many of the replicas here are quiet now.

@@ -22,7 +22,7 @@ impl Replica {
             return None;
         }
         // A quiet leader's followers acknowledged nothing lately: it heartbeats first, so that
-        // they count as live (a quiet follower is left asleep: it leads nothing to hand over).
+        // they count as live (a quiet follower stays quiet: it leads nothing to hand over).
         self.wake_to_write(self.lease_wait.min(timeout)).await;
         let target = {
             let m = self.raft.metrics().borrow_watched().clone();
@@ -77,9 +77,11 @@ impl Replica {
         target: NodeId,
         timeout: Duration,
     ) -> std::result::Result<(), TransferRefused> {
-        // Only a leader wakes for it (see `hand_off`).
-        if self.raft.metrics().borrow_watched().current_leader == Some(me) {
-            self.wake_to_write(self.lease_wait.min(timeout)).await;
+        // Only a leader wakes for it (see `hand_off`), and then waits for the target's answer.
+        if self.raft.metrics().borrow_watched().current_leader == Some(me)
+            && let Some(woke) = self.wake_to_write(self.lease_wait.min(timeout)).await
+        {
+            self.wait_heard_from(target, woke, timeout).await;
         }
         {
             let m = self.raft.metrics().borrow_watched().clone();

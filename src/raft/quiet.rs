@@ -118,12 +118,16 @@ impl Replica {
     /// is a parked leader: it heartbeats at once and waits (at most `lease_wait`) until a
     /// quorum acknowledged it, since openraft refuses writes until its lease is renewed after
     /// the quiet. A write after quiet costs one round trip more.
-    pub(crate) async fn wake_to_write(&self, lease_wait: Duration) {
-        // A quiet follower stays asleep: it refuses the write with its leader's name, and its
+    /// Returns when it woke, if it did.
+    pub(crate) async fn wake_to_write(
+        &self,
+        lease_wait: Duration,
+    ) -> Option<openraft::type_config::alias::InstantOf<C>> {
+        // A quiet follower stays quiet: it refuses the write with its leader's name, and its
         // leader hears nothing it must wake for.
         let me = self.raft.metrics().borrow_watched().id;
         if self.parked_under() != Some(me) || !self.wake() {
-            return;
+            return None;
         }
         let woke = openraft::type_config::alias::InstantOf::<C>::now();
         // A stopped member refuses the write that follows, with its reason.
@@ -136,6 +140,40 @@ impl Replica {
                     let m = metrics.borrow_watched();
                     let renewed = m.last_quorum_acked.as_ref().is_some_and(|t| **t >= woke);
                     if renewed || m.state != ServerState::Leader {
+                        return;
+                    }
+                }
+                if metrics.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await;
+        Some(woke)
+    }
+
+    /// Waits, at most `timeout`, until member `target` acknowledged a heartbeat of this leader
+    /// sent at `since` or later: after a leader woke, its followers' last acknowledgements are
+    /// as old as the quiet, and a transfer checks that its target answers.
+    pub(crate) async fn wait_heard_from(
+        &self,
+        target: NodeId,
+        since: openraft::type_config::alias::InstantOf<C>,
+        timeout: Duration,
+    ) {
+        let mut metrics = self.raft.metrics();
+        let _ = tokio::time::timeout(timeout, async {
+            // Bounded by the timeout around it.
+            loop {
+                {
+                    let m = metrics.borrow_watched();
+                    let acked = m
+                        .heartbeat
+                        .as_ref()
+                        .and_then(|h| h.get(&target))
+                        .and_then(|t| t.as_ref())
+                        .is_some_and(|t| **t >= since);
+                    if acked || m.state != ServerState::Leader {
                         return;
                     }
                 }
@@ -236,76 +274,26 @@ impl Replica {
             return false;
         };
         if state.parked {
-            // Asleep since its broker started, it now knows its leader.
-            let leader_known = *state.leader.get_or_insert(leader);
-            return leader_known == leader;
+            return state.leader == Some(leader);
         }
         self.park(&mut state, Some(leader));
         true
     }
 
-    /// Stops this member's timers with no leader known (a broker starting: see
-    /// `node/quiet.rs`): it wakes on the first Raft message a peer sends it, or when its
-    /// broker wakes it to elect.
-    pub(crate) fn sleep(&self) {
-        let mut state = self.quiet.state.lock();
-        if !state.parked {
-            self.park(&mut state, None);
-        }
+    /// On the leader, while its offer of quiet is out: no heartbeats, so that none is in
+    /// flight to a follower that parks (it would wake it, and two followers woken under a quiet
+    /// leader would elect one of them once their timers ran out). Writes still replicate.
+    pub(crate) fn pause_heartbeats(&self) {
+        self.raft.runtime_config().heartbeat(false);
     }
 
-    /// The sender of `body`, an AppendEntries request, if it is a heartbeat (no entries) to
-    /// this parked member from its leader, or to a member asleep since its broker started:
-    /// the member stays parked after serving it (see [`stay_parked_after`](Self::stay_parked_after)).
-    /// A heartbeat in flight when a Raft group went quiet must not wake its followers: woken,
-    /// with their leader quiet, their election timers would run out, and two followers awake
-    /// would elect one of them.
-    pub(crate) fn quiet_heartbeat_from(&self, body: &[u8]) -> Option<NodeId> {
-        use openraft::vote::RaftLeaderId;
-        let (parked, leader) = {
-            let state = self.quiet.state.lock();
-            (state.parked, state.leader)
-        };
-        if !parked {
-            return None;
-        }
-        let ((vote, _), rest) = postcard::take_from_bytes::<(Vote, Option<LogId>)>(body).ok()?;
-        let sender = *vote.leader_id().node_id();
-        // The entries' count comes next: 0, a one-byte varint, for a heartbeat.
-        let heartbeat = rest.first() == Some(&0);
-        (heartbeat && leader.is_none_or(|l| l == sender)).then_some(sender)
-    }
-
-    /// After serving a heartbeat from `sender` (see [`quiet_heartbeat_from`](Self::quiet_heartbeat_from)):
-    /// whether this member stays parked. It does if it follows `sender` now (the heartbeat was
-    /// accepted), and then knows `sender` as its leader.
-    pub(crate) fn stay_parked_after(&self, sender: NodeId) -> bool {
-        let follows = self.raft.metrics().borrow_watched().current_leader == Some(sender);
-        let mut state = self.quiet.state.lock();
-        if !follows || !state.parked || state.leader.is_some_and(|l| l != sender) {
-            return false;
-        }
-        state.leader = Some(sender);
-        true
-    }
-
-    /// Whether this member sleeps with no leader known (see [`sleep`](Self::sleep)) although
-    /// it leads: elected by its broker's campaign while its timers slept. It must heartbeat.
-    pub(crate) fn leads_asleep(&self) -> bool {
-        // The state's lock is never held while waiting for the metrics' (see `park_follower`,
-        // which takes them in the other order).
-        if !self.is_asleep() {
-            return false;
-        }
-        let m = self.raft.metrics();
-        let m = m.borrow_watched();
-        m.current_leader == Some(m.id)
-    }
-
-    /// Whether this member sleeps with no leader known (see [`sleep`](Self::sleep)).
-    pub(crate) fn is_asleep(&self) -> bool {
+    /// Heartbeats again after an offer that did not end parked (see
+    /// [`pause_heartbeats`](Self::pause_heartbeats)).
+    pub(crate) fn resume_heartbeats(&self) {
         let state = self.quiet.state.lock();
-        state.parked && state.leader.is_none()
+        if !state.parked {
+            self.raft.runtime_config().heartbeat(true);
+        }
     }
 
     fn park(&self, state: &mut QuietState, leader: Option<NodeId>) {

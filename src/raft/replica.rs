@@ -537,14 +537,9 @@ impl Replica {
     /// wakes after serving, so that an append from its leader renews the leader's lease here
     /// before the election timer looks at it.
     pub(crate) async fn serve(&self, op: Op, body: &[u8]) -> Served {
-        let heartbeat = (op == Op::AppendEntries)
-            .then(|| self.quiet_heartbeat_from(body))
-            .flatten();
         let served = serve(&self.raft, &self.store, op, body).await;
-        // A pre-vote changes nothing on a voter, and its candidate's real vote follows; a
-        // heartbeat of the leader a quiet member follows brings nothing new.
-        let stays = heartbeat.is_some_and(|sender| self.stay_parked_after(sender));
-        if op != Op::PreVote && !stays {
+        // A pre-vote changes nothing on a voter, and its candidate's real vote follows.
+        if op != Op::PreVote {
             self.wake();
         }
         served
