@@ -236,14 +236,9 @@ pub struct NodeConfig {
     /// every broker speaks it (see [`Node::finalized_version`](crate::Node::finalized_version)).
     /// A broker pinned below the cluster's finalized version refuses to start.
     pub protocol_version: u16,
-    /// A partition not written for this long, whose log every replica holds, goes quiet:
-    /// its Raft group stops its heartbeats and timers on every broker until the next write
-    /// (which waits one round trip more), and one liveness message per broker pair stands for
-    /// all of them; when a broker falls silent, the quiet partitions it led elect anew.
-    /// `None` (the default for now): partitions never go quiet. 2 s is a good value. The
-    /// metadata log and the offsets topic never go quiet. Off by default until handing a quiet
-    /// partition's leadership to a broker that just restarted is as reliable as handing an
-    /// active one's (a preferred-leader election can find the restarted replica unheard).
+    /// A partition unwritten this long, its log on every replica, goes quiet: no heartbeats or
+    /// timers until the next write (`node/quiet.rs`). `None`, the default for now: never (a
+    /// preferred-leader election right after a broker restarts is not yet reliable with it).
     pub quiesce_after: Option<Duration>,
 }
 
