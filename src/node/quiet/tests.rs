@@ -79,6 +79,13 @@ async fn all_quiet(nodes: &[&Node]) {
     .await;
 }
 
+/// Waits until every replica in `nodes` is quiet, then for each partition's (leader, term)
+/// as all of them name it.
+async fn quiet_leaders(nodes: &[&Node]) -> BTreeMap<u32, (NodeId, u64)> {
+    all_quiet(nodes).await;
+    until(Duration::from_secs(10), "leaders", || settled(nodes)).await
+}
+
 /// Each partition's (leader, term) as every broker in `nodes` names them alike, if they do.
 fn settled(nodes: &[&Node]) -> Option<BTreeMap<u32, (NodeId, u64)>> {
     (0..PARTITIONS)
@@ -112,8 +119,7 @@ async fn idle_partitions_go_quiet_and_a_write_wakes_them_without_an_election() {
     let net = NetFaults::new();
     let (cluster, client, _) = quiet_cluster(dir.path(), &net).await;
     let nodes: Vec<&Node> = cluster.nodes().collect();
-    all_quiet(&nodes).await;
-    let before = until(Duration::from_secs(10), "leaders", || settled(&nodes)).await;
+    let before = quiet_leaders(&nodes).await;
     // A quiet Raft group is still described as whole: its followers hold its whole log.
     let described = client.describe(TOPIC).await.unwrap();
     assert!(described.iter().all(|p| p.isr.len() == 3), "{described:?}");
@@ -124,8 +130,7 @@ async fn idle_partitions_go_quiet_and_a_write_wakes_them_without_an_election() {
             .await
             .unwrap();
     }
-    all_quiet(&nodes).await;
-    let after = until(Duration::from_secs(10), "leaders", || settled(&nodes)).await;
+    let after = quiet_leaders(&nodes).await;
     assert_eq!(
         before, after,
         "a write to a quiet partition wakes it in its term"
@@ -149,13 +154,9 @@ async fn the_quiet_partitions_of_a_dead_broker_elect_new_leaders_and_lose_nothin
     let dir = tempfile::tempdir().unwrap();
     let net = NetFaults::new();
     let (mut cluster, client, written) = quiet_cluster(dir.path(), &net).await;
-    {
-        let nodes: Vec<&Node> = cluster.nodes().collect();
-        all_quiet(&nodes).await;
-    }
     let leaders = {
         let nodes: Vec<&Node> = cluster.nodes().collect();
-        until(Duration::from_secs(10), "leaders", || settled(&nodes)).await
+        quiet_leaders(&nodes).await
     };
     let dead = leaders[&0].0;
     // No hand-off: as if the process died.
@@ -195,8 +196,7 @@ async fn a_quiet_leader_cut_off_acknowledges_nothing_and_one_leader_remains() {
     let net = NetFaults::new();
     let (cluster, client, _) = quiet_cluster(dir.path(), &net).await;
     let nodes: Vec<&Node> = cluster.nodes().collect();
-    all_quiet(&nodes).await;
-    let leaders = until(Duration::from_secs(10), "leaders", || settled(&nodes)).await;
+    let leaders = quiet_leaders(&nodes).await;
     let (old, _) = leaders[&0];
     let others: Vec<u64> = [1, 2, 3].into_iter().filter(|id| *id != old).collect();
     net.partition(&[old], &others);
@@ -267,8 +267,7 @@ async fn a_one_way_cut_disturbs_no_quiet_partition() {
     let net = NetFaults::new();
     let (cluster, client, _) = quiet_cluster(dir.path(), &net).await;
     let nodes: Vec<&Node> = cluster.nodes().collect();
-    all_quiet(&nodes).await;
-    let before = until(Duration::from_secs(10), "leaders", || settled(&nodes)).await;
+    let before = quiet_leaders(&nodes).await;
     let leader = before[&0].0;
     let deaf = [1, 2, 3].into_iter().find(|id| *id != leader).unwrap();
     net.cut(leader, deaf);
