@@ -52,7 +52,7 @@ pub(super) struct Liveness {
     pub(super) session: Duration,
     heard: parking_lot::Mutex<HashMap<NodeId, Heard>>,
     /// When the disk probe last finished within its bound.
-    disk_ok_at: parking_lot::Mutex<Option<Instant>>,
+    disk_ok_at: parking_lot::Mutex<Instant>,
     /// Set while a disk probe runs.
     probing: AtomicBool,
 }
@@ -87,7 +87,7 @@ impl Liveness {
             incarnation,
             session: (heartbeat * 8).max(election_timeout * 2),
             heard: parking_lot::Mutex::default(),
-            disk_ok_at: parking_lot::Mutex::new(Some(Instant::now())),
+            disk_ok_at: parking_lot::Mutex::new(Instant::now()),
             probing: AtomicBool::new(false),
         }
     }
@@ -136,9 +136,7 @@ impl Liveness {
 
     /// Whether this broker's disk answered a probe within the session timeout.
     pub(super) fn disk_answers(&self) -> bool {
-        self.disk_ok_at
-            .lock()
-            .is_some_and(|at| at.elapsed() < self.session)
+        self.disk_ok_at.lock().elapsed() < self.session
     }
 }
 
@@ -202,7 +200,7 @@ impl Broker {
                 file.sync_data()
             })();
             match written {
-                Ok(()) => *liveness.disk_ok_at.lock() = Some(Instant::now()),
+                Ok(()) => *liveness.disk_ok_at.lock() = Instant::now(),
                 Err(e) => {
                     tracing::debug!(error = %e, "the liveness probe of the data directory failed")
                 }
