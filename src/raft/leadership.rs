@@ -49,6 +49,7 @@ impl Replica {
                 })
                 .map(|(id, _)| *id)?
         };
+        self.handing_over();
         self.raft.trigger().transfer_leader(target).await.ok()?;
         let mut metrics = self.raft.server_metrics();
         let moved = tokio::time::timeout(timeout, async {
@@ -77,12 +78,11 @@ impl Replica {
         target: NodeId,
         timeout: Duration,
     ) -> std::result::Result<(), TransferRefused> {
-        // Only a leader wakes for it (see `hand_off`), and then waits for the target's answer.
-        if self.raft.metrics().borrow_watched().current_leader == Some(me)
-            && let Some(woke) = self.wake_to_write(self.lease_wait.min(timeout)).await
-        {
-            self.wait_heard_from(target, woke, timeout).await;
-        }
+        // The target must answer a heartbeat sent now. An acknowledgement within the timeout is
+        // not enough: a broker that stopped a moment ago sent one, and a leader that triggers a
+        // transfer to a member that cannot take over stays handing over (openraft then refuses
+        // writes and sends no heartbeat) until another member's election timer runs out.
+        let since = self.heartbeat_for_transfer(me, target, timeout).await;
         {
             let m = self.raft.metrics().borrow_watched().clone();
             if m.current_leader == Some(target) {
@@ -104,7 +104,7 @@ impl Replica {
                 .as_ref()
                 .and_then(|h| h.get(&target))
                 .and_then(|t| t.as_ref())
-                .is_some_and(|t| t.elapsed() < timeout);
+                .is_some_and(|t| since.is_some_and(|since| **t >= since));
             if !live {
                 return Err(TransferRefused::NotHeardFrom);
             }
@@ -118,6 +118,7 @@ impl Replica {
                 return Err(TransferRefused::Behind);
             }
         }
+        self.handing_over();
         if self.raft.trigger().transfer_leader(target).await.is_err() {
             return Err(TransferRefused::Stopped);
         }
@@ -139,6 +140,42 @@ impl Replica {
         } else {
             Err(TransferRefused::NotTakenOver)
         }
+    }
+
+    /// On the leader of `me`, before a transfer to `target`: wakes a quiet leader, or sends a
+    /// heartbeat now, and waits (at most an election timeout) until `target` acknowledged it.
+    /// Returns when that heartbeat was sent, or `None` if this member does not lead or
+    /// `target` has not answered within `timeout` (it is down: no point waiting for it).
+    async fn heartbeat_for_transfer(
+        &self,
+        me: NodeId,
+        target: NodeId,
+        timeout: Duration,
+    ) -> Option<openraft::type_config::alias::InstantOf<super::types::C>> {
+        let wait = self.lease_wait.min(timeout);
+        let since = match self.wake_to_write(wait).await {
+            Some(woke) => woke,
+            None => {
+                {
+                    let m = self.raft.metrics();
+                    let m = m.borrow_watched();
+                    let heard = m
+                        .heartbeat
+                        .as_ref()
+                        .and_then(|h| h.get(&target))
+                        .and_then(|t| t.as_ref())
+                        .is_some_and(|t| t.elapsed() < timeout);
+                    if m.current_leader != Some(me) || target == me || !heard {
+                        return None;
+                    }
+                }
+                let now = openraft::type_config::alias::InstantOf::<super::types::C>::now();
+                self.raft.trigger().heartbeat().await.ok()?;
+                now
+            }
+        };
+        self.wait_heard_from(target, since, wait).await;
+        Some(since)
     }
 
     /// Initializes a fresh Raft group with these members (id and address). Does nothing if this

@@ -44,6 +44,10 @@ struct QuietState {
     activity: u64,
     /// The last write or wake.
     active_at: Instant,
+    /// The vote under which this member, as leader, started handing its leadership over.
+    /// openraft's leader then sends no heartbeat until another member leads, so it must not
+    /// go quiet: its followers' election timers are what end a hand-over that failed.
+    handing_over: Option<Vote>,
 }
 
 impl Quiet {
@@ -72,6 +76,7 @@ impl Default for Quiet {
                 leader: None,
                 activity: 0,
                 active_at: Instant::now(),
+                handing_over: None,
             }),
         }
     }
@@ -106,6 +111,13 @@ impl Replica {
     pub(crate) fn parked_under(&self) -> Option<NodeId> {
         let state = self.quiet.state.lock();
         state.parked.then_some(state.leader).flatten()
+    }
+
+    /// Marks this leader as handing its leadership over (under its current vote), just before
+    /// it triggers the transfer: it offers no quiet under that vote any more.
+    pub(crate) fn handing_over(&self) {
+        let vote = self.raft.metrics().borrow_watched().vote;
+        self.quiet.state.lock().handing_over = Some(vote);
     }
 
     /// Starts this member's timers again if they were stopped, and counts the activity (a
@@ -199,6 +211,9 @@ impl Replica {
         };
         let m = self.raft.metrics().borrow_watched().clone();
         if m.state != ServerState::Leader || m.current_leader != Some(me) || !m.vote.committed {
+            return None;
+        }
+        if self.quiet.state.lock().handing_over == Some(m.vote) {
             return None;
         }
         let last = m.last_applied?;

@@ -292,3 +292,51 @@ async fn a_one_way_cut_disturbs_no_quiet_partition() {
     drop(client);
     cluster.shutdown().await.unwrap();
 }
+
+/// A leader asked to hand a quiet partition to a broker that stopped a moment ago (its last
+/// acknowledgement is recent) refuses: it hands over only to a member that answers a heartbeat
+/// sent for the transfer. Otherwise it would be left handing over to no one, sending no
+/// heartbeats and refusing writes until another member's election timer ran out, and in a
+/// Raft group that went quiet again, no timer would ever run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_to_a_broker_just_stopped_is_refused_and_the_leader_keeps_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = NetFaults::new();
+    let (mut cluster, client, _) = quiet_cluster(dir.path(), &net).await;
+    let leaders = {
+        let nodes: Vec<&Node> = cluster.nodes().collect();
+        quiet_leaders(&nodes).await
+    };
+    let (leader, term) = leaders[&0];
+    // A write wakes the partition: every follower has just acknowledged the leader.
+    client
+        .send(TOPIC, 0, &[Record::new("woken")])
+        .await
+        .unwrap();
+    let gone = [1, 2, 3].into_iter().find(|id| *id != leader).unwrap();
+    cluster.node(gone).unwrap().stopping_with_its_cluster();
+    cluster.stop(gone).await.unwrap();
+    let node = cluster.node(leader).unwrap();
+    let replica = node
+        .broker
+        .replica(&crate::types::PartitionId::new(TOPIC, 0))
+        .unwrap();
+    let refused = replica
+        .raft
+        .transfer_to(leader, gone, Duration::from_secs(5))
+        .await;
+    assert_eq!(
+        refused,
+        Err(crate::raft::replica::TransferRefused::NotHeardFrom)
+    );
+    // Written through the same leader, in the same term.
+    let record = [Record::new("after")];
+    tokio::time::timeout(Duration::from_secs(5), node.append(TOPIC, 0, &record))
+        .await
+        .expect("the write is acknowledged in time")
+        .unwrap();
+    let status = node.status(TOPIC, 0).unwrap();
+    assert_eq!((status.leader, status.term), (Some(leader), term));
+    drop(client);
+    cluster.shutdown().await.unwrap();
+}
