@@ -237,8 +237,7 @@ pub struct NodeConfig {
     /// A broker pinned below the cluster's finalized version refuses to start.
     pub protocol_version: u16,
     /// A partition unwritten this long, its log on every replica, goes quiet: no heartbeats or
-    /// timers until the next write (`node/quiet.rs`). `None`, the default for now: never (a
-    /// preferred-leader election right after a broker restarts is not yet reliable with it).
+    /// timers until the next write (`node/quiet.rs`). 2 s by default; `None`: never.
     pub quiesce_after: Option<Duration>,
 }
 
@@ -307,7 +306,7 @@ impl NodeConfig {
             bootstrap_users: Vec::new(),
             authorization: None,
             protocol_version: crate::PROTOCOL_VERSION,
-            quiesce_after: None,
+            quiesce_after: Some(Duration::from_secs(2)),
         }
     }
 

@@ -105,7 +105,7 @@ pub(crate) struct TuningArgs {
     #[arg(long)]
     protocol_version: Option<u16>,
     /// How long a partition goes unwritten before its Raft group goes quiet (no heartbeats,
-    /// no timers) until the next write; 0 (the default): never. 2000 is a good value.
+    /// no timers) until the next write (2000 by default); 0: never.
     #[arg(long)]
     quiesce_after_ms: Option<u64>,
 }
