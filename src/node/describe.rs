@@ -87,8 +87,13 @@ impl Broker {
                         let matched = m.matched.unwrap_or(0);
                         let behind = last.saturating_sub(matched);
                         // A quiet group's followers acknowledged its whole log when it went
-                        // quiet, and hear nothing since.
-                        let heard = quiet || m.ack_age.is_some_and(|age| age < silence_max);
+                        // quiet, and hear nothing since; one on a broker that is not live was
+                        // left out of the quiet.
+                        let heard = if quiet {
+                            self.liveness.is_live(*id)
+                        } else {
+                            m.ack_age.is_some_and(|age| age < silence_max)
+                        };
                         heard
                             && !self.peers.is_lost(*id)
                             && behind <= ISR_LAG_ENTRIES_MAX

@@ -1,9 +1,12 @@
 //! Quiet partitions, the broker's side (each member's side is `raft/quiet.rs`).
 //!
 //! Every half second the broker looks at the partitions it leads: one that has not been
-//! written for `NodeConfig::quiesce_after`, whose log every member holds, committed and
-//! applied, and whose members' brokers all speak protocol version 3 and are live, is offered
-//! quiet. The offers go out in one `Quiesce` message per follower broker (`Op::Quiesce`, body
+//! written for `NodeConfig::quiesce_after`, whose log every member on a live broker holds,
+//! committed and applied, and whose live members' brokers all speak protocol version 3, is
+//! offered quiet. Members on brokers that are not live are left out (as CockroachDB quiesces
+//! ranges with a dead replica) while the leader and the live members are a majority: a broker
+//! that is down does not keep every Raft group it belongs to heartbeating, and its return
+//! wakes them (below). The offers go out in one `Quiesce` message per follower broker (`Op::Quiesce`, body
 //! `QuiesceRequest`, answer `Result<Vec<bool>, WireError>`: one yes or no per group, in
 //! order); a group whose followers all said yes parks on the leader too. The metadata Raft
 //! group and the offsets topic's partitions never go quiet: the cluster's and the consumer
@@ -127,19 +130,23 @@ impl Broker {
     async fn offer_quiet(self: &Arc<Self>, idle: Duration) {
         let me = self.config.id;
         let replicas: Vec<Arc<HostedReplica>> = self.replicas.read().values().cloned().collect();
-        let eligible = |id: &NodeId| {
-            self.liveness.is_live(*id)
-                && self
-                    .peers
-                    .live_version(*id)
-                    .is_some_and(|v| v >= Op::Quiesce.since())
+        let speaks_quiesce = |id: &NodeId| {
+            self.peers
+                .live_version(*id)
+                .is_some_and(|v| v >= Op::Quiesce.since())
         };
         let offers: Vec<(Arc<HostedReplica>, QuietOffer)> = replicas
             .into_iter()
             .filter(|r| Self::may_go_quiet(r))
             .filter_map(|r| {
-                let offer = r.raft.quiet_offer(me, idle)?;
-                offer.followers.iter().all(eligible).then_some((r, offer))
+                let offer = r
+                    .raft
+                    .quiet_offer(me, idle, |id| self.liveness.is_live(id))?;
+                offer
+                    .followers
+                    .iter()
+                    .all(speaks_quiesce)
+                    .then_some((r, offer))
             })
             .collect();
         if offers.is_empty() {
@@ -296,16 +303,21 @@ impl Broker {
 
     /// Broker `back` is heard again, or restarted: the quiet groups this broker leads with a
     /// replica there wake ([`WOKEN_AT_ONCE`] at a time), so that the replica hears its leader
-    /// before its own election timer runs out.
+    /// before its own election timer runs out. Those it leads awake count it as activity: an
+    /// offer of quiet made while `back` was away, which left it out, does not end parked.
     pub(super) fn broker_back(&self, back: NodeId) {
         let me = self.config.id;
-        let woken: Vec<Arc<HostedReplica>> = self
-            .replicas
-            .read()
-            .values()
-            .filter(|r| r.raft.parked_under() == Some(me) && r.raft.member_ids().contains(&back))
-            .cloned()
-            .collect();
+        let mut woken: Vec<Arc<HostedReplica>> = Vec::new();
+        for r in self.replicas.read().values() {
+            if !r.raft.member_ids().contains(&back) {
+                continue;
+            }
+            if r.raft.parked_under() == Some(me) {
+                woken.push(Arc::clone(r));
+            } else if r.raft.state().leader == Some(me) {
+                r.raft.wake();
+            }
+        }
         if woken.is_empty() {
             return;
         }

@@ -89,7 +89,7 @@ pub(crate) struct QuietOffer {
     pub(crate) vote: Vote,
     /// The leader's last log id, committed and applied.
     pub(crate) last: LogId,
-    /// Every other member (voters and learners), each holding `last`.
+    /// Every other member (voters and learners) whose broker is live, each holding `last`.
     pub(crate) followers: Vec<NodeId>,
     activity: u64,
 }
@@ -198,10 +198,19 @@ impl Replica {
     }
 
     /// On the leader of `me`: the offer of quiet if the group can go quiet now. It can when
-    /// this member leads with a committed vote, nothing was written or woken for `idle`, its
-    /// last entry is committed and applied, every other member holds it, and its membership is
-    /// committed.
-    pub(crate) fn quiet_offer(&self, me: NodeId, idle: Duration) -> Option<QuietOffer> {
+    /// this member leads with a committed vote and is not handing its leadership over,
+    /// nothing was written or woken for `idle`, its last entry is committed and applied, its
+    /// membership is committed, and every other member whose broker is `live` holds that
+    /// entry. Members whose brokers are not live are left out of the offer (they hear nothing
+    /// either way, and their brokers' return wakes the group), as long as the leader and the
+    /// live members that hold its log are a majority of the voters, in a configuration that is
+    /// not joint.
+    pub(crate) fn quiet_offer(
+        &self,
+        me: NodeId,
+        idle: Duration,
+        live: impl Fn(NodeId) -> bool,
+    ) -> Option<QuietOffer> {
         let activity = {
             let state = self.quiet.state.lock();
             if state.parked || state.active_at.elapsed() < idle {
@@ -225,18 +234,28 @@ impl Replica {
         }
         let replication = m.replication.as_ref()?;
         let members = m.membership_config.membership();
-        let followers: Vec<NodeId> = members
-            .nodes()
-            .map(|(id, _)| *id)
-            .filter(|id| *id != me)
-            .collect();
-        let all_hold = followers.iter().all(|id| {
-            replication
-                .get(id)
-                .is_some_and(|l| l.as_ref() == Some(&last))
-        });
+        let joint = members.get_joint_config().len() > 1;
+        let mut followers = Vec::new();
+        for id in members.nodes().map(|(id, _)| *id).filter(|id| *id != me) {
+            if live(id) {
+                let holds = replication
+                    .get(&id)
+                    .is_some_and(|l| l.as_ref() == Some(&last));
+                if !holds {
+                    return None;
+                }
+                followers.push(id);
+            } else if joint {
+                return None;
+            }
+        }
         // A Raft group of one member goes quiet alone.
-        if !all_hold {
+        let voters: Vec<NodeId> = members.voter_ids().collect();
+        let present = voters
+            .iter()
+            .filter(|v| **v == me || followers.contains(v))
+            .count();
+        if present * 2 <= voters.len() {
             return None;
         }
         Some(QuietOffer {

@@ -340,3 +340,52 @@ async fn a_hand_over_to_a_broker_just_stopped_is_refused_and_the_leader_keeps_wr
     drop(client);
     cluster.shutdown().await.unwrap();
 }
+
+/// A broker that is down does not keep the partitions it follows heartbeating: they go quiet
+/// on the other two, written or not, and its return wakes them, so that it catches up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_go_quiet_without_a_broker_that_is_down_and_wake_for_its_return() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = NetFaults::new();
+    let (mut cluster, client, _) = quiet_cluster(dir.path(), &net).await;
+    {
+        let nodes: Vec<&Node> = cluster.nodes().collect();
+        quiet_leaders(&nodes).await;
+    }
+    let down = 3;
+    cluster.node(down).unwrap().stopping_with_its_cluster();
+    cluster.stop(down).await.unwrap();
+    for p in 0..PARTITIONS {
+        client
+            .send(TOPIC, p, &[Record::new(format!("while down {p}"))])
+            .await
+            .unwrap();
+    }
+    let up: Vec<&Node> = cluster.nodes().collect();
+    quiet_leaders(&up).await;
+    // The quiet Raft groups' in-sync replicas leave the broker that is down out.
+    let described = client.describe(TOPIC).await.unwrap();
+    assert!(
+        described.iter().all(|p| !p.isr.contains(&down)),
+        "{described:?}"
+    );
+
+    cluster.restart(down).await.unwrap();
+    let nodes: Vec<&Node> = cluster.nodes().collect();
+    let back = cluster.node(down).unwrap();
+    for p in 0..PARTITIONS {
+        let expected = values(nodes[0], p);
+        until(
+            Duration::from_secs(30),
+            "the returning broker to catch up",
+            || {
+                (back.read(TOPIC, p, Offset(0), 1 << 20).is_ok() && values(back, p) == expected)
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+    quiet_leaders(&nodes).await;
+    drop(client);
+    cluster.shutdown().await.unwrap();
+}
