@@ -35,7 +35,15 @@ pub enum FaultPoint {
 pub struct FaultInjector {
     armed: parking_lot::Mutex<Vec<(FaultPoint, io::ErrorKind, Remaining)>>,
     unsynced: parking_lot::Mutex<Unsynced>,
+    /// Points where every operation waits until [`FaultInjector::clear`] (a disk that stalls).
+    stalled: parking_lot::Mutex<Vec<FaultPoint>>,
+    unstalled: parking_lot::Condvar,
 }
+
+/// The longest an operation waits at a stalled point before it fails (`TimedOut`), so that a
+/// test that forgets to clear its stall still ends.
+#[cfg(any(test, feature = "failpoints"))]
+const STALL_MAX: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// Frames written to segment files and not yet synced, for [`FaultInjector::lose_power`].
 #[cfg(any(test, feature = "failpoints"))]
@@ -114,9 +122,17 @@ impl FaultInjector {
         self.armed.lock().push((point, kind, Remaining::Always));
     }
 
-    /// Disarms every fault.
+    /// Makes every operation at `point` wait, as on a disk that stopped answering, until
+    /// [`FaultInjector::clear`] (or two minutes, after which it fails with `TimedOut`).
+    pub fn stall(&self, point: FaultPoint) {
+        self.stalled.lock().push(point);
+    }
+
+    /// Disarms every fault, and lets the operations waiting at stalled points go on.
     pub fn clear(&self) {
         self.armed.lock().clear();
+        self.stalled.lock().clear();
+        self.unstalled.notify_all();
     }
 
     /// Simulates a power loss now: from here on every write, sync, preallocation, segment
@@ -170,6 +186,23 @@ impl FaultInjector {
     }
 
     fn check(&self, point: FaultPoint) -> io::Result<()> {
+        {
+            let deadline = std::time::Instant::now() + STALL_MAX;
+            let mut stalled = self.stalled.lock();
+            // Bounded by the deadline.
+            while stalled.contains(&point) {
+                if self
+                    .unstalled
+                    .wait_until(&mut stalled, deadline)
+                    .timed_out()
+                {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("injected stall at {point:?}"),
+                    ));
+                }
+            }
+        }
         let mut armed = self.armed.lock();
         let Some(i) = armed.iter().position(|(p, _, _)| *p == point) else {
             return Ok(());

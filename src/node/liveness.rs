@@ -188,6 +188,8 @@ impl Broker {
         }
         let path = self.config.data_dir.join(PROBE_FILE);
         let liveness = Arc::clone(&self.liveness);
+        // The logs' own faults (tests): a disk stalled for them is stalled for the probe.
+        let faults = self.env.disk_faults();
         tokio::task::spawn_blocking(move || {
             let written = (|| -> std::io::Result<()> {
                 use std::io::Write;
@@ -197,6 +199,7 @@ impl Broker {
                     .truncate(true)
                     .open(&path)?;
                 file.write_all(&liveness.incarnation.to_le_bytes())?;
+                faults.check(crate::env::FaultPoint::Sync)?;
                 file.sync_data()
             })();
             match written {

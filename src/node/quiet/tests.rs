@@ -6,7 +6,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::types::NodeId;
-use crate::{Client, ClientConfig, Env, LocalCluster, NetFaults, Node, Offset, Record};
+use crate::{
+    Client, ClientConfig, Env, FaultInjector, FaultPoint, LocalCluster, NetFaults, Node, Offset,
+    Record,
+};
 
 const TOPIC: &str = "quiet";
 const PARTITIONS: u32 = 6;
@@ -35,10 +38,18 @@ async fn quiet_cluster(
     dir: &std::path::Path,
     net: &Arc<NetFaults>,
 ) -> (LocalCluster, Client, Vec<Record>) {
+    let net = Arc::clone(net);
+    quiet_cluster_in(dir, |_| Env::default().with_net_faults(Arc::clone(&net))).await
+}
+
+/// [`quiet_cluster`], each broker in the environment `env` gives it.
+async fn quiet_cluster_in(
+    dir: &std::path::Path,
+    env: impl FnMut(NodeId) -> Env,
+) -> (LocalCluster, Client, Vec<Record>) {
     let listeners = (0..3)
         .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
         .collect();
-    let net = Arc::clone(net);
     let cluster = LocalCluster::start_in(
         listeners,
         dir,
@@ -48,7 +59,7 @@ async fn quiet_cluster(
             c.quiesce_after = Some(Duration::from_millis(300));
             c.auto_leader_rebalance = false;
         },
-        |_| Env::default().with_net_faults(Arc::clone(&net)),
+        env,
     )
     .await
     .unwrap();
@@ -386,6 +397,57 @@ async fn partitions_go_quiet_without_a_broker_that_is_down_and_wake_for_its_retu
         .await;
     }
     quiet_leaders(&nodes).await;
+    drop(client);
+    cluster.shutdown().await.unwrap();
+}
+
+/// A broker whose disk stalls stops telling the others it is alive (its disk probe does not
+/// finish): they wake the quiet partitions it led and elect new leaders, which take writes;
+/// once its disk answers again, one leader remains and every replica holds the same records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_whose_disk_stalls_loses_its_quiet_partitions_to_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let disks: Vec<Arc<FaultInjector>> = (0..3).map(|_| FaultInjector::new()).collect();
+    let env = |id: NodeId| Env::default().with_disk_faults(Arc::clone(&disks[id as usize - 1]));
+    let (cluster, client, _) = quiet_cluster_in(dir.path(), env).await;
+    let nodes: Vec<&Node> = cluster.nodes().collect();
+    let leaders = quiet_leaders(&nodes).await;
+    let stalled = leaders[&0].0;
+    disks[stalled as usize - 1].stall(FaultPoint::Sync);
+    let rest: Vec<&Node> = nodes
+        .iter()
+        .copied()
+        .filter(|n| n.id() != stalled)
+        .collect();
+    let now = until(Duration::from_secs(30), "new leaders", || {
+        settled(&rest).filter(|s| s.values().all(|(l, _)| *l != stalled))
+    })
+    .await;
+    for p in 0..PARTITIONS {
+        let record = [Record::new(format!("while stalled {p}"))];
+        let leader = cluster.node(now[&p].0).unwrap();
+        tokio::time::timeout(Duration::from_secs(10), leader.append(TOPIC, p, &record))
+            .await
+            .expect("a write through the new leader in time")
+            .unwrap();
+    }
+    disks[stalled as usize - 1].clear();
+    until(Duration::from_secs(30), "one leader everywhere", || {
+        settled(&nodes)
+    })
+    .await;
+    for p in 0..PARTITIONS {
+        let expected = values(rest[0], p);
+        assert!(expected.iter().any(|v| v.starts_with(b"while stalled")));
+        for n in &nodes {
+            until(
+                Duration::from_secs(30),
+                "the same records everywhere",
+                || (values(n, p) == expected).then_some(()),
+            )
+            .await;
+        }
+    }
     drop(client);
     cluster.shutdown().await.unwrap();
 }
