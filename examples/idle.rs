@@ -4,7 +4,9 @@
 //! Run: `cargo run --release --example idle -- 300` (partitions per broker; default 300), and
 //! `-- 300 loud` for the same with partitions that never go quiet (`quiesce_after: None`:
 //! every Raft group heartbeats all the time, as before quiet partitions). The quiet run waits
-//! until every replica is quiet before it measures.
+//! until every replica is quiet before it measures. A third argument sets the heartbeat
+//! interval in milliseconds (250 by default; the election timeout is eight of them):
+//! `-- 3334 quiet 1000` runs 10,002 replicas in one process with a one-second heartbeat.
 //! Prints CPU used (cores), resident memory, leader changes while idle, and the descriptors and
 //! memory maps the process holds (against the `ulimit -n` and `vm.max_map_count` a broker of
 //! many replicas must fit in). Memory per replica
@@ -28,14 +30,21 @@ async fn main() -> replog::Result<()> {
         .and_then(|a| a.parse().ok())
         .unwrap_or(300);
     let loud = std::env::args().nth(2).is_some_and(|a| a == "loud");
+    // Heartbeat interval; the election timeout is eight of them.
+    let heartbeat = Duration::from_millis(
+        std::env::args()
+            .nth(3)
+            .and_then(|a| a.parse().ok())
+            .unwrap_or(250),
+    );
     let dir = tempfile::tempdir()?;
     let rss_before = status_kib("VmRSS");
     let (anon_before, file_before) = (status_kib("RssAnon"), status_kib("RssFile"));
     let (fds_before, maps_before) = (count_fds(), count_maps());
     let cluster = LocalCluster::start(3, dir.path(), |c| {
         c.topics = vec![("idle".into(), partitions)];
-        c.heartbeat_interval = Duration::from_millis(250);
-        c.election_timeout = Duration::from_millis(2000);
+        c.heartbeat_interval = heartbeat;
+        c.election_timeout = heartbeat * 8;
         c.log.segment_bytes = 1 << 20;
         c.log.record_bytes_max = 64 << 10;
         c.log.batch_bytes_max = 256 << 10;
@@ -55,11 +64,11 @@ async fn main() -> replog::Result<()> {
             .collect()
     };
     if cluster
-        .wait_for_leaders("idle", partitions, Duration::from_secs(120))
+        .wait_for_leaders("idle", partitions, Duration::from_secs(300))
         .await
         .is_err()
     {
-        println!("not every partition elected a leader within 120 s");
+        println!("not every partition elected a leader within 300 s");
     }
     println!(
         "{} replicas ({partitions} partitions x 3 brokers): all leaders elected after {:.1} s",
@@ -123,7 +132,8 @@ async fn main() -> replog::Result<()> {
     if std::env::var_os(CHILD).is_none() && small > 0 {
         let out = std::process::Command::new(std::env::current_exe()?)
             .arg(small.to_string())
-            .args(loud.then_some("loud"))
+            .arg(if loud { "loud" } else { "quiet" })
+            .arg(heartbeat.as_millis().to_string())
             .env(CHILD, "1")
             .output()?;
         let text = String::from_utf8_lossy(&out.stdout);
