@@ -7,9 +7,10 @@
 //! until every replica is quiet before it measures. A third argument sets the heartbeat
 //! interval in milliseconds (250 by default; the election timeout is eight of them):
 //! `-- 3334 quiet 1000` runs 10,002 replicas in one process with a one-second heartbeat.
-//! Prints CPU used (cores), resident memory, leader changes while idle, and the descriptors and
+//! Prints CPU used (cores), resident memory, leader changes while idle, the descriptors and
 //! memory maps the process holds (against the `ulimit -n` and `vm.max_map_count` a broker of
-//! many replicas must fit in). Memory per replica
+//! many replicas must fit in), and how long broker 2 takes to stop, to be ready again after a
+//! restart, and until every replica is quiet again. Memory per replica
 //! is reported two ways: the process's whole growth divided by the replicas, and the cost of
 //! one more replica, from a second run of this example (in a child process) with a tenth of
 //! the partitions: a process pays some memory once however many replicas it hosts (openraft
@@ -41,7 +42,7 @@ async fn main() -> replog::Result<()> {
     let rss_before = status_kib("VmRSS");
     let (anon_before, file_before) = (status_kib("RssAnon"), status_kib("RssFile"));
     let (fds_before, maps_before) = (count_fds(), count_maps());
-    let cluster = LocalCluster::start(3, dir.path(), |c| {
+    let mut cluster = LocalCluster::start(3, dir.path(), |c| {
         c.topics = vec![("idle".into(), partitions)];
         c.heartbeat_interval = heartbeat;
         c.election_timeout = heartbeat * 8;
@@ -126,6 +127,44 @@ async fn main() -> replog::Result<()> {
         fds as f64 / replicas,
         maps as f64 / replicas,
     );
+    // A restart of one broker (a controlled shutdown first): the time until it is ready (its
+    // metadata log replayed, every replica open and following a leader), and until every
+    // replica in the process is quiet again.
+    let stop_at = Instant::now();
+    cluster.stop(2).await?;
+    let stopped = stop_at.elapsed();
+    let restart_at = Instant::now();
+    cluster.restart(2).await?;
+    let ready = match cluster.node(2) {
+        Some(node) => node.wait_ready(Duration::from_secs(300)).await.map(|_| ()),
+        None => Ok(()),
+    };
+    let ready_after = restart_at.elapsed();
+    match ready {
+        Ok(()) => {
+            let replicas = partitions as usize;
+            let quiet = |c: &LocalCluster| c.nodes().all(|n| n.quiet_replicas() == replicas);
+            // Bounded by its five minutes.
+            while !loud && !quiet(&cluster) && restart_at.elapsed() < Duration::from_secs(300) {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            println!(
+                "broker 2 ({partitions} replicas) stopped in {:.1} s, ready {:.1} s after its \
+                 restart{}",
+                stopped.as_secs_f64(),
+                ready_after.as_secs_f64(),
+                if loud {
+                    String::new()
+                } else {
+                    format!(
+                        ", every replica quiet again after {:.1} s",
+                        restart_at.elapsed().as_secs_f64()
+                    )
+                },
+            );
+        }
+        Err(e) => println!("broker 2 not ready {ready_after:?} after its restart: {e}"),
+    }
     cluster.shutdown().await?;
     // The smaller run, for the cost of one more replica (not when this is that run).
     let small = partitions / 10;

@@ -163,6 +163,10 @@ impl Client {
         })
         .await;
         let mut turn = Some(turn);
+        let mut unfinished = Unfinished {
+            slot: &slot,
+            numbers: (request.batch.producer_id != 0).then(|| numbers_of(&request.batch)),
+        };
         let outcome = match permit {
             Ok(Ok(_permit)) => {
                 self.deliver(&mut request, &slot, started, deadline, &mut turn)
@@ -176,7 +180,7 @@ impl Client {
         if outcome.is_ok() {
             crate::metrics::produced(started.elapsed());
         }
-        if request.batch.producer_id != 0 {
+        if unfinished.numbers.take().is_some() {
             // A failed batch may leave its sequence numbers unused: the partition moves to the
             // next epoch (see `sequencer`).
             slot.sequencer
@@ -572,6 +576,24 @@ impl<'a> Delivering<'a> {
 }
 
 /// The numbers an idempotent batch carries.
+/// A batch's numbers while its send runs: if the caller drops the send before it ends (a
+/// timeout around it, a `select!`), the batch counts as failed, as one that gave up would. Its
+/// numbers would otherwise stay unanswered for good, and every later batch of the partition
+/// would wait behind them or be refused as out of order.
+struct Unfinished<'a> {
+    slot: &'a ProducerSlot,
+    /// The batch's numbers as first taken (the sequencer knows what they were renumbered to).
+    numbers: Option<ProducerSeq>,
+}
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        if let Some(numbers) = self.numbers.take() {
+            self.slot.sequencer.lock().finished(numbers, true);
+        }
+    }
+}
+
 fn numbers_of(batch: &AppendRequest) -> ProducerSeq {
     ProducerSeq {
         producer_id: batch.producer_id,

@@ -516,3 +516,44 @@ async fn producer_flush_waits_until_every_record_is_settled() {
     assert_eq!(meta.partition, 1);
     cluster.shutdown().await.unwrap();
 }
+
+/// A send its caller drops (a timeout around it) before any broker answered counts as failed:
+/// the client's later sends to the partition go through, instead of waiting behind its
+/// sequence numbers or being refused as out of order for the gap it left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_dropped_by_its_caller_does_not_hold_up_the_partitions_later_sends() {
+    use replog::ClientConfig;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = local_cluster(3, dir.path(), TOPIC, 1, |_| {}).await;
+    let addrs = cluster.addrs();
+    let client = support::connect(&addrs, ClientConfig::default(), Duration::from_secs(20)).await;
+    client
+        .send(TOPIC, 0, &[Record::new("first")])
+        .await
+        .unwrap();
+    for id in 1..=3 {
+        cluster.stop(id).await.unwrap();
+    }
+    // No broker runs: the send cannot land before its caller gives up on it.
+    let record = [Record::new("dropped")];
+    let dropped =
+        tokio::time::timeout(Duration::from_millis(300), client.send(TOPIC, 0, &record)).await;
+    assert!(dropped.is_err(), "{dropped:?}");
+    for id in 1..=3 {
+        cluster.restart(id).await.unwrap();
+    }
+    let record = [Record::new("next")];
+    tokio::time::timeout(Duration::from_secs(30), client.send(TOPIC, 0, &record))
+        .await
+        .expect("the next send ends in time")
+        .unwrap();
+    let values: Vec<Vec<u8>> = client
+        .fetch(TOPIC, 0, Offset(0), 1 << 20, None)
+        .await
+        .unwrap()
+        .iter()
+        .flat_map(|b| b.records())
+        .map(|(_, r)| r.value.to_vec())
+        .collect();
+    assert_eq!(values, [b"first".to_vec(), b"next".to_vec()]);
+}

@@ -34,6 +34,7 @@ mod kafka_tls;
 mod kafka_wire;
 mod leader_balance;
 mod long_poll;
+mod many_partitions;
 mod metrics;
 mod native_tls;
 mod principal_mapping;

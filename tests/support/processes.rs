@@ -23,8 +23,8 @@ impl From<Child> for Broker {
 
 impl Broker {
     /// Starts `replog node` `id` of the cluster whose brokers listen at `addrs` (broker `i`
-    /// at `addrs[i - 1]`), with a 500 ms election timeout, its data under `dir/proc-{id}`, and
-    /// `more` arguments (topics, other listeners, `--join`).
+    /// at `addrs[i - 1]`), with a 500 ms election timeout (unless `more` sets one), its data
+    /// under `dir/proc-{id}`, and `more` arguments (topics, other listeners, `--join`).
     pub fn spawn(id: u64, addrs: &[SocketAddr], dir: &Path, more: &[&str]) -> Broker {
         Broker::spawn_named(id, addrs, dir, more, None)
     }
@@ -50,8 +50,10 @@ impl Broker {
                 cmd.args(["--peer", &format!("{i}@{}", name(a))]);
             }
         }
-        cmd.args(["--election-timeout-ms", "500"])
-            .args(more)
+        if !more.contains(&"--election-timeout-ms") {
+            cmd.args(["--election-timeout-ms", "500"]);
+        }
+        cmd.args(more)
             .arg("--data")
             .arg(dir.join(format!("proc-{id}")))
             .stdout(Stdio::null())
