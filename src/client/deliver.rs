@@ -150,43 +150,42 @@ impl Client {
     pub(crate) async fn send_prepared(&self, batch: PreparedBatch) -> Result<Delivery> {
         let PreparedBatch {
             turn,
-            mut request,
+            request,
             slot,
             started,
             deadline,
         } = batch;
+        // Settled when the send ends, or as failed if the caller drops it before.
+        let mut batch = Unfinished {
+            slot,
+            request,
+            settled: false,
+        };
         // In turn, take a slot; the turn passes on once the batch is queued on its first
         // connection (or when it gives up).
-        let permit = tokio::time::timeout_at(deadline.into(), async {
-            turn.wait().await;
-            slot.in_flight.acquire().await
-        })
-        .await;
-        let mut turn = Some(turn);
-        let mut unfinished = Unfinished {
-            slot: &slot,
-            numbers: (request.batch.producer_id != 0).then(|| numbers_of(&request.batch)),
-        };
-        let outcome = match permit {
-            Ok(Ok(_permit)) => {
-                self.deliver(&mut request, &slot, started, deadline, &mut turn)
-                    .await
+        let outcome = {
+            let slot = &batch.slot;
+            let permit = tokio::time::timeout_at(deadline.into(), async {
+                turn.wait().await;
+                slot.in_flight.acquire().await
+            })
+            .await;
+            let mut turn = Some(turn);
+            match permit {
+                Ok(Ok(_permit)) => {
+                    self.deliver(&mut batch.request, slot, started, deadline, &mut turn)
+                        .await
+                }
+                _ => Err(Error::Timeout {
+                    elapsed_ms: elapsed_ms(started),
+                    last: "too many batches in flight to the partition".into(),
+                }),
             }
-            _ => Err(Error::Timeout {
-                elapsed_ms: elapsed_ms(started),
-                last: "too many batches in flight to the partition".into(),
-            }),
         };
         if outcome.is_ok() {
             crate::metrics::produced(started.elapsed());
         }
-        if unfinished.numbers.take().is_some() {
-            // A failed batch may leave its sequence numbers unused: the partition moves to the
-            // next epoch (see `sequencer`).
-            slot.sequencer
-                .lock()
-                .finished(numbers_of(&request.batch), outcome.is_err());
-        }
+        batch.settle(outcome.is_err());
         outcome
     }
 
@@ -575,25 +574,39 @@ impl<'a> Delivering<'a> {
     }
 }
 
-/// The numbers an idempotent batch carries.
-/// A batch's numbers while its send runs: if the caller drops the send before it ends (a
-/// timeout around it, a `select!`), the batch counts as failed, as one that gave up would. Its
-/// numbers would otherwise stay unanswered for good, and every later batch of the partition
-/// would wait behind them or be refused as out of order.
-struct Unfinished<'a> {
-    slot: &'a ProducerSlot,
-    /// The batch's numbers as first taken (the sequencer knows what they were renumbered to).
-    numbers: Option<ProducerSeq>,
+/// A batch while its send runs. If the caller drops the send before it ends (a timeout
+/// around it, a `select!`), wherever it waits (for its turn, for an in-flight slot, for an
+/// answer), the batch counts as failed, as one that gave up would. Its numbers would
+/// otherwise stay unanswered for good, and every later batch of the partition would wait
+/// behind them or be refused as out of order.
+struct Unfinished {
+    slot: Arc<ProducerSlot>,
+    /// The request, whose numbers are the batch's current ones (renumbering changes them).
+    request: ProduceRequest,
+    settled: bool,
 }
 
-impl Drop for Unfinished<'_> {
-    fn drop(&mut self) {
-        if let Some(numbers) = self.numbers.take() {
-            self.slot.sequencer.lock().finished(numbers, true);
+impl Unfinished {
+    /// Tells the sequencer the batch ended, once: a failed batch may leave its numbers
+    /// unused, and the partition moves to the next epoch (see `sequencer`).
+    fn settle(&mut self, failed: bool) {
+        if std::mem::replace(&mut self.settled, true) || self.request.batch.producer_id == 0 {
+            return;
         }
+        self.slot
+            .sequencer
+            .lock()
+            .finished(numbers_of(&self.request.batch), failed);
     }
 }
 
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        self.settle(true);
+    }
+}
+
+/// The numbers an idempotent batch carries.
 fn numbers_of(batch: &AppendRequest) -> ProducerSeq {
     ProducerSeq {
         producer_id: batch.producer_id,

@@ -519,34 +519,57 @@ async fn producer_flush_waits_until_every_record_is_settled() {
 
 /// A send its caller drops (a timeout around it) before any broker answered counts as failed:
 /// the client's later sends to the partition go through, instead of waiting behind its
-/// sequence numbers or being refused as out of order for the gap it left.
+/// sequence numbers or being refused as out of order for the gap it left. Dropped while it
+/// waits for an answer, and dropped while it waits for the partition's one in-flight slot
+/// behind a send that then fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_send_dropped_by_its_caller_does_not_hold_up_the_partitions_later_sends() {
     use replog::ClientConfig;
     let dir = tempfile::tempdir().unwrap();
     let mut cluster = local_cluster(3, dir.path(), TOPIC, 1, |_| {}).await;
     let addrs = cluster.addrs();
-    let client = support::connect(&addrs, ClientConfig::default(), Duration::from_secs(20)).await;
-    client
-        .send(TOPIC, 0, &[Record::new("first")])
-        .await
-        .unwrap();
-    for id in 1..=3 {
-        cluster.stop(id).await.unwrap();
+    let mut config = ClientConfig::default();
+    config.in_flight_per_partition = 1;
+    config.delivery_timeout = Duration::from_secs(2);
+    let client = support::connect(&addrs, config, Duration::from_secs(20)).await;
+    let mut expected = Vec::new();
+    for round in 0..2 {
+        let first = format!("first {round}");
+        client
+            .send(TOPIC, 0, &[Record::new(first.clone())])
+            .await
+            .unwrap();
+        expected.push(first.into_bytes());
+        for id in 1..=3 {
+            cluster.stop(id).await.unwrap();
+        }
+        // No broker runs: nothing sent now can land.
+        let fails = [Record::new("fails")];
+        let dropped = [Record::new("dropped")];
+        let dropped =
+            tokio::time::timeout(Duration::from_millis(300), client.send(TOPIC, 0, &dropped));
+        if round == 0 {
+            let dropped = dropped.await;
+            assert!(dropped.is_err(), "{dropped:?}");
+        } else {
+            // The first send, polled first, takes the partition's one in-flight slot and holds it
+            // until its two-second deadline; the second is dropped while it waits for the slot.
+            let (failed, dropped) =
+                futures_util::future::join(client.send(TOPIC, 0, &fails), dropped).await;
+            assert!(failed.is_err(), "{failed:?}");
+            assert!(dropped.is_err(), "{dropped:?}");
+        }
+        for id in 1..=3 {
+            cluster.restart(id).await.unwrap();
+        }
+        let next = format!("next {round}");
+        let record = [Record::new(next.clone())];
+        tokio::time::timeout(Duration::from_secs(30), client.send(TOPIC, 0, &record))
+            .await
+            .expect("the next send ends in time")
+            .unwrap();
+        expected.push(next.into_bytes());
     }
-    // No broker runs: the send cannot land before its caller gives up on it.
-    let record = [Record::new("dropped")];
-    let dropped =
-        tokio::time::timeout(Duration::from_millis(300), client.send(TOPIC, 0, &record)).await;
-    assert!(dropped.is_err(), "{dropped:?}");
-    for id in 1..=3 {
-        cluster.restart(id).await.unwrap();
-    }
-    let record = [Record::new("next")];
-    tokio::time::timeout(Duration::from_secs(30), client.send(TOPIC, 0, &record))
-        .await
-        .expect("the next send ends in time")
-        .unwrap();
     let values: Vec<Vec<u8>> = client
         .fetch(TOPIC, 0, Offset(0), 1 << 20, None)
         .await
@@ -555,5 +578,5 @@ async fn a_send_dropped_by_its_caller_does_not_hold_up_the_partitions_later_send
         .flat_map(|b| b.records())
         .map(|(_, r)| r.value.to_vec())
         .collect();
-    assert_eq!(values, [b"first".to_vec(), b"next".to_vec()]);
+    assert_eq!(values, expected);
 }
