@@ -157,8 +157,13 @@ async fn main() -> replog::Result<()> {
                     String::new()
                 } else {
                     format!(
-                        ", every replica quiet again after {:.1} s",
-                        restart_at.elapsed().as_secs_f64()
+                        ", every replica quiet again after {:.1} s{}",
+                        restart_at.elapsed().as_secs_f64(),
+                        if quiet(&cluster) {
+                            ""
+                        } else {
+                            " (not: gave up waiting)"
+                        }
                     )
                 },
             );

@@ -236,8 +236,8 @@ pub struct NodeConfig {
     /// every broker speaks it (see [`Node::finalized_version`](crate::Node::finalized_version)).
     /// A broker pinned below the cluster's finalized version refuses to start.
     pub protocol_version: u16,
-    /// A partition unwritten this long, its log on every replica, goes quiet: no heartbeats or
-    /// timers until the next write (`node/quiet.rs`). 2 s by default; `None`: never.
+    /// A partition unwritten this long, its log on every live replica, goes quiet: no
+    /// heartbeats or timers until the next write (`node/quiet.rs`). 2 s by default; `None`: never.
     pub quiesce_after: Option<Duration>,
 }
 

@@ -4,12 +4,14 @@
 //! within the session timeout, so that a broker whose disk stalled stops claiming liveness
 //! and the others take over what it led. A broker not heard from for the session timeout is
 //! *silent* in this broker's view; the view is local and advisory (Raft's votes, not this
-//! view, decide who leads), and it drives two things:
+//! view, decide who leads), and it drives three things:
 //!
 //! - the quiet Raft groups a silent broker led are woken here and elect a new leader
 //!   (`node/quiet.rs`), staggered by rank and a few at a time;
 //! - a quiet group's member refuses votes against a leader whose broker it still hears
-//!   (`raft/quiet.rs`), as its own election timer would have, had it run.
+//!   (`raft/quiet.rs`), as its own election timer would have, had it run;
+//! - a member on a broker that is down is left out of its group's quiet, and out of a quiet
+//!   group's in-sync replicas (`node/quiet.rs`, `node/describe.rs`).
 //!
 //! A broker that restarts says so with a new incarnation (its start time): this broker then
 //! wakes the quiet groups it leads with a replica there, so that the restarted replica hears
@@ -188,7 +190,8 @@ impl Broker {
         }
         let path = self.config.data_dir.join(PROBE_FILE);
         let liveness = Arc::clone(&self.liveness);
-        // The logs' own faults (tests): a disk stalled for them is stalled for the probe.
+        // The logs' own faults (tests): a disk stalled for them is stalled for the probe (their
+        // armed errors are for the logs alone).
         let faults = self.env.disk_faults();
         tokio::task::spawn_blocking(move || {
             let written = (|| -> std::io::Result<()> {
@@ -199,7 +202,7 @@ impl Broker {
                     .truncate(true)
                     .open(&path)?;
                 file.write_all(&liveness.incarnation.to_le_bytes())?;
-                faults.check(crate::env::FaultPoint::Sync)?;
+                faults.wait_if_stalled(crate::env::FaultPoint::Sync)?;
                 file.sync_data()
             })();
             match written {

@@ -3,10 +3,11 @@
 //! Every half second the broker looks at the partitions it leads: one that has not been
 //! written for `NodeConfig::quiesce_after`, whose log every member on a live broker holds,
 //! committed and applied, and whose live members' brokers all speak protocol version 3, is
-//! offered quiet. Members on brokers that are not live are left out (as CockroachDB quiesces
-//! ranges with a dead replica) while the leader and the live members are a majority: a broker
-//! that is down does not keep every Raft group it belongs to heartbeating, and its return
-//! wakes them (below). The offers go out in one `Quiesce` message per follower broker (`Op::Quiesce`, body
+//! offered quiet. Members on brokers that are down are left out (as CockroachDB quiesces
+//! ranges with a dead replica) while the leader and the live members that hold its log are a
+//! majority of the voters, in a configuration that is not joint: a broker that is down does
+//! not keep every Raft group it belongs to heartbeating, and its return wakes them (below).
+//! The offers go out in one `Quiesce` message per follower broker (`Op::Quiesce`, body
 //! `QuiesceRequest`, answer `Result<Vec<bool>, WireError>`: one yes or no per group, in
 //! order); a group whose followers all said yes parks on the leader too. The metadata Raft
 //! group and the offsets topic's partitions never go quiet: the cluster's and the consumer
@@ -141,7 +142,7 @@ impl Broker {
             .filter_map(|r| {
                 let offer = r
                     .raft
-                    .quiet_offer(me, idle, |id| self.liveness.is_live(id))?;
+                    .quiet_offer(me, idle, |id| self.takes_part_in_quiet(id))?;
                 offer
                     .followers
                     .iter()
@@ -202,6 +203,18 @@ impl Broker {
         if parked > 0 {
             tracing::debug!(groups = parked, "partitions gone quiet");
         }
+    }
+
+    /// Whether a member on broker `id` must hold the leader's log and say yes for its Raft
+    /// group to go quiet: if its broker is live, or reachable and of a version before quiet
+    /// (which sends no liveness heartbeats: its groups stay awake, as before quiet). A member
+    /// on a broker that is down is left out of the quiet.
+    fn takes_part_in_quiet(&self, id: NodeId) -> bool {
+        self.liveness.is_live(id)
+            || self
+                .peers
+                .live_version(id)
+                .is_some_and(|v| v < Op::Quiesce.since())
     }
 
     /// Offers `groups` quiet to broker `to`: one yes or no per group (all no if it does not

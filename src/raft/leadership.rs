@@ -24,7 +24,7 @@ impl Replica {
         // A quiet leader's followers acknowledged nothing lately: it heartbeats first, so that
         // they count as live (a quiet follower stays quiet: it leads nothing to hand over).
         self.wake_to_write(self.lease_wait.min(timeout)).await;
-        let target = {
+        let (target, vote) = {
             let m = self.raft.metrics().borrow_watched().clone();
             if m.current_leader != Some(me) {
                 return None;
@@ -47,9 +47,9 @@ impl Replica {
                 .max_by_key(|(id, matched)| {
                     (matched.as_ref().map(|l| l.index), std::cmp::Reverse(**id))
                 })
-                .map(|(id, _)| *id)?
+                .map(|(id, _)| (*id, m.vote))?
         };
-        self.handing_over();
+        self.handing_over(vote);
         self.raft.trigger().transfer_leader(target).await.ok()?;
         let mut metrics = self.raft.server_metrics();
         let moved = tokio::time::timeout(timeout, async {
@@ -69,9 +69,10 @@ impl Replica {
     }
 
     /// Hands this replica's leadership to `target` if this replica leads, and `target` is a
-    /// voter that acknowledged within `timeout` and holds every entry this leader has (so the
-    /// transfer waits for no election timeout and no catch-up); `Ok` once `target` leads,
-    /// within `timeout`, else why not.
+    /// voter that answers a heartbeat sent for the transfer (within an election timeout, and
+    /// only if it acknowledged one within `timeout` before) and holds every entry this leader
+    /// has (so the transfer waits for no election timeout and no catch-up); `Ok` once `target`
+    /// leads, within `timeout`, else why not.
     pub(crate) async fn transfer_to(
         &self,
         me: NodeId,
@@ -83,7 +84,7 @@ impl Replica {
         // transfer to a member that cannot take over stays handing over (openraft then refuses
         // writes and sends no heartbeat) until another member's election timer runs out.
         let since = self.heartbeat_for_transfer(me, target, timeout).await;
-        {
+        let vote = {
             let m = self.raft.metrics().borrow_watched().clone();
             if m.current_leader == Some(target) {
                 return Ok(());
@@ -117,8 +118,9 @@ impl Replica {
             if matched < m.last_log_index {
                 return Err(TransferRefused::Behind);
             }
-        }
-        self.handing_over();
+            m.vote
+        };
+        self.handing_over(vote);
         if self.raft.trigger().transfer_leader(target).await.is_err() {
             return Err(TransferRefused::Stopped);
         }
@@ -143,7 +145,8 @@ impl Replica {
     }
 
     /// On the leader of `me`, before a transfer to `target`: wakes a quiet leader, or sends a
-    /// heartbeat now, and waits (at most an election timeout) until `target` acknowledged it.
+    /// heartbeat now, and waits (at most an election timeout more) until `target` acknowledged
+    /// it.
     /// Returns when that heartbeat was sent, or `None` if this member does not lead or
     /// `target` has not answered within `timeout` (it is down: no point waiting for it).
     async fn heartbeat_for_transfer(
@@ -169,6 +172,8 @@ impl Replica {
                         return None;
                     }
                 }
+                // Counts as activity: an offer of quiet out now does not end parked.
+                self.wake();
                 let now = openraft::type_config::alias::InstantOf::<super::types::C>::now();
                 self.raft.trigger().heartbeat().await.ok()?;
                 now

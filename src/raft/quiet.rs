@@ -1,13 +1,18 @@
-//! Quiet Raft groups: a group whose log is written, committed and applied on every member,
-//! and that no one has written for a while, stops its timers on every member (no ticks, no
-//! heartbeats, no election timer), so that an idle partition costs its brokers nothing.
+//! Quiet Raft groups: a group whose log is written, committed and applied on every member
+//! whose broker is live, and that no one has written for a while, stops its timers on those
+//! members (no ticks, no heartbeats, no election timer), so that an idle partition costs its
+//! brokers nothing. Members on brokers that are down are left out (see `node/quiet.rs`).
 //!
-//! The leader offers quiet (`quiet_offer`), the broker asks every follower
+//! The leader offers quiet (`quiet_offer`), the broker asks every follower it includes
 //! (`node/quiet.rs`, one message per peer broker for all its groups), each follower parks only
 //! if it holds exactly the leader's log and vote (`park_follower`), and the leader parks last,
-//! once every follower said yes and nothing was written meanwhile (`park_leader`). Anything
-//! new wakes a member: a write or an admin change on the leader (`wake_to_write`), any Raft
-//! message on a follower (the broker's peer server calls [`Replica::wake`] after serving it),
+//! once every follower asked said yes and nothing was written meanwhile (`park_leader`). A
+//! leader that started handing its leadership over (`handing_over`) neither offers quiet nor
+//! parks under that vote: openraft's leader sends no heartbeat while it hands over, and only
+//! its followers' election timers end a hand-over that failed. Anything new wakes a member: a
+//! write, an admin change or a hand-over on the leader (`wake_to_write`), any Raft message on
+//! a follower (the broker's peer server calls [`Replica::wake`] after serving it), a vote the
+//! parked leader refuses, a member's broker coming back (its leader's broker wakes the group),
 //! or the broker that led the group turning silent (the broker's liveness view wakes the
 //! groups it led, and their members elect as after any leader's loss).
 //!
@@ -113,11 +118,12 @@ impl Replica {
         state.parked.then_some(state.leader).flatten()
     }
 
-    /// Marks this leader as handing its leadership over (under its current vote), just before
-    /// it triggers the transfer: it offers no quiet under that vote any more.
-    pub(crate) fn handing_over(&self) {
-        let vote = self.raft.metrics().borrow_watched().vote;
+    /// Marks this leader as handing its leadership over under `vote` (the vote it checked the
+    /// transfer against), just before it triggers the transfer: it offers no quiet under that
+    /// vote any more, and an offer already out does not end parked (this counts as activity).
+    pub(crate) fn handing_over(&self, vote: Vote) {
         self.quiet.state.lock().handing_over = Some(vote);
+        self.wake();
     }
 
     /// Starts this member's timers again if they were stopped, and counts the activity (a
@@ -270,7 +276,10 @@ impl Replica {
     /// written or woken since the offer, or the log moved. Returns whether it parked.
     pub(crate) fn park_leader(&self, me: NodeId, offer: &QuietOffer) -> bool {
         let mut state = self.quiet.state.lock();
-        if state.parked || state.activity != offer.activity {
+        if state.parked
+            || state.activity != offer.activity
+            || state.handing_over == Some(offer.vote)
+        {
             return false;
         }
         {
