@@ -6,7 +6,9 @@
 //!    (librdkafka's batching), in records/s, as a ratio of a `Producer` sending the same
 //!    records in process (each side warmed up with a tenth of the records, then two rounds,
 //!    the sides in turn), and of `replog produce` piped the same file through the same
-//!    follower (the process from its start, for both CLIs);
+//!    follower (the process from its start, for both CLIs); beside it, what is kcat's and not
+//!    the broker's: its own CPU a round (a process on the brokers' cores) and its rate net of
+//!    a one-line run's time (its start-up, metadata, connections, one commit and exit);
 //! 2. `kcat -C -e` reading a committed partition of 1 KiB records from the beginning, in
 //!    records/s, as a ratio of a `Consumer` reading it: a partition written by `Producer`
 //!    (served as converted Kafka batches) and one written by kcat (served as stored); and,
@@ -142,6 +144,25 @@ fn run_timed(
     (t.elapsed(), out.len(), ok)
 }
 
+/// CPU seconds of this process's children that have been waited for (Linux: `/proc/self/stat`
+/// fields 16 and 17, at 100 ticks a second); 0 where unreadable.
+fn children_cpu() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(13) + ticks(14)) / 100.0
+}
+
 /// 1. A file of `lines` lines of `size` bytes: Producer, `replog produce`, `kcat -P -l`.
 async fn produce_rates(size: usize, lines: usize) -> replog::Result<()> {
     let dir = tempfile::tempdir()?;
@@ -187,6 +208,22 @@ async fn produce_rates(size: usize, lines: usize) -> replog::Result<()> {
     };
     // kcat warmed up as the Producer was: a tenth of the records first, untimed.
     kcat_run(warm_file).await.map_err(std::io::Error::other)?;
+    // What each kcat round spends outside the records: the median of three runs of one line
+    // (process start, metadata, connections, one commit, linger and exit).
+    let one_line = dir.path().join("one.txt");
+    std::fs::write(&one_line, format!("{line}\n"))?;
+    let mut startups = Vec::new();
+    for _ in 0..3 {
+        startups.push(
+            kcat_run(one_line.clone())
+                .await
+                .map_err(std::io::Error::other)?
+                .0,
+        );
+    }
+    startups.sort();
+    let startup = startups[1];
+    let children_cpu_before = children_cpu();
     // The two sides in turn, each round in the other order, timed as sums of durations.
     let (mut producer_time, mut kcat_time, mut ok) = (Duration::ZERO, Duration::ZERO, true);
     for round in 0..ROUNDS {
@@ -209,6 +246,7 @@ async fn produce_rates(size: usize, lines: usize) -> replog::Result<()> {
             }
         }
     }
+    let kcat_cpu = (children_cpu() - children_cpu_before) / ROUNDS as f64;
     let in_process = (ROUNDS * lines) as f64 / producer_time.as_secs_f64();
     producer.close().await;
     let replog_bin = std::env::current_exe()
@@ -255,6 +293,14 @@ async fn produce_rates(size: usize, lines: usize) -> replog::Result<()> {
         native.map_or("skipped".to_string(), |n| format!("{n:.0} records/s")),
         kcat / in_process,
         native.map_or("-".to_string(), |n| format!("{:.2}", kcat / n)),
+    );
+    // Not the broker's: kcat is a process of its own on the brokers' cores, started per round.
+    let net = (ROUNDS * lines) as f64 / (kcat_time - startup * ROUNDS as u32).as_secs_f64();
+    println!(
+        "   kcat's own: {kcat_cpu:.2} s CPU a round; a one-line run {:.1} ms; net of that: \
+         {net:.0} records/s, kcat/Producer {:.2}",
+        startup.as_secs_f64() * 1e3,
+        net / in_process,
     );
     drop(client);
     cluster.shutdown().await

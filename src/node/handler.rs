@@ -221,7 +221,9 @@ impl Handler for NodeHandler {
             }
             let body = match op {
                 Op::AppendEntries | Op::Vote | Op::PreVote | Op::Snapshot | Op::TransferLeader => {
-                    self.broker.serve_raft(op, &body, &caller).await
+                    // An append's batches stay in the frame's buffer on their way to the log.
+                    let frame = bytes::Bytes::from(body);
+                    self.broker.serve_raft(op, &frame, &caller).await
                 }
                 Op::Produce => encode_response(
                     &async {

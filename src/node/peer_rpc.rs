@@ -29,7 +29,7 @@ impl Broker {
     pub(super) async fn serve_raft(
         self: &Arc<Self>,
         op: Op,
-        body: &[u8],
+        body: &bytes::Bytes,
         caller: &Caller,
     ) -> Vec<u8> {
         let found = postcard::take_from_bytes::<(PartitionId, u64)>(body)
@@ -90,7 +90,7 @@ impl Broker {
             }
             return refusal;
         }
-        match replica.raft.serve(op, rest).await {
+        match replica.raft.serve(op, body, rest).await {
             Served::Reply(reply) => reply,
             Served::ContradictsCommitted(index) => {
                 self.request_rebuild(replica, RebuildCause::Contradicted(index));

@@ -233,39 +233,43 @@ pub(crate) enum Served {
     ContradictsCommitted(u64),
 }
 
-/// Serves one peer RPC (`body` is the request after the partition and topic ids) on `raft`.
+/// Serves one peer RPC (`body` is the request after the partition and topic ids, within
+/// `frame`, the received frame's bytes) on `raft`. An append's batches are decoded as slices
+/// of `frame`, not copies ([`decode_in_frame`](super::types::decode_in_frame)).
 pub(crate) async fn serve(
     raft: &openraft::Raft<C, StateMachine>,
     store: &LogStore,
     op: Op,
-    body: &[u8],
+    (frame, body): (&bytes::Bytes, &[u8]),
 ) -> Served {
     fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
         postcard::from_bytes(body).map_err(|e| format!("bad request: {e}"))
     }
     let reply = match op {
-        Op::AppendEntries => match decode::<AppendEntriesRequest<C>>(body) {
-            Ok(rpc) => {
-                // A heartbeat whose previous entry this log holds as it is contradicts nothing
-                // (committed entries are never truncated, so the log holds the committed ones
-                // as openraft knows them): no trip to openraft's task for it.
-                let heartbeat_matches = rpc.entries.is_empty()
-                    && rpc
+        Op::AppendEntries => {
+            match super::types::decode_in_frame(frame, || decode::<AppendEntriesRequest<C>>(body)) {
+                Ok(rpc) => {
+                    // A heartbeat whose previous entry this log holds as it is contradicts nothing
+                    // (committed entries are never truncated, so the log holds the committed ones
+                    // as openraft knows them): no trip to openraft's task for it.
+                    let heartbeat_matches = rpc.entries.is_empty()
+                        && rpc
+                            .prev_log_id
+                            .is_none_or(|p| store.holds(&p).unwrap_or(false));
+                    let ids = rpc
                         .prev_log_id
-                        .is_none_or(|p| store.holds(&p).unwrap_or(false));
-                let ids = rpc
-                    .prev_log_id
-                    .into_iter()
-                    .chain(rpc.entries.iter().map(|e| e.log_id));
-                if !heartbeat_matches
-                    && let Some(index) = contradicted_committed(raft, ids.collect()).await
-                {
-                    return Served::ContradictsCommitted(index);
+                        .into_iter()
+                        .chain(rpc.entries.iter().map(|e| e.log_id));
+                    if !heartbeat_matches
+                        && let Some(index) = contradicted_committed(raft, ids.collect()).await
+                    {
+                        return Served::ContradictsCommitted(index);
+                    }
+                    respond(raft.append_entries(rpc).await.map_err(|e| e.to_string()))
                 }
-                respond(raft.append_entries(rpc).await.map_err(|e| e.to_string()))
+                Err(e) => respond::<AppendEntriesResponse<C>>(Err(e)),
             }
-            Err(e) => respond::<AppendEntriesResponse<C>>(Err(e)),
-        },
+        }
         Op::Vote => match decode::<VoteRequest<C>>(body) {
             Ok(rpc) => respond(raft.vote(rpc).await.map_err(|e| e.to_string())),
             Err(e) => respond::<VoteResponse<C>>(Err(e)),

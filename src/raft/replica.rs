@@ -536,8 +536,9 @@ impl Replica {
     /// sends is news (an entry, a candidate, a transfer), and its timers must run again. It
     /// wakes after serving, so that an append from its leader renews the leader's lease here
     /// before the election timer looks at it.
-    pub(crate) async fn serve(&self, op: Op, body: &[u8]) -> Served {
-        let served = serve(&self.raft, &self.store, op, body).await;
+    /// `body` is the request, which lies in `frame`, the received frame's bytes.
+    pub(crate) async fn serve(&self, op: Op, frame: &bytes::Bytes, body: &[u8]) -> Served {
+        let served = serve(&self.raft, &self.store, op, (frame, body)).await;
         // A pre-vote changes nothing on a voter, and its candidate's real vote follows.
         if op != Op::PreVote {
             self.wake();
