@@ -2,7 +2,8 @@
 //! other that it is alive (`Op::BrokerHeartbeat`, protocol version 3), and only while its own
 //! disk answers: a write and sync of a small file in its data directory must have finished
 //! within the session timeout, so that a broker whose disk stalled stops claiming liveness
-//! and the others take over what it led. A broker not heard from for the session timeout is
+//! and the others take over what it led (it hands over what it leads itself too: its Raft
+//! heartbeats need no disk). A broker not heard from for the session timeout is
 //! *silent* in this broker's view; the view is local and advisory (Raft's votes, not this
 //! view, decide who leads), and it drives three things:
 //!
@@ -172,6 +173,7 @@ impl Broker {
                         within = ?self.liveness.session,
                         "the data directory did not finish a write and sync: no longer telling the other brokers this one is alive"
                     );
+                    self.hand_off_while_disk_stalls();
                 }
             }
             if answering {
@@ -181,6 +183,39 @@ impl Broker {
                 self.broker_turned_silent(id);
             }
         }
+    }
+
+    /// This broker's disk stopped answering: it hands over every partition it leads, as for a
+    /// controlled shutdown, a few at a time. Its Raft heartbeats need no disk, so they would
+    /// keep its followers from electing a leader that can write, whatever liveness says.
+    fn hand_off_while_disk_stalls(self: &Arc<Self>) {
+        let me = self.config.id;
+        let timeout = self.config.election_timeout;
+        let led: Vec<Arc<super::HostedReplica>> = self
+            .replicas
+            .read()
+            .values()
+            .filter(|r| r.raft.state().leader == Some(me))
+            .cloned()
+            .collect();
+        if led.is_empty() {
+            return;
+        }
+        tokio::spawn(async move {
+            let mut handed = 0;
+            for batch in led.chunks(64) {
+                let done = futures_util::future::join_all(
+                    batch.iter().map(|r| r.raft.hand_off(me, timeout)),
+                )
+                .await;
+                handed += done.iter().flatten().count();
+            }
+            tracing::warn!(
+                partitions = handed,
+                of = led.len(),
+                "handed over the partitions led here while the data directory does not answer"
+            );
+        });
     }
 
     /// Starts a write-and-sync of the probe file, unless one is still running.
