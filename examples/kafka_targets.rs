@@ -57,6 +57,10 @@ use replog::{
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+#[path = "support/process.rs"]
+mod process;
+use process::children_cpu_seconds;
+
 /// Rounds of part 1: the two sides compared take turns, each round in the other order.
 const ROUNDS: usize = 2;
 /// Rounds of part 2, whose reads take a few tenths of a second each.
@@ -144,25 +148,6 @@ fn run_timed(
     (t.elapsed(), out.len(), ok)
 }
 
-/// CPU seconds of this process's children that have been waited for (Linux: `/proc/self/stat`
-/// fields 16 and 17, at 100 ticks a second); 0 where unreadable.
-fn children_cpu() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(13) + ticks(14)) / 100.0
-}
-
 /// 1. A file of `lines` lines of `size` bytes: Producer, `replog produce`, `kcat -P -l`.
 async fn produce_rates(size: usize, lines: usize) -> replog::Result<()> {
     let dir = tempfile::tempdir()?;
@@ -223,7 +208,7 @@ async fn produce_rates(size: usize, lines: usize) -> replog::Result<()> {
     }
     startups.sort();
     let startup = startups[1];
-    let children_cpu_before = children_cpu();
+    let children_cpu_before = children_cpu_seconds();
     // The two sides in turn, each round in the other order, timed as sums of durations.
     let (mut producer_time, mut kcat_time, mut ok) = (Duration::ZERO, Duration::ZERO, true);
     for round in 0..ROUNDS {
@@ -246,7 +231,7 @@ async fn produce_rates(size: usize, lines: usize) -> replog::Result<()> {
             }
         }
     }
-    let kcat_cpu = (children_cpu() - children_cpu_before) / ROUNDS as f64;
+    let kcat_cpu = (children_cpu_seconds() - children_cpu_before) / ROUNDS as f64;
     let in_process = (ROUNDS * lines) as f64 / producer_time.as_secs_f64();
     producer.close().await;
     let replog_bin = std::env::current_exe()

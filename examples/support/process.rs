@@ -1,9 +1,10 @@
 //! What the examples read of their own process from `/proc` (Linux): CPU time and memory.
 //! Included by `#[path]` where an example needs it.
 
-/// The process's CPU time so far, user and system, in seconds (`/proc/self/stat`'s utime and
-/// stime, in clock ticks of 1/100 s); 0 where it cannot be read.
-pub fn cpu_seconds() -> f64 {
+/// Fields of `/proc/self/stat` after the command name, in clock ticks of 1/100 s, summed and
+/// turned into seconds; 0 where they cannot be read. `indices` count from the state field (the
+/// third in `proc(5)`) as 0.
+fn stat_seconds(indices: [usize; 2]) -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     let fields: Vec<&str> = stat
         .rsplit(')')
@@ -17,8 +18,21 @@ pub fn cpu_seconds() -> f64 {
             .and_then(|v| v.parse::<f64>().ok())
             .unwrap_or(0.0)
     };
-    // utime and stime: fields 14 and 15, counted here from the state field (3) as 0.
-    (ticks(11) + ticks(12)) / 100.0
+    indices.into_iter().map(ticks).sum::<f64>() / 100.0
+}
+
+/// The process's CPU time so far, user and system, in seconds (`/proc/self/stat`'s utime and
+/// stime, fields 14 and 15); 0 where it cannot be read.
+#[allow(dead_code)]
+pub fn cpu_seconds() -> f64 {
+    stat_seconds([11, 12])
+}
+
+/// CPU seconds, user and system, of this process's children that have been waited for
+/// (`/proc/self/stat`'s cutime and cstime, fields 16 and 17); 0 where unreadable.
+#[allow(dead_code)]
+pub fn children_cpu_seconds() -> f64 {
+    stat_seconds([13, 14])
 }
 
 /// A `/proc/self/status` field in KiB (`VmRSS`, `RssAnon`, `RssFile`, …); 0 where absent.

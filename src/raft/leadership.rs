@@ -7,6 +7,7 @@ use std::time::Duration;
 use openraft::Instant as _;
 use openraft::async_runtime::watch::WatchReceiver;
 
+use super::quiet::acked_at;
 use super::replica::{Replica, TransferRefused};
 use super::types::BrokerNode;
 use crate::types::NodeId;
@@ -33,13 +34,7 @@ impl Replica {
                 m.membership_config.membership().voter_ids().collect();
             // A follower that has not acknowledged within the timeout is down or cut off: a
             // hand-off to it would only wait the timeout out.
-            let live = |id: &NodeId| {
-                m.heartbeat
-                    .as_ref()
-                    .and_then(|h| h.get(id))
-                    .and_then(|t| t.as_ref())
-                    .is_some_and(|t| t.elapsed() < timeout)
-            };
+            let live = |id: &NodeId| acked_at(&m, *id).is_some_and(|t| t.elapsed() < timeout);
             m.replication
                 .as_ref()?
                 .iter()
@@ -100,12 +95,7 @@ impl Replica {
             if !voter {
                 return Err(TransferRefused::NotAVoter);
             }
-            let live = m
-                .heartbeat
-                .as_ref()
-                .and_then(|h| h.get(&target))
-                .and_then(|t| t.as_ref())
-                .is_some_and(|t| since.is_some_and(|since| **t >= since));
+            let live = acked_at(&m, target).is_some_and(|t| since.is_some_and(|since| t >= since));
             if !live {
                 return Err(TransferRefused::NotHeardFrom);
             }
@@ -162,12 +152,7 @@ impl Replica {
                 {
                     let m = self.raft.metrics();
                     let m = m.borrow_watched();
-                    let heard = m
-                        .heartbeat
-                        .as_ref()
-                        .and_then(|h| h.get(&target))
-                        .and_then(|t| t.as_ref())
-                        .is_some_and(|t| t.elapsed() < timeout);
+                    let heard = acked_at(&m, target).is_some_and(|t| t.elapsed() < timeout);
                     if m.current_leader != Some(me) || target == me || !heard {
                         return None;
                     }

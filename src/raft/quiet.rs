@@ -33,6 +33,15 @@ use super::replica::Replica;
 use super::types::{C, LogId, Vote};
 use crate::types::NodeId;
 
+/// When member `id` last acknowledged this leader (the sending time of the heartbeat or
+/// append it acknowledged), as openraft's metrics have it.
+pub(super) fn acked_at(
+    m: &openraft::RaftMetrics<C>,
+    id: NodeId,
+) -> Option<openraft::type_config::alias::InstantOf<C>> {
+    m.heartbeat.as_ref()?.get(&id)?.as_ref().map(|t| **t)
+}
+
 /// A member's quiet state.
 #[derive(Debug)]
 pub(crate) struct Quiet {
@@ -185,12 +194,7 @@ impl Replica {
             loop {
                 {
                     let m = metrics.borrow_watched();
-                    let acked = m
-                        .heartbeat
-                        .as_ref()
-                        .and_then(|h| h.get(&target))
-                        .and_then(|t| t.as_ref())
-                        .is_some_and(|t| **t >= since);
+                    let acked = acked_at(&m, target).is_some_and(|t| t >= since);
                     if acked || m.state != ServerState::Leader {
                         return;
                     }
