@@ -165,6 +165,10 @@ pub(crate) struct WireBatch {
     pub(crate) producer_id: u64,
     pub(crate) producer_epoch: u16,
     pub(crate) base_sequence: u32,
+    #[serde(
+        serialize_with = "crate::transport::body::lend",
+        deserialize_with = "crate::transport::body::in_frame"
+    )]
     pub(crate) records: Bytes,
     /// Compaction removed records from the batch: `records` holds each kept one after its
     /// offset delta, and `record_count` is the offsets the batch spans (FORMAT.md §4.3).

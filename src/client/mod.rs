@@ -366,7 +366,9 @@ impl Client {
             }
             Err(e) => return Err(e),
         };
-        postcard::from_bytes(&bytes)
+        // Fetched batches stay in the answer's buffer.
+        let frame = bytes::Bytes::from(bytes);
+        crate::transport::body::decode_in_frame(&frame, || postcard::from_bytes(&frame))
             .map_err(|e| CallError::Unreachable(format!("bad response from {addr}: {e}")))
     }
 }

@@ -14,6 +14,7 @@ use crate::protocol::{
     ProduceResponse, ProposeRequest, ReassignRequest, TopicConfigsRequest, WireBatch, WireError,
 };
 use crate::security::Session;
+use crate::transport::body::Body;
 use crate::transport::frame::Op;
 use crate::transport::{Answer, AnswerBudget, BoxFuture, Caller, Handler, Turn};
 use crate::types::Offset;
@@ -34,10 +35,11 @@ pub(super) struct NodeHandler {
     pub(super) sasl: Option<super::service::SaslSettings>,
 }
 
-fn encode_response<T: Serialize>(result: &std::result::Result<T, WireError>) -> Vec<u8> {
-    postcard::to_stdvec(result).unwrap_or_else(|e| {
+/// The answer's body: `result` encoded, its lent record batches sent from where they lie.
+pub(super) fn encode_response<T: Serialize>(result: &std::result::Result<T, WireError>) -> Body {
+    crate::transport::body::encode(result).unwrap_or_else(|e| {
         let fallback: std::result::Result<(), WireError> = Err(WireError::Other(e.to_string()));
-        postcard::to_stdvec(&fallback).unwrap_or_default()
+        crate::transport::body::encode(&fallback).unwrap_or_default()
     })
 }
 
@@ -54,8 +56,8 @@ async fn group_answer(
     service: &BrokerService,
     request: GroupRequest,
     from: Option<std::net::SocketAddr>,
-) -> Vec<u8> {
-    fn ok<T: Serialize>(answer: T) -> Vec<u8> {
+) -> Body {
+    fn ok<T: Serialize>(answer: T) -> Body {
         encode_response::<T>(&Ok(answer))
     }
     match request {
@@ -223,7 +225,7 @@ impl Handler for NodeHandler {
                 Op::AppendEntries | Op::Vote | Op::PreVote | Op::Snapshot | Op::TransferLeader => {
                     // An append's batches stay in the frame's buffer on their way to the log.
                     let frame = bytes::Bytes::from(body);
-                    self.broker.serve_raft(op, &frame, &caller).await
+                    self.broker.serve_raft(op, &frame, &caller).await.into()
                 }
                 Op::Produce => encode_response(
                     &async {

@@ -8,14 +8,12 @@ use crate::error::Error;
 use crate::protocol::{AclsRequest, DescribedUsers, UsersRequest, WireError};
 use crate::security::acl::{AclBinding, AclOperation};
 
+use super::handler::encode_response;
 use super::service::{BrokerService, UserError};
+use crate::transport::body::Body;
 
 fn wire(e: &Error) -> WireError {
     WireError::from_error(e)
-}
-
-fn encode<T: serde::Serialize>(result: &Result<T, WireError>) -> Vec<u8> {
-    postcard::to_stdvec(result).unwrap_or_default()
 }
 
 fn records(bindings: &[AclBinding]) -> Vec<AclRecord> {
@@ -23,13 +21,15 @@ fn records(bindings: &[AclBinding]) -> Vec<AclRecord> {
 }
 
 /// Serves an `Op::Acls` request's body.
-pub(super) async fn acls(service: &BrokerService, body: &[u8]) -> Vec<u8> {
+pub(super) async fn acls(service: &BrokerService, body: &[u8]) -> Body {
     let request: AclsRequest = match postcard::from_bytes(body) {
         Ok(r) => r,
-        Err(e) => return encode::<()>(&Err(WireError::Other(format!("bad request: {e}")))),
+        Err(e) => {
+            return encode_response::<()>(&Err(WireError::Other(format!("bad request: {e}"))));
+        }
     };
     match request {
-        AclsRequest::Describe(filter) => encode(
+        AclsRequest::Describe(filter) => encode_response(
             &service
                 .acl_admin(AclOperation::Describe)
                 .and_then(|()| filter.filter().map_err(Error::InvalidAcl))
@@ -39,7 +39,7 @@ pub(super) async fn acls(service: &BrokerService, body: &[u8]) -> Vec<u8> {
         ),
         AclsRequest::Create(wanted) => {
             if let Err(e) = service.acl_admin(AclOperation::Alter) {
-                return encode::<()>(&Err(wire(&e)));
+                return encode_response::<()>(&Err(wire(&e)));
             }
             // Each binding checked alone: a bad one is refused, the others created.
             let checked: Vec<Result<AclBinding, String>> =
@@ -56,7 +56,7 @@ pub(super) async fn acls(service: &BrokerService, body: &[u8]) -> Vec<u8> {
                         .map_err(|e| wire(&e)),
                 })
                 .collect();
-            encode(&Ok(answers))
+            encode_response(&Ok(answers))
         }
         AclsRequest::Delete(filters) => {
             let filters: Result<Vec<_>, Error> = filters
@@ -67,7 +67,7 @@ pub(super) async fn acls(service: &BrokerService, body: &[u8]) -> Vec<u8> {
                 Ok(filters) => service.delete_acls(&filters).await,
                 Err(e) => Err(e),
             };
-            encode(
+            encode_response(
                 &removed
                     .map(|per_filter| per_filter.iter().map(|b| records(b)).collect::<Vec<_>>())
                     .map_err(|e| wire(&e)),
@@ -77,17 +77,19 @@ pub(super) async fn acls(service: &BrokerService, body: &[u8]) -> Vec<u8> {
 }
 
 /// Serves an `Op::Users` request's body.
-pub(super) async fn users(service: &BrokerService, body: &[u8]) -> Vec<u8> {
+pub(super) async fn users(service: &BrokerService, body: &[u8]) -> Body {
     let request: UsersRequest = match postcard::from_bytes(body) {
         Ok(r) => r,
-        Err(e) => return encode::<()>(&Err(WireError::Other(format!("bad request: {e}")))),
+        Err(e) => {
+            return encode_response::<()>(&Err(WireError::Other(format!("bad request: {e}"))));
+        }
     };
     match request {
         UsersRequest::Describe(names) => match service.describe_scram_credentials(names) {
             Err(UserError::NotAuthorized) => {
-                encode::<()>(&Err(WireError::ClusterAuthorizationFailed))
+                encode_response::<()>(&Err(WireError::ClusterAuthorizationFailed))
             }
-            Err(e) => encode::<()>(&Err(WireError::Other(e.to_string()))),
+            Err(e) => encode_response::<()>(&Err(WireError::Other(e.to_string()))),
             Ok(users) => {
                 let users: DescribedUsers = users
                     .into_iter()
@@ -98,7 +100,7 @@ pub(super) async fn users(service: &BrokerService, body: &[u8]) -> Vec<u8> {
                         (name, described)
                     })
                     .collect();
-                encode(&Ok(users))
+                encode_response(&Ok(users))
             }
         },
         UsersRequest::Alter(changes) => {
@@ -107,13 +109,13 @@ pub(super) async fn users(service: &BrokerService, body: &[u8]) -> Vec<u8> {
                 .iter()
                 .any(|(_, r)| matches!(r, Err(UserError::NotAuthorized)))
             {
-                return encode::<()>(&Err(WireError::ClusterAuthorizationFailed));
+                return encode_response::<()>(&Err(WireError::ClusterAuthorizationFailed));
             }
             let answers: Vec<(String, Result<(), String>)> = answers
                 .into_iter()
                 .map(|(user, r)| (user, r.map_err(|e| e.to_string())))
                 .collect();
-            encode(&Ok(answers))
+            encode_response(&Ok(answers))
         }
     }
 }

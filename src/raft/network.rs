@@ -235,7 +235,7 @@ pub(crate) enum Served {
 
 /// Serves one peer RPC (`body` is the request after the partition and topic ids, within
 /// `frame`, the received frame's bytes) on `raft`. An append's batches are decoded as slices
-/// of `frame`, not copies ([`decode_in_frame`](super::types::decode_in_frame)).
+/// of `frame`, not copies ([`decode_in_frame`](crate::transport::body::decode_in_frame)).
 pub(crate) async fn serve(
     raft: &openraft::Raft<C, StateMachine>,
     store: &LogStore,
@@ -247,7 +247,9 @@ pub(crate) async fn serve(
     }
     let reply = match op {
         Op::AppendEntries => {
-            match super::types::decode_in_frame(frame, || decode::<AppendEntriesRequest<C>>(body)) {
+            match crate::transport::body::decode_in_frame(frame, || {
+                decode::<AppendEntriesRequest<C>>(body)
+            }) {
                 Ok(rpc) => {
                     // A heartbeat whose previous entry this log holds as it is contradicts nothing
                     // (committed entries are never truncated, so the log holds the committed ones

@@ -14,7 +14,9 @@
 //! All integers are little-endian. TCP checksums the bytes; a frame that breaks these rules
 //! closes the connection.
 
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use super::body::Body;
 
 /// Length of the frame header.
 /// What a message carries beside its log bytes, at most: the frame header, the partition's
@@ -210,11 +212,12 @@ pub(crate) enum FrameError {
 #[derive(Debug)]
 pub(crate) struct OutFrame {
     pub(crate) head: [u8; FRAME_HEADER_LEN],
-    pub(crate) body: Vec<u8>,
+    pub(crate) body: Body,
 }
 
 impl OutFrame {
-    pub(crate) fn new(kind: Kind, op: Op, request_id: u64, body: Vec<u8>) -> Self {
+    pub(crate) fn new(kind: Kind, op: Op, request_id: u64, body: impl Into<Body>) -> Self {
+        let body = body.into();
         let len = u32::try_from(body.len()).expect("bodies are bounded by frame_bytes_max, a u32");
         let mut head = [0u8; FRAME_HEADER_LEN];
         head[0..4].copy_from_slice(&len.to_le_bytes());
@@ -224,6 +227,16 @@ impl OutFrame {
         head[8..16].copy_from_slice(&request_id.to_le_bytes());
         OutFrame { head, body }
     }
+
+    /// Writes the frame to `wr` and flushes it: the header and the body's pieces in vectored
+    /// writes where the stream takes them (a TLS stream sends what it holds once flushed, a
+    /// plaintext one at once).
+    pub(crate) async fn write_to<W: AsyncWrite + Unpin>(self, wr: &mut W) -> std::io::Result<()> {
+        use bytes::Buf;
+        let mut bytes = Buf::chain(&self.head[..], self.body.into_buf());
+        wr.write_all_buf(&mut bytes).await?;
+        wr.flush().await
+    }
 }
 
 /// Encodes a whole frame into one buffer.
@@ -231,7 +244,7 @@ impl OutFrame {
 pub(crate) fn encode(kind: Kind, op: Op, request_id: u64, body: &[u8]) -> Vec<u8> {
     let frame = OutFrame::new(kind, op, request_id, body.to_vec());
     let mut out = frame.head.to_vec();
-    out.extend_from_slice(&frame.body);
+    out.extend_from_slice(&frame.body.to_vec());
     out
 }
 

@@ -38,7 +38,6 @@ pub(crate) async fn say_hello(
     (rd, wr): (&mut ReadHalf, &mut WriteHalf),
     max: u16,
 ) -> Result<Greeted, CallError> {
-    use tokio::io::AsyncWriteExt;
     let broken = |why: String| CallError::Unreachable(format!("saying hello: {why}"));
     let request = HelloRequest {
         min: PROTOCOL_VERSION_MIN,
@@ -46,12 +45,7 @@ pub(crate) async fn say_hello(
     };
     let body = super::body::encode(&request).map_err(|e| broken(e.to_string()))?;
     let frame = OutFrame::new(Kind::Request, Op::Hello, 0, body);
-    let written = async {
-        wr.write_all(&frame.head).await?;
-        wr.write_all(&frame.body).await?;
-        wr.flush().await
-    };
-    if written.await.is_err() {
+    if frame.write_to(wr).await.is_err() {
         return Ok(Greeted::Closed);
     }
     let (head, body) = match read_frame(rd, HELLO_FRAME_BYTES_MAX).await {
@@ -86,7 +80,7 @@ pub(crate) async fn say_hello(
 /// The broker's side: the answer to a Hello's `body` from a broker that speaks up to `max`,
 /// and the version chosen (`None`: the ranges do not meet, or the body is malformed; the
 /// connection is closed after the answer).
-pub(crate) fn answer_hello(body: &[u8], max: u16) -> (Vec<u8>, Option<u16>) {
+pub(crate) fn answer_hello(body: &[u8], max: u16) -> (super::body::Body, Option<u16>) {
     let chosen = match postcard::from_bytes::<HelloRequest>(body) {
         Ok(HelloRequest { min, max: theirs }) if min <= theirs => {
             let version = theirs.min(max);
@@ -113,7 +107,7 @@ mod tests {
 
     fn chosen(min: u16, max: u16, ours: u16) -> Option<u16> {
         let body = super::super::body::encode(&HelloRequest { min, max }).unwrap();
-        answer_hello(&body, ours).1
+        answer_hello(&body.to_vec(), ours).1
     }
 
     #[test]
@@ -129,7 +123,7 @@ mod tests {
         assert_eq!(chosen(3, 4, 2), None);
         let body = super::super::body::encode(&HelloRequest { min: 3, max: 4 }).unwrap();
         let answer: Result<u16, WireError> =
-            postcard::from_bytes(&answer_hello(&body, 2).0).unwrap();
+            postcard::from_bytes(&answer_hello(&body.to_vec(), 2).0.to_vec()).unwrap();
         assert!(matches!(
             answer,
             Err(WireError::UnsupportedVersion { min: 1, max: 2 })
@@ -145,8 +139,8 @@ mod tests {
     #[test]
     fn a_hello_is_two_varints() {
         let body = super::super::body::encode(&HelloRequest { min: 1, max: 2 }).unwrap();
-        assert_eq!(body, [0x01, 0x02]);
+        assert_eq!(body.to_vec(), [0x01, 0x02]);
         let answer = super::super::body::encode(&Ok::<u16, WireError>(2)).unwrap();
-        assert_eq!(answer, [0x00, 0x02]);
+        assert_eq!(answer.to_vec(), [0x00, 0x02]);
     }
 }

@@ -13,8 +13,6 @@
 
 use std::net::SocketAddr;
 
-use tokio::io::AsyncWriteExt;
-
 use super::frame::{Kind, Op, OutFrame, read_frame};
 use super::{CallError, ReadHalf, WriteHalf};
 use crate::protocol::WireError;
@@ -42,9 +40,7 @@ pub(crate) trait Login: Send {
 
 /// Writes one frame and flushes it.
 async fn send(wr: &mut WriteHalf, frame: OutFrame) -> std::io::Result<()> {
-    wr.write_all(&frame.head).await?;
-    wr.write_all(&frame.body).await?;
-    wr.flush().await
+    frame.write_to(wr).await
 }
 
 /// Runs `login` on a new connection from `from` until it ends or `deadline` passes: the user

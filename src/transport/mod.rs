@@ -21,7 +21,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::io::AsyncWrite;
 use tokio::sync::mpsc;
 
 pub(crate) use accept::ReadHalf;
@@ -46,17 +46,10 @@ fn spawn_writer<T: Send + 'static, W: AsyncWrite + Send + Unpin + 'static>(
     mut wr: W,
     timeout: Option<Duration>,
 ) -> (mpsc::Sender<(OutFrame, T)>, tokio::task::JoinHandle<()>) {
-    use bytes::Buf;
     let (tx, mut rx) = mpsc::channel::<(OutFrame, T)>(1024);
     let writer = tokio::spawn(async move {
         while let Some((frame, held)) = rx.recv().await {
-            // Header and body in one vectored write where the socket takes it; a TLS half
-            // sends what it holds once flushed (a plaintext one at once).
-            let mut bytes = (&frame.head[..]).chain(&frame.body[..]);
-            let written = async {
-                wr.write_all_buf(&mut bytes).await?;
-                wr.flush().await
-            };
+            let written = frame.write_to(&mut wr);
             let written = match timeout {
                 Some(limit) => tokio::time::timeout(limit, written)
                     .await

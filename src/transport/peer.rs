@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::body::Body;
 use super::frame::{Kind, Op, OutFrame, read_frame};
 use super::spawn_writer;
 use super::{ReadHalf, WriteHalf};
@@ -115,7 +116,7 @@ impl Peer {
     pub(crate) async fn call(
         &self,
         op: Op,
-        body: Vec<u8>,
+        body: Body,
         timeout: Duration,
     ) -> Result<Vec<u8>, CallError> {
         self.call_with(op, body, timeout, None).await
@@ -126,7 +127,7 @@ impl Peer {
     pub(crate) async fn call_with(
         &self,
         op: Op,
-        body: Vec<u8>,
+        body: Body,
         timeout: Duration,
         enqueued: Option<oneshot::Sender<()>>,
     ) -> Result<Vec<u8>, CallError> {
@@ -396,7 +397,7 @@ impl PeerSet {
         peer: &Peer,
         to: u64,
         op: Op,
-        body: Vec<u8>,
+        body: Body,
         timeout: Duration,
     ) -> Result<Vec<u8>, CallError> {
         let result = self.call_faulty(peer, to, op, body, timeout).await;
@@ -422,7 +423,7 @@ impl PeerSet {
         peer: &Peer,
         to: u64,
         op: Op,
-        body: Vec<u8>,
+        body: Body,
         timeout: Duration,
     ) -> Result<Vec<u8>, CallError> {
         #[cfg(any(test, feature = "failpoints"))]
@@ -480,7 +481,7 @@ impl PeerSet {
         id: u64,
         addr: Address,
         op: Op,
-        body: Vec<u8>,
+        body: Body,
         timeout: Duration,
     ) -> Result<Vec<u8>, CallError> {
         self.peer(id, addr).call(op, body, timeout).await

@@ -10,6 +10,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
 use super::accept::{Accepted, Admission, ReadHalf, spawn_accept};
+use super::body::Body;
 use super::frame::{self, FrameError, Kind, Op, OutFrame};
 use super::turns::{Turn, Turns};
 use super::{BoxFuture, spawn_writer};
@@ -127,12 +128,21 @@ impl AnswerBudget {
 
 /// A handler's answer: its body, and the bytes reserved for it, if any.
 pub(crate) struct Answer {
-    pub(crate) body: Vec<u8>,
+    pub(crate) body: Body,
     pub(crate) held: Option<Reservation>,
 }
 
 impl From<Vec<u8>> for Answer {
     fn from(body: Vec<u8>) -> Answer {
+        Answer {
+            body: body.into(),
+            held: None,
+        }
+    }
+}
+
+impl From<Body> for Answer {
+    fn from(body: Body) -> Answer {
         Answer { body, held: None }
     }
 }
