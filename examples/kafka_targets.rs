@@ -433,9 +433,16 @@ async fn call<S: AsyncRead + AsyncWrite + Unpin, Req: Encodable, Resp: Decodable
     s.flush().await?;
     let mut len = [0u8; 4];
     s.read_exact(&mut len).await?;
-    let mut answer = vec![0u8; (&len[..]).get_i32().max(0) as usize];
-    s.read_exact(&mut answer).await?;
-    let mut answer = bytes::Bytes::from(answer);
+    // Into spare capacity, as librdkafka reads an answer: no zero-fill first.
+    let want = (&len[..]).get_i32().max(0) as usize;
+    let mut answer = BytesMut::with_capacity(want);
+    let mut unread = (&mut *s).take(want as u64);
+    while answer.len() < want {
+        if unread.read_buf(&mut answer).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+    let mut answer = answer.freeze();
     ResponseHeader::decode(&mut answer, api.response_header_version(version))
         .map_err(std::io::Error::other)?;
     Resp::decode(&mut answer, version).map_err(std::io::Error::other)

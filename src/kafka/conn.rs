@@ -190,15 +190,7 @@ pub(super) async fn read_request<R: AsyncRead + Unpin>(
     }
     let read_body = async {
         let held = take(&config.budgets.requests, len as usize).await;
-        // Read into spare capacity: no zero-fill of a buffer about to be overwritten.
-        let want = len as usize;
-        let mut body = Vec::with_capacity(want);
-        let mut rest = (&mut *rd).take(want as u64);
-        while body.len() < want {
-            if rest.read_buf(&mut body).await? == 0 {
-                return Err(std::io::ErrorKind::UnexpectedEof.into());
-            }
-        }
+        let body = crate::transport::frame::read_body(rd, len as usize).await?;
         Ok((Bytes::from(body), held))
     };
     tokio::time::timeout(config.limits.frame_timeout, read_body)

@@ -321,8 +321,7 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
         })?;
     }
     let head = decode_head(&head, frame_bytes_max).map_err(FrameReadError::Frame)?;
-    let mut body = vec![0u8; head.body_len as usize];
-    r.read_exact(&mut body).await.map_err(|e| {
+    let body = read_body(r, head.body_len as usize).await.map_err(|e| {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
             FrameReadError::Frame(FrameError::Truncated)
         } else {
@@ -330,6 +329,23 @@ pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
         }
     })?;
     Ok(Some((head, body)))
+}
+
+/// Reads the next `len` bytes into a buffer allocated at that size, without zero-filling it
+/// first (a replication frame or a fetch answer is up to megabytes, each byte about to be
+/// overwritten). `UnexpectedEof` if the stream ends first.
+pub(crate) async fn read_body<R: AsyncRead + Unpin>(
+    r: &mut R,
+    len: usize,
+) -> std::io::Result<Vec<u8>> {
+    let mut body = Vec::with_capacity(len);
+    let mut unread = r.take(len as u64);
+    while body.len() < len {
+        if unread.read_buf(&mut body).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+    Ok(body)
 }
 
 /// A failed frame read.

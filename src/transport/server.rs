@@ -330,15 +330,7 @@ async fn read_request(
             .acquire_many_owned(permits)
             .await
             .map_err(|_| Closed::Gone)?;
-        // Read into spare capacity: no zero-fill of a buffer about to be overwritten (a
-        // replication frame is up to `frame_bytes_max`).
-        let mut body = Vec::with_capacity(len);
-        let mut unread = (&mut *rd).take(len as u64);
-        while body.len() < len {
-            if unread.read_buf(&mut body).await.map_err(|_| Closed::Gone)? == 0 {
-                return Err(Closed::Gone);
-            }
-        }
+        let body = frame::read_body(rd, len).await.map_err(|_| Closed::Gone)?;
         Ok((head, body, share))
     };
     match tokio::time::timeout(limits.frame_timeout, rest).await {
