@@ -275,7 +275,15 @@ async fn a_batch_resent_after_an_unknown_outcome_is_written_once() {
     use replog::{Client, ClientConfig};
     let dir = tempfile::tempdir().unwrap();
     let addrs = free_addrs(3);
-    let one_partition = |id| single_partition(id, &addrs, dir.path());
+    // The leader must take the batch with no follower: a leader whose partition went quiet
+    // while a follower was still up, and that then lost both, refuses writes once its lease
+    // runs out (rightly: it cannot know it still leads), so that the scenario below needs a
+    // partition that never goes quiet.
+    let one_partition = |id| {
+        let mut c = single_partition(id, &addrs, dir.path());
+        c.quiesce_after = None;
+        c
+    };
     let mut nodes = start_all(one_partition).await;
     let leader = leader_of(&nodes, 0).await;
     let mut config = ClientConfig::default();
