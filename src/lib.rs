@@ -208,7 +208,8 @@ pub use security::{
     ClientAuth, KafkaSecurityProtocol, PrincipalMappingRules, SaslError, SaslMechanism,
     ScramCredential, ScramMechanism,
 };
-pub use segment::record::{Batch, Header, Record, RecordIter};
+pub use segment::batch::{Batch, RecordIter};
+pub use segment::record::{Header, Record};
 pub use segment::{Preallocate, RecoveryEvent};
 pub use tls::{DevCertificates, TlsConfig, TlsError};
 pub use topic_config::{ConfigChange, ConfigEntry, ConfigSource, TopicConfigs};
@@ -226,8 +227,8 @@ pub mod __tools {
 pub mod __fuzz {
     pub use crate::kafka::fuzz_kafka_request;
     pub use crate::security::fuzz_sasl_server;
+    pub use crate::segment::frame::fuzz_decode_frame;
     pub use crate::segment::fuzz_scan_segment;
     pub use crate::segment::kafka::fuzz_kafka_batch;
-    pub use crate::segment::record::fuzz_decode_frame;
     pub use crate::transport::frame::{fuzz_decode_head, fuzz_read_frames};
 }

@@ -6,8 +6,9 @@ use serde::{Deserialize, Serialize};
 use crate::error::Error;
 use crate::node::service::ProduceBatch;
 use crate::raft::types::AppendRequest;
+use crate::segment::batch::Batch;
 use crate::segment::format::{EntryKind, PayloadFormat};
-use crate::segment::record::{Batch, Limits, validate_payload};
+use crate::segment::frame::{Limits, validate_payload};
 use crate::types::{LogIndex, NodeId, Offset, PartitionId, ProducerSeq, Term};
 
 pub(crate) use crate::transport::body::encode;

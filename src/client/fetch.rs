@@ -6,7 +6,8 @@ use std::time::Duration;
 use super::Client;
 use crate::error::{Error, Result};
 use crate::protocol::{FetchRequest, FetchResponse, ListOffsetsRequest, OffsetAt, WireError};
-use crate::segment::record::{Batch, Limits};
+use crate::segment::batch::Batch;
+use crate::segment::frame::Limits;
 use crate::transport::frame::Op;
 use crate::types::{Offset, PartitionId};
 

@@ -28,7 +28,8 @@ use super::records::group_record;
 use super::state::{GroupLimits, Snapshot};
 use super::{GroupError, GroupResult, OFFSETS_TOPIC, check_group_id, coordinator_partition};
 use crate::error::Error;
-use crate::segment::record::{Batch, Record};
+use crate::segment::batch::Batch;
+use crate::segment::record::Record;
 use crate::types::Offset;
 
 mod delete;

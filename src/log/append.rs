@@ -10,9 +10,10 @@ use crate::env::FaultPoint;
 use crate::error::{Error, Result};
 use crate::segment::Cursor;
 use crate::segment::format::{END_MARK, EntryKind, PayloadFormat};
-use crate::segment::record::{
-    FrameHeader, Payload, Record, body_len_for, encode_frame, encode_frame_header,
+use crate::segment::frame::{
+    FrameHeader, Payload, body_len_for, encode_frame, encode_frame_header,
 };
+use crate::segment::record::Record;
 use crate::types::{LogIndex, Offset, Term};
 
 /// What a caller of the crate-internal append path decides about a new entry; anything left
@@ -110,7 +111,7 @@ impl PartitionLog {
             EntryKind::Data
         };
         if kind == EntryKind::Data {
-            crate::segment::record::validate_payload(
+            crate::segment::frame::validate_payload(
                 spec.format,
                 spec.compacted,
                 payload,
@@ -261,11 +262,7 @@ impl PartitionLog {
             }
         };
         debug_assert_eq!(
-            crate::segment::record::decode_frame(
-                w.handle.map().published(),
-                pos,
-                &self.opts.limits
-            ),
+            crate::segment::frame::decode_frame(w.handle.map().published(), pos, &self.opts.limits),
             Ok(Some(header)),
             "a frame must decode to what was encoded"
         );
@@ -467,7 +464,7 @@ mod tests {
         // The byte rots under the open log (written in place: the file keeps its length).
         let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
         file.write_all_at(b"2", (v1 + 1) as u64).unwrap();
-        let corrupt = |r: Result<Vec<crate::segment::record::Batch>>| {
+        let corrupt = |r: Result<Vec<crate::segment::batch::Batch>>| {
             matches!(
                 r,
                 Err(Error::Corrupt {

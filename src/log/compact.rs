@@ -39,11 +39,13 @@ use bytes::Bytes;
 
 use super::PartitionLog;
 use crate::error::Result;
+use crate::segment::batch::Batch;
 use crate::segment::format::{
     END_MARK, EntryKind, FRAME_HEADER_LEN, PayloadFormat, SEGMENT_HEADER_LEN,
 };
+use crate::segment::frame::{FrameHeader, Limits};
 use crate::segment::kafka;
-use crate::segment::record::{Batch, FrameHeader, Limits, compact_replog_payload};
+use crate::segment::record::compact_replog_payload;
 use crate::segment::{FrameOut, Segment, gap};
 use crate::types::LogIndex;
 

@@ -40,8 +40,8 @@ use parking_lot::{Mutex, RwLock};
 use crate::config::LogConfig;
 use crate::dirlock::DirLock;
 use crate::error::{Error, Result};
+use crate::segment::frame::Limits;
 use crate::segment::mmap::WriteHandle;
-use crate::segment::record::Limits;
 use crate::segment::{Cursor, RecoveryEvent, Segment, SegmentOptions, SpareFile};
 use crate::types::{LogIndex, Offset};
 

@@ -7,8 +7,10 @@ use std::sync::Arc;
 use super::{PartitionLog, segment_index_of};
 use crate::error::{Error, Result};
 use crate::segment::Segment;
+use crate::segment::batch::Batch;
 use crate::segment::format::{EntryKind, FRAME_HEADER_LEN, SEGMENT_HEADER_LEN};
-use crate::segment::record::{Batch, FrameHeader, Limits, Record};
+use crate::segment::frame::{FrameHeader, Limits};
+use crate::segment::record::Record;
 use crate::types::Offset;
 
 impl PartitionLog {

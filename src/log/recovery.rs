@@ -18,7 +18,7 @@ use crate::env::sync_dir;
 use crate::error::Error;
 use crate::error::Result;
 use crate::segment::format::{index_file_name, parse_segment_file_name, segment_file_name};
-use crate::segment::record::Limits;
+use crate::segment::frame::Limits;
 use crate::segment::{Cursor, RecoveryEvent, Sealed, Segment, SegmentOptions};
 
 impl PartitionLog {

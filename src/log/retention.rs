@@ -168,7 +168,7 @@ mod tests {
     use super::*;
     use crate::config::LogConfig;
     use crate::error::Error;
-    use crate::segment::record::Batch;
+    use crate::segment::batch::Batch;
 
     #[test]
     fn purge_and_retention_delete_whole_old_segments() {

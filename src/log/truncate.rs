@@ -9,8 +9,8 @@ use std::sync::atomic::Ordering;
 use super::{PartitionLog, segment_index_of};
 use crate::env::sync_dir;
 use crate::error::{Error, Result};
+use crate::segment::frame::Limits;
 use crate::segment::mmap::WriteHandle;
-use crate::segment::record::Limits;
 use crate::segment::{Cursor, Segment};
 use crate::types::LogIndex;
 

@@ -16,7 +16,8 @@ use crate::group::runtime::{GroupCoordinator, Host};
 use crate::group::state::GroupLimits;
 use crate::protocol::CreateTopicRequest;
 use crate::raft::types::AppendRequest;
-use crate::segment::record::{Batch, Record, encode_records};
+use crate::segment::batch::Batch;
+use crate::segment::record::{Record, encode_records};
 use crate::types::{Offset, PartitionId};
 
 use super::write::read_committed;

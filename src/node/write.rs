@@ -8,8 +8,9 @@ use crate::error::{CorruptKind, Error, Result};
 use crate::log::AppendInfo;
 use crate::raft::replica::WriteError;
 use crate::raft::types::AppendRequest;
+use crate::segment::batch::Batch;
 use crate::segment::format::PayloadFormat;
-use crate::segment::record::{Batch, Record, encode_records};
+use crate::segment::record::{Record, encode_records};
 use crate::transport::Turn;
 use crate::types::{LeaderHint, LogIndex, Offset, PartitionId, ProducerSeq};
 

@@ -28,8 +28,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::log::{EntrySpec, PartitionLog};
 use crate::raft::types::{AppendRequest, C, Entry, LogId, Vote};
+use crate::segment::batch::Batch;
 use crate::segment::format::{EntryKind, PayloadFormat};
-use crate::segment::record::Batch;
 use crate::types::Durability;
 use crate::types::LogIndex;
 

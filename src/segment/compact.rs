@@ -20,8 +20,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::format::{END_MARK, FORMAT_VERSION, SEGMENT_HEADER_LEN, SegmentHeader};
+use super::frame::{FrameHeader, Limits, body_len_for, decode_frame, encode_frame_header};
 use super::mmap::MappedFile;
-use super::record::{FrameHeader, Limits, body_len_for, decode_frame, encode_frame_header};
 use super::scan::scan_segment;
 use super::{Cursor, ScanStop, Segment, SegmentOptions, SegmentState, corrupt};
 use crate::env::sync_dir;

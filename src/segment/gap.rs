@@ -30,7 +30,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::record::Batch;
+use super::batch::Batch;
 use crate::error::CorruptKind;
 use crate::types::{LogIndex, Offset};
 

@@ -1,7 +1,7 @@
 //! [`inspect_segment`]: a read-only scan of a segment file's bytes for the `replog check` tool.
 
 use super::format::{SEGMENT_HEADER_LEN, SegmentHeader};
-use super::record::Limits;
+use super::frame::Limits;
 use super::{Cursor, ScanStop, scan};
 use crate::error::CorruptKind;
 

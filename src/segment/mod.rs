@@ -18,17 +18,21 @@
 //! - `lazy.rs`: sealed segments' maps, opened on first read and closed again when unused or
 //!   over the process's budget; a sealed segment holds no file descriptor.
 //!
-//! `format.rs` (layout constants), `record.rs` (frame codec), `gap.rs` (gap frames' payload),
-//! `index.rs` (index file codec) and `mmap.rs` (the map and its single writer) are pure
-//! building blocks beneath them; `compact.rs` writes a compacted segment and swaps it in.
+//! `format.rs` (layout constants), `frame.rs` (frame codec), `record.rs` (replog's record
+//! codec), `batch.rs` (batches as reads hand them out), `kafka.rs` (Kafka's record batch as a
+//! payload), `gap.rs` (gap frames' payload), `index.rs` (index file codec) and `mmap.rs` (the
+//! map and its single writer) are pure building blocks beneath them; `compact.rs` writes a
+//! compacted segment and swaps it in.
 
 // Code that reads bytes from disk must not panic on them: no unchecked indexing here.
 #![deny(clippy::indexing_slicing)]
 
+pub(crate) mod batch;
 mod compact;
 mod create;
 mod file;
 pub(crate) mod format;
+pub(crate) mod frame;
 pub(crate) mod gap;
 pub(crate) mod index;
 mod inspect;
@@ -39,6 +43,8 @@ mod open;
 mod read;
 pub(crate) mod record;
 mod scan;
+#[cfg(test)]
+mod test_util;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -51,10 +57,10 @@ use crate::error::{CorruptKind, Error};
 pub use create::Preallocate;
 use format::SegmentHeader;
 use format::{index_file_name, segment_file_name};
+use frame::{FrameHeader, Limits};
 use index::IndexEntry;
 use lazy::{LazyMap, MapCache};
 use mmap::MappedFile;
-use record::{FrameHeader, Limits};
 
 pub(crate) use compact::{CompactedFile, FrameOut, write_compacted};
 pub(crate) use create::{Recycled, SpareFile, reserve};

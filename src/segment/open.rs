@@ -12,9 +12,9 @@ use super::format::{
     FRAME_HEADER_LEN, SEGMENT_BYTES_LIMIT, SEGMENT_HEADER_LEN, SegmentHeader, index_file_name,
     segment_file_name,
 };
+use super::frame::{Limits, decode_frame};
 use super::index::{IndexFile, NO_TIME};
 use super::mmap::{MappedFile, WriteHandle};
-use super::record::{Limits, decode_frame};
 use super::scan::{scan_from_entry, scan_segment};
 use super::{
     Cursor, RecoveryEvent, ScanStop, Segment, SegmentOptions, SegmentState, corrupt, format,

@@ -2,8 +2,9 @@
 //! index), validating the frame found there, and handing it out as a [`Batch`] that shares the
 //! map.
 
+use super::batch::Batch;
 use super::format::{FRAME_HEADER_LEN, PayloadFormat, SEGMENT_HEADER_LEN};
-use super::record::{Batch, FrameHeader, Limits, decode_frame};
+use super::frame::{FrameHeader, Limits, decode_frame};
 use super::{Cursor, Segment, corrupt, frame_time, index, kafka};
 use crate::error::{CorruptKind, Result};
 use crate::types::{LogIndex, Offset, Term};

@@ -5,9 +5,9 @@
 use super::format::{
     EntryKind, FRAME_HEADER_LEN, PayloadFormat, SEGMENT_HEADER_LEN, SegmentHeader,
 };
+use super::frame::{FrameHeader, Limits, decode_frame};
 use super::index::{IndexFile, NO_TIME};
 use super::kafka;
-use super::record::{FrameHeader, Limits, decode_frame};
 use super::{SegmentOptions, SegmentState, add_index_entry};
 use crate::error::{CorruptKind, Result};
 

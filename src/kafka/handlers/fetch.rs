@@ -10,9 +10,9 @@ use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse};
 
 use crate::kafka::{Held, KafkaConfig, broker_id, code, current_leader, error_code, take};
 use crate::node::service::{BrokerService, Fetch, Fetched, PartitionFetch};
+use crate::segment::batch::Batch;
 use crate::segment::format::PayloadFormat;
 use crate::segment::kafka as kafka_batch;
-use crate::segment::record::Batch;
 use crate::types::{Offset, PartitionId};
 
 /// The versions served.
@@ -181,14 +181,14 @@ fn kafka_batches(batches: &[Batch]) -> Vec<Bytes> {
         if first.format() == PayloadFormat::Kafka && first.payload.is_empty() {
             // A frame compaction emptied.
             let mut out = BytesMut::with_capacity(kafka_batch::BATCH_HEADER_LEN);
-            kafka_batch::encode_empty(first, &mut out);
+            kafka_batch::encode::encode_empty(first, &mut out);
             pieces.push(out.freeze());
             rest = rest.get(1..).unwrap_or_default();
             continue;
         }
         if first.format() == PayloadFormat::Kafka {
             let base = first.base_offset().get();
-            pieces.extend(kafka_batch::serve_pieces(
+            pieces.extend(kafka_batch::encode::serve_pieces(
                 &first.payload,
                 base,
                 first.term().get(),
@@ -201,10 +201,10 @@ fn kafka_batches(batches: &[Batch]) -> Vec<Bytes> {
             .position(|b| b.format() == PayloadFormat::Kafka)
             .unwrap_or(rest.len());
         let (run, after) = rest.split_at(run_len);
-        let size = run.iter().map(kafka_batch::native_len).sum();
+        let size = run.iter().map(kafka_batch::encode::native_len).sum();
         let mut out = BytesMut::with_capacity(size);
         for b in run {
-            kafka_batch::encode_native(b, &mut out);
+            kafka_batch::encode::encode_native(b, &mut out);
         }
         debug_assert_eq!(out.len(), size, "native_len is encode_native's length");
         if !out.is_empty() {

@@ -190,9 +190,9 @@ fn kafka_decodes(log: &PartitionLog) {
     for b in log.read(Offset(0), usize::MAX).unwrap() {
         let mut out = bytes::BytesMut::new();
         if b.format() == PayloadFormat::Kafka && !b.payload.is_empty() {
-            crate::segment::kafka::serve(&b.payload, b.base_offset().get(), 0, &mut out);
+            crate::segment::kafka::encode::serve(&b.payload, b.base_offset().get(), 0, &mut out);
         } else {
-            crate::segment::kafka::encode_native(&b, &mut out);
+            crate::segment::kafka::encode::encode_native(&b, &mut out);
         }
         if out.is_empty() {
             continue;
@@ -236,7 +236,7 @@ fn entry_meta(log: &PartitionLog, from: u64, to: u64) -> Vec<EntryMeta> {
 }
 
 /// Writes `entries` (read from another replica's log) to `log` as a follower does.
-fn replicate(log: &PartitionLog, entries: &[crate::segment::record::Batch]) {
+fn replicate(log: &PartitionLog, entries: &[crate::segment::batch::Batch]) {
     for b in entries {
         let spec = EntrySpec {
             log_index: Some(b.log_index().get()),
@@ -326,7 +326,7 @@ proptest! {
         prop_assert_eq!(entry_meta(&log, 0, entries_before), meta_before.clone());
         // Each producer's last batch keeps its producer and sequence.
         for p in 1..3u64 {
-            let last = |entries: &[crate::segment::record::Batch]| {
+            let last = |entries: &[crate::segment::batch::Batch]| {
                 entries.iter().rev().find_map(|b| b.producer().filter(|q| q.0 == p))
             };
             let after = log.read_entries(0, entries_before, usize::MAX).unwrap();

@@ -25,8 +25,8 @@ use crate::error::{Error, Result};
 use crate::node::HostedReplica;
 use crate::node::write::{Fetched, read_committed};
 use crate::security::acl::AclOperation;
+use crate::segment::batch::Batch;
 use crate::segment::format::FRAME_HEADER_LEN;
-use crate::segment::record::Batch;
 use crate::types::{Offset, PartitionId};
 
 /// The longest a fetch waits for records, whatever it asks.

@@ -3,11 +3,11 @@
 
 use bytes::Bytes;
 
-use super::{
-    KafkaBatchInfo, MAX_TIMESTAMP_POS, RecordView, be_i64, header_of, records_bytes, walk_records,
-};
+use super::inflate::records_bytes;
+use super::records::{RecordView, walk_records};
+use super::{KafkaBatchInfo, MAX_TIMESTAMP_POS, be_i64, header_of};
 use crate::error::CorruptKind;
-use crate::segment::record::Limits;
+use crate::segment::frame::Limits;
 
 /// A record's timestamp: the batch's max timestamp under LogAppendTime, else the base
 /// timestamp plus the record's delta (Kafka's `DefaultRecord.timestamp`; saturating, where
