@@ -80,7 +80,7 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
         if let Some(kafka) = broker.kafka_addr.get().cloned()
             && broker.catalog.read().broker_addr(me).as_ref() == Some(&broker.addr)
             && broker.catalog.read().kafka_addr(me).as_ref() != Some(&kafka)
-            && broker.meta.raft.state().leader.is_some()
+            && broker.meta.raft.leader().is_some()
             && registering
                 .as_ref()
                 .is_none_or(tokio::task::JoinHandle::is_finished)
@@ -99,7 +99,7 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
         if !leaving
             && broker.catalog.read().broker_addr(me).as_ref() == Some(&broker.addr)
             && broker.catalog.read().rack(me) != broker.config.rack.as_deref()
-            && broker.meta.raft.state().leader.is_some()
+            && broker.meta.raft.leader().is_some()
             && registering
                 .as_ref()
                 .is_none_or(tokio::task::JoinHandle::is_finished)
@@ -115,7 +115,7 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
         if !broker.config.bootstrap_users.is_empty()
             && !broker.catalog.read().has_users()
             && broker.catalog.read().broker_addr(me).as_ref() == Some(&broker.addr)
-            && broker.meta.raft.state().leader.is_some()
+            && broker.meta.raft.leader().is_some()
             && registering
                 .as_ref()
                 .is_none_or(tokio::task::JoinHandle::is_finished)
@@ -148,7 +148,7 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
         broker.drive_moves(&mut moving);
         // The metadata leader makes every broker that joined a learner of the metadata Raft group,
         // one at a time (a membership change waits for the previous one).
-        if broker.meta.raft.state().leader == Some(me)
+        if broker.meta.raft.leader() == Some(me)
             && adding
                 .as_ref()
                 .is_none_or(tokio::task::JoinHandle::is_finished)
@@ -180,7 +180,7 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
         }
         // The metadata leader takes each decommissioned broker that holds no replica any
         // more out of the metadata Raft group, then out of the cluster, one at a time.
-        if broker.meta.raft.state().leader == Some(me)
+        if broker.meta.raft.leader() == Some(me)
             && removing
                 .as_ref()
                 .is_none_or(tokio::task::JoinHandle::is_finished)
@@ -211,7 +211,7 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
         // With replica balancing on, the metadata leader records one move at a time that
         // evens out the brokers' replica counts, a few partitions moving at once.
         if broker.config.replica_balance
-            && broker.meta.raft.state().leader == Some(me)
+            && broker.meta.raft.leader() == Some(me)
             && balancing
                 .as_ref()
                 .is_none_or(tokio::task::JoinHandle::is_finished)

@@ -38,7 +38,7 @@ impl Broker {
                     .and_then(|t| t.assignment.get(g.id.partition as usize))
                     .and_then(|replicas| replicas.first())
                     .copied();
-                let (Some(preferred), Some(leader)) = (preferred, g.raft.state().leader) else {
+                let (Some(preferred), Some(leader)) = (preferred, g.raft.leader()) else {
                     continue;
                 };
                 let counts = preferred_of.entry(preferred).or_default();
@@ -210,7 +210,7 @@ impl Broker {
         let Some(replica) = self.replicas.read().get(id).cloned() else {
             return Election::TryAgain("its leader no longer hosts it".into());
         };
-        match replica.raft.state().leader {
+        match replica.raft.leader() {
             Some(leader) if leader == preferred => return Election::NotNeeded,
             Some(leader) if leader == me => {}
             _ => return Election::TryAgain("its leadership moved meanwhile".into()),

@@ -195,7 +195,7 @@ impl Broker {
             .replicas
             .read()
             .values()
-            .filter(|r| r.raft.state().leader == Some(me))
+            .filter(|r| r.raft.leader() == Some(me))
             .cloned()
             .collect();
         if led.is_empty() {

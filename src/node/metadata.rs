@@ -53,7 +53,7 @@ impl Broker {
             },
             forwarded: false,
         };
-        if self.meta.raft.state().leader.is_some() {
+        if self.meta.raft.leader().is_some() {
             return self.propose(request).await;
         }
         // No metadata leader known here (a joining broker is nobody's follower yet): any
@@ -370,7 +370,7 @@ impl Broker {
         let deadline = tokio::time::Instant::now() + self.config.request_timeout;
         // Wait (boundedly) for the metadata Raft group to have a leader.
         let leader = loop {
-            if let Some(leader) = self.meta.raft.state().leader {
+            if let Some(leader) = self.meta.raft.leader() {
                 break leader;
             }
             if tokio::time::Instant::now() >= deadline {

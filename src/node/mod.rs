@@ -630,12 +630,12 @@ impl Node {
                 broker.replicas.read().values().cloned().collect();
             let mut waiting: Vec<String> = replicas
                 .iter()
-                .filter(|g| g.raft.state().leader.is_none())
+                .filter(|g| g.raft.leader().is_none())
                 .map(|g| g.id.to_string())
                 .collect();
             waiting.extend(broker.down.lock().keys().map(|id| format!("{id} (down)")));
             waiting.extend(broker.not_open_yet());
-            if broker.meta.raft.state().leader.is_none() {
+            if broker.meta.raft.leader().is_none() {
                 waiting.push("the metadata Raft group".into());
             }
             if waiting.is_empty() {

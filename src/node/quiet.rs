@@ -327,7 +327,7 @@ impl Broker {
             }
             if r.raft.parked_under() == Some(me) {
                 woken.push(Arc::clone(r));
-            } else if r.raft.state().leader == Some(me) {
+            } else if r.raft.leader() == Some(me) {
                 r.raft.wake();
             }
         }

@@ -56,7 +56,7 @@ impl Broker {
             if moving.len() >= MOVES_AT_ONCE {
                 break;
             }
-            if moving.contains_key(&replica.id) || replica.raft.state().leader != Some(me) {
+            if moving.contains_key(&replica.id) || replica.raft.leader() != Some(me) {
                 continue;
             }
             let (voters, joint) = replica.raft.voters();

@@ -145,7 +145,7 @@ pub(super) fn finalize_version(
     broker: &Arc<Broker>,
     finalizing: &mut Option<tokio::task::JoinHandle<()>>,
 ) {
-    if broker.meta.raft.state().leader != Some(broker.config.id)
+    if broker.meta.raft.leader() != Some(broker.config.id)
         || finalizing.as_ref().is_some_and(|task| !task.is_finished())
     {
         return;

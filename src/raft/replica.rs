@@ -389,32 +389,44 @@ impl Replica {
     /// The Raft group as this replica sees it now.
     /// Every member of the Raft group as of its latest membership: voters and learners.
     pub(crate) fn member_ids(&self) -> std::collections::BTreeSet<NodeId> {
-        let m = self.raft.metrics().borrow_watched().clone();
-        m.membership_config
-            .membership()
-            .nodes()
-            .map(|(id, _)| *id)
-            .collect()
+        self.read_metrics(|m| {
+            m.membership_config
+                .membership()
+                .nodes()
+                .map(|(id, _)| *id)
+                .collect()
+        })
+    }
+
+    /// Reads the Raft group's metrics in place: a clone would copy their maps for the few
+    /// fields a caller wants, per replica. `read` must take no lock (openraft's core waits to
+    /// publish metrics while the borrow lasts).
+    fn read_metrics<T>(&self, read: impl FnOnce(&openraft::RaftMetrics<C>) -> T) -> T {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow_watched();
+        read(&m)
     }
 
     /// Whether `id` votes in the Raft group's newest configuration (the new one of a joint
     /// configuration).
     pub(crate) fn votes_in_newest(&self, id: NodeId) -> bool {
-        let m = self.raft.metrics().borrow_watched().clone();
-        let membership = m.membership_config.membership();
-        membership
-            .get_joint_config()
-            .last()
-            .is_some_and(|voters| voters.contains(&id))
+        self.read_metrics(|m| {
+            m.membership_config
+                .membership()
+                .get_joint_config()
+                .last()
+                .is_some_and(|voters| voters.contains(&id))
+        })
     }
 
     /// The Raft group's voters, and whether a membership change is half done (joint: the old and
     /// the new voters both count).
     pub(crate) fn voters(&self) -> (std::collections::BTreeSet<NodeId>, bool) {
-        let m = self.raft.metrics().borrow_watched().clone();
-        let membership = m.membership_config.membership();
-        let joint = membership.get_joint_config().len() > 1;
-        (membership.voter_ids().collect(), joint)
+        self.read_metrics(|m| {
+            let membership = m.membership_config.membership();
+            let joint = membership.get_joint_config().len() > 1;
+            (membership.voter_ids().collect(), joint)
+        })
     }
 
     /// Makes `voters` the Raft group's voters (through a joint configuration), removing the
@@ -457,35 +469,39 @@ impl Replica {
     }
 
     pub(crate) fn state(&self) -> ReplicaState {
-        let m = self.raft.metrics().borrow_watched().clone();
-        let members = m.replication.as_ref().map(|r| {
-            r.iter()
-                .map(|(id, matched)| {
-                    let ack = m
-                        .heartbeat
-                        .as_ref()
-                        .and_then(|h| h.get(id))
-                        .and_then(|t| t.as_ref())
-                        .map(|t| t.elapsed());
-                    (
-                        *id,
-                        Member {
-                            matched: matched.map(|l| l.index),
-                            ack_age: ack,
-                        },
-                    )
-                })
-                .collect()
-        });
-        ReplicaState {
-            // A member stopped by a fatal error (a failed disk) leads nothing, whatever its last
-            // metrics said: metadata must not send clients to it.
-            leader: m.current_leader.filter(|_| m.running_state.is_ok()),
-            term: m.current_term,
-            last_log_index: m.last_log_index,
-            snapshot_index: m.snapshot.map(|s| s.index),
-            members,
-        }
+        self.read_metrics(|m| {
+            let members = m.replication.as_ref().map(|r| {
+                r.iter()
+                    .map(|(id, matched)| {
+                        let ack = m
+                            .heartbeat
+                            .as_ref()
+                            .and_then(|h| h.get(id))
+                            .and_then(|t| t.as_ref())
+                            .map(|t| t.elapsed());
+                        (
+                            *id,
+                            Member {
+                                matched: matched.map(|l| l.index),
+                                ack_age: ack,
+                            },
+                        )
+                    })
+                    .collect()
+            });
+            ReplicaState {
+                leader: leader_of(m),
+                term: m.current_term,
+                last_log_index: m.last_log_index,
+                snapshot_index: m.snapshot.map(|s| s.index),
+                members,
+            }
+        })
+    }
+
+    /// The leader this replica knows of: [`state`](Self::state)'s, without the rest of it.
+    pub(crate) fn leader(&self) -> Option<NodeId> {
+        self.read_metrics(leader_of)
     }
 
     /// The replica's current term (a leader epoch, to Kafka's clients), without the rest of
@@ -558,6 +574,12 @@ impl Replica {
             tracing::warn!(error = %e, "raft shutdown failed");
         }
     }
+}
+
+/// The leader a member's metrics name. A member stopped by a fatal error (a failed disk) leads
+/// nothing, whatever its last metrics said: metadata must not send clients to it.
+fn leader_of(m: &openraft::RaftMetrics<C>) -> Option<NodeId> {
+    m.current_leader.filter(|_| m.running_state.is_ok())
 }
 
 /// Why a leadership transfer did not happen.

@@ -133,7 +133,7 @@ async fn a_replica_of_a_deleted_topic_never_answers_for_the_topic_created_again(
         )
         .await;
         let meta_leader = until(Duration::from_secs(10), "a metadata leader", async || {
-            live[0].broker.meta.raft.state().leader
+            live[0].broker.meta.raft.leader()
         })
         .await;
         let other = |l: NodeId| if l == 1 { 2 } else { 1 };
