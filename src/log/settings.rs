@@ -101,4 +101,54 @@ mod tests {
         .len();
         assert_eq!(len, 16 << 10);
     }
+
+    /// A segment that starts with control frames (a new leader's blank entry, stamped 0) is
+    /// as old as its first write, not as old as 1970: `segment.ms` does not roll it while it
+    /// holds no stamped frame, nor while that frame is younger than the age, and rolls it
+    /// after. (Every founding replica's segments start with such frames; each rolled at the
+    /// first retention pass, and the sealed segment it left kept a descriptor open.)
+    #[test]
+    fn an_age_counts_from_the_first_stamped_frame_not_from_a_control_frame() {
+        use crate::log::append::EntrySpec;
+        let dir = tempfile::tempdir().unwrap();
+        let log = PartitionLog::open(dir.path(), LogConfig::default()).unwrap();
+        let control = |index| EntrySpec {
+            log_index: Some(index),
+            term: Some(1),
+            timestamp_ms: Some(0),
+            ..EntrySpec::default()
+        };
+        log.append_entry(control(0), 0, b"membership").unwrap();
+        log.append_entry(control(1), 0, &[0]).unwrap();
+        let now = crate::env::now_ms();
+        assert!(
+            !log.roll_if_older(60_000, now).unwrap(),
+            "control frames only"
+        );
+        let (payload, count) =
+            crate::segment::record::encode_records(&[Record::new("v")], 1024).unwrap();
+        let stamped = EntrySpec {
+            log_index: Some(2),
+            term: Some(1),
+            timestamp_ms: Some(now),
+            ..EntrySpec::default()
+        };
+        log.append_entry(stamped, count, &payload).unwrap();
+        assert!(
+            !log.roll_if_older(60_000, now + 1_000).unwrap(),
+            "younger than the age"
+        );
+        assert_eq!(log.segment_count(), 1);
+        assert!(log.roll_if_older(60_000, now + 61_000).unwrap());
+        assert_eq!(log.segment_count(), 2);
+        // Reopened, the sealed segment finds its first stamp by reading its frames.
+        drop(log);
+        let log = PartitionLog::open(dir.path(), LogConfig::default()).unwrap();
+        let first = log
+            .segments
+            .read()
+            .first()
+            .and_then(|s| s.first_timestamp_ms());
+        assert_eq!(first, Some(now));
+    }
 }

@@ -48,7 +48,8 @@ mod test_util;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::{Mutex, RwLock};
 
@@ -112,8 +113,9 @@ pub(crate) struct Segment {
     map: Arc<LazyMap>,
     /// The header, read when the segment was opened or created.
     header: Option<SegmentHeader>,
-    /// The stamp of the first frame, once there is one (it never changes).
-    first_timestamp_ms: OnceLock<u64>,
+    /// The stamp of the first stamped frame, once known; 0 while not (no frame carries a
+    /// stamp of 0 but control frames, which carry none). See [`Segment::first_timestamp_ms`].
+    first_timestamp_ms: AtomicU64,
     index_interval_bytes: usize,
     state: RwLock<SegmentState>,
 }
@@ -176,7 +178,7 @@ impl Segment {
             file: Mutex::new(Some(file)),
             map,
             header,
-            first_timestamp_ms: OnceLock::new(),
+            first_timestamp_ms: AtomicU64::new(0),
             index_interval_bytes: usize::try_from(opts.index_interval_bytes).unwrap_or(usize::MAX),
             state: RwLock::new(state),
         };
@@ -227,11 +229,16 @@ impl Segment {
         }
     }
 
-    /// The stamp of the segment's first frame (FORMAT.md §5), if it has one: read from the
-    /// published bytes, which were checked when they were written or recovered.
+    /// The stamp of the segment's first stamped frame (FORMAT.md §5), if it has one: what
+    /// `segment.ms` and the compaction lag count from. Control frames (a new leader's blank
+    /// entry, a membership change) carry a stamp of 0, which means none: a segment that
+    /// starts with one is as old as its first write, not as old as 1970. Known from the
+    /// appends, or else found by reading the published frames (checked when they were written
+    /// or recovered) up to the first stamped one.
     pub(crate) fn first_timestamp_ms(&self) -> Option<u64> {
-        if let Some(&stamp) = self.first_timestamp_ms.get() {
-            return Some(stamp);
+        let known = self.first_timestamp_ms.load(Ordering::Acquire);
+        if known != 0 {
+            return Some(known);
         }
         let data_len = self.state.read().data_len;
         if data_len <= format::SEGMENT_HEADER_LEN {
@@ -239,11 +246,28 @@ impl Segment {
         }
         let map = self.map.get().ok()?;
         let data = map.published().get(..data_len)?;
-        let stamp = format::get_u64(
-            data,
-            format::SEGMENT_HEADER_LEN + format::FRAME_TIMESTAMP_POS,
-        )?;
-        Some(*self.first_timestamp_ms.get_or_init(|| stamp))
+        let mut pos = format::SEGMENT_HEADER_LEN;
+        // Bounded: every frame moves `pos` on by its length, and `data` ends.
+        while let Ok(Some(h)) = frame::decode_frame(data, pos, &Limits::ON_DISK) {
+            if h.timestamp_ms != 0 {
+                self.note_stamp(h.timestamp_ms);
+                return Some(h.timestamp_ms);
+            }
+            pos += h.frame_len();
+        }
+        None
+    }
+
+    /// Keeps `stamp` as the first stamped frame's, unless one is known already.
+    fn note_stamp(&self, stamp: u64) {
+        if stamp != 0 {
+            let _ = self.first_timestamp_ms.compare_exchange(
+                0,
+                stamp,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+        }
     }
 
     /// Records a frame the writer has just published at `pos`.
@@ -261,6 +285,7 @@ impl Segment {
         );
         s.data_len = pos + h.frame_len();
         s.cursor = Cursor::after(h);
+        self.note_stamp(h.timestamp_ms);
         s.max_timestamp_ms = s.max_timestamp_ms.max(h.timestamp_ms);
         // The active segment's map is always open.
         let map = self.map.current();
@@ -277,6 +302,8 @@ impl Segment {
     pub(crate) fn cut(&self, pos: usize, cursor: Cursor) -> crate::error::Result<()> {
         let map = self.map.get()?;
         let mut s = self.state.write();
+        // The first stamped frame may be among those cut: found again when next asked for.
+        self.first_timestamp_ms.store(0, Ordering::Release);
         s.data_len = pos;
         s.cursor = cursor;
         s.entries.retain(|e| (e.position as usize) < pos);
