@@ -246,16 +246,22 @@ impl Segment {
         }
         let map = self.map.get().ok()?;
         let data = map.published().get(..data_len)?;
+        // Only the fixed fields are read (FORMAT.md §4), not the payloads: usually the first
+        // or second frame has a stamp. Bounded: every frame moves `pos` on by at least its
+        // header, and `data` ends.
         let mut pos = format::SEGMENT_HEADER_LEN;
-        // Bounded: every frame moves `pos` on by its length, and `data` ends.
-        while let Ok(Some(h)) = frame::decode_frame(data, pos, &Limits::ON_DISK) {
-            if h.timestamp_ms != 0 {
-                self.note_stamp(h.timestamp_ms);
-                return Some(h.timestamp_ms);
+        loop {
+            let body_len = format::get_u32(data, pos + format::FRAME_BODY_LEN_POS)?;
+            if body_len == 0 {
+                return None;
             }
-            pos += h.frame_len();
+            let stamp = format::get_u64(data, pos + format::FRAME_TIMESTAMP_POS)?;
+            if stamp != 0 {
+                self.note_stamp(stamp);
+                return Some(stamp);
+            }
+            pos = pos.checked_add(format::FRAME_LOG_INDEX_POS + usize::try_from(body_len).ok()?)?;
         }
-        None
     }
 
     /// Keeps `stamp` as the first stamped frame's, unless one is known already.
