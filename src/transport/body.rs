@@ -44,15 +44,22 @@ pub(crate) fn lend<S: Serializer>(bytes: &Bytes, s: S) -> Result<S::Ok, S::Error
     done
 }
 
-/// The field being lent, if `data` is its bytes (the same memory, not only equal bytes).
-fn take_lent(data: &[u8]) -> Option<Bytes> {
+/// Whether `data` is the field being lent (the same memory, not only equal bytes).
+fn is_lent(data: &[u8]) -> bool {
     LENT.with(|l| {
-        let mut l = l.borrow_mut();
-        let same = l
+        l.borrow()
             .as_ref()
-            .is_some_and(|b| b.as_ptr() == data.as_ptr() && b.len() == data.len());
-        if same { l.take() } else { None }
+            .is_some_and(|b| b.as_ptr() == data.as_ptr() && b.len() == data.len())
     })
+}
+
+/// The field being lent, if `data` is its bytes.
+fn take_lent(data: &[u8]) -> Option<Bytes> {
+    if is_lent(data) {
+        LENT.with(|l| l.borrow_mut().take())
+    } else {
+        None
+    }
 }
 
 /// A frame body to send: pieces written one after the other, none of them empty.
@@ -187,12 +194,7 @@ impl postcard::ser_flavors::Flavor for Sizer {
     }
 
     fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
-        let lent = LENT.with(|l| {
-            l.borrow()
-                .as_ref()
-                .is_some_and(|b| b.as_ptr() == data.as_ptr() && b.len() == data.len())
-        });
-        if !lent {
+        if !is_lent(data) {
             self.inline += data.len();
         }
         Ok(())
