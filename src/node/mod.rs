@@ -774,10 +774,7 @@ impl Node {
         // a moment; wait, boundedly, so that the directories can be reopened when this returns.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         let busy = |broker: &Arc<Broker>| {
-            Arc::strong_count(broker) > 1
-                || replicas
-                    .iter()
-                    .any(|g| g.store.syncs_in_flight() > 0 || Arc::strong_count(g) > 2)
+            Arc::strong_count(broker) > 1 || replicas.iter().any(|g| replicas::still_held(g, 2))
         };
         while busy(&self.broker) && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;

@@ -322,12 +322,26 @@ impl Broker {
     }
 }
 
-/// Stops a replica's Raft member, then waits (at most 5 s) until requests still being served
-/// and syncs still in flight let go of it: only `holders` handles are left.
+/// The handles on a replica's log store while nothing but the replica uses it: its own and
+/// its state machine's, and its Raft member's two (the same, for reads).
+const STORE_HANDLES_AT_REST: usize = 4;
+
+/// Whether anything besides `holders` handles on the replica still uses it or its log: a
+/// request being served, a sync in flight, or a task of its stopped Raft member (openraft's
+/// replication and state-machine tasks hold the store until the runtime drops them).
+pub(super) fn still_held(replica: &Arc<HostedReplica>, holders: usize) -> bool {
+    Arc::strong_count(replica) > holders
+        || replica.store.syncs_in_flight() > 0
+        || replica.store.handles() > STORE_HANDLES_AT_REST
+}
+
+/// Stops a replica's Raft member, then waits (at most 5 s) until requests still being served,
+/// syncs still in flight and the member's own tasks let go of it: only `holders` handles on
+/// the replica are left, and none on its log but the replica's.
 pub(super) async fn stop_replica(replica: &Arc<HostedReplica>, holders: usize) {
     replica.raft.shutdown().await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while Arc::strong_count(replica) > holders || replica.store.syncs_in_flight() > 0 {
+    while still_held(replica, holders) {
         if tokio::time::Instant::now() >= deadline {
             break;
         }

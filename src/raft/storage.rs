@@ -193,6 +193,13 @@ impl LogStore {
             .load(std::sync::atomic::Ordering::Acquire)
     }
 
+    /// How many handles on the store exist. At rest a hosted replica and its Raft member hold
+    /// four (each its own and its state machine's); any more belong to openraft's tasks,
+    /// readers or snapshot builds, each holding the log (and its directory lock) until it ends.
+    pub(crate) fn handles(&self) -> usize {
+        Arc::strong_count(&self.inner)
+    }
+
     /// Whether the log holds exactly this entry (same index and term).
     ///
     /// # Errors
