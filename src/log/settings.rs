@@ -55,6 +55,9 @@ impl PartitionLog {
             return Ok(false);
         }
         self.roll()?;
+        // No write may follow for a long while (a quiet partition): the segment rolled is
+        // sealed now, not at the next write's flush, so that it holds no descriptor meanwhile.
+        self.flush()?;
         Ok(true)
     }
 }
@@ -139,8 +142,17 @@ mod tests {
             "younger than the age"
         );
         assert_eq!(log.segment_count(), 1);
+        log.flush().unwrap();
         assert!(log.roll_if_older(60_000, now + 61_000).unwrap());
         assert_eq!(log.segment_count(), 2);
+        // Its entries were durable before the roll: the segment rolled is sealed all the same
+        // (indexed, its descriptor closed), with no write after it.
+        let sealed = std::sync::Arc::clone(&log.segments.read()[0]);
+        assert!(
+            !sealed.holds_file(),
+            "a segment rolled by age keeps its descriptor"
+        );
+        assert!(sealed.path.with_extension("index").exists());
         // Reopened, the sealed segment finds its first stamp by reading its frames.
         drop(log);
         let log = PartitionLog::open(dir.path(), LogConfig::default()).unwrap();

@@ -30,7 +30,14 @@ impl PartitionLog {
         let target = self.writer.lock().cursor.next_log_index;
         let _sync = self.sync.lock();
         if self.durable_next_log_index.load(Ordering::Acquire) >= target {
-            return Ok(());
+            // Every entry is durable, but a segment rolled since (by age, with no write after)
+            // may still wait to be sealed: indexed, its descriptor closed.
+            let mut w = self.writer.lock();
+            if w.unsynced.is_empty() && w.pending_seal.is_none() {
+                return Ok(());
+            }
+            self.check_writable()?;
+            return self.seal_all_locked(&mut w);
         }
         self.check_writable()?;
         let (seg, next) = {

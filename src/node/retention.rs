@@ -62,7 +62,7 @@ impl Broker {
 
     pub(crate) async fn enforce_retention(&self) -> Result<()> {
         let now = crate::env::now_ms();
-        self.roll_aged_segments(now);
+        self.roll_aged_segments(now).await;
         if let Err(e) = self.compact_topics().await {
             tracing::warn!(error = %e, "compaction postponed");
         }

@@ -162,15 +162,20 @@ impl Broker {
 
     /// Rolls the active segment of each hosted replica whose first record is older than its
     /// topic's `segment.ms` (each replica rolls its own: segments are a replica's layout,
-    /// not part of what replicas agree on).
-    pub(super) fn roll_aged_segments(&self, now_ms: u64) {
+    /// not part of what replicas agree on). A roll creates a file and seals the segment it
+    /// rolled (a sync): done off the runtime's threads.
+    pub(super) async fn roll_aged_segments(&self, now_ms: u64) {
         let replicas: Vec<_> = self.replicas.read().values().cloned().collect();
-        for replica in replicas {
-            let age = replica.settings.read().segment_ms;
-            if let Err(e) = replica.store.log().roll_if_older(age, now_ms) {
-                tracing::warn!(partition = %replica.id, error = %e, "rolling an aged segment failed");
+        let rolls = tokio::task::spawn_blocking(move || {
+            for replica in replicas {
+                let age = replica.settings.read().segment_ms;
+                if let Err(e) = replica.store.log().roll_if_older(age, now_ms) {
+                    tracing::warn!(partition = %replica.id, error = %e, "rolling an aged segment failed");
+                }
             }
-        }
+        });
+        // Only a panic ends it otherwise, and that is reported where it happened.
+        let _ = rolls.await;
     }
 }
 

@@ -212,6 +212,12 @@ impl Segment {
         self.map.retire();
     }
 
+    /// Whether the segment holds its file open now (for tests).
+    #[cfg(test)]
+    pub(crate) fn holds_file(&self) -> bool {
+        self.file.lock().is_some()
+    }
+
     /// Whether the segment holds its map open now (for tests and figures).
     #[cfg(test)]
     pub(crate) fn is_mapped(&self) -> bool {
