@@ -10,6 +10,7 @@
 //! bytes: the header and the body. A length below 8 (no room for a header) or above the
 //! broker's `frame_bytes_max` closes the connection before anything is read or reserved.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::{Buf, Bytes};
@@ -19,10 +20,11 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::frame::Frame;
+use super::sasl::{Login, Reauthentication};
 use super::{Held, KafkaConfig, answer, take};
 use crate::node::service::BrokerService;
 use crate::security::Session;
-use crate::transport::{Accepted, Turns, WriteHalf};
+use crate::transport::{Accepted, Turn, Turns, WriteHalf};
 
 /// A request's answer as its task leaves it: the framed bytes and the budget they hold, `None`
 /// for a request answered with nothing (a produce with acks 0), or an error that closes the
@@ -32,56 +34,26 @@ type Answered = std::io::Result<Option<(Frame, Held)>>;
 /// Serves one connection until the client closes it, a request breaks the protocol, a
 /// deadline passes, or the broker shuts down.
 pub(super) async fn serve(
-    accepted: Accepted,
+    mut accepted: Accepted,
     service: BrokerService,
     config: Arc<KafkaConfig>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let Some((session, mut login)) = open_session(&mut accepted, &service, &config).await else {
+        return;
+    };
     let Accepted {
         mut rd,
-        mut wr,
+        wr,
         from,
         admitted: _admitted,
-        authenticate_by,
-        certificate,
+        ..
     } = accepted;
-    // A SASL listener serves a connection only once it has authenticated.
-    let mut login = None;
-    let session = match &config.sasl {
-        Some(settings) => {
-            let user = super::sasl::authenticate(
-                (&mut rd, &mut wr),
-                &service,
-                &config,
-                settings,
-                from,
-                authenticate_by,
-            );
-            match user.await {
-                Some(logged_in) => {
-                    let session = Session::user(&logged_in.user, Some(from.ip()));
-                    login = Some(logged_in);
-                    session
-                }
-                None => return,
-            }
-        }
-        // A client certificate (where the listener asks for one) is the client's identity;
-        // one that names none is refused, as Kafka refuses it.
-        None => match certificate.map(|c| c.user(config.principal_rules.as_ref())) {
-            Some(Ok(Some(user))) => Session::user(&user, Some(from.ip())),
-            Some(Err(why)) => {
-                tracing::info!(%from, reason = %why, "kafka client refused");
-                return;
-            }
-            _ => Session::anonymous(Some(from.ip())),
-        },
-    };
     let service = service.with_session(session);
     let (queue, answers) = mpsc::channel(config.limits.in_flight_max.max(1));
     let mut writer = tokio::spawn(write_in_order(wr, answers, config.limits.frame_timeout));
     let turns = Turns::new();
-    let mut reauthentication: Option<super::sasl::Reauthentication> = None;
+    let mut reauthentication: Option<Reauthentication> = None;
     // Whether the last answer queued must be written before the connection closes.
     let mut flush = false;
     // Bounded by the connection: each turn reads one request or ends it.
@@ -95,65 +67,19 @@ pub(super) async fn serve(
             Ok(request) => request,
             Err(e) => break e.to_string(),
         };
-        // A session that ends (KIP-368): re-authenticated in the connection's order, or over.
-        if let (Some(session), Some(settings)) = (login.as_mut(), config.sasl.as_ref())
-            && settings.session_lifetime.is_some()
-        {
-            let api = ApiKey::try_from((&body[..]).get_i16()).ok();
-            let sasl = matches!(api, Some(ApiKey::SaslHandshake | ApiKey::SaslAuthenticate));
-            if sasl && (reauthentication.is_some() || api == Some(ApiKey::SaslHandshake)) {
-                let exchange =
-                    reauthentication.get_or_insert_with(super::sasl::Reauthentication::new);
-                let (answer, outcome) =
-                    exchange.step(body, (session, Some(from.ip())), &service, settings);
-                let Some(answer) = answer else {
-                    flush = true;
-                    break "a re-authentication request not answerable".to_string();
-                };
-                if let Some(Err(_)) = &outcome {
-                    tokio::time::sleep(exchange.delay).await;
-                }
-                let ready = tokio::spawn(async move { Ok(Some((answer.into(), None))) });
-                if queue.send(ready).await.is_err() {
-                    break "closed".to_string();
-                }
-                match outcome {
-                    None => continue,
-                    Some(Ok(renewed)) => {
-                        *session = renewed;
-                        reauthentication = None;
-                        continue;
-                    }
-                    Some(Err(why)) => {
-                        tracing::info!(%from, reason = %why, "kafka client failed to re-authenticate");
-                        flush = true;
-                        break why;
-                    }
-                }
+        let session = (&mut login, &mut reauthentication);
+        let body = match session_turn(body, session, &service, &config, from, &queue).await {
+            SessionTurn::Serve(body) => body,
+            SessionTurn::Answered => continue,
+            SessionTurn::Close {
+                why,
+                flush: written,
+            } => {
+                flush = written;
+                break why;
             }
-            if reauthentication.is_some() {
-                flush = true;
-                break "a request in the middle of a re-authentication".to_string();
-            }
-            if session
-                .expires
-                .is_some_and(|end| tokio::time::Instant::now() >= end)
-            {
-                break "its session expired without re-authentication".to_string();
-            }
-        }
-        let (service, config, turn) = (service.clone(), Arc::clone(&config), turns.issue());
-        let task = tokio::spawn(async move {
-            let started = std::time::Instant::now();
-            let api = ApiKey::try_from((&body[..]).get_i16())
-                .map_or_else(|_| "unknown".to_string(), |k| format!("{k:?}"));
-            let answered = answer(body, &service, &config, Some(from), turn).await;
-            crate::metrics::kafka_request(api, started.elapsed());
-            // The body counted against the request budget until it was served (a produce's
-            // records are read from it).
-            drop(request_held);
-            answered
-        });
+        };
+        let task = spawn_answer(body, request_held, &service, &config, from, turns.issue());
         // Waits while `in_flight_max` answers are unwritten.
         let sent = tokio::select! {
             sent = queue.send(task) => sent.is_ok(),
@@ -170,6 +96,135 @@ pub(super) async fn serve(
         let _ = tokio::time::timeout(config.limits.frame_timeout, &mut writer).await;
     }
     writer.abort();
+}
+
+/// Who the connection serves: the user it logged in as on a SASL listener (with its login,
+/// whose session may end), the user its client certificate names, or an anonymous client.
+/// `None` when the connection is to be closed (the reason is logged).
+async fn open_session(
+    accepted: &mut Accepted,
+    service: &BrokerService,
+    config: &KafkaConfig,
+) -> Option<(Session, Option<Login>)> {
+    let from = accepted.from;
+    let certificate = accepted.certificate.take();
+    match &config.sasl {
+        // A SASL listener serves a connection only once it has authenticated.
+        Some(settings) => {
+            let halves = (&mut accepted.rd, &mut accepted.wr);
+            let deadline = accepted.authenticate_by;
+            let user = super::sasl::authenticate(halves, service, config, settings, from, deadline);
+            let logged_in = user.await?;
+            let session = Session::user(&logged_in.user, Some(from.ip()));
+            Some((session, Some(logged_in)))
+        }
+        // A client certificate (where the listener asks for one) is the client's identity;
+        // one that names none is refused, as Kafka refuses it.
+        None => match certificate.map(|c| c.user(config.principal_rules.as_ref())) {
+            Some(Ok(Some(user))) => Some((Session::user(&user, Some(from.ip())), None)),
+            Some(Err(why)) => {
+                tracing::info!(%from, reason = %why, "kafka client refused");
+                None
+            }
+            _ => Some((Session::anonymous(Some(from.ip())), None)),
+        },
+    }
+}
+
+/// What a request does to a session that ends.
+enum SessionTurn {
+    /// The request is served as any other.
+    Serve(Bytes),
+    /// The request was a step of a re-authentication, its answer queued.
+    Answered,
+    /// The connection closes, for `why`; if `flush`, once the last answer queued is written.
+    Close { why: String, flush: bool },
+}
+
+/// Where sessions end: serves `body` as a step of the connection's re-authentication (its
+/// answer queued in `queue`) if it is one, and otherwise lets it through unless a
+/// re-authentication is under way or the session has expired.
+async fn session_turn(
+    body: Bytes,
+    (login, reauthentication): (&mut Option<Login>, &mut Option<Reauthentication>),
+    service: &BrokerService,
+    config: &KafkaConfig,
+    from: SocketAddr,
+    queue: &mpsc::Sender<JoinHandle<Answered>>,
+) -> SessionTurn {
+    let close = |why: &str, flush| SessionTurn::Close {
+        why: why.to_string(),
+        flush,
+    };
+    // A session that ends (KIP-368): re-authenticated in the connection's order, or over.
+    let (Some(session), Some(settings)) = (login.as_mut(), config.sasl.as_ref()) else {
+        return SessionTurn::Serve(body);
+    };
+    if settings.session_lifetime.is_none() {
+        return SessionTurn::Serve(body);
+    }
+    let api = ApiKey::try_from((&body[..]).get_i16()).ok();
+    let sasl = matches!(api, Some(ApiKey::SaslHandshake | ApiKey::SaslAuthenticate));
+    if sasl && (reauthentication.is_some() || api == Some(ApiKey::SaslHandshake)) {
+        let exchange = reauthentication.get_or_insert_with(Reauthentication::new);
+        let (answer, outcome) = exchange.step(body, (session, Some(from.ip())), service, settings);
+        let Some(answer) = answer else {
+            return close("a re-authentication request not answerable", true);
+        };
+        if let Some(Err(_)) = &outcome {
+            tokio::time::sleep(exchange.delay).await;
+        }
+        let ready = tokio::spawn(async move { Ok(Some((answer.into(), None))) });
+        if queue.send(ready).await.is_err() {
+            return close("closed", false);
+        }
+        return match outcome {
+            None => SessionTurn::Answered,
+            Some(Ok(renewed)) => {
+                *session = renewed;
+                *reauthentication = None;
+                SessionTurn::Answered
+            }
+            Some(Err(why)) => {
+                tracing::info!(%from, reason = %why, "kafka client failed to re-authenticate");
+                SessionTurn::Close { why, flush: true }
+            }
+        };
+    }
+    if reauthentication.is_some() {
+        return close("a request in the middle of a re-authentication", true);
+    }
+    if session
+        .expires
+        .is_some_and(|end| tokio::time::Instant::now() >= end)
+    {
+        return close("its session expired without re-authentication", false);
+    }
+    SessionTurn::Serve(body)
+}
+
+/// Serves `body` on a task of its own, as the `turn` it was issued, and records how long it
+/// took.
+fn spawn_answer(
+    body: Bytes,
+    request_held: Held,
+    service: &BrokerService,
+    config: &Arc<KafkaConfig>,
+    from: SocketAddr,
+    turn: Turn,
+) -> JoinHandle<Answered> {
+    let (service, config) = (service.clone(), Arc::clone(config));
+    tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        let api = ApiKey::try_from((&body[..]).get_i16())
+            .map_or_else(|_| "unknown".to_string(), |k| format!("{k:?}"));
+        let answered = answer(body, &service, &config, Some(from), turn).await;
+        crate::metrics::kafka_request(api, started.elapsed());
+        // The body counted against the request budget until it was served (a produce's
+        // records are read from it).
+        drop(request_held);
+        answered
+    })
 }
 
 /// Reads the next request within the connection's deadlines: its length within `idle`, then

@@ -261,10 +261,6 @@ async fn answer(
     // once (a long poll must not hold up the produces behind it).
     let turn = matches!(request, RequestKind::Produce(_)).then_some(turn);
     let response = match request {
-        RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions::api_versions()),
-        RequestKind::Metadata(r) => {
-            ResponseKind::Metadata(metadata::metadata(r, version, service, config).await)
-        }
         RequestKind::Produce(r) => {
             let acks = r.acks;
             let response = produce::produce(r, version, service, turn).await;
@@ -280,11 +276,35 @@ async fn answer(
                 .map(|frame| Some((frame, held)))
                 .map_err(std::io::Error::other);
         }
+        request => respond(request, &header, (api, version), from, service, config).await?,
+    };
+    encode(header.correlation_id, api, version, &response).map(|a| Some((a.into(), None)))
+}
+
+/// The answer to a request other than a produce or a fetch (whose answers are written their
+/// own way): a client's, a group's, a security request's here, an admin request's by
+/// [`respond_admin`]. `Err` for a request not served.
+async fn respond(
+    request: RequestKind,
+    header: &RequestHeader,
+    (api, version): (ApiKey, i16),
+    from: Option<SocketAddr>,
+    service: &BrokerService,
+    config: &KafkaConfig,
+) -> std::io::Result<ResponseKind> {
+    Ok(match request {
+        RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions::api_versions()),
+        RequestKind::Metadata(r) => {
+            ResponseKind::Metadata(metadata::metadata(r, version, service, config).await)
+        }
         RequestKind::ListOffsets(r) => {
             ResponseKind::ListOffsets(offsets::list_offsets(r, version, service))
         }
         RequestKind::InitProducerId(r) => {
             ResponseKind::InitProducerId(producer_ids::init_producer_id(&r, service).await)
+        }
+        RequestKind::OffsetForLeaderEpoch(r) => {
+            ResponseKind::OffsetForLeaderEpoch(offsets::offset_for_leader_epoch(r, service))
         }
         group @ (RequestKind::FindCoordinator(_)
         | RequestKind::JoinGroup(_)
@@ -305,6 +325,33 @@ async fn answer(
         RequestKind::OffsetDelete(r) => {
             ResponseKind::OffsetDelete(offset_delete::offset_delete(r, service).await)
         }
+        RequestKind::DescribeAcls(r) => {
+            ResponseKind::DescribeAcls(acls::describe_acls(&r, service))
+        }
+        RequestKind::CreateAcls(r) => ResponseKind::CreateAcls(acls::create_acls(r, service).await),
+        RequestKind::DeleteAcls(r) => ResponseKind::DeleteAcls(acls::delete_acls(r, service).await),
+        RequestKind::DescribeUserScramCredentials(r) => {
+            ResponseKind::DescribeUserScramCredentials(users::describe(r, service))
+        }
+        RequestKind::AlterUserScramCredentials(r) => {
+            ResponseKind::AlterUserScramCredentials(users::alter(r, service).await)
+        }
+        RequestKind::SaslHandshake(_) | RequestKind::SaslAuthenticate(_) => {
+            sasl_state::out_of_place(api).ok_or_else(|| std::io::Error::other("not SASL"))?
+        }
+        admin => respond_admin(admin, version, service, config).await?,
+    })
+}
+
+/// The answer to an admin request: topics, partitions, records, leaders, reassignments,
+/// configs, the cluster. `Err` for a request not served.
+async fn respond_admin(
+    request: RequestKind,
+    version: i16,
+    service: &BrokerService,
+    config: &KafkaConfig,
+) -> std::io::Result<ResponseKind> {
+    Ok(match request {
         RequestKind::CreateTopics(r) => {
             ResponseKind::CreateTopics(admin::create_topics(r, version, service).await)
         }
@@ -338,29 +385,11 @@ async fn answer(
         RequestKind::DescribeCluster(r) => {
             ResponseKind::DescribeCluster(admin::describe_cluster(&r, service, config))
         }
-        RequestKind::OffsetForLeaderEpoch(r) => {
-            ResponseKind::OffsetForLeaderEpoch(offsets::offset_for_leader_epoch(r, service))
-        }
-        RequestKind::DescribeAcls(r) => {
-            ResponseKind::DescribeAcls(acls::describe_acls(&r, service))
-        }
-        RequestKind::CreateAcls(r) => ResponseKind::CreateAcls(acls::create_acls(r, service).await),
-        RequestKind::DeleteAcls(r) => ResponseKind::DeleteAcls(acls::delete_acls(r, service).await),
-        RequestKind::DescribeUserScramCredentials(r) => {
-            ResponseKind::DescribeUserScramCredentials(users::describe(r, service))
-        }
-        RequestKind::AlterUserScramCredentials(r) => {
-            ResponseKind::AlterUserScramCredentials(users::alter(r, service).await)
-        }
-        RequestKind::SaslHandshake(_) | RequestKind::SaslAuthenticate(_) => {
-            sasl_state::out_of_place(api).ok_or_else(|| std::io::Error::other("not SASL"))?
-        }
         other => {
             let what = format!("{other:?} is not served");
             return Err(std::io::Error::other(what));
         }
-    };
-    encode(header.correlation_id, api, version, &response).map(|a| Some((a.into(), None)))
+    })
 }
 
 /// Runs a decoder over bytes from the network, turning a panic inside it into an error.

@@ -38,7 +38,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::{Decoded, KafkaConfig, api_versions, code, decode_request, encode};
+use super::{Decoded, Held, KafkaConfig, api_versions, code, decode_request, encode};
 pub(crate) use crate::node::service::SaslSettings;
 use crate::node::service::{BrokerService, LoginStep};
 use crate::security::{SaslError, SaslMechanism, ScramServer};
@@ -171,48 +171,15 @@ async fn exchange<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             }
             return outcome.map(|user| (user, mechanism));
         }
-        let (body, _held) = super::conn::read_request(rd, config, SASL_FRAME_BYTES_MAX)
-            .await
-            .map_err(|e| Refused::closed(e.to_string()))?;
-        let api = ApiKey::try_from((&body[..]).get_i16()).ok();
-        let (correlation, version, request) = match (api, &stage) {
-            (Some(ApiKey::ApiVersions | ApiKey::SaslHandshake), Stage::Handshake)
-            | (Some(ApiKey::SaslAuthenticate), Stage::Authenticate(..)) => {
-                match decode_request(body).map_err(Refused::closed)? {
-                    Decoded::Serve {
-                        header,
-                        version,
-                        request,
-                        ..
-                    } => (header.correlation_id, version, *request),
-                    // A version not served: its refusal. A client tries an older ApiVersions
-                    // next; a SASL request is the end.
-                    Decoded::Answered(answer) => {
-                        send(wr, &answer).await?;
-                        if api == Some(ApiKey::ApiVersions) {
-                            continue;
-                        }
-                        return Err(Refused::closed("a SASL version not served"));
-                    }
-                }
-            }
-            // Between a mechanism's messages Kafka answers a request of another API with
-            // ILLEGAL_SASL_STATE where it can, then closes; before the handshake it closes.
-            (api, Stage::Authenticate(..)) => {
-                if let Ok(Decoded::Serve {
-                    header,
-                    version,
-                    request,
-                    ..
-                }) = decode_request(body)
-                    && let (Some(api), Some(answer)) = (api, illegal_state(*request))
-                    && let Ok(bytes) = encode(header.correlation_id, api, version, &answer)
-                {
-                    send(wr, &bytes).await?;
-                }
-                return Err(Refused::closed(format!("{api:?} during a SASL exchange")));
-            }
-            (api, _) => return Err(Refused::closed(format!("{api:?} before authentication"))),
+        let Some(Request {
+            api,
+            correlation,
+            version,
+            request,
+            held: _held,
+        }) = next_request((rd, wr), config, &stage).await?
+        else {
+            continue;
         };
         let mechanism = match &stage {
             Stage::Authenticate(m, _) | Stage::Raw(m) => Some(*m),
@@ -235,6 +202,76 @@ async fn exchange<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         }
     }
     Err(Refused::closed("too many requests before authentication"))
+}
+
+/// A request of the exchange, decoded.
+struct Request {
+    /// Its API (`None` for an unknown one).
+    api: Option<ApiKey>,
+    correlation: i32,
+    version: i16,
+    request: RequestKind,
+    /// Its bytes' share of the broker's request budget, held until it is answered.
+    held: Held,
+}
+
+/// Reads the exchange's next request and decodes it, if `stage` lets it through. `None` for
+/// one answered already (an ApiVersions at a version not served, which a client asks again at
+/// an older one); any other request out of turn ends the exchange.
+async fn next_request<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    (rd, wr): (&mut R, &mut W),
+    config: &KafkaConfig,
+    stage: &Stage,
+) -> Result<Option<Request>, Refused> {
+    let (body, held) = super::conn::read_request(rd, config, SASL_FRAME_BYTES_MAX)
+        .await
+        .map_err(|e| Refused::closed(e.to_string()))?;
+    let api = ApiKey::try_from((&body[..]).get_i16()).ok();
+    match (api, stage) {
+        (Some(ApiKey::ApiVersions | ApiKey::SaslHandshake), Stage::Handshake)
+        | (Some(ApiKey::SaslAuthenticate), Stage::Authenticate(..)) => {
+            match decode_request(body).map_err(Refused::closed)? {
+                Decoded::Serve {
+                    header,
+                    version,
+                    request,
+                    ..
+                } => Ok(Some(Request {
+                    api,
+                    correlation: header.correlation_id,
+                    version,
+                    request: *request,
+                    held,
+                })),
+                // A version not served: its refusal. A client tries an older ApiVersions
+                // next; a SASL request is the end.
+                Decoded::Answered(answer) => {
+                    send(wr, &answer).await?;
+                    if api == Some(ApiKey::ApiVersions) {
+                        return Ok(None);
+                    }
+                    Err(Refused::closed("a SASL version not served"))
+                }
+            }
+        }
+        // Between a mechanism's messages Kafka answers a request of another API with
+        // ILLEGAL_SASL_STATE where it can, then closes; before the handshake it closes.
+        (api, Stage::Authenticate(..)) => {
+            if let Ok(Decoded::Serve {
+                header,
+                version,
+                request,
+                ..
+            }) = decode_request(body)
+                && let (Some(api), Some(answer)) = (api, illegal_state(*request))
+                && let Ok(bytes) = encode(header.correlation_id, api, version, &answer)
+            {
+                send(wr, &bytes).await?;
+            }
+            Err(Refused::closed(format!("{api:?} during a SASL exchange")))
+        }
+        (api, _) => Err(Refused::closed(format!("{api:?} before authentication"))),
+    }
 }
 
 /// One request's answer, and whether the exchange ended with it.

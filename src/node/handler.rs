@@ -1,5 +1,8 @@
 //! The native wire's codec: decodes a request frame, calls the [`BrokerService`] (or, for a
 //! peer's Raft RPC, the partition's replica), encodes the answer. No request's meaning lives here.
+//! The requests' and answers' mapping to and from the service's types is `handler/convert.rs`'s.
+
+mod convert;
 
 use std::sync::Arc;
 
@@ -8,9 +11,8 @@ use serde::Serialize;
 use crate::error::Error;
 use crate::group::api::{GroupRequest, MemberRef};
 use crate::protocol::{
-    AlterTopicConfigs, BrokerLimits, CreatePartitionsRequest, CreateTopicRequest,
-    DeleteRecordsRequest, DeleteTopicRequest, FetchRequest, FetchResponse, ListOffsetsRequest,
-    MetadataRequest, MetadataResponse, OffsetAt, PartitionMetadata, ProduceRequestRef,
+    CreatePartitionsRequest, CreateTopicRequest, DeleteRecordsRequest, DeleteTopicRequest,
+    FetchRequest, FetchResponse, ListOffsetsRequest, MetadataRequest, ProduceRequestRef,
     ProduceResponse, ProposeRequest, ReassignRequest, TopicConfigsRequest, WireBatch, WireError,
 };
 use crate::security::Session;
@@ -21,10 +23,8 @@ use crate::types::Offset;
 
 use super::Broker;
 use super::peer_gate::Claim;
-use super::service::{
-    AlterConfigs, BrokerService, ClusterMetadata, CreatePartitions, CreateTopic, DeleteTopic,
-    ElectLeaders, Fetch, NewTopic, OffsetSpec, Produce, Propose, ReassignPartition,
-};
+use super::service::{BrokerService, Fetch, Produce};
+use convert::{metadata_response, offset_spec};
 
 /// The native protocol's door: client requests go to the [`BrokerService`], peers' Raft RPCs
 /// to this broker's replica of their partition.
@@ -142,6 +142,280 @@ impl NodeHandler {
             Err(wire(Error::ClusterAuthorizationFailed))
         }
     }
+
+    /// The service as the principal of `caller`'s requests. `Err`: the refusal of each request
+    /// of a connection whose certificate names nobody.
+    fn service_for(&self, caller: &Caller) -> Result<BrokerService, WireError> {
+        // Each request on behalf of whoever the connection is: the user it logged in as,
+        // or an anonymous client where the broker asks for no login.
+        let ip = Some(caller.from.ip());
+        let user = match &caller.user {
+            Some(user) => Some(user),
+            None => match self.certificate_user(caller) {
+                Ok(user) => user,
+                // A certificate that names nobody: each request refused as a login is.
+                Err(why) => return Err(WireError::AuthenticationFailed(why.clone())),
+            },
+        };
+        let session = match user {
+            Some(user) => Session::user(user, ip),
+            None => Session::anonymous(ip),
+        };
+        Ok(self.service.with_session(session))
+    }
+
+    /// Serves one request, by the family of its op: a peer's, a client's reads and writes, a
+    /// group's, an admin's, the security ops. `turn` is a produce's place among its
+    /// connection's requests; a fetch reserves its answer's bytes in `answers`.
+    async fn dispatch(
+        &self,
+        op: Op,
+        body: Vec<u8>,
+        turn: Option<Turn>,
+        answers: &AnswerBudget,
+        caller: &Caller,
+        service: &BrokerService,
+    ) -> Answer {
+        let body = match op {
+            Op::AppendEntries
+            | Op::Vote
+            | Op::PreVote
+            | Op::Snapshot
+            | Op::TransferLeader
+            | Op::BrokerHeartbeat
+            | Op::Quiesce
+            | Op::Propose => self.serve_peer(op, body, caller, service).await,
+            Op::Produce => produce(service, body, turn).await,
+            Op::Fetch => return fetch(service, &body, answers).await,
+            Op::Metadata => self.metadata(&body, caller, service).await,
+            Op::ListOffsets => {
+                encode_response(&decode_request(&body).and_then(|req: ListOffsetsRequest| {
+                    service
+                        .list_offset(&req.partition, offset_spec(req.at), None)
+                        .map(|o| o.map(|l| l.offset.get()))
+                        .map_err(wire)
+                }))
+            }
+            Op::Group => match decode_request::<GroupRequest>(&body) {
+                Err(e) => encode_response::<()>(&Err(e)),
+                Ok(request) => group_answer(service, request, Some(caller.from)).await,
+            },
+            Op::CreateTopic
+            | Op::DeleteTopic
+            | Op::TopicConfigs
+            | Op::CreatePartitions
+            | Op::DeleteRecords => self.serve_topic_admin(op, &body, caller, service).await,
+            Op::Reassign | Op::ElectLeaders | Op::Brokers | Op::ListReassignments => {
+                self.serve_cluster_admin(op, &body, caller, service).await
+            }
+            Op::Acls => super::security_ops::acls(service, &body).await,
+            Op::Users => super::security_ops::users(service, &body).await,
+            // The transport answers a Hello itself (`transport/hello.rs`).
+            Op::Hello => {
+                encode_response::<()>(&Err(WireError::Other("Hello is the transport's".into())))
+            }
+            // A login's requests come before any other (`transport/login.rs`); later, or
+            // where the broker asks for none, they are out of turn.
+            Op::SaslHandshake | Op::SaslAuthenticate => {
+                encode_response::<()>(&Err(WireError::AuthenticationFailed(format!(
+                    "{} out of turn: the connection {}",
+                    op.name(),
+                    if self.sasl.is_some() {
+                        "logged in already"
+                    } else {
+                        "needs no login on this broker"
+                    }
+                ))))
+            }
+        };
+        Answer { body, held: None }
+    }
+
+    /// Serves a peer broker's op: a Raft RPC to this broker's replica of its partition, a
+    /// heartbeat, a quiesce offer, a metadata proposal (the last three only from a caller that
+    /// `peer_gate.rs` admits for them).
+    async fn serve_peer(
+        &self,
+        op: Op,
+        body: Vec<u8>,
+        caller: &Caller,
+        service: &BrokerService,
+    ) -> Body {
+        match op {
+            Op::AppendEntries | Op::Vote | Op::PreVote | Op::Snapshot | Op::TransferLeader => {
+                // An append's batches stay in the frame's buffer on their way to the log.
+                let frame = bytes::Bytes::from(body);
+                self.broker.serve_raft(op, &frame, caller).await.into()
+            }
+            Op::BrokerHeartbeat => encode_response(
+                &async {
+                    let heartbeat: super::liveness::BrokerHeartbeat = decode_request(&body)?;
+                    self.brokers_only(caller, op, Claim::Peer(heartbeat.from))?;
+                    self.broker.serve_heartbeat(heartbeat)
+                }
+                .await,
+            ),
+            Op::Quiesce => encode_response(
+                &async {
+                    let request: super::quiet::QuiesceRequest = decode_request(&body)?;
+                    self.brokers_only(caller, op, Claim::Peer(request.from))?;
+                    Ok(self.broker.serve_quiesce(request))
+                }
+                .await,
+            ),
+            Op::Propose => encode_response(
+                &async {
+                    let request: ProposeRequest = decode_request(&body)?;
+                    self.brokers_only(caller, op, Claim::of_command(&request.command))?;
+                    service.propose(request.into()).await.map_err(wire)
+                }
+                .await,
+            ),
+            _ => misrouted(op),
+        }
+    }
+
+    /// Serves a metadata request: a broker's view of its own replicas only to another broker,
+    /// a topic's only to a principal that may describe it.
+    async fn metadata(&self, body: &[u8], caller: &Caller, service: &BrokerService) -> Body {
+        encode_response(
+            &async {
+                let req: MetadataRequest = decode_request(body)?;
+                if req.local_only {
+                    self.brokers_only(caller, Op::Metadata, Claim::AnyBroker)?;
+                } else if let Some(topic) = &req.topic {
+                    // A topic asked for by name that the principal may not describe
+                    // is refused as Kafka refuses it (whether it exists or not).
+                    service
+                        .authorize_topic(crate::acl::AclOperation::Describe, topic)
+                        .map_err(wire)?;
+                }
+                let answer = service.metadata(req.topic.as_deref(), req.local_only).await;
+                Ok(metadata_response(answer))
+            }
+            .await,
+        )
+    }
+
+    /// Serves an admin op on a topic: its creation, deletion, configs, partitions, records.
+    /// One forwarded from another broker is served only from a broker.
+    async fn serve_topic_admin(
+        &self,
+        op: Op,
+        body: &[u8],
+        caller: &Caller,
+        service: &BrokerService,
+    ) -> Body {
+        match op {
+            Op::CreateTopic => encode_response(
+                &async {
+                    let request: CreateTopicRequest = decode_request(body)?;
+                    if request.forwarded {
+                        self.brokers_only(caller, op, Claim::AnyBroker)?;
+                    }
+                    service.create_topic(request.into()).await.map_err(wire)
+                }
+                .await,
+            ),
+            Op::DeleteTopic => encode_response(
+                &async {
+                    let request: DeleteTopicRequest = decode_request(body)?;
+                    if request.forwarded {
+                        self.brokers_only(caller, op, Claim::AnyBroker)?;
+                    }
+                    service.delete_topic(request.into()).await.map_err(wire)
+                }
+                .await,
+            ),
+            Op::TopicConfigs => match decode_request(body) {
+                Err(e) => encode_response::<()>(&Err(e)),
+                Ok(TopicConfigsRequest::Describe { topic }) => {
+                    encode_response(&service.describe_topic_configs(&topic).map_err(wire))
+                }
+                Ok(TopicConfigsRequest::Alter(request)) => encode_response(
+                    &async {
+                        if request.forwarded {
+                            self.brokers_only(caller, op, Claim::AnyBroker)?;
+                        }
+                        let deadline =
+                            tokio::time::Instant::now() + self.broker.config.request_timeout;
+                        let altered = service.alter_topic_configs(request.into(), deadline);
+                        altered.await.map_err(wire)
+                    }
+                    .await,
+                ),
+            },
+            Op::CreatePartitions => encode_response(
+                &async {
+                    let request = CreatePartitionsRequest::decode(body)
+                        .map_err(|e| WireError::Other(format!("bad request: {e}")))?;
+                    let deadline = tokio::time::Instant::now() + self.broker.config.request_timeout;
+                    let grown = service.create_partitions(request.into(), deadline);
+                    grown.await.map_err(wire)
+                }
+                .await,
+            ),
+            Op::DeleteRecords => encode_response(
+                &async {
+                    let request: DeleteRecordsRequest = decode_request(body)?;
+                    let deleted = service.delete_records(&request.partition, request.before);
+                    deleted.await.map(|start| start.get()).map_err(wire)
+                }
+                .await,
+            ),
+            _ => misrouted(op),
+        }
+    }
+
+    /// Serves an admin op on the cluster: reassignments, leader elections, the brokers. One
+    /// forwarded from another broker is served only from a broker.
+    async fn serve_cluster_admin(
+        &self,
+        op: Op,
+        body: &[u8],
+        caller: &Caller,
+        service: &BrokerService,
+    ) -> Body {
+        match op {
+            Op::Reassign => encode_response(
+                &async {
+                    let request: ReassignRequest = decode_request(body)?;
+                    service
+                        .reassign_partition(request.into())
+                        .await
+                        .map_err(wire)
+                }
+                .await,
+            ),
+            Op::ElectLeaders => encode_response(
+                &async {
+                    let request: crate::protocol::ElectLeadersRequest = decode_request(body)?;
+                    if request.forwarded {
+                        self.brokers_only(caller, op, Claim::AnyBroker)?;
+                    }
+                    service.elect_leaders(request.into()).await.map_err(wire)
+                }
+                .await,
+            ),
+            Op::Brokers => match decode_request(body) {
+                Err(e) => encode_response::<()>(&Err(e)),
+                Ok(crate::protocol::BrokersRequest::Describe) => {
+                    encode_response(&service.describe_brokers().await.map_err(wire))
+                }
+                Ok(crate::protocol::BrokersRequest::Decommission { id }) => {
+                    encode_response(&service.decommission_broker(id).await.map_err(wire))
+                }
+            },
+            Op::ListReassignments => encode_response(&decode_request(body).and_then(
+                |request: crate::protocol::ListReassignmentsRequest| {
+                    service
+                        .list_reassignments(request.topics.as_deref())
+                        .map_err(wire)
+                },
+            )),
+            _ => misrouted(op),
+        }
+    }
 }
 
 impl Handler for NodeHandler {
@@ -176,411 +450,130 @@ impl Handler for NodeHandler {
     ) -> BoxFuture<Answer> {
         Box::pin(async move {
             let started = std::time::Instant::now();
-            let from = Some(caller.from);
-            // Each request on behalf of whoever the connection is: the user it logged in as,
-            // or an anonymous client where the broker asks for no login.
-            let ip = Some(caller.from.ip());
-            let user = match &caller.user {
-                Some(user) => Some(user),
-                None => match self.certificate_user(&caller) {
-                    Ok(user) => user,
-                    // A certificate that names nobody: each request refused as a login is.
-                    Err(why) => {
-                        let refused = WireError::AuthenticationFailed(why.clone());
-                        return encode_response::<()>(&Err(refused)).into();
-                    }
-                },
+            let service = match self.service_for(&caller) {
+                Ok(service) => service,
+                Err(refused) => return encode_response::<()>(&Err(refused)).into(),
             };
-            let session = match user {
-                Some(user) => Session::user(user, ip),
-                None => Session::anonymous(ip),
-            };
-            let service = &self.service.with_session(session);
+            let service = &service;
             // Only produce requests keep their connection's order (see `Replica::write`);
             // any other passes its turn on at once.
             let turn = matches!(op, Op::Produce).then_some(turn);
-            let mut held = None;
-            let peer_op = matches!(
-                op,
-                Op::AppendEntries
-                    | Op::Vote
-                    | Op::PreVote
-                    | Op::Snapshot
-                    | Op::TransferLeader
-                    | Op::Propose
-                    | Op::BrokerHeartbeat
-                    | Op::Quiesce
-            );
             // A broker removed from the cluster has nothing current to tell a client: it
             // leads nothing, so the client asks the others (as after any NotLeader without a
             // hint: they name the leaders).
-            if !peer_op && self.broker.departed() {
+            if !is_peer_op(op) && self.broker.departed() {
                 let refused = WireError::NotLeader { leader: None };
                 return Answer {
                     body: encode_response::<()>(&Err(refused)),
                     held: None,
                 };
             }
-            let body = match op {
-                Op::AppendEntries | Op::Vote | Op::PreVote | Op::Snapshot | Op::TransferLeader => {
-                    // An append's batches stay in the frame's buffer on their way to the log.
-                    let frame = bytes::Bytes::from(body);
-                    self.broker.serve_raft(op, &frame, &caller).await.into()
-                }
-                Op::Produce => encode_response(
-                    &async {
-                        // The records stay in the frame's buffer on their way to the log.
-                        let frame = bytes::Bytes::from(body);
-                        let req: ProduceRequestRef<'_> = postcard::from_bytes(&frame)
-                            .map_err(|e| WireError::Other(format!("bad request: {e}")))?;
-                        let partition = req.partition.clone();
-                        let batch = req.into_batch(&frame);
-                        let produce = Produce {
-                            partition,
-                            batch,
-                            turn,
-                        };
-                        let info = service.produce(produce).await.map_err(wire)?;
-                        Ok(ProduceResponse {
-                            log_index: info.log_index.get(),
-                            base_offset: info.base_offset.get(),
-                            record_count: info.record_count,
-                        })
-                    }
-                    .await,
-                ),
-                Op::Fetch => {
-                    let request = decode_request(&body).map(|req: FetchRequest| {
-                        Fetch::one(
-                            req.partition,
-                            Offset(req.offset),
-                            req.max_bytes as usize,
-                            std::time::Duration::from_millis(req.max_wait_ms.into()),
-                            req.min_bytes as usize,
-                        )
-                    });
-                    // A long poll waits for records first, holding nothing; then the answer's
-                    // bytes are reserved before it is read from the log: a client that
-                    // pipelines fetches and never reads holds no more than its share.
-                    if let Ok(fetch) = &request {
-                        service.wait_for_fetch(fetch).await;
-                        held = answers.reserve(service.fetch_answer_bytes(fetch)).await;
-                    }
-                    let answer = async {
-                        let fetch = request?;
-                        let fetched = service
-                            .fetch(&fetch)
-                            .pop()
-                            .ok_or_else(|| WireError::Other("fetch: no partition".into()))?
-                            .map_err(wire)?;
-                        let max = service.fetch_bytes_max(&fetch);
-                        let (high_watermark, log_start) =
-                            (fetched.high_watermark.get(), fetched.log_start.get());
-                        let kafka = fetched
-                            .batches
-                            .iter()
-                            .any(|b| b.format == crate::segment::format::PayloadFormat::Kafka);
-                        let batches = if kafka {
-                            // Decompressing a Kafka producer's batches is CPU work of up to
-                            // the answer's size: off the runtime's workers.
-                            let batches = fetched.batches;
-                            tokio::task::spawn_blocking(move || {
-                                WireBatch::from_batches(&batches, max)
-                            })
-                            .await
-                            .map_err(|e| WireError::Other(format!("fetch: {e}")))?
-                        } else {
-                            WireBatch::from_batches(&fetched.batches, max)
-                        };
-                        Ok(FetchResponse {
-                            batches,
-                            high_watermark,
-                            log_start,
-                        })
-                    };
-                    encode_response(&answer.await)
-                }
-                Op::Metadata => encode_response(
-                    &async {
-                        let req: MetadataRequest = decode_request(&body)?;
-                        if req.local_only {
-                            self.brokers_only(&caller, op, Claim::AnyBroker)?;
-                        } else if let Some(topic) = &req.topic {
-                            // A topic asked for by name that the principal may not describe
-                            // is refused as Kafka refuses it (whether it exists or not).
-                            service
-                                .authorize_topic(crate::acl::AclOperation::Describe, topic)
-                                .map_err(wire)?;
-                        }
-                        let answer = service.metadata(req.topic.as_deref(), req.local_only).await;
-                        Ok(metadata_response(answer))
-                    }
-                    .await,
-                ),
-                Op::CreateTopic => encode_response(
-                    &async {
-                        let request: CreateTopicRequest = decode_request(&body)?;
-                        if request.forwarded {
-                            self.brokers_only(&caller, op, Claim::AnyBroker)?;
-                        }
-                        service.create_topic(request.into()).await.map_err(wire)
-                    }
-                    .await,
-                ),
-                Op::BrokerHeartbeat => encode_response(
-                    &async {
-                        let heartbeat: super::liveness::BrokerHeartbeat = decode_request(&body)?;
-                        self.brokers_only(&caller, op, Claim::Peer(heartbeat.from))?;
-                        self.broker.serve_heartbeat(heartbeat)
-                    }
-                    .await,
-                ),
-                Op::Quiesce => encode_response(
-                    &async {
-                        let request: super::quiet::QuiesceRequest = decode_request(&body)?;
-                        self.brokers_only(&caller, op, Claim::Peer(request.from))?;
-                        Ok(self.broker.serve_quiesce(request))
-                    }
-                    .await,
-                ),
-                Op::Propose => encode_response(
-                    &async {
-                        let request: ProposeRequest = decode_request(&body)?;
-                        self.brokers_only(&caller, op, Claim::of_command(&request.command))?;
-                        service.propose(request.into()).await.map_err(wire)
-                    }
-                    .await,
-                ),
-                Op::Reassign => encode_response(
-                    &async {
-                        let request: ReassignRequest = decode_request(&body)?;
-                        service
-                            .reassign_partition(request.into())
-                            .await
-                            .map_err(wire)
-                    }
-                    .await,
-                ),
-                Op::Group => match decode_request::<GroupRequest>(&body) {
-                    Err(e) => encode_response::<()>(&Err(e)),
-                    Ok(request) => group_answer(service, request, from).await,
-                },
-                Op::ListOffsets => {
-                    encode_response(&decode_request(&body).and_then(|req: ListOffsetsRequest| {
-                        service
-                            .list_offset(&req.partition, offset_spec(req.at), None)
-                            .map(|o| o.map(|l| l.offset.get()))
-                            .map_err(wire)
-                    }))
-                }
-                Op::TopicConfigs => match decode_request(&body) {
-                    Err(e) => encode_response::<()>(&Err(e)),
-                    Ok(TopicConfigsRequest::Describe { topic }) => {
-                        encode_response(&service.describe_topic_configs(&topic).map_err(wire))
-                    }
-                    Ok(TopicConfigsRequest::Alter(request)) => encode_response(
-                        &async {
-                            if request.forwarded {
-                                self.brokers_only(&caller, op, Claim::AnyBroker)?;
-                            }
-                            let deadline =
-                                tokio::time::Instant::now() + self.broker.config.request_timeout;
-                            let altered = service.alter_topic_configs(request.into(), deadline);
-                            altered.await.map_err(wire)
-                        }
-                        .await,
-                    ),
-                },
-                Op::CreatePartitions => encode_response(
-                    &async {
-                        let request = CreatePartitionsRequest::decode(&body)
-                            .map_err(|e| WireError::Other(format!("bad request: {e}")))?;
-                        let deadline =
-                            tokio::time::Instant::now() + self.broker.config.request_timeout;
-                        let grown = service.create_partitions(request.into(), deadline);
-                        grown.await.map_err(wire)
-                    }
-                    .await,
-                ),
-                Op::DeleteRecords => encode_response(
-                    &async {
-                        let request: DeleteRecordsRequest = decode_request(&body)?;
-                        let deleted = service.delete_records(&request.partition, request.before);
-                        deleted.await.map(|start| start.get()).map_err(wire)
-                    }
-                    .await,
-                ),
-                Op::ElectLeaders => encode_response(
-                    &async {
-                        let request: crate::protocol::ElectLeadersRequest = decode_request(&body)?;
-                        if request.forwarded {
-                            self.brokers_only(&caller, op, Claim::AnyBroker)?;
-                        }
-                        service.elect_leaders(request.into()).await.map_err(wire)
-                    }
-                    .await,
-                ),
-                Op::Brokers => match decode_request(&body) {
-                    Err(e) => encode_response::<()>(&Err(e)),
-                    Ok(crate::protocol::BrokersRequest::Describe) => {
-                        encode_response(&service.describe_brokers().await.map_err(wire))
-                    }
-                    Ok(crate::protocol::BrokersRequest::Decommission { id }) => {
-                        encode_response(&service.decommission_broker(id).await.map_err(wire))
-                    }
-                },
-                Op::ListReassignments => encode_response(&decode_request(&body).and_then(
-                    |request: crate::protocol::ListReassignmentsRequest| {
-                        service
-                            .list_reassignments(request.topics.as_deref())
-                            .map_err(wire)
-                    },
-                )),
-                // The transport answers a Hello itself (`transport/hello.rs`).
-                Op::Hello => {
-                    encode_response::<()>(&Err(WireError::Other("Hello is the transport's".into())))
-                }
-                Op::Acls => super::security_ops::acls(service, &body).await,
-                Op::Users => super::security_ops::users(service, &body).await,
-                // A login's requests come before any other (`transport/login.rs`); later, or
-                // where the broker asks for none, they are out of turn.
-                Op::SaslHandshake | Op::SaslAuthenticate => {
-                    encode_response::<()>(&Err(WireError::AuthenticationFailed(format!(
-                        "{} out of turn: the connection {}",
-                        op.name(),
-                        if self.sasl.is_some() {
-                            "logged in already"
-                        } else {
-                            "needs no login on this broker"
-                        }
-                    ))))
-                }
-                Op::DeleteTopic => encode_response(
-                    &async {
-                        let request: DeleteTopicRequest = decode_request(&body)?;
-                        if request.forwarded {
-                            self.brokers_only(&caller, op, Claim::AnyBroker)?;
-                        }
-                        service.delete_topic(request.into()).await.map_err(wire)
-                    }
-                    .await,
-                ),
-            };
+            let answer = self
+                .dispatch(op, body, turn, &answers, &caller, service)
+                .await;
             crate::metrics::request(op.name(), started.elapsed());
-            Answer { body, held }
+            answer
         })
     }
 }
 
-// The native wire's requests as the broker service takes them.
+/// Whether `op` is a peer broker's (its Raft RPCs, heartbeats, quiescing, metadata proposals).
+fn is_peer_op(op: Op) -> bool {
+    matches!(
+        op,
+        Op::AppendEntries
+            | Op::Vote
+            | Op::PreVote
+            | Op::Snapshot
+            | Op::TransferLeader
+            | Op::Propose
+            | Op::BrokerHeartbeat
+            | Op::Quiesce
+    )
+}
 
-impl From<CreateTopicRequest> for CreateTopic {
-    fn from(r: CreateTopicRequest) -> Self {
-        CreateTopic {
-            topic: NewTopic {
-                name: r.name,
-                partitions: Some(r.partitions),
-                replication_factor: Some(r.replication_factor),
-                configs: r.configs,
-                assignment: r.assignment,
-            },
-            forwarded: r.forwarded,
+/// The answer to an op handed to a family that does not serve it. None is (each op goes to
+/// its own family's server), but each family's match covers every op.
+fn misrouted(op: Op) -> Body {
+    encode_response::<()>(&Err(WireError::Other(format!("{} misrouted", op.name()))))
+}
+
+/// Serves a produce, keeping its connection's order with `turn`.
+async fn produce(service: &BrokerService, body: Vec<u8>, turn: Option<Turn>) -> Body {
+    encode_response(
+        &async {
+            // The records stay in the frame's buffer on their way to the log.
+            let frame = bytes::Bytes::from(body);
+            let req: ProduceRequestRef<'_> = postcard::from_bytes(&frame)
+                .map_err(|e| WireError::Other(format!("bad request: {e}")))?;
+            let partition = req.partition.clone();
+            let batch = req.into_batch(&frame);
+            let produce = Produce {
+                partition,
+                batch,
+                turn,
+            };
+            let info = service.produce(produce).await.map_err(wire)?;
+            Ok(ProduceResponse {
+                log_index: info.log_index.get(),
+                base_offset: info.base_offset.get(),
+                record_count: info.record_count,
+            })
         }
-    }
+        .await,
+    )
 }
 
-impl From<DeleteTopicRequest> for DeleteTopic {
-    fn from(r: DeleteTopicRequest) -> Self {
-        DeleteTopic {
-            name: r.name,
-            forwarded: r.forwarded,
-        }
-    }
-}
-
-impl From<ReassignRequest> for ReassignPartition {
-    fn from(r: ReassignRequest) -> Self {
-        ReassignPartition {
-            partition: crate::types::PartitionId::new(r.topic, r.partition),
-            replicas: r.replicas,
-        }
-    }
-}
-
-impl From<crate::protocol::ElectLeadersRequest> for ElectLeaders {
-    fn from(r: crate::protocol::ElectLeadersRequest) -> Self {
-        ElectLeaders {
-            partitions: r.partitions,
-            forwarded: r.forwarded,
-        }
-    }
-}
-
-impl From<ProposeRequest> for Propose {
-    fn from(r: ProposeRequest) -> Self {
-        Propose {
-            command: r.command,
-            forwarded: r.forwarded,
-        }
-    }
-}
-
-impl From<AlterTopicConfigs> for AlterConfigs {
-    fn from(r: AlterTopicConfigs) -> Self {
-        AlterConfigs {
-            topic: r.topic,
-            changes: r.changes,
-            replace: r.replace,
-            validate_only: r.validate_only,
-            forwarded: r.forwarded,
-        }
-    }
-}
-
-impl From<CreatePartitionsRequest> for CreatePartitions {
-    fn from(r: CreatePartitionsRequest) -> Self {
-        CreatePartitions {
-            name: r.name,
-            count: r.count,
-            validate_only: r.validate_only,
-            assignment: r.assignment,
-        }
-    }
-}
-
-/// `Op::ListOffsets`' point in the partition.
-fn offset_spec(at: OffsetAt) -> OffsetSpec {
-    match at {
-        OffsetAt::Earliest => OffsetSpec::Earliest,
-        OffsetAt::Latest => OffsetSpec::Latest,
-        OffsetAt::Timestamp(ms) => OffsetSpec::Timestamp(ms),
-        OffsetAt::MaxTimestamp => OffsetSpec::MaxTimestamp,
-    }
-}
-
-// The broker service's answers as the native wire carries them.
-
-/// `Op::Metadata`'s answer.
-fn metadata_response(answer: ClusterMetadata) -> MetadataResponse {
-    let partitions = answer.partitions.into_iter().map(|p| PartitionMetadata {
-        partition: p.partition,
-        leader: p.leader,
-        term: p.term,
-        replicas: p.replicas,
-        isr: p.isr,
-        lag: p.lag,
-        log_start: p.log_start,
-        high_watermark: p.high_watermark,
+/// Serves a fetch, its answer's bytes reserved in `answers` before its records are read.
+async fn fetch(service: &BrokerService, body: &[u8], answers: &AnswerBudget) -> Answer {
+    let request = decode_request(body).map(|req: FetchRequest| {
+        Fetch::one(
+            req.partition,
+            Offset(req.offset),
+            req.max_bytes as usize,
+            std::time::Duration::from_millis(req.max_wait_ms.into()),
+            req.min_bytes as usize,
+        )
     });
-    let limits = answer.limits;
-    MetadataResponse {
-        broker: answer.broker,
-        brokers: answer.brokers,
-        partitions: partitions.collect(),
-        limits: BrokerLimits {
-            record_bytes_max: limits.record_bytes_max,
-            batch_bytes_max: limits.batch_bytes_max,
-            frame_bytes_max: limits.frame_bytes_max,
-        },
+    // A long poll waits for records first, holding nothing; then the answer's
+    // bytes are reserved before it is read from the log: a client that
+    // pipelines fetches and never reads holds no more than its share.
+    let mut held = None;
+    if let Ok(fetch) = &request {
+        service.wait_for_fetch(fetch).await;
+        held = answers.reserve(service.fetch_answer_bytes(fetch)).await;
+    }
+    let answer = async {
+        let fetch = request?;
+        let fetched = service
+            .fetch(&fetch)
+            .pop()
+            .ok_or_else(|| WireError::Other("fetch: no partition".into()))?
+            .map_err(wire)?;
+        let max = service.fetch_bytes_max(&fetch);
+        let (high_watermark, log_start) = (fetched.high_watermark.get(), fetched.log_start.get());
+        let kafka = fetched
+            .batches
+            .iter()
+            .any(|b| b.format == crate::segment::format::PayloadFormat::Kafka);
+        let batches = if kafka {
+            // Decompressing a Kafka producer's batches is CPU work of up to
+            // the answer's size: off the runtime's workers.
+            let batches = fetched.batches;
+            tokio::task::spawn_blocking(move || WireBatch::from_batches(&batches, max))
+                .await
+                .map_err(|e| WireError::Other(format!("fetch: {e}")))?
+        } else {
+            WireBatch::from_batches(&fetched.batches, max)
+        };
+        Ok(FetchResponse {
+            batches,
+            high_watermark,
+            log_start,
+        })
+    };
+    Answer {
+        body: encode_response(&answer.await),
+        held,
     }
 }

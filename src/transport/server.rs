@@ -1,19 +1,22 @@
 //! The serving side of the native door: reading request frames of connections admitted by
-//! `accept.rs` within the memory budgets and deadlines, serving each on a task of its own, and
-//! writing answers within the answer budget.
+//! `accept.rs` within the memory budgets and deadlines (`server/read.rs`), serving each on a
+//! task of its own, and writing answers within the answer budget.
+
+mod read;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, watch};
 
-use super::accept::{Accepted, Admission, ReadHalf, spawn_accept};
+use super::accept::{Accepted, Admission, spawn_accept};
 use super::body::Body;
 use super::frame::{self, FrameError, Kind, Op, OutFrame};
 use super::turns::{Turn, Turns};
 use super::{BoxFuture, spawn_writer};
+use read::{Closed, is_raft, log_closed, read_request};
 
 /// Serves requests: turns an op and a request body into a response body.
 pub(crate) trait Handler: Send + Sync + 'static {
@@ -74,6 +77,23 @@ pub(crate) struct Caller {
 }
 
 impl Caller {
+    /// A connection's caller, as it was accepted (and logged in), before its first request.
+    fn new(
+        from: SocketAddr,
+        certificate: Option<crate::tls::ClientCertificate>,
+        user: Option<String>,
+    ) -> Caller {
+        Caller {
+            from,
+            certificate,
+            user,
+            refusal_logged: std::sync::atomic::AtomicBool::new(false),
+            confirmed_broker: std::sync::atomic::AtomicU64::new(crate::node::NO_BROKER),
+            certificate_user: std::sync::OnceLock::new(),
+            version: std::sync::atomic::AtomicU16::new(crate::version::PROTOCOL_VERSION_MIN),
+        }
+    }
+
     /// Whether this is the first refusal of the connection's requests (to be logged).
     pub(crate) fn first_refusal(&self) -> bool {
         !self
@@ -249,117 +269,6 @@ pub(crate) fn spawn_server(
     })
 }
 
-/// Why a server stopped reading a connection.
-enum Closed {
-    /// The peer closed it, or a read failed.
-    Gone,
-    /// Nothing arrived within the idle timeout.
-    Idle,
-    /// A frame was begun and not finished in time.
-    Slow,
-    /// A frame broke the format.
-    Malformed(FrameError),
-    /// On probation in the room kept for peers, silent, it gave way to a newer connection.
-    Evicted,
-    /// On probation in the room kept for peers, its first request was not a peer's.
-    NotPeer,
-    /// Its Hello named no protocol version the server speaks.
-    Unversioned,
-    /// It said Hello to a server pinned to protocol version 1, which closes the connection as
-    /// a build before versions does: its caller connects again without one.
-    LaterVersion,
-}
-
-/// Reads the next request frame of a server connection within `limits`: waits up to `idle`
-/// for its first byte, then up to the frame timeout for the rest, holding a share of the
-/// server's buffered-bytes budget (the peers' for Raft frames) for its body from before it is
-/// read until the request is served.
-///
-/// A connection on probation in the room kept for peers (`probation`: what evicts it) can be
-/// evicted only while it has sent nothing; its first header decides: a peer's op from a
-/// connection that may be a peer's (`may_be_peer`) ends the probation before the body is read,
-/// any other closes the connection.
-async fn read_request(
-    rd: &mut ReadHalf,
-    (limits, idle): (&ServerLimits, Duration),
-    budgets: &Budgets,
-    probation: &mut Option<oneshot::Receiver<()>>,
-    may_be_peer: bool,
-) -> Result<(frame::FrameHead, Vec<u8>, tokio::sync::OwnedSemaphorePermit), Closed> {
-    use tokio::io::AsyncReadExt;
-    let mut head = [0u8; frame::FRAME_HEADER_LEN];
-    let read = tokio::time::timeout(idle, rd.read(&mut head));
-    let first = match probation.as_mut() {
-        Some(evict) => tokio::select! {
-            _ = evict => return Err(Closed::Evicted),
-            first = read => first,
-        },
-        None => read.await,
-    };
-    let first = match first {
-        Err(_) => return Err(Closed::Idle),
-        Ok(Err(_) | Ok(0)) => return Err(Closed::Gone),
-        Ok(Ok(n)) => n,
-    };
-    let rest = async {
-        if let Some(rest) = head.get_mut(first..) {
-            rd.read_exact(rest).await.map_err(|_| Closed::Gone)?;
-        }
-        let head = frame::decode_head(&head, limits.frame_bytes_max).map_err(Closed::Malformed)?;
-        // A Hello leaves the probation to the request after it.
-        if head.op != Op::Hello
-            && probation.take().is_some()
-            && !(may_be_peer && is_peer_first(head.op))
-        {
-            return Err(Closed::NotPeer);
-        }
-        let len = head.body_len as usize;
-        let (budget, budget_max) = if is_raft(head.op) && may_be_peer {
-            (&budgets.peers, limits.peer_buffered_bytes_max)
-        } else {
-            (&budgets.clients, limits.buffered_bytes_max)
-        };
-        if len > budget_max {
-            return Err(Closed::Malformed(FrameError::TooLarge {
-                len: u64::from(head.body_len),
-                max: budget_max as u64,
-            }));
-        }
-        let permits = u32::try_from(len).unwrap_or(u32::MAX);
-        let share = Arc::clone(budget)
-            .acquire_many_owned(permits)
-            .await
-            .map_err(|_| Closed::Gone)?;
-        let body = frame::read_body(rd, len).await.map_err(|_| Closed::Gone)?;
-        Ok((head, body, share))
-    };
-    match tokio::time::timeout(limits.frame_timeout, rest).await {
-        Err(_) => Err(Closed::Slow),
-        Ok(result) => result,
-    }
-}
-
-/// Whether `op` is a peer broker's Raft traffic (never held back by the in-flight cap, read
-/// within the peers' own memory budget).
-fn is_raft(op: Op) -> bool {
-    matches!(
-        op,
-        Op::Vote
-            | Op::PreVote
-            | Op::AppendEntries
-            | Op::Snapshot
-            | Op::TransferLeader
-            | Op::BrokerHeartbeat
-            | Op::Quiesce
-    )
-}
-
-/// Whether `op` opens a peer broker's connection: its Raft traffic, or a metadata proposal (a
-/// broker registering itself sends one first).
-fn is_peer_first(op: Op) -> bool {
-    is_raft(op) || op == Op::Propose
-}
-
 /// What a request's protocol version means for its connection.
 enum Greeting {
     /// Not a Hello, and of a version the connection speaks: served as usual.
@@ -414,37 +323,6 @@ fn greet(head: &frame::FrameHead, body: &[u8], caller: &Caller, max: u16) -> Gre
     }
 }
 
-/// Says why a connection was closed: a warning for what a well-behaved client never does (a
-/// frame left unfinished, a malformed one), otherwise at debug level.
-fn log_closed(from: Option<SocketAddr>, why: Closed) {
-    match why {
-        Closed::Gone => {}
-        Closed::Idle => tracing::debug!(?from, "idle connection closed"),
-        Closed::Slow => {
-            tracing::warn!(?from, "connection closed: a frame was not finished in time");
-        }
-        Closed::Malformed(e) => {
-            tracing::warn!(?from, error = %e, "malformed frame; closing the connection");
-        }
-        Closed::Evicted => tracing::debug!(
-            ?from,
-            "connection closed: a newer one took its place in the room kept for peers"
-        ),
-        Closed::NotPeer => tracing::debug!(
-            ?from,
-            "connection closed: the room left is kept for peer brokers"
-        ),
-        Closed::LaterVersion => tracing::debug!(
-            ?from,
-            "connection closed: a Hello to a broker pinned to protocol version 1"
-        ),
-        Closed::Unversioned => tracing::warn!(
-            ?from,
-            "connection closed: it speaks no protocol version this broker speaks"
-        ),
-    }
-}
-
 /// Reads requests from one connection, serves each on its own task, writes responses back in
 /// whatever order they finish. A malformed frame, a frame not finished in time, or a
 /// connection idle for too long closes the connection.
@@ -454,62 +332,42 @@ fn log_closed(from: Option<SocketAddr>, why: Closed) {
 /// for a newer one, and is a peer's, from a connection that may be a peer's (`may_be_peer`:
 /// over TLS, one that presented a certificate).
 async fn serve_conn(
-    accepted: Accepted,
+    mut accepted: Accepted,
     may_be_peer: bool,
     handler: Arc<dyn Handler>,
     limits: ServerLimits,
     budgets: Arc<Budgets>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let Some(user) = log_in(&mut accepted, handler.as_ref(), &mut shutdown).await else {
+        return;
+    };
     let Accepted {
         mut rd,
-        mut wr,
+        wr,
         from,
         mut admitted,
         certificate,
-        authenticate_by,
+        ..
     } = accepted;
     let probation = &mut admitted.probation;
-    let mut user = None;
-    if let Some(login) = handler.login(from, certificate.as_ref()) {
-        // A client that logs in is no peer: it leaves the peers' room first.
-        if probation.take().is_some() {
-            log_closed(Some(from), Closed::NotPeer);
-            return;
-        }
-        let exchange = super::login::serve_login((&mut rd, &mut wr), login, from, authenticate_by);
-        let logged_in = tokio::select! {
-            _ = shutdown.changed() => None,
-            user = exchange => user,
-        };
-        match logged_in {
-            Some(name) => user = Some(name),
-            None => return,
-        }
-    }
-    let caller = Arc::new(Caller {
-        from,
-        certificate,
-        user,
-        refusal_logged: std::sync::atomic::AtomicBool::new(false),
-        confirmed_broker: std::sync::atomic::AtomicU64::new(crate::node::NO_BROKER),
-        certificate_user: std::sync::OnceLock::new(),
-        version: std::sync::atomic::AtomicU16::new(crate::version::PROTOCOL_VERSION_MIN),
-    });
+    let caller = Arc::new(Caller::new(from, certificate, user));
     let from = Some(from);
     // Answers go out in the order they finish; each holds its request's in-flight slot until
     // it is written.
-    type Held = (
-        Option<tokio::sync::OwnedSemaphorePermit>,
-        Option<Reservation>,
-    );
     let (tx, mut writer) = spawn_writer::<Held, _>(wr, Some(limits.frame_timeout));
-    let answers = AnswerBudget::new(
-        limits.connection_answer_bytes_max,
-        Arc::clone(&budgets.answers),
-    );
-    let in_flight = Arc::new(tokio::sync::Semaphore::new(limits.in_flight_max));
-    let turns = Turns::new();
+    let requests = Requests {
+        handler,
+        caller,
+        tx,
+        answers: AnswerBudget::new(
+            limits.connection_answer_bytes_max,
+            Arc::clone(&budgets.answers),
+        ),
+        in_flight: Arc::new(tokio::sync::Semaphore::new(limits.in_flight_max)),
+        turns: Turns::new(),
+        may_be_peer,
+    };
     loop {
         let idle = if probation.is_some() {
             limits.first_frame_timeout.min(limits.idle_timeout)
@@ -524,54 +382,129 @@ async fn serve_conn(
             }
             f = read_request(&mut rd, (&limits, idle), &budgets, probation, may_be_peer) => f,
         };
-        let (head, body, share) = match next {
+        let frame = match next {
             Ok(frame) => frame,
             Err(why) => {
                 log_closed(from, why);
                 break;
             }
         };
+        if !requests.serve(frame, &limits, &mut shutdown).await {
+            break;
+        }
+    }
+    drop(requests);
+    writer.abort();
+}
+
+/// Puts a new connection through the login its door asks of it, if any: the user it logged in
+/// as (`None` inside where no login is asked), or `None` if it is to be closed.
+async fn log_in(
+    accepted: &mut Accepted,
+    handler: &dyn Handler,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<Option<String>> {
+    let from = accepted.from;
+    let Some(login) = handler.login(from, accepted.certificate.as_ref()) else {
+        return Some(None);
+    };
+    // A client that logs in is no peer: it leaves the peers' room first.
+    if accepted.admitted.probation.take().is_some() {
+        log_closed(Some(from), Closed::NotPeer);
+        return None;
+    }
+    let halves = (&mut accepted.rd, &mut accepted.wr);
+    let exchange = super::login::serve_login(halves, login, from, accepted.authenticate_by);
+    let logged_in = tokio::select! {
+        _ = shutdown.changed() => None,
+        user = exchange => user,
+    };
+    logged_in.map(Some)
+}
+
+/// What an answer holds until it is written: its request's in-flight slot (none for Raft
+/// traffic) and the answer bytes reserved for it.
+type Held = (
+    Option<tokio::sync::OwnedSemaphorePermit>,
+    Option<Reservation>,
+);
+
+/// A request frame as read: its header, its body, and the body's share of the budget it was
+/// read within.
+type Request = (frame::FrameHead, Vec<u8>, tokio::sync::OwnedSemaphorePermit);
+
+/// What one connection's requests are served with.
+struct Requests {
+    handler: Arc<dyn Handler>,
+    caller: Arc<Caller>,
+    /// The answers' way to the connection's writer.
+    tx: mpsc::Sender<(OutFrame, Held)>,
+    answers: AnswerBudget,
+    /// The connection's in-flight slots (`ServerLimits::in_flight_max`).
+    in_flight: Arc<tokio::sync::Semaphore>,
+    turns: Arc<Turns>,
+    may_be_peer: bool,
+}
+
+impl Requests {
+    /// Serves one request frame: a Hello is answered here, any other request on a task of its
+    /// own once it has an in-flight slot. `false` once the connection is to be closed.
+    async fn serve(
+        &self,
+        (head, body, share): Request,
+        limits: &ServerLimits,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> bool {
+        let from = Some(self.caller.from);
         if head.kind != Kind::Request {
             tracing::warn!(
                 ?from,
                 "a response arrived on a server connection; closing it"
             );
-            break;
+            return false;
         }
-        match greet(&head, &body, &caller, limits.protocol_version) {
+        match greet(&head, &body, &self.caller, limits.protocol_version) {
             Greeting::NotHello => {}
             Greeting::Answered(frame) => {
                 drop(share);
-                if tx.send((frame, (None, None))).await.is_err() {
-                    break;
-                }
-                continue;
+                return self.tx.send((frame, (None, None))).await.is_ok();
             }
             Greeting::Close(why) => {
                 if let Some(frame) = why.answer {
-                    let _ = tx.send((frame, (None, None))).await;
+                    let _ = self.tx.send((frame, (None, None))).await;
                 }
                 log_closed(from, why.closed);
-                break;
+                return false;
             }
         }
         // A client with `in_flight_max` answers unwritten is not read from until one drains
         // (Raft traffic from a connection that may be a peer's is not held back).
-        let slot = if is_raft(head.op) && may_be_peer {
+        let slot = if is_raft(head.op) && self.may_be_peer {
             None
         } else {
             let acquired = tokio::select! {
-                _ = shutdown.changed() => break,
-                p = Arc::clone(&in_flight).acquire_owned() => p,
+                _ = shutdown.changed() => return false,
+                p = Arc::clone(&self.in_flight).acquire_owned() => p,
             };
             match acquired {
                 Ok(slot) => Some(slot),
-                Err(_) => break,
+                Err(_) => return false,
             }
         };
-        let (handler, tx, answers) = (Arc::clone(&handler), tx.clone(), answers.clone());
-        let caller = Arc::clone(&caller);
-        let turn = turns.issue();
+        self.spawn((head, body, share), slot);
+        true
+    }
+
+    /// Serves a request on a task of its own, as the connection's next turn, and sends its
+    /// answer to the writer with what it holds.
+    fn spawn(&self, (head, body, share): Request, slot: Option<tokio::sync::OwnedSemaphorePermit>) {
+        let (handler, tx, answers) = (
+            Arc::clone(&self.handler),
+            self.tx.clone(),
+            self.answers.clone(),
+        );
+        let caller = Arc::clone(&self.caller);
+        let turn = self.turns.issue();
         tokio::spawn(async move {
             let answer = handler.handle(head.op, body, turn, answers, caller).await;
             // The request's body counted against the budget until it was served (a produce's
@@ -581,39 +514,7 @@ async fn serve_conn(
             let _ = tx.send((frame, (slot, answer.held))).await;
         });
     }
-    drop(tx);
-    writer.abort();
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn answers_wait_for_their_connections_share_and_the_servers_budget() {
-        let all = Arc::new(tokio::sync::Semaphore::new(3 << 20));
-        let one = AnswerBudget::new(2 << 20, Arc::clone(&all));
-        let other = AnswerBudget::new(2 << 20, Arc::clone(&all));
-        let soon = Duration::from_millis(50);
-        let a = one.reserve(1 << 20).await.unwrap();
-        let b = one.reserve(1 << 20).await.unwrap();
-        // The connection's share is spent: its next answer waits, another connection's not.
-        assert!(tokio::time::timeout(soon, one.reserve(1)).await.is_err());
-        let c = other.reserve(1 << 20).await.unwrap();
-        // The server's budget is spent too.
-        assert!(tokio::time::timeout(soon, other.reserve(1)).await.is_err());
-        // A written answer gives its bytes back.
-        drop(a);
-        let d = tokio::time::timeout(soon, one.reserve(1 << 20))
-            .await
-            .unwrap();
-        // An answer larger than the share takes the whole share, not forever.
-        drop((b, c, d));
-        assert!(
-            tokio::time::timeout(soon, one.reserve(64 << 20))
-                .await
-                .unwrap()
-                .is_some()
-        );
-    }
-}
+mod tests;

@@ -4,11 +4,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse};
 use kafka_protocol::protocol::StrBytes;
+use uuid::Uuid;
 
 use crate::group::OFFSETS_TOPIC;
 use crate::kafka::{KafkaConfig, broker_id, code, topic_name};
@@ -34,10 +36,38 @@ pub(crate) async fn metadata(
         topics: request.include_topic_authorized_operations,
         cluster: request.include_cluster_authorized_operations,
     };
+    let (names, unknown_ids) = asked_for(request.topics, service);
+    // Topics asked for that do not exist are created first where the request allows it
+    // (always before version 4, as Kafka's) and the broker does: answered like any new
+    // topic's, LEADER_NOT_AVAILABLE until their leaders are elected.
+    if (version < 4 || request.allow_auto_topic_creation)
+        && let Some(names) = &names
+    {
+        let deadline = tokio::time::Instant::now() + AUTO_CREATE_TIMEOUT;
+        for name in names {
+            service.auto_create_topic(name, deadline).await;
+        }
+    }
+    let partitions = gather(names.as_ref(), service).await;
+    let mut r = MetadataResponse::default();
+    r.cluster_id = Some(StrBytes::from_static_str("replog"));
+    r.controller_id = broker_id(config.me);
+    r.brokers = brokers(service);
+    r.topics = topics(names.as_ref(), &partitions, unknown_ids, service);
+    authorize(&mut r, &request_ops, service);
+    r
+}
+
+/// The names of the topics asked for (`None`: every topic), and the ids asked for that name
+/// no topic.
+fn asked_for(
+    topics: Option<Vec<MetadataRequestTopic>>,
+    service: &BrokerService,
+) -> (Option<BTreeSet<String>>, Vec<Uuid>) {
     // A null list asks for every topic; an empty one (from version 1) for none: only the
     // brokers. From version 10 a topic may be asked for by its id instead of its name.
     let mut unknown_ids = Vec::new();
-    let names: Option<BTreeSet<String>> = request.topics.map(|ts| {
+    let names: Option<BTreeSet<String>> = topics.map(|ts| {
         ts.into_iter()
             .filter_map(|t| match t.name {
                 Some(n) => Some(n.0.to_string()),
@@ -52,35 +82,28 @@ pub(crate) async fn metadata(
             })
             .collect::<BTreeSet<String>>()
     });
-    // Topics asked for that do not exist are created first where the request allows it
-    // (always before version 4, as Kafka's) and the broker does: answered like any new
-    // topic's, LEADER_NOT_AVAILABLE until their leaders are elected.
-    if (version < 4 || request.allow_auto_topic_creation)
-        && let Some(names) = &names
-    {
-        let deadline = tokio::time::Instant::now() + AUTO_CREATE_TIMEOUT;
-        for name in names {
-            service.auto_create_topic(name, deadline).await;
-        }
-    }
-    let only = names
-        .as_ref()
-        .filter(|n| n.len() == 1)
-        .and_then(|n| n.first());
+    (names, unknown_ids)
+}
+
+/// The partitions of the topics in `names` (`None`: of every topic), gathered once.
+async fn gather(names: Option<&BTreeSet<String>>, service: &BrokerService) -> Vec<PartitionInfo> {
+    let only = names.filter(|n| n.len() == 1).and_then(|n| n.first());
     let mut partitions = Vec::new();
-    if names.as_ref().is_none_or(|n| !n.is_empty()) {
+    if names.is_none_or(|n| !n.is_empty()) {
         partitions = service
             .metadata(only.map(String::as_str), false)
             .await
             .partitions;
     }
-    if let Some(names) = &names {
+    if let Some(names) = names {
         partitions.retain(|p| names.contains(&p.partition.topic));
     }
-    let mut r = MetadataResponse::default();
-    r.cluster_id = Some(StrBytes::from_static_str("replog"));
-    r.controller_id = broker_id(config.me);
-    r.brokers = service
+    partitions
+}
+
+/// Every broker with its Kafka address and rack.
+fn brokers(service: &BrokerService) -> Vec<MetadataResponseBroker> {
+    service
         .kafka_brokers()
         .iter()
         .map(|(id, addr)| {
@@ -91,13 +114,23 @@ pub(crate) async fn metadata(
             b.rack = service.rack(*id).map(StrBytes::from_string);
             b
         })
-        .collect();
+        .collect()
+}
+
+/// The answer's topics: those of `partitions` and those asked for in `names` (found or not),
+/// each with its id, then the ids asked for that name no topic.
+fn topics(
+    names: Option<&BTreeSet<String>>,
+    partitions: &[PartitionInfo],
+    unknown_ids: Vec<Uuid>,
+    service: &BrokerService,
+) -> Vec<MetadataResponseTopic> {
     let mut topics: BTreeMap<String, Vec<MetadataResponsePartition>> = BTreeMap::new();
     // A topic asked for and not found is answered with its error.
-    for name in names.iter().flatten() {
+    for name in names.into_iter().flatten() {
         topics.entry(name.clone()).or_default();
     }
-    for p in &partitions {
+    for p in partitions {
         // replog's own topics are not Kafka's clients' business; the offsets topic is, as
         // Kafka's.
         if p.partition.topic.starts_with("__") && p.partition.topic != OFFSETS_TOPIC {
@@ -108,21 +141,27 @@ pub(crate) async fn metadata(
             .or_default()
             .push(partition(p));
     }
-    r.topics = topics.into_iter().map(topic).collect();
+    let mut topics: Vec<MetadataResponseTopic> = topics.into_iter().map(topic).collect();
     // Each topic found with its id (KIP-516: a topic deleted and created again has another).
-    for t in r.topics.iter_mut().filter(|t| t.error_code == 0) {
+    for t in topics.iter_mut().filter(|t| t.error_code == 0) {
         let name = t.name.as_ref().map_or("", |n| n.0.as_str());
         if let Some(uuid) = service.topic_uuid(name) {
-            t.topic_id = uuid::Uuid::from_bytes(uuid);
+            t.topic_id = Uuid::from_bytes(uuid);
         }
     }
-    r.topics.extend(unknown_ids.into_iter().map(|id| {
+    topics.extend(unknown_ids.into_iter().map(|id| {
         let mut t = MetadataResponseTopic::default();
         t.name = None;
         t.topic_id = id;
         t.error_code = code::UNKNOWN_TOPIC_ID;
         t
     }));
+    topics
+}
+
+/// The authorized operations the request asked for, and the refusal of each topic asked for
+/// that the client may not describe.
+fn authorize(r: &mut MetadataResponse, request_ops: &AuthorizedOps, service: &BrokerService) {
     if request_ops.topics {
         for t in r.topics.iter_mut().filter(|t| t.error_code == 0) {
             let name = t.name.as_ref().map_or("", |n| n.0.as_str());
@@ -141,7 +180,6 @@ pub(crate) async fn metadata(
             t.error_code = code::TOPIC_AUTHORIZATION_FAILED;
         }
     }
-    r
 }
 
 /// Which authorized operations (KIP-430) a request asked for.
