@@ -145,31 +145,43 @@ impl Client {
         if meta.partitions.is_empty() {
             return Err(Error::UnknownTopic(topic.to_string()));
         }
-        let mut out = Vec::new();
-        for p in &meta.partitions {
-            // The leader knows who is in sync; ask it when it is not the broker that answered.
-            let from_leader = match self.leader_addr(&p.partition) {
-                Some(addr) if p.leader != Some(meta.broker) => {
-                    let request = MetadataRequest {
-                        topic: Some(topic.to_string()),
-                        local_only: false,
-                    };
-                    match self
-                        .call::<_, MetadataResponse>(&addr, Op::Metadata, &request)
-                        .await
-                    {
-                        Ok(Ok(m)) => m
-                            .partitions
-                            .into_iter()
-                            .find(|q| q.partition == p.partition),
-                        _ => None,
-                    }
-                }
-                _ => None,
-            };
-            out.push(describe(from_leader.as_ref().unwrap_or(p)));
+        // The leader knows who is in sync: each leader that is not the broker that answered is
+        // asked once, for the partitions it leads.
+        let mut leaders: std::collections::BTreeMap<Address, Vec<usize>> = Default::default();
+        for (i, p) in meta.partitions.iter().enumerate() {
+            if let Some(addr) = self.leader_addr(&p.partition)
+                && p.leader != Some(meta.broker)
+            {
+                leaders.entry(addr).or_default().push(i);
+            }
         }
-        Ok(out)
+        let mut from_leaders: Vec<Option<PartitionMetadata>> = vec![None; meta.partitions.len()];
+        for (addr, led) in leaders {
+            let request = MetadataRequest {
+                topic: Some(topic.to_string()),
+                local_only: false,
+            };
+            let Ok(Ok(answer)) = self
+                .call::<_, MetadataResponse>(&addr, Op::Metadata, &request)
+                .await
+            else {
+                continue; // what the first broker said stands
+            };
+            for i in led {
+                let partition = &meta.partitions[i].partition;
+                from_leaders[i] = answer
+                    .partitions
+                    .iter()
+                    .find(|q| &q.partition == partition)
+                    .cloned();
+            }
+        }
+        Ok(meta
+            .partitions
+            .iter()
+            .zip(&from_leaders)
+            .map(|(p, from_leader)| describe(from_leader.as_ref().unwrap_or(p)))
+            .collect())
     }
 
     /// Waits until every partition of `topic` has a leader, as the brokers' metadata names

@@ -6,6 +6,7 @@
 //! index but no offsets.
 
 pub(crate) mod leadership;
+mod meta_file;
 pub(crate) mod network;
 pub(crate) mod producers;
 pub(crate) mod quiet;

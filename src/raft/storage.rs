@@ -112,6 +112,10 @@ struct Inner {
     log: PartitionLog,
     meta_path: PathBuf,
     meta: Mutex<RaftMeta>,
+    /// The number of the last save of `raft-meta` ([`super::meta_file`]); 0 while the file
+    /// does not exist or is in the single-copy layout of earlier builds. Changed only with
+    /// `meta` held.
+    meta_generation: std::sync::atomic::AtomicU64,
     /// The committed entry as openraft last reported it; written to `raft-meta` with the
     /// vote and at shutdown ([`LogStore::persist_committed`]), never on its own hot path.
     committed: Mutex<Option<LogId>>,
@@ -162,12 +166,13 @@ impl LogStore {
         replication_bytes_max: usize,
     ) -> Result<Self> {
         let meta_path = log.dir().join(RAFT_META);
-        let meta = read_meta(&meta_path)?;
+        let stored = super::meta_file::read(&meta_path)?;
         Ok(LogStore {
             inner: Arc::new(Inner {
                 log,
                 meta_path,
-                meta: Mutex::new(meta),
+                meta: Mutex::new(stored.meta),
+                meta_generation: std::sync::atomic::AtomicU64::new(stored.generation.unwrap_or(0)),
                 committed: Mutex::new(None),
                 durability,
                 replication_bytes_max,
@@ -278,7 +283,18 @@ impl LogStore {
         // A hint only: `read_committed` uses it if the log still holds that very entry.
         next.committed = *self.inner.committed.lock();
         update(&mut next);
-        write_meta(&self.inner.meta_path, &next)?;
+        // In place once the file has both slots; written whole the first time.
+        use std::sync::atomic::Ordering;
+        let last = self.inner.meta_generation.load(Ordering::Acquire);
+        let generation = last + 1;
+        if last == 0 {
+            super::meta_file::write_whole(&self.inner.meta_path, &next, generation)?;
+        } else {
+            super::meta_file::write_in_place(&self.inner.meta_path, &next, generation)?;
+        }
+        self.inner
+            .meta_generation
+            .store(generation, Ordering::Release);
         *meta = next;
         Ok(())
     }
@@ -589,39 +605,16 @@ impl RaftLogStorage<C> for LogStore {
     }
 }
 
-/// Reads `raft-meta`: a CRC-32 of the JSON body, little-endian, then the body. A missing file
-/// is an empty replica.
+/// Reads `raft-meta` in either layout ([`super::meta_file`]). A missing file is an empty
+/// replica.
 pub(crate) fn read_meta(path: &Path) -> Result<RaftMeta> {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(RaftMeta::default()),
-        Err(e) => return Err(e.into()),
-    };
-    let corrupt = |kind| Error::Corrupt {
-        file: path.to_path_buf(),
-        position: 0,
-        kind,
-    };
-    let (crc, body) = bytes
-        .split_at_checked(4)
-        .ok_or(corrupt(crate::CorruptKind::Truncated))?;
-    let expected = u32::from_le_bytes(crc.try_into().unwrap_or_default());
-    let actual = crc32fast::hash(body);
-    if expected != actual {
-        return Err(corrupt(crate::CorruptKind::ChecksumMismatch {
-            expected,
-            actual,
-        }));
-    }
-    serde_json::from_slice(body).map_err(|_| corrupt(crate::CorruptKind::BadRecord))
+    super::meta_file::read(path).map(|stored| stored.meta)
 }
 
-/// Writes `raft-meta` durably: temporary file, sync, rename, directory sync.
+/// Writes `raft-meta` whole and durably (temporary file, sync, rename, directory sync), as
+/// the first save of a replica's store ([`super::meta_file`]).
 pub(crate) fn write_meta(path: &Path, meta: &RaftMeta) -> io::Result<()> {
-    let body = serde_json::to_vec(meta).map_err(io::Error::other)?;
-    let mut bytes = crc32fast::hash(&body).to_le_bytes().to_vec();
-    bytes.extend_from_slice(&body);
-    crate::env::write_atomic(path, &bytes)
+    super::meta_file::write_whole(path, meta, 1)
 }
 
 #[cfg(test)]
