@@ -187,6 +187,9 @@ pub struct Client {
     limits: Mutex<HashMap<NodeId, BrokerLimits>>,
     /// Each consumer group's coordinator, as FindCoordinator named it.
     coordinators: Mutex<HashMap<String, Address>>,
+    /// Metadata refreshes, one at a time per topic asked about (`None`: every topic), with the
+    /// last answer and when it was asked for (see `Client::refresh_for`).
+    refreshes: Mutex<HashMap<Option<String>, Arc<routing::Refresh>>>,
     shutdown: watch::Sender<bool>,
 }
 
@@ -263,6 +266,7 @@ impl Client {
             topics: Mutex::default(),
             limits: Mutex::default(),
             coordinators: Mutex::default(),
+            refreshes: Mutex::default(),
             shutdown,
         };
         client.refresh(None).await?;

@@ -4,6 +4,8 @@
 
 use crate::Address;
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
 
 use super::Client;
 use crate::error::{Error, Result};
@@ -29,12 +31,42 @@ impl Client {
         self.refresh_for(topic, None).await
     }
 
+    /// Asks brokers for metadata, and caches it: as [`Client::ask_for_metadata`], except that
+    /// callers asking about one topic at once share one request, as the sends waiting on a
+    /// Kafka client's metadata do. A caller that finds a refresh of its topic under way waits
+    /// for it to end, then takes the answer of a refresh asked for after it asked itself, or
+    /// asks anew; so a thousand sends that lose their partitions' leader at once cost two
+    /// metadata requests, not a thousand, each for the whole topic.
+    pub(super) async fn refresh_for(
+        &self,
+        topic: Option<&str>,
+        leader_of: Option<&PartitionId>,
+    ) -> Result<MetadataResponse> {
+        let asked = Instant::now();
+        let refresh = Arc::clone(
+            self.refreshes
+                .lock()
+                .entry(topic.map(str::to_string))
+                .or_default(),
+        );
+        let mut last = refresh.last.lock().await;
+        if let Some((at, meta)) = last.as_ref()
+            && *at >= asked
+        {
+            return Ok(meta.clone());
+        }
+        let at = Instant::now();
+        let meta = self.ask_for_metadata(topic, leader_of).await?;
+        *last = Some((at, meta.clone()));
+        Ok(meta)
+    }
+
     /// Asks brokers for metadata, and caches it. Keeps asking the others while the answers
     /// do not know `topic` (a broker that was down may not have caught up with the catalog
     /// yet) or, with `leader_of`, name no leader for that partition (a broker that is cut off,
     /// or whose replica stopped, knows none); returns the last such answer if no broker
     /// gives a better one.
-    pub(super) async fn refresh_for(
+    async fn ask_for_metadata(
         &self,
         topic: Option<&str>,
         leader_of: Option<&PartitionId>,
@@ -243,4 +275,11 @@ mod tests {
         // A hint naming the refusing broker itself is no hint.
         assert_eq!(redirect(&b.addr, None, Some(b.clone())), Redirect::Refresh);
     }
+}
+
+/// One topic's metadata refreshes: held while one runs; the last answer and when it was asked
+/// for.
+#[derive(Debug, Default)]
+pub(super) struct Refresh {
+    last: tokio::sync::Mutex<Option<(Instant, MetadataResponse)>>,
 }

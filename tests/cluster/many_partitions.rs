@@ -115,7 +115,8 @@ async fn a_broker_leading_hundreds_of_partitions_is_sigkilled_under_writes_and_n
     let addrs = process_addrs(3);
     // A heartbeat a second: a thousand Raft groups heartbeating four times as often as that
     // keep the two cores of a test machine busy on a debug build. A release build runs the
-    // brokers' defaults (250 ms, 1 s), which the failover times printed are measured with.
+    // brokers' defaults (250 ms, 1 s; the fixture's own election timeout is 500 ms), which the
+    // failover times printed are measured with.
     let timing: &[&str] = if cfg!(debug_assertions) {
         &[
             "--election-timeout-ms",
@@ -124,7 +125,12 @@ async fn a_broker_leading_hundreds_of_partitions_is_sigkilled_under_writes_and_n
             "1000",
         ]
     } else {
-        &[]
+        &[
+            "--election-timeout-ms",
+            "1000",
+            "--heartbeat-interval-ms",
+            "250",
+        ]
     };
     let mut brokers: Vec<Option<Broker>> = (1..=3)
         .map(|id| Some(spawn_broker_with(id, &addrs, dir.path(), false, timing)))

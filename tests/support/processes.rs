@@ -57,7 +57,7 @@ impl Broker {
             .arg("--data")
             .arg(dir.join(format!("proc-{id}")))
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .stderr(log_to(id));
         Broker::from(cmd.spawn().expect("spawn replog node"))
     }
 
@@ -101,4 +101,18 @@ pub fn cli(args: &[&str], stdin: &str) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// Where broker `id` logs: nowhere, or, with `REPLOG_TEST_LOG_DIR` set, appended to
+/// `broker-{id}.log` in that directory (for looking into a test run; tests never read it).
+fn log_to(id: u64) -> Stdio {
+    let Some(dir) = std::env::var_os("REPLOG_TEST_LOG_DIR") else {
+        return Stdio::null();
+    };
+    let path = std::path::Path::new(&dir).join(format!("broker-{id}.log"));
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_or_else(|_| Stdio::null(), Stdio::from)
 }
