@@ -122,19 +122,53 @@ impl Broker {
     pub(crate) async fn metadata(&self, topic: Option<&str>, local_only: bool) -> ClusterMetadata {
         let all = self.catalog.read().brokers();
         let brokers: Vec<(NodeId, String)> = self.members(&all).into_iter().collect();
-        let wanted: Vec<(PartitionId, Vec<NodeId>)> = {
-            let catalog = self.catalog.read();
-            catalog
-                .topics()
-                .filter(|(name, _)| topic.is_none_or(|t| t == name.as_str()))
-                .flat_map(|(name, t)| {
-                    t.assignment.iter().enumerate().map(|(p, replicas)| {
-                        let p = u32::try_from(p).unwrap_or(u32::MAX);
-                        (PartitionId::new(name.clone(), p), replicas.clone())
-                    })
+        let wanted = self.wanted_partitions(topic);
+        let Described {
+            mut partitions,
+            remote,
+            elsewhere,
+        } = self.describe_here(wanted, local_only);
+        if !remote.is_empty() {
+            self.ask_elsewhere(topic, &remote, &elsewhere, &mut partitions)
+                .await;
+        }
+        partitions.sort_by(|a, b| a.partition.cmp(&b.partition));
+        ClusterMetadata {
+            broker: self.config.id,
+            brokers,
+            partitions,
+            limits: SizeLimits {
+                record_bytes_max: self.config.log.record_bytes_max,
+                batch_bytes_max: self.config.log.batch_bytes_max,
+                frame_bytes_max: self.config.frame_bytes_max,
+            },
+        }
+    }
+
+    /// Every partition of `topic` (or of every topic), with its replicas, as the catalog has
+    /// them.
+    fn wanted_partitions(&self, topic: Option<&str>) -> Vec<(PartitionId, Vec<NodeId>)> {
+        let catalog = self.catalog.read();
+        catalog
+            .topics()
+            .filter(|(name, _)| topic.is_none_or(|t| t == name.as_str()))
+            .flat_map(|(name, t)| {
+                t.assignment.iter().enumerate().map(|(p, replicas)| {
+                    let p = u32::try_from(p).unwrap_or(u32::MAX);
+                    (PartitionId::new(name.clone(), p), replicas.clone())
                 })
-                .collect()
-        };
+            })
+            .collect()
+    }
+
+    /// Describes each `wanted` partition as far as this broker can: a partition hosted here by
+    /// its local replica, one hosted elsewhere with no leader yet (left out if `local_only`),
+    /// and names the brokers to ask for the rest.
+    fn describe_here(
+        &self,
+        wanted: Vec<(PartitionId, Vec<NodeId>)>,
+        local_only: bool,
+    ) -> Described {
         let mut partitions = Vec::with_capacity(wanted.len());
         // Brokers to ask, and where each partition hosted elsewhere sits in `partitions`.
         let mut remote: std::collections::BTreeSet<NodeId> = Default::default();
@@ -173,50 +207,63 @@ impl Broker {
                 }
             }
         }
-        if !remote.is_empty() {
-            // Ask each broker hosting such partitions, at once, and keep, per partition, the
-            // answer that names a leader in the highest term.
-            let asks = remote.iter().map(|broker| {
-                let request = MetadataRequest {
-                    topic: topic.map(str::to_string),
-                    local_only: true,
+        Described {
+            partitions,
+            remote,
+            elsewhere,
+        }
+    }
+
+    /// Asks the `remote` brokers for their descriptions of `topic`'s partitions, and updates
+    /// each partition in `partitions` that `elsewhere` places there with the best answer.
+    async fn ask_elsewhere(
+        &self,
+        topic: Option<&str>,
+        remote: &std::collections::BTreeSet<NodeId>,
+        elsewhere: &HashMap<PartitionId, usize>,
+        partitions: &mut [PartitionInfo],
+    ) {
+        // Ask each broker hosting such partitions, at once, and keep, per partition, the
+        // answer that names a leader in the highest term.
+        let asks = remote.iter().map(|broker| {
+            let request = MetadataRequest {
+                topic: topic.map(str::to_string),
+                local_only: true,
+            };
+            self.ask::<_, MetadataResponse>(*broker, Op::Metadata, request)
+        });
+        let answers = futures_util::future::join_all(asks).await;
+        for answer in answers.into_iter().flatten() {
+            for theirs in answer.partitions.into_iter().map(PartitionInfo::from) {
+                let Some(slot) = elsewhere
+                    .get(&theirs.partition)
+                    .and_then(|i| partitions.get_mut(*i))
+                else {
+                    continue;
                 };
-                self.ask::<_, MetadataResponse>(*broker, Op::Metadata, request)
-            });
-            let answers = futures_util::future::join_all(asks).await;
-            for answer in answers.into_iter().flatten() {
-                for theirs in answer.partitions.into_iter().map(PartitionInfo::from) {
-                    let Some(slot) = elsewhere
-                        .get(&theirs.partition)
-                        .and_then(|i| partitions.get_mut(*i))
-                    else {
-                        continue;
-                    };
-                    let better = theirs.leader.is_some()
-                        && (slot.leader.is_none()
-                            || theirs.term > slot.term
-                            || (theirs.term == slot.term
-                                && slot.isr.is_empty()
-                                && !theirs.isr.is_empty()));
-                    if better {
-                        let replicas = std::mem::take(&mut slot.replicas);
-                        *slot = PartitionInfo { replicas, ..theirs };
-                    }
+                let better = theirs.leader.is_some()
+                    && (slot.leader.is_none()
+                        || theirs.term > slot.term
+                        || (theirs.term == slot.term
+                            && slot.isr.is_empty()
+                            && !theirs.isr.is_empty()));
+                if better {
+                    let replicas = std::mem::take(&mut slot.replicas);
+                    *slot = PartitionInfo { replicas, ..theirs };
                 }
             }
         }
-        partitions.sort_by(|a, b| a.partition.cmp(&b.partition));
-        ClusterMetadata {
-            broker: self.config.id,
-            brokers,
-            partitions,
-            limits: SizeLimits {
-                record_bytes_max: self.config.log.record_bytes_max,
-                batch_bytes_max: self.config.log.batch_bytes_max,
-                frame_bytes_max: self.config.frame_bytes_max,
-            },
-        }
     }
+}
+
+/// The partitions a broker described itself, and what is left to ask other brokers.
+struct Described {
+    /// The partitions described, in the catalog's order.
+    partitions: Vec<PartitionInfo>,
+    /// The brokers to ask.
+    remote: std::collections::BTreeSet<NodeId>,
+    /// Where each partition to ask about sits in `partitions`.
+    elsewhere: HashMap<PartitionId, usize>,
 }
 
 /// A peer's description of a partition (its `Op::Metadata` answer), as the service tells it.

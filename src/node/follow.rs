@@ -23,32 +23,69 @@ const REPLICA_MOVES_AT_ONCE: usize = 4;
 /// stops replicas to match it. Runs until shutdown.
 pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
     let mut applied = broker.meta.sm.subscribe();
-    let mut registering: Option<tokio::task::JoinHandle<()>> = None;
-    let mut adding: Option<tokio::task::JoinHandle<()>> = None;
-    let mut moving: HashMap<PartitionId, tokio::task::JoinHandle<()>> = HashMap::new();
-    let mut removing: Option<tokio::task::JoinHandle<()>> = None;
-    let mut balancing: Option<tokio::task::JoinHandle<()>> = None;
-    let mut said_removed = false;
-    let mut finalizing: Option<tokio::task::JoinHandle<()>> = None;
-    let mut said_version = broker.catalog.read().finalized_version();
-    let mut said_refused = false;
+    let mut follower = Follower::new(broker);
     loop {
-        let progressed = match broker.catch_up_catalog() {
-            Ok(progressed) => progressed,
-            // Said once: the broker applies no more of the log until it runs a newer build.
-            Err(e @ crate::Error::UnsupportedVersion { .. }) => {
-                if !std::mem::replace(&mut said_refused, true) {
-                    tracing::error!(error = %e, "metadata log not applied past a record this broker does not understand");
-                }
-                false
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "metadata log unreadable; will retry");
-                false
-            }
-        };
-        super::versions::say_finalized(&broker.catalog.read(), &mut said_version);
-        super::versions::finalize_version(&broker, &mut finalizing);
+        follower.round().await;
+        tokio::select! {
+            _ = shutdown.changed() => break,
+            _ = applied.changed() => {}
+            // Retries replicas that failed to start.
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+        if *shutdown.borrow() {
+            break;
+        }
+    }
+    follower.abort_tasks();
+}
+
+/// What the metadata follower keeps from one round to the next: the tasks it started that may
+/// still run (one of each kind at a time), and what it has said already.
+struct Follower {
+    broker: Arc<Broker>,
+    /// Registering this broker's address, Kafka address or rack, or the bootstrap users.
+    registering: Option<tokio::task::JoinHandle<()>>,
+    /// Adding a joined broker to the metadata Raft group.
+    adding: Option<tokio::task::JoinHandle<()>>,
+    /// Driving each partition's move.
+    moving: HashMap<PartitionId, tokio::task::JoinHandle<()>>,
+    /// Taking a decommissioned or removed broker out.
+    removing: Option<tokio::task::JoinHandle<()>>,
+    /// Proposing a replica balancing move.
+    balancing: Option<tokio::task::JoinHandle<()>>,
+    said_removed: bool,
+    /// Finalizing the cluster's protocol version.
+    finalizing: Option<tokio::task::JoinHandle<()>>,
+    said_version: u16,
+    said_refused: bool,
+}
+
+impl Follower {
+    /// A follower of `broker`'s metadata log with nothing started or said yet.
+    fn new(broker: Arc<Broker>) -> Follower {
+        let said_version = broker.catalog.read().finalized_version();
+        Follower {
+            broker,
+            registering: None,
+            adding: None,
+            moving: HashMap::new(),
+            removing: None,
+            balancing: None,
+            said_removed: false,
+            finalizing: None,
+            said_version,
+            said_refused: false,
+        }
+    }
+
+    /// One round: applies what is new in the metadata log, starts and stops replicas to
+    /// match, and starts the tasks that register this broker and, on the metadata leader,
+    /// change the cluster's membership and balance its replicas.
+    async fn round(&mut self) {
+        let broker = Arc::clone(&self.broker);
+        let progressed = self.catch_up_catalog();
+        super::versions::say_finalized(&broker.catalog.read(), &mut self.said_version);
+        super::versions::finalize_version(&broker, &mut self.finalizing);
         broker.reconcile().await;
         if progressed {
             broker.sweep_deleted();
@@ -57,71 +94,130 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
         // Until the catalog has this broker's address, one registration at a time is in
         // flight; a failed one is tried again on the next round (at least a second later).
         let me = broker.config.id;
-        broker.say_when_removed(&mut said_removed);
+        broker.say_when_removed(&mut self.said_removed);
         let leaving = {
             let catalog = broker.catalog.read();
             catalog.is_draining(me) || catalog.is_removed(me)
         };
+        self.register_address(leaving);
+        // Then its Kafka address, the same way (the catalog's names it for every broker).
+        self.register_kafka_addr();
+        // Then its rack, the same way.
+        self.register_rack(leaving);
+        // The users the cluster starts with, while it has none (once it has one, they are the
+        // operators' to change).
+        self.write_bootstrap_users();
+        broker.drive_moves(&mut self.moving);
+        // The metadata leader makes every broker that joined a learner of the metadata Raft group,
+        // one at a time (a membership change waits for the previous one).
+        self.add_joined_broker();
+        // The metadata leader takes each decommissioned broker that holds no replica any
+        // more out of the metadata Raft group, then out of the cluster, one at a time.
+        self.remove_departed_broker();
+        // With replica balancing on, the metadata leader records one move at a time that
+        // evens out the brokers' replica counts, a few partitions moving at once.
+        self.balance_replicas();
+    }
+
+    /// Applies the committed commands not applied yet to the catalog; returns whether any
+    /// was.
+    fn catch_up_catalog(&mut self) -> bool {
+        match self.broker.catch_up_catalog() {
+            Ok(progressed) => progressed,
+            // Said once: the broker applies no more of the log until it runs a newer build.
+            Err(e @ crate::Error::UnsupportedVersion { .. }) => {
+                if !std::mem::replace(&mut self.said_refused, true) {
+                    tracing::error!(error = %e, "metadata log not applied past a record this broker does not understand");
+                }
+                false
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "metadata log unreadable; will retry");
+                false
+            }
+        }
+    }
+
+    /// Whether no registration is in flight.
+    fn registering_done(&self) -> bool {
+        self.registering
+            .as_ref()
+            .is_none_or(tokio::task::JoinHandle::is_finished)
+    }
+
+    /// Registers this broker's address, unless it is `leaving` or the catalog has it.
+    fn register_address(&mut self, leaving: bool) {
+        let broker = &self.broker;
+        let me = broker.config.id;
         if !leaving
             && broker.catalog.read().broker_addr(me).as_ref() != Some(&broker.addr)
-            && registering
-                .as_ref()
-                .is_none_or(tokio::task::JoinHandle::is_finished)
+            && self.registering_done()
         {
-            let broker = Arc::clone(&broker);
-            registering = Some(tokio::spawn(async move {
+            let broker = Arc::clone(broker);
+            self.registering = Some(tokio::spawn(async move {
                 if let Err(e) = broker.register().await {
                     tracing::debug!(error = %e, "registering this broker's address failed; will retry");
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
             }));
         }
-        // Then its Kafka address, the same way (the catalog's names it for every broker).
+    }
+
+    /// Registers this broker's Kafka address, once its address is registered, if the catalog
+    /// does not have it.
+    fn register_kafka_addr(&mut self) {
+        let broker = &self.broker;
+        let me = broker.config.id;
         if let Some(kafka) = broker.kafka_addr.get().cloned()
             && broker.catalog.read().broker_addr(me).as_ref() == Some(&broker.addr)
             && broker.catalog.read().kafka_addr(me).as_ref() != Some(&kafka)
             && broker.meta.raft.leader().is_some()
-            && registering
-                .as_ref()
-                .is_none_or(tokio::task::JoinHandle::is_finished)
+            && self.registering_done()
         {
             let command = MetaCommand::RegisterKafka {
                 id: me,
                 addr: kafka.to_string(),
             };
-            registering = Some(propose_later(
-                &broker,
+            self.registering = Some(propose_later(
+                broker,
                 command,
                 "this broker's Kafka address",
             ));
         }
-        // Then its rack, the same way.
+    }
+
+    /// Registers this broker's rack, unless it is `leaving`, once its address is registered,
+    /// if the catalog does not have it.
+    fn register_rack(&mut self, leaving: bool) {
+        let broker = &self.broker;
+        let me = broker.config.id;
         if !leaving
             && broker.catalog.read().broker_addr(me).as_ref() == Some(&broker.addr)
             && broker.catalog.read().rack(me) != broker.config.rack.as_deref()
             && broker.meta.raft.leader().is_some()
-            && registering
-                .as_ref()
-                .is_none_or(tokio::task::JoinHandle::is_finished)
+            && self.registering_done()
         {
             let command = MetaCommand::RegisterRack {
                 id: me,
                 rack: broker.config.rack.clone(),
             };
-            registering = Some(propose_later(&broker, command, "this broker's rack"));
+            self.registering = Some(propose_later(broker, command, "this broker's rack"));
         }
-        // The users the cluster starts with, while it has none (once it has one, they are the
-        // operators' to change).
+    }
+
+    /// Writes the configured bootstrap users, once this broker's address is registered, while
+    /// the cluster has no user.
+    fn write_bootstrap_users(&mut self) {
+        let broker = &self.broker;
+        let me = broker.config.id;
         if !broker.config.bootstrap_users.is_empty()
             && !broker.catalog.read().has_users()
             && broker.catalog.read().broker_addr(me).as_ref() == Some(&broker.addr)
             && broker.meta.raft.leader().is_some()
-            && registering
-                .as_ref()
-                .is_none_or(tokio::task::JoinHandle::is_finished)
+            && self.registering_done()
         {
-            let broker = Arc::clone(&broker);
-            registering = Some(tokio::spawn(async move {
+            let broker = Arc::clone(broker);
+            self.registering = Some(tokio::spawn(async move {
                 for (user, credential) in &broker.config.bootstrap_users {
                     let request = ProposeRequest {
                         command: credential.put_command(user),
@@ -145,11 +241,16 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
                 );
             }));
         }
-        broker.drive_moves(&mut moving);
-        // The metadata leader makes every broker that joined a learner of the metadata Raft group,
-        // one at a time (a membership change waits for the previous one).
+    }
+
+    /// On the metadata leader, with no addition in flight: makes a broker that joined and is
+    /// not a member of the metadata Raft group yet a learner of it.
+    fn add_joined_broker(&mut self) {
+        let broker = &self.broker;
+        let me = broker.config.id;
         if broker.meta.raft.leader() == Some(me)
-            && adding
+            && self
+                .adding
                 .as_ref()
                 .is_none_or(tokio::task::JoinHandle::is_finished)
         {
@@ -164,8 +265,8 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
             if let Some(id) = missing
                 && let Some(addr) = broker.broker_addr(id)
             {
-                let broker = Arc::clone(&broker);
-                adding = Some(tokio::spawn(async move {
+                let broker = Arc::clone(broker);
+                self.adding = Some(tokio::spawn(async move {
                     match broker.meta.raft.add_learner(id, addr.to_string()).await {
                         Ok(()) => {
                             tracing::info!(broker = id, "broker joined the metadata Raft group")
@@ -178,10 +279,16 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
                 }));
             }
         }
-        // The metadata leader takes each decommissioned broker that holds no replica any
-        // more out of the metadata Raft group, then out of the cluster, one at a time.
+    }
+
+    /// On the metadata leader, with no removal in flight: removes a drained broker, or else
+    /// takes a removed one out of the metadata Raft group.
+    fn remove_departed_broker(&mut self) {
+        let broker = &self.broker;
+        let me = broker.config.id;
         if broker.meta.raft.leader() == Some(me)
-            && removing
+            && self
+                .removing
                 .as_ref()
                 .is_none_or(tokio::task::JoinHandle::is_finished)
         {
@@ -191,8 +298,8 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
                 let catalog = broker.catalog.read();
                 members.into_iter().find(|m| catalog.is_removed(*m))
             };
-            let broker = Arc::clone(&broker);
-            removing = match (drained, gone) {
+            let broker = Arc::clone(broker);
+            self.removing = match (drained, gone) {
                 (Some(id), _) => Some(tokio::spawn(async move {
                     if let Err(e) = broker.remove_drained(id).await {
                         tracing::debug!(broker = id, error = %e, "removing a decommissioned broker; will retry");
@@ -208,18 +315,23 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
                 (None, None) => None,
             };
         }
-        // With replica balancing on, the metadata leader records one move at a time that
-        // evens out the brokers' replica counts, a few partitions moving at once.
+    }
+
+    /// With replica balancing on, on the metadata leader, with no balancing move being
+    /// proposed: proposes the next move the catalog finds.
+    fn balance_replicas(&mut self) {
+        let broker = &self.broker;
         if broker.config.replica_balance
-            && broker.meta.raft.leader() == Some(me)
-            && balancing
+            && broker.meta.raft.leader() == Some(broker.config.id)
+            && self
+                .balancing
                 .as_ref()
                 .is_none_or(tokio::task::JoinHandle::is_finished)
             && let Some((name, partition, replicas)) =
                 broker.catalog.read().balancing_move(REPLICA_MOVES_AT_ONCE)
         {
-            let broker = Arc::clone(&broker);
-            balancing = Some(tokio::spawn(async move {
+            let broker = Arc::clone(broker);
+            self.balancing = Some(tokio::spawn(async move {
                 let request = ProposeRequest {
                     command: MetaCommand::ReassignPartition {
                         name: name.clone(),
@@ -239,22 +351,18 @@ pub(super) async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Re
                 }
             }));
         }
-        tokio::select! {
-            _ = shutdown.changed() => break,
-            _ = applied.changed() => {}
-            // Retries replicas that failed to start.
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-        }
-        if *shutdown.borrow() {
-            break;
-        }
     }
-    for task in [registering, adding, finalizing]
-        .into_iter()
-        .flatten()
-        .chain(moving.into_values())
-    {
-        task.abort();
+
+    /// Stops the registration, addition, finalization and partition move tasks still running
+    /// (a removal or balancing move in flight runs on).
+    fn abort_tasks(self) {
+        for task in [self.registering, self.adding, self.finalizing]
+            .into_iter()
+            .flatten()
+            .chain(self.moving.into_values())
+        {
+            task.abort();
+        }
     }
 }
 

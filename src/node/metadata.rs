@@ -20,9 +20,12 @@ use crate::segment::record::{Record, encode_records};
 use crate::transport::frame::Op;
 use crate::types::{NodeId, Offset, PartitionId};
 
-use super::service::{CreateTopic, DeleteTopic, Propose};
+use super::service::DeleteTopic;
 use super::write::read_committed;
 use super::{Broker, META_RECORD_BYTES_MAX};
+
+mod requests;
+pub(super) use requests::{Forwardable, MetaError};
 
 /// Producer ids a broker takes from the cluster at a time (as Kafka's brokers do).
 const PRODUCER_ID_BLOCK: u64 = 1000;
@@ -513,118 +516,6 @@ impl Broker {
     }
 }
 
-/// Why a metadata command did not take effect.
-pub(super) enum MetaError {
-    Refused(Refused),
-    Failed(Error),
-}
-
-impl MetaError {
-    /// The caller's error: `unknown` and `exists` say what an unknown or an existing topic
-    /// means for its command.
-    pub(super) fn into_error(
-        self,
-        unknown: impl FnOnce() -> Error,
-        exists: impl FnOnce() -> Error,
-    ) -> Error {
-        match self {
-            MetaError::Refused(Refused::UnknownTopic) => unknown(),
-            MetaError::Refused(Refused::TopicExists) => exists(),
-            MetaError::Refused(Refused::Invalid(reason)) => Error::InvalidTopic { reason },
-            MetaError::Refused(Refused::BadReplicas(reason)) => {
-                Error::InvalidReplicaAssignment(reason)
-            }
-            MetaError::Refused(Refused::Moving | Refused::NotMoving) => Error::InvalidTopic {
-                reason: "a partition's move refused".into(),
-            },
-            MetaError::Refused(Refused::InvalidConfig(key, value, reason)) => {
-                Error::InvalidTopicConfig { key, value, reason }
-            }
-            MetaError::Refused(Refused::TopicChanged) => Error::TryAgain {
-                partition: crate::types::PartitionId::new(crate::catalog::METADATA_TOPIC, 0),
-                reason: "the topic changed meanwhile".into(),
-            },
-            MetaError::Failed(e) => e,
-        }
-    }
-}
-
-/// An admin request that can be marked as forwarded by a broker to the metadata leader.
-pub(super) trait Forwardable {
-    fn forwarded(self) -> Self;
-}
-
-impl Forwardable for crate::protocol::TopicConfigsRequest {
-    fn forwarded(self) -> Self {
-        match self {
-            Self::Alter(alter) => Self::Alter(crate::protocol::AlterTopicConfigs {
-                forwarded: true,
-                ..alter
-            }),
-            describe => describe,
-        }
-    }
-}
-
-impl Forwardable for CreateTopicRequest {
-    fn forwarded(self) -> Self {
-        CreateTopicRequest {
-            forwarded: true,
-            ..self
-        }
-    }
-}
-
-impl Forwardable for ProposeRequest {
-    fn forwarded(self) -> Self {
-        ProposeRequest {
-            forwarded: true,
-            ..self
-        }
-    }
-}
-
-impl Forwardable for DeleteTopicRequest {
-    fn forwarded(self) -> Self {
-        DeleteTopicRequest {
-            forwarded: true,
-            ..self
-        }
-    }
-}
-
-/// The service's topic creation as the metadata leader is asked for it (the forwarding body
-/// of `Op::CreateTopic`): a partition count or replication factor left out is the
-/// assignment's.
-impl From<CreateTopic> for CreateTopicRequest {
-    fn from(request: CreateTopic) -> Self {
-        let topic = request.topic;
-        let placed = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-        let first = topic.assignment.first().map_or(0, Vec::len);
-        CreateTopicRequest {
-            partitions: topic
-                .partitions
-                .unwrap_or_else(|| placed(topic.assignment.len())),
-            replication_factor: topic.replication_factor.unwrap_or_else(|| placed(first)),
-            name: topic.name,
-            configs: topic.configs,
-            assignment: topic.assignment,
-            forwarded: request.forwarded,
-        }
-    }
-}
-
-/// A peer's metadata command as the metadata leader is asked for it (the forwarding body of
-/// `Op::Propose`).
-impl From<Propose> for ProposeRequest {
-    fn from(request: Propose) -> Self {
-        ProposeRequest {
-            command: request.command,
-            forwarded: request.forwarded,
-        }
-    }
-}
-
 /// Checks a replica assignment a client gave: every partition with the same number of
 /// distinct brokers of the cluster.
 pub(super) fn check_replica_assignment(
@@ -654,68 +545,4 @@ pub(super) fn check_replica_assignment(
 }
 
 #[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use crate::LocalCluster;
-    use crate::catalog::MetaCommand;
-    use crate::protocol::ProposeRequest;
-
-    /// A broker is taken to be at an address only if it answers there as itself.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_broker_is_recognized_only_at_its_own_address() {
-        let dir = tempfile::tempdir().unwrap();
-        let cluster = LocalCluster::start(2, dir.path(), |_| {}).await.unwrap();
-        let (one, two) = (cluster.addrs()[0], cluster.addrs()[1]);
-        let broker = &cluster.node(1).unwrap().broker;
-        assert!(broker.answers_at(2, two.into()).await);
-        assert!(
-            !broker.answers_at(2, one.into()).await,
-            "broker 1 is not broker 2"
-        );
-        let nobody = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let free = nobody.local_addr().unwrap();
-        drop(nobody);
-        assert!(!broker.answers_at(2, free.into()).await);
-        cluster.shutdown().await.unwrap();
-    }
-
-    /// Regression: a proposed registration moved the broker's traffic to the
-    /// new address at once, before it was committed (or even if it never was). Now only a
-    /// committed registration does, or an address where the broker answers as itself.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn an_uncommitted_registration_moves_no_traffic() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut cluster = LocalCluster::start(3, dir.path(), |c| {
-            c.heartbeat_interval = Duration::from_millis(100);
-            c.election_timeout = Duration::from_millis(500);
-            c.request_timeout = Duration::from_millis(1000);
-        })
-        .await
-        .unwrap();
-        let two = cluster.addrs()[1];
-        // Without brokers 2 and 3 nothing commits in the metadata Raft group.
-        cluster.stop(2).await.unwrap();
-        cluster.stop(3).await.unwrap();
-        let elsewhere = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let request = ProposeRequest {
-            command: MetaCommand::RegisterBroker {
-                id: 2,
-                addr: elsewhere.local_addr().unwrap().to_string(),
-                join: false,
-            },
-            forwarded: false,
-        };
-        let broker = &cluster.node(1).unwrap().broker;
-        let proposed = tokio::time::timeout(Duration::from_secs(30), broker.propose(request))
-            .await
-            .expect("the proposal ends within its timeouts");
-        assert!(proposed.is_err(), "nothing commits without a quorum");
-        assert_eq!(
-            broker.peers.addr_of(2),
-            Some(two.into()),
-            "broker 2's traffic still goes where the catalog says"
-        );
-        cluster.shutdown().await.unwrap();
-    }
-}
+mod tests;

@@ -10,8 +10,7 @@ use parking_lot::RwLock;
 use tokio::sync::watch;
 
 use crate::Address;
-use crate::catalog::{CONFIGURED_TOPIC_ID, Catalog, METADATA_TOPIC};
-use crate::config::LogConfig;
+use crate::catalog::Catalog;
 use crate::env::Env;
 use crate::error::{Error, Result};
 use crate::log::AppendInfo;
@@ -20,8 +19,7 @@ use crate::raft::state_machine::StateMachine;
 use crate::raft::storage::LogStore;
 use crate::segment::batch::Batch;
 use crate::segment::record::Record;
-use crate::transport::{Handler, PeerSet, spawn_server};
-use crate::types::Durability;
+use crate::transport::PeerSet;
 use crate::types::{NodeId, Offset, PartitionId, ProducerSeq};
 
 mod config;
@@ -47,6 +45,7 @@ mod report;
 mod retention;
 mod security_ops;
 pub(crate) mod service;
+mod start;
 mod supervise;
 mod topic_settings;
 mod versions;
@@ -58,7 +57,6 @@ use handler::NodeHandler;
 pub use leader_balance::Election;
 use replica_dir::{open_data_dir, partition_dir};
 use replicas::{ReplicaSpec, open_or_rebuild_replica, open_replica};
-use service::BrokerService;
 
 /// A snapshot of one partition replica's state.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -99,7 +97,7 @@ const ISR_LAG_REQUESTS_MAX: u64 = 4;
 /// Raft handle, its log store and state machine.
 struct HostedReplica {
     id: PartitionId,
-    /// The topic's id in the catalog ([`CONFIGURED_TOPIC_ID`] for configured topics).
+    /// The topic's id in the catalog ([`CONFIGURED_TOPIC_ID`](crate::catalog::CONFIGURED_TOPIC_ID) for configured topics).
     topic_id: u64,
     raft: Replica,
     store: LogStore,
@@ -209,291 +207,6 @@ impl std::fmt::Debug for Node {
 }
 
 impl Node {
-    /// Opens and recovers the replicas of the configured topics and the metadata Raft group,
-    /// listens on `config.listen`, and joins each Raft group. Replicas of created topics start a
-    /// moment later, once the metadata log is re-applied (at once, from the local log, up to
-    /// where it was committed at the last shutdown). A fresh cluster elects its leaders by
-    /// itself.
-    ///
-    /// # Errors
-    ///
-    /// Anything [`PartitionLog::open`](crate::PartitionLog::open) returns, and [`Error::Io`]
-    /// if the address cannot be bound.
-    pub async fn start(config: NodeConfig) -> Result<Node> {
-        Node::start_in(config, Env::default(), None).await
-    }
-
-    /// [`start`](Self::start) on a listener the caller bound already (`config.listen` becomes
-    /// its address): a caller that binds port 0 to find a free port hands that very socket
-    /// over, so no other process can take the port in between.
-    ///
-    /// # Errors
-    ///
-    /// As [`start`](Self::start).
-    pub async fn start_on(config: NodeConfig, listener: std::net::TcpListener) -> Result<Node> {
-        Node::start_in(config, Env::default(), Some(listener)).await
-    }
-
-    /// [`start`](Self::start) in the environment `env` (for tests: the disk faults of its logs,
-    /// the network faults between it and its peers), on `listener` if given (as
-    /// [`start_on`](Self::start_on)) or else on `config.listen`.
-    ///
-    /// # Errors
-    ///
-    /// As [`start`](Self::start).
-    pub async fn start_in(
-        mut config: NodeConfig,
-        env: Env,
-        listener: Option<std::net::TcpListener>,
-    ) -> Result<Node> {
-        let listener = match listener {
-            Some(listener) => {
-                config.listen = listener.local_addr()?;
-                config.validate()?;
-                listener.set_nonblocking(true)?;
-                tokio::net::TcpListener::from_std(listener)?
-            }
-            None => {
-                config.validate()?;
-                tokio::net::TcpListener::bind(config.listen)
-                    .await
-                    .map_err(|e| {
-                        std::io::Error::new(
-                            e.kind(),
-                            format!("cannot listen on {}: {e}", config.listen),
-                        )
-                    })?
-            }
-        };
-        let tls = config
-            .tls
-            .as_ref()
-            .map(crate::tls::TlsServer::new)
-            .transpose()?;
-        // With the brokers' CA, the native listener serves TLS, asking for certificates (peer
-        // brokers present theirs), and peers are dialed over it, with this broker's.
-        let ca = config.tls.as_ref().and_then(|t| t.ca_cert.clone());
-        // Kafka clients are asked for certificates where `client_auth` says so.
-        let client_auth = config.client_auth;
-        let required = client_auth == crate::ClientAuth::Required;
-        let (native_tls, dialer, kafka_tls) = match (&tls, ca) {
-            (Some(server), Some(ca)) => (
-                Some(server.asking_for_certificates(&ca, required)?),
-                Some(crate::tls::TlsDialer::for_peers(&ca, server)?),
-                match client_auth {
-                    crate::ClientAuth::None => Some(server.clone()),
-                    _ => Some(server.asking_for_certificates(&ca, required)?),
-                },
-            ),
-            (server, _) => (None, None, server.clone()),
-        };
-        let data_lock = open_data_dir(&config.data_dir)?;
-        if config.log.preallocate == crate::segment::Preallocate::Auto {
-            config.log.preallocate = crate::segment::Preallocate::Fallocate;
-        }
-        let addr = listener.local_addr()?;
-        let (shutdown, shutdown_rx) = watch::channel(false);
-        let timing = Timing {
-            heartbeat: config.heartbeat_interval,
-            election_timeout: config.election_timeout,
-        };
-        let peers = PeerSet::new(
-            &config.peers,
-            config.id,
-            config.frame_bytes_max,
-            &shutdown_rx,
-            (dialer, config.protocol_version),
-        );
-        #[cfg(any(test, feature = "failpoints"))]
-        let peers = peers.with_faults(env.net_faults());
-        let peers = Arc::new(peers);
-        let mut founders: Vec<NodeId> = config.peers.keys().copied().collect();
-        if !config.join {
-            founders.push(config.id);
-        }
-        founders.sort_unstable();
-        founders.dedup();
-        let catalog = Catalog::with_configured(&config.topics, &founders);
-        // The metadata log is never purged (the catalog is its replay) and always synced. Its
-        // records are a few topic commands: small segments, preallocated without writing.
-        let mut meta_log = config.log.clone();
-        meta_log.retention_bytes = None;
-        meta_log.retention_time = None;
-        meta_log.segment_bytes = META_SEGMENT_BYTES;
-        meta_log.record_bytes_max = META_RECORD_BYTES_MAX;
-        meta_log.batch_bytes_max = META_RECORD_BYTES_MAX;
-        meta_log.preallocate = crate::segment::Preallocate::Fallocate;
-        // Partition replicas with damaged files are rebuilt from their leaders; the metadata
-        // replica (the catalog every replica is started from) is not.
-        let open = |id: PartitionId, topic_id: u64, log: LogConfig, durability| {
-            let peers = Arc::clone(&peers);
-            let dir = partition_dir(&config.data_dir, &id);
-            let me = config.id;
-            let others = config.peers.keys().filter(|p| **p != me).count();
-            let metadata = id.topic == METADATA_TOPIC;
-            let env = if metadata {
-                env.without_disk_faults()
-            } else {
-                env.clone()
-            };
-            let spec = ReplicaSpec {
-                me,
-                timing,
-                peers,
-                id,
-                topic_id,
-                dir,
-                log,
-                env,
-                durability,
-                replication_bytes_max: config.payload_bytes_max(),
-            };
-            async move {
-                if metadata {
-                    open_replica(spec).await
-                } else {
-                    open_or_rebuild_replica(others, spec).await
-                }
-            }
-        };
-        let meta = open(
-            PartitionId::new(METADATA_TOPIC, 0),
-            CONFIGURED_TOPIC_ID,
-            meta_log,
-            Durability::Fsync,
-        )
-        .await?;
-        let mut replicas = HashMap::new();
-        // Configured topics have a replica on every founding broker, and only there.
-        let configured = if config.join {
-            &[][..]
-        } else {
-            &config.topics[..]
-        };
-        for (topic, count) in configured {
-            for partition in 0..*count {
-                let id = PartitionId::new(topic.clone(), partition);
-                let replica = open(
-                    id.clone(),
-                    CONFIGURED_TOPIC_ID,
-                    config.log.clone(),
-                    config.durability,
-                )
-                .await?;
-                replicas.insert(id, replica);
-            }
-        }
-        let topic_defaults =
-            crate::topic_config::broker_defaults(&config.log, &config.topic_defaults);
-        let advertised = config.advertised.clone().unwrap_or_else(|| addr.into());
-        let coordinator = groups::coordinator(&config);
-        let liveness = Arc::new(liveness::Liveness::new(
-            config.heartbeat_interval,
-            config.election_timeout,
-        ));
-        let broker = Arc::new(Broker {
-            config,
-            env,
-            addr: advertised,
-            timing,
-            peers,
-            founders,
-            replicas: RwLock::new(replicas),
-            meta,
-            catalog_applied: watch::Sender::new(catalog.next_offset()),
-            catalog: RwLock::new(catalog),
-            replicas_changing: tokio::sync::Mutex::new(()),
-            closing: AtomicBool::new(false),
-            down: parking_lot::Mutex::default(),
-            stopping: shutdown_rx.clone(),
-            coordinator,
-            kafka_addr: std::sync::OnceLock::new(),
-            producer_ids: tokio::sync::Mutex::new(0..0),
-            failed_logins: crate::security::FailedLogins::default(),
-            topic_defaults,
-            liveness,
-        });
-        // Before anything can reach the replicas (see `Broker::initialize`).
-        replicas::initialize_replicas(&broker).await;
-        broker.check_version_at_start().await?;
-        broker.refresh_topic_settings();
-        let handler: Arc<dyn Handler> = Arc::new(NodeHandler {
-            broker: Arc::clone(&broker),
-            service: BrokerService::new(Arc::clone(&broker)),
-            sasl: (broker.config.native_sasl).then(|| service::SaslSettings::new(&broker.config)),
-        });
-        let shutdown_for_retention = shutdown_rx.clone();
-        let limits = broker.config.server_limits();
-        let client_budgets = crate::transport::ClientBudgets::new(&limits);
-        // One connection cap for both doors.
-        let admission = crate::transport::Admission::new(limits);
-        let kafka_bound = std::sync::OnceLock::new();
-        let kafka = match broker.config.kafka_listen {
-            Some(at) => {
-                let listener = tokio::net::TcpListener::bind(at).await?;
-                let local = listener.local_addr()?;
-                let _ = kafka_bound.set(local);
-                let advertised = broker.config.kafka_advertised.clone();
-                let _ = broker
-                    .kafka_addr
-                    .set(advertised.unwrap_or_else(|| local.into()));
-                let sasl = crate::kafka::sasl_settings(&broker.config);
-                let config = crate::kafka::KafkaConfig {
-                    me: broker.config.id,
-                    limits,
-                    budgets: client_budgets.clone(),
-                    admission: Arc::clone(&admission),
-                    sasl,
-                    principal_rules: broker.config.ssl_principal_mapping_rules.clone(),
-                };
-                let protocol = broker.config.kafka_security_protocol;
-                tracing::info!(%local, security = protocol.name(), "kafka listener");
-                Some(crate::kafka::spawn(
-                    listener,
-                    BrokerService::new(Arc::clone(&broker)),
-                    config,
-                    kafka_tls.clone().filter(|_| protocol.tls()),
-                    shutdown_rx.clone(),
-                ))
-            }
-            None => None,
-        };
-        let server = spawn_server(
-            listener,
-            handler,
-            limits,
-            client_budgets,
-            (admission, native_tls),
-            shutdown_rx,
-        );
-        let follower = tokio::spawn(follow_metadata(
-            Arc::clone(&broker),
-            shutdown_for_retention.clone(),
-        ));
-        let node = Node {
-            broker,
-            addr,
-            kafka_bound,
-            shutdown,
-            server,
-            follower,
-            kafka,
-            tls,
-            _data_lock: data_lock,
-        };
-        tokio::spawn(Arc::clone(&node.broker).supervise(shutdown_for_retention.clone()));
-        tokio::spawn(groups::run_timers(
-            Arc::clone(&node.broker),
-            shutdown_for_retention.clone(),
-        ));
-        tokio::spawn(Arc::clone(&node.broker).report_metrics(shutdown_for_retention.clone()));
-        tokio::spawn(Arc::clone(&node.broker).run_liveness(shutdown_for_retention.clone()));
-        tokio::spawn(Arc::clone(&node.broker).run_quiet(shutdown_for_retention.clone()));
-        node.spawn_leader_balance(shutdown_for_retention.clone());
-        node.spawn_retention(shutdown_for_retention);
-        Ok(node)
-    }
-
     /// This broker's id.
     pub fn id(&self) -> NodeId {
         self.broker.config.id
@@ -543,7 +256,8 @@ impl Node {
     }
 
     /// Appends `records` as one batch to a partition this broker leads, and returns where the
-    /// batch landed once it is committed (durable on a quorum under [`Durability::Fsync`]).
+    /// batch landed once it is committed (durable on a quorum under
+    /// [`Durability::Fsync`](crate::types::Durability::Fsync)).
     ///
     /// # Errors
     ///

@@ -17,6 +17,8 @@ use crate::types::{LeaderHint, LogIndex, Offset, PartitionId, ProducerSeq};
 use super::service::ProduceBatch;
 use super::supervise::RebuildCause;
 use super::{Broker, HostedReplica};
+use crate::segment::frame::Limits;
+use crate::topic_config::TopicSettings;
 
 /// Whether a replog payload of `count` records (validated) has a record without a key.
 fn has_keyless(payload: &[u8], count: u32) -> bool {
@@ -75,67 +77,8 @@ impl Broker {
         request: AppendRequest,
         turn: Option<Turn>,
     ) -> Result<AppendInfo> {
-        if request.record_count == 0 {
-            return Err(Error::EmptyBatch);
-        }
-        // The replica's own limits: the metadata log's differ from the partitions'. Checked here,
-        // before anything reaches Raft: a batch the log would refuse to store must never be
-        // proposed (its storage error would stop the replica for good).
-        let limits = replica.store.log().limits();
         let settings = *replica.settings.read();
-        let len = request.records.len() as u64;
-        let max = limits.batch_bytes_max.min(settings.max_message_bytes);
-        if len > u64::from(max) {
-            return Err(Error::BatchTooLarge {
-                len,
-                max: u64::from(max),
-            });
-        }
-        // A Kafka batch is checked whole here (CRC-32C, records, codec, limits), once;
-        // replicas and readers after it check only its header and the frame's CRC. An
-        // uncompressed batch of up to `KAFKA_INLINE_CHECK_BYTES` is checked on this worker (one
-        // CRC pass and one walk of its records: tens of microseconds); a larger or compressed
-        // one (decompressing costs a few milliseconds per MiB) off the runtime's workers.
-        let checked = match request.format {
-            PayloadFormat::Replog => crate::segment::record::validate_records(
-                &request.records,
-                request.record_count,
-                limits,
-            )
-            .map(|()| settings.compact && has_keyless(&request.records, request.record_count)),
-            PayloadFormat::Kafka => {
-                let (records, limits) = (request.records.clone(), *limits);
-                let accept = move || crate::segment::kafka::accept_keyed(&records, &limits);
-                let inline = request.records.len() <= KAFKA_INLINE_CHECK_BYTES
-                    && crate::segment::kafka::header(&request.records).is_ok_and(|h| h.codec == 0);
-                let info = if inline {
-                    accept()
-                } else {
-                    tokio::task::spawn_blocking(accept)
-                        .await
-                        .unwrap_or(Err(CorruptKind::BadKafkaBatch("records do not decode")))
-                };
-                info.and_then(|(info, keyless)| {
-                    if info.record_count == request.record_count {
-                        Ok(keyless)
-                    } else {
-                        Err(CorruptKind::BadKafkaBatch(
-                            "record count differs from the request's",
-                        ))
-                    }
-                })
-            }
-        };
-        let keyless = checked.map_err(|kind| match kind {
-            CorruptKind::LengthOutOfRange { len, max } => Error::RecordTooLarge { len, max },
-            kind => Error::InvalidBatch { kind },
-        })?;
-        if keyless && settings.compact {
-            return Err(Error::InvalidRecord(format!(
-                "topic {} is compacted: every record needs a key",
-                replica.id.topic
-            )));
-        }
+        check_batch(replica, &request, settings).await?;
         let record_count = request.record_count;
         // The leader's clock stamps the batch (Kafka's LogAppendTime); replicas store it as is.
         // Never below the log's latest stamp (a predecessor's clock may have been ahead), so
@@ -311,4 +254,84 @@ pub(super) fn read_committed(
     let mut batches = log.read(offset, max_bytes)?;
     batches.retain(|b| b.base_offset() < high_watermark);
     Ok(batches)
+}
+
+/// Checks `request` against `replica`'s limits and its topic's `settings` before it reaches
+/// Raft: not empty, not too large, its records well formed, and keyed if the topic is
+/// compacted.
+async fn check_batch(
+    replica: &HostedReplica,
+    request: &AppendRequest,
+    settings: TopicSettings,
+) -> Result<()> {
+    if request.record_count == 0 {
+        return Err(Error::EmptyBatch);
+    }
+    // The replica's own limits: the metadata log's differ from the partitions'. Checked here,
+    // before anything reaches Raft: a batch the log would refuse to store must never be
+    // proposed (its storage error would stop the replica for good).
+    let limits = replica.store.log().limits();
+    let len = request.records.len() as u64;
+    let max = limits.batch_bytes_max.min(settings.max_message_bytes);
+    if len > u64::from(max) {
+        return Err(Error::BatchTooLarge {
+            len,
+            max: u64::from(max),
+        });
+    }
+    let checked = check_records(request, limits, settings).await;
+    let keyless = checked.map_err(|kind| match kind {
+        CorruptKind::LengthOutOfRange { len, max } => Error::RecordTooLarge { len, max },
+        kind => Error::InvalidBatch { kind },
+    })?;
+    if keyless && settings.compact {
+        return Err(Error::InvalidRecord(format!(
+            "topic {} is compacted: every record needs a key",
+            replica.id.topic
+        )));
+    }
+    Ok(())
+}
+
+/// Checks `request`'s records against `limits`, in their format; returns whether a record
+/// without a key was found (looked for only where `settings` make the topic compacted, for a
+/// replog batch).
+async fn check_records(
+    request: &AppendRequest,
+    limits: &Limits,
+    settings: TopicSettings,
+) -> std::result::Result<bool, CorruptKind> {
+    // A Kafka batch is checked whole here (CRC-32C, records, codec, limits), once;
+    // replicas and readers after it check only its header and the frame's CRC. An
+    // uncompressed batch of up to `KAFKA_INLINE_CHECK_BYTES` is checked on this worker (one
+    // CRC pass and one walk of its records: tens of microseconds); a larger or compressed
+    // one (decompressing costs a few milliseconds per MiB) off the runtime's workers.
+    match request.format {
+        PayloadFormat::Replog => {
+            crate::segment::record::validate_records(&request.records, request.record_count, limits)
+                .map(|()| settings.compact && has_keyless(&request.records, request.record_count))
+        }
+        PayloadFormat::Kafka => {
+            let (records, limits) = (request.records.clone(), *limits);
+            let accept = move || crate::segment::kafka::accept_keyed(&records, &limits);
+            let inline = request.records.len() <= KAFKA_INLINE_CHECK_BYTES
+                && crate::segment::kafka::header(&request.records).is_ok_and(|h| h.codec == 0);
+            let info = if inline {
+                accept()
+            } else {
+                tokio::task::spawn_blocking(accept)
+                    .await
+                    .unwrap_or(Err(CorruptKind::BadKafkaBatch("records do not decode")))
+            };
+            info.and_then(|(info, keyless)| {
+                if info.record_count == request.record_count {
+                    Ok(keyless)
+                } else {
+                    Err(CorruptKind::BadKafkaBatch(
+                        "record count differs from the request's",
+                    ))
+                }
+            })
+        }
+    }
 }
