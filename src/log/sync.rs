@@ -29,22 +29,21 @@ impl PartitionLog {
     pub fn flush(&self) -> Result<()> {
         let target = self.writer.lock().cursor.next_log_index;
         let _sync = self.sync.lock();
-        if self.durable_next_log_index.load(Ordering::Acquire) >= target {
-            // Every entry is durable, but a segment rolled since (by age, with no write after)
-            // may still wait to be sealed: indexed, its descriptor closed.
+        let durable = self.durable_next_log_index.load(Ordering::Acquire) >= target;
+        let (seg, next) = {
             let mut w = self.writer.lock();
-            if w.unsynced.is_empty() && w.pending_seal.is_none() {
+            // Every entry may be durable while a segment rolled since (by age, with no write
+            // after) still waits to be sealed: indexed, its descriptor closed.
+            if durable && w.unsynced.is_empty() && w.pending_seal.is_none() {
                 return Ok(());
             }
             self.check_writable()?;
-            return self.seal_all_locked(&mut w);
-        }
-        self.check_writable()?;
-        let (seg, next) = {
-            let mut w = self.writer.lock();
             // Sealed segments come before the active one: make them durable first. This holds
             // the writer lock, so that no roll can index a later segment before they are.
             self.seal_all_locked(&mut w)?;
+            if durable {
+                return Ok(());
+            }
             (Arc::clone(&w.active), w.cursor.next_log_index)
         };
         self.syncs.fetch_add(1, Ordering::Relaxed);

@@ -111,11 +111,8 @@ pub(crate) struct LogStore {
 struct Inner {
     log: PartitionLog,
     meta_path: PathBuf,
-    meta: Mutex<RaftMeta>,
-    /// The number of the last save of `raft-meta` ([`super::meta_file`]); 0 while the file
-    /// does not exist or is in the single-copy layout of earlier builds. Changed only with
-    /// `meta` held.
-    meta_generation: std::sync::atomic::AtomicU64,
+    /// `raft-meta` as last saved, and the number of that save ([`super::meta_file`]).
+    meta: Mutex<super::meta_file::Stored>,
     /// The committed entry as openraft last reported it; written to `raft-meta` with the
     /// vote and at shutdown ([`LogStore::persist_committed`]), never on its own hot path.
     committed: Mutex<Option<LogId>>,
@@ -171,8 +168,7 @@ impl LogStore {
             inner: Arc::new(Inner {
                 log,
                 meta_path,
-                meta: Mutex::new(stored.meta),
-                meta_generation: std::sync::atomic::AtomicU64::new(stored.generation.unwrap_or(0)),
+                meta: Mutex::new(stored),
                 committed: Mutex::new(None),
                 durability,
                 replication_bytes_max,
@@ -223,7 +219,7 @@ impl LogStore {
     /// than it had known committed (`applied` is its last applied entry). Once it caught up,
     /// the mark is cleared for good.
     pub(crate) fn abstains(&self, applied: Option<LogId>) -> bool {
-        let Some(below) = self.inner.meta.lock().rebuilt_below else {
+        let Some(below) = self.inner.meta.lock().meta.rebuilt_below else {
             return false;
         };
         if applied.map_or(0, |a| a.index + 1) < below {
@@ -253,12 +249,12 @@ impl LogStore {
     /// [`RaftMeta::rebuild_mark`]), from the committed entry as openraft last reported it.
     pub(crate) fn rebuild_mark(&self) -> Option<u64> {
         let committed = *self.inner.committed.lock();
-        self.inner.meta.lock().rebuild_mark(committed)
+        self.inner.meta.lock().meta.rebuild_mark(committed)
     }
 
     /// The vote this replica last made durable.
     pub(crate) fn vote(&self) -> Option<Vote> {
-        self.inner.meta.lock().vote
+        self.inner.meta.lock().meta.vote
     }
 
     /// The partition log.
@@ -272,30 +268,33 @@ impl LogStore {
             .inner
             .meta
             .lock()
+            .meta
             .last_purged
             .map_or(0, |l| l.index + 1);
         purged.max(self.inner.log.first_log_index().get())
     }
 
     fn save_meta(&self, update: impl FnOnce(&mut RaftMeta)) -> io::Result<()> {
-        let mut meta = self.inner.meta.lock();
-        let mut next = meta.clone();
+        let mut stored = self.inner.meta.lock();
+        let mut next = stored.meta.clone();
         // A hint only: `read_committed` uses it if the log still holds that very entry.
         next.committed = *self.inner.committed.lock();
         update(&mut next);
-        // In place once the file has both slots; written whole the first time.
-        use std::sync::atomic::Ordering;
-        let last = self.inner.meta_generation.load(Ordering::Acquire);
-        let generation = last + 1;
-        if last == 0 {
-            super::meta_file::write_whole(&self.inner.meta_path, &next, generation)?;
-        } else {
-            super::meta_file::write_in_place(&self.inner.meta_path, &next, generation)?;
-        }
-        self.inner
-            .meta_generation
-            .store(generation, Ordering::Release);
-        *meta = next;
+        // Written whole the first time (no file, or the single-copy layout), in place after.
+        let generation = match stored.generation {
+            None => {
+                super::meta_file::write_whole(&self.inner.meta_path, &next, 1)?;
+                1
+            }
+            Some(last) => {
+                super::meta_file::write_in_place(&self.inner.meta_path, &next, last + 1)?;
+                last + 1
+            }
+        };
+        *stored = super::meta_file::Stored {
+            meta: next,
+            generation: Some(generation),
+        };
         Ok(())
     }
 
@@ -458,7 +457,7 @@ impl RaftLogReader<C> for LogStore {
     }
 
     async fn read_vote(&mut self) -> io::Result<Option<Vote>> {
-        Ok(self.inner.meta.lock().vote)
+        Ok(self.inner.meta.lock().meta.vote)
     }
 }
 
@@ -466,7 +465,7 @@ impl RaftLogStorage<C> for LogStore {
     type LogReader = LogStore;
 
     async fn get_log_state(&mut self) -> io::Result<LogState<C>> {
-        let last_purged = self.inner.meta.lock().last_purged;
+        let last_purged = self.inner.meta.lock().meta.last_purged;
         let next = self.inner.log.next_log_index().get();
         let last = if next > self.first_readable() {
             let batches = self
@@ -499,7 +498,7 @@ impl RaftLogStorage<C> for LogStore {
     /// power loss under `Replicated` can take it; a purge can pass it): otherwise `None`,
     /// and openraft recovers from the snapshot and waits for a leader, as without a record.
     async fn read_committed(&mut self) -> io::Result<Option<LogId>> {
-        let Some(saved) = self.inner.meta.lock().committed else {
+        let Some(saved) = self.inner.meta.lock().meta.committed else {
             return Ok(None);
         };
         let held = self
