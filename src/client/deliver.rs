@@ -204,6 +204,9 @@ impl Client {
     }
 }
 
+/// The longest pause between two metadata refreshes of one delivery.
+const REFRESH_BACKOFF_MAX: Duration = Duration::from_millis(500);
+
 /// What [`Delivering::run`] does after a step.
 enum Next {
     /// Send to `target` at once.
@@ -317,9 +320,11 @@ impl<'a> Delivering<'a> {
 
     /// No known leader: asks for metadata (any broker), with backoff once anything was tried.
     async fn locate(&mut self) -> Next {
+        // At most half a second: a refresh costs one request per topic however many sends
+        // wait on it (they share it), and a leader elected is written to sooner.
         if !self.route.is_empty() {
             tokio::time::sleep(jitter(self.backoff)).await;
-            self.backoff = (self.backoff * 2).min(Duration::from_secs(1));
+            self.backoff = (self.backoff * 2).min(REFRESH_BACKOFF_MAX);
         }
         let topic = &self.id.topic;
         match self.client.refresh_for(Some(topic), Some(&self.id)).await {

@@ -54,7 +54,8 @@ pub struct NodeConfig {
     pub durability: Durability,
     /// Raft heartbeat interval. Default 250 ms.
     pub heartbeat_interval: Duration,
-    /// Raft election timeout (the lower bound; the upper is twice it). Default 1000 ms.
+    /// Raft election timeout (the lower bound; the upper is one and a half times it).
+    /// Default 1000 ms.
     pub election_timeout: Duration,
     /// How long an append may wait for commit before it fails as indeterminate. Default 5 s.
     pub request_timeout: Duration,

@@ -79,7 +79,7 @@ impl Broker {
         }
         if matches!(op, Op::Vote | Op::PreVote)
             && let Some(refusal) = replica.raft.refuses_vote_while_quiet(rest, |leader| {
-                leader == self.config.id || self.liveness.is_live(leader)
+                leader == self.config.id || self.liveness.hears(leader)
             })
         {
             // A member that campaigns against this quiet leader does not hear it (it missed

@@ -13,10 +13,10 @@
 //! group and the offsets topic's partitions never go quiet: the cluster's and the consumer
 //! groups' coordination runs through them.
 //!
-//! When a broker turns silent (`liveness.rs`), this broker wakes the quiet groups that broker
-//! led: the first survivor by id at once, the next half an election timeout later, and so on,
-//! [`WOKEN_AT_ONCE`] at a time, so that a thousand groups do not all campaign in the same
-//! instant. When a broker is heard again, or restarted, this broker wakes the quiet groups it
+//! When a broker turns silent (`liveness.rs`), this broker's members of the groups that broker
+//! led campaign, quiet or not: the first survivor by id at once, the next half an election
+//! timeout later, and so on, [`WOKEN_AT_ONCE`] at a time, so that a thousand groups do not all
+//! campaign in the same instant. When a broker is heard again, or restarted, this broker wakes the quiet groups it
 //! leads with a replica there.
 //!
 //! ## Why quiet cannot lose a write or elect two leaders
@@ -50,7 +50,7 @@ use crate::types::{NodeId, PartitionId};
 use super::{Broker, HostedReplica};
 
 /// Groups woken together after a broker turned silent, before the next few.
-const WOKEN_AT_ONCE: usize = 64;
+const WOKEN_AT_ONCE: usize = 256;
 
 /// The pause between two batches of groups woken.
 const WAKE_PAUSE: Duration = Duration::from_millis(50);
@@ -266,16 +266,29 @@ impl Broker {
             .collect()
     }
 
-    /// Broker `silent` stopped answering (or restarted): the quiet groups it led here wake and
-    /// elect, the replica first by id among the other voters at once, the next half an
-    /// election timeout later, and so on, a few at a time.
+    /// Broker `silent` stopped answering (or restarted): the Raft groups it led here elect a
+    /// new leader. On the first survivor by id among each group's voters, the member campaigns
+    /// at once (a pre-vote first); the other survivors' members of quiet groups wake half an
+    /// election timeout later per rank, and their own timers campaign if the first did not
+    /// win. Groups awake here campaign on the first survivor too rather than wait for their
+    /// timers, which run out only a lease and an election timeout after the leader was last
+    /// heard. [`WOKEN_AT_ONCE`] at a time, a pause between them, so that a thousand
+    /// elections do not all start in the same instant.
+    ///
+    /// A campaign asked for here goes through openraft's own checks: the member skips it while
+    /// it heard a leader within its lease, and every voter refuses it while it did (or, parked,
+    /// while the leader's broker is live in its view). So a broker that wrongly thinks another
+    /// silent (a one-way cut) deposes no one.
     pub(super) fn broker_turned_silent(self: &Arc<Self>, silent: NodeId) {
         let me = self.config.id;
-        let mut woken: Vec<(usize, Arc<HostedReplica>)> = self
+        let mut led: Vec<(usize, Arc<HostedReplica>)> = self
             .replicas
             .read()
             .values()
-            .filter(|r| r.raft.parked_under() == Some(silent))
+            .filter(|r| {
+                r.raft.parked_under() == Some(silent)
+                    || (!r.raft.is_parked() && r.raft.leader() == Some(silent))
+            })
             .map(|r| {
                 let (voters, _) = r.raft.voters();
                 let rank = voters
@@ -285,26 +298,32 @@ impl Broker {
                 (rank.unwrap_or(usize::MAX), Arc::clone(r))
             })
             .collect();
-        if woken.is_empty() {
+        // Only the first survivor acts on a group awake here: the others' timers are running.
+        led.retain(|(rank, r)| *rank == 0 || r.raft.is_parked());
+        if led.is_empty() {
             return;
         }
         tracing::info!(
             broker = silent,
-            partitions = woken.len(),
-            "peer broker silent: its quiet partitions here elect a new leader"
+            partitions = led.len(),
+            "peer broker silent: the partitions it led here elect a new leader"
         );
-        woken.sort_by_key(|(rank, r)| (*rank, r.id.clone()));
+        led.sort_by_key(|(rank, r)| (*rank, r.id.clone()));
         let step = self.config.election_timeout / 2;
         tokio::spawn(async move {
             let started = tokio::time::Instant::now();
-            for batch in woken.chunks(WOKEN_AT_ONCE) {
+            for batch in led.chunks(WOKEN_AT_ONCE) {
                 for (rank, r) in batch {
                     let at =
                         started + step.saturating_mul(u32::try_from(*rank).unwrap_or(8).min(8));
                     tokio::time::sleep_until(at).await;
-                    // A new leader's append may have woken it already.
-                    if r.raft.parked_under() == Some(silent) {
+                    // A new leader's append may have woken it, or made it follow, already.
+                    let parked = r.raft.parked_under() == Some(silent);
+                    if parked {
                         r.raft.wake();
+                    }
+                    if *rank == 0 && (parked || r.raft.leader() == Some(silent)) {
+                        r.raft.campaign().await;
                     }
                 }
                 // At most `WOKEN_AT_ONCE` campaigns start in one stretch: the survivors'

@@ -190,6 +190,13 @@ impl Replica {
         self.raft.runtime_config().elect(allowed);
     }
 
+    /// Campaigns now, a pre-vote first, as the member's election timer would once it ran
+    /// out: for a leader's broker that fell silent. openraft skips it while this member heard
+    /// a leader within its lease, and the voters refuse it while they did.
+    pub(crate) async fn campaign(&self) {
+        let _ = self.raft.trigger().elect(true).await;
+    }
+
     /// Runs for leader again after 10, 20, 40, ... ms (openraft's `initialize` ran the first
     /// campaign) for as long as its vote requests fail unanswered (no voter has the Raft group
     /// yet) and no leader is known, until `within` has passed; then the election timer takes

@@ -24,8 +24,18 @@ use crate::types::{LeaderHint, NodeId, PartitionId, Term};
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Timing {
     pub(crate) heartbeat: Duration,
-    /// The lower bound; the upper is twice it.
+    /// The lower bound; the upper is [`Timing::election_timeout_max`].
     pub(crate) election_timeout: Duration,
+}
+
+impl Timing {
+    /// The upper bound of a member's election timeout: one and a half times the lower. It is
+    /// also the leader's lease in openraft: a follower that heard its leader within it refuses
+    /// votes and pre-votes. A broker's liveness session (twice the lower bound) outlasts it, so
+    /// that once a broker is silent, the groups it led may elect at once.
+    pub(crate) fn election_timeout_max(&self) -> Duration {
+        self.election_timeout * 3 / 2
+    }
 }
 
 /// `d` in whole milliseconds, as openraft's config takes them.
@@ -198,7 +208,7 @@ impl Replica {
             cluster_name: format!("replog-{partition}"),
             heartbeat_interval: millis(timing.heartbeat),
             election_timeout_min: millis(timing.election_timeout),
-            election_timeout_max: millis(timing.election_timeout * 2),
+            election_timeout_max: millis(timing.election_timeout_max()),
             // Retention purges the log, never openraft's own policy.
             max_in_snapshot_log_to_keep: u64::MAX,
             // A restarted leader runs an election like anyone else. Restored in its old term,
