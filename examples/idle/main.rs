@@ -6,7 +6,10 @@
 //! every Raft group heartbeats all the time, as before quiet partitions). The quiet run waits
 //! until every replica is quiet before it measures. A third argument sets the heartbeat
 //! interval in milliseconds (250 by default; the election timeout is eight of them):
-//! `-- 3334 quiet 1000` runs 10,002 replicas in one process with a one-second heartbeat.
+//! `-- 3334 quiet 1000` runs 10,002 replicas in one process with a one-second heartbeat. A
+//! fourth argument, `processes`, runs each broker in a process of its own instead (see
+//! `processes.rs`): `-- 10000 quiet 1000 processes` puts 10,000 replicas in each of three
+//! processes and reports each process apart.
 //! Prints CPU used (cores), resident memory, leader changes while idle, the descriptors and
 //! memory maps the process holds (against the `ulimit -n` and `vm.max_map_count` a broker of
 //! many replicas must fit in), and how long broker 2 takes to stop, to be ready again after a
@@ -18,39 +21,46 @@
 
 use std::time::{Duration, Instant};
 
-use replog::{LocalCluster, Preallocate};
+use replog::{LocalCluster, NodeConfig, Preallocate};
 
-#[path = "support/process.rs"]
+#[path = "../support/process.rs"]
 mod process;
-use process::{count_fds, count_maps, cpu_seconds, status_kib};
+use process::{count_fds, count_maps, cpu_seconds, disk_kib, status_kib};
+
+mod processes;
+
+/// Every broker's configuration: `partitions` partitions of topic `idle`, heartbeat
+/// `heartbeat`, election timeout eight of them, quiet after 2 s unless `loud`.
+fn configure(c: &mut NodeConfig, partitions: u32, loud: bool, heartbeat: Duration) {
+    c.topics = vec![("idle".into(), partitions)];
+    c.heartbeat_interval = heartbeat;
+    c.election_timeout = heartbeat * 8;
+    c.log.segment_bytes = 1 << 20;
+    c.log.record_bytes_max = 64 << 10;
+    c.log.batch_bytes_max = 256 << 10;
+    c.log.preallocate = Preallocate::Fallocate;
+    c.quiesce_after = (!loud).then_some(Duration::from_secs(2));
+}
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> replog::Result<()> {
-    let partitions: u32 = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(300);
-    let loud = std::env::args().nth(2).is_some_and(|a| a == "loud");
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let partitions: u32 = args.first().and_then(|a| a.parse().ok()).unwrap_or(300);
+    let loud = args.get(1).is_some_and(|a| a == "loud");
     // Heartbeat interval; the election timeout is eight of them.
-    let heartbeat = Duration::from_millis(
-        std::env::args()
-            .nth(3)
-            .and_then(|a| a.parse().ok())
-            .unwrap_or(250),
-    );
+    let heartbeat = Duration::from_millis(args.get(2).and_then(|a| a.parse().ok()).unwrap_or(250));
+    if processes::is_broker() {
+        return processes::broker(partitions, |c, n| configure(c, n, loud, heartbeat)).await;
+    }
+    if args.get(3).is_some_and(|a| a == "processes") {
+        return processes::run(partitions, loud, args).await;
+    }
     let dir = tempfile::tempdir()?;
     let rss_before = status_kib("VmRSS");
     let (anon_before, file_before) = (status_kib("RssAnon"), status_kib("RssFile"));
     let (fds_before, maps_before) = (count_fds(), count_maps());
     let mut cluster = LocalCluster::start(3, dir.path(), |c| {
-        c.topics = vec![("idle".into(), partitions)];
-        c.heartbeat_interval = heartbeat;
-        c.election_timeout = heartbeat * 8;
-        c.log.segment_bytes = 1 << 20;
-        c.log.record_bytes_max = 64 << 10;
-        c.log.batch_bytes_max = 256 << 10;
-        c.log.preallocate = Preallocate::Fallocate;
-        c.quiesce_after = (!loud).then_some(Duration::from_secs(2));
+        configure(c, partitions, loud, heartbeat);
     })
     .await?;
     let started = Instant::now();
@@ -123,9 +133,11 @@ async fn main() -> replog::Result<()> {
     );
     let replicas = f64::from(partitions * 3);
     println!(
-        "open descriptors: {fds} ({:.2} per replica), memory maps: {maps} ({:.2} per replica)",
+        "open descriptors: {fds} ({:.2} per replica), memory maps: {maps} ({:.2} per replica), \
+         disk: {:.1} KiB per replica",
         fds as f64 / replicas,
         maps as f64 / replicas,
+        disk_kib(dir.path()) as f64 / replicas,
     );
     // A restart of one broker (a controlled shutdown first): the time until it is ready (its
     // metadata log replayed, every replica open and following a leader), and until every

@@ -59,3 +59,26 @@ pub fn count_fds() -> usize {
 pub fn count_maps() -> usize {
     std::fs::read_to_string("/proc/self/maps").map_or(0, |m| m.lines().count())
 }
+
+/// The disk a directory tree takes, in KiB: the blocks its files have allocated (a sparse or
+/// preallocated file counts what it holds on disk, not its length); 0 where unreadable.
+#[allow(dead_code)]
+pub fn disk_kib(dir: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    let mut pending = vec![dir.to_path_buf()];
+    // Bounded by the tree's entries (symbolic links are not followed).
+    while let Some(d) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.metadata() else { continue };
+            if meta.is_dir() {
+                pending.push(entry.path());
+            }
+            total += meta.blocks() * 512;
+        }
+    }
+    total / 1024
+}
