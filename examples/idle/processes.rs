@@ -9,12 +9,14 @@
 //! - `baseline SAMPLE`: before its broker starts;
 //! - `ready SECONDS`: its broker is ready (metadata replayed, every replica open), that long
 //!   after the process started;
-//! - `status QUIET SAMPLE`: every 250 ms, the quiet replicas and a sample;
+//! - `status QUIET CPU`: every 500 ms, the quiet replicas and the CPU seconds used;
+//! - `sample SAMPLE`: when a line `sample` arrives on its standard input (reading
+//!   descriptors and maps of 10,000 replicas takes CPU time, so it is not done all along);
 //! - `stopped SECONDS`: its broker shut down, that long after it was asked to.
 //!
 //! A `SAMPLE` is `cpu rss anon file fds maps`: CPU seconds, resident, anonymous and
 //! file-backed memory in KiB, open descriptors and memory maps. A child stops its broker
-//! (a controlled shutdown) when a line or the end of its standard input arrives.
+//! (a controlled shutdown) when any other line or the end of its standard input arrives.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
@@ -114,18 +116,24 @@ pub async fn broker(
         tokio::spawn(async move {
             // Ends when asked to stop.
             loop {
-                println!("status {} {}", node.quiet_replicas(), Sample::now().line());
+                println!("status {} {:.2}", node.quiet_replicas(), cpu_seconds());
                 tokio::select! {
                     _ = stopped.changed() => break,
-                    _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+                    _ = tokio::time::sleep(Duration::from_millis(500)) => {}
                 }
             }
         })
     };
-    // A line, or the end of the input (the parent gone), asks for the stop.
+    // Each `sample` line asks for a sample; any other line, or the end of the input (the
+    // parent gone), asks for the stop.
     let _ = tokio::task::spawn_blocking(|| {
         let mut line = String::new();
-        let _ = std::io::stdin().read_line(&mut line);
+        // Bounded by the parent's input.
+        while std::io::stdin().read_line(&mut line).is_ok_and(|n| n > 0) && line.trim() == "sample"
+        {
+            println!("sample {}", Sample::now().line());
+            line.clear();
+        }
     })
     .await;
     let asked = Instant::now();
@@ -158,6 +166,7 @@ struct Seen {
     baseline: Option<Sample>,
     ready: Option<f64>,
     quiet: usize,
+    cpu: f64,
     last: Option<Sample>,
     stopped: Option<f64>,
     /// Lines that were none of the above (errors), kept for the report.
@@ -196,10 +205,11 @@ impl BrokerProcess {
                 match fields.as_slice() {
                     ["baseline", rest @ ..] => seen.baseline = Sample::parse(rest),
                     ["ready", s] => seen.ready = s.parse().ok(),
-                    ["status", quiet, rest @ ..] => {
+                    ["status", quiet, cpu] => {
                         seen.quiet = quiet.parse().unwrap_or(0);
-                        seen.last = Sample::parse(rest);
+                        seen.cpu = cpu.parse().unwrap_or(0.0);
                     }
+                    ["sample", rest @ ..] => seen.last = Sample::parse(rest),
                     ["stopped", s] => seen.stopped = s.parse().ok(),
                     _ => seen.other.push(line.clone()),
                 }
@@ -211,6 +221,16 @@ impl BrokerProcess {
             seen,
             spawned: Instant::now(),
         }
+    }
+
+    /// Asks for a sample, and waits (at most 30 s) for it.
+    async fn sample(&mut self) -> Sample {
+        self.seen.lock().last = None;
+        if let Some(stdin) = self.stdin.as_mut() {
+            let _ = writeln!(stdin, "sample");
+        }
+        wait(Duration::from_secs(30), || self.seen.lock().last.is_some()).await;
+        self.seen.lock().last.unwrap_or_default()
     }
 
     /// Asks the broker to stop (a controlled shutdown), and waits for the process to end.
@@ -291,7 +311,7 @@ pub async fn run(partitions: u32, loud: bool, args: Vec<String>) -> replog::Resu
             since.elapsed().as_secs_f64()
         );
     }
-    report_idle(&brokers, partitions, dir.path()).await;
+    report_idle(&mut brokers, partitions, dir.path()).await;
     // A restart of broker 2 (a controlled shutdown first).
     let stop_at = Instant::now();
     brokers[1].stop();
@@ -346,21 +366,23 @@ async fn leaders_elected(client: &replog::Client, partitions: u32) -> bool {
 
 /// Measures 20 s of idle and prints, per broker process: CPU, memory, descriptors, maps and
 /// disk per replica.
-async fn report_idle(brokers: &[BrokerProcess], partitions: u32, dir: &Path) {
-    let last = |b: &BrokerProcess| b.seen.lock().last.unwrap_or_default();
-    let before: Vec<(Sample, Instant)> =
-        brokers.iter().map(|b| (last(b), Instant::now())).collect();
+async fn report_idle(brokers: &mut [BrokerProcess], partitions: u32, dir: &Path) {
+    let before: Vec<(f64, Instant)> = brokers
+        .iter()
+        .map(|b| (b.seen.lock().cpu, Instant::now()))
+        .collect();
     tokio::time::sleep(Duration::from_secs(20)).await;
     let replicas = f64::from(partitions);
-    for ((id, b), (s0, t0)) in (1..).zip(brokers).zip(before) {
-        let s1 = last(b);
+    for ((id, b), (cpu0, t0)) in (1..).zip(brokers).zip(before) {
+        let cpu = (b.seen.lock().cpu - cpu0) / t0.elapsed().as_secs_f64();
+        let s1 = b.sample().await;
         let base = b.seen.lock().baseline.unwrap_or_default();
         let data: PathBuf = dir.join(id.to_string());
         let per = |now: u64, then: u64| now.saturating_sub(then) as f64 / replicas;
         println!(
-            "broker {id}: idle CPU {:.3} cores; per replica {:.0} KiB resident ({:.0} anonymous, \
-             {:.0} mapped files), {:.2} descriptors, {:.2} memory maps, {:.1} KiB of disk",
-            (s1.cpu - s0.cpu) / t0.elapsed().as_secs_f64(),
+            "broker {id}: idle CPU {cpu:.3} cores; per replica {:.0} KiB resident ({:.0} \
+             anonymous, {:.0} mapped files), {:.2} descriptors, {:.2} memory maps, {:.1} KiB \
+             of disk",
             per(s1.rss, base.rss),
             per(s1.anon, base.anon),
             per(s1.file, base.file),

@@ -180,7 +180,7 @@ impl Broker {
                 _ = shutdown.changed() => break,
                 _ = tick.tick() => {}
             }
-            if n % u64::from(SILENCE_CHECKS) == 0 {
+            if n.is_multiple_of(u64::from(SILENCE_CHECKS)) {
                 self.probe_disk();
                 let answering = self.liveness.disk_answers();
                 if answering != was_answering {

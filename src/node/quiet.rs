@@ -29,7 +29,9 @@
 //! waking fails: openraft refuses writes until a quorum renewed the leader's lease, and the
 //! renewal cannot reach a quorum that follows someone else. The refusals added here (a parked
 //! member refusing votes while the leader's broker is live) only withhold votes, which Raft
-//! always allows; a leadership transfer's vote is never refused. What the timing does decide is
+//! always allows; a leadership transfer's vote is never refused. The campaign a survivor starts
+//! when the leader's broker turns silent is a pre-vote and then an ordinary election, checked
+//! by every voter as one its timer started would be. What the timing does decide is
 //! how soon a group led by a dead broker elects (the session timeout, then an election), and
 //! that a broker cut off from some of the others one way cannot depose leaders the rest hear.
 

@@ -1,6 +1,9 @@
 //! The broker's gauges (see `crate::metrics` for the list): every second, each hosted
 //! replica's offsets and role, each follower's lag on the partitions this broker leads, and
-//! the groups it coordinates.
+//! the groups it coordinates. A quiet replica's gauges do not change until it wakes, so each
+//! is set every [`QUIET_REPORT_ROUNDS`] seconds only (a tenth of them each second): ten
+//! thousand quiet replicas cost a broker little CPU while idle, and each gauge is still set
+//! well within the minute after which the exporter drops a gauge not set.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +16,9 @@ use super::{Broker, HostedReplica};
 /// How often the gauges are set.
 const REPORT_EVERY: Duration = Duration::from_secs(1);
 
+/// A quiet replica's gauges are set once in this many rounds.
+const QUIET_REPORT_ROUNDS: usize = 10;
+
 impl Broker {
     /// Sets the gauges every [`REPORT_EVERY`] until shutdown.
     pub(super) async fn report_metrics(
@@ -22,7 +28,7 @@ impl Broker {
         let mut interval = tokio::time::interval(REPORT_EVERY);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Ends at shutdown.
-        loop {
+        for round in 0usize.. {
             tokio::select! {
                 _ = interval.tick() => {}
                 _ = shutdown.changed() => return,
@@ -30,7 +36,11 @@ impl Broker {
             let replicas: Vec<Arc<HostedReplica>> =
                 self.replicas.read().values().cloned().collect();
             for replica in &replicas {
-                self.report_replica(replica);
+                let turn =
+                    (replica.id.partition as usize + round).is_multiple_of(QUIET_REPORT_ROUNDS);
+                if turn || !replica.raft.is_parked() {
+                    self.report_replica(replica);
+                }
             }
             self.report_groups();
         }

@@ -20,6 +20,7 @@
 
 mod disks;
 mod history;
+mod load;
 mod processes;
 mod real_sizes;
 mod schedules;
@@ -36,7 +37,7 @@ use replog::{
     Client, ClientConfig, Durability, Env, Error, FaultInjector, FaultPoint, LocalCluster,
     LogConfig, NetFaults, Node, Offset, Producer, ProducerConfig, Record,
 };
-use support::{Broker, process_addrs, wait_until};
+use support::{Broker, CpuHog, process_addrs, wait_until};
 
 tokio::task_local! {
     /// Set by a schedule while it holds its producers back (a quiet period, long enough for
@@ -462,43 +463,6 @@ async fn produce_pipelined(
         }
     }
     ops
-}
-
-/// Threads that keep the CPU busy until dropped.
-struct CpuHog {
-    stop: Arc<std::sync::atomic::AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<()>>,
-}
-
-impl CpuHog {
-    fn start(threads: usize) -> CpuHog {
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let threads = (0..threads)
-            .map(|_| {
-                let stop = Arc::clone(&stop);
-                std::thread::spawn(move || {
-                    let mut x = 1u64;
-                    // Bounded by the flag, which `drop` sets.
-                    while !stop.load(Ordering::Relaxed) {
-                        for _ in 0..10_000 {
-                            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
-                        }
-                        std::hint::black_box(x);
-                    }
-                })
-            })
-            .collect();
-        CpuHog { stop, threads }
-    }
-}
-
-impl Drop for CpuHog {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-    }
 }
 
 /// What a schedule did to the cluster, and when.

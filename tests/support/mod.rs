@@ -1,18 +1,20 @@
 //! The fixture the test binaries share: brokers in this process ([`nodes`]) or as `replog node`
 //! processes ([`processes`]), free loopback ports for each ([`ports`]), what the kernel shows
-//! of a broker's connections ([`sockets`]), and the one wait on a condition with a deadline
-//! ([`wait`]).
+//! of a broker's connections ([`sockets`]), threads that keep cores busy ([`cpu`]), and the one
+//! wait on a condition with a deadline ([`wait`]).
 //!
 //! Each binary includes it with `#[path = "../support/mod.rs"] mod support;` and uses the part
 //! it needs, hence the `dead_code` and `unused_imports` allowances for this module only.
 #![allow(dead_code, unused_imports)]
 
+pub mod cpu;
 pub mod nodes;
 pub mod ports;
 pub mod processes;
 pub mod sockets;
 pub mod wait;
 
+pub use cpu::CpuHog;
 pub use nodes::{
     ELECTION_TIMEOUT, HEARTBEAT_INTERVAL, free_addrs, local_cluster, shutdown_all, spawn_writer,
     start_all, start_node, wait_for_acked_on_every_replica, wait_for_writes,
