@@ -3,7 +3,9 @@
 //!
 //! Run: `cargo run --release --example idle -- 300` (partitions per broker; default 300), and
 //! `-- 300 loud` for the same with partitions that never go quiet (`quiesce_after: None`:
-//! every Raft group heartbeats all the time, as before quiet partitions). The quiet run waits
+//! every Raft group heartbeats all the time, as before quiet partitions), and `-- 300
+//! written` for partitions that go quiet after a pipelining producer wrote 16 records of
+//! 1 KiB to each. The quiet run waits
 //! until every replica is quiet before it measures. A third argument sets the heartbeat
 //! interval in milliseconds (250 by default; the election timeout is eight of them):
 //! `-- 3334 quiet 1000` runs 10,002 replicas in one process with a one-second heartbeat. A
@@ -29,6 +31,41 @@ use process::{count_fds, count_maps, cpu_seconds, disk_kib, status_kib};
 
 mod processes;
 
+/// Records of 1 KiB each partition gets in the `written` mode.
+const WRITTEN_PER_PARTITION: u32 = 16;
+
+/// The `written` mode's load: [`WRITTEN_PER_PARTITION`] records of 1 KiB to every partition
+/// of `idle`, all sent at once through one pipelining `Producer` (batches of many partitions
+/// in flight together), then flushed. Prints what was acknowledged and how long it took.
+async fn write_every_partition(
+    addrs: &[std::net::SocketAddr],
+    partitions: u32,
+) -> replog::Result<()> {
+    let client =
+        std::sync::Arc::new(replog::Client::connect(addrs, replog::ClientConfig::default()).await?);
+    let producer = replog::Producer::new(client, replog::ProducerConfig::default());
+    let started = Instant::now();
+    let mut sends = Vec::with_capacity((partitions * WRITTEN_PER_PARTITION) as usize);
+    for round in 0..WRITTEN_PER_PARTITION {
+        for p in 0..partitions {
+            let value = vec![(round % 251) as u8; 1024];
+            sends.push(producer.send_to("idle", p, replog::Record::new(value)));
+        }
+    }
+    producer.flush().await;
+    let mut acked = 0u64;
+    for send in sends {
+        acked += u64::from(send.await.is_ok());
+    }
+    println!(
+        "written: {acked} of {} records of 1 KiB ({WRITTEN_PER_PARTITION} to each partition) in \
+         {:.1} s, pipelined",
+        partitions * WRITTEN_PER_PARTITION,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
 /// Every broker's configuration: `partitions` partitions of topic `idle`, heartbeat
 /// `heartbeat`, election timeout eight of them, quiet after 2 s unless `loud`.
 fn configure(c: &mut NodeConfig, partitions: u32, loud: bool, heartbeat: Duration) {
@@ -47,13 +84,14 @@ async fn main() -> replog::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let partitions: u32 = args.first().and_then(|a| a.parse().ok()).unwrap_or(300);
     let loud = args.get(1).is_some_and(|a| a == "loud");
+    let written = args.get(1).is_some_and(|a| a == "written");
     // Heartbeat interval; the election timeout is eight of them.
     let heartbeat = Duration::from_millis(args.get(2).and_then(|a| a.parse().ok()).unwrap_or(250));
     if processes::is_broker() {
         return processes::broker(partitions, |c, n| configure(c, n, loud, heartbeat)).await;
     }
     if args.get(3).is_some_and(|a| a == "processes") {
-        return processes::run(partitions, loud, args).await;
+        return processes::run(partitions, loud, written, args).await;
     }
     let dir = tempfile::tempdir()?;
     let rss_before = status_kib("VmRSS");
@@ -86,6 +124,9 @@ async fn main() -> replog::Result<()> {
         partitions * 3,
         started.elapsed().as_secs_f64()
     );
+    if written {
+        write_every_partition(&cluster.addrs(), partitions).await?;
+    }
     tokio::time::sleep(Duration::from_secs(3)).await;
     if !loud {
         let quiet_since = Instant::now();
@@ -188,7 +229,7 @@ async fn main() -> replog::Result<()> {
     if std::env::var_os(CHILD).is_none() && small > 0 {
         let out = std::process::Command::new(std::env::current_exe()?)
             .arg(small.to_string())
-            .arg(if loud { "loud" } else { "quiet" })
+            .arg(args.get(1).map_or("quiet", String::as_str))
             .arg(heartbeat.as_millis().to_string())
             .env(CHILD, "1")
             .output()?;

@@ -257,7 +257,12 @@ async fn wait(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
 
 /// Runs the three brokers as processes and reports (the parent's side). `args` are this
 /// example's arguments, passed on to each child.
-pub async fn run(partitions: u32, loud: bool, args: Vec<String>) -> replog::Result<()> {
+pub async fn run(
+    partitions: u32,
+    loud: bool,
+    written: bool,
+    args: Vec<String>,
+) -> replog::Result<()> {
     let dir = tempfile::tempdir()?;
     let addrs: Vec<SocketAddr> = (0..3)
         .map(|_| {
@@ -297,6 +302,9 @@ pub async fn run(partitions: u32, loud: bool, args: Vec<String>) -> replog::Resu
         if led { "" } else { " (not: gave up waiting)" },
         started.elapsed().as_secs_f64()
     );
+    if written {
+        crate::write_every_partition(&addrs, partitions).await?;
+    }
     let all_quiet = |brokers: &[BrokerProcess]| {
         brokers
             .iter()
