@@ -54,14 +54,27 @@ async fn write_every_partition(
     }
     producer.flush().await;
     let mut acked = 0u64;
+    let mut failures: std::collections::BTreeMap<String, u64> = Default::default();
     for send in sends {
-        acked += u64::from(send.await.is_ok());
+        match send.await {
+            Ok(_) => acked += 1,
+            Err(e) => {
+                let what = e.to_string();
+                let what = what.split(':').next().unwrap_or_default().to_string();
+                *failures.entry(what).or_default() += 1;
+            }
+        }
     }
     println!(
         "written: {acked} of {} records of 1 KiB ({WRITTEN_PER_PARTITION} to each partition) in \
-         {:.1} s, pipelined",
+         {:.1} s, pipelined{}",
         partitions * WRITTEN_PER_PARTITION,
-        started.elapsed().as_secs_f64()
+        started.elapsed().as_secs_f64(),
+        if failures.is_empty() {
+            String::new()
+        } else {
+            format!("; failed: {failures:?}")
+        }
     );
     Ok(())
 }

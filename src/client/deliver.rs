@@ -331,7 +331,15 @@ impl<'a> Delivering<'a> {
             Ok(meta) if meta.partitions.is_empty() => {
                 return Next::Done(Err(Error::UnknownTopic(topic.clone())));
             }
-            Ok(meta) if !meta.partitions.iter().any(|p| p.partition == self.id) => {
+            // Partition `i` is usually the `i`th named: a topic of 10,000 partitions is not
+            // searched by every delivery that refreshes.
+            Ok(meta)
+                if !meta
+                    .partitions
+                    .get(self.id.partition as usize)
+                    .is_some_and(|p| p.partition == self.id)
+                    && !meta.partitions.iter().any(|p| p.partition == self.id) =>
+            {
                 return Next::Done(Err(Error::UnknownPartition(self.id.clone())));
             }
             Ok(_) => {}

@@ -27,7 +27,7 @@ impl Client {
     }
 
     /// Asks brokers for metadata until one answers, and caches it.
-    pub(super) async fn refresh(&self, topic: Option<&str>) -> Result<MetadataResponse> {
+    pub(super) async fn refresh(&self, topic: Option<&str>) -> Result<Arc<MetadataResponse>> {
         self.refresh_for(topic, None).await
     }
 
@@ -41,7 +41,7 @@ impl Client {
         &self,
         topic: Option<&str>,
         leader_of: Option<&PartitionId>,
-    ) -> Result<MetadataResponse> {
+    ) -> Result<Arc<MetadataResponse>> {
         let asked = Instant::now();
         let refresh = Arc::clone(
             self.refreshes
@@ -53,11 +53,11 @@ impl Client {
         if let Some((at, meta)) = last.as_ref()
             && *at >= asked
         {
-            return Ok(meta.clone());
+            return Ok(Arc::clone(meta));
         }
         let at = Instant::now();
-        let meta = self.ask_for_metadata(topic, leader_of).await?;
-        *last = Some((at, meta.clone()));
+        let meta = Arc::new(self.ask_for_metadata(topic, leader_of).await?);
+        *last = Some((at, Arc::clone(&meta)));
         Ok(meta)
     }
 
@@ -281,5 +281,5 @@ mod tests {
 /// for.
 #[derive(Debug, Default)]
 pub(super) struct Refresh {
-    last: tokio::sync::Mutex<Option<(Instant, MetadataResponse)>>,
+    last: tokio::sync::Mutex<Option<(Instant, Arc<MetadataResponse>)>>,
 }
