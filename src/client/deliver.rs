@@ -204,6 +204,16 @@ impl Client {
     }
 }
 
+/// Whether `meta` names partition `id`. Partition `i` is usually the `i`th named: a topic of
+/// 10,000 partitions is not searched by every delivery that refreshes.
+fn names_partition(meta: &crate::protocol::MetadataResponse, id: &PartitionId) -> bool {
+    let named = |p: &crate::protocol::PartitionMetadata| &p.partition == id;
+    meta.partitions
+        .get(id.partition as usize)
+        .is_some_and(named)
+        || meta.partitions.iter().any(named)
+}
+
 /// The longest pause between two metadata refreshes of one delivery.
 const REFRESH_BACKOFF_MAX: Duration = Duration::from_millis(500);
 
@@ -331,15 +341,7 @@ impl<'a> Delivering<'a> {
             Ok(meta) if meta.partitions.is_empty() => {
                 return Next::Done(Err(Error::UnknownTopic(topic.clone())));
             }
-            // Partition `i` is usually the `i`th named: a topic of 10,000 partitions is not
-            // searched by every delivery that refreshes.
-            Ok(meta)
-                if !meta
-                    .partitions
-                    .get(self.id.partition as usize)
-                    .is_some_and(|p| p.partition == self.id)
-                    && !meta.partitions.iter().any(|p| p.partition == self.id) =>
-            {
+            Ok(meta) if !names_partition(&meta, &self.id) => {
                 return Next::Done(Err(Error::UnknownPartition(self.id.clone())));
             }
             Ok(_) => {}
