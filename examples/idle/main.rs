@@ -59,9 +59,10 @@ async fn write_every_partition(
         match send.await {
             Ok(_) => acked += 1,
             Err(e) => {
-                let what = e.to_string();
-                let what = what.split(':').next().unwrap_or_default().to_string();
-                *failures.entry(what).or_default() += 1;
+                // By kind: the error's variant, without its fields.
+                let what = format!("{e:?}");
+                let kind = what.split([' ', '(', '{']).next().unwrap_or_default();
+                *failures.entry(kind.to_string()).or_default() += 1;
             }
         }
     }
