@@ -263,7 +263,8 @@ pub(crate) async fn serve(
                         .into_iter()
                         .chain(rpc.entries.iter().map(|e| e.log_id));
                     if !heartbeat_matches
-                        && let Some(index) = contradicted_committed(raft, ids.collect()).await
+                        && let Some(index) =
+                            contradicted_committed(raft, rpc.vote, ids.collect()).await
                     {
                         return Served::ContradictsCommitted(index);
                     }
@@ -283,7 +284,7 @@ pub(crate) async fn serve(
         Op::Snapshot => match decode::<(Vote, SnapshotMetaOf<C>, Vec<u8>)>(body) {
             Ok((vote, meta, data)) => {
                 if let Some(last) = meta.last_log_id
-                    && let Some(index) = snapshot_contradicts_committed(raft, last).await
+                    && let Some(index) = snapshot_contradicts_committed(raft, vote, last).await
                 {
                     return Served::ContradictsCommitted(index);
                 }
@@ -320,14 +321,25 @@ pub(crate) async fn serve(
 /// this replica silently diverged. The check runs on openraft's own task
 /// (`with_raft_state`), so it sees the committed index the request will meet. A replica that
 /// stopped has nothing to check.
+///
+/// Only a request openraft will accept is checked: one whose `vote` is not below this
+/// replica's. A deposed leader (paused, then resumed) still sends the entries it appended in
+/// its term and never committed; later leaders committed others at those indexes. Those
+/// entries contradict the committed ones as a matter of course, openraft refuses the request
+/// for its vote, and nothing was lost: taking it for lost entries would have this replica
+/// wipe its log and rebuild, the committed entries with it.
 async fn contradicted_committed(
     raft: &openraft::Raft<C, StateMachine>,
+    vote: Vote,
     ids: Vec<LogId>,
 ) -> Option<u64> {
     if ids.is_empty() {
         return None;
     }
     raft.with_raft_state(move |st| {
+        if !current(&vote, st.vote_ref()) {
+            return None;
+        }
         let committed = st.local_committed()?.index;
         let purged = st.log_ids.purged().map(|p| p.index);
         ids.iter()
@@ -344,18 +356,29 @@ async fn contradicted_committed(
 
 /// Whether a snapshot ending at `last` contradicts this replica's committed entries: it is
 /// newer than the committed entry but ends at or before its index, so the two logs disagree
-/// at or before it. openraft asserts this never happens; returns the index to report.
+/// at or before it. openraft asserts this never happens; returns the index to report. As for
+/// appends, only a snapshot sent under a `vote` openraft will accept is checked.
 async fn snapshot_contradicts_committed(
     raft: &openraft::Raft<C, StateMachine>,
+    vote: Vote,
     last: LogId,
 ) -> Option<u64> {
     raft.with_raft_state(move |st| {
+        if !current(&vote, st.vote_ref()) {
+            return None;
+        }
         let committed = st.local_committed()?;
         (last > *committed && last.index <= committed.index).then_some(last.index)
     })
     .await
     .ok()
     .flatten()
+}
+
+/// Whether a leader's request under `vote` is one openraft serves on a replica whose vote is
+/// `local`: its vote is not below (votes are partially ordered, so this is not `vote < local`).
+fn current(vote: &Vote, local: &Vote) -> bool {
+    vote >= local
 }
 
 #[cfg(test)]
@@ -371,5 +394,73 @@ mod tests {
         assert_eq!(deadline(base, 16 << 20), base + Duration::from_secs(2));
         // No overflow at any size.
         assert!(deadline(base, usize::MAX) > Duration::from_secs(1 << 20));
+    }
+
+    /// A deposed leader's append (an older vote) whose entries differ from the committed ones
+    /// here is refused by openraft for its vote, and the replica keeps its log: it is not taken
+    /// for committed entries the cluster lost, which would have the replica wipe itself.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_deposed_leaders_stale_entries_are_refused_not_taken_for_lost_commits() {
+        use openraft::raft::AppendEntriesResponse as Resp;
+        use openraft::{Entry, EntryPayload};
+
+        let dir = tempfile::tempdir().unwrap();
+        let log = crate::log::PartitionLog::open(dir.path(), crate::LogConfig::default()).unwrap();
+        let store = LogStore::open(log, crate::Durability::Replicated, usize::MAX).unwrap();
+        let sm = StateMachine::open(store.clone()).unwrap();
+        let config = openraft::Config {
+            heartbeat_interval: 100,
+            election_timeout_min: 300,
+            election_timeout_max: 450,
+            ..Default::default()
+        };
+        let raft = openraft::Raft::new(
+            1,
+            Arc::new(config.validate().unwrap()),
+            crate::raft::storage::tests::NoPeers,
+            store.clone(),
+            sm,
+        )
+        .await
+        .unwrap();
+        let node = BrokerNode {
+            addr: "127.0.0.1:1".into(),
+        };
+        raft.initialize(std::collections::BTreeMap::from([(1, node)]))
+            .await
+            .unwrap();
+        let deadline = Some(Duration::from_secs(10));
+        raft.wait(deadline)
+            .current_leader(1, "elected")
+            .await
+            .unwrap();
+        raft.wait(deadline)
+            .applied_index(Some(1), "term 1's entry committed")
+            .await
+            .unwrap();
+
+        // Broker 2 led the term before (0) and appended (0, 1) after the membership entry
+        // (0, 0), never committed; term 1's blank entry (1, 1) is committed here.
+        let stale = AppendEntriesRequest::<C> {
+            vote: Vote::new_committed(0, 2),
+            prev_log_id: Some(LogId::new_term_index(0, 0)),
+            entries: vec![Entry {
+                log_id: LogId::new_term_index(0, 1),
+                payload: EntryPayload::Blank,
+            }],
+            leader_commit: Some(LogId::new_term_index(0, 0)),
+        };
+        let frame = bytes::Bytes::from(postcard::to_stdvec(&stale).unwrap());
+        let served = serve(&raft, &store, Op::AppendEntries, (&frame, &frame[..])).await;
+        let Served::Reply(reply) = served else {
+            panic!("a deposed leader's stale entries were taken for lost committed entries");
+        };
+        let answer: Result<Resp<C>, String> = postcard::from_bytes(&reply).unwrap();
+        assert!(
+            matches!(answer, Ok(Resp::HigherVote(v)) if v.leader_id().term == 1),
+            "refused for its vote: {answer:?}"
+        );
+        assert!(store.holds(&LogId::new_term_index(1, 1)).unwrap());
+        raft.shutdown().await.unwrap();
     }
 }

@@ -617,4 +617,4 @@ pub(crate) fn write_meta(path: &Path, meta: &RaftMeta) -> io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -122,25 +122,6 @@ async fn a_replica_holding_a_committed_write_the_cluster_lost_rebuilds_from_the_
     cluster.shutdown().await;
 }
 
-/// Appends `records` to partition 0 on its leader (never `not`), retrying while there is none
-/// (at most 20 s). Returns the leader and where the batch landed.
-async fn append_on_leader(
-    cluster: &Cluster,
-    records: &[Record],
-    not: Option<u64>,
-) -> (u64, replog::AppendInfo) {
-    wait_until(
-        Duration::from_secs(20),
-        "a leader to take the write",
-        async || {
-            let l = cluster.leader(0).filter(|l| Some(*l) != not)?;
-            let info = cluster.node(l)?.append(TOPIC, 0, records).await.ok()?;
-            Some((l, info))
-        },
-    )
-    .await
-}
-
 /// An I/O error on sync (EIO, and the kernel may have dropped the pages): the leader's log
 /// latches read-only, its replica stops, and another broker leads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,9 +15,11 @@
 //! replica's records to the file its panic names.
 //!
 //! This file holds what the modules share (clusters, producers, the fault timeline);
-//! `schedules.rs`, `real_sizes.rs`, `disks.rs` and `processes.rs` hold the tests. Ports, broker
-//! processes and waits come from the fixture all test binaries share, `tests/support`.
+//! `schedules.rs`, `real_sizes.rs`, `disks.rs`, `deposed.rs`, `load.rs` and `processes.rs` hold
+//! the tests. Ports, broker processes and waits come from the fixture all test binaries share,
+//! `tests/support`.
 
+mod deposed;
 mod disks;
 mod history;
 mod load;
@@ -489,6 +491,25 @@ impl Timeline {
 fn spawn_process(id: u64, addrs: &[SocketAddr], dir: &std::path::Path) -> Broker {
     let topic = format!("{TOPIC}:{PARTITIONS}");
     Broker::spawn(id, addrs, dir, &["--topic", &topic])
+}
+
+/// Appends `records` to partition 0 on its leader (never `not`), retrying while there is none
+/// (at most 20 s). Returns the leader and where the batch landed.
+async fn append_on_leader(
+    cluster: &Cluster,
+    records: &[Record],
+    not: Option<u64>,
+) -> (u64, replog::AppendInfo) {
+    wait_until(
+        Duration::from_secs(20),
+        "a leader to take the write",
+        async || {
+            let l = cluster.leader(0).filter(|l| Some(*l) != not)?;
+            let info = cluster.node(l)?.append(TOPIC, 0, records).await.ok()?;
+            Some((l, info))
+        },
+    )
+    .await
 }
 
 /// The leader of `partition`, waiting (at most 10 s) for one.

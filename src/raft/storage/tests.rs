@@ -106,7 +106,7 @@ fn meta_round_trips_and_rejects_damage() {
 }
 
 /// A network for a Raft group of one: there is nobody to reach.
-struct NoPeers;
+pub(crate) struct NoPeers;
 
 impl openraft::RaftNetworkV2<C> for NoPeers {
     type SnapshotData = Vec<u8>;
