@@ -17,6 +17,12 @@
 //! - a member on a broker that is down is left out of its group's quiet, and out of a quiet
 //!   group's in-sync replicas (`node/quiet.rs`, `node/describe.rs`).
 //!
+//! Silence is judged only over time this broker was there to listen: a process that did not
+//! run for a while (stopped with SIGSTOP, a paused virtual machine, starved of CPU) finds
+//! every other broker unheard, and its own disk probe overdue, through no fault of theirs or
+//! the disk's. When its liveness loop wakes that late, it says so once, and counts no broker
+//! silent, and not its disk stalled, until it has listened for a whole session again.
+//!
 //! A broker that restarts says so with a new incarnation (its start time): this broker then
 //! wakes the quiet groups it leads with a replica there, so that the restarted replica hears
 //! its leader before its own election timer runs out, and the quiet groups the restarted
@@ -60,8 +66,12 @@ pub(super) struct Liveness {
     /// A broker not heard from for this long is silent.
     pub(super) session: Duration,
     heard: parking_lot::Mutex<HashMap<NodeId, Heard>>,
-    /// When the disk probe last finished within its bound.
+    /// When the disk probe last finished within its bound (or this process came back from a
+    /// pause: see [`resumed`](Self::resumed)).
     disk_ok_at: parking_lot::Mutex<Instant>,
+    /// Since when this broker has been listening without a pause: its start, or its return
+    /// from the last pause. Nobody is silent for less than a session from here.
+    listening_since: parking_lot::Mutex<Instant>,
     /// Set while a disk probe runs.
     probing: AtomicBool,
 }
@@ -97,8 +107,24 @@ impl Liveness {
             session: (heartbeat * 8).max(election_timeout * 2),
             heard: parking_lot::Mutex::default(),
             disk_ok_at: parking_lot::Mutex::new(Instant::now()),
+            listening_since: parking_lot::Mutex::new(Instant::now()),
             probing: AtomicBool::new(false),
         }
+    }
+
+    /// How late the liveness loop may wake before this process counts as having been away:
+    /// a quarter of the session (two heartbeats or more).
+    pub(super) fn pause_bound(&self) -> Duration {
+        self.session / 4
+    }
+
+    /// This process was not running for a while (its liveness loop woke later than
+    /// [`pause_bound`](Self::pause_bound)): what it did not hear in that time, from the other brokers or from its disk, says nothing about
+    /// them. Silence and the disk are judged again from now.
+    pub(super) fn resumed(&self) {
+        let now = Instant::now();
+        *self.listening_since.lock() = now;
+        *self.disk_ok_at.lock() = now;
     }
 
     /// Whether broker `id` was heard from within the session timeout.
@@ -145,10 +171,11 @@ impl Liveness {
 
     /// The brokers that turned silent since the last call (each reported once per silence).
     pub(super) fn newly_silent(&self) -> Vec<NodeId> {
+        let listening_since = *self.listening_since.lock();
         let mut heard = self.heard.lock();
         heard
             .iter_mut()
-            .filter(|(_, h)| !h.silent && h.at.elapsed() >= self.session)
+            .filter(|(_, h)| !h.silent && h.at.max(listening_since).elapsed() >= self.session)
             .map(|(id, h)| {
                 h.silent = true;
                 *id
@@ -174,11 +201,25 @@ impl Broker {
         let mut tick = tokio::time::interval(self.config.heartbeat_interval / SILENCE_CHECKS);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut was_answering = true;
+        let mut last = tokio::time::Instant::now();
         // Ends at shutdown.
         for n in 0u64.. {
             tokio::select! {
                 _ = shutdown.changed() => break,
-                _ = tick.tick() => {}
+                at = tick.tick() => {
+                    let now = tokio::time::Instant::now();
+                    let late = now.saturating_duration_since(at.max(last));
+                    last = now;
+                    if late > self.liveness.pause_bound() {
+                        tracing::warn!(
+                            ?late,
+                            "this process did not run for a while (stopped, or starved of CPU): \
+                             no broker counts as silent, nor the data directory as stalled, \
+                             before a whole session of listening"
+                        );
+                        self.liveness.resumed();
+                    }
+                }
             }
             if n.is_multiple_of(u64::from(SILENCE_CHECKS)) {
                 self.probe_disk();
@@ -373,5 +414,39 @@ mod tests {
         assert_eq!(liveness.heard_from(2, 7), News::Back);
         assert_eq!(liveness.heard_from(2, 8), News::Restarted);
         assert_eq!(liveness.heard_from(2, 8), News::Nothing);
+    }
+
+    /// Back from a pause, a broker counts nobody silent, and its disk answering, until it has
+    /// listened for a whole session: what it missed while away says nothing about them.
+    #[test]
+    fn a_process_back_from_a_pause_judges_silence_only_over_time_it_listened() {
+        let liveness = Liveness::new(Duration::from_millis(5), Duration::from_millis(10));
+        assert_eq!(liveness.heard_from(2, 7), News::Back);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        // Bounded by the deadline: the session timeout is 40 ms. Nobody polls meanwhile, as
+        // nobody does in a stopped process.
+        while liveness.is_live(2) || liveness.disk_answers() {
+            assert!(Instant::now() < deadline);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        liveness.resumed();
+        assert!(
+            liveness.newly_silent().is_empty(),
+            "not silent: unheard while away"
+        );
+        assert!(liveness.disk_answers(), "not stalled: unprobed while away");
+        // Bounded by the deadline.
+        let silent = loop {
+            let silent = liveness.newly_silent();
+            if !silent.is_empty() || Instant::now() >= deadline {
+                break silent;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        assert_eq!(
+            silent,
+            vec![2],
+            "silent once a whole session passed unheard"
+        );
     }
 }
