@@ -44,6 +44,7 @@ async fn broker_processes_killed_and_paused_at_random_lose_and_duplicate_nothing
     let mut brokers: Vec<Option<Broker>> = (1..=3)
         .map(|id| Some(spawn_process(id, &addrs, dir.path())))
         .collect();
+    let mut timeline = Timeline::new(Instant::now());
     let end = Instant::now() + Duration::from_secs(secs);
     let producers: Vec<_> = (0..PRODUCERS)
         .map(|p| {
@@ -68,16 +69,24 @@ async fn broker_processes_killed_and_paused_at_random_lose_and_duplicate_nothing
         match impaired {
             // Heal the one broker that is down or paused.
             Some(id) => match brokers[id as usize - 1].as_mut() {
-                Some(paused) => paused.signal(Signal::CONT),
-                None => brokers[id as usize - 1] = Some(spawn_process(id, &addrs, dir.path())),
+                Some(paused) => {
+                    paused.signal(Signal::CONT);
+                    timeline.note(format!("SIGCONT {id}"));
+                }
+                None => {
+                    brokers[id as usize - 1] = Some(spawn_process(id, &addrs, dir.path()));
+                    timeline.note(format!("restart {id}"));
+                }
             },
             None => {
                 let id = 1 + rng.below(3);
                 if rng.below(2) == 0 {
                     drop(brokers[id as usize - 1].take());
+                    timeline.note(format!("SIGKILL {id}"));
                     kills += 1;
                 } else if let Some(b) = brokers[id as usize - 1].as_mut() {
                     b.signal(Signal::STOP);
+                    timeline.note(format!("SIGSTOP {id}"));
                     pauses += 1;
                 }
             }
@@ -132,11 +141,15 @@ async fn broker_processes_killed_and_paused_at_random_lose_and_duplicate_nothing
     .await;
     let (violations, summary) = history::check(&ops, &replicas);
     eprintln!("processes: {secs} s, seed {seed}, {kills} SIGKILLs, {pauses} SIGSTOPs, {summary:?}");
+    let written = (!violations.is_empty())
+        .then(|| write_history(seed, &timeline, &ops, &replicas, &violations));
     assert!(
         violations.is_empty(),
-        "seed {seed}: {} violations, first: {:?}",
+        "seed {seed}: {} violations, first: {:?}; history in {} (the brokers' logs: \
+         REPLOG_TEST_LOG_DIR=DIR)",
         violations.len(),
-        &violations[..violations.len().min(10)]
+        &violations[..violations.len().min(10)],
+        written.map_or("(not written)".into(), |p| p.display().to_string())
     );
     assert!(summary.acknowledged > 0, "some writes were acknowledged");
 }
