@@ -370,23 +370,23 @@ async fn produce(
     seed: u64,
     losses: Arc<AtomicU64>,
 ) -> Vec<(Op, u64)> {
-    produce_until(addrs, producer, count, seed, None, losses).await
+    produce_until(addrs, producer, count, seed, || false, losses).await
 }
 
-/// [`produce`], stopping early at `until` if given.
+/// [`produce`], stopping early once `stop` says so (asked before each send).
 async fn produce_until(
     addrs: Vec<SocketAddr>,
     producer: u32,
     count: u64,
     seed: u64,
-    until: Option<Instant>,
+    stop: impl Fn() -> bool,
     losses: Arc<AtomicU64>,
 ) -> Vec<(Op, u64)> {
     let mut rng = Rng::new(seed ^ u64::from(producer) << 32);
     let mut ops = Vec::new();
     let client = producer_client(&addrs, producer).await;
     for n in 0..count {
-        if until.is_some_and(|u| Instant::now() >= u) {
+        if stop() {
             break;
         }
         wait_while_held().await;
