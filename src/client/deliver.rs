@@ -392,7 +392,7 @@ impl<'a> Delivering<'a> {
                 Ok(Ok(_) | Err(WireError::Indeterminate(_) | WireError::Other(_))) => {
                     Attempt::MayHaveLanded
                 }
-                Ok(Err(_)) | Err(CallError::Unreachable(_)) => Attempt::Refused,
+                Ok(Err(_)) | Err(CallError::Unreachable(_) | CallError::Busy) => Attempt::Refused,
                 Err(_) => Attempt::MayHaveLanded,
             };
             self.slot
@@ -444,6 +444,8 @@ impl<'a> Delivering<'a> {
             Ok(Err(WireError::Indeterminate(reason))) => self.on_unknown_outcome(reason),
             Ok(Err(e)) => Next::Done(Err(e.into_error(&self.id, 0))),
             Err(CallError::Unreachable(_)) => self.on_unreachable(),
+            // Never sent: the connection's window stayed full. Its wait was the pause.
+            Err(CallError::Busy) => Next::Retry { target: addr },
             Err(e) => self.on_unknown_outcome(format!("{addr}: {e}")),
         }
     }

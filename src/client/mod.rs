@@ -44,8 +44,15 @@ pub use deliver::{Delivery, RouteStep};
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct ClientConfig {
-    /// How long one request may wait for its response. Default 5 s.
+    /// How long one request may wait for its response, counted from when it is sent. Default
+    /// 5 s.
     pub request_timeout: Duration,
+    /// How many requests of one connection may await their answers at once; the others wait
+    /// in the client, unsent (at most `request_timeout` each). Match the brokers'
+    /// `NodeConfig::requests_in_flight_max`: a broker reads no more than that many requests
+    /// of a connection ahead of its answers, and the rest would wait in its socket with their
+    /// timeouts running. Default 256.
+    pub requests_in_flight_max: usize,
     /// How long `send` may keep retrying (redirects, elections, dead brokers). Default 30 s.
     pub delivery_timeout: Duration,
     /// How many `NotLeader` redirects one `send` follows. Default 8.
@@ -126,6 +133,7 @@ impl Default for ClientConfig {
     fn default() -> Self {
         ClientConfig {
             request_timeout: Duration::from_secs(5),
+            requests_in_flight_max: 256,
             delivery_timeout: Duration::from_secs(30),
             redirect_hops_max: 8,
             frame_bytes_max: 16 << 20,
@@ -282,12 +290,15 @@ impl Client {
                 name: addr.server_name(),
                 login: self.config.sasl.clone().map(Arc::new),
             });
-            Arc::new(Peer::new(
-                addr.clone(),
-                self.config.frame_bytes_max,
-                self.shutdown.subscribe(),
-                tls,
-            ))
+            Arc::new(
+                Peer::new(
+                    addr.clone(),
+                    self.config.frame_bytes_max,
+                    self.shutdown.subscribe(),
+                    tls,
+                )
+                .windowed(self.config.requests_in_flight_max),
+            )
         }))
     }
 

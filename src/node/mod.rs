@@ -176,6 +176,9 @@ struct Broker {
     liveness: Arc<liveness::Liveness>,
 }
 
+/// How long [`Node::shutdown`] waits for the tasks still holding its logs to end.
+const SHUTDOWN_RELEASE_WAIT: Duration = Duration::from_secs(30);
+
 /// A broker: hosts a replica of every configured partition, each its own Raft group, and
 /// serves peers over TCP. Writes are accepted only on a partition's leader; anywhere else they
 /// fail with [`Error::NotLeader`] and a hint that names the leader.
@@ -486,12 +489,21 @@ impl Node {
         }
         // Requests being served and syncs in flight hold the logs (and their directory locks)
         // a moment; wait, boundedly, so that the directories can be reopened when this returns.
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        // Seconds on a loaded machine: 5 s was once too short for a broker restarted in the
+        // same process under a test suite's load.
+        let deadline = tokio::time::Instant::now() + SHUTDOWN_RELEASE_WAIT;
         let busy = |broker: &Arc<Broker>| {
             Arc::strong_count(broker) > 1 || replicas.iter().any(|g| replicas::still_held(g, 2))
         };
         while busy(&self.broker) && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        if busy(&self.broker) {
+            tracing::warn!(
+                waited = ?SHUTDOWN_RELEASE_WAIT,
+                "stopped with logs still held by tasks that have not ended: their directories \
+                 cannot be opened again until they do"
+            );
         }
         // Flushes each log and records how far it is committed, so that a restart re-applies
         // it at once without waiting for a leader: the metadata Raft group first (the catalog the

@@ -39,6 +39,10 @@ pub(crate) enum CallError {
     /// The connection died after the request was sent. It may still take effect.
     #[error("connection lost after sending")]
     Closed,
+    /// The request was not sent: the connection's window of requests awaiting answers stayed
+    /// full for the whole timeout (see [`Peer::windowed`]).
+    #[error("not sent: every slot of the connection's window stayed taken")]
+    Busy,
     /// The request was not sent: the broker refused the login the connection opens with
     /// (the reason as it told it), or did not prove it knows the user (SCRAM).
     #[error("authentication failed: {0}")]
@@ -59,6 +63,8 @@ pub(crate) struct Peer {
     /// The newest protocol version to offer in a connection's Hello (see `hello.rs`); at 1,
     /// none is said.
     protocol_version: u16,
+    /// How many requests of a connection may await their answers at once, if bounded.
+    window: Option<usize>,
 }
 
 type Pending = Arc<parking_lot::Mutex<HashMap<u64, oneshot::Sender<Vec<u8>>>>>;
@@ -73,6 +79,8 @@ struct Conn {
     alive: Arc<AtomicBool>,
     /// The protocol version it speaks, chosen by its Hello.
     version: u16,
+    /// Slots for requests awaiting answers (the peer's window), if bounded.
+    window: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 impl Peer {
@@ -89,7 +97,20 @@ impl Peer {
             conn: tokio::sync::Mutex::new(None),
             tls,
             protocol_version: crate::PROTOCOL_VERSION,
+            window: None,
         }
+    }
+
+    /// The same peer, with at most `requests` requests of a connection awaiting answers at
+    /// once: a client's, matching the broker's `requests_in_flight_max`. A broker serves that
+    /// many requests of one client connection at a time and reads the rest only as answers
+    /// drain, so more would wait in its socket while their timeouts ran, and end as
+    /// "timed out after sending", their outcome unknown, though never read. Past the window a
+    /// request waits in the client, unsent, its timeout not yet started; one that finds no
+    /// slot within the timeout fails as [`CallError::Busy`], known not to have been sent.
+    pub(crate) fn windowed(mut self, requests: usize) -> Self {
+        self.window = Some(requests.max(1));
+        self
     }
 
     /// The same peer, offering protocol versions up to `version` (a broker pinned lower).
@@ -132,6 +153,17 @@ impl Peer {
         enqueued: Option<oneshot::Sender<()>>,
     ) -> Result<Vec<u8>, CallError> {
         let conn = self.connection(timeout).await?;
+        // Held until the answer comes or the wait for it ends.
+        let _slot = match &conn.window {
+            None => None,
+            Some(window) => {
+                match tokio::time::timeout(timeout, Arc::clone(window).acquire_owned()).await {
+                    Ok(Ok(slot)) => Some(slot),
+                    Ok(Err(_)) => return Err(CallError::Unreachable("connection closed".into())),
+                    Err(_) => return Err(CallError::Busy),
+                }
+            }
+        };
         let id = conn.next_id.fetch_add(1, Ordering::Relaxed);
         let (otx, orx) = oneshot::channel();
         conn.pending.lock().insert(id, otx);
@@ -223,6 +255,9 @@ impl Peer {
             next_id: AtomicU64::new(1),
             alive,
             version,
+            window: self
+                .window
+                .map(|n| Arc::new(tokio::sync::Semaphore::new(n))),
         });
         *guard = Some(Arc::clone(&conn));
         Ok(conn)
@@ -498,5 +533,96 @@ impl PeerSet {
         let peers = self.peers.read();
         let c = peers.get(&id)?;
         Some(Arc::clone(if control { &c.control } else { &c.bulk }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+    use crate::transport::{
+        Admission, Answer, AnswerBudget, BoxFuture, Caller, ClientBudgets, Handler, Turn,
+        spawn_server,
+    };
+
+    /// Answers each request once `release` gives it a permit; counts what it was sent.
+    struct Holding {
+        seen: AtomicUsize,
+        release: Arc<tokio::sync::Semaphore>,
+    }
+
+    impl Handler for Holding {
+        fn handle(
+            self: Arc<Self>,
+            _op: Op,
+            _body: Vec<u8>,
+            turn: Turn,
+            _answers: AnswerBudget,
+            _caller: Arc<Caller>,
+        ) -> BoxFuture<Answer> {
+            drop(turn);
+            self.seen.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move {
+                let _ = self.release.acquire().await.map(|p| p.forget());
+                Answer::from(vec![7])
+            })
+        }
+    }
+
+    /// A broker reads two requests of a connection ahead of its answers; a client windowed to
+    /// two sends no third until an answer comes. The third waits unsent, and fails as
+    /// `Busy` (known unsent) when no slot frees within its timeout, not as a request
+    /// "timed out after sending" that the broker never read.
+    #[tokio::test]
+    async fn a_windowed_peer_sends_no_more_than_the_broker_reads_ahead() {
+        let unused = std::net::SocketAddr::from(([127, 0, 0, 1], 1));
+        let mut config = crate::NodeConfig::new(1, unused, Default::default(), "unused");
+        config.requests_in_flight_max = 2;
+        let limits = config.server_limits();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let handler = Arc::new(Holding {
+            seen: AtomicUsize::new(0),
+            release: Arc::new(tokio::sync::Semaphore::new(0)),
+        });
+        let (stop, stopping) = watch::channel(false);
+        let server = spawn_server(
+            listener,
+            Arc::clone(&handler) as Arc<dyn Handler>,
+            limits,
+            ClientBudgets::new(&limits),
+            (Admission::new(limits), None),
+            stopping.clone(),
+        );
+        let peer = Arc::new(Peer::new(addr.into(), 1 << 20, stopping, None).windowed(2));
+        let long = Duration::from_secs(10);
+        let call = |peer: Arc<Peer>, timeout| async move {
+            peer.call(Op::Produce, Body::from(vec![1, 2, 3]), timeout)
+                .await
+        };
+        let first = tokio::spawn(call(Arc::clone(&peer), long));
+        let second = tokio::spawn(call(Arc::clone(&peer), long));
+        let deadline = std::time::Instant::now() + long;
+        // Bounded by the deadline.
+        while handler.seen.load(Ordering::SeqCst) < 2 {
+            assert!(std::time::Instant::now() < deadline, "the broker got both");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let third = call(Arc::clone(&peer), Duration::from_millis(200)).await;
+        assert!(matches!(third, Err(CallError::Busy)), "{third:?}");
+        assert_eq!(
+            handler.seen.load(Ordering::SeqCst),
+            2,
+            "the third was never sent"
+        );
+        // An answer frees a slot: the next request goes out and is answered.
+        handler.release.add_permits(3);
+        assert_eq!(first.await.unwrap().unwrap(), vec![7]);
+        assert_eq!(second.await.unwrap().unwrap(), vec![7]);
+        assert_eq!(call(Arc::clone(&peer), long).await.unwrap(), vec![7]);
+        assert_eq!(handler.seen.load(Ordering::SeqCst), 3);
+        let _ = stop.send(true);
+        let _ = server.await;
     }
 }
