@@ -523,6 +523,7 @@ async fn wait_leader_of(cluster: &Cluster, partition: u32) -> u64 {
 /// Writes everything needed to understand a failed schedule (the fault timeline, every
 /// operation and its outcome, every replica's records) to a file, and returns its path.
 fn write_history(
+    test: &str,
     seed: u64,
     timeline: &Timeline,
     ops: &[Op],
@@ -556,7 +557,7 @@ fn write_history(
         let _ = writeln!(out);
     }
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("fault-histories");
-    let path = dir.join(format!("seed-{seed}.txt"));
+    let path = dir.join(format!("{test}-seed-{seed}.txt"));
     match std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, out)) {
         Ok(()) => path,
         Err(e) => std::path::PathBuf::from(format!("(could not write {}: {e})", path.display())),

@@ -147,7 +147,7 @@ async fn broker_processes_killed_and_paused_at_random_lose_and_duplicate_nothing
     let (violations, summary) = history::check(&ops, &replicas);
     eprintln!("processes: {secs} s, seed {seed}, {kills} SIGKILLs, {pauses} SIGSTOPs, {summary:?}");
     let written = (!violations.is_empty())
-        .then(|| write_history(seed, &timeline, &ops, &replicas, &violations));
+        .then(|| write_history("processes", seed, &timeline, &ops, &replicas, &violations));
     assert!(
         violations.is_empty(),
         "seed {seed}: {} violations, first: {:?}; history in {} (the brokers' logs: \

@@ -200,7 +200,7 @@ async fn big_schedule(seed: u64, mib: u64) {
     let replicas = cluster.read_all();
     let (violations, summary) = history::check(&ops, &replicas);
     let written = (!violations.is_empty())
-        .then(|| write_history(seed, &timeline, &ops, &replicas, &violations));
+        .then(|| write_history("real-sizes", seed, &timeline, &ops, &replicas, &violations));
     assert!(
         violations.is_empty(),
         "seed {seed} at real sizes: {} violations, first: {:?}; history in {}",

@@ -169,7 +169,7 @@ async fn schedule(
     let replicas = cluster.read_all();
     let (violations, summary) = history::check(&ops, &replicas);
     let written = (!violations.is_empty())
-        .then(|| write_history(seed, &timeline, &ops, &replicas, &violations));
+        .then(|| write_history("schedule", seed, &timeline, &ops, &replicas, &violations));
     for v in violations.iter().take(3) {
         if let history::Violation::Reordered {
             producer,
