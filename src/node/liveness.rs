@@ -21,7 +21,9 @@
 //! run for a while (stopped with SIGSTOP, a paused virtual machine, starved of CPU) finds
 //! every other broker unheard, and its own disk probe overdue, through no fault of theirs or
 //! the disk's. When its liveness loop wakes that late, it says so once, and counts no broker
-//! silent, and not its disk stalled, until it has listened for a whole session again.
+//! silent until it has listened for a whole session again; a disk probe under way gets a
+//! session from then too, but no more than two from its start (a stalled disk can starve the
+//! process, so that it seems to come back from pauses again and again).
 //!
 //! A broker that restarts says so with a new incarnation (its start time): this broker then
 //! wakes the quiet groups it leads with a replica there, so that the restarted replica hears
@@ -35,7 +37,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -66,14 +67,22 @@ pub(super) struct Liveness {
     /// A broker not heard from for this long is silent.
     pub(super) session: Duration,
     heard: parking_lot::Mutex<HashMap<NodeId, Heard>>,
-    /// When the disk probe last finished within its bound (or this process came back from a
-    /// pause: see [`resumed`](Self::resumed)).
-    disk_ok_at: parking_lot::Mutex<Instant>,
+    /// The disk probe's state.
+    disk: parking_lot::Mutex<DiskProbe>,
     /// Since when this broker has been listening without a pause: its start, or its return
     /// from the last pause. Nobody is silent for less than a session from here.
     listening_since: parking_lot::Mutex<Instant>,
-    /// Set while a disk probe runs.
-    probing: AtomicBool,
+}
+
+/// The write-and-sync probe of the data directory.
+#[derive(Debug)]
+struct DiskProbe {
+    /// When a probe last succeeded (this process's start, at first).
+    ok_at: Instant,
+    /// When the probe under way was started, if one is.
+    started: Option<Instant>,
+    /// Whether the last probe that ended failed.
+    failed: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -106,9 +115,12 @@ impl Liveness {
             incarnation,
             session: (heartbeat * 8).max(election_timeout * 2),
             heard: parking_lot::Mutex::default(),
-            disk_ok_at: parking_lot::Mutex::new(Instant::now()),
+            disk: parking_lot::Mutex::new(DiskProbe {
+                ok_at: Instant::now(),
+                started: None,
+                failed: false,
+            }),
             listening_since: parking_lot::Mutex::new(Instant::now()),
-            probing: AtomicBool::new(false),
         }
     }
 
@@ -119,12 +131,12 @@ impl Liveness {
     }
 
     /// This process was not running for a while (its liveness loop woke later than
-    /// [`pause_bound`](Self::pause_bound)): what it did not hear in that time, from the other brokers or from its disk, says nothing about
-    /// them. Silence and the disk are judged again from now.
+    /// [`pause_bound`](Self::pause_bound)): what it did not hear in that time from the other
+    /// brokers says nothing about them, and a disk probe that did not end in that time says
+    /// little about the disk. Silence is judged again from now; see
+    /// [`disk_answers`](Self::disk_answers) for the probe.
     pub(super) fn resumed(&self) {
-        let now = Instant::now();
-        *self.listening_since.lock() = now;
-        *self.disk_ok_at.lock() = now;
+        *self.listening_since.lock() = Instant::now();
     }
 
     /// Whether broker `id` was heard from within the session timeout.
@@ -183,9 +195,23 @@ impl Liveness {
             .collect()
     }
 
-    /// Whether this broker's disk answered a probe within the session timeout.
+    /// Whether this broker's disk answers: no probe has been under way for a session, and the
+    /// probes have not been failing for one.
+    ///
+    /// A probe's session counts from this process's return if it was away since the probe
+    /// began (a stopped process's probe ends the moment it runs again), but a probe under way
+    /// for two sessions is stalled whatever the pauses: a disk that stalls can starve the
+    /// process's threads too (writers held back by the kernel's dirty-page throttling), so that
+    /// the liveness loop wakes late, again and again, while the disk is what is wrong.
     pub(super) fn disk_answers(&self) -> bool {
-        self.disk_ok_at.lock().elapsed() < self.session
+        let listening_since = *self.listening_since.lock();
+        let disk = self.disk.lock();
+        let stalled = disk.started.is_some_and(|started| {
+            started.max(listening_since).elapsed() >= self.session
+                || started.elapsed() >= self.session * 2
+        });
+        let failing = disk.failed && disk.ok_at.elapsed() >= self.session;
+        !(stalled || failing)
     }
 }
 
@@ -214,8 +240,7 @@ impl Broker {
                         tracing::warn!(
                             ?late,
                             "this process did not run for a while (stopped, or starved of CPU): \
-                             no broker counts as silent, nor the data directory as stalled, \
-                             before a whole session of listening"
+                             no broker counts as silent before a whole session of listening"
                         );
                         self.liveness.resumed();
                     }
@@ -283,8 +308,12 @@ impl Broker {
 
     /// Starts a write-and-sync of the probe file, unless one is still running.
     fn probe_disk(&self) {
-        if self.liveness.probing.swap(true, Ordering::AcqRel) {
-            return;
+        {
+            let mut disk = self.liveness.disk.lock();
+            if disk.started.is_some() {
+                return;
+            }
+            disk.started = Some(Instant::now());
         }
         let path = self.config.data_dir.join(PROBE_FILE);
         let liveness = Arc::clone(&self.liveness);
@@ -303,13 +332,15 @@ impl Broker {
                 faults.wait_if_stalled(crate::env::FaultPoint::Sync)?;
                 file.sync_data()
             })();
+            let mut disk = liveness.disk.lock();
+            disk.started = None;
+            disk.failed = written.is_err();
             match written {
-                Ok(()) => *liveness.disk_ok_at.lock() = Instant::now(),
+                Ok(()) => disk.ok_at = Instant::now(),
                 Err(e) => {
                     tracing::debug!(error = %e, "the liveness probe of the data directory failed")
                 }
             }
-            liveness.probing.store(false, Ordering::Release);
         });
     }
 
@@ -416,12 +447,14 @@ mod tests {
         assert_eq!(liveness.heard_from(2, 8), News::Nothing);
     }
 
-    /// Back from a pause, a broker counts nobody silent, and its disk answering, until it has
-    /// listened for a whole session: what it missed while away says nothing about them.
+    /// Back from a pause, a broker counts nobody silent, and a disk probe under way not
+    /// stalled, until it has listened for a whole session: what it missed while away says
+    /// nothing about them.
     #[test]
     fn a_process_back_from_a_pause_judges_silence_only_over_time_it_listened() {
         let liveness = Liveness::new(Duration::from_millis(5), Duration::from_millis(10));
         assert_eq!(liveness.heard_from(2, 7), News::Back);
+        liveness.disk.lock().started = Some(Instant::now());
         let deadline = Instant::now() + Duration::from_secs(10);
         // Bounded by the deadline: the session timeout is 40 ms. Nobody polls meanwhile, as
         // nobody does in a stopped process.
@@ -434,7 +467,10 @@ mod tests {
             liveness.newly_silent().is_empty(),
             "not silent: unheard while away"
         );
-        assert!(liveness.disk_answers(), "not stalled: unprobed while away");
+        assert!(
+            liveness.disk_answers(),
+            "not stalled: its probe had no time to run"
+        );
         // Bounded by the deadline.
         let silent = loop {
             let silent = liveness.newly_silent();
@@ -448,5 +484,40 @@ mod tests {
             vec![2],
             "silent once a whole session passed unheard"
         );
+    }
+
+    /// A probe that never ends is a stalled disk within two sessions, however often the
+    /// process seems to come back from a pause (a stalled disk can starve its threads), and
+    /// a probe that fails is a failing disk once no probe succeeded for a session.
+    #[test]
+    fn a_stalled_or_failing_disk_is_found_whatever_the_pauses() {
+        let liveness = Liveness::new(Duration::from_millis(5), Duration::from_millis(10));
+        let started = Instant::now();
+        liveness.disk.lock().started = Some(started);
+        let deadline = started + Duration::from_secs(10);
+        // Bounded by the deadline: two sessions are 80 ms.
+        while liveness.disk_answers() {
+            assert!(Instant::now() < deadline);
+            liveness.resumed();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(
+            started.elapsed() >= liveness.session * 2,
+            "not before two sessions"
+        );
+        // The probe ends in failure: failing from then on, the last success being old.
+        {
+            let mut disk = liveness.disk.lock();
+            disk.started = None;
+            disk.failed = true;
+        }
+        assert!(!liveness.disk_answers(), "failing");
+        // A success ends it.
+        {
+            let mut disk = liveness.disk.lock();
+            disk.failed = false;
+            disk.ok_at = Instant::now();
+        }
+        assert!(liveness.disk_answers());
     }
 }
