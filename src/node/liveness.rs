@@ -227,15 +227,13 @@ impl Broker {
         let mut tick = tokio::time::interval(self.config.heartbeat_interval / SILENCE_CHECKS);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut was_answering = true;
-        let mut last = tokio::time::Instant::now();
         // Ends at shutdown.
         for n in 0u64.. {
             tokio::select! {
                 _ = shutdown.changed() => break,
                 at = tick.tick() => {
-                    let now = tokio::time::Instant::now();
-                    let late = now.saturating_duration_since(at.max(last));
-                    last = now;
+                    // `at` is when the tick was due.
+                    let late = tokio::time::Instant::now().saturating_duration_since(at);
                     if late > self.liveness.pause_bound() {
                         tracing::warn!(
                             ?late,
