@@ -21,6 +21,10 @@
 //!   `fsync` figure of `Producer` is what `cargo run --release --example kafka_targets`
 //!   reports as `Producer` in part 1 (100 B).
 //!
+//! With `REPLOG_BENCH_LOUD=1` in the environment the brokers' partitions never go quiet, as
+//! before quiet partitions existed; runs with and without it, in turn, tell what quiet costs
+//! the hot path.
+//!
 //! For every replicated case the latency of each append during the measurement phase (the
 //! criterion samples, not the warm-up) is recorded, and its p50/p99 are printed after the
 //! case, prefixed `latency`. A case excluded by a criterion filter neither runs nor prints.
@@ -47,6 +51,10 @@ const BATCH: usize = 100;
 const IN_FLIGHT: [usize; 2] = [1, 64];
 const SAMPLE_SIZE: usize = 10;
 const LEADER_WAIT: Duration = Duration::from_secs(10);
+/// Set (to anything) in the environment, the brokers' partitions never go quiet
+/// (`quiesce_after: None`): to measure what quiet partitions cost the hot path, run the bench
+/// with and without it.
+const LOUD: &str = "REPLOG_BENCH_LOUD";
 /// Records one iteration of the produce bench sends, all of them outstanding at once for
 /// `Producer`: a whole number of batches of 100, about as many as `kafka_targets` sends in
 /// part 1 (262,144, all outstanding). With an iteration of one batch of 100, criterion sized
@@ -105,6 +113,9 @@ impl Cluster {
             c.log.retention_bytes = retention_bytes;
             if retention_bytes.is_some() {
                 c.retention_check_interval = Duration::from_millis(500);
+            }
+            if std::env::var_os(LOUD).is_some() {
+                c.quiesce_after = None;
             }
         })
         .await

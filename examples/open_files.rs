@@ -8,15 +8,17 @@
 //! It does so twice: for logs each in a directory of its own, and for logs in a directory the
 //! process holds, as a broker's replicas are in its data directory (held here by a log opened
 //! on it, the public way to hold a directory): those need no lock descriptor of their own.
+//! Beside the counts, the process's resident memory per log once they are open (what replog's
+//! own storage costs an idle replica, without its Raft group): anonymous (heap) and
+//! file-backed (the pages of the active segment's map that recovery read, which the kernel may
+//! reclaim as it does the page cache). Heap a round frees is reused by the next, so a later
+//! round's anonymous figure reads low: the first round of each log size is the fair one.
 
 use replog::{LogConfig, PartitionLog, Preallocate, Record};
 
-fn count(path: &str) -> usize {
-    match path {
-        "/proc/self/fd" => std::fs::read_dir(path).map_or(0, |d| d.count()),
-        _ => std::fs::read_to_string(path).map_or(0, |m| m.lines().count()),
-    }
-}
+#[path = "support/process.rs"]
+mod process;
+use process::{count_fds, count_maps, status_kib};
 
 fn config() -> LogConfig {
     let mut c = LogConfig::default();
@@ -52,18 +54,24 @@ fn main() -> replog::Result<()> {
             }
             log.flush()?;
         }
-        let (fds0, maps0) = (count("/proc/self/fd"), count("/proc/self/maps"));
+        let (fds0, maps0) = (count_fds(), count_maps());
+        let rss0 = (status_kib("RssAnon"), status_kib("RssFile"));
         let open: Vec<PartitionLog> = dirs
             .iter()
             .map(|d| PartitionLog::open(d, config()))
             .collect::<replog::Result<_>>()?;
         let segments = open.first().map_or(0, |l| l.segment_count());
         let per = |now: usize, before: usize| now.saturating_sub(before) as f64 / logs as f64;
-        let (fds1, maps1) = (count("/proc/self/fd"), count("/proc/self/maps"));
+        let (fds1, maps1) = (count_fds(), count_maps());
+        let rss1 = (status_kib("RssAnon"), status_kib("RssFile"));
+        let kib = |now: u64, before: u64| now.saturating_sub(before) as f64 / logs as f64;
         println!(
-            "{logs} logs of {segments} segments {layout}, idle after open: {:.2} descriptors and {:.2} maps per log",
+            "{logs} logs of {segments} segments {layout}, idle after open: {:.2} descriptors, \
+             {:.2} maps, {:.1} KiB anonymous and {:.1} KiB file-backed resident memory per log",
             per(fds1, fds0),
             per(maps1, maps0),
+            kib(rss1.0, rss0.0),
+            kib(rss1.1, rss0.1),
         );
         for log in &open {
             let mut at = log.start_offset();
@@ -75,8 +83,8 @@ fn main() -> replog::Result<()> {
         }
         println!(
             "{logs} logs of {segments} segments {layout}, after reading each whole: {:.2} descriptors and {:.2} maps per log",
-            per(count("/proc/self/fd"), fds0),
-            per(count("/proc/self/maps"), maps0),
+            per(count_fds(), fds0),
+            per(count_maps(), maps0),
         );
     }
     Ok(())
