@@ -42,6 +42,16 @@ use tokio::net::TcpStream;
 /// read per record, not four. What a connection holds for it, beside rustls' own buffers.
 const TLS_READ_BUFFER_BYTES: usize = 16 << 10;
 
+/// Bytes of TLS records a connection encrypts ahead of what its socket took (rustls' buffer
+/// limit, 64 KiB by default). A large answer or request is encrypted and written in pieces of
+/// this size: big enough that the writer makes few writes and wakes the reader few times, small
+/// enough that the reader decrypts one piece while the next is encrypted. Measured on a fetch of
+/// 4 MiB answers over loopback TLS (2026-12-05, two cores): 64 KiB 1.10–1.13 M records/s of
+/// 1 KiB, 256 KiB 1.11–1.15 M, 1 MiB 1.34–1.38 M, the whole answer at once 1.20–1.28 M. It is
+/// memory beside the answer only while the answer is written, and never more than the part of
+/// it encrypted so far, so answers over TLS hold at most twice their budget.
+const TLS_SEND_BUFFER_BYTES: usize = 1 << 20;
+
 /// A TLS connection as a listener serves it: rustls over a read-buffered socket.
 pub(crate) type ServerStream = tokio_rustls::server::TlsStream<tokio::io::BufReader<TcpStream>>;
 
@@ -355,7 +365,11 @@ impl TlsServer {
     ) -> Option<(ServerStream, Option<ClientCertificate>)> {
         let stream = tokio::io::BufReader::with_capacity(TLS_READ_BUFFER_BYTES, stream);
         match tokio::time::timeout_at(deadline, self.acceptor.accept(stream)).await {
-            Ok(Ok(stream)) => {
+            Ok(Ok(mut stream)) => {
+                stream
+                    .get_mut()
+                    .1
+                    .set_buffer_limit(Some(TLS_SEND_BUFFER_BYTES));
                 let presented = stream.get_ref().1.peer_certificates();
                 let certificate = presented
                     .and_then(|chain| chain.first())
@@ -444,7 +458,12 @@ impl TlsDialer {
         name: rustls_pki_types::ServerName<'static>,
     ) -> std::io::Result<ClientStream> {
         let stream = tokio::io::BufReader::with_capacity(TLS_READ_BUFFER_BYTES, stream);
-        self.connector.connect(name, stream).await
+        let mut stream = self.connector.connect(name, stream).await?;
+        stream
+            .get_mut()
+            .1
+            .set_buffer_limit(Some(TLS_SEND_BUFFER_BYTES));
+        Ok(stream)
     }
 }
 
