@@ -364,12 +364,11 @@ impl TlsServer {
         deadline: tokio::time::Instant,
     ) -> Option<(ServerStream, Option<ClientCertificate>)> {
         let stream = tokio::io::BufReader::with_capacity(TLS_READ_BUFFER_BYTES, stream);
-        match tokio::time::timeout_at(deadline, self.acceptor.accept(stream)).await {
-            Ok(Ok(mut stream)) => {
-                stream
-                    .get_mut()
-                    .1
-                    .set_buffer_limit(Some(TLS_SEND_BUFFER_BYTES));
+        let accepting = self.acceptor.accept_with(stream, |conn| {
+            conn.set_buffer_limit(Some(TLS_SEND_BUFFER_BYTES));
+        });
+        match tokio::time::timeout_at(deadline, accepting).await {
+            Ok(Ok(stream)) => {
                 let presented = stream.get_ref().1.peer_certificates();
                 let certificate = presented
                     .and_then(|chain| chain.first())
@@ -458,12 +457,11 @@ impl TlsDialer {
         name: rustls_pki_types::ServerName<'static>,
     ) -> std::io::Result<ClientStream> {
         let stream = tokio::io::BufReader::with_capacity(TLS_READ_BUFFER_BYTES, stream);
-        let mut stream = self.connector.connect(name, stream).await?;
-        stream
-            .get_mut()
-            .1
-            .set_buffer_limit(Some(TLS_SEND_BUFFER_BYTES));
-        Ok(stream)
+        self.connector
+            .connect_with(name, stream, |conn| {
+                conn.set_buffer_limit(Some(TLS_SEND_BUFFER_BYTES));
+            })
+            .await
     }
 }
 
