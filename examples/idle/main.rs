@@ -12,6 +12,9 @@
 //! fourth argument, `processes`, runs each broker in a process of its own instead (see
 //! `processes.rs`): `-- 10000 quiet 1000 processes` puts 10,000 replicas in each of three
 //! processes and reports each process apart.
+//! Partitions quiet for 5 s go dormant (their Raft members dropped, `NodeConfig::dormant_after`),
+//! and the quiet runs wait for that too; `REPLOG_IDLE_DORMANT_MS=0` keeps them quiet but awake,
+//! any other value sets the delay.
 //! Prints CPU used (cores), resident memory, leader changes while idle, the descriptors and
 //! memory maps the process holds (against the `ulimit -n` and `vm.max_map_count` a broker of
 //! many replicas must fit in), and how long broker 2 takes to stop, to be ready again after a
@@ -91,6 +94,23 @@ fn configure(c: &mut NodeConfig, partitions: u32, loud: bool, heartbeat: Duratio
     c.log.batch_bytes_max = 256 << 10;
     c.log.preallocate = Preallocate::Fallocate;
     c.quiesce_after = (!loud).then_some(Duration::from_secs(2));
+    c.dormant_after = dormant_after();
+}
+
+/// How long a quiet partition waits before it goes dormant: `REPLOG_IDLE_DORMANT_MS`, 5 s if
+/// unset, never if 0.
+fn dormant_after() -> Option<Duration> {
+    let ms = std::env::var("REPLOG_IDLE_DORMANT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5000);
+    (ms > 0).then(|| Duration::from_millis(ms))
+}
+
+/// Whether `node` has its `partitions` replicas quiet, and dormant too if they go dormant.
+fn settled_quiet(node: &replog::Node, partitions: u32) -> bool {
+    let all = partitions as usize;
+    node.quiet_replicas() == all && (dormant_after().is_none() || node.dormant_replicas() == all)
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -144,15 +164,15 @@ async fn main() -> replog::Result<()> {
     tokio::time::sleep(Duration::from_secs(3)).await;
     if !loud {
         let quiet_since = Instant::now();
-        let all_quiet =
-            |c: &LocalCluster| c.nodes().all(|n| n.quiet_replicas() == partitions as usize);
+        let all_quiet = |c: &LocalCluster| c.nodes().all(|n| settled_quiet(n, partitions));
         // Bounded by its two minutes.
         while !all_quiet(&cluster) && quiet_since.elapsed() < Duration::from_secs(120) {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let quiet: usize = cluster.nodes().map(|n| n.quiet_replicas()).sum();
+        let dormant: usize = cluster.nodes().map(|n| n.dormant_replicas()).sum();
         println!(
-            "quiet replicas: {quiet} of {} ({:.1} s after the leaders settled)",
+            "quiet replicas: {quiet} of {}, dormant: {dormant} ({:.1} s after the leaders settled)",
             partitions * 3,
             quiet_since.elapsed().as_secs_f64() + 3.0
         );
@@ -209,8 +229,7 @@ async fn main() -> replog::Result<()> {
     let ready_after = restart_at.elapsed();
     match ready {
         Ok(()) => {
-            let replicas = partitions as usize;
-            let quiet = |c: &LocalCluster| c.nodes().all(|n| n.quiet_replicas() == replicas);
+            let quiet = |c: &LocalCluster| c.nodes().all(|n| settled_quiet(n, partitions));
             // Bounded by its five minutes.
             while !loud && !quiet(&cluster) && restart_at.elapsed() < Duration::from_secs(300) {
                 tokio::time::sleep(Duration::from_millis(100)).await;

@@ -9,7 +9,8 @@
 //! - `baseline SAMPLE`: before its broker starts;
 //! - `ready SECONDS`: its broker is ready (metadata replayed, every replica open), that long
 //!   after the process started;
-//! - `status QUIET CPU`: every 500 ms, the quiet replicas and the CPU seconds used;
+//! - `status QUIET DORMANT CPU`: every 500 ms, the quiet replicas, those of them dormant, and
+//!   the CPU seconds used;
 //! - `sample SAMPLE`: when a line `sample` arrives on its standard input (reading
 //!   descriptors and maps of 10,000 replicas takes CPU time, so it is not done all along);
 //! - `stopped SECONDS`: its broker shut down, that long after it was asked to.
@@ -116,7 +117,12 @@ pub async fn broker(
         tokio::spawn(async move {
             // Ends when asked to stop.
             loop {
-                println!("status {} {:.2}", node.quiet_replicas(), cpu_seconds());
+                println!(
+                    "status {} {} {:.2}",
+                    node.quiet_replicas(),
+                    node.dormant_replicas(),
+                    cpu_seconds()
+                );
                 tokio::select! {
                     _ = stopped.changed() => break,
                     _ = tokio::time::sleep(Duration::from_millis(500)) => {}
@@ -166,6 +172,7 @@ struct Seen {
     baseline: Option<Sample>,
     ready: Option<f64>,
     quiet: usize,
+    dormant: usize,
     cpu: f64,
     last: Option<Sample>,
     stopped: Option<f64>,
@@ -205,8 +212,9 @@ impl BrokerProcess {
                 match fields.as_slice() {
                     ["baseline", rest @ ..] => seen.baseline = Sample::parse(rest),
                     ["ready", s] => seen.ready = s.parse().ok(),
-                    ["status", quiet, cpu] => {
+                    ["status", quiet, dormant, cpu] => {
                         seen.quiet = quiet.parse().unwrap_or(0);
+                        seen.dormant = dormant.parse().unwrap_or(0);
                         seen.cpu = cpu.parse().unwrap_or(0.0);
                     }
                     ["sample", rest @ ..] => seen.last = Sample::parse(rest),
@@ -306,15 +314,22 @@ pub async fn run(
         crate::write_every_partition(&addrs, partitions).await?;
     }
     let all_quiet = |brokers: &[BrokerProcess]| {
-        brokers
-            .iter()
-            .all(|b| b.seen.lock().quiet == partitions as usize)
+        brokers.iter().all(|b| {
+            let seen = b.seen.lock();
+            let all = partitions as usize;
+            seen.quiet == all && (crate::dormant_after().is_none() || seen.dormant == all)
+        })
     };
     if !loud {
         let since = Instant::now();
         let quiet = wait(Duration::from_secs(300), || all_quiet(&brokers)).await;
         println!(
-            "every replica quiet{} {:.1} s after that",
+            "every replica quiet{}{} {:.1} s after that",
+            if crate::dormant_after().is_some() {
+                " and dormant"
+            } else {
+                ""
+            },
             if quiet { "" } else { " (not: gave up waiting)" },
             since.elapsed().as_secs_f64()
         );

@@ -238,6 +238,11 @@ pub struct NodeConfig {
     /// A partition unwritten this long, its log on every live replica, goes quiet: no
     /// heartbeats or timers until the next write (`node/quiet.rs`). 2 s by default; `None`: never.
     pub quiesce_after: Option<Duration>,
+    /// A partition quiet this long on a broker drops its Raft member there, most of an idle
+    /// replica's memory, and builds it again when a write, a peer's Raft message, a broker's
+    /// liveness or an admin change needs it (`raft/dormant.rs`). A minute by default; `None`:
+    /// never. Does nothing without [`quiesce_after`](Self::quiesce_after).
+    pub dormant_after: Option<Duration>,
 }
 
 impl NodeConfig {
@@ -306,6 +311,7 @@ impl NodeConfig {
             authorization: None,
             protocol_version: crate::PROTOCOL_VERSION,
             quiesce_after: Some(Duration::from_secs(2)),
+            dormant_after: Some(Duration::from_secs(60)),
         }
     }
 

@@ -86,12 +86,13 @@ impl Broker {
             // the quiet, or restarted): the leader wakes, and its heartbeats bring the
             // member back before the Raft group goes quiet again.
             if replica.raft.parked_under() == Some(self.config.id) {
-                replica.raft.wake();
+                replica.raft.wake().await;
             }
             return refusal;
         }
         match replica.raft.serve(op, body, rest).await {
             Served::Reply(reply) => reply,
+            Served::Refused(reason) => refuse(reason),
             Served::ContradictsCommitted(index) => {
                 self.request_rebuild(replica, RebuildCause::Contradicted(index));
                 refuse(format!(

@@ -66,7 +66,7 @@ async fn wake_in_batches(
 ) {
     for batch in replicas.chunks(WOKEN_AT_ONCE) {
         for r in batch.iter().filter(|r| still(r)) {
-            r.raft.wake();
+            r.raft.wake().await;
         }
         tokio::time::sleep(WAKE_PAUSE).await;
     }
@@ -101,6 +101,13 @@ impl super::Node {
     pub fn quiet_replicas(&self) -> usize {
         self.broker.quiet_replicas()
     }
+
+    /// How many of the partition replicas this broker hosts are dormant now: quiet for
+    /// [`NodeConfig::dormant_after`](crate::NodeConfig::dormant_after), their Raft members
+    /// dropped until something needs them.
+    pub fn dormant_replicas(&self) -> usize {
+        self.broker.dormant_replicas()
+    }
 }
 
 impl Broker {
@@ -119,7 +126,12 @@ impl Broker {
         loop {
             tokio::select! {
                 _ = shutdown.changed() => break,
-                _ = tick.tick() => self.offer_quiet(idle).await,
+                _ = tick.tick() => {
+                    self.offer_quiet(idle).await;
+                    if let Some(after) = self.config.dormant_after {
+                        self.go_dormant(after).await;
+                    }
+                }
             }
         }
     }
@@ -322,7 +334,7 @@ impl Broker {
                     // A new leader's append may have woken it, or made it follow, already.
                     let parked = r.raft.parked_under() == Some(silent);
                     if parked {
-                        r.raft.wake();
+                        r.raft.wake().await;
                     }
                     if *rank == 0 && (parked || r.raft.leader() == Some(silent)) {
                         r.raft.campaign().await;
@@ -342,6 +354,7 @@ impl Broker {
     pub(super) fn broker_back(&self, back: NodeId) {
         let me = self.config.id;
         let mut woken: Vec<Arc<HostedReplica>> = Vec::new();
+        let mut awake: Vec<Arc<HostedReplica>> = Vec::new();
         for r in self.replicas.read().values() {
             if !r.raft.member_ids().contains(&back) {
                 continue;
@@ -349,20 +362,54 @@ impl Broker {
             if r.raft.parked_under() == Some(me) {
                 woken.push(Arc::clone(r));
             } else if r.raft.leader() == Some(me) {
-                r.raft.wake();
+                awake.push(Arc::clone(r));
             }
         }
-        if woken.is_empty() {
+        if woken.is_empty() && awake.is_empty() {
             return;
         }
-        tracing::debug!(
-            broker = back,
-            partitions = woken.len(),
-            "waking quiet partitions led here for a returning broker"
-        );
-        tokio::spawn(wake_in_batches(woken, move |r| {
-            r.raft.parked_under() == Some(me)
-        }));
+        if !woken.is_empty() {
+            tracing::debug!(
+                broker = back,
+                partitions = woken.len(),
+                "waking quiet partitions led here for a returning broker"
+            );
+        }
+        tokio::spawn(async move {
+            // Those awake count it as activity at once; they build nothing.
+            for r in awake {
+                r.raft.wake().await;
+            }
+            wake_in_batches(woken, move |r| r.raft.parked_under() == Some(me)).await;
+        });
+    }
+
+    /// Drops the Raft members of the replicas here that have been quiet for `after` (see
+    /// `raft/dormant.rs`).
+    async fn go_dormant(&self, after: Duration) {
+        let replicas: Vec<Arc<HostedReplica>> = self
+            .replicas
+            .read()
+            .values()
+            .filter(|r| Self::may_go_quiet(r) && r.raft.is_parked() && !r.raft.is_dormant())
+            .cloned()
+            .collect();
+        let mut dormant = 0usize;
+        for r in replicas {
+            dormant += usize::from(r.raft.go_dormant(after).await);
+        }
+        if dormant > 0 {
+            tracing::debug!(partitions = dormant, "quiet partitions gone dormant");
+        }
+    }
+
+    /// How many of the replicas here are dormant now.
+    fn dormant_replicas(&self) -> usize {
+        self.replicas
+            .read()
+            .values()
+            .filter(|r| r.raft.is_dormant())
+            .count()
     }
 
     /// How many of the replicas here are quiet now.

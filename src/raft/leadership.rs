@@ -19,14 +19,17 @@ impl Replica {
     /// replica did not lead, had no voter to hand to, or the hand-off did not finish in time
     /// (the Raft group then elects a leader after an election timeout, as after a crash).
     pub(crate) async fn hand_off(&self, me: NodeId, timeout: Duration) -> Option<NodeId> {
-        if self.raft.metrics().borrow_watched().current_leader != Some(me) {
+        if self.leader() != Some(me) {
             return None;
         }
         // A quiet leader's followers acknowledged nothing lately: it heartbeats first, so that
         // they count as live (a quiet follower stays quiet: it leads nothing to hand over).
-        self.wake_to_write(self.lease_wait.min(timeout)).await;
+        let (raft, _) = self
+            .wake_to_write(self.lease_wait.min(timeout))
+            .await
+            .ok()?;
         let (target, vote) = {
-            let m = self.raft.metrics().borrow_watched().clone();
+            let m = raft.metrics().borrow_watched().clone();
             if m.current_leader != Some(me) {
                 return None;
             }
@@ -44,9 +47,9 @@ impl Replica {
                 })
                 .map(|(id, _)| (*id, m.vote))?
         };
-        self.handing_over(vote);
-        self.raft.trigger().transfer_leader(target).await.ok()?;
-        let mut metrics = self.raft.server_metrics();
+        self.handing_over(vote).await;
+        raft.trigger().transfer_leader(target).await.ok()?;
+        let mut metrics = raft.server_metrics();
         let moved = tokio::time::timeout(timeout, async {
             // Bounded by the timeout around it.
             loop {
@@ -78,9 +81,12 @@ impl Replica {
         // not enough: a broker that stopped a moment ago sent one, and a leader that triggers a
         // transfer to a member that cannot take over stays handing over (openraft then refuses
         // writes and sends no heartbeat) until another member's election timer runs out.
-        let since = self.heartbeat_for_transfer(me, target, timeout).await;
+        let raft = self.awake().await.map_err(|_| TransferRefused::Stopped)?;
+        let since = self
+            .heartbeat_for_transfer(&raft, me, target, timeout)
+            .await;
         let vote = {
-            let m = self.raft.metrics().borrow_watched().clone();
+            let m = raft.metrics().borrow_watched().clone();
             if m.current_leader == Some(target) {
                 return Ok(());
             }
@@ -110,11 +116,11 @@ impl Replica {
             }
             m.vote
         };
-        self.handing_over(vote);
-        if self.raft.trigger().transfer_leader(target).await.is_err() {
+        self.handing_over(vote).await;
+        if raft.trigger().transfer_leader(target).await.is_err() {
             return Err(TransferRefused::Stopped);
         }
-        let mut metrics = self.raft.server_metrics();
+        let mut metrics = raft.server_metrics();
         let moved = tokio::time::timeout(timeout, async {
             // Bounded by the timeout around it.
             loop {
@@ -141,16 +147,17 @@ impl Replica {
     /// `target` has not answered within `timeout` (it is down: no point waiting for it).
     async fn heartbeat_for_transfer(
         &self,
+        raft: &super::dormant::Member,
         me: NodeId,
         target: NodeId,
         timeout: Duration,
     ) -> Option<openraft::type_config::alias::InstantOf<super::types::C>> {
         let wait = self.lease_wait.min(timeout);
-        let since = match self.wake_to_write(wait).await {
+        let since = match self.wake_to_write(wait).await.ok()?.1 {
             Some(woke) => woke,
             None => {
                 {
-                    let m = self.raft.metrics();
+                    let m = raft.metrics();
                     let m = m.borrow_watched();
                     let heard = acked_at(&m, target).is_some_and(|t| t.elapsed() < timeout);
                     if m.current_leader != Some(me) || target == me || !heard {
@@ -158,13 +165,13 @@ impl Replica {
                     }
                 }
                 // Counts as activity: an offer of quiet out now does not end parked.
-                self.wake();
+                self.wake().await;
                 let now = openraft::type_config::alias::InstantOf::<super::types::C>::now();
-                self.raft.trigger().heartbeat().await.ok()?;
+                raft.trigger().heartbeat().await.ok()?;
                 now
             }
         };
-        self.wait_heard_from(target, since, wait).await;
+        Self::wait_heard_from(raft, target, since, wait).await;
         Some(since)
     }
 
@@ -175,7 +182,14 @@ impl Replica {
             .iter()
             .map(|(id, addr)| (*id, BrokerNode { addr: addr.clone() }))
             .collect();
-        match self.raft.initialize(members).await {
+        let raft = match self.awake().await {
+            Ok(raft) => raft,
+            Err(e) => {
+                tracing::debug!(error = %e, "not initializing");
+                return false;
+            }
+        };
+        match raft.initialize(members).await {
             Ok(()) => true,
             Err(e) => {
                 tracing::debug!(error = %e, "not initializing");
@@ -187,14 +201,20 @@ impl Replica {
     /// Lets this member run for leader when its election timeout passes, or not (it still
     /// votes and follows a leader either way).
     pub(crate) fn allow_elections(&self, allowed: bool) {
-        self.raft.runtime_config().elect(allowed);
+        self.elections
+            .store(allowed, std::sync::atomic::Ordering::Release);
+        if let Some(raft) = self.awake_now() {
+            raft.runtime_config().elect(allowed);
+        }
     }
 
     /// Campaigns now, a pre-vote first, as the member's election timer would once it ran
     /// out: for a leader's broker that fell silent. openraft skips it while this member heard
     /// a leader within its lease, and the voters refuse it while they did.
     pub(crate) async fn campaign(&self) {
-        let _ = self.raft.trigger().elect(true).await;
+        if let Ok(raft) = self.awake().await {
+            let _ = raft.trigger().elect(true).await;
+        }
     }
 
     /// Runs for leader again after 10, 20, 40, ... ms (openraft's `initialize` ran the first
@@ -215,7 +235,10 @@ impl Replica {
     pub(crate) async fn run_for_leader_soon(&self, within: Duration) {
         use std::sync::atomic::Ordering;
         let started = std::time::Instant::now();
-        let mut metrics = self.raft.metrics();
+        let Ok(raft) = self.awake().await else {
+            return;
+        };
+        let mut metrics = raft.metrics();
         let mut pause = Duration::from_millis(10);
         self.vote_refused.store(false, Ordering::Release);
         // The first campaign is the one openraft's `initialize` starts by itself, from term 0
@@ -231,7 +254,7 @@ impl Replica {
                 // append that arrives just before cannot be followed by a campaign that deposes
                 // it (the real election after it raises the term; replog's peers grant
                 // pre-votes, so it costs no round trip).
-                if self.raft.trigger().elect(true).await.is_err() {
+                if raft.trigger().elect(true).await.is_err() {
                     return;
                 }
             }

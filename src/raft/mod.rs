@@ -5,6 +5,7 @@
 //! leader's record batch stored as it arrived, control entries (blank, membership) taking a log
 //! index but no offsets.
 
+pub(crate) mod dormant;
 pub(crate) mod leadership;
 mod meta_file;
 pub(crate) mod network;

@@ -231,6 +231,9 @@ pub(crate) enum Served {
     /// log index. Raft cannot truncate a committed entry; the cluster lost it (possible only
     /// under `Replicated`, or with a damaged disk) and the replica must be rebuilt.
     ContradictsCommitted(u64),
+    /// Not served: the replica's member could not run (shut down, or it failed to start
+    /// again after dormancy), for this reason.
+    Refused(String),
 }
 
 /// Serves one peer RPC (`body` is the request after the partition and topic ids, within

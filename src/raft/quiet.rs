@@ -58,6 +58,11 @@ struct QuietState {
     activity: u64,
     /// The last write or wake.
     active_at: Instant,
+    /// When the member last parked.
+    parked_at: Instant,
+    /// On a leader woken from quiet whose lease no quorum has renewed since: when it woke.
+    /// Writes wait for the renewal, as openraft refuses them until then.
+    lease_from: Option<openraft::type_config::alias::InstantOf<C>>,
     /// The vote under which this member, as leader, started handing its leadership over.
     /// openraft's leader then sends no heartbeat until another member leads, so it must not
     /// go quiet: its followers' election timers are what end a hand-over that failed.
@@ -65,9 +70,12 @@ struct QuietState {
 }
 
 impl Quiet {
-    /// [`Replica::wake`] of the member `raft`.
-    fn wake(&self, raft: &openraft::Raft<C, super::state_machine::StateMachine>) -> bool {
-        let mut state = self.state.lock();
+    /// [`Replica::wake`] of the running member `raft`.
+    pub(super) fn wake(&self, raft: &super::dormant::Member) -> bool {
+        Self::unpark(&mut self.state.lock(), raft)
+    }
+
+    fn unpark(state: &mut QuietState, raft: &super::dormant::Member) -> bool {
         state.activity += 1;
         state.active_at = Instant::now();
         if !state.parked {
@@ -80,6 +88,41 @@ impl Quiet {
         config.tick(true);
         true
     }
+
+    /// On leader `me`: wakes it if it is parked, and returns when it woke, while no quorum
+    /// has renewed its lease since (this wake's, or an earlier one's); `None` once renewed.
+    pub(super) fn wake_leader(
+        &self,
+        me: NodeId,
+        raft: &super::dormant::Member,
+    ) -> Option<openraft::type_config::alias::InstantOf<C>> {
+        let mut state = self.state.lock();
+        if state.parked && state.leader == Some(me) && Self::unpark(&mut state, raft) {
+            state.lease_from = Some(openraft::type_config::alias::InstantOf::<C>::now());
+        }
+        state.lease_from
+    }
+
+    /// A quorum renewed the lease of the leader that woke at `woke`.
+    fn lease_renewed(&self, woke: openraft::type_config::alias::InstantOf<C>) {
+        let mut state = self.state.lock();
+        if state.lease_from == Some(woke) {
+            state.lease_from = None;
+        }
+    }
+
+    /// Whether the member has been parked for `after` or longer.
+    pub(super) fn parked_for(&self, after: Duration) -> bool {
+        let state = self.state.lock();
+        state.parked && state.parked_at.elapsed() >= after
+    }
+
+    /// Counts activity on a member that is not running (dormant, or shut down).
+    fn touch(&self) {
+        let mut state = self.state.lock();
+        state.activity += 1;
+        state.active_at = Instant::now();
+    }
 }
 
 impl Default for Quiet {
@@ -90,6 +133,8 @@ impl Default for Quiet {
                 leader: None,
                 activity: 0,
                 active_at: Instant::now(),
+                parked_at: Instant::now(),
+                lease_from: None,
                 handing_over: None,
             }),
         }
@@ -113,7 +158,9 @@ impl Replica {
     /// member that campaigns for real raises its term, which they watch).
     #[cfg(test)]
     pub(crate) fn pre_vote(&self, on: bool) {
-        self.raft.runtime_config().pre_vote(on);
+        if let Some(raft) = self.awake_now() {
+            raft.runtime_config().pre_vote(on);
+        }
     }
 
     /// Whether this member's timers are stopped.
@@ -130,42 +177,59 @@ impl Replica {
     /// Marks this leader as handing its leadership over under `vote` (the vote it checked the
     /// transfer against), just before it triggers the transfer: it offers no quiet under that
     /// vote any more, and an offer already out does not end parked (this counts as activity).
-    pub(crate) fn handing_over(&self, vote: Vote) {
+    pub(crate) async fn handing_over(&self, vote: Vote) {
         self.quiet.state.lock().handing_over = Some(vote);
-        self.wake();
+        self.wake().await;
     }
 
-    /// Starts this member's timers again if they were stopped, and counts the activity (a
-    /// leader that offered quiet before it does not park). Returns whether it was parked.
-    pub(crate) fn wake(&self) -> bool {
-        self.quiet.wake(&self.raft)
+    /// Starts this member's timers again if they were stopped (building it again first if it
+    /// is dormant), and counts the activity (a leader that offered quiet before it does not
+    /// park). Returns whether it was parked.
+    pub(crate) async fn wake(&self) -> bool {
+        match self.awake().await {
+            Ok(raft) => self.quiet.wake(&raft),
+            Err(_) => {
+                self.quiet.touch();
+                false
+            }
+        }
     }
 
     /// Wakes this member before a write, a membership change or a leadership transfer, if it
     /// is a parked leader: it heartbeats at once and waits (at most `lease_wait`) until a
     /// quorum acknowledged it, since openraft refuses writes until its lease is renewed after
     /// the quiet. A write after quiet costs one round trip more.
-    /// Returns when it woke, if it did.
+    /// Returns the running member (built again if the replica was dormant), and when it woke,
+    /// if it did.
     pub(crate) async fn wake_to_write(
         &self,
         lease_wait: Duration,
-    ) -> Option<openraft::type_config::alias::InstantOf<C>> {
+    ) -> Result<
+        (
+            super::dormant::InUse<'_>,
+            Option<openraft::type_config::alias::InstantOf<C>>,
+        ),
+        String,
+    > {
+        let raft = self.awake().await?;
         // A quiet follower stays quiet: it refuses the write with its leader's name, and its
-        // leader hears nothing it must wake for.
-        let me = self.raft.metrics().borrow_watched().id;
-        if self.parked_under() != Some(me) || !self.wake() {
-            return None;
-        }
-        let woke = openraft::type_config::alias::InstantOf::<C>::now();
+        // leader hears nothing it must wake for. A leader woken by another caller, or built
+        // again from dormancy, whose lease is not renewed yet, waits as the waker does.
+        let Some(woke) = self.quiet.wake_leader(self.recipe.id, &raft) else {
+            return Ok((raft, None));
+        };
         // A stopped member refuses the write that follows, with its reason.
-        let _ = self.raft.trigger().heartbeat().await;
-        let mut metrics = self.raft.metrics();
+        let _ = raft.trigger().heartbeat().await;
+        let mut metrics = raft.metrics();
         let _ = tokio::time::timeout(lease_wait, async {
             // Bounded by the timeout around it.
             loop {
                 {
                     let m = metrics.borrow_watched();
                     let renewed = m.last_quorum_acked.as_ref().is_some_and(|t| **t >= woke);
+                    if renewed {
+                        self.quiet.lease_renewed(woke);
+                    }
                     if renewed || m.state != ServerState::Leader {
                         return;
                     }
@@ -176,19 +240,19 @@ impl Replica {
             }
         })
         .await;
-        Some(woke)
+        Ok((raft, Some(woke)))
     }
 
     /// Waits, at most `timeout`, until member `target` acknowledged a heartbeat of this leader
     /// sent at `since` or later: after a leader woke, its followers' last acknowledgements are
     /// as old as the quiet, and a transfer checks that its target answers.
     pub(crate) async fn wait_heard_from(
-        &self,
+        raft: &super::dormant::Member,
         target: NodeId,
         since: openraft::type_config::alias::InstantOf<C>,
         timeout: Duration,
     ) {
-        let mut metrics = self.raft.metrics();
+        let mut metrics = raft.metrics();
         let _ = tokio::time::timeout(timeout, async {
             // Bounded by the timeout around it.
             loop {
@@ -228,7 +292,7 @@ impl Replica {
             }
             state.activity
         };
-        let m = self.raft.metrics().borrow_watched().clone();
+        let m = self.read_metrics(|m| m.clone());
         if m.state != ServerState::Leader || m.current_leader != Some(me) || !m.vote.committed {
             return None;
         }
@@ -286,69 +350,68 @@ impl Replica {
         {
             return false;
         }
-        {
-            let m = self.raft.metrics();
-            let m = m.borrow_watched();
-            if m.current_leader != Some(me)
-                || m.vote != offer.vote
-                || m.last_log_index != Some(offer.last.index)
-            {
-                return false;
-            }
-        }
-        self.park(&mut state, Some(me));
-        true
+        let same = self.read_metrics(|m| {
+            m.current_leader == Some(me)
+                && m.vote == offer.vote
+                && m.last_log_index == Some(offer.last.index)
+        });
+        same && self.park(&mut state, Some(me))
     }
 
     /// On a follower: parks if it follows `vote` (committed) and its log ends, committed, at
     /// `last`, as the leader's does. Returns whether it parked (or already was).
     pub(crate) fn park_follower(&self, vote: &Vote, last: &LogId) -> bool {
         let mut state = self.quiet.state.lock();
-        let leader = {
-            let m = self.raft.metrics();
-            let m = m.borrow_watched();
+        let leader = self.read_metrics(|m| {
             let holds = m.vote == *vote
                 && vote.committed
                 && m.state != ServerState::Leader
                 && m.last_log_index == Some(last.index)
                 && m.local_committed.as_ref() == Some(last);
-            if !holds {
-                return false;
-            }
-            m.current_leader
-        };
+            holds.then_some(m.current_leader).flatten()
+        });
         let Some(leader) = leader else {
             return false;
         };
         if state.parked {
             return state.leader == Some(leader);
         }
-        self.park(&mut state, Some(leader));
-        true
+        self.park(&mut state, Some(leader))
     }
 
     /// On the leader, while its offer of quiet is out: no heartbeats, so that none is in
     /// flight to a follower that parks (it would wake it, and two followers woken under a quiet
     /// leader would elect one of them once their timers ran out). Writes still replicate.
     pub(crate) fn pause_heartbeats(&self) {
-        self.raft.runtime_config().heartbeat(false);
+        if let Some(raft) = self.awake_now() {
+            raft.runtime_config().heartbeat(false);
+        }
     }
 
     /// Heartbeats again after an offer that did not end parked (see
     /// [`pause_heartbeats`](Self::pause_heartbeats)).
     pub(crate) fn resume_heartbeats(&self) {
         let state = self.quiet.state.lock();
-        if !state.parked {
-            self.raft.runtime_config().heartbeat(true);
+        if !state.parked
+            && let Some(raft) = self.awake_now()
+        {
+            raft.runtime_config().heartbeat(true);
         }
     }
 
-    fn park(&self, state: &mut QuietState, leader: Option<NodeId>) {
+    /// Parks this member under `leader`; `false` if it is not running (a member that is not
+    /// parked is never dormant, so only a shut-down one).
+    fn park(&self, state: &mut QuietState, leader: Option<NodeId>) -> bool {
+        let Some(raft) = self.awake_now() else {
+            return false;
+        };
         state.parked = true;
+        state.parked_at = Instant::now();
         state.leader = leader;
-        let config = self.raft.runtime_config();
+        let config = raft.runtime_config();
         config.tick(false);
         config.heartbeat(false);
+        true
     }
 
     /// The refusal to send for a vote or pre-vote request (`body`, after the partition's ids)
@@ -365,14 +428,12 @@ impl Replica {
         if request.leadership_transfer || !live(leader) {
             return None;
         }
-        let (vote, last) = {
-            let m = self.raft.metrics();
-            let m = m.borrow_watched();
+        let (vote, last) = self.read_metrics(|m| {
             (
                 m.vote,
                 m.last_applied.filter(|l| Some(l.index) == m.last_log_index),
             )
-        };
+        });
         let last = last.or(request.last_log_id);
         let answer: std::result::Result<VoteResponse<C>, String> =
             Ok(VoteResponse::new(vote, last, false));

@@ -109,7 +109,19 @@ impl std::fmt::Display for Stopped {
 
 /// One partition replica's Raft group member.
 pub(crate) struct Replica {
-    pub(super) raft: openraft::Raft<C, StateMachine>,
+    /// The openraft member, or its metrics while the replica is dormant (see `dormant.rs`).
+    pub(super) life: parking_lot::RwLock<super::dormant::Life>,
+    /// Uses of the running member under way ([`InUse`](super::dormant::InUse)).
+    pub(super) users: std::sync::atomic::AtomicUsize,
+    /// Held while the member is built again or dropped: one of either at a time.
+    pub(super) waking: tokio::sync::Mutex<()>,
+    /// Set by [`Replica::shutdown`]: the member is never built again.
+    pub(super) shut: std::sync::atomic::AtomicBool,
+    /// What building the member takes, kept to build it again after dormancy.
+    pub(super) recipe: Recipe,
+    /// Whether this member may run for leader on its election timer (see
+    /// [`Replica::allow_elections`]), kept for a member built again.
+    pub(super) elections: std::sync::atomic::AtomicBool,
     /// Whether the Raft group is quiet here (see `quiet.rs`).
     pub(super) quiet: super::quiet::Quiet,
     /// How long a woken leader waits for its followers' first acknowledgement before it
@@ -126,6 +138,15 @@ pub(crate) struct Replica {
     pub(super) vote_refused: Arc<std::sync::atomic::AtomicBool>,
 }
 
+/// What a replica's openraft member is built from.
+pub(super) struct Recipe {
+    pub(super) id: NodeId,
+    pub(super) partition: PartitionId,
+    topic_id: u64,
+    timing: Timing,
+    peers: Arc<PeerSet>,
+}
+
 /// Idempotent batches this replica proposed as leader and has not yet seen applied.
 #[derive(Default)]
 struct Proposed {
@@ -135,7 +156,8 @@ struct Proposed {
     by_producer: HashMap<u64, VecDeque<PendingBatch>>,
 }
 
-/// Logs each leadership this member wins or loses, at `info`, until the member stops, and then
+/// Logs each leadership this member wins or loses, at `info`, until the member stops (`leading`:
+/// whether it leads as it starts, a dormant leader built again), and then
 /// records in `stopped` why it stopped, unless that was a shutdown. It watches openraft's
 /// server metrics, which change with the vote, the role and the membership only (never per
 /// write); their sender is dropped when the core's task ends, however it ends.
@@ -144,11 +166,11 @@ fn watch_leadership(
     me: NodeId,
     raft: &openraft::Raft<C, StateMachine>,
     stopped: Arc<parking_lot::Mutex<Option<Stopped>>>,
+    mut leading: bool,
 ) {
     let mut metrics = raft.server_metrics();
     let all = raft.metrics();
     tokio::spawn(async move {
-        let mut leading = false;
         // Ends when the member stops (the sender is dropped).
         while metrics.changed().await.is_ok() {
             let (now, term) = {
@@ -180,7 +202,7 @@ impl Replica {
     /// openraft's refusal as a hint: the leader it names, at its membership address, in this
     /// replica's term.
     fn not_leader(&self, f: ForwardToLeader<C>) -> WriteError {
-        let term = Term(self.raft.metrics().borrow_watched().current_term);
+        let term = Term(self.term());
         let hint = f.leader_id.zip(f.leader_node).and_then(|(node_id, node)| {
             Some(LeaderHint {
                 node_id,
@@ -189,6 +211,18 @@ impl Replica {
             })
         });
         WriteError::NotLeader(hint)
+    }
+
+    /// A hint naming `leader`, at its membership address, in this replica's term.
+    fn hint_for(&self, leader: NodeId) -> Option<LeaderHint> {
+        self.read_metrics(|m| {
+            let node = m.membership_config.membership().get_node(&leader)?;
+            Some(LeaderHint {
+                node_id: leader,
+                addr: node.addr.parse().ok()?,
+                term: Term(m.current_term),
+            })
+        })
     }
 
     /// Starts the Raft group member `id` of partition `partition` of topic `topic_id` over `store`
@@ -202,6 +236,54 @@ impl Replica {
         store: LogStore,
         sm: StateMachine,
     ) -> Result<Replica> {
+        let mut replica = Replica {
+            // Replaced below, once the member is built.
+            life: parking_lot::RwLock::new(super::dormant::Life::Dormant(Box::new(
+                openraft::RaftMetrics::new_initial(id),
+            ))),
+            users: Default::default(),
+            waking: Default::default(),
+            shut: Default::default(),
+            recipe: Recipe {
+                id,
+                partition,
+                topic_id,
+                timing,
+                peers,
+            },
+            elections: std::sync::atomic::AtomicBool::new(true),
+            quiet: Default::default(),
+            lease_wait: timing.election_timeout,
+            stopped: Arc::default(),
+            store,
+            sm,
+            gate: tokio::sync::Mutex::default(),
+            vote_refused: Arc::default(),
+        };
+        // A restarted leader runs an election like anyone else. Restored in its old term,
+        // it would take producer writes with an empty record of the batches it proposed
+        // before the restart, and could append a resent one twice (found by the fault
+        // schedules, seed 8).
+        let member = replica.build(false, false).await?;
+        replica.life = parking_lot::RwLock::new(super::dormant::Life::Awake(member));
+        Ok(replica)
+    }
+
+    /// Builds this replica's openraft member over its store and state machine. `restore`: a
+    /// member that led in its persisted vote comes back as the leader of that term (a dormant
+    /// leader, never a restarted one: see `dormant.rs`). `leading`: whether it will.
+    pub(super) async fn build(
+        &self,
+        restore: bool,
+        leading: bool,
+    ) -> Result<super::dormant::Member> {
+        let Recipe {
+            id,
+            ref partition,
+            topic_id,
+            timing,
+            ref peers,
+        } = self.recipe;
         let config = openraft::Config {
             // openraft's tracing spans carry it (`cluster=`): each names its partition, so that
             // a trace of many Raft groups on one broker can be told apart.
@@ -211,11 +293,7 @@ impl Replica {
             election_timeout_max: millis(timing.election_timeout_max()),
             // Retention purges the log, never openraft's own policy.
             max_in_snapshot_log_to_keep: u64::MAX,
-            // A restarted leader runs an election like anyone else. Restored in its old term,
-            // it would take producer writes with an empty record of the batches it proposed
-            // before the restart, and could append a resent one twice (found by the fault
-            // schedules, seed 8).
-            enable_leader_restore: Some(false),
+            enable_leader_restore: Some(restore),
             // A follower can come back with a shorter log than it acknowledged: under
             // `Replicated` after a power loss, and under either mode once it was rebuilt from
             // the leader (its files were damaged, or its committed entries were lost by the
@@ -236,28 +314,29 @@ impl Replica {
             field: "raft timing",
             reason: e.to_string(),
         })?;
-        let vote_refused = Arc::default();
         let network = ReplicaNetFactory {
             partition: partition.clone(),
             topic_id,
-            peers,
-            vote_refused: Arc::clone(&vote_refused),
+            peers: Arc::clone(peers),
+            vote_refused: Arc::clone(&self.vote_refused),
         };
-        let raft = openraft::Raft::new(id, Arc::new(config), network, store.clone(), sm.clone())
-            .await
-            .map_err(|e| Error::from(std::io::Error::other(e.to_string())))?;
-        let stopped = Arc::default();
-        watch_leadership(partition, id, &raft, Arc::clone(&stopped));
-        Ok(Replica {
-            raft,
-            quiet: Default::default(),
-            lease_wait: timing.election_timeout,
-            stopped,
-            store,
-            sm,
-            gate: tokio::sync::Mutex::default(),
-            vote_refused,
-        })
+        let member = openraft::Raft::new(
+            id,
+            Arc::new(config),
+            network,
+            self.store.clone(),
+            self.sm.clone(),
+        )
+        .await
+        .map_err(|e| Error::from(std::io::Error::other(e.to_string())))?;
+        watch_leadership(
+            partition.clone(),
+            id,
+            &member,
+            Arc::clone(&self.stopped),
+            leading,
+        );
+        Ok(member)
     }
 
     /// Proposes a batch and waits until it is committed and applied.
@@ -273,12 +352,20 @@ impl Replica {
         request: AppendRequest,
         turn: Option<Turn>,
     ) -> std::result::Result<(u64, AppendResponse), WriteError> {
-        self.wake_to_write(self.lease_wait).await;
+        // A quiet follower refuses as its running member would, without being built again if
+        // it is dormant: its leader hears nothing it must wake for.
+        if let Some(leader) = self.parked_under().filter(|l| *l != self.recipe.id) {
+            return Err(WriteError::NotLeader(self.hint_for(leader)));
+        }
+        let (raft, _) = self
+            .wake_to_write(self.lease_wait)
+            .await
+            .map_err(WriteError::Other)?;
         if request.producer_id != 0 {
-            return self.write_idempotent(request, turn).await;
+            return self.write_idempotent(&raft, request, turn).await;
         }
         drop(turn);
-        match self.raft.client_write(request).await {
+        match raft.client_write(request).await {
             Ok(response) => Ok((response.log_id.index, response.data)),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
                 Err(self.not_leader(f))
@@ -292,6 +379,7 @@ impl Replica {
 
     async fn write_idempotent(
         &self,
+        raft: &super::dormant::Member,
         request: AppendRequest,
         turn: Option<Turn>,
     ) -> std::result::Result<(u64, AppendResponse), WriteError> {
@@ -307,7 +395,7 @@ impl Replica {
             }
             let mut gate = self.gate.lock().await;
             drop(turn);
-            let leader = self.raft.as_leader().map_err(|f| self.not_leader(f))?;
+            let leader = raft.as_leader().map_err(|f| self.not_leader(f))?;
             let term = leader.term();
             if gate.term != term {
                 gate.by_producer.clear();
@@ -367,8 +455,7 @@ impl Replica {
             pending.push_back(batch);
             let (responder, rx) = ProgressResponder::<C, ClientWriteResult<C>>::complete_only();
             // Proposed only if this replica still leads in `term`: the check above holds for it.
-            let proposed = self
-                .raft
+            let proposed = raft
                 .write(request)
                 .with_leader(leader.to_committed_leader_id())
                 .responder(responder)
@@ -408,15 +495,6 @@ impl Replica {
         })
     }
 
-    /// Reads the Raft group's metrics in place: a clone would copy their maps for the few
-    /// fields a caller wants, per replica. `read` must take no lock (openraft's core waits to
-    /// publish metrics while the borrow lasts).
-    fn read_metrics<T>(&self, read: impl FnOnce(&openraft::RaftMetrics<C>) -> T) -> T {
-        let metrics = self.raft.metrics();
-        let m = metrics.borrow_watched();
-        read(&m)
-    }
-
     /// Whether `id` votes in the Raft group's newest configuration (the new one of a joint
     /// configuration).
     pub(crate) fn votes_in_newest(&self, id: NodeId) -> bool {
@@ -445,9 +523,8 @@ impl Replica {
         &self,
         voters: std::collections::BTreeSet<NodeId>,
     ) -> Result<(), String> {
-        self.wake_to_write(self.lease_wait).await;
-        self.raft
-            .change_membership(voters, false)
+        let (raft, _) = self.wake_to_write(self.lease_wait).await?;
+        raft.change_membership(voters, false)
             .await
             .map(|_| ())
             .map_err(|e| e.to_string())
@@ -459,9 +536,8 @@ impl Replica {
         &self,
         ids: std::collections::BTreeSet<NodeId>,
     ) -> Result<(), String> {
-        self.wake_to_write(self.lease_wait).await;
-        self.raft
-            .change_membership(openraft::ChangeMembers::RemoveNodes(ids), false)
+        let (raft, _) = self.wake_to_write(self.lease_wait).await?;
+        raft.change_membership(openraft::ChangeMembers::RemoveNodes(ids), false)
             .await
             .map(|_| ())
             .map_err(|e| e.to_string())
@@ -470,9 +546,8 @@ impl Replica {
     /// Adds broker `id` (at `addr`) to the Raft group as a learner: it replicates the log but does
     /// not vote. Returns once the membership change is committed; leader only.
     pub(crate) async fn add_learner(&self, id: NodeId, addr: String) -> Result<(), String> {
-        self.wake_to_write(self.lease_wait).await;
-        self.raft
-            .add_learner(id, BrokerNode { addr }, false)
+        let (raft, _) = self.wake_to_write(self.lease_wait).await?;
+        raft.add_learner(id, BrokerNode { addr }, false)
             .await
             .map(|_| ())
             .map_err(|e| e.to_string())
@@ -517,7 +592,7 @@ impl Replica {
     /// The replica's current term (a leader epoch, to Kafka's clients), without the rest of
     /// [`state`](Self::state).
     pub(crate) fn term(&self) -> u64 {
-        self.raft.metrics().borrow_watched().current_term
+        self.read_metrics(|m| m.current_term)
     }
 
     /// Snapshots the state machine (waiting up to `timeout` for it to cover `upto`), then asks
@@ -527,9 +602,14 @@ impl Replica {
         upto: u64,
         timeout: Duration,
     ) -> std::result::Result<(), String> {
+        // Purged already (a dormant replica is not woken for nothing).
+        if self.read_metrics(|m| m.purged.is_some_and(|p| p.index >= upto)) {
+            return Ok(());
+        }
+        let raft = self.awake().await?;
         let covered = |r: &Replica| r.state().snapshot_index.is_some_and(|i| i >= upto);
         if !covered(self) {
-            let _ = self.raft.trigger().snapshot().await;
+            let _ = raft.trigger().snapshot().await;
             let deadline = tokio::time::Instant::now() + timeout;
             while !covered(self) {
                 if tokio::time::Instant::now() >= deadline {
@@ -538,8 +618,7 @@ impl Replica {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
-        self.raft
-            .trigger()
+        raft.trigger()
             .purge_log(upto)
             .await
             .map_err(|e| e.to_string())
@@ -550,9 +629,8 @@ impl Replica {
     /// by a quorum), so that what it reads from its log then includes every write
     /// acknowledged before. Fails if it does not lead.
     pub(crate) async fn read_barrier(&self) -> std::result::Result<(), String> {
-        self.wake_to_write(self.lease_wait).await;
-        self.raft
-            .ensure_linearizable(openraft::ReadPolicy::ReadIndex)
+        let (raft, _) = self.wake_to_write(self.lease_wait).await?;
+        raft.ensure_linearizable(openraft::ReadPolicy::ReadIndex)
             .await
             .map(|_| ())
             .map_err(|e| e.to_string())
@@ -563,11 +641,16 @@ impl Replica {
     /// wakes after serving, so that an append from its leader renews the leader's lease here
     /// before the election timer looks at it.
     /// `body` is the request, which lies in `frame`, the received frame's bytes.
+    /// A dormant member is built again first.
     pub(crate) async fn serve(&self, op: Op, frame: &bytes::Bytes, body: &[u8]) -> Served {
-        let served = serve(&self.raft, &self.store, op, (frame, body)).await;
+        let raft = match self.awake().await {
+            Ok(raft) => raft,
+            Err(e) => return Served::Refused(e),
+        };
+        let served = serve(&raft, &self.store, op, (frame, body)).await;
         // A pre-vote changes nothing on a voter, and its candidate's real vote follows.
         if op != Op::PreVote {
-            self.wake();
+            self.quiet.wake(&raft);
         }
         served
     }
@@ -576,13 +659,6 @@ impl Replica {
     /// and after a shutdown).
     pub(crate) fn stopped(&self) -> Option<Stopped> {
         self.stopped.lock().clone()
-    }
-
-    /// Stops the Raft group member.
-    pub(crate) async fn shutdown(&self) {
-        if let Err(e) = self.raft.shutdown().await {
-            tracing::warn!(error = %e, "raft shutdown failed");
-        }
     }
 }
 

@@ -170,6 +170,54 @@ async fn a_restarted_leader_does_not_append_a_resent_batch_twice() {
     shutdown_all(nodes).await;
 }
 
+/// A leader whose partition went quiet and then dormant (its Raft member dropped) comes back,
+/// for a producer's resent batch, as the leader of the same term, with the producer's batches
+/// it had: the resend gets the original offsets and nothing is written twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dormant_leader_woken_by_a_resent_batch_answers_it_in_its_term_without_writing_it_again()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let addrs = free_addrs(3);
+    let dormant_soon = |id| {
+        let mut c = single_partition(id, &addrs, dir.path());
+        c.quiesce_after = Some(Duration::from_millis(200));
+        c.dormant_after = Some(Duration::ZERO);
+        c
+    };
+    let nodes = start_all(dormant_soon).await;
+    const P: u64 = 0xd0d0;
+    let ab = [Record::new("a"), Record::new("b")];
+    let first = append_idempotent_to_leader(&nodes, P, 0, &ab)
+        .await
+        .unwrap();
+    let leader = leader_of(&nodes, 0).await;
+    let term = node_ref(&nodes, leader).status(TOPIC, 0).unwrap().term;
+    for node in nodes.iter().flatten() {
+        wait_until(
+            Duration::from_secs(20),
+            "the partition's replica to go dormant",
+            async || node.dormant_replicas() == 1,
+        )
+        .await;
+    }
+    let again = append_idempotent_to_leader(&nodes, P, 0, &ab)
+        .await
+        .unwrap();
+    assert_eq!(again, first, "the resend gets the original offsets");
+    let status = node_ref(&nodes, leader).status(TOPIC, 0).unwrap();
+    assert_eq!(
+        (status.leader, status.term),
+        (Some(leader), term),
+        "woken in its term, without an election"
+    );
+    let c = append_idempotent_to_leader(&nodes, P, 2, &[Record::new("c")])
+        .await
+        .unwrap();
+    assert_eq!(c.base_offset, Offset(2));
+    assert_every_replica_holds(&nodes, &["a", "b", "c"]).await;
+    shutdown_all(nodes).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_bootstrapped_on_a_follower_writes_to_the_leader_and_follows_failover() {
     use replog::{Client, ClientConfig};

@@ -92,9 +92,11 @@ struct Report {
     isolations: usize,
     one_way_cuts: usize,
     lossy_periods: usize,
-    /// Periods the producers were held back, and replicas found quiet at their ends (summed).
+    /// Periods the producers were held back, and replicas found quiet, and dormant, at their
+    /// ends (summed).
     quiet_periods: usize,
     quiet_replicas: usize,
+    dormant_replicas: usize,
     heals: usize,
     /// Stops that were power losses (`Replicated` schedules): unsynced writes taken away.
     power_losses: usize,
@@ -161,6 +163,9 @@ impl Cluster {
                 // or cut off, so the schedules lose, delay and reorder quiet offers and
                 // liveness heartbeats too, and wake quiet partitions on writes and on deaths.
                 c.quiesce_after = Some(Duration::from_millis(150));
+                // And quiet partitions drop their Raft members at once (the next half-second
+                // tick): the schedules' writes, deaths, cuts and votes wake dormant ones too.
+                c.dormant_after = Some(Duration::ZERO);
                 c.durability = durability;
                 c.log = log.clone();
             },

@@ -140,6 +140,11 @@ async fn schedule(
                 .nodes()
                 .map(|n| n.quiet_replicas())
                 .sum::<usize>();
+            report.dormant_replicas += cluster
+                .local
+                .nodes()
+                .map(|n| n.dormant_replicas())
+                .sum::<usize>();
             held.store(false, Ordering::SeqCst);
             report.quiet_periods += 1;
         }
@@ -263,6 +268,7 @@ async fn run_schedules(first_seed: u64, count: u64) {
         total.lossy_periods += r.lossy_periods;
         total.quiet_periods += r.quiet_periods;
         total.quiet_replicas += r.quiet_replicas;
+        total.dormant_replicas += r.dormant_replicas;
         total.heals += r.heals;
         total.power_losses += r.power_losses;
         total.bytes_lost += r.bytes_lost;

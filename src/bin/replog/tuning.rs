@@ -108,6 +108,10 @@ pub(crate) struct TuningArgs {
     /// no timers) until the next write (2000 by default); 0: never.
     #[arg(long)]
     quiesce_after_ms: Option<u64>,
+    /// How long a partition stays quiet before its Raft member is dropped here, to be built
+    /// again by the next write or Raft message (60000 by default); 0: never.
+    #[arg(long)]
+    dormant_after_ms: Option<u64>,
 }
 
 impl TuningArgs {
@@ -196,6 +200,9 @@ impl TuningArgs {
         set(&mut config.protocol_version, self.protocol_version);
         if let Some(after) = self.quiesce_after_ms {
             config.quiesce_after = (after > 0).then(|| ms(after));
+        }
+        if let Some(after) = self.dormant_after_ms {
+            config.dormant_after = (after > 0).then(|| ms(after));
         }
         let log = &mut config.log;
         set(&mut log.segment_bytes, self.segment_bytes);

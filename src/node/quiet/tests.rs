@@ -34,8 +34,8 @@ async fn until<T>(limit: Duration, what: &str, mut condition: impl FnMut() -> Op
     }
 }
 
-/// Three brokers whose partitions go quiet after 300 ms unwritten, a topic of six partitions
-/// each written once, and a client.
+/// Three brokers whose partitions go quiet after 300 ms unwritten and dormant 300 ms later, a
+/// topic of six partitions each written once, and a client.
 async fn quiet_cluster(
     dir: &std::path::Path,
     net: &Arc<NetFaults>,
@@ -59,6 +59,7 @@ async fn quiet_cluster_in(
             c.heartbeat_interval = Duration::from_millis(100);
             c.election_timeout = Duration::from_millis(500);
             c.quiesce_after = Some(Duration::from_millis(300));
+            c.dormant_after = Some(Duration::from_millis(300));
             c.auto_leader_rebalance = false;
         },
         env,
@@ -81,14 +82,22 @@ async fn quiet_cluster_in(
     (cluster, client, written)
 }
 
-/// Waits until every running broker has all its replicas of the topic quiet.
+/// Waits until every running broker has all its replicas of the topic quiet, and dormant
+/// (their Raft members dropped): every scenario here starts from there.
 async fn all_quiet(nodes: &[&Node]) {
-    until(Duration::from_secs(30), "every replica to go quiet", || {
-        nodes
-            .iter()
-            .all(|n| n.quiet_replicas() == PARTITIONS as usize)
-            .then_some(())
-    })
+    until(
+        Duration::from_secs(30),
+        "every replica to go dormant",
+        || {
+            nodes
+                .iter()
+                .all(|n| {
+                    n.quiet_replicas() == PARTITIONS as usize
+                        && n.dormant_replicas() == PARTITIONS as usize
+                })
+                .then_some(())
+        },
+    )
     .await;
 }
 
