@@ -28,6 +28,12 @@ use std::time::{Duration, Instant};
 
 use replog::{LocalCluster, NodeConfig, Preallocate};
 
+/// As the `replog` binary's: jemalloc returns what dormant partitions' dropped Raft members
+/// freed, where glibc's malloc keeps most of it (see the README's idle cost).
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[path = "../support/process.rs"]
 mod process;
 use process::{count_fds, count_maps, cpu_seconds, disk_kib, status_kib};

@@ -28,6 +28,12 @@ mod users;
 
 use std::process::ExitCode;
 
+/// jemalloc returns the memory a dormant partition's dropped Raft member freed (glibc's malloc
+/// keeps most of it), so a broker's resident memory follows its awake partitions.
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use clap::{Parser, Subcommand};
 
 use crate::error::CliError;
