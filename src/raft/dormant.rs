@@ -45,9 +45,9 @@ use super::replica::Replica;
 use super::state_machine::StateMachine;
 use super::types::C;
 
-/// Waits, at most `limit`, until `member`'s metrics show the leadership it restored at start
-/// (or that it lost it already).
-async fn restored_as_leader(member: &Member, limit: Duration) {
+/// Waits, at most `limit`, until `member`'s metrics show the state it restored at start: its
+/// membership, and the leadership it restored if `leading` (or that it lost it already).
+async fn restored(member: &Member, leading: bool, limit: Duration) {
     let mut metrics = member.metrics();
     let me = metrics.borrow_watched().id;
     let _ = tokio::time::timeout(limit, async {
@@ -55,8 +55,10 @@ async fn restored_as_leader(member: &Member, limit: Duration) {
         loop {
             {
                 let m = metrics.borrow_watched();
+                let members = m.membership_config.membership().nodes().next().is_some();
                 let other = m.current_leader.is_some_and(|l| l != me);
-                if m.state == openraft::ServerState::Leader || other {
+                let led = m.state == openraft::ServerState::Leader || other;
+                if members && (!leading || led) {
                     return;
                 }
             }
@@ -146,11 +148,10 @@ impl Replica {
         config.tick(false);
         config.heartbeat(false);
         config.elect(self.elections.load(Ordering::Acquire));
-        if leading {
-            // Its metrics say so once its core has started: until then they are a follower's,
-            // and a write's wait for the lease would end at once.
-            restored_as_leader(&member, self.lease_wait).await;
-        }
+        // Its metrics say what it restored once its core has started: until then they are a
+        // blank member's (no leader, term 0, no members), and neither a write's wait for the
+        // lease nor a survivor's rank among the voters may read those.
+        restored(&member, leading, self.lease_wait).await;
         *self.life.write() = Life::Awake(member.clone());
         tracing::debug!(partition = %self.recipe.partition, broker = self.recipe.id, leading, "dormant replica woken");
         if leading {
@@ -169,21 +170,22 @@ impl Replica {
         let Ok(_one) = self.waking.try_lock() else {
             return false;
         };
-        let member = {
+        // The quiet state's lock first, then `life`: the order parking takes them in.
+        let member = self.quiet.while_parked_for(after, || {
             let mut life = self.life.write();
             let Life::Awake(member) = &*life else {
-                return false;
+                return None;
             };
-            if self.users.load(Ordering::Acquire) != 0
-                || !self.quiet.parked_for(after)
-                || self.stopped().is_some()
-            {
-                return false;
+            if self.users.load(Ordering::Acquire) != 0 || self.stopped().is_some() {
+                return None;
             }
             let metrics = member.metrics().borrow_watched().clone();
             let member = member.clone();
             *life = Life::Dormant(Box::new(metrics));
-            member
+            Some(member)
+        });
+        let Some(member) = member else {
+            return false;
         };
         // Still under `waking`: nothing builds a member over the store before this one ended.
         if let Err(e) = member.shutdown().await {

@@ -111,10 +111,18 @@ impl Quiet {
         }
     }
 
-    /// Whether the member has been parked for `after` or longer.
-    pub(super) fn parked_for(&self, after: Duration) -> bool {
+    /// Runs `then` if the member has been parked for `after` or longer, holding the quiet
+    /// state's lock throughout, so that nothing wakes it meanwhile.
+    pub(super) fn while_parked_for<T>(
+        &self,
+        after: Duration,
+        then: impl FnOnce() -> Option<T>,
+    ) -> Option<T> {
         let state = self.state.lock();
-        state.parked && state.parked_at.elapsed() >= after
+        if !state.parked || state.parked_at.elapsed() < after {
+            return None;
+        }
+        then()
     }
 
     /// Counts activity on a member that is not running (dormant, or shut down).
@@ -224,15 +232,17 @@ impl Replica {
         let _ = tokio::time::timeout(lease_wait, async {
             // Bounded by the timeout around it.
             loop {
-                {
+                let (renewed, leads) = {
                     let m = metrics.borrow_watched();
                     let renewed = m.last_quorum_acked.as_ref().is_some_and(|t| **t >= woke);
-                    if renewed {
-                        self.quiet.lease_renewed(woke);
-                    }
-                    if renewed || m.state != ServerState::Leader {
-                        return;
-                    }
+                    (renewed, m.state == ServerState::Leader)
+                };
+                // Out of the metrics' borrow: the quiet state's lock is taken under none.
+                if renewed {
+                    self.quiet.lease_renewed(woke);
+                }
+                if renewed || !leads {
+                    return;
                 }
                 if metrics.changed().await.is_err() {
                     return;

@@ -497,6 +497,7 @@ impl RaftLogStorage<C> for LogStore {
     /// The committed entry `raft-meta` recorded, if this log still holds that very entry (a
     /// power loss under `Replicated` can take it; a purge can pass it): otherwise `None`,
     /// and openraft recovers from the snapshot and waits for a leader, as without a record.
+    /// The store's own record of it only moves forward.
     async fn read_committed(&mut self) -> io::Result<Option<LogId>> {
         let Some(saved) = self.inner.meta.lock().meta.committed else {
             return Ok(None);
@@ -505,7 +506,12 @@ impl RaftLogStorage<C> for LogStore {
             .holds(&saved)
             .map_err(|e| self.note_damage(e))?
             .then_some(saved);
-        *self.inner.committed.lock() = held;
+        // A member built again over this open store (a dormant replica woken) must not move
+        // back what the one before it saved: `raft-meta`'s record lags it.
+        let mut committed = self.inner.committed.lock();
+        if held > *committed {
+            *committed = held;
+        }
         Ok(held)
     }
 
