@@ -59,7 +59,9 @@ impl Broker {
                 break;
             }
             let (known, elsewhere) = preferred_of.get(&preferred).copied().unwrap_or_default();
-            if elsewhere * 100 <= threshold * known {
+            // A preferred replica on a broker that is down cannot take over: asking would only
+            // wake a quiet group, and build a dormant one again, for nothing.
+            if elsewhere * 100 <= threshold * known || !self.may_be_live(preferred) {
                 continue;
             }
             match g.raft.transfer_to(me, preferred, timeout).await {
@@ -214,6 +216,12 @@ impl Broker {
             Some(leader) if leader == preferred => return Election::NotNeeded,
             Some(leader) if leader == me => {}
             _ => return Election::TryAgain("its leadership moved meanwhile".into()),
+        }
+        if preferred != me && !self.may_be_live(preferred) {
+            return Election::PreferredUnavailable(format!(
+                "broker {preferred}: {}",
+                TransferRefused::NotHeardFrom
+            ));
         }
         // A replica behind by the writes in flight catches up within a round trip or two:
         // tried again until an election timeout has passed.

@@ -17,7 +17,10 @@
 //! led campaign, quiet or not: the first survivor by id at once, the next half an election
 //! timeout later, and so on, [`WOKEN_AT_ONCE`] at a time, so that a thousand groups do not all
 //! campaign in the same instant. When a broker is heard again, or restarted, this broker wakes the quiet groups it
-//! leads with a replica there.
+//! leads with a replica there. When a broker takes out of service a replica that leads a
+//! quiet group (its member stopped, could not be built again from dormancy, or its files
+//! were found damaged), it withdraws the group's quiet ([`Broker::withdraw_quiet`]): the
+//! members parked under it would otherwise wait for a leader whose broker stays live.
 //!
 //! ## Why quiet cannot lose a write or elect two leaders
 //!
@@ -29,7 +32,9 @@
 //! waking fails: openraft refuses writes until a quorum renewed the leader's lease, and the
 //! renewal cannot reach a quorum that follows someone else. The refusals added here (a parked
 //! member refusing votes while the leader's broker is live) only withhold votes, which Raft
-//! always allows; a leadership transfer's vote is never refused. The campaign a survivor starts
+//! always allows; a leadership transfer's vote is never refused, nor one from the parked
+//! leader itself (a leader that campaigns has lost what it led with). A withdrawal only wakes
+//! members and starts a campaign, which every voter checks as always. The campaign a survivor starts
 //! when the leader's broker turns silent is a pre-vote and then an ordinary election, checked
 //! by every voter as one its timer started would be. What the timing does decide is
 //! how soon a group led by a dead broker elects (the session timeout, then an election), and
@@ -224,11 +229,41 @@ impl Broker {
     /// (which sends no liveness heartbeats: its groups stay awake, as before quiet). A member
     /// on a broker that is down is left out of the quiet.
     fn takes_part_in_quiet(&self, id: NodeId) -> bool {
+        self.may_be_live(id)
+    }
+
+    /// Whether broker `id` may be up: heard within the liveness session, or reachable and of
+    /// a version before liveness heartbeats (its silence says nothing).
+    pub(super) fn may_be_live(&self, id: NodeId) -> bool {
         self.liveness.is_live(id)
             || self
                 .peers
                 .live_version(id)
                 .is_some_and(|v| v < Op::Quiesce.since())
+    }
+
+    /// On taking out of service `replica`, a quiet group this broker leads: tells the other
+    /// members' brokers that it leads the group no more (a `Quiesce` entry whose vote is not
+    /// committed), so that their members, parked under a broker that stays live, wake and
+    /// elect another leader instead of waiting for this one. A broker of version 3 answers
+    /// it as an offer it refuses and keeps waiting, until this broker restarts or falls
+    /// silent.
+    pub(super) async fn withdraw_quiet(&self, replica: &HostedReplica) {
+        let me = self.config.id;
+        let Some((vote, last)) = replica.raft.quiet_withdrawal(me) else {
+            return;
+        };
+        let asked = replica.raft.member_ids().into_iter().filter(|id| *id != me);
+        let asked = asked.map(|to| {
+            let group = QuietGroup {
+                partition: replica.id.clone(),
+                topic_id: replica.topic_id,
+                vote,
+                last,
+            };
+            self.ask_quiet(to, vec![group])
+        });
+        futures_util::future::join_all(asked).await;
     }
 
     /// Offers `groups` quiet to broker `to`: one yes or no per group (all no if it does not
@@ -257,8 +292,33 @@ impl Broker {
     }
 
     /// Serves a leader broker's offers: each group parks here if this broker's replica of it
-    /// holds exactly the leader's log and follows its vote.
+    /// holds exactly the leader's log and follows its vote. A group whose vote is not
+    /// committed is a withdrawal instead ([`withdraw_quiet`](Self::withdraw_quiet)): its
+    /// member here, if parked under the sender, wakes and the group elects another leader.
     pub(super) fn serve_quiesce(&self, request: QuiesceRequest) -> Vec<bool> {
+        let withdrawn: Vec<Arc<HostedReplica>> = {
+            let replicas = self.replicas.read();
+            request
+                .groups
+                .iter()
+                .filter(|g| !g.vote.committed)
+                .filter_map(|g| {
+                    replicas
+                        .get(&g.partition)
+                        .filter(|r| r.topic_id == g.topic_id)
+                })
+                .filter(|r| r.raft.parked_under() == Some(request.from))
+                .cloned()
+                .collect()
+        };
+        if !withdrawn.is_empty() {
+            tracing::info!(
+                broker = request.from,
+                partitions = withdrawn.len(),
+                "peer broker lost the quiet partitions it led: they elect a new leader"
+            );
+            self.elect_instead_of(request.from, withdrawn);
+        }
         // A broker whose partitions never go quiet says no to every offer.
         if self.config.quiesce_after.is_none() {
             return vec![false; request.groups.len()];
@@ -293,9 +353,8 @@ impl Broker {
     /// it heard a leader within its lease, and every voter refuses it while it did (or, parked,
     /// while the leader's broker is live in its view). So a broker that wrongly thinks another
     /// silent (a one-way cut) deposes no one.
-    pub(super) fn broker_turned_silent(self: &Arc<Self>, silent: NodeId) {
-        let me = self.config.id;
-        let mut led: Vec<(usize, Arc<HostedReplica>)> = self
+    pub(super) fn broker_turned_silent(&self, silent: NodeId) {
+        let led: Vec<Arc<HostedReplica>> = self
             .replicas
             .read()
             .values()
@@ -303,13 +362,32 @@ impl Broker {
                 r.raft.parked_under() == Some(silent)
                     || (!r.raft.is_parked() && r.raft.leader() == Some(silent))
             })
+            .cloned()
+            .collect();
+        if !led.is_empty() {
+            tracing::info!(
+                broker = silent,
+                partitions = led.len(),
+                "peer broker silent: the partitions it led here elect a new leader"
+            );
+        }
+        self.elect_instead_of(silent, led);
+    }
+
+    /// The groups of `led`, which broker `gone` led, elect another leader, as
+    /// [`broker_turned_silent`](Self::broker_turned_silent) says.
+    fn elect_instead_of(&self, gone: NodeId, led: Vec<Arc<HostedReplica>>) {
+        let me = self.config.id;
+        let silent = gone;
+        let mut led: Vec<(usize, Arc<HostedReplica>)> = led
+            .into_iter()
             .map(|r| {
                 let (voters, _) = r.raft.voters();
                 let rank = voters
                     .iter()
                     .filter(|v| **v != silent)
                     .position(|v| *v == me);
-                (rank.unwrap_or(usize::MAX), Arc::clone(r))
+                (rank.unwrap_or(usize::MAX), r)
             })
             .collect();
         // Only the first survivor acts on a group awake here: the others' timers are running.
@@ -317,11 +395,6 @@ impl Broker {
         if led.is_empty() {
             return;
         }
-        tracing::info!(
-            broker = silent,
-            partitions = led.len(),
-            "peer broker silent: the partitions it led here elect a new leader"
-        );
         led.sort_by_key(|(rank, r)| (*rank, r.id.clone()));
         let step = self.config.election_timeout / 2;
         tokio::spawn(async move {

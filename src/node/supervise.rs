@@ -299,6 +299,9 @@ impl Broker {
         self.replicas.write().remove(&replica.id);
         // Only `replica` holds it now.
         stop_replica(&replica, 1).await;
+        // A quiet group this broker led: its followers are parked under a broker that stays
+        // live, and would wait for this replica for ever.
+        self.withdraw_quiet(&replica).await;
         down.how = how(&replica, others);
         (replica.id.clone(), down)
     }

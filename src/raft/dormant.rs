@@ -138,11 +138,26 @@ impl Replica {
         if self.shut.load(Ordering::Acquire) {
             return Err("the partition's replica was shut down".into());
         }
+        if let Some(why) = self.stopped() {
+            return Err(format!("the partition's Raft member stopped: {why}"));
+        }
         let leading = self.read_metrics(|m| m.current_leader == Some(m.id));
-        let member = self
-            .build(true, leading)
-            .await
-            .map_err(|e| format!("the partition's Raft member did not start again: {e}"))?;
+        let member = match self.build(true, leading).await {
+            Ok(member) => member,
+            Err(e) => {
+                // As a member whose core stopped: it leads nothing from now on (metadata sends
+                // no client to it), and supervision opens it again from its files.
+                let why = format!("building the Raft member again after dormancy: {e}");
+                tracing::error!(partition = %self.recipe.partition, reason = %why, "the replica's raft member stopped");
+                if let Life::Dormant(metrics) = &mut *self.life.write() {
+                    metrics.running_state = Err(openraft::errors::Fatal::Stopped);
+                }
+                self.set_stopped(super::replica::Stopped::NotBuilt(e.to_string()));
+                return Err(format!(
+                    "the partition's Raft member did not start again: {why}"
+                ));
+            }
+        };
         // It comes back as it went, parked: no timers until something wakes them.
         let config = member.runtime_config();
         config.tick(false);

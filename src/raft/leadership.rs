@@ -81,6 +81,24 @@ impl Replica {
         // not enough: a broker that stopped a moment ago sent one, and a leader that triggers a
         // transfer to a member that cannot take over stays handing over (openraft then refuses
         // writes and sends no heartbeat) until another member's election timer runs out.
+        // Refused from what the member knows, before a dormant one is built again for it.
+        let refused = self.read_metrics(|m| {
+            if m.current_leader == Some(target) {
+                return Some(Ok(()));
+            }
+            if m.current_leader != Some(me) || target == me {
+                return Some(Err(TransferRefused::NotLeader));
+            }
+            let voter = m
+                .membership_config
+                .membership()
+                .voter_ids()
+                .any(|v| v == target);
+            (!voter).then_some(Err(TransferRefused::NotAVoter))
+        });
+        if let Some(refused) = refused {
+            return refused;
+        }
         let raft = self.awake().await.map_err(|_| TransferRefused::Stopped)?;
         let since = self
             .heartbeat_for_transfer(&raft, me, target, timeout)
@@ -153,8 +171,12 @@ impl Replica {
         timeout: Duration,
     ) -> Option<openraft::type_config::alias::InstantOf<super::types::C>> {
         let wait = self.lease_wait.min(timeout);
+        let asked = openraft::type_config::alias::InstantOf::<super::types::C>::now();
         let since = match self.wake_to_write(wait).await.ok()?.1 {
-            Some(woke) => woke,
+            // Woken now, or earlier (a member built again from dormancy) with its lease not
+            // renewed since: `wake_to_write` heartbeats in either case, after `asked`. An
+            // acknowledgement from before `asked` says nothing about the target now.
+            Some(woke) => woke.max(asked),
             None => {
                 {
                     let m = raft.metrics();

@@ -424,6 +424,31 @@ impl Replica {
         true
     }
 
+    /// On a member parked as leader `me` (running, dormant or stopped): its vote, no longer
+    /// committed, and its last applied log id, the entry of a `Quiesce` message that
+    /// withdraws the group's quiet (see `node/quiet.rs`). `None` if it is not parked as leader.
+    pub(crate) fn quiet_withdrawal(&self, me: NodeId) -> Option<(Vote, LogId)> {
+        if self.parked_under() != Some(me) {
+            return None;
+        }
+        self.read_metrics(|m| {
+            let mut vote = m.vote;
+            vote.committed = false;
+            Some((vote, m.last_applied?))
+        })
+    }
+
+    /// Whether the vote or pre-vote request `body` comes from the leader this member is parked
+    /// under: a leader that campaigns lost what it led with (its replica was brought back
+    /// after its Raft member stopped), so its quiet followers must wake and elect.
+    pub(crate) fn asked_by_parked_leader(&self, body: &[u8]) -> bool {
+        let Some(leader) = self.parked_under() else {
+            return false;
+        };
+        postcard::from_bytes::<VoteRequest<C>>(body)
+            .is_ok_and(|request| request.vote.leader_id().voted_for == leader)
+    }
+
     /// The refusal to send for a vote or pre-vote request (`body`, after the partition's ids)
     /// to a parked member whose leader's broker is live (`live`), unless the request is part
     /// of a leadership transfer: the leader's lease as the member's own timers would keep it,
@@ -435,7 +460,13 @@ impl Replica {
     ) -> Option<Vec<u8>> {
         let leader = self.parked_under()?;
         let request: VoteRequest<C> = postcard::from_bytes(body).ok()?;
-        if request.leadership_transfer || !live(leader) {
+        // The leader itself campaigning has lost its leadership (its replica was brought back
+        // after its member stopped): nothing is left to protect, and only its followers can
+        // elect the next leader.
+        if request.leadership_transfer
+            || !live(leader)
+            || request.vote.leader_id().voted_for == leader
+        {
             return None;
         }
         let (vote, last) = self.read_metrics(|m| {

@@ -96,6 +96,9 @@ pub(crate) enum Stopped {
     Storage(String),
     /// The core's task ended without a reason (it panicked).
     Ended,
+    /// A dormant member could not be built again over its store: nothing was found wrong
+    /// with its files, and opening them again from disk may succeed.
+    NotBuilt(String),
 }
 
 impl std::fmt::Display for Stopped {
@@ -103,6 +106,7 @@ impl std::fmt::Display for Stopped {
         match self {
             Stopped::Storage(e) => write!(f, "storage error: {e}"),
             Stopped::Ended => f.write_str("the raft core's task ended (panicked)"),
+            Stopped::NotBuilt(e) => write!(f, "not built again after dormancy: {e}"),
         }
     }
 }
@@ -136,6 +140,10 @@ pub(crate) struct Replica {
     gate: tokio::sync::Mutex<Proposed>,
     /// Whether a voter has refused this member a vote (see `ReplicaNetFactory::vote_refused`).
     pub(super) vote_refused: Arc<std::sync::atomic::AtomicBool>,
+    /// Tests: how many of the next builds of the member fail, as if its store could not be
+    /// read.
+    #[cfg(test)]
+    pub(crate) failing_builds: std::sync::atomic::AtomicU32,
 }
 
 /// What a replica's openraft member is built from.
@@ -175,7 +183,9 @@ fn watch_leadership(
         while metrics.changed().await.is_ok() {
             let (now, term) = {
                 let m = metrics.borrow_watched();
-                (m.current_leader == Some(me), m.vote.leader_id().term)
+                let leads =
+                    m.current_leader == Some(me) && m.state == openraft::ServerState::Leader;
+                (leads, m.vote.leader_id().term)
             };
             if now != leading {
                 leading = now;
@@ -259,6 +269,8 @@ impl Replica {
             sm,
             gate: tokio::sync::Mutex::default(),
             vote_refused: Arc::default(),
+            #[cfg(test)]
+            failing_builds: Default::default(),
         };
         // A restarted leader runs an election like anyone else. Restored in its old term,
         // it would take producer writes with an empty record of the batches it proposed
@@ -277,6 +289,20 @@ impl Replica {
         restore: bool,
         leading: bool,
     ) -> Result<super::dormant::Member> {
+        #[cfg(test)]
+        if self
+            .failing_builds
+            .fetch_update(
+                std::sync::atomic::Ordering::AcqRel,
+                std::sync::atomic::Ordering::Acquire,
+                |n| n.checked_sub(1),
+            )
+            .is_ok()
+        {
+            return Err(Error::from(std::io::Error::other(
+                "an injected failure to read the store",
+            )));
+        }
         let Recipe {
             id,
             ref partition,
@@ -357,10 +383,12 @@ impl Replica {
         if let Some(leader) = self.parked_under().filter(|l| *l != self.recipe.id) {
             return Err(WriteError::NotLeader(self.hint_for(leader)));
         }
-        let (raft, _) = self
-            .wake_to_write(self.lease_wait)
-            .await
-            .map_err(WriteError::Other)?;
+        // A member that could not run (shut down, stopped, not built again) appended nothing
+        // and leads nothing.
+        let (raft, _) = self.wake_to_write(self.lease_wait).await.map_err(|e| {
+            tracing::debug!(partition = %self.recipe.partition, error = %e, "write refused");
+            WriteError::NotLeader(None)
+        })?;
         if request.producer_id != 0 {
             return self.write_idempotent(&raft, request, turn).await;
         }
@@ -647,9 +675,11 @@ impl Replica {
             Ok(raft) => raft,
             Err(e) => return Served::Refused(e),
         };
+        // A pre-vote changes nothing on a voter, and its candidate's real vote follows, unless
+        // the candidate is the leader this member is parked under (it lost its leadership).
+        let wakes = op != Op::PreVote || self.asked_by_parked_leader(body);
         let served = serve(&raft, &self.store, op, (frame, body)).await;
-        // A pre-vote changes nothing on a voter, and its candidate's real vote follows.
-        if op != Op::PreVote {
+        if wakes {
             self.quiet.wake(&raft);
         }
         served
@@ -660,12 +690,27 @@ impl Replica {
     pub(crate) fn stopped(&self) -> Option<Stopped> {
         self.stopped.lock().clone()
     }
+
+    /// Records why the member stopped (a dormant member that could not be built again), as
+    /// its core's watcher does for a running one.
+    pub(super) fn set_stopped(&self, why: Stopped) {
+        *self.stopped.lock() = Some(why);
+    }
 }
 
 /// The leader a member's metrics name. A member stopped by a fatal error (a failed disk) leads
 /// nothing, whatever its last metrics said: metadata must not send clients to it.
+/// Nor does a member that names itself without being the leader: one rebuilt empty from a
+/// leader's vote keeps that vote, committed, but is not even a voter until it has copied the
+/// log.
 fn leader_of(m: &openraft::RaftMetrics<C>) -> Option<NodeId> {
-    m.current_leader.filter(|_| m.running_state.is_ok())
+    m.current_leader
+        .filter(|l| m.running_state.is_ok() && (*l != m.id || leads(m, m.id)))
+}
+
+/// Whether the member whose metrics `m` are, `me`, leads (its role, not only its vote).
+fn leads(m: &openraft::RaftMetrics<C>, me: NodeId) -> bool {
+    m.current_leader == Some(me) && m.state == openraft::ServerState::Leader
 }
 
 /// Why a leadership transfer did not happen.

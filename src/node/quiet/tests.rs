@@ -108,6 +108,32 @@ async fn quiet_leaders(nodes: &[&Node]) -> BTreeMap<u32, (NodeId, u64)> {
     until(Duration::from_secs(10), "leaders", || settled(nodes)).await
 }
 
+/// Waits until every replica is quiet, then stops broker `down`.
+async fn stop_once_quiet(cluster: &mut LocalCluster, down: NodeId) {
+    {
+        let nodes: Vec<&Node> = cluster.nodes().collect();
+        quiet_leaders(&nodes).await;
+    }
+    cluster.node(down).unwrap().stopping_with_its_cluster();
+    cluster.stop(down).await.unwrap();
+}
+
+/// Waits until every broker of `nodes` holds exactly `records` in partition 0, committed.
+async fn all_hold(nodes: &[&Node], records: &[&Record]) {
+    let expected: Vec<Vec<u8>> = records.iter().map(|r| r.value.to_vec()).collect();
+    for n in nodes {
+        until(
+            Duration::from_secs(30),
+            "every replica to hold the records",
+            || {
+                (n.read(TOPIC, 0, Offset(0), 1 << 20).is_ok() && values(n, 0) == expected)
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+}
+
 /// Each partition's (leader, term) as every broker in `nodes` names them alike, if they do.
 fn settled(nodes: &[&Node]) -> Option<BTreeMap<u32, (NodeId, u64)>> {
     (0..PARTITIONS)
@@ -370,13 +396,8 @@ async fn partitions_go_quiet_without_a_broker_that_is_down_and_wake_for_its_retu
     let dir = tempfile::tempdir().unwrap();
     let net = NetFaults::new();
     let (mut cluster, client, _) = quiet_cluster(dir.path(), &net).await;
-    {
-        let nodes: Vec<&Node> = cluster.nodes().collect();
-        quiet_leaders(&nodes).await;
-    }
     let down = 3;
-    cluster.node(down).unwrap().stopping_with_its_cluster();
-    cluster.stop(down).await.unwrap();
+    stop_once_quiet(&mut cluster, down).await;
     for p in 0..PARTITIONS {
         client
             .send(TOPIC, p, &[Record::new(format!("while down {p}"))])
@@ -459,6 +480,213 @@ async fn a_broker_whose_disk_stalls_loses_its_quiet_partitions_to_the_others() {
             .await;
         }
     }
+    drop(client);
+    cluster.shutdown().await.unwrap();
+}
+
+/// A dormant leader whose Raft member cannot be built again (its store cannot be read) stops
+/// as a member stopped by a storage error does: it names no leader, supervision brings it back,
+/// its quiet followers wake when it campaigns and elect, and the write that found it is
+/// acknowledged once they have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dormant_leader_that_cannot_be_built_again_is_brought_back_and_its_partition_elects() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = NetFaults::new();
+    let (cluster, client, written) = quiet_cluster(dir.path(), &net).await;
+    let nodes: Vec<&Node> = cluster.nodes().collect();
+    let leaders = quiet_leaders(&nodes).await;
+    let (leader, term) = leaders[&0];
+    let node = cluster.node(leader).unwrap();
+    let id = crate::types::PartitionId::new(TOPIC, 0);
+    let replica = node.broker.replica(&id).unwrap();
+    replica
+        .raft
+        .failing_builds
+        .store(u32::MAX, std::sync::atomic::Ordering::Release);
+    let record = Record::new("after a failed build");
+    let client = Arc::new(client);
+    let send = {
+        let client = Arc::clone(&client);
+        let record = record.clone();
+        tokio::spawn(async move { client.send(TOPIC, 0, &[record]).await })
+    };
+    until(Duration::from_secs(10), "the build to fail", || {
+        replica.raft.stopped().map(|_| ())
+    })
+    .await;
+    assert_eq!(
+        replica.raft.leader(),
+        None,
+        "a stopped member leads nothing"
+    );
+    // Its files stay locked while any handle to it is held.
+    let gone = Arc::downgrade(&replica);
+    drop(replica);
+    tokio::time::timeout(Duration::from_secs(30), send)
+        .await
+        .expect("the write is acknowledged in time")
+        .unwrap()
+        .unwrap();
+    until(
+        Duration::from_secs(30),
+        "the replica to be brought back",
+        || {
+            let now = node.broker.replica(&id).ok()?;
+            (gone.upgrade().is_none() && !now.raft.is_dormant()).then_some(())
+        },
+    )
+    .await;
+    all_hold(&nodes, &[&written[0], &record]).await;
+    let status = nodes[0].status(TOPIC, 0).unwrap();
+    assert!(status.term > term, "{status:?}");
+    drop(client);
+    cluster.shutdown().await.unwrap();
+}
+
+/// A leader built again from dormancy, whose lease no write renewed since, checks that the
+/// target of a transfer answers a heartbeat sent for the transfer: an acknowledgement from
+/// before, as old as the rebuild, does not count, so a target cut off since is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_woken_leader_hands_over_only_to_a_member_that_answers_now() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = NetFaults::new();
+    let (cluster, client, _) = quiet_cluster(dir.path(), &net).await;
+    let nodes: Vec<&Node> = cluster.nodes().collect();
+    let leaders = quiet_leaders(&nodes).await;
+    let (leader, _) = leaders[&0];
+    let target = [1, 2, 3].into_iter().find(|id| *id != leader).unwrap();
+    let node = cluster.node(leader).unwrap();
+    let replica = node
+        .broker
+        .replica(&crate::types::PartitionId::new(TOPIC, 0))
+        .unwrap();
+    // Built again by something other than a write: a read of its member.
+    let woke = Instant::now();
+    drop(replica.raft.awake().await.unwrap());
+    until(
+        Duration::from_secs(10),
+        "the target to acknowledge the woken leader",
+        || {
+            let members = replica.raft.state().members?;
+            let age = members.get(&target)?.ack_age?;
+            (age < woke.elapsed()).then_some(())
+        },
+    )
+    .await;
+    net.cut(leader, target);
+    net.cut(target, leader);
+    let refused = replica
+        .raft
+        .transfer_to(leader, target, Duration::from_secs(2))
+        .await;
+    assert_eq!(
+        refused,
+        Err(crate::raft::replica::TransferRefused::NotHeardFrom)
+    );
+    net.heal();
+    drop(client);
+    cluster.shutdown().await.unwrap();
+}
+
+/// The leader balancer does not build a dormant partition again to hand it to a preferred
+/// replica whose broker is down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_balance_leaves_dormant_partitions_alone_while_their_preferred_broker_is_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = NetFaults::new();
+    let (mut cluster, client, _) = quiet_cluster(dir.path(), &net).await;
+    let down = 3;
+    stop_once_quiet(&mut cluster, down).await;
+    let up: Vec<&Node> = cluster.nodes().collect();
+    let leaders = until(
+        Duration::from_secs(30),
+        "every partition led by a broker that is up",
+        || {
+            let leaders = settled(&up)?;
+            leaders.values().all(|(l, _)| *l != down).then_some(leaders)
+        },
+    )
+    .await;
+    let moved = (0..PARTITIONS)
+        .filter(|p| {
+            let replicas = assignment(&up, *p);
+            replicas.first() == Some(&down) && leaders[p].0 != down
+        })
+        .count();
+    assert!(moved > 0, "broker {down} was preferred for some partition");
+    all_quiet(&up).await;
+    for n in &up {
+        assert_eq!(n.broker.rebalance_leaders().await, 0);
+        assert_eq!(
+            n.dormant_replicas(),
+            PARTITIONS as usize,
+            "broker {}",
+            n.id()
+        );
+    }
+    drop(client);
+    cluster.shutdown().await.unwrap();
+}
+
+/// Partition `p`'s replicas, preferred first, as the catalog of `nodes[0]` has them.
+fn assignment(nodes: &[&Node], p: u32) -> Vec<NodeId> {
+    nodes[0]
+        .broker
+        .catalog
+        .read()
+        .topic(TOPIC)
+        .and_then(|t| t.assignment.get(p as usize).cloned())
+        .unwrap_or_default()
+}
+
+/// A read that finds a dormant leader's files damaged has its replica rebuilt from the others.
+/// Its parked followers are woken before it goes (they would otherwise wait for ever for a
+/// leader whose broker stays live), elect a leader and take writes, and the rebuilt replica
+/// copies the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dormant_leader_found_damaged_is_rebuilt_and_its_partition_elects() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let net = NetFaults::new();
+    let (cluster, client, written) = quiet_cluster(dir.path(), &net).await;
+    let nodes: Vec<&Node> = cluster.nodes().collect();
+    let leaders = quiet_leaders(&nodes).await;
+    let (leader, term) = leaders[&0];
+    let replica_dir = dir.path().join(leader.to_string()).join("quiet-0");
+    let mut segments: Vec<std::path::PathBuf> = std::fs::read_dir(&replica_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    segments.sort();
+    // Through the page cache the mapping shares, as a failing disk or a stray write would.
+    let bytes = std::fs::read(&segments[0]).unwrap();
+    let at = bytes
+        .windows(written[0].value.len())
+        .position(|w| w == written[0].value.as_ref())
+        .expect("the record is in the first segment");
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&segments[0])
+        .unwrap();
+    file.write_all_at(&[bytes[at] ^ 0x10], at as u64).unwrap();
+    drop(file);
+    let node = cluster.node(leader).unwrap();
+    match node.read(TOPIC, 0, Offset(0), 1 << 20) {
+        Err(crate::Error::Corrupt { .. }) => {}
+        other => panic!("a damaged segment was read: {:?}", other.map(|b| b.len())),
+    }
+    let record = Record::new("after the damage");
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        client.send(TOPIC, 0, std::slice::from_ref(&record)),
+    )
+    .await
+    .expect("the write is acknowledged in time")
+    .unwrap();
+    all_hold(&nodes, &[&written[0], &record]).await;
+    let status = nodes[0].status(TOPIC, 0).unwrap();
+    assert!(status.term > term, "{status:?}");
     drop(client);
     cluster.shutdown().await.unwrap();
 }
