@@ -455,13 +455,30 @@ async fn a_broker_whose_disk_stalls_loses_its_quiet_partitions_to_the_others() {
         settled(&rest).filter(|s| s.values().all(|(l, _)| *l != stalled))
     })
     .await;
+    // Through whichever of the two leads when the write is made: a loaded machine can delay a
+    // new leader's heartbeats past an election timeout, and the other then takes over.
     for p in 0..PARTITIONS {
         let record = [Record::new(format!("while stalled {p}"))];
-        let leader = cluster.node(now[&p].0).unwrap();
-        tokio::time::timeout(Duration::from_secs(10), leader.append(TOPIC, p, &record))
-            .await
-            .expect("a write through the new leader in time")
-            .unwrap();
+        let mut leader = now[&p].0;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        // Bounded by the deadline.
+        loop {
+            let node = cluster.node(leader).unwrap();
+            match tokio::time::timeout(Duration::from_secs(10), node.append(TOPIC, p, &record))
+                .await
+                .expect("a write through the new leader in time")
+            {
+                Ok(_) => break,
+                Err(crate::Error::NotLeader { .. }) if Instant::now() < deadline => {
+                    leader = until(Duration::from_secs(30), "a leader again", || {
+                        let s = settled(&rest)?;
+                        s.get(&p).map(|(l, _)| *l).filter(|l| *l != stalled)
+                    })
+                    .await;
+                }
+                Err(e) => panic!("the write through broker {leader} failed: {e}"),
+            }
+        }
     }
     disks[stalled as usize - 1].clear();
     until(Duration::from_secs(60), "one leader everywhere", || {
