@@ -242,8 +242,8 @@ impl Broker {
                 .is_some_and(|v| v < Op::Quiesce.since())
     }
 
-    /// On taking out of service `replica`, a quiet group this broker leads: tells the other
-    /// members' brokers that it leads the group no more (a `Quiesce` entry whose vote is not
+    /// On taking out of service `replica`, a group this broker leads (or led, parked): tells
+    /// the other members' brokers that it leads the group no more (a `Quiesce` entry whose vote is not
     /// committed), so that their members, parked under a broker that stays live, wake and
     /// elect another leader instead of waiting for this one. A broker of version 3 answers
     /// it as an offer it refuses and keeps waiting, until this broker restarts or falls
@@ -253,7 +253,9 @@ impl Broker {
         let Some((vote, last)) = replica.raft.quiet_withdrawal(me) else {
             return;
         };
-        let asked = replica.raft.member_ids().into_iter().filter(|id| *id != me);
+        // A broker that is down hears nothing, and its member campaigns when it returns.
+        let asked =
+            (replica.raft.member_ids().into_iter()).filter(|id| *id != me && self.may_be_live(*id));
         let asked = asked.map(|to| {
             let group = QuietGroup {
                 partition: replica.id.clone(),
@@ -303,12 +305,15 @@ impl Broker {
                 .iter()
                 .filter(|g| !g.vote.committed)
                 .filter_map(|g| {
-                    replicas
+                    let r = replicas
                         .get(&g.partition)
-                        .filter(|r| r.topic_id == g.topic_id)
+                        .filter(|r| r.topic_id == g.topic_id)?;
+                    Some((r, g))
                 })
-                .filter(|r| r.raft.parked_under() == Some(request.from))
-                .cloned()
+                .filter(|(r, g)| {
+                    r.raft.parked_under() == Some(request.from) && r.raft.follows_vote_of(&g.vote)
+                })
+                .map(|(r, _)| Arc::clone(r))
                 .collect()
         };
         if !withdrawn.is_empty() {
@@ -317,7 +322,7 @@ impl Broker {
                 partitions = withdrawn.len(),
                 "peer broker lost the quiet partitions it led: they elect a new leader"
             );
-            self.elect_instead_of(request.from, withdrawn);
+            self.elect_instead_of(request.from, withdrawn, false);
         }
         // A broker whose partitions never go quiet says no to every offer.
         if self.config.quiesce_after.is_none() {
@@ -371,12 +376,14 @@ impl Broker {
                 "peer broker silent: the partitions it led here elect a new leader"
             );
         }
-        self.elect_instead_of(silent, led);
+        self.elect_instead_of(silent, led, true);
     }
 
     /// The groups of `led`, which broker `gone` led, elect another leader, as
-    /// [`broker_turned_silent`](Self::broker_turned_silent) says.
-    fn elect_instead_of(&self, gone: NodeId, led: Vec<Arc<HostedReplica>>) {
+    /// [`broker_turned_silent`](Self::broker_turned_silent) says; without `stagger`, every
+    /// survivor's member wakes at once (a withdrawal reaches them all together, and a member
+    /// still parked would refuse the first survivor's vote while `gone` is live).
+    fn elect_instead_of(&self, gone: NodeId, led: Vec<Arc<HostedReplica>>, stagger: bool) {
         let me = self.config.id;
         let silent = gone;
         let mut led: Vec<(usize, Arc<HostedReplica>)> = led
@@ -396,7 +403,11 @@ impl Broker {
             return;
         }
         led.sort_by_key(|(rank, r)| (*rank, r.id.clone()));
-        let step = self.config.election_timeout / 2;
+        let step = if stagger {
+            self.config.election_timeout / 2
+        } else {
+            Duration::ZERO
+        };
         tokio::spawn(async move {
             let started = tokio::time::Instant::now();
             for batch in led.chunks(WOKEN_AT_ONCE) {

@@ -424,18 +424,26 @@ impl Replica {
         true
     }
 
-    /// On a member parked as leader `me` (running, dormant or stopped): its vote, no longer
-    /// committed, and its last applied log id, the entry of a `Quiesce` message that
-    /// withdraws the group's quiet (see `node/quiet.rs`). `None` if it is not parked as leader.
+    /// On a member parked as leader `me`, or whose committed vote names `me` (running,
+    /// dormant or stopped; its followers may have parked on an offer before it did): its
+    /// vote, no longer committed, and its last applied log id, the entry of a `Quiesce`
+    /// message that withdraws the group's quiet (see `node/quiet.rs`). `None` otherwise.
     pub(crate) fn quiet_withdrawal(&self, me: NodeId) -> Option<(Vote, LogId)> {
-        if self.parked_under() != Some(me) {
-            return None;
-        }
+        let parked = self.parked_under() == Some(me);
         self.read_metrics(|m| {
+            let mine = m.vote.committed && m.vote.leader_id().voted_for == me;
+            if !parked && !mine {
+                return None;
+            }
             let mut vote = m.vote;
             vote.committed = false;
             Some((vote, m.last_applied?))
         })
+    }
+
+    /// Whether this member's vote is for the same leadership (term and leader) as `vote`.
+    pub(crate) fn follows_vote_of(&self, vote: &Vote) -> bool {
+        self.read_metrics(|m| m.vote.leader_id() == vote.leader_id())
     }
 
     /// Whether the vote or pre-vote request `body` comes from the leader this member is parked
