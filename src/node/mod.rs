@@ -174,6 +174,11 @@ struct Broker {
     topic_defaults: crate::topic_config::TopicConfigs,
     /// The other brokers' liveness as heard here, and this broker's disk's (`liveness.rs`).
     liveness: Arc<liveness::Liveness>,
+    /// Withdrawals of quiet some member's broker has not acknowledged yet (`quiet.rs`).
+    withdrawals: parking_lot::Mutex<HashMap<PartitionId, quiet::Withdrawal>>,
+    /// Test fault: this many withdrawals of quiet are lost on their way to a peer.
+    #[cfg(test)]
+    lost_withdrawals: std::sync::atomic::AtomicU32,
 }
 
 /// How long [`Node::shutdown`] waits for the tasks still holding its logs to end.

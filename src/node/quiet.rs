@@ -20,7 +20,8 @@
 //! leads with a replica there. When a broker takes out of service a replica that leads a
 //! quiet group (its member stopped, could not be built again from dormancy, or its files
 //! were found damaged), it withdraws the group's quiet ([`Broker::withdraw_quiet`]): the
-//! members parked under it would otherwise wait for a leader whose broker stays live.
+//! members parked under it would otherwise wait for a leader whose broker stays live. Each
+//! member's broker acknowledges the withdrawal, and is sent it again until it has.
 //!
 //! ## Why quiet cannot lose a write or elect two leaders
 //!
@@ -42,7 +43,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -80,8 +81,29 @@ async fn wake_in_batches(
 /// Groups offered quiet in one message to one broker.
 const OFFERS_PER_MESSAGE: usize = 1024;
 
+/// How long a withdrawal of quiet is sent again to a broker that has not acknowledged it.
+const WITHDRAWAL_RETRIED_FOR: Duration = Duration::from_secs(600);
+
+/// The longest pause between two sendings of a withdrawal of quiet.
+const WITHDRAWAL_PAUSE_MAX: Duration = Duration::from_secs(8);
+
+/// A withdrawal of a quiet group's leadership (see [`Broker::withdraw_quiet`]) that some
+/// member's broker has not acknowledged yet.
+#[derive(Debug)]
+pub(super) struct Withdrawal {
+    group: QuietGroup,
+    /// The brokers that have not acknowledged it.
+    unanswered: Vec<NodeId>,
+    /// When it is sent again.
+    next: Instant,
+    /// The pause before `next`, doubled each time.
+    pause: Duration,
+    /// When it is sent no more.
+    until: Instant,
+}
+
 /// One group offered quiet to a follower broker.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct QuietGroup {
     pub(crate) partition: PartitionId,
     pub(crate) topic_id: u64,
@@ -132,6 +154,7 @@ impl Broker {
             tokio::select! {
                 _ = shutdown.changed() => break,
                 _ = tick.tick() => {
+                    self.retry_withdrawals().await;
                     self.offer_quiet(idle).await;
                     if let Some(after) = self.config.dormant_after {
                         self.go_dormant(after).await;
@@ -243,29 +266,106 @@ impl Broker {
     }
 
     /// On taking out of service `replica`, a group this broker leads (or led, parked): tells
-    /// the other members' brokers that it leads the group no more (a `Quiesce` entry whose vote is not
-    /// committed), so that their members, parked under a broker that stays live, wake and
-    /// elect another leader instead of waiting for this one. A broker of version 3 answers
-    /// it as an offer it refuses and keeps waiting, until this broker restarts or falls
-    /// silent.
+    /// the other members' brokers that it leads the group no more (a `Quiesce` entry whose
+    /// vote is not committed), so that their members, parked under a broker that stays live,
+    /// wake and elect another leader instead of waiting for this one. A broker that does not
+    /// acknowledge it (the message or its answer lost, the broker unreachable for a while) is
+    /// told again by [`retry_withdrawals`](Self::retry_withdrawals). A broker of version 3
+    /// answers it as an offer it refuses and keeps waiting, until this broker restarts or
+    /// falls silent.
     pub(super) async fn withdraw_quiet(&self, replica: &HostedReplica) {
         let me = self.config.id;
+        // Nothing parks under a broker that offers no quiet.
+        if self.config.quiesce_after.is_none() {
+            return;
+        }
         let Some((vote, last)) = replica.raft.quiet_withdrawal(me) else {
             return;
         };
-        // A broker that is down hears nothing, and its member campaigns when it returns.
-        let asked =
-            (replica.raft.member_ids().into_iter()).filter(|id| *id != me && self.may_be_live(*id));
-        let asked = asked.map(|to| {
-            let group = QuietGroup {
-                partition: replica.id.clone(),
-                topic_id: replica.topic_id,
-                vote,
-                last,
-            };
-            self.ask_quiet(to, vec![group])
+        let group = QuietGroup {
+            partition: replica.id.clone(),
+            topic_id: replica.topic_id,
+            vote,
+            last,
+        };
+        let members = replica.raft.member_ids().into_iter().filter(|id| *id != me);
+        let unanswered = self.send_withdrawal(&group, members.collect()).await;
+        let mut pending = self.withdrawals.lock();
+        if unanswered.is_empty() {
+            // One sent for an earlier leadership is moot.
+            pending.remove(&group.partition);
+            return;
+        }
+        let pause = self.config.election_timeout;
+        let withdrawal = Withdrawal {
+            unanswered,
+            next: Instant::now() + pause,
+            pause,
+            until: Instant::now() + WITHDRAWAL_RETRIED_FOR,
+            group,
+        };
+        pending.insert(withdrawal.group.partition.clone(), withdrawal);
+    }
+
+    /// Sends the withdrawal `group` to each broker of `to` that may be up; returns those that
+    /// did not acknowledge it (and those not asked).
+    async fn send_withdrawal(&self, group: &QuietGroup, to: Vec<NodeId>) -> Vec<NodeId> {
+        // A broker that is down hears nothing: asked again once it may be up.
+        let (asked, unasked): (Vec<NodeId>, Vec<NodeId>) =
+            to.into_iter().partition(|id| self.may_be_live(*id));
+        let answers = asked.iter().map(async |to| {
+            #[cfg(test)]
+            if self
+                .lost_withdrawals
+                .fetch_update(
+                    std::sync::atomic::Ordering::AcqRel,
+                    std::sync::atomic::Ordering::Acquire,
+                    |n| n.checked_sub(1),
+                )
+                .is_ok()
+            {
+                return false;
+            }
+            self.ask_quiet(*to, vec![group.clone()]).await == [true]
         });
-        futures_util::future::join_all(asked).await;
+        let answers = futures_util::future::join_all(answers).await;
+        let refused = asked.into_iter().zip(answers).filter(|(_, yes)| !yes);
+        refused.map(|(id, _)| id).chain(unasked).collect()
+    }
+
+    /// Sends again the withdrawals of quiet some member's broker has not acknowledged
+    /// ([`withdraw_quiet`](Self::withdraw_quiet)), each after a pause that doubles up to
+    /// [`WITHDRAWAL_PAUSE_MAX`], for at most [`WITHDRAWAL_RETRIED_FOR`].
+    async fn retry_withdrawals(&self) {
+        let now = Instant::now();
+        let due: Vec<Withdrawal> = {
+            let mut pending = self.withdrawals.lock();
+            let due: Vec<PartitionId> = (pending.iter())
+                .filter(|(_, w)| w.next <= now)
+                .map(|(id, _)| id.clone())
+                .collect();
+            due.iter().filter_map(|id| pending.remove(id)).collect()
+        };
+        for mut w in due {
+            w.unanswered = self.send_withdrawal(&w.group, w.unanswered).await;
+            if w.unanswered.is_empty() {
+                continue;
+            }
+            if Instant::now() >= w.until {
+                tracing::warn!(
+                    partition = %w.group.partition,
+                    brokers = ?w.unanswered,
+                    "gave up telling brokers that this broker no longer leads a quiet partition: \
+                     their replicas elect once this broker restarts or falls silent"
+                );
+                continue;
+            }
+            w.pause = (w.pause * 2).min(WITHDRAWAL_PAUSE_MAX);
+            w.next = Instant::now() + w.pause;
+            // A newer withdrawal of the same partition, sent meanwhile, stands.
+            let mut pending = self.withdrawals.lock();
+            pending.entry(w.group.partition.clone()).or_insert(w);
+        }
     }
 
     /// Offers `groups` quiet to broker `to`: one yes or no per group (all no if it does not
@@ -296,7 +396,8 @@ impl Broker {
     /// Serves a leader broker's offers: each group parks here if this broker's replica of it
     /// holds exactly the leader's log and follows its vote. A group whose vote is not
     /// committed is a withdrawal instead ([`withdraw_quiet`](Self::withdraw_quiet)): its
-    /// member here, if parked under the sender, wakes and the group elects another leader.
+    /// member here, if parked under the sender, wakes and the group elects another leader;
+    /// answered yes, so that the sender stops sending it.
     pub(super) fn serve_quiesce(&self, request: QuiesceRequest) -> Vec<bool> {
         let withdrawn: Vec<Arc<HostedReplica>> = {
             let replicas = self.replicas.read();
@@ -325,18 +426,21 @@ impl Broker {
             self.elect_instead_of(request.from, withdrawn, false);
         }
         // A broker whose partitions never go quiet says no to every offer.
-        if self.config.quiesce_after.is_none() {
-            return vec![false; request.groups.len()];
-        }
+        let takes_offers = self.config.quiesce_after.is_some();
         let replicas = self.replicas.read();
         request
             .groups
             .iter()
             .map(|g| {
                 use openraft::vote::RaftLeaderId;
+                // A withdrawal is acknowledged: acted on above, or nothing here waits for it.
+                if !g.vote.committed {
+                    return true;
+                }
                 let from_leader = *g.vote.leader_id().node_id() == request.from;
                 replicas.get(&g.partition).is_some_and(|r| {
-                    from_leader
+                    takes_offers
+                        && from_leader
                         && r.topic_id == g.topic_id
                         && Self::may_go_quiet(r)
                         && r.raft.park_follower(&g.vote, &g.last)
@@ -385,15 +489,11 @@ impl Broker {
     /// still parked would refuse the first survivor's vote while `gone` is live).
     fn elect_instead_of(&self, gone: NodeId, led: Vec<Arc<HostedReplica>>, stagger: bool) {
         let me = self.config.id;
-        let silent = gone;
         let mut led: Vec<(usize, Arc<HostedReplica>)> = led
             .into_iter()
             .map(|r| {
                 let (voters, _) = r.raft.voters();
-                let rank = voters
-                    .iter()
-                    .filter(|v| **v != silent)
-                    .position(|v| *v == me);
+                let rank = voters.iter().filter(|v| **v != gone).position(|v| *v == me);
                 (rank.unwrap_or(usize::MAX), r)
             })
             .collect();
@@ -416,11 +516,11 @@ impl Broker {
                         started + step.saturating_mul(u32::try_from(*rank).unwrap_or(8).min(8));
                     tokio::time::sleep_until(at).await;
                     // A new leader's append may have woken it, or made it follow, already.
-                    let parked = r.raft.parked_under() == Some(silent);
+                    let parked = r.raft.parked_under() == Some(gone);
                     if parked {
                         r.raft.wake().await;
                     }
-                    if *rank == 0 && (parked || r.raft.leader() == Some(silent)) {
+                    if *rank == 0 && (parked || r.raft.leader() == Some(gone)) {
                         r.raft.campaign().await;
                     }
                 }

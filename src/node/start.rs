@@ -270,6 +270,9 @@ async fn open_broker(
         failed_logins: crate::security::FailedLogins::default(),
         topic_defaults,
         liveness,
+        withdrawals: Default::default(),
+        #[cfg(test)]
+        lost_withdrawals: Default::default(),
     }))
 }
 

@@ -141,7 +141,7 @@ impl Replica {
         if let Some(why) = self.stopped() {
             return Err(format!("the partition's Raft member stopped: {why}"));
         }
-        let leading = self.read_metrics(|m| m.current_leader == Some(m.id));
+        let leading = self.read_metrics(|m| super::replica::leads(m, m.id));
         let member = match self.build(true, leading).await {
             Ok(member) => member,
             Err(e) => {

@@ -8,7 +8,7 @@ use openraft::Instant as _;
 use openraft::async_runtime::watch::WatchReceiver;
 
 use super::quiet::acked_at;
-use super::replica::{Replica, TransferRefused};
+use super::replica::{Replica, TransferRefused, leads};
 use super::types::BrokerNode;
 use crate::types::NodeId;
 
@@ -30,7 +30,7 @@ impl Replica {
             .ok()?;
         let (target, vote) = {
             let m = raft.metrics().borrow_watched().clone();
-            if m.current_leader != Some(me) {
+            if !leads(&m, me) {
                 return None;
             }
             let voters: std::collections::BTreeSet<NodeId> =
@@ -86,7 +86,7 @@ impl Replica {
             if m.current_leader == Some(target) {
                 return Some(Ok(()));
             }
-            if m.current_leader != Some(me) || target == me {
+            if !leads(m, me) || target == me {
                 return Some(Err(TransferRefused::NotLeader));
             }
             let voter = m
@@ -108,7 +108,7 @@ impl Replica {
             if m.current_leader == Some(target) {
                 return Ok(());
             }
-            if m.current_leader != Some(me) || target == me {
+            if !leads(&m, me) || target == me {
                 return Err(TransferRefused::NotLeader);
             }
             let voter = m
@@ -182,7 +182,7 @@ impl Replica {
                     let m = raft.metrics();
                     let m = m.borrow_watched();
                     let heard = acked_at(&m, target).is_some_and(|t| t.elapsed() < timeout);
-                    if m.current_leader != Some(me) || target == me || !heard {
+                    if !leads(&m, me) || target == me || !heard {
                         return None;
                     }
                 }

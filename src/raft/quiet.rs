@@ -361,7 +361,7 @@ impl Replica {
             return false;
         }
         let same = self.read_metrics(|m| {
-            m.current_leader == Some(me)
+            super::replica::leads(m, me)
                 && m.vote == offer.vote
                 && m.last_log_index == Some(offer.last.index)
         });

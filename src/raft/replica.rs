@@ -709,7 +709,7 @@ fn leader_of(m: &openraft::RaftMetrics<C>) -> Option<NodeId> {
 }
 
 /// Whether the member whose metrics `m` are, `me`, leads (its role, not only its vote).
-fn leads(m: &openraft::RaftMetrics<C>, me: NodeId) -> bool {
+pub(super) fn leads(m: &openraft::RaftMetrics<C>, me: NodeId) -> bool {
     m.current_leader == Some(me) && m.state == openraft::ServerState::Leader
 }
 
