@@ -176,6 +176,9 @@ struct Broker {
     liveness: Arc<liveness::Liveness>,
     /// Withdrawals of quiet some member's broker has not acknowledged yet (`quiet.rs`).
     withdrawals: parking_lot::Mutex<HashMap<PartitionId, quiet::Withdrawal>>,
+    /// Leaderships of quiet groups their leaders' brokers withdrew, as heard here
+    /// (`quiet/withdraw.rs`).
+    withdrawn: parking_lot::Mutex<HashMap<PartitionId, quiet::Withdrawn>>,
     /// Test fault: this many withdrawals of quiet are lost on their way to a peer.
     #[cfg(test)]
     lost_withdrawals: std::sync::atomic::AtomicU32,

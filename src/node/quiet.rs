@@ -21,7 +21,8 @@
 //! quiet group (its member stopped, could not be built again from dormancy, or its files
 //! were found damaged), it withdraws the group's quiet ([`Broker::withdraw_quiet`]): the
 //! members parked under it would otherwise wait for a leader whose broker stays live. Each
-//! member's broker acknowledges the withdrawal, and is sent it again until it has.
+//! member's broker acknowledges the withdrawal, and is sent it again until it has
+//! (`quiet/withdraw.rs`).
 //!
 //! ## Why quiet cannot lose a write or elect two leaders
 //!
@@ -43,7 +44,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -79,28 +80,7 @@ async fn wake_in_batches(
 }
 
 /// Groups offered quiet in one message to one broker.
-const OFFERS_PER_MESSAGE: usize = 1024;
-
-/// How long a withdrawal of quiet is sent again to a broker that has not acknowledged it.
-const WITHDRAWAL_RETRIED_FOR: Duration = Duration::from_secs(600);
-
-/// The longest pause between two sendings of a withdrawal of quiet.
-const WITHDRAWAL_PAUSE_MAX: Duration = Duration::from_secs(8);
-
-/// A withdrawal of a quiet group's leadership (see [`Broker::withdraw_quiet`]) that some
-/// member's broker has not acknowledged yet.
-#[derive(Debug)]
-pub(super) struct Withdrawal {
-    group: QuietGroup,
-    /// The brokers that have not acknowledged it.
-    unanswered: Vec<NodeId>,
-    /// When it is sent again.
-    next: Instant,
-    /// The pause before `next`, doubled each time.
-    pause: Duration,
-    /// When it is sent no more.
-    until: Instant,
-}
+pub(super) const OFFERS_PER_MESSAGE: usize = 1024;
 
 /// One group offered quiet to a follower broker.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -265,112 +245,9 @@ impl Broker {
                 .is_some_and(|v| v < Op::Quiesce.since())
     }
 
-    /// On taking out of service `replica`, a group this broker leads (or led, parked): tells
-    /// the other members' brokers that it leads the group no more (a `Quiesce` entry whose
-    /// vote is not committed), so that their members, parked under a broker that stays live,
-    /// wake and elect another leader instead of waiting for this one. A broker that does not
-    /// acknowledge it (the message or its answer lost, the broker unreachable for a while) is
-    /// told again by [`retry_withdrawals`](Self::retry_withdrawals). A broker of version 3
-    /// answers it as an offer it refuses and keeps waiting, until this broker restarts or
-    /// falls silent.
-    pub(super) async fn withdraw_quiet(&self, replica: &HostedReplica) {
-        let me = self.config.id;
-        // Nothing parks under a broker that offers no quiet.
-        if self.config.quiesce_after.is_none() {
-            return;
-        }
-        let Some((vote, last)) = replica.raft.quiet_withdrawal(me) else {
-            return;
-        };
-        let group = QuietGroup {
-            partition: replica.id.clone(),
-            topic_id: replica.topic_id,
-            vote,
-            last,
-        };
-        let members = replica.raft.member_ids().into_iter().filter(|id| *id != me);
-        let unanswered = self.send_withdrawal(&group, members.collect()).await;
-        let mut pending = self.withdrawals.lock();
-        if unanswered.is_empty() {
-            // One sent for an earlier leadership is moot.
-            pending.remove(&group.partition);
-            return;
-        }
-        let pause = self.config.election_timeout;
-        let withdrawal = Withdrawal {
-            unanswered,
-            next: Instant::now() + pause,
-            pause,
-            until: Instant::now() + WITHDRAWAL_RETRIED_FOR,
-            group,
-        };
-        pending.insert(withdrawal.group.partition.clone(), withdrawal);
-    }
-
-    /// Sends the withdrawal `group` to each broker of `to` that may be up; returns those that
-    /// did not acknowledge it (and those not asked).
-    async fn send_withdrawal(&self, group: &QuietGroup, to: Vec<NodeId>) -> Vec<NodeId> {
-        // A broker that is down hears nothing: asked again once it may be up.
-        let (asked, unasked): (Vec<NodeId>, Vec<NodeId>) =
-            to.into_iter().partition(|id| self.may_be_live(*id));
-        let answers = asked.iter().map(async |to| {
-            #[cfg(test)]
-            if self
-                .lost_withdrawals
-                .fetch_update(
-                    std::sync::atomic::Ordering::AcqRel,
-                    std::sync::atomic::Ordering::Acquire,
-                    |n| n.checked_sub(1),
-                )
-                .is_ok()
-            {
-                return false;
-            }
-            self.ask_quiet(*to, vec![group.clone()]).await == [true]
-        });
-        let answers = futures_util::future::join_all(answers).await;
-        let refused = asked.into_iter().zip(answers).filter(|(_, yes)| !yes);
-        refused.map(|(id, _)| id).chain(unasked).collect()
-    }
-
-    /// Sends again the withdrawals of quiet some member's broker has not acknowledged
-    /// ([`withdraw_quiet`](Self::withdraw_quiet)), each after a pause that doubles up to
-    /// [`WITHDRAWAL_PAUSE_MAX`], for at most [`WITHDRAWAL_RETRIED_FOR`].
-    async fn retry_withdrawals(&self) {
-        let now = Instant::now();
-        let due: Vec<Withdrawal> = {
-            let mut pending = self.withdrawals.lock();
-            let due: Vec<PartitionId> = (pending.iter())
-                .filter(|(_, w)| w.next <= now)
-                .map(|(id, _)| id.clone())
-                .collect();
-            due.iter().filter_map(|id| pending.remove(id)).collect()
-        };
-        for mut w in due {
-            w.unanswered = self.send_withdrawal(&w.group, w.unanswered).await;
-            if w.unanswered.is_empty() {
-                continue;
-            }
-            if Instant::now() >= w.until {
-                tracing::warn!(
-                    partition = %w.group.partition,
-                    brokers = ?w.unanswered,
-                    "gave up telling brokers that this broker no longer leads a quiet partition: \
-                     their replicas elect once this broker restarts or falls silent"
-                );
-                continue;
-            }
-            w.pause = (w.pause * 2).min(WITHDRAWAL_PAUSE_MAX);
-            w.next = Instant::now() + w.pause;
-            // A newer withdrawal of the same partition, sent meanwhile, stands.
-            let mut pending = self.withdrawals.lock();
-            pending.entry(w.group.partition.clone()).or_insert(w);
-        }
-    }
-
     /// Offers `groups` quiet to broker `to`: one yes or no per group (all no if it does not
     /// answer).
-    async fn ask_quiet(&self, to: NodeId, groups: Vec<QuietGroup>) -> Vec<bool> {
+    pub(super) async fn ask_quiet(&self, to: NodeId, groups: Vec<QuietGroup>) -> Vec<bool> {
         let n = groups.len();
         let request = QuiesceRequest {
             from: self.config.id,
@@ -399,32 +276,7 @@ impl Broker {
     /// member here, if parked under the sender, wakes and the group elects another leader;
     /// answered yes, so that the sender stops sending it.
     pub(super) fn serve_quiesce(&self, request: QuiesceRequest) -> Vec<bool> {
-        let withdrawn: Vec<Arc<HostedReplica>> = {
-            let replicas = self.replicas.read();
-            request
-                .groups
-                .iter()
-                .filter(|g| !g.vote.committed)
-                .filter_map(|g| {
-                    let r = replicas
-                        .get(&g.partition)
-                        .filter(|r| r.topic_id == g.topic_id)?;
-                    Some((r, g))
-                })
-                .filter(|(r, g)| {
-                    r.raft.parked_under() == Some(request.from) && r.raft.follows_vote_of(&g.vote)
-                })
-                .map(|(r, _)| Arc::clone(r))
-                .collect()
-        };
-        if !withdrawn.is_empty() {
-            tracing::info!(
-                broker = request.from,
-                partitions = withdrawn.len(),
-                "peer broker lost the quiet partitions it led: they elect a new leader"
-            );
-            self.elect_instead_of(request.from, withdrawn, false);
-        }
+        self.serve_withdrawals(&request);
         // A broker whose partitions never go quiet says no to every offer.
         let takes_offers = self.config.quiesce_after.is_some();
         let replicas = self.replicas.read();
@@ -441,6 +293,7 @@ impl Broker {
                 replicas.get(&g.partition).is_some_and(|r| {
                     takes_offers
                         && from_leader
+                        && !self.was_withdrawn(g)
                         && r.topic_id == g.topic_id
                         && Self::may_go_quiet(r)
                         && r.raft.park_follower(&g.vote, &g.last)
@@ -487,7 +340,12 @@ impl Broker {
     /// [`broker_turned_silent`](Self::broker_turned_silent) says; without `stagger`, every
     /// survivor's member wakes at once (a withdrawal reaches them all together, and a member
     /// still parked would refuse the first survivor's vote while `gone` is live).
-    fn elect_instead_of(&self, gone: NodeId, led: Vec<Arc<HostedReplica>>, stagger: bool) {
+    pub(super) fn elect_instead_of(
+        &self,
+        gone: NodeId,
+        led: Vec<Arc<HostedReplica>>,
+        stagger: bool,
+    ) {
         let me = self.config.id;
         let mut led: Vec<(usize, Arc<HostedReplica>)> = led
             .into_iter()
@@ -605,6 +463,10 @@ impl Broker {
             .count()
     }
 }
+
+mod withdraw;
+
+pub(super) use withdraw::{Withdrawal, Withdrawn};
 
 #[cfg(test)]
 mod tests;

@@ -271,6 +271,7 @@ async fn open_broker(
         topic_defaults,
         liveness,
         withdrawals: Default::default(),
+        withdrawn: Default::default(),
         #[cfg(test)]
         lost_withdrawals: Default::default(),
     }))

@@ -304,3 +304,84 @@ async fn elected_anew(nodes: &[&Node], records: &[&Record], term: u64) {
     let status = nodes[0].status(TOPIC, 0).unwrap();
     assert!(status.term > term, "{status:?}");
 }
+
+/// An offer of quiet that reaches a member's broker after the withdrawal of its leadership
+/// (the two crossed on their way) is refused there: a member parked under a leadership its
+/// leader's broker withdrew would wait for a leader that is gone. The same offer is taken
+/// where no withdrawal came.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offer_of_quiet_that_arrives_after_its_withdrawal_is_refused() {
+    use crate::node::quiet::{QuiesceRequest, QuietGroup};
+    let dir = tempfile::tempdir().unwrap();
+    let listeners = (0..3)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    // No quiet on its own during the test: the offers are made by hand.
+    let cluster = LocalCluster::start_in(
+        listeners,
+        dir.path(),
+        |c| {
+            c.topics = vec![(TOPIC.into(), 1)];
+            c.quiesce_after = Some(Duration::from_secs(600));
+            c.auto_leader_rebalance = false;
+        },
+        |_| Env::default(),
+    )
+    .await
+    .unwrap();
+    let nodes: Vec<&Node> = cluster.nodes().collect();
+    let id = crate::types::PartitionId::new(TOPIC, 0);
+    let client = Client::connect(&cluster.addrs(), ClientConfig::default())
+        .await
+        .unwrap();
+    client.send(TOPIC, 0, &[Record::new("one")]).await.unwrap();
+    let (leader, _) = until(Duration::from_secs(20), "a settled leader", || {
+        let s: Vec<_> = nodes.iter().map(|n| n.status(TOPIC, 0).ok()).collect();
+        let first = s.first()?.clone()?;
+        let same = s.iter().all(|x| {
+            x.as_ref().is_some_and(|x| {
+                (x.leader, x.term, x.high_watermark)
+                    == (first.leader, first.term, first.high_watermark)
+            })
+        });
+        (same && first.high_watermark == Offset(1)).then_some((first.leader?, first.term))
+    })
+    .await;
+    let replica = cluster.node(leader).unwrap().broker.replica(&id).unwrap();
+    let offer = until(Duration::from_secs(10), "an offer of quiet", || {
+        replica.raft.quiet_offer(leader, Duration::ZERO, |_| true)
+    })
+    .await;
+    let group = QuietGroup {
+        partition: id.clone(),
+        topic_id: replica.topic_id,
+        vote: offer.vote,
+        last: offer.last,
+    };
+    let mut withdrawal = group.clone();
+    withdrawal.vote.committed = false;
+    let ask = |to: &Node, g: &QuietGroup| {
+        to.broker.serve_quiesce(QuiesceRequest {
+            from: leader,
+            groups: vec![g.clone()],
+        })
+    };
+    let followers: Vec<&Node> = nodes.iter().copied().filter(|n| n.id() != leader).collect();
+    until(
+        Duration::from_secs(10),
+        "a follower to take the offer",
+        || (ask(followers[0], &group) == [true]).then_some(()),
+    )
+    .await;
+    assert_eq!(ask(followers[1], &withdrawal), [true], "acknowledged");
+    assert_eq!(
+        ask(followers[1], &group),
+        [false],
+        "the leadership was withdrawn"
+    );
+    let other = followers[1].broker.replica(&id).unwrap();
+    assert!(!other.raft.is_parked());
+    drop((replica, other));
+    drop(client);
+    cluster.shutdown().await.unwrap();
+}
