@@ -15,7 +15,9 @@
 //!    to tell the broker from kcat, the same Kafka fetches by a Rust client that decodes every
 //!    record (CRC-32C included), on one connection as the `Consumer` reads and fetching ahead
 //!    as it does (the next fetch in flight while the last answer decodes), both warmed up by
-//!    one untimed read and then timed over six rounds, in turn;
+//!    one untimed read and then timed over six rounds, in turn; and the same fetches read
+//!    for their batch headers alone (what the broker's Kafka door costs, without the Rust
+//!    decoder's), so that the door's rate for converted and for stored batches compare;
 //! 3. a Kafka client that connects to a follower, asks for metadata, connects to the leader
 //!    and produces one record (acks=all): the time to its ack, p50 and p99;
 //! 4. a kafka-python consumer assigned six partitions while one record every 100 ms goes to
@@ -370,24 +372,27 @@ async fn fetch_rates(records: usize) -> replog::Result<()> {
         };
         // The same Kafka fetches without kcat: a Rust Kafka client decoding every record
         // (CRC-32C included), to tell the broker's Kafka door from kcat's own cost.
-        let kafka_fetch = || async move {
-            let rate = raw_kafka_fetch(at, topic, total).await? as f64;
+        let kafka_fetch = |decode: Decode| async move {
+            let rate = raw_kafka_fetch(at, topic, total, decode).await? as f64;
             Ok::<_, replog::Error>(Duration::from_secs_f64(total as f64 / rate.max(1.0)))
         };
         consume().await?;
-        kafka_fetch().await?;
+        kafka_fetch(Decode::Records).await?;
         let (mut native_time, mut raw_time) = (Duration::ZERO, Duration::ZERO);
+        let mut door_time = Duration::ZERO;
         for round in 0..FETCH_ROUNDS {
             if round % 2 == 0 {
                 native_time += consume().await?;
-                raw_time += kafka_fetch().await?;
+                raw_time += kafka_fetch(Decode::Records).await?;
+                door_time += kafka_fetch(Decode::Headers).await?;
             } else {
-                raw_time += kafka_fetch().await?;
+                door_time += kafka_fetch(Decode::Headers).await?;
+                raw_time += kafka_fetch(Decode::Records).await?;
                 native_time += consume().await?;
             }
         }
-        let native = (FETCH_ROUNDS as u64 * total) as f64 / native_time.as_secs_f64();
-        let raw = (FETCH_ROUNDS as u64 * total) as f64 / raw_time.as_secs_f64();
+        let per = |time: Duration| (FETCH_ROUNDS as u64 * total) as f64 / time.as_secs_f64();
+        let (native, raw, door) = (per(native_time), per(raw_time), per(door_time));
         let writer = if topic == "native" {
             "Producer"
         } else {
@@ -396,8 +401,9 @@ async fn fetch_rates(records: usize) -> replog::Result<()> {
         println!(
             "2. {total} records of 1 KiB written by {writer}: kcat -C -e {kcat:.0} records/s \
              ({} lines, ok {ok}), Consumer {native:.0} records/s: ratio {:.2}; \
-             a Rust Kafka fetch loop {raw:.0} records/s: ratio {:.2} ({FETCH_ROUNDS} rounds each, \
-             in turn, after one untimed)",
+             a Rust Kafka fetch loop {raw:.0} records/s: ratio {:.2}; the loop reading batch \
+             headers only {door:.0} records/s ({FETCH_ROUNDS} rounds each, in turn, after one \
+             untimed)",
             bytes / 1024,
             kcat / native,
             raw / native
@@ -449,12 +455,27 @@ async fn call<S: AsyncRead + AsyncWrite + Unpin, Req: Encodable, Resp: Decodable
 }
 
 /// Reads `total` records of partition 0 of `topic` from the beginning with Kafka Fetch
-/// requests (v11, 4 MiB per partition, no wait) on one connection, decoding every batch;
+/// requests (v11, 4 MiB per partition, no wait) on one connection, reading what `decode` says;
 /// records/s.
-async fn raw_kafka_fetch(at: SocketAddr, topic: &str, total: u64) -> std::io::Result<u64> {
+async fn raw_kafka_fetch(
+    at: SocketAddr,
+    topic: &str,
+    total: u64,
+    decode: Decode,
+) -> std::io::Result<u64> {
     let s = TcpStream::connect(at).await?;
     let _ = s.set_nodelay(true);
-    fetch_loop(s, topic, total).await
+    fetch_loop(s, topic, total, decode).await
+}
+
+/// What the Rust Kafka fetch loop reads of each answer.
+#[derive(Clone, Copy, Debug)]
+enum Decode {
+    /// Every record, CRC-32C included, as a Kafka client hands records on.
+    Records,
+    /// The batches' headers alone, for the offset to fetch next: what is left is the broker's
+    /// cost and the transport's.
+    Headers,
 }
 
 /// [`raw_kafka_fetch`] over TLS, trusting the CA `tls` trusts.
@@ -470,7 +491,7 @@ async fn raw_kafka_fetch_tls(
     // Read-buffered below rustls (which reads 4 KiB at a time), as the brokers do.
     let s = tokio::io::BufReader::with_capacity(16 << 10, s);
     let s = tls.connect(name, s).await?;
-    fetch_loop(s, topic, total).await
+    fetch_loop(s, topic, total, Decode::Records).await
 }
 
 /// The offset after the last batch of `records` (Kafka v2 batches back to back), read from
@@ -499,6 +520,7 @@ async fn fetch_loop<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     mut s: S,
     topic: &str,
     total: u64,
+    decode: Decode,
 ) -> std::io::Result<u64> {
     use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
     use kafka_protocol::messages::{FetchRequest, FetchResponse};
@@ -544,6 +566,12 @@ async fn fetch_loop<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
         let Some(mut records) = fetched.recv().await else {
             break;
         };
+        if let Decode::Headers = decode {
+            let after = next_fetch_offset(&records).unwrap_or(next);
+            n += u64::try_from(after - next).unwrap_or(0);
+            next = after;
+            continue;
+        }
         let sets = RecordBatchDecoder::decode_all(&mut records).map_err(std::io::Error::other)?;
         for set in sets {
             for r in set.records {
@@ -771,7 +799,7 @@ async fn tls_round(
         Some((_, connector)) => {
             raw_kafka_fetch_tls(kafka[&leader], topic, written, connector).await?
         }
-        None => raw_kafka_fetch(kafka[&leader], topic, written).await?,
+        None => raw_kafka_fetch(kafka[&leader], topic, written, Decode::Records).await?,
     };
     Ok((produced, fetched as f64))
 }
