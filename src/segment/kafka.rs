@@ -302,6 +302,56 @@ pub(crate) fn decode_records_of(
     Ok(out)
 }
 
+/// The records of the stored batch `b` (compacted or not) in replog's layout, as a native
+/// fetch answers them: FORMAT.md §4.1's records, each after its offset delta when `compacted`
+/// (§4.3), a null value or header value as empty. They are what the records
+/// [`decode_records_of`] gives encode to, written straight from the batch's bytes
+/// (decompressed first if its producer compressed them) into one buffer sized by a first walk:
+/// no record is built on the way. The walk checked that each fits replog's layout.
+///
+/// # Panics
+///
+/// Never, for any input.
+pub(crate) fn replog_payload(
+    b: &Bytes,
+    compacted: bool,
+    limits: &Limits,
+) -> Result<Bytes, CorruptKind> {
+    use crate::segment::format::{NULL_KEY_LEN, RECORD_FIXED_LEN, RECORD_HEADER_FIXED_LEN};
+    use crate::segment::record::OFFSET_DELTA_LEN;
+    let info = header_of(b, compacted)?;
+    let records = records_bytes(b, &info, limits)?;
+    let field_len = |f: Option<&[u8]>| f.map_or(0, <[u8]>::len);
+    let mut len = 0usize;
+    walk_records(&records, &info, compacted, limits, |r| {
+        let headers: usize = (r.headers())
+            .map(|(name, value)| RECORD_HEADER_FIXED_LEN + name.len() + field_len(value))
+            .sum();
+        let prefix = if compacted { OFFSET_DELTA_LEN } else { 0 };
+        len += prefix + RECORD_FIXED_LEN + field_len(r.key) + field_len(r.value) + headers;
+    })?;
+    let u32_len = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    let mut out = BytesMut::with_capacity(len);
+    walk_records(&records, &info, compacted, limits, |r| {
+        if compacted {
+            out.put_u32_le(r.offset_delta);
+        }
+        out.put_u32_le(r.key.map_or(NULL_KEY_LEN, |k| u32_len(k.len())));
+        out.put_u32_le(u32_len(field_len(r.value)));
+        out.put_u16_le(u16::try_from(r.header_count).unwrap_or(u16::MAX));
+        out.put_slice(r.key.unwrap_or_default());
+        out.put_slice(r.value.unwrap_or_default());
+        for (name, value) in r.headers() {
+            out.put_u16_le(u16::try_from(name.len()).unwrap_or(u16::MAX));
+            out.put_u32_le(u32_len(field_len(value)));
+            out.put_slice(name);
+            out.put_slice(value.unwrap_or_default());
+        }
+    })?;
+    debug_assert_eq!(out.len(), len, "sized by the first walk");
+    Ok(out.freeze())
+}
+
 /// Each record of a stored batch (compacted or not) as compaction sees it: its offset delta,
 /// its key, and whether it is a tombstone (a null value).
 ///
@@ -405,6 +455,12 @@ pub fn fuzz_kafka_batch(data: &[u8]) -> Result<usize, CorruptKind> {
     // As a compacted batch (FORMAT.md §4.3) too: its decode, and compaction's rewrite of it
     // keeping every other record, whose result must decode as a compacted batch.
     if let Ok(records) = decode_records_of(&data, true, &limits) {
+        let model = crate::segment::record::encode_compacted_records(&records).ok();
+        let direct = replog_payload(&data, true, &limits).ok();
+        assert_eq!(
+            direct, model,
+            "the direct conversion writes what the records encode to"
+        );
         let mut i = 0usize;
         let kept = compact_batch(&data, true, &limits, |_, _, _| {
             i += 1;
@@ -421,6 +477,14 @@ pub fn fuzz_kafka_batch(data: &[u8]) -> Result<usize, CorruptKind> {
         records.len(),
         info.record_count as usize,
         "check and decode disagree"
+    );
+    let plain: Vec<Record> = records.iter().map(|(_, r)| r.clone()).collect();
+    let model = crate::segment::record::encode_records(&plain, u32::MAX).map(|(p, _)| p);
+    let direct = replog_payload(&data, false, &limits).ok();
+    assert_eq!(
+        direct,
+        model.ok(),
+        "the direct conversion writes what the records encode to"
     );
     Ok(records.len())
 }

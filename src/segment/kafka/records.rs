@@ -20,7 +20,7 @@ pub(super) struct RecordView<'a> {
     pub(super) value: Option<&'a [u8]>,
     /// The headers' bytes after their count, which [`walk_records`] checked.
     headers: &'a [u8],
-    header_count: usize,
+    pub(super) header_count: usize,
 }
 
 impl<'a> RecordView<'a> {

@@ -81,6 +81,46 @@ fn every_codec_checks_and_decodes_to_the_same_records() {
     }
 }
 
+/// A native fetch's direct conversion of a stored batch writes what its decoded records
+/// encode to, for every codec, compacted or not, with null and empty keys, values and header
+/// values.
+#[test]
+fn a_stored_batch_converts_to_replogs_records_as_its_decoded_records_encode() {
+    use crate::segment::record::{encode_compacted_records, encode_records};
+    for codec in CODECS {
+        let b = sample(codec);
+        let records = decode_records(&b, &LIMITS).unwrap();
+        let (model, _) = encode_records(&records, u32::MAX).unwrap();
+        assert_eq!(
+            replog_payload(&b, false, &LIMITS).unwrap(),
+            model,
+            "{codec:?}"
+        );
+        // Compaction keeps every other record, as a compacted frame's payload.
+        let mut i = 0;
+        let kept = compact_batch(&b, false, &LIMITS, |_, _, _| {
+            i += 1;
+            i % 2 == 1
+        })
+        .unwrap()
+        .unwrap();
+        let kept_records = decode_records_of(&kept, true, &LIMITS).unwrap();
+        assert_eq!(kept_records.len(), 3);
+        let model = encode_compacted_records(&kept_records).unwrap();
+        assert_eq!(
+            replog_payload(&kept, true, &LIMITS).unwrap(),
+            model,
+            "{codec:?}"
+        );
+    }
+    let mut empty = kafka_record(0, Some(Bytes::new()));
+    empty.key = Some(Bytes::new());
+    empty.headers.clear();
+    let b = batch(&[empty], Compression::None);
+    let (model, _) = encode_records(&decode_records(&b, &LIMITS).unwrap(), u32::MAX).unwrap();
+    assert_eq!(replog_payload(&b, false, &LIMITS).unwrap(), model);
+}
+
 /// Kafka's CRC-32C of a batch, recomputed after a test changed a covered byte.
 pub(super) fn reseal(b: &mut [u8]) {
     let crc = crc32c::crc32c(&b[ATTRIBUTES_POS..]);
