@@ -178,7 +178,7 @@ struct Broker {
     withdrawals: parking_lot::Mutex<HashMap<PartitionId, quiet::Withdrawal>>,
     /// Leaderships of quiet groups their leaders' brokers withdrew, as heard here
     /// (`quiet/withdraw.rs`).
-    withdrawn: parking_lot::Mutex<HashMap<PartitionId, quiet::Withdrawn>>,
+    withdrawn: parking_lot::Mutex<quiet::WithdrawnMap>,
     /// Test fault: this many withdrawals of quiet are lost on their way to a peer.
     #[cfg(test)]
     lost_withdrawals: std::sync::atomic::AtomicU32,

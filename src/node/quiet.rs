@@ -280,6 +280,9 @@ impl Broker {
         // A broker whose partitions never go quiet says no to every offer.
         let takes_offers = self.config.quiesce_after.is_some();
         let replicas = self.replicas.read();
+        // Held from the check to the park, so that a withdrawal served at the same time
+        // either is seen here or finds the member parked and wakes it.
+        let withdrawn = self.withdrawn.lock();
         request
             .groups
             .iter()
@@ -293,7 +296,7 @@ impl Broker {
                 replicas.get(&g.partition).is_some_and(|r| {
                     takes_offers
                         && from_leader
-                        && !self.was_withdrawn(g)
+                        && !Self::was_withdrawn(&withdrawn, g)
                         && r.topic_id == g.topic_id
                         && Self::may_go_quiet(r)
                         && r.raft.park_follower(&g.vote, &g.last)
@@ -466,7 +469,7 @@ impl Broker {
 
 mod withdraw;
 
-pub(super) use withdraw::{Withdrawal, Withdrawn};
+pub(super) use withdraw::{Withdrawal, WithdrawnMap};
 
 #[cfg(test)]
 mod tests;

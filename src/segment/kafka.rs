@@ -328,7 +328,8 @@ pub(crate) fn replog_payload(
             .map(|(name, value)| RECORD_HEADER_FIXED_LEN + name.len() + field_len(value))
             .sum();
         let prefix = if compacted { OFFSET_DELTA_LEN } else { 0 };
-        len += prefix + RECORD_FIXED_LEN + field_len(r.key) + field_len(r.value) + headers;
+        let record = prefix + RECORD_FIXED_LEN + field_len(r.key) + field_len(r.value) + headers;
+        len = len.saturating_add(record);
     })?;
     let u32_len = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
     let mut out = BytesMut::with_capacity(len);

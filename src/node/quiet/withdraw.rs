@@ -41,6 +41,13 @@ pub(in crate::node) struct Withdrawal {
     until: Instant,
 }
 
+/// The withdrawals a broker heard, by partition: a few each, the latest last.
+pub(in crate::node) type WithdrawnMap = HashMap<crate::types::PartitionId, Vec<Withdrawn>>;
+
+/// The withdrawals of one partition a broker remembers: more than one only when leaderships
+/// follow each other within an offer's flight.
+const WITHDRAWALS_KEPT: usize = 4;
+
 /// A leadership of a partition's Raft group that its leader's broker withdrew, as another
 /// member's broker remembers it.
 #[derive(Debug)]
@@ -106,9 +113,10 @@ impl Broker {
     /// withdrawals received that long ago.
     pub(in crate::node) async fn retry_withdrawals(self: &Arc<Self>) {
         let now = Instant::now();
-        self.withdrawn
-            .lock()
-            .retain(|_, w| now.duration_since(w.at) < WITHDRAWAL_RETRIED_FOR);
+        self.withdrawn.lock().retain(|_, heard| {
+            heard.retain(|w| now.duration_since(w.at) < WITHDRAWAL_RETRIED_FOR);
+            !heard.is_empty()
+        });
         // Withdrawals stay in the map while sent: one that `withdraw_quiet` replaces or
         // removes meanwhile is left as it made it.
         let due: Vec<(QuietGroup, Vec<NodeId>)> = (self.withdrawals.lock().values())
@@ -189,15 +197,20 @@ impl Broker {
     /// groups woken elect another leader.
     pub(in crate::node) fn serve_withdrawals(&self, request: &QuiesceRequest) {
         let withdrawals = || request.groups.iter().filter(|g| !g.vote.committed);
-        {
+        // A broker that takes no offer of quiet has none to refuse.
+        if self.config.quiesce_after.is_some() {
             let mut withdrawn = self.withdrawn.lock();
             for g in withdrawals() {
-                let w = Withdrawn {
+                let heard = withdrawn.entry(g.partition.clone()).or_default();
+                heard.retain(|w| !w.same_leadership(g));
+                if heard.len() >= WITHDRAWALS_KEPT {
+                    heard.remove(0);
+                }
+                heard.push(Withdrawn {
                     topic_id: g.topic_id,
                     vote: g.vote,
                     at: Instant::now(),
-                };
-                withdrawn.insert(g.partition.clone(), w);
+                });
             }
         }
         let woken: Vec<Arc<HostedReplica>> = {
@@ -226,13 +239,16 @@ impl Broker {
     }
 
     /// Whether the leadership `group` offers quiet for was withdrawn (an offer made before
-    /// the withdrawal and delivered after it).
-    pub(in crate::node) fn was_withdrawn(&self, group: &QuietGroup) -> bool {
-        self.withdrawn
-            .lock()
-            .get(&group.partition)
-            .is_some_and(|w| {
-                w.topic_id == group.topic_id && w.vote.leader_id() == group.vote.leader_id()
-            })
+    /// the withdrawal and delivered after it), as `withdrawn` (the broker's, locked) says.
+    pub(in crate::node) fn was_withdrawn(withdrawn: &WithdrawnMap, group: &QuietGroup) -> bool {
+        (withdrawn.get(&group.partition))
+            .is_some_and(|heard| heard.iter().any(|w| w.same_leadership(group)))
+    }
+}
+
+impl Withdrawn {
+    /// Whether `group` is of the leadership this withdrew (the same topic, term and leader).
+    fn same_leadership(&self, group: &QuietGroup) -> bool {
+        self.topic_id == group.topic_id && self.vote.leader_id() == group.vote.leader_id()
     }
 }

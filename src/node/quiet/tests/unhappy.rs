@@ -311,6 +311,7 @@ async fn elected_anew(nodes: &[&Node], records: &[&Record], term: u64) {
 /// where no withdrawal came.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_offer_of_quiet_that_arrives_after_its_withdrawal_is_refused() {
+    use crate::node::Broker;
     use crate::node::quiet::{QuiesceRequest, QuietGroup};
     let dir = tempfile::tempdir().unwrap();
     let listeners = (0..3)
@@ -374,6 +375,8 @@ async fn an_offer_of_quiet_that_arrives_after_its_withdrawal_is_refused() {
     )
     .await;
     assert_eq!(ask(followers[1], &withdrawal), [true], "acknowledged");
+    let withdrawn = |n: &Node| Broker::was_withdrawn(&n.broker.withdrawn.lock(), &group);
+    assert!(withdrawn(followers[1]) && !withdrawn(followers[0]));
     assert_eq!(
         ask(followers[1], &group),
         [false],
