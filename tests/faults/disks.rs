@@ -330,8 +330,9 @@ fn assert_partition_0_holds_the_same_480_records_everywhere(cluster: &Cluster) {
 /// it restarts: the broker starts anyway, and that replica is rebuilt empty and copies the
 /// leader's log, so the bad bytes are never served. Until it holds again what it had
 /// committed it gives no vote (it must not help elect a leader lacking entries it had
-/// acknowledged): with the leader gone and the rebuilt replica cut off from it, the third
-/// broker cannot be elected. Once the leader is back, everything converges byte for byte.
+/// acknowledged): with the leader gone (cut off first, so that it hands nothing over) and the
+/// rebuilt replica cut off from it, the third broker cannot be elected. Once the leader is
+/// back, everything converges byte for byte.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bit_flip_in_a_followers_sealed_segment_is_repaired_from_the_leader() {
     let mut cluster = Cluster::start(3, Durability::Fsync).await;
@@ -368,6 +369,10 @@ async fn a_bit_flip_in_a_followers_sealed_segment_is_repaired_from_the_leader() 
         damaged, bytes,
         "the damaged segment is gone from the replica"
     );
+    // Cut off from both first, so that it goes as a crash does: a controlled shutdown would
+    // hand partition 0 to the third broker, which holds the whole log and may rightly win
+    // with the old leader's vote.
+    cluster.net.partition(&[leader], &[follower, third]);
     cluster.stop(leader).await;
     let until = Instant::now() + Duration::from_secs(3);
     while Instant::now() < until {
