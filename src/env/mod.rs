@@ -142,6 +142,15 @@ pub(crate) fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// A test fault that strikes a number of times: whether one of the `left` strikes is taken
+/// now (one fewer left after it).
+#[cfg(test)]
+pub(crate) fn strikes(left: &std::sync::atomic::AtomicU32) -> bool {
+    use std::sync::atomic::Ordering;
+    left.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+        .is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -174,7 +174,8 @@ struct Broker {
     topic_defaults: crate::topic_config::TopicConfigs,
     /// The other brokers' liveness as heard here, and this broker's disk's (`liveness.rs`).
     liveness: Arc<liveness::Liveness>,
-    /// Withdrawals of quiet some member's broker has not acknowledged yet (`quiet.rs`).
+    /// Withdrawals of quiet some member's broker has not acknowledged yet
+    /// (`quiet/withdraw.rs`).
     withdrawals: parking_lot::Mutex<HashMap<PartitionId, quiet::Withdrawal>>,
     /// Leaderships of quiet groups their leaders' brokers withdrew, as heard here
     /// (`quiet/withdraw.rs`).
