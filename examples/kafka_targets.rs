@@ -10,8 +10,8 @@
 //!    the broker's: its own CPU a round (a process on the brokers' cores) and its rate net of
 //!    a one-line run's time (its start-up, metadata, connections, one commit and exit);
 //! 2. `kcat -C -e` reading a committed partition of 1 KiB records from the beginning, in
-//!    records/s, as a ratio of a `Consumer` reading it: a partition written by `Producer`
-//!    (served as converted Kafka batches) and one written by kcat (served as stored); and,
+//!    records/s, as a ratio of a `Consumer` reading it: a partition written by `Producer` and
+//!    one written by kcat (both Kafka batches, served as stored: FORMAT.md §6.4); and,
 //!    to tell the broker from kcat, the same Kafka fetches by a Rust client that decodes every
 //!    record (CRC-32C included), on one connection as the `Consumer` reads and fetching ahead
 //!    as it does (the next fetch in flight while the last answer decodes), both warmed up by

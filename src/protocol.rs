@@ -89,10 +89,11 @@ pub(crate) struct FetchRequest {
     pub(crate) min_bytes: u32,
 }
 
-/// `Op::Fetch` response.
+/// `Op::Fetch` response (batches as [`WireBatch`]es), and `Op::FetchAsStored`'s (as
+/// [`StoredBatch`]es).
 #[derive(Debug, Serialize, Deserialize)]
-pub(crate) struct FetchResponse {
-    pub(crate) batches: Vec<WireBatch>,
+pub(crate) struct FetchResponse<B = WireBatch> {
+    pub(crate) batches: Vec<B>,
     /// The partition's high watermark on the answering replica: records below it are
     /// committed.
     pub(crate) high_watermark: u64,
@@ -149,7 +150,7 @@ pub(crate) enum OffsetAt {
     /// The high watermark (Kafka's −1).
     Latest,
     /// The first committed record whose timestamp is this time or later, in ms since the epoch
-    /// (a Kafka producer's records have their own timestamps, replog's their append time).
+    /// (a producer's records have its timestamps, replog's own records their append time).
     Timestamp(u64),
     /// The first record of the largest timestamp, if it is committed (Kafka's −3, KIP-734).
     MaxTimestamp,
@@ -183,17 +184,9 @@ impl WireBatch {
     /// reads every batch of a log alike. The read was bounded by the stored sizes, which a
     /// decompressed batch can exceed; the batches past the budget are left for the next fetch.
     pub(crate) fn from_batches(batches: &[Batch], max_bytes: usize) -> Vec<WireBatch> {
-        let mut out = Vec::with_capacity(batches.len());
-        let mut spent = 0usize;
-        for b in batches {
-            let wire = WireBatch::from_batch(b);
-            spent = spent.saturating_add(wire.records.len());
-            if spent > max_bytes && !out.is_empty() {
-                break;
-            }
-            out.push(wire);
-        }
-        out
+        within_budget(batches, max_bytes, WireBatch::from_batch, |w| {
+            w.records.len()
+        })
     }
 
     pub(crate) fn from_batch(b: &Batch) -> Self {
@@ -216,6 +209,11 @@ impl WireBatch {
                     })
             }
         };
+        WireBatch::with_records(b, records)
+    }
+
+    /// `b`'s frame fields with `records`.
+    fn with_records(b: &Batch, records: Bytes) -> Self {
         WireBatch {
             log_index: b.log_index.get(),
             term: b.term.get(),
@@ -232,14 +230,24 @@ impl WireBatch {
 
     /// Rebuilds the batch, validating its records: they came from the network.
     pub(crate) fn into_batch(self, limits: &Limits) -> Result<Batch, Error> {
+        self.into_batch_as(PayloadFormat::Replog, limits)
+    }
+
+    /// [`into_batch`](Self::into_batch) of records in `format`.
+    fn into_batch_as(self, format: PayloadFormat, limits: &Limits) -> Result<Batch, Error> {
+        let invalid = |kind| Error::InvalidBatch { kind };
         validate_payload(
-            PayloadFormat::Replog,
+            format,
             self.compacted,
             &self.records,
             self.record_count,
             limits,
         )
-        .map_err(|kind| Error::InvalidBatch { kind })?;
+        .map_err(invalid)?;
+        if format == PayloadFormat::Kafka {
+            crate::segment::kafka::check_served(&self.records, self.compacted, limits)
+                .map_err(invalid)?;
+        }
         Ok(Batch {
             log_index: LogIndex(self.log_index),
             term: Term(self.term),
@@ -247,13 +255,83 @@ impl WireBatch {
             record_count: self.record_count,
             timestamp_ms: self.timestamp_ms,
             kind: EntryKind::Data,
-            format: PayloadFormat::Replog,
+            format,
             compacted: self.compacted,
             producer_id: self.producer_id,
             producer_epoch: self.producer_epoch,
             base_sequence: self.base_sequence,
             payload: self.records,
         })
+    }
+}
+
+/// `batches` as `convert` puts them on the wire, as many as fit `max_bytes` of records as
+/// `len` counts them (the first whatever its size).
+fn within_budget<B>(
+    batches: &[Batch],
+    max_bytes: usize,
+    convert: impl Fn(&Batch) -> B,
+    len: impl Fn(&B) -> usize,
+) -> Vec<B> {
+    let mut out = Vec::with_capacity(batches.len());
+    let mut spent = 0usize;
+    for b in batches {
+        let wire = convert(b);
+        spent = spent.saturating_add(len(&wire));
+        if spent > max_bytes && !out.is_empty() {
+            break;
+        }
+        out.push(wire);
+    }
+    out
+}
+
+/// One batch in an `Op::FetchAsStored` answer (protocol version 4): its payload's format,
+/// then the batch with its records in that format. A Kafka producer's uncompressed batch, and
+/// every batch a native producer of version 4 sent, goes out as stored, a Kafka v2 batch
+/// (FORMAT.md §4.2), read from the log's memory without a copy; a compressed one is
+/// decompressed into replog's records as for `Op::Fetch`, so that an answer's size stays what
+/// `max_bytes` asked for and a client never inflates a batch it did not ask to.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct StoredBatch {
+    pub(crate) format: PayloadFormat,
+    pub(crate) batch: WireBatch,
+}
+
+impl StoredBatch {
+    /// Fetched batches as a native client of protocol version 4 gets them, at most
+    /// `max_bytes` of records (the first batch whatever its size).
+    pub(crate) fn from_batches(batches: &[Batch], max_bytes: usize) -> Vec<StoredBatch> {
+        within_budget(batches, max_bytes, StoredBatch::from_batch, |s| {
+            s.batch.records.len()
+        })
+    }
+
+    /// Whether serving `b` takes decompressing it: a compressed Kafka batch's.
+    pub(crate) fn inflates(b: &Batch) -> bool {
+        b.format == PayloadFormat::Kafka
+            && b.kind == EntryKind::Data
+            && crate::segment::kafka::header_of(&b.payload, b.compacted).is_ok_and(|h| h.codec != 0)
+    }
+
+    fn from_batch(b: &Batch) -> Self {
+        if b.kind == EntryKind::Data && b.format == PayloadFormat::Kafka && !Self::inflates(b) {
+            return StoredBatch {
+                format: PayloadFormat::Kafka,
+                batch: WireBatch::with_records(b, b.payload.clone()),
+            };
+        }
+        StoredBatch {
+            format: PayloadFormat::Replog,
+            batch: WireBatch::from_batch(b),
+        }
+    }
+
+    /// Rebuilds the batch, validating its records (they came from the network): a Kafka
+    /// batch's header and every record (`kafka::check_served`), replog's records as
+    /// [`WireBatch::into_batch`] does.
+    pub(crate) fn into_batch(self, limits: &Limits) -> Result<Batch, Error> {
+        self.batch.into_batch_as(self.format, limits)
     }
 }
 
@@ -578,6 +656,70 @@ mod tests {
         assert!(
             inside.contains(&batch.records.as_ptr()),
             "a view of the frame"
+        );
+    }
+
+    /// A fetch of protocol version 4 sends a Kafka batch as it lies in the log, which the
+    /// client reads back as the records sent; `Op::Fetch` converts the same batch into
+    /// replog's records; and the client refuses a served batch whose records do not hold
+    /// together instead of handing out a batch whose records stop short.
+    #[test]
+    fn a_fetch_as_stored_sends_a_kafka_batch_as_it_lies() {
+        use crate::segment::record::Record;
+        let records: Vec<Record> = (0..3)
+            .map(|i| Record::new(vec![b'v'; 10 + i]).with_key("k"))
+            .collect();
+        let stored =
+            crate::segment::kafka::encode::encode_produced(&records, 1_700_000_000_000).unwrap();
+        let batch = |payload: Bytes| Batch {
+            log_index: LogIndex(5),
+            term: Term(2),
+            base_offset: Offset(40),
+            record_count: 3,
+            timestamp_ms: 1_700_000_000_001,
+            kind: EntryKind::Data,
+            format: PayloadFormat::Kafka,
+            compacted: false,
+            producer_id: 9,
+            producer_epoch: 1,
+            base_sequence: 30,
+            payload,
+        };
+        let b = batch(stored.clone());
+        let sent = StoredBatch::from_batches(std::slice::from_ref(&b), 1 << 20);
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].format, PayloadFormat::Kafka);
+        assert_eq!(
+            sent[0].batch.records.as_ptr(),
+            stored.as_ptr(),
+            "the stored bytes, not a copy"
+        );
+        let wire = postcard::to_stdvec(&sent[0]).unwrap();
+        let got: StoredBatch = postcard::from_bytes(&wire).unwrap();
+        let read = got.into_batch(&Limits::ON_DISK).unwrap();
+        assert_eq!(
+            (read.base_offset(), read.producer()),
+            (Offset(40), Some((9, 30)))
+        );
+        let back: Vec<(Offset, Record)> = read.records().collect();
+        assert_eq!(back.len(), 3);
+        assert_eq!(back[2], (Offset(42), records[2].clone()));
+        // `Op::Fetch`: replog's records, for a client of before version 4.
+        let converted = WireBatch::from_batches(std::slice::from_ref(&b), 1 << 20);
+        let (model, _) = crate::segment::record::encode_records(&records, u32::MAX).unwrap();
+        assert_eq!(converted[0].records, model);
+        // A first record whose length runs past the batch: refused, whole.
+        let mut damaged = stored.to_vec();
+        damaged[crate::segment::kafka::BATCH_HEADER_LEN] = 0x7e;
+        let sent = StoredBatch::from_batches(&[batch(Bytes::from(damaged))], 1 << 20);
+        let refused = sent
+            .into_iter()
+            .next()
+            .unwrap()
+            .into_batch(&Limits::ON_DISK);
+        assert!(
+            matches!(refused, Err(Error::InvalidBatch { .. })),
+            "{refused:?}"
         );
     }
 }

@@ -30,9 +30,10 @@
 //! | 1 | the native wire and the metadata log as they were before versions (operations 1 to 23, metadata commands 0 to 17) |
 //! | 2 | Hello (operation 24); PreVote (operation 25: a candidate asks whether it would win before it bumps its term, and a voter that still hears its leader says no); the `FinalizeVersion` metadata command (18) |
 //! | 3 | BrokerHeartbeat (operation 26: one liveness message per broker pair, sent while the broker's disk answers) and Quiesce (operation 27: a leader asks a follower to let idle Raft groups go quiet); a broker lets a Raft group go quiet only where every member's broker speaks 3 |
+//! | 4 | FetchAsStored (operation 28: a fetch whose answer gives each batch's payload format, so that a Kafka batch, which is what a native producer sends from this version on, goes to native clients as stored instead of converted into replog's records) |
 
 /// The newest protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 3;
+pub const PROTOCOL_VERSION: u16 = 4;
 
 /// The oldest protocol version this build speaks: the one of builds before versions.
 pub const PROTOCOL_VERSION_MIN: u16 = 1;

@@ -6,6 +6,7 @@ use crate::Address;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use parking_lot::Mutex;
 
 use super::routing::{Redirect, redirect};
@@ -14,6 +15,7 @@ use super::{Client, elapsed_ms, jitter, new_producer_id};
 use crate::error::{Error, Result};
 use crate::protocol::{ProduceRequest, ProduceResponse, WireError};
 use crate::raft::types::AppendRequest;
+use crate::segment::format::PayloadFormat;
 use crate::segment::record::{Record, encode_records};
 use crate::transport::frame::Op;
 use crate::transport::{CallError, Turn, Turns};
@@ -76,6 +78,9 @@ impl Client {
     }
 
     /// Sends `records` as one batch to a partition's leader and returns where they landed.
+    /// The batch goes in Kafka's record format, each record stamped with this client's clock
+    /// (its CreateTime, which Kafka consumers and ListOffsets by time see), so that both of
+    /// the brokers' doors serve it as it is stored (`FORMAT.md` §6.4).
     ///
     /// # Errors
     ///
@@ -106,7 +111,7 @@ impl Client {
             return Err(Error::EmptyBatch);
         }
         let limits = self.limits();
-        let (payload, record_count) = encode_records(records, limits.record_bytes_max)?;
+        let (payload, format, record_count) = encode_batch(records, limits.record_bytes_max)?;
         if payload.len() as u64 > u64::from(limits.batch_bytes_max) {
             return Err(Error::BatchTooLarge {
                 len: payload.len() as u64,
@@ -130,7 +135,7 @@ impl Client {
             request: ProduceRequest {
                 partition: id,
                 batch: AppendRequest {
-                    format: crate::segment::format::PayloadFormat::Replog,
+                    format,
                     compacted: false,
                     timestamp_ms: 0,
                     records: payload,
@@ -202,6 +207,28 @@ impl Client {
             .run()
             .await
     }
+}
+
+/// `records` encoded as a produce sends them: one uncompressed Kafka v2 batch, the form both
+/// doors serve without converting it (FORMAT.md §6.4), stamped with this client's clock as
+/// the records' CreateTime; in replog's own layout only if a header name is not UTF-8, which
+/// Kafka's layout cannot carry. Each record is checked against `record_bytes_max` first, as
+/// replog encodes it (the size every broker checks, whatever the layout).
+fn encode_batch(records: &[Record], record_bytes_max: u32) -> Result<(Bytes, PayloadFormat, u32)> {
+    for r in records {
+        r.encoded_len(record_bytes_max)?;
+    }
+    if let Some(batch) =
+        crate::segment::kafka::encode::encode_produced(records, crate::env::now_ms())
+    {
+        let count = u32::try_from(records.len()).map_err(|_| Error::BatchTooLarge {
+            len: batch.len() as u64,
+            max: u64::from(u32::MAX),
+        })?;
+        return Ok((batch, PayloadFormat::Kafka, count));
+    }
+    let (payload, count) = encode_records(records, record_bytes_max)?;
+    Ok((payload, PayloadFormat::Replog, count))
 }
 
 /// Whether `meta` names partition `id`. Partition `i` is usually the `i`th named: a topic of

@@ -5,9 +5,12 @@ use std::time::Duration;
 
 use super::Client;
 use crate::error::{Error, Result};
-use crate::protocol::{FetchRequest, FetchResponse, ListOffsetsRequest, OffsetAt, WireError};
+use crate::protocol::{
+    FetchRequest, FetchResponse, ListOffsetsRequest, OffsetAt, StoredBatch, WireError,
+};
 use crate::segment::batch::Batch;
 use crate::segment::frame::Limits;
+use crate::transport::CallError;
 use crate::transport::frame::Op;
 use crate::types::{Offset, PartitionId};
 
@@ -129,22 +132,8 @@ impl Client {
         let timeout = self.timeout() + max_wait;
         let mut tried = Vec::new();
         for addr in targets {
-            match self
-                .call_timeout::<_, FetchResponse>(&addr, Op::Fetch, &request, timeout)
-                .await
-            {
-                Ok(Ok(answer)) => {
-                    let batches = answer
-                        .batches
-                        .into_iter()
-                        .map(|b| b.into_batch(&limits))
-                        .collect::<Result<Vec<_>>>()?;
-                    return Ok(Fetched {
-                        batches,
-                        high_watermark: Offset(answer.high_watermark),
-                        log_start: Offset(answer.log_start),
-                    });
-                }
+            match self.fetch_from(&addr, &request, &limits, timeout).await {
+                Ok(Ok(fetched)) => return fetched,
                 // This broker hosts no replica of the partition: try the next.
                 Ok(Err(WireError::NotLeader { .. })) if !named => {
                     tried.push(format!("{addr} (no replica)"));
@@ -158,9 +147,55 @@ impl Client {
         })
     }
 
+    /// One fetch from `addr`: `Op::FetchAsStored` where the connection speaks protocol
+    /// version 4 (Kafka batches come as stored, decoded here), `Op::Fetch` otherwise (an
+    /// older broker converts them). The batches are checked as they came from the network:
+    /// `Err` inside `Ok` for one that does not hold together.
+    async fn fetch_from(
+        &self,
+        addr: &Address,
+        request: &FetchRequest,
+        limits: &Limits,
+        timeout: Duration,
+    ) -> std::result::Result<std::result::Result<Result<Fetched>, WireError>, CallError> {
+        fn fetched<B>(
+            answer: FetchResponse<B>,
+            into_batch: impl Fn(B) -> Result<Batch>,
+        ) -> Result<Fetched> {
+            Ok(Fetched {
+                batches: answer
+                    .batches
+                    .into_iter()
+                    .map(into_batch)
+                    .collect::<Result<Vec<_>>>()?,
+                high_watermark: Offset(answer.high_watermark),
+                log_start: Offset(answer.log_start),
+            })
+        }
+        let version = self.peer(addr).version(self.timeout()).await?;
+        if version >= Op::FetchAsStored.since() {
+            let answer = self
+                .call_timeout::<_, FetchResponse<StoredBatch>>(
+                    addr,
+                    Op::FetchAsStored,
+                    request,
+                    timeout,
+                )
+                .await?;
+            Ok(answer.map(|a| fetched(a, |b| b.into_batch(limits))))
+        } else {
+            let answer = self
+                .call_timeout::<_, FetchResponse>(addr, Op::Fetch, request, timeout)
+                .await?;
+            Ok(answer.map(|a| fetched(a, |b| b.into_batch(limits))))
+        }
+    }
+
     /// The offset of the first committed record of a partition whose timestamp is
-    /// `timestamp_ms` or later (ms since the Unix epoch; a Kafka producer's records have their
-    /// own timestamps, replog's records their batch's append time), asked of its leader; `None` if none is yet (Kafka's ListOffsets by
+    /// `timestamp_ms` or later (ms since the Unix epoch; a producer's records have the time
+    /// their producer gave them, a Kafka producer's or this client's clock when it made their
+    /// batch; records appended in process, with [`Node::append`](crate::Node::append), their
+    /// batch's append time), asked of its leader; `None` if none is yet (Kafka's ListOffsets by
     /// timestamp). The broker finds it without scanning the log (see
     /// [`PartitionLog::offset_for_timestamp`](crate::PartitionLog::offset_for_timestamp)).
     ///

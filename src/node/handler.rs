@@ -13,7 +13,8 @@ use crate::group::api::{GroupRequest, MemberRef};
 use crate::protocol::{
     CreatePartitionsRequest, CreateTopicRequest, DeleteRecordsRequest, DeleteTopicRequest,
     FetchRequest, FetchResponse, ListOffsetsRequest, MetadataRequest, ProduceRequestRef,
-    ProduceResponse, ProposeRequest, ReassignRequest, TopicConfigsRequest, WireBatch, WireError,
+    ProduceResponse, ProposeRequest, ReassignRequest, StoredBatch, TopicConfigsRequest, WireBatch,
+    WireError,
 };
 use crate::security::Session;
 use crate::transport::body::Body;
@@ -186,7 +187,8 @@ impl NodeHandler {
             | Op::Quiesce
             | Op::Propose => self.serve_peer(op, body, caller, service).await,
             Op::Produce => produce(service, body, turn).await,
-            Op::Fetch => return fetch(service, &body, answers).await,
+            Op::Fetch => return fetch(service, &body, answers, false).await,
+            Op::FetchAsStored => return fetch(service, &body, answers, true).await,
             Op::Metadata => self.metadata(&body, caller, service).await,
             Op::ListOffsets => {
                 encode_response(&decode_request(&body).and_then(|req: ListOffsetsRequest| {
@@ -524,8 +526,14 @@ async fn produce(service: &BrokerService, body: Vec<u8>, turn: Option<Turn>) -> 
     )
 }
 
-/// Serves a fetch, its answer's bytes reserved in `answers` before its records are read.
-async fn fetch(service: &BrokerService, body: &[u8], answers: &AnswerBudget) -> Answer {
+/// Serves a fetch, its answer's bytes reserved in `answers` before its records are read;
+/// `as_stored`: `Op::FetchAsStored`'s answer, Kafka batches as stored (`StoredBatch`).
+async fn fetch(
+    service: &BrokerService,
+    body: &[u8],
+    answers: &AnswerBudget,
+    as_stored: bool,
+) -> Answer {
     let request = decode_request(body).map(|req: FetchRequest| {
         Fetch::one(
             req.partition,
@@ -550,30 +558,49 @@ async fn fetch(service: &BrokerService, body: &[u8], answers: &AnswerBudget) -> 
             .pop()
             .ok_or_else(|| WireError::Other("fetch: no partition".into()))?
             .map_err(wire)?;
-        let max = service.fetch_bytes_max(&fetch);
-        let (high_watermark, log_start) = (fetched.high_watermark.get(), fetched.log_start.get());
-        let kafka = fetched
-            .batches
-            .iter()
-            .any(|b| b.format == crate::segment::format::PayloadFormat::Kafka);
-        let batches = if kafka {
-            // Decompressing a Kafka producer's batches is CPU work of up to
-            // the answer's size: off the runtime's workers.
-            let batches = fetched.batches;
-            tokio::task::spawn_blocking(move || WireBatch::from_batches(&batches, max))
-                .await
-                .map_err(|e| WireError::Other(format!("fetch: {e}")))?
-        } else {
-            WireBatch::from_batches(&fetched.batches, max)
-        };
-        Ok(FetchResponse {
-            batches,
-            high_watermark,
-            log_start,
-        })
+        Ok((fetched, service.fetch_bytes_max(&fetch)))
     };
-    Answer {
-        body: encode_response(&answer.await),
-        held,
-    }
+    let body = match answer.await {
+        Err(e) => encode_response::<()>(&Err(e)),
+        Ok((fetched, max)) if as_stored => {
+            let inflates = fetched.batches.iter().any(StoredBatch::inflates);
+            answer_fetch(fetched, inflates, move |b| {
+                StoredBatch::from_batches(b, max)
+            })
+            .await
+        }
+        Ok((fetched, max)) => {
+            let kafka = fetched
+                .batches
+                .iter()
+                .any(|b| b.format == crate::segment::format::PayloadFormat::Kafka);
+            answer_fetch(fetched, kafka, move |b| WireBatch::from_batches(b, max)).await
+        }
+    };
+    Answer { body, held }
+}
+
+/// A fetch's answer: `fetched`'s batches as `convert` puts them on the wire, off the
+/// runtime's workers where `heavy` (decompressing a Kafka producer's batches is CPU work of up
+/// to the answer's size).
+async fn answer_fetch<B, F>(fetched: super::service::Fetched, heavy: bool, convert: F) -> Body
+where
+    B: Serialize + Send + 'static,
+    F: FnOnce(&[crate::segment::batch::Batch]) -> Vec<B> + Send + 'static,
+{
+    let (high_watermark, log_start) = (fetched.high_watermark.get(), fetched.log_start.get());
+    let batches = if heavy {
+        let batches = fetched.batches;
+        match tokio::task::spawn_blocking(move || convert(&batches)).await {
+            Ok(converted) => converted,
+            Err(e) => return encode_response::<()>(&Err(WireError::Other(format!("fetch: {e}")))),
+        }
+    } else {
+        convert(&fetched.batches)
+    };
+    encode_response(&Ok(FetchResponse {
+        batches,
+        high_watermark,
+        log_start,
+    }))
 }

@@ -221,6 +221,24 @@ pub(crate) fn accept_keyed(
     Ok((info, keyless))
 }
 
+/// What a native client checks of a Kafka batch a broker served it as stored (a fetch of
+/// protocol version 4): its header ([`header_of`]) and every record walked as [`accept`]
+/// walks them, within `limits`, so that reading its records later cannot fail; not the
+/// CRC-32C, which the leader checked where the batch entered the log (the frame's CRC-32
+/// covers it on disk, the connection in transit, as for replog's records).
+///
+/// # Panics
+///
+/// Never, for any input.
+pub(crate) fn check_served(b: &Bytes, compacted: bool, limits: &Limits) -> Result<(), CorruptKind> {
+    if compacted && b.is_empty() {
+        return Ok(());
+    }
+    let info = header_of(b, compacted)?;
+    let records = records_bytes(b, &info, limits)?;
+    walk_records(&records, &info, compacted, limits, |_| {})
+}
+
 /// A copy of the accepted batch `b` stamped with the broker's time, as Kafka's leader stamps
 /// the batches of a `LogAppendTime` topic: the timestamp-type attribute set, the max
 /// timestamp `time_ms`, and the CRC-32C summed again over the changed bytes. Consumers read
@@ -472,6 +490,13 @@ pub fn fuzz_kafka_batch(data: &[u8]) -> Result<usize, CorruptKind> {
             assert_eq!(again.len(), records.len() / 2, "every other record kept");
         }
     }
+    // What a native client checks of a batch served as stored promises that its records read.
+    for compacted in [false, true] {
+        if check_served(&data, compacted, &limits).is_ok() {
+            let decoded = decode_records_of(&data, compacted, &limits);
+            assert!(decoded.is_ok(), "a batch the client checked decodes");
+        }
+    }
     let info = accept(&data, &limits)?;
     let records = decode_records_of(&data, false, &limits)?;
     assert_eq!(
@@ -487,6 +512,16 @@ pub fn fuzz_kafka_batch(data: &[u8]) -> Result<usize, CorruptKind> {
         model.ok(),
         "the direct conversion writes what the records encode to"
     );
+    // A native producer's encoding of the same records is a batch the leader accepts, which
+    // reads back as they do (a null value as empty; header keys are UTF-8 here, checked).
+    let sent = encode::encode_produced(&plain, 0).expect("keys checked UTF-8");
+    let again = decode_records_of(&sent, false, &limits).map(|r| r.len());
+    assert_eq!(
+        again,
+        Ok(plain.len()),
+        "a native producer's batch reads back"
+    );
+    assert!(accept(&sent, &limits).is_ok(), "and is accepted");
     Ok(records.len())
 }
 

@@ -95,6 +95,9 @@ pub(crate) enum Op {
     /// Raft: a leader broker asks a follower broker to let Raft groups go quiet; answered with
     /// one yes or no per group (protocol version 3; see `node/quiet.rs`).
     Quiesce = 27,
+    /// Client: Fetch, its answer's batches each with its payload's format, a Kafka batch
+    /// sent as stored (protocol version 4; see `protocol.rs`, `StoredBatch`).
+    FetchAsStored = 28,
 }
 
 impl Op {
@@ -128,6 +131,7 @@ impl Op {
             Op::PreVote => "pre_vote",
             Op::BrokerHeartbeat => "broker_heartbeat",
             Op::Quiesce => "quiesce",
+            Op::FetchAsStored => "fetch_as_stored",
         }
     }
 
@@ -137,6 +141,7 @@ impl Op {
         match self {
             Op::Hello | Op::PreVote => 2,
             Op::BrokerHeartbeat | Op::Quiesce => 3,
+            Op::FetchAsStored => 4,
             _ => 1,
         }
     }
@@ -170,6 +175,7 @@ impl Op {
             25 => Some(Op::PreVote),
             26 => Some(Op::BrokerHeartbeat),
             27 => Some(Op::Quiesce),
+            28 => Some(Op::FetchAsStored),
             _ => None,
         }
     }

@@ -122,12 +122,14 @@ async fn a_kafka_fetch_answer_stays_within_the_requests_max_bytes() {
 
 /// One log, two doors: a Kafka producer's batches (every codec, null values, headers,
 /// CreateTime stamps) come back to a Kafka fetch byte for byte as sent, with only the base
-/// offset and leader epoch set, and a valid CRC-32C; native batches written between them come
-/// back to the same fetch as Kafka batches; a native fetch reads every batch as replog records.
+/// offset and leader epoch set, and a valid CRC-32C; native batches written between them are
+/// Kafka batches too, as the native producer sent them (its clock as CreateTime), except one
+/// whose header name is not UTF-8, which is kept in replog's layout and served converted
+/// (LogAppendTime, the name empty); a native fetch reads every batch, the name intact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_batches_are_served_as_sent_and_both_doors_read_one_log() {
     use kafka_protocol::messages::{ApiKey, FetchResponse};
-    use kafka_protocol::records::{Compression, RecordBatchDecoder};
+    use kafka_protocol::records::{Compression, RecordBatchDecoder, TimestampType};
     let dir = tempfile::tempdir().unwrap();
     let (brokers, addrs, kafka) = cluster(dir.path());
     let client = connect(&addrs).await;
@@ -147,6 +149,11 @@ async fn kafka_batches_are_served_as_sent_and_both_doors_read_one_log() {
     ];
     let mut sent = Vec::new();
     let mut expected: Vec<(Option<String>, String)> = Vec::new();
+    let now_ms = || {
+        let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        i64::try_from(since.unwrap().as_millis()).unwrap()
+    };
+    let mut native_sent = Vec::new();
     for (c, codec) in codecs.iter().enumerate() {
         let values = [Some("first"), None, Some("third")];
         let batch = kafka_batch(&values, *codec);
@@ -161,15 +168,19 @@ async fn kafka_batches_are_served_as_sent_and_both_doors_read_one_log() {
                 v.unwrap_or("").to_string(),
             ));
         }
-        // A native batch between the Kafka ones.
-        client
-            .send("doors", 0, &[replog::Record::new(format!("native-{c}"))])
-            .await
-            .unwrap();
+        // A native batch between the Kafka ones; the third with a header name Kafka's
+        // layout cannot carry.
+        let mut record = replog::Record::new(format!("native-{c}"));
+        if c == 2 {
+            record = record.with_header(bytes::Bytes::from_static(&[0xff, 0xfe]), "x");
+        }
+        let before = now_ms();
+        client.send("doors", 0, &[record]).await.unwrap();
+        native_sent.push((before, now_ms()));
         expected.push((None, format!("native-{c}")));
     }
 
-    // The Kafka door: the Kafka batches as sent, the native ones converted.
+    // The Kafka door: every batch as stored, the one of replog's layout converted.
     let request = fetch_request("doors", 1, 1 << 20);
     let (_, answer): (usize, FetchResponse) = kafka_call(at, ApiKey::Fetch, 12, &request).await;
     let partition = &answer.responses[0].partitions[0];
@@ -204,7 +215,28 @@ async fn kafka_batches_are_served_as_sent_and_both_doors_read_one_log() {
     // Every batch decodes (CRC-32C checked by the decoder) to the records sent, in order.
     let mut got: Vec<(Option<String>, Option<String>, i64)> = Vec::new();
     let mut all = partition.records.clone().unwrap();
-    for set in RecordBatchDecoder::decode_all(&mut all).unwrap() {
+    for (b, set) in RecordBatchDecoder::decode_all(&mut all)
+        .unwrap()
+        .into_iter()
+        .enumerate()
+    {
+        if b % 2 == 1 {
+            // A native producer's batch: its clock, unless it went in replog's layout.
+            let r = &set.records[0];
+            let (before, after) = native_sent[b / 2];
+            if b / 2 == 2 {
+                assert_eq!(r.timestamp_type, TimestampType::LogAppend);
+                assert_eq!(r.headers.keys().next().map(|k| k.as_str()), Some(""));
+            } else {
+                assert_eq!(r.timestamp_type, TimestampType::Creation, "batch {b}");
+                assert!(r.headers.is_empty());
+            }
+            assert!(
+                (before..=after + 5_000).contains(&r.timestamp),
+                "batch {b}: {} not in {before}..={after}",
+                r.timestamp
+            );
+        }
         for r in set.records {
             got.push((
                 r.key.map(|k| String::from_utf8(k.to_vec()).unwrap()),
@@ -243,7 +275,10 @@ async fn kafka_batches_are_served_as_sent_and_both_doors_read_one_log() {
                         native.push((
                             r.key.map(|k| String::from_utf8(k.to_vec()).unwrap()),
                             String::from_utf8(r.value.to_vec()).unwrap(),
-                            r.headers.len(),
+                            r.headers
+                                .iter()
+                                .map(|h| h.name.to_vec())
+                                .collect::<Vec<_>>(),
                         ));
                         next = replog::Offset(o.get() + 1);
                     }
@@ -259,8 +294,17 @@ async fn kafka_batches_are_served_as_sent_and_both_doors_read_one_log() {
     .await;
     for (i, (key, value, headers)) in native.iter().enumerate() {
         assert_eq!((key, value), (&expected[i].0, &expected[i].1), "offset {i}");
-        assert_eq!(*headers, usize::from(i % 4 != 3), "offset {i}");
+        let want = match i {
+            11 => 1,
+            i => usize::from(i % 4 != 3),
+        };
+        assert_eq!(headers.len(), want, "offset {i}");
     }
+    assert_eq!(
+        native[11].2[0],
+        [0xff, 0xfe],
+        "the name as the producer sent it"
+    );
     drop(client);
     drop(brokers);
 }

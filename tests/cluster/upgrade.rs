@@ -184,3 +184,79 @@ async fn a_broker_of_the_previous_protocol_version_upgrades_with_the_cluster_und
     drop(client);
     cluster.shutdown().await.unwrap();
 }
+
+/// A native producer's batches are Kafka batches from protocol version 4 on: a broker of
+/// version 4 serves them to a native fetch as they are stored, one pinned to version 3 (the
+/// build before) converts them into replog's records as it always did, and both read back
+/// as the records sent, keys, values and headers alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_native_fetch_reads_a_native_producers_batches_from_brokers_of_both_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = local_cluster(3, dir.path(), TOPIC, 1, |c| {
+        if c.id == 3 {
+            c.protocol_version = 3;
+        }
+    })
+    .await;
+    let client = connect(
+        &cluster.addrs(),
+        ClientConfig::default(),
+        Duration::from_secs(20),
+    )
+    .await;
+    let batches: Vec<Vec<replog::Record>> = (0..4)
+        .map(|b| {
+            (0..50)
+                .map(|i| {
+                    replog::Record::new(format!("value {b}.{i}"))
+                        .with_key(format!("key {i}"))
+                        .with_header("h", format!("{b}"))
+                })
+                .collect()
+        })
+        .collect();
+    for records in &batches {
+        client.send(TOPIC, 0, records).await.unwrap();
+    }
+    let sent: Vec<replog::Record> = batches.concat();
+    let read_from = async |broker: usize| {
+        let mut options = FetchOptions::default();
+        options.replica = Some(cluster.addrs()[broker - 1].into());
+        let mut read = Vec::new();
+        let mut sizes = Vec::new();
+        let mut next = Offset(0);
+        let what = format!("broker {broker} to serve all {} records", sent.len());
+        wait_until(Duration::from_secs(20), &what, async || {
+            // Bounded: every turn reads on from `next`, or waits.
+            if let Ok(fetched) = client.fetch_with(TOPIC, 0, next, &options).await {
+                for b in fetched.batches {
+                    sizes.push(b.size_bytes());
+                    read.extend(b.records().map(|(_, r)| r));
+                    next = b.next_offset();
+                }
+            }
+            if read.len() >= sent.len() {
+                Ok(())
+            } else {
+                Err(format!("{} read", read.len()))
+            }
+        })
+        .await;
+        (read, sizes)
+    };
+    let (stored, stored_sizes) = read_from(1).await;
+    let (converted, converted_sizes) = read_from(3).await;
+    assert_eq!(stored, sent);
+    assert_eq!(converted, sent);
+    assert_eq!(stored_sizes.len(), batches.len());
+    for (s, c) in stored_sizes.iter().zip(&converted_sizes) {
+        // Kafka's layout: a 61-byte batch header, and records with varint lengths where
+        // replog's have fixed ones.
+        assert_ne!(
+            s, c,
+            "the same bytes from both: {stored_sizes:?}, {converted_sizes:?}"
+        );
+    }
+    drop(client);
+    cluster.shutdown().await.unwrap();
+}

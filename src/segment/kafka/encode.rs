@@ -11,7 +11,6 @@ use super::{
     LEADER_EPOCH_POS, LOG_APPEND_TIME, MAGIC_POS,
 };
 use crate::segment::batch::Batch;
-#[cfg(test)]
 use crate::segment::record::Record;
 
 /// The batch as a Kafka fetch serves it: the stored bytes with the base offset and the
@@ -94,8 +93,9 @@ fn encode_appended(
         base: *base,
         last_delta: last.saturating_sub(*base),
         count: records.len(),
-        leader_epoch,
+        leader_epoch: epoch_of(leader_epoch),
         timestamp_ms,
+        attributes: LOG_APPEND_TIME,
     };
     encode_batch(&head, fields, out);
 }
@@ -124,10 +124,49 @@ pub(crate) fn encode_native(batch: &Batch, out: &mut BytesMut) {
         base: batch.base_offset().get(),
         last_delta,
         count,
-        leader_epoch: batch.term().get(),
+        leader_epoch: epoch_of(batch.term().get()),
         timestamp_ms: batch.timestamp_ms(),
+        attributes: LOG_APPEND_TIME,
     };
     encode_batch(&head, fields, out);
+}
+
+/// A producer's records as one uncompressed Kafka v2 batch, the form a native client sends
+/// them in (FORMAT.md §6.4): base offset 0 and partition leader epoch −1 (a fetch sets both
+/// where it serves the batch), every record's timestamp `timestamp_ms` (CreateTime), no
+/// producer in Kafka's fields (the frame carries replog's producer numbers), a CRC-32C. Sized
+/// by a first pass, so written into one allocation. `None` if a header name is not UTF-8:
+/// Kafka's header keys are strings, so such records go in replog's own layout.
+pub(crate) fn encode_produced(records: &[Record], timestamp_ms: u64) -> Option<Bytes> {
+    let fields = || {
+        records.iter().zip(0u64..).map(|(r, delta)| {
+            let headers = r.headers.iter().map(|h| (&h.name[..], &h.value[..]));
+            (delta, r.key.as_deref(), &r.value[..], headers)
+        })
+    };
+    let mut len = BATCH_HEADER_LEN;
+    for (delta, key, value, headers) in fields() {
+        if headers
+            .clone()
+            .any(|(name, _)| std::str::from_utf8(name).is_err())
+        {
+            return None;
+        }
+        let body = record_body_len(delta, key, value, headers);
+        len = len.saturating_add(varint_len(len_i64(body)) + body);
+    }
+    let head = BatchHead {
+        base: 0,
+        last_delta: u64::try_from(records.len().saturating_sub(1)).unwrap_or(u64::MAX),
+        count: records.len(),
+        leader_epoch: -1,
+        timestamp_ms,
+        attributes: 0,
+    };
+    let mut out = BytesMut::with_capacity(len);
+    encode_batch(&head, fields(), &mut out);
+    debug_assert_eq!(out.len(), len);
+    Some(out.freeze())
 }
 
 /// The bytes [`encode_native`] writes for `batch`: computed from the stored records' lengths,
@@ -159,8 +198,9 @@ pub(crate) fn encode_empty(batch: &Batch, out: &mut BytesMut) {
         base: batch.base_offset().get(),
         last_delta: u64::from(batch.record_count().saturating_sub(1)),
         count: 0,
-        leader_epoch: batch.term().get(),
+        leader_epoch: epoch_of(batch.term().get()),
         timestamp_ms: batch.timestamp_ms(),
+        attributes: LOG_APPEND_TIME,
     };
     let none = std::iter::empty::<(u64, Option<&[u8]>, &[u8], std::iter::Empty<(&[u8], &[u8])>)>();
     encode_batch(&head, none, out);
@@ -172,8 +212,16 @@ struct BatchHead {
     /// The last record's offset less the first's.
     last_delta: u64,
     count: usize,
-    leader_epoch: u64,
+    /// The partition leader epoch (−1 where a producer writes the batch).
+    leader_epoch: i32,
     timestamp_ms: u64,
+    /// The timestamp type: [`LOG_APPEND_TIME`], or 0 for CreateTime.
+    attributes: i16,
+}
+
+/// A stored batch's term as a Kafka partition leader epoch.
+fn epoch_of(term: u64) -> i32 {
+    i32::try_from(term).unwrap_or(i32::MAX)
 }
 
 /// A record's Kafka header key: its name if it is UTF-8, else empty.
@@ -224,10 +272,10 @@ fn encode_batch<'a, H>(
     let timestamp = i64::try_from(head.timestamp_ms).unwrap_or(i64::MAX);
     out.put_i64(i64::try_from(head.base).unwrap_or(i64::MAX));
     out.put_i32(0); // the batch length, set below
-    out.put_i32(i32::try_from(head.leader_epoch).unwrap_or(i32::MAX));
+    out.put_i32(head.leader_epoch);
     out.put_i8(2);
     out.put_u32(0); // the CRC-32C, set below
-    out.put_i16(LOG_APPEND_TIME);
+    out.put_i16(head.attributes);
     out.put_i32(i32::try_from(head.last_delta).unwrap_or(i32::MAX));
     out.put_i64(timestamp);
     out.put_i64(timestamp);

@@ -98,15 +98,7 @@ fn a_stored_batch_encodes_in_place_as_its_decoded_records_do() {
     let dir = tempfile::tempdir().unwrap();
     let log = crate::PartitionLog::open(dir.path(), crate::LogConfig::default()).unwrap();
     let batches: Vec<Vec<Record>> = vec![
-        vec![
-            Record::new("v0")
-                .with_key("k0")
-                .with_header("h", "x")
-                .with_header("", ""),
-            Record::new(Bytes::new()),
-            Record::new(vec![b'v'; 300]).with_key(Bytes::new()),
-            Record::new("v3").with_header(Bytes::from_static(&[0xff, 0xfe]), "not utf-8"),
-        ],
+        mixed(Record::new("v3").with_header(Bytes::from_static(&[0xff, 0xfe]), "not utf-8")),
         vec![Record::new(vec![7u8; 1024])],
     ];
     for records in &batches {
@@ -129,4 +121,55 @@ fn a_stored_batch_encodes_in_place_as_its_decoded_records_do() {
             decoded.len()
         );
     }
+}
+
+/// A producer's records as a native client sends them: a Kafka batch the leader accepts,
+/// kafka-protocol reads with the client's time as CreateTime, and replog's decoder reads back
+/// as the records sent; none for a header name Kafka's layout cannot carry.
+#[test]
+fn a_native_producers_records_go_out_as_a_kafka_batch_the_leader_accepts() {
+    let records = mixed(Record::new(vec![b'w'; 1 << 16]).with_key("big"));
+    let batch = encode_produced(&records, 1_700_000_000_555).unwrap();
+    let info = crate::segment::kafka::accept(&batch, &LIMITS).unwrap();
+    assert_eq!(info.record_count, 4);
+    assert_eq!(
+        (info.producer_id, info.producer_epoch, info.base_sequence),
+        (-1, -1, -1)
+    );
+    assert!(!info.log_append_time);
+    assert_eq!(decode_records(&batch, &LIMITS).unwrap(), records);
+    let mut read = batch.clone();
+    let set = RecordBatchDecoder::decode(&mut read).unwrap();
+    let r = &set.records;
+    assert_eq!(
+        r.iter().map(|r| r.offset).collect::<Vec<_>>(),
+        vec![0, 1, 2, 3]
+    );
+    assert!(r.iter().all(|r| r.timestamp_type == TimestampType::Creation
+        && r.timestamp == 1_700_000_000_555
+        && r.partition_leader_epoch == -1));
+    // Served, it takes its offsets and epoch, and its CRC still holds.
+    let mut out = BytesMut::new();
+    serve(&batch, 500, 3, &mut out);
+    assert_eq!(check(&out).unwrap().record_count, 4);
+    let odd = vec![Record::new("v").with_header(Bytes::from_static(&[0xff]), "x")];
+    assert_eq!(
+        encode_produced(&odd, 0),
+        None,
+        "not UTF-8: replog's layout instead"
+    );
+}
+
+/// Three records of every shape (a key and headers, an empty value, an empty key), then
+/// `last`.
+fn mixed(last: Record) -> Vec<Record> {
+    vec![
+        Record::new("v0")
+            .with_key("k0")
+            .with_header("h", "x")
+            .with_header("", ""),
+        Record::new(Bytes::new()),
+        Record::new(vec![b'v'; 300]).with_key(Bytes::new()),
+        last,
+    ]
 }
