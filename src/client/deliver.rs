@@ -110,14 +110,7 @@ impl Client {
         if records.is_empty() {
             return Err(Error::EmptyBatch);
         }
-        let limits = self.limits();
-        let (payload, format, record_count) = encode_batch(records, limits.record_bytes_max)?;
-        if payload.len() as u64 > u64::from(limits.batch_bytes_max) {
-            return Err(Error::BatchTooLarge {
-                len: payload.len() as u64,
-                max: u64::from(limits.batch_bytes_max),
-            });
-        }
+        let (payload, format, record_count) = encode_batch(records, &self.limits())?;
         let id = PartitionId::new(topic, partition);
         let started = Instant::now();
         let slot = self.producer_slot(&id);
@@ -211,24 +204,36 @@ impl Client {
 
 /// `records` encoded as a produce sends them: one uncompressed Kafka v2 batch, the form both
 /// doors serve without converting it (FORMAT.md §6.4), stamped with this client's clock as
-/// the records' CreateTime; in replog's own layout only if a header name is not UTF-8, which
-/// Kafka's layout cannot carry. Each record is checked against `record_bytes_max` first, as
-/// replog encodes it (the size every broker checks, whatever the layout).
-fn encode_batch(records: &[Record], record_bytes_max: u32) -> Result<(Bytes, PayloadFormat, u32)> {
+/// the records' CreateTime. In replog's own layout instead where Kafka's cannot carry them (a
+/// header name that is not UTF-8) or takes more than `batch_bytes_max` where replog's does
+/// not (its 61-byte header, longer length prefixes of large values): a batch within the limits
+/// as replog measures them is never refused for its layout. The limits are checked as every
+/// broker checks them: each record, and all of them, as replog encodes them
+/// (`Record::encoded_len`), and the bytes sent.
+pub(super) fn encode_batch(
+    records: &[Record],
+    limits: &super::BrokerLimits,
+) -> Result<(Bytes, PayloadFormat, u32)> {
+    let max = u64::from(limits.batch_bytes_max);
+    let mut total = 0u64;
     for r in records {
-        r.encoded_len(record_bytes_max)?;
+        total = total.saturating_add(r.encoded_len(limits.record_bytes_max)? as u64);
     }
-    if let Some(batch) =
-        crate::segment::kafka::encode::encode_produced(records, crate::env::now_ms())
-    {
-        let count = u32::try_from(records.len()).map_err(|_| Error::BatchTooLarge {
-            len: batch.len() as u64,
-            max: u64::from(u32::MAX),
-        })?;
-        return Ok((batch, PayloadFormat::Kafka, count));
+    if total > max {
+        return Err(Error::BatchTooLarge { len: total, max });
     }
-    let (payload, count) = encode_records(records, record_bytes_max)?;
-    Ok((payload, PayloadFormat::Replog, count))
+    let count = u32::try_from(records.len()).map_err(|_| Error::BatchTooLarge {
+        len: total,
+        max: u64::from(u32::MAX),
+    })?;
+    let kafka = crate::segment::kafka::encode::encode_produced(records, crate::env::now_ms());
+    match kafka {
+        Some(batch) if batch.len() as u64 <= max => Ok((batch, PayloadFormat::Kafka, count)),
+        _ => {
+            let (payload, count) = encode_records(records, limits.record_bytes_max)?;
+            Ok((payload, PayloadFormat::Replog, count))
+        }
+    }
 }
 
 /// Whether `meta` names partition `id`. Partition `i` is usually the `i`th named: a topic of

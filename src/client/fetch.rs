@@ -181,14 +181,17 @@ impl Client {
                     request,
                     timeout,
                 )
-                .await?;
-            Ok(answer.map(|a| fetched(a, |b| b.into_batch(limits))))
-        } else {
-            let answer = self
-                .call_timeout::<_, FetchResponse>(addr, Op::Fetch, request, timeout)
-                .await?;
-            Ok(answer.map(|a| fetched(a, |b| b.into_batch(limits))))
+                .await;
+            match answer {
+                // Connected again meanwhile, to a broker of an older version.
+                Err(CallError::TooNew { .. }) => {}
+                answer => return Ok(answer?.map(|a| fetched(a, |b| b.into_batch(limits)))),
+            }
         }
+        let answer = self
+            .call_timeout::<_, FetchResponse>(addr, Op::Fetch, request, timeout)
+            .await?;
+        Ok(answer.map(|a| fetched(a, |b| b.into_batch(limits))))
     }
 
     /// The offset of the first committed record of a partition whose timestamp is

@@ -411,4 +411,36 @@ mod tests {
         assert_eq!(ids.len(), 1000);
         assert!(!ids.contains(&0));
     }
+
+    /// A batch goes in Kafka's layout, unless that layout would take it over the batch limit
+    /// where replog's does not, or cannot carry a header name; one over the limit as replog
+    /// measures it is refused before anything is sent.
+    #[test]
+    fn a_batch_takes_replogs_layout_only_where_kafkas_cannot_carry_it() {
+        use crate::segment::format::PayloadFormat;
+        use crate::segment::record::Record;
+        let limits = |batch_bytes_max| BrokerLimits {
+            record_bytes_max: 1 << 20,
+            batch_bytes_max,
+            frame_bytes_max: 8 << 20,
+        };
+        // Four records of exactly 1 MiB as replog encodes them (ten bytes of fields).
+        let full: Vec<Record> = (0..4)
+            .map(|_| Record::new(vec![1u8; (1 << 20) - 10]))
+            .collect();
+        let (_, format, count) = deliver::encode_batch(&full, &limits(4 << 20)).unwrap();
+        assert_eq!(
+            (format, count),
+            (PayloadFormat::Replog, 4),
+            "Kafka's takes 61 bytes more"
+        );
+        let (batch, format, _) = deliver::encode_batch(&full[..3], &limits(4 << 20)).unwrap();
+        assert_eq!(format, PayloadFormat::Kafka);
+        assert!(batch.len() > 3 << 20);
+        let over = deliver::encode_batch(&full, &limits((4 << 20) - 1));
+        assert!(matches!(over, Err(crate::Error::BatchTooLarge { len, .. }) if len == 4 << 20));
+        let odd = [Record::new("v").with_header(bytes::Bytes::from_static(&[0xff]), "x")];
+        let (_, format, _) = deliver::encode_batch(&odd, &limits(4 << 20)).unwrap();
+        assert_eq!(format, PayloadFormat::Replog);
+    }
 }

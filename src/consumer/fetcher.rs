@@ -69,20 +69,23 @@ impl Fetcher {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             for b in &fetched.batches {
-                let timestamp_ms = b.timestamp_ms();
-                let records: Vec<ConsumerRecord> = b
-                    .records()
-                    .filter(|(offset, _)| *offset >= next)
-                    .map(|(offset, r)| ConsumerRecord {
+                let mut records: Vec<ConsumerRecord> = Vec::new();
+                let mut iter = b.records();
+                // Bounded by the batch's records.
+                while let Some((offset, r)) = iter.next() {
+                    if offset < next {
+                        continue;
+                    }
+                    records.push(ConsumerRecord {
                         topic: Arc::clone(&topic),
                         partition: p,
                         offset,
-                        timestamp_ms,
+                        timestamp_ms: iter.timestamp_ms(),
                         key: r.key,
                         value: r.value,
                         headers: r.headers,
-                    })
-                    .collect();
+                    });
+                }
                 next = next.max(b.next_offset());
                 if records.is_empty() {
                     continue;

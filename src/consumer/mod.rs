@@ -108,7 +108,7 @@ pub enum StartAt {
     Timestamp(u64),
 }
 
-/// One record, where it is, and when its batch was written.
+/// One record, where it is, and its timestamp.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ConsumerRecord {
@@ -118,7 +118,12 @@ pub struct ConsumerRecord {
     pub partition: u32,
     /// Its offset.
     pub offset: Offset,
-    /// Its batch's timestamp, in milliseconds since the Unix epoch.
+    /// Its timestamp, in milliseconds since the Unix epoch: the time its producer gave it
+    /// (CreateTime: a `Producer`'s or a Kafka producer's clock), or its batch's append time
+    /// where the topic stamps records with it (`message.timestamp.type=LogAppendTime`) or the
+    /// batch holds records appended in process ([`RecordIter::timestamp_ms`]).
+    ///
+    /// [`RecordIter::timestamp_ms`]: crate::RecordIter::timestamp_ms
     pub timestamp_ms: u64,
     /// Its key, if any.
     pub key: Option<Bytes>,

@@ -105,7 +105,7 @@ impl Batch {
                 // Checked whole when it was accepted, and its header and the frame's CRC on
                 // every read since, so this does not fail
                 // short of a replog bug; if it did, the iteration ends rather than panics.
-                match super::kafka::decode_records_of(
+                match super::kafka::decode_timed_records_of(
                     &self.payload,
                     self.compacted,
                     &Limits::ON_DISK,
@@ -126,6 +126,8 @@ impl Batch {
             next_delta: 0,
             compacted: self.compacted,
             decoded,
+            batch_time: self.timestamp_ms,
+            time: self.timestamp_ms,
         }
     }
 
@@ -175,8 +177,23 @@ pub struct RecordIter {
     next_delta: u32,
     /// Each record carries its offset delta (FORMAT.md §4.3).
     compacted: bool,
-    /// A Kafka batch's records, decoded, with their offset deltas.
-    decoded: Option<std::vec::IntoIter<(u32, Record)>>,
+    /// A Kafka batch's records, decoded, with their offset deltas and timestamps.
+    decoded: Option<std::vec::IntoIter<(u32, i64, Record)>>,
+    /// The batch's append time: the time of replog's own records.
+    batch_time: u64,
+    /// The timestamp of the record last returned.
+    time: u64,
+}
+
+impl RecordIter {
+    /// The timestamp of the record [`next`](Iterator::next) returned last, in milliseconds
+    /// since the Unix epoch: in a Kafka batch (what producers send), the time its producer gave
+    /// it (CreateTime), or the batch's where it says LogAppendTime; in a batch of replog's own
+    /// records, its append time ([`Batch::timestamp_ms`]), as also for a Kafka record without
+    /// a time (a negative one). Before the first record, the batch's append time.
+    pub fn timestamp_ms(&self) -> u64 {
+        self.time
+    }
 }
 
 impl Iterator for RecordIter {
@@ -187,7 +204,9 @@ impl Iterator for RecordIter {
             return None;
         }
         let (delta, record) = if let Some(decoded) = &mut self.decoded {
-            decoded.next()?
+            let (delta, time, record) = decoded.next()?;
+            self.time = u64::try_from(time).unwrap_or(self.batch_time);
+            (delta, record)
         } else {
             // The payload was checked by `validate_payload` before this batch was handed out,
             // so every length below is in bounds; a failure here would be a replog bug, and

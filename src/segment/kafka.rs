@@ -159,12 +159,14 @@ pub(crate) fn header_of(b: &[u8], compacted: bool) -> Result<KafkaBatchInfo, Cor
     }
     let last_delta = be_i32(b, LAST_OFFSET_DELTA_POS).ok_or(CorruptKind::Truncated)?;
     let count = be_i32(b, RECORD_COUNT_POS).ok_or(CorruptKind::Truncated)?;
-    let spans = if compacted {
-        last_delta >= count - 1
-    } else {
-        last_delta == count - 1
-    };
-    if count < 1 || !spans {
+    // `count - 1` only once `count` is known to be at least 1 (i32::MIN would overflow).
+    let spans = count >= 1
+        && if compacted {
+            last_delta >= count - 1
+        } else {
+            last_delta == count - 1
+        };
+    if !spans {
         return Err(bad("record count does not match the last offset delta"));
     }
     let records_len = b.len() - BATCH_HEADER_LEN;
@@ -292,6 +294,22 @@ pub(crate) fn decode_records_of(
     compacted: bool,
     limits: &Limits,
 ) -> Result<Vec<(u32, Record)>, CorruptKind> {
+    let timed = decode_timed_records_of(b, compacted, limits)?;
+    Ok(timed.into_iter().map(|(delta, _, r)| (delta, r)).collect())
+}
+
+/// [`decode_records_of`], each record with its timestamp too: its producer's (CreateTime,
+/// the base timestamp plus its delta), or the batch's max timestamp where the batch says
+/// LogAppendTime.
+///
+/// # Panics
+///
+/// Never, for any input.
+pub(crate) fn decode_timed_records_of(
+    b: &Bytes,
+    compacted: bool,
+    limits: &Limits,
+) -> Result<Vec<(u32, i64, Record)>, CorruptKind> {
     let info = header_of(b, compacted)?;
     let records = records_bytes(b, &info, limits)?;
     // Nothing is allocated for the records before the bytes are known to hold them.
@@ -304,6 +322,7 @@ pub(crate) fn decode_records_of(
     walk_records(&records, &info, compacted, limits, |r| {
         out.push((
             r.offset_delta,
+            record_time(&info, &r),
             Record {
                 key: r.key.map(field),
                 value: r.value.map(field).unwrap_or_default(),

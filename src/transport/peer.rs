@@ -47,6 +47,16 @@ pub(crate) enum CallError {
     /// (the reason as it told it), or did not prove it knows the user (SCRAM).
     #[error("authentication failed: {0}")]
     LoginRefused(String),
+    /// The request was not sent: its operation is of a later protocol version than its
+    /// connection speaks (the broker would close the connection on it, failing every request
+    /// in flight there). A caller that chose the operation by an earlier connection's version
+    /// asks again as the older version has it.
+    #[error("not sent: {op} needs protocol version {needs}, the connection speaks {speaks}")]
+    TooNew {
+        op: &'static str,
+        needs: u16,
+        speaks: u16,
+    },
 }
 
 /// Outbound connection to one peer address, made on first use and remade after a failure.
@@ -153,6 +163,13 @@ impl Peer {
         enqueued: Option<oneshot::Sender<()>>,
     ) -> Result<Vec<u8>, CallError> {
         let conn = self.connection(timeout).await?;
+        if op.since() > conn.version {
+            return Err(CallError::TooNew {
+                op: op.name(),
+                needs: op.since(),
+                speaks: conn.version,
+            });
+        }
         // Held until the answer comes or the wait for it ends.
         let _slot = match &conn.window {
             None => None,

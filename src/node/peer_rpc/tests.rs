@@ -304,13 +304,43 @@ async fn a_pre_vote_is_refused_while_the_leader_lives_and_changes_nothing() {
         "a pre-vote changes no term"
     );
 
-    // Protocol version 1 knows no pre-vote.
+    // Protocol version 1 knows no pre-vote: a caller that speaks it does not send one, and a
+    // broker closes a connection of version 1 that does.
     let old = Peer::new(voter.addr().into(), 1 << 20, stopping, None).speaking(1);
     assert_eq!(old.version(Duration::from_secs(5)).await.unwrap(), 1);
-    let closed = old
+    let refused = old
         .call(Op::PreVote, body.clone(), Duration::from_secs(5))
         .await;
-    assert!(matches!(closed, Err(CallError::Closed)), "{closed:?}");
+    assert!(
+        matches!(
+            refused,
+            Err(CallError::TooNew {
+                needs: 2,
+                speaks: 1,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    let mut raw = tokio::net::TcpStream::connect(voter.addr()).await.unwrap();
+    let frame = crate::transport::frame::OutFrame::new(
+        crate::transport::frame::Kind::Request,
+        Op::PreVote,
+        1,
+        body.clone(),
+    );
+    frame.write_to(&mut raw).await.unwrap();
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::io::AsyncReadExt::read_to_end(&mut raw, &mut rest),
+    )
+    .await;
+    assert!(
+        matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+        "closed unanswered: {read:?}, {} bytes",
+        rest.len()
+    );
     net.heal();
     drop(nodes);
     cluster.shutdown().await.unwrap();

@@ -146,12 +146,13 @@ fn every_broken_rule_is_a_typed_error() {
     moved[13] ^= 1;
     assert!(check(&moved).is_ok());
     // Rules checked after the CRC.
-    let cases: [(usize, &[u8], &str); 5] = [
+    let cases: [(usize, &[u8], &str); 6] = [
         (ATTRIBUTES_POS + 1, &[0x10], "transactional"),
         (ATTRIBUTES_POS + 1, &[0x20], "control"),
         (ATTRIBUTES_POS + 1, &[0x05], "codec 5"),
         (LAST_OFFSET_DELTA_POS, &[0, 0, 0, 9], "last delta"),
         (RECORD_COUNT_POS, &[0, 0, 0, 0], "no records"),
+        (RECORD_COUNT_POS, &[0x80, 0, 0, 0], "the least i32 records"),
     ];
     for (pos, bytes, what) in cases {
         let mut bad = good.clone();
@@ -161,6 +162,9 @@ fn every_broken_rule_is_a_typed_error() {
             matches!(check(&bad), Err(CorruptKind::BadKafkaBatch(_))),
             "{what}"
         );
+        if pos == RECORD_COUNT_POS {
+            assert!(header_of(&bad, true).is_err(), "{what}, compacted");
+        }
     }
     // Two batches in one payload: the length does not match.
     let mut two = good.clone();
@@ -281,4 +285,48 @@ fn the_fuzz_entry_compacts_what_it_decodes() {
         let n = decode_records(&b, &LIMITS).unwrap().len();
         assert_eq!(fuzz_kafka_batch(&b), Ok(n), "{codec:?}");
     }
+}
+
+/// A batch's records read with their own timestamps: a Kafka producer's CreateTime record by
+/// record, the broker's stamp where the batch says LogAppendTime, the append time for
+/// replog's own records.
+#[test]
+fn a_batchs_records_read_with_their_own_timestamps() {
+    use crate::segment::batch::Batch;
+    use crate::segment::format::{EntryKind, PayloadFormat};
+    use crate::types::{LogIndex, Offset, Term};
+    let batch = |format, payload: Bytes| Batch {
+        log_index: LogIndex(1),
+        term: Term(1),
+        base_offset: Offset(0),
+        record_count: 5,
+        timestamp_ms: 1_800_000_000_000,
+        kind: EntryKind::Data,
+        format,
+        compacted: false,
+        producer_id: 0,
+        producer_epoch: 0,
+        base_sequence: 0,
+        payload,
+    };
+    let times = |b: &Batch| {
+        let mut iter = b.records();
+        let mut out = Vec::new();
+        while iter.next().is_some() {
+            out.push(iter.timestamp_ms());
+        }
+        out
+    };
+    for codec in CODECS {
+        let created = batch(PayloadFormat::Kafka, sample(codec));
+        let want: Vec<u64> = (0..5).map(|i| 1_700_000_000_000 + i).collect();
+        assert_eq!(times(&created), want, "{codec:?}");
+        let stamped = stamp_log_append_time(&sample(codec), 1_750_000_000_000);
+        let stamped = batch(PayloadFormat::Kafka, stamped);
+        assert_eq!(times(&stamped), vec![1_750_000_000_000; 5], "{codec:?}");
+    }
+    let records: Vec<Record> = (0..5).map(|i| Record::new(format!("v{i}"))).collect();
+    let (payload, _) = crate::segment::record::encode_records(&records, u32::MAX).unwrap();
+    let own = batch(PayloadFormat::Replog, payload);
+    assert_eq!(times(&own), vec![1_800_000_000_000; 5]);
 }
