@@ -119,9 +119,37 @@ pub enum TlsError {
     Setup(String),
 }
 
-/// The crypto provider every TLS context of the crate uses.
+/// The crypto provider every TLS context of the crate uses: ring's, its cipher suites
+/// ordered with the AES-128-GCM ones first (as Go's and BoringSSL's), which encrypt and
+/// decrypt 1.12× as fast as AES-256-GCM on this crate's reference machine (2,174 against
+/// 1,949 MB/s, one core, `cargo run --release --example security_targets -- floor`); a fetch
+/// over TLS is bound by that work. Servers choose by this order, not the client's
+/// ([`prefer_own_order`]).
 pub(crate) fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    let mut provider = rustls::crypto::ring::default_provider();
+    // A stable sort: each family keeps ring's own order within it.
+    provider
+        .cipher_suites
+        .sort_by_key(|s| !is_aes_128_gcm(s.suite()));
+    Arc::new(provider)
+}
+
+/// Whether `suite` is one of the AES-128-GCM ones (TLS 1.3's and TLS 1.2's).
+fn is_aes_128_gcm(suite: rustls::CipherSuite) -> bool {
+    use rustls::CipherSuite as S;
+    matches!(
+        suite,
+        S::TLS13_AES_128_GCM_SHA256
+            | S::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256
+            | S::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256
+    )
+}
+
+/// `server` choosing the cipher suite by [`provider`]'s order instead of the client's (most
+/// clients, OpenSSL's among them, put AES-256-GCM first).
+fn prefer_own_order(mut server: rustls::ServerConfig) -> rustls::ServerConfig {
+    server.ignore_client_order = true;
+    server
 }
 
 /// Reads the certificate chain and key `config` names, and checks that they go together.
@@ -308,7 +336,7 @@ impl TlsServer {
             .with_no_client_auth()
             .with_cert_resolver(resolver);
         Ok(TlsServer {
-            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(server)),
+            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(prefer_own_order(server))),
             certs,
         })
     }
@@ -342,7 +370,7 @@ impl TlsServer {
             .with_client_cert_verifier(verifier)
             .with_cert_resolver(resolver);
         Ok(TlsServer {
-            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(server)),
+            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(prefer_own_order(server))),
             certs: Arc::clone(&self.certs),
         })
     }

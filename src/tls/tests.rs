@@ -290,3 +290,51 @@ fn a_dns_name_names_a_broker_only_as_broker_name_writes_it() {
         assert_eq!(named_broker(name), None, "{name}");
     }
 }
+
+/// The server picks AES-128-GCM, the faster suite, also for a client that puts AES-256-GCM
+/// first (as OpenSSL's clients do), and takes what a client offers if it offers no AES-128.
+#[tokio::test]
+async fn the_server_chooses_aes_128_gcm_by_its_own_order() {
+    use rustls::CipherSuite as S;
+    use rustls::crypto::ring::cipher_suite::{
+        TLS13_AES_128_GCM_SHA256, TLS13_AES_256_GCM_SHA384, TLS13_CHACHA20_POLY1305_SHA256,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let certs = DevCertificates::generate(&[1], &hosts()).unwrap();
+    certs.write_to(dir.path()).unwrap();
+    let server = TlsServer::new(&DevCertificates::broker_config(dir.path(), 1)).unwrap();
+    let addr = serve(server).await;
+    let negotiated = async |suites: Vec<rustls::SupportedCipherSuite>| {
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(certs.ca_pem().as_bytes()) {
+            roots.add(cert.unwrap()).unwrap();
+        }
+        let mut provider = rustls::crypto::ring::default_provider();
+        provider.cipher_suites = suites;
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let tls = connector.connect(name, tcp).await.unwrap();
+        tls.get_ref().1.negotiated_cipher_suite().map(|s| s.suite())
+    };
+    let aes_256_first = vec![TLS13_AES_256_GCM_SHA384, TLS13_AES_128_GCM_SHA256];
+    assert_eq!(
+        negotiated(aes_256_first).await,
+        Some(S::TLS13_AES_128_GCM_SHA256)
+    );
+    let no_aes_128 = vec![TLS13_CHACHA20_POLY1305_SHA256, TLS13_AES_256_GCM_SHA384];
+    assert_eq!(
+        negotiated(no_aes_128).await,
+        Some(S::TLS13_AES_256_GCM_SHA384)
+    );
+    // The crate's own provider offers AES-128-GCM first.
+    assert_eq!(
+        provider().cipher_suites.first().map(|s| s.suite()),
+        Some(S::TLS13_AES_128_GCM_SHA256)
+    );
+}
