@@ -102,6 +102,13 @@ pub enum Error {
     #[error("invalid record: {0}")]
     InvalidRecord(String),
 
+    /// A record stamped by its producer (CreateTime) outside what its topic takes of the
+    /// leader's clock (`message.timestamp.before.max.ms`, `message.timestamp.after.max.ms`):
+    /// nothing of its batch was written. A native client reads it as
+    /// [`InvalidRecord`](Error::InvalidRecord).
+    #[error("invalid timestamp: {0}")]
+    InvalidTimestamp(String),
+
     /// The write was sent but its outcome is unknown (a timeout, or the leader changed after
     /// appending it): it may or may not be committed. Retrying it may duplicate it unless the
     /// producer is idempotent.

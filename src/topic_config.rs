@@ -15,6 +15,8 @@
 //! | `segment.bytes` | ≥ 14 (Kafka's floor) | [`LogConfig::segment_bytes`] | capacity of each new segment file, raised to what one largest batch needs |
 //! | `segment.ms` | ≥ 1 | 604800000 (7 days) | a replica rolls its active segment once its first record is this old |
 //! | `max.message.bytes` | ≥ 0 | [`LogConfig::batch_bytes_max`] | largest batch a produce may write (at most the broker's `batch_bytes_max`) |
+//! | `message.timestamp.after.max.ms` | ≥ 0 | 3600000 (1 hour, Kafka 4's) | a batch of producer's times (CreateTime) with a record stamped more than this after the leader's clock is refused whole (Kafka's `INVALID_TIMESTAMP`): a clock run ahead would move ListOffsets by time |
+//! | `message.timestamp.before.max.ms` | ≥ 0 | 9223372036854775807 | the same for a record stamped more than this before the leader's clock |
 //! | `message.timestamp.type` | `CreateTime`, `LogAppendTime` | `CreateTime` | `LogAppendTime`: the leader stamps every batch with its clock, and Kafka's consumers read that time |
 //! | `delete.retention.ms` | ≥ 0 | 86400000 | how long compaction keeps a tombstone |
 //! | `min.compaction.lag.ms` | ≥ 0 | 0 | records younger than this are never compacted |
@@ -108,6 +110,20 @@ const KEYS: &[Key] = &[
         kind: Kind::Int { min: 0 },
         default: "4194304",
         doc: "the largest record batch a producer may write",
+    },
+    Key {
+        name: "message.timestamp.after.max.ms",
+        broker_name: "log.message.timestamp.after.max.ms",
+        kind: Kind::Long { min: 0 },
+        default: "3600000",
+        doc: "a CreateTime record stamped this far past the leader's clock is refused",
+    },
+    Key {
+        name: "message.timestamp.before.max.ms",
+        broker_name: "log.message.timestamp.before.max.ms",
+        kind: Kind::Long { min: 0 },
+        default: "9223372036854775807",
+        doc: "a CreateTime record stamped this far before the leader's clock is refused",
     },
     Key {
         name: "message.timestamp.type",
@@ -538,6 +554,10 @@ pub(crate) struct TopicSettings {
     pub(crate) max_message_bytes: u32,
     /// `message.timestamp.type` is `LogAppendTime`.
     pub(crate) log_append_time: bool,
+    /// `message.timestamp.before.max.ms`.
+    pub(crate) timestamp_before_max_ms: u64,
+    /// `message.timestamp.after.max.ms`.
+    pub(crate) timestamp_after_max_ms: u64,
     pub(crate) delete_retention_ms: u64,
     pub(crate) min_compaction_lag_ms: u64,
     pub(crate) max_compaction_lag_ms: u64,
@@ -557,6 +577,8 @@ impl TopicSettings {
             segment_ms: u64::MAX,
             max_message_bytes: u32::MAX,
             log_append_time: false,
+            timestamp_before_max_ms: u64::MAX,
+            timestamp_after_max_ms: u64::MAX,
             delete_retention_ms: 0,
             min_compaction_lag_ms: 0,
             max_compaction_lag_ms: u64::MAX,
@@ -581,6 +603,8 @@ impl TopicSettings {
             segment_ms: limit("segment.ms").unwrap_or(u64::MAX),
             max_message_bytes: u32::try_from(long("max.message.bytes")).unwrap_or(u32::MAX),
             log_append_time: get("message.timestamp.type") == "LogAppendTime",
+            timestamp_before_max_ms: limit("message.timestamp.before.max.ms").unwrap_or(u64::MAX),
+            timestamp_after_max_ms: limit("message.timestamp.after.max.ms").unwrap_or(u64::MAX),
             delete_retention_ms: limit("delete.retention.ms").unwrap_or(0),
             min_compaction_lag_ms: limit("min.compaction.lag.ms").unwrap_or(0),
             max_compaction_lag_ms: limit("max.compaction.lag.ms").unwrap_or(u64::MAX),

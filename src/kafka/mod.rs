@@ -81,6 +81,7 @@ mod code {
     pub(super) const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
     pub(super) const INVALID_CONFIG: i16 = 40;
     pub(super) const INVALID_RECORD: i16 = 87;
+    pub(super) const INVALID_TIMESTAMP: i16 = 32;
     pub(super) const PREFERRED_LEADER_NOT_AVAILABLE: i16 = 80;
     pub(super) const ELIGIBLE_LEADERS_NOT_AVAILABLE: i16 = 83;
     pub(super) const ELECTION_NOT_NEEDED: i16 = 84;
@@ -465,6 +466,7 @@ fn error_code(e: &Error) -> i16 {
             code::INVALID_PARTITIONS
         }
         Error::InvalidRecord(_) => code::INVALID_RECORD,
+        Error::InvalidTimestamp(_) => code::INVALID_TIMESTAMP,
         Error::Indeterminate { .. } | Error::Timeout { .. } => code::REQUEST_TIMED_OUT,
         Error::OutOfOrderSequence { .. } => code::OUT_OF_ORDER_SEQUENCE_NUMBER,
         Error::ProducerFenced { .. } => code::INVALID_PRODUCER_EPOCH,

@@ -44,8 +44,8 @@ pub struct NodeConfig {
     /// Configuration of each partition's log.
     pub log: LogConfig,
     /// This broker's defaults for topic configs ([`TopicConfigs`](crate::TopicConfigs)),
-    /// for keys a topic does not set: `cleanup.policy`, `segment.ms`,
-    /// `message.timestamp.type`, and the compaction settings. The defaults of
+    /// for keys a topic does not set: `cleanup.policy`, `segment.ms`, the
+    /// `message.timestamp.*` keys, and the compaction settings. The defaults of
     /// `retention.ms`, `retention.bytes`, `segment.bytes` and `max.message.bytes` are
     /// [`log`](Self::log)'s `retention_time`, `retention_bytes`, `segment_bytes` and
     /// `batch_bytes_max`. Default: none (replog's defaults).

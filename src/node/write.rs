@@ -280,27 +280,62 @@ async fn check_batch(
         });
     }
     let checked = check_records(request, limits, settings).await;
-    let keyless = checked.map_err(|kind| match kind {
+    let checked = checked.map_err(|kind| match kind {
         CorruptKind::LengthOutOfRange { len, max } => Error::RecordTooLarge { len, max },
         kind => Error::InvalidBatch { kind },
     })?;
-    if keyless && settings.compact {
+    if checked.keyless && settings.compact {
         return Err(Error::InvalidRecord(format!(
             "topic {} is compacted: every record needs a key",
             replica.id.topic
         )));
     }
+    if let Some(times) = checked.producer_times
+        && !settings.log_append_time
+    {
+        check_times(times, crate::env::now_ms(), settings)?;
+    }
     Ok(())
 }
 
-/// Checks `request`'s records against `limits`, in their format; returns whether a record
-/// without a key was found (looked for only where `settings` make the topic compacted, for a
-/// replog batch).
+/// What [`check_records`] found of a batch's records.
+struct Checked {
+    /// A record has no key (looked for in a replog batch only where the topic is compacted).
+    keyless: bool,
+    /// The earliest and latest record timestamps its producer gave (a Kafka batch of
+    /// CreateTime).
+    producer_times: Option<(i64, i64)>,
+}
+
+/// Refuses a batch with a record stamped outside the topic's window around the leader's
+/// clock `now` (`message.timestamp.before.max.ms`, `message.timestamp.after.max.ms`), as
+/// Kafka's leader refuses it (`INVALID_TIMESTAMP`).
+fn check_times((earliest, latest): (i64, i64), now: u64, settings: TopicSettings) -> Result<()> {
+    let now = i64::try_from(now).unwrap_or(i64::MAX);
+    // Kafka's default, the largest long, is no bound at all.
+    let window = |ms: u64| i64::try_from(ms).ok().filter(|ms| *ms < i64::MAX);
+    let from = window(settings.timestamp_before_max_ms).map_or(i64::MIN, |w| now.saturating_sub(w));
+    let to = window(settings.timestamp_after_max_ms).map_or(i64::MAX, |w| now.saturating_add(w));
+    let outside = if latest > to {
+        Some(latest)
+    } else {
+        (earliest < from).then_some(earliest)
+    };
+    match outside {
+        Some(t) => Err(Error::InvalidTimestamp(format!(
+            "a record's timestamp {t} is outside [{from}, {to}] (the leader's clock {now}, the \
+             topic's message.timestamp.before.max.ms and message.timestamp.after.max.ms)"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Checks `request`'s records against `limits`, in their format.
 async fn check_records(
     request: &AppendRequest,
     limits: &Limits,
     settings: TopicSettings,
-) -> std::result::Result<bool, CorruptKind> {
+) -> std::result::Result<Checked, CorruptKind> {
     // A Kafka batch is checked whole here (CRC-32C, records, codec, limits), once;
     // replicas and readers after it check only its header and the frame's CRC. An
     // uncompressed batch of up to `KAFKA_INLINE_CHECK_BYTES` is checked on this worker (one
@@ -309,7 +344,11 @@ async fn check_records(
     match request.format {
         PayloadFormat::Replog => {
             crate::segment::record::validate_records(&request.records, request.record_count, limits)
-                .map(|()| settings.compact && has_keyless(&request.records, request.record_count))
+                .map(|()| Checked {
+                    keyless: settings.compact
+                        && has_keyless(&request.records, request.record_count),
+                    producer_times: None,
+                })
         }
         PayloadFormat::Kafka => {
             let (records, limits) = (request.records.clone(), *limits);
@@ -323,9 +362,13 @@ async fn check_records(
                     .await
                     .unwrap_or(Err(CorruptKind::BadKafkaBatch("records do not decode")))
             };
-            info.and_then(|(info, keyless)| {
-                if info.record_count == request.record_count {
-                    Ok(keyless)
+            info.and_then(|a| {
+                if a.info.record_count == request.record_count {
+                    Ok(Checked {
+                        keyless: a.keyless,
+                        producer_times: (!a.info.log_append_time)
+                            .then_some((a.earliest, a.info.max_timestamp)),
+                    })
                 } else {
                     Err(CorruptKind::BadKafkaBatch(
                         "record count differs from the request's",
@@ -333,5 +376,35 @@ async fn check_records(
                 }
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A batch's producer times are taken within the topic's window around the leader's
+    /// clock, its edges included, and refused past either edge, naming the time.
+    #[test]
+    fn producer_times_outside_the_topics_window_are_refused() {
+        let mut settings = TopicSettings::unconstrained();
+        settings.timestamp_before_max_ms = 1_000;
+        settings.timestamp_after_max_ms = 3_600_000;
+        let now = 1_800_000_000_000u64;
+        let at = |ms: i64| i64::try_from(now).unwrap() + ms;
+        assert!(check_times((at(-1_000), at(3_600_000)), now, settings).is_ok());
+        let late = check_times((at(0), at(3_600_001)), now, settings);
+        assert!(
+            matches!(&late, Err(Error::InvalidTimestamp(why)) if why.contains(&at(3_600_001).to_string())),
+            "{late:?}"
+        );
+        let early = check_times((at(-1_001), at(0)), now, settings);
+        assert!(
+            matches!(early, Err(Error::InvalidTimestamp(_))),
+            "{early:?}"
+        );
+        // Kafka's defaults for the window before: none.
+        let open = TopicSettings::unconstrained();
+        assert!(check_times((i64::MIN, at(0)), now, open).is_ok());
     }
 }

@@ -119,6 +119,8 @@ impl WireError {
                 reason: reason.clone(),
             },
             Error::InvalidRecord(reason) => WireError::InvalidRecord(reason.clone()),
+            // No variant of its own: a client of any version reads it.
+            Error::InvalidTimestamp(reason) => WireError::InvalidRecord(reason.clone()),
             Error::InvalidReplicaAssignment(reason) => {
                 WireError::InvalidReplicaAssignment(reason.clone())
             }

@@ -198,29 +198,43 @@ pub(crate) fn header_of(b: &[u8], compacted: bool) -> Result<KafkaBatchInfo, Cor
 ///
 /// Never, for any input.
 pub(crate) fn accept(b: &Bytes, limits: &Limits) -> Result<KafkaBatchInfo, CorruptKind> {
-    accept_keyed(b, limits).map(|(info, _)| info)
+    accept_keyed(b, limits).map(|a| a.info)
 }
 
-/// [`accept`], also saying whether a record of the batch has no key (which a compacted topic
-/// refuses).
-pub(crate) fn accept_keyed(
-    b: &Bytes,
-    limits: &Limits,
-) -> Result<(KafkaBatchInfo, bool), CorruptKind> {
+/// What [`accept_keyed`] found in a batch's records besides its header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Accepted {
+    /// The header.
+    pub(crate) info: KafkaBatchInfo,
+    /// A record has no key (which a compacted topic refuses).
+    pub(crate) keyless: bool,
+    /// The earliest record timestamp (the latest is the header's max timestamp, checked).
+    pub(crate) earliest: i64,
+}
+
+/// [`accept`], also saying whether a record of the batch has no key and its earliest
+/// timestamp.
+pub(crate) fn accept_keyed(b: &Bytes, limits: &Limits) -> Result<Accepted, CorruptKind> {
     let info = check(b)?;
     let records = records_bytes(b, &info, limits)?;
     let mut keyless = false;
-    let mut latest = i64::MIN;
+    let (mut earliest, mut latest) = (i64::MAX, i64::MIN);
     walk_records(&records, &info, false, limits, |r| {
         keyless |= r.key.is_none();
-        latest = latest.max(record_time(&info, &r));
+        let time = record_time(&info, &r);
+        earliest = earliest.min(time);
+        latest = latest.max(time);
     })?;
     if latest > info.max_timestamp {
         return Err(bad(
             "a record's timestamp is past the batch's max timestamp",
         ));
     }
-    Ok((info, keyless))
+    Ok(Accepted {
+        info,
+        keyless,
+        earliest,
+    })
 }
 
 /// What a native client checks of a Kafka batch a broker served it as stored (a fetch of

@@ -146,7 +146,9 @@ async fn kcat_creates_the_topic_it_produces_to() {
 /// A producer on a `message.timestamp.type=LogAppendTime` topic learns the broker's stamp
 /// from the ProduceResponse (its `log_append_time_ms`): kafka-python's and confluent-kafka's
 /// record metadata have the timestamp a consumer then reads, the broker's, not the one the
-/// producer gave; on a CreateTime topic the answer's −1 leaves them the producer's own.
+/// producer gave; on a CreateTime topic the answer's −1 leaves them the producer's own,
+/// and a record stamped two hours ahead of the leader's clock is refused with
+/// INVALID_TIMESTAMP (`message.timestamp.after.max.ms`, an hour by default).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn producers_learn_the_brokers_log_append_time() {
     if !python_clients() {
@@ -181,5 +183,7 @@ async fn producers_learn_the_brokers_log_append_time() {
     // confluent-kafka's delivery report names the stamp's type too.
     assert_eq!(r["stamped"]["confluent"]["produced_type"], 2, "{r}");
     assert_eq!(r["created"]["confluent"]["produced_type"], 1, "{r}");
+    assert_eq!(r["future"]["kafka_python"], "InvalidTimestampError", "{r}");
+    assert_eq!(r["future"]["confluent"], "INVALID_TIMESTAMP", "{r}");
     cluster.shutdown().await.unwrap();
 }

@@ -2,7 +2,8 @@
 tests/cluster/kafka_configs.rs): on a topic with message.timestamp.type=LogAppendTime, the
 ProduceResponse's log_append_time_ms is the broker's stamp, so the producer's record
 metadata has the timestamp a consumer later reads; on a CreateTime topic the producer keeps
-the record's own.
+the record's own, unless it is past message.timestamp.after.max.ms (an hour by default)
+ahead of the leader's clock: then the record is refused with INVALID_TIMESTAMP.
 
   append_time.py BOOTSTRAP
       prints one JSON line of what each client saw
@@ -60,6 +61,28 @@ def confluent(bootstrap, topic):
     }
 
 
+def refused_future(bootstrap, topic):
+    """What each client is told of a record stamped two hours ahead."""
+    import time
+
+    from kafka.errors import KafkaError
+
+    ahead = int(time.time() * 1000) + 2 * 3600 * 1000
+    producer = KafkaProducer(bootstrap_servers=bootstrap, retries=0)
+    try:
+        producer.send(topic, b"v", timestamp_ms=ahead).get(timeout=30)
+        kafka_python_saw = "accepted"
+    except KafkaError as e:
+        kafka_python_saw = type(e).__name__
+    producer.close()
+    reports = []
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce(topic, b"v", timestamp=ahead, on_delivery=lambda e, m: reports.append(e))
+    producer.flush(30)
+    confluent_saw = reports[0].name() if reports and reports[0] is not None else "accepted"
+    return {"kafka_python": kafka_python_saw, "confluent": confluent_saw}
+
+
 def main():
     bootstrap = sys.argv[1]
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -73,6 +96,7 @@ def main():
         name: {"kafka_python": kafka_python(bootstrap, name), "confluent": confluent(bootstrap, name)}
         for name in topics
     }
+    out["future"] = refused_future(bootstrap, "created")
     print(json.dumps(out))
 
 

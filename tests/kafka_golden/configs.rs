@@ -51,6 +51,18 @@ fn keys() -> Vec<(&'static str, &'static str, i8, String, i8)> {
             b(log.batch_bytes_max.to_string()),
         ),
         (
+            "message.timestamp.after.max.ms",
+            "log.message.timestamp.after.max.ms",
+            5,
+            d("3600000"),
+        ),
+        (
+            "message.timestamp.before.max.ms",
+            "log.message.timestamp.before.max.ms",
+            5,
+            d("9223372036854775807"),
+        ),
+        (
             "message.timestamp.type",
             "log.message.timestamp.type",
             2,
@@ -171,7 +183,10 @@ async fn describe_configs_lists_a_topics_and_a_brokers_configs() {
                 resource(8, "1", None),
             ]);
         let answer = broker.exchange(ApiKey::DescribeConfigs, v, &request).await;
-        let segment = topic_configs_with(&[], synonyms).swap_remove(9);
+        let segment = topic_configs_with(&[], synonyms)
+            .into_iter()
+            .find(|c| c.name.as_str() == "segment.bytes")
+            .unwrap();
         let expected = DescribeConfigsResponse::default().with_results(vec![
             result(2, TOPIC).with_configs(topic_configs_with(&[], synonyms)),
             result(4, "1").with_configs(vec![

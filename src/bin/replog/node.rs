@@ -145,8 +145,8 @@ pub(crate) struct NodeArgs {
     #[arg(long, requires = "authorization")]
     allow_everyone_if_no_acl: bool,
     /// This broker's default for a topic config, KEY=VALUE, for topics that do not set it
-    /// (repeatable): cleanup.policy, segment.ms, message.timestamp.type and the compaction
-    /// settings.
+    /// (repeatable): cleanup.policy, segment.ms, the message.timestamp.* keys and the
+    /// compaction settings.
     #[arg(long = "default-topic-config", value_name = "KEY=VALUE")]
     default_topic_configs: Vec<String>,
     /// Never create a topic because a Kafka client's Metadata request names it (Kafka's
