@@ -208,7 +208,7 @@ pub use security::{
     ClientAuth, KafkaSecurityProtocol, PrincipalMappingRules, SaslError, SaslMechanism,
     ScramCredential, ScramMechanism,
 };
-pub use segment::batch::{Batch, RecordIter};
+pub use segment::batch::{Batch, RecordIter, TimestampType};
 pub use segment::record::{Header, Record};
 pub use segment::{Preallocate, RecoveryEvent};
 pub use tls::{DevCertificates, TlsConfig, TlsError};

@@ -81,6 +81,7 @@ impl Fetcher {
                         partition: p,
                         offset,
                         timestamp_ms: iter.timestamp_ms(),
+                        timestamp_type: iter.timestamp_type(),
                         key: r.key,
                         value: r.value,
                         headers: r.headers,

@@ -125,6 +125,8 @@ pub struct ConsumerRecord {
     ///
     /// [`RecordIter::timestamp_ms`]: crate::RecordIter::timestamp_ms
     pub timestamp_ms: u64,
+    /// Whose clock `timestamp_ms` is.
+    pub timestamp_type: crate::TimestampType,
     /// Its key, if any.
     pub key: Option<Bytes>,
     /// Its value.

@@ -96,28 +96,33 @@ impl Batch {
         } else {
             0
         };
-        let decoded =
-            (self.kind == EntryKind::Data && self.format == PayloadFormat::Kafka).then(|| {
-                if self.payload.is_empty() {
-                    // A compacted frame that kept no record.
-                    return Vec::new().into_iter();
-                }
-                // Checked whole when it was accepted, and its header and the frame's CRC on
-                // every read since, so this does not fail
-                // short of a replog bug; if it did, the iteration ends rather than panics.
-                match super::kafka::decode_timed_records_of(
-                    &self.payload,
-                    self.compacted,
-                    &Limits::ON_DISK,
-                ) {
-                    Ok(records) => records.into_iter(),
-                    Err(e) => {
-                        tracing::warn!(log_index = %self.log_index, error = %e,
+        let kafka = self.kind == EntryKind::Data && self.format == PayloadFormat::Kafka;
+        // A Kafka batch's records have their producer's times unless it says LogAppendTime;
+        // replog's own have their batch's append time.
+        let producer_times = kafka
+            && super::kafka::header_of(&self.payload, self.compacted)
+                .is_ok_and(|h| !h.log_append_time);
+        let decoded = kafka.then(|| {
+            if self.payload.is_empty() {
+                // A compacted frame that kept no record.
+                return Vec::new().into_iter();
+            }
+            // Checked whole when it was accepted, and its header and the frame's CRC on
+            // every read since, so this does not fail
+            // short of a replog bug; if it did, the iteration ends rather than panics.
+            match super::kafka::decode_timed_records_of(
+                &self.payload,
+                self.compacted,
+                &Limits::ON_DISK,
+            ) {
+                Ok(records) => records.into_iter(),
+                Err(e) => {
+                    tracing::warn!(log_index = %self.log_index, error = %e,
                             "a stored kafka batch does not decode");
-                        Vec::new().into_iter()
-                    }
+                    Vec::new().into_iter()
                 }
-            });
+            }
+        });
         RecordIter {
             payload: self.payload.clone(),
             pos: 0,
@@ -128,6 +133,11 @@ impl Batch {
             decoded,
             batch_time: self.timestamp_ms,
             time: self.timestamp_ms,
+            timestamp_type: if producer_times {
+                TimestampType::CreateTime
+            } else {
+                TimestampType::LogAppendTime
+            },
         }
     }
 
@@ -183,6 +193,19 @@ pub struct RecordIter {
     batch_time: u64,
     /// The timestamp of the record last returned.
     time: u64,
+    /// Whose time the batch's records have.
+    timestamp_type: TimestampType,
+}
+
+/// Whose clock a record's timestamp is (Kafka's timestamp types).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimestampType {
+    /// Its producer's (a Kafka producer's, or a [`Client`](crate::Client)'s when it made the
+    /// batch).
+    CreateTime,
+    /// The partition leader's when it appended the batch: records appended in process, and
+    /// every record of a `message.timestamp.type=LogAppendTime` topic.
+    LogAppendTime,
 }
 
 impl RecordIter {
@@ -193,6 +216,12 @@ impl RecordIter {
     /// a time (a negative one). Before the first record, the batch's append time.
     pub fn timestamp_ms(&self) -> u64 {
         self.time
+    }
+
+    /// Whose clock [`timestamp_ms`](Self::timestamp_ms) is: the same for every record of a
+    /// batch.
+    pub fn timestamp_type(&self) -> TimestampType {
+        self.timestamp_type
     }
 }
 

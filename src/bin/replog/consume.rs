@@ -36,7 +36,8 @@ pub(crate) struct ConsumeArgs {
     /// Read the bootstrap broker's own replicas instead of the leaders'.
     #[arg(long)]
     from_replica: bool,
-    /// Print each record's batch timestamp first, as `CreateTime:<ms>`.
+    /// Print each record's timestamp first, as `CreateTime:<ms>` (its producer's) or
+    /// `LogAppendTime:<ms>` (its leader's), as Kafka's console consumer does.
     #[arg(long)]
     print_timestamp: bool,
     /// Print each record's partition, as `Partition:<n>`.
@@ -187,6 +188,7 @@ struct Line<'a> {
     partition: u32,
     offset: Offset,
     timestamp_ms: u64,
+    timestamp_type: replog::TimestampType,
     key: Option<&'a [u8]>,
     value: &'a [u8],
 }
@@ -197,6 +199,7 @@ impl<'a> From<&'a ConsumerRecord> for Line<'a> {
             partition: r.partition,
             offset: r.offset,
             timestamp_ms: r.timestamp_ms,
+            timestamp_type: r.timestamp_type,
             key: r.key.as_deref(),
             value: &r.value,
         }
@@ -207,7 +210,11 @@ impl<'a> From<&'a ConsumerRecord> for Line<'a> {
 /// the value.
 fn write_line(out: &mut impl Write, line: &Line<'_>, format: Format) -> std::io::Result<()> {
     if format.timestamp {
-        write!(out, "CreateTime:{}\t", line.timestamp_ms)?;
+        let kind = match line.timestamp_type {
+            replog::TimestampType::CreateTime => "CreateTime",
+            replog::TimestampType::LogAppendTime => "LogAppendTime",
+        };
+        write!(out, "{kind}:{}\t", line.timestamp_ms)?;
     }
     if format.partition {
         write!(out, "Partition:{}\t", line.partition)?;
@@ -236,6 +243,7 @@ mod tests {
             partition: 2,
             offset: Offset(7),
             timestamp_ms: 1234,
+            timestamp_type: replog::TimestampType::CreateTime,
             key: Some(b"user-1"),
             value: b"hello",
         };
@@ -250,6 +258,17 @@ mod tests {
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "CreateTime:1234\tPartition:2\tOffset:7\tuser-1\thello\n"
+        );
+        let stamped = Line {
+            timestamp_type: replog::TimestampType::LogAppendTime,
+            ..line
+        };
+        let mut out = Vec::new();
+        write_line(&mut out, &stamped, all).unwrap();
+        assert!(
+            String::from_utf8(out)
+                .unwrap()
+                .starts_with("LogAppendTime:1234\t")
         );
         let none = Format {
             timestamp: false,

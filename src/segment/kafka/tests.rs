@@ -311,24 +311,28 @@ fn a_batchs_records_read_with_their_own_timestamps() {
         base_sequence: 0,
         payload,
     };
+    use crate::segment::batch::TimestampType::{CreateTime, LogAppendTime};
     let times = |b: &Batch| {
         let mut iter = b.records();
         let mut out = Vec::new();
         while iter.next().is_some() {
-            out.push(iter.timestamp_ms());
+            out.push((iter.timestamp_ms(), iter.timestamp_type()));
         }
         out
     };
     for codec in CODECS {
         let created = batch(PayloadFormat::Kafka, sample(codec));
-        let want: Vec<u64> = (0..5).map(|i| 1_700_000_000_000 + i).collect();
+        let want: Vec<_> = (0..5)
+            .map(|i| (1_700_000_000_000 + i, CreateTime))
+            .collect();
         assert_eq!(times(&created), want, "{codec:?}");
         let stamped = stamp_log_append_time(&sample(codec), 1_750_000_000_000);
         let stamped = batch(PayloadFormat::Kafka, stamped);
-        assert_eq!(times(&stamped), vec![1_750_000_000_000; 5], "{codec:?}");
+        let want = vec![(1_750_000_000_000, LogAppendTime); 5];
+        assert_eq!(times(&stamped), want, "{codec:?}");
     }
     let records: Vec<Record> = (0..5).map(|i| Record::new(format!("v{i}"))).collect();
     let (payload, _) = crate::segment::record::encode_records(&records, u32::MAX).unwrap();
     let own = batch(PayloadFormat::Replog, payload);
-    assert_eq!(times(&own), vec![1_800_000_000_000; 5]);
+    assert_eq!(times(&own), vec![(1_800_000_000_000, LogAppendTime); 5]);
 }
