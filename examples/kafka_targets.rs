@@ -8,7 +8,9 @@
 //!    the sides in turn), and of `replog produce` piped the same file through the same
 //!    follower (the process from its start, for both CLIs); beside it, what is kcat's and not
 //!    the broker's: its own CPU a round (a process on the brokers' cores) and its rate net of
-//!    a one-line run's time (its start-up, metadata, connections, one commit and exit);
+//!    a one-line run's time (its start-up, metadata, connections, one commit and exit); and
+//!    the CPU per record of each side (this process's: the brokers' and the `Producer`'s,
+//!    then the brokers' alone while kcat writes, and kcat's);
 //! 2. `kcat -C -e` reading a committed partition of 1 KiB records from the beginning, in
 //!    records/s, as a ratio of a `Consumer` reading it: a partition written by `Producer` and
 //!    one written by kcat (both Kafka batches, served as stored: FORMAT.md §6.4); and,
@@ -61,7 +63,7 @@ use tokio::net::TcpStream;
 
 #[path = "support/process.rs"]
 mod process;
-use process::children_cpu_seconds;
+use process::{children_cpu_seconds, cpu_seconds};
 
 /// Rounds of part 1: the two sides compared take turns, each round in the other order.
 const ROUNDS: usize = 2;
@@ -213,8 +215,12 @@ async fn produce_rates(size: usize, lines: usize) -> replog::Result<()> {
     let children_cpu_before = children_cpu_seconds();
     // The two sides in turn, each round in the other order, timed as sums of durations.
     let (mut producer_time, mut kcat_time, mut ok) = (Duration::ZERO, Duration::ZERO, true);
+    // This process's CPU on each side: the brokers' and the `Producer`'s, then the brokers'
+    // alone (kcat is a process of its own).
+    let mut side_cpu = [0.0f64; 2];
     for round in 0..ROUNDS {
         for side in [round % 2, 1 - round % 2] {
+            let cpu = cpu_seconds();
             if side == 0 {
                 let t = Instant::now();
                 let sent: Vec<_> = (0..lines)
@@ -231,6 +237,7 @@ async fn produce_rates(size: usize, lines: usize) -> replog::Result<()> {
                 kcat_time += took;
                 ok &= done;
             }
+            side_cpu[side] += cpu_seconds() - cpu;
         }
     }
     let kcat_cpu = (children_cpu_seconds() - children_cpu_before) / ROUNDS as f64;
@@ -288,6 +295,14 @@ async fn produce_rates(size: usize, lines: usize) -> replog::Result<()> {
          {net:.0} records/s, kcat/Producer {:.2}",
         startup.as_secs_f64() * 1e3,
         net / in_process,
+    );
+    let per_record = |seconds: f64| seconds * 1e6 / (ROUNDS * lines) as f64;
+    println!(
+        "   CPU per record: brokers and Producer {:.2} µs under the Producer; brokers {:.2} µs \
+         and kcat {:.2} µs under kcat",
+        per_record(side_cpu[0]),
+        per_record(side_cpu[1]),
+        per_record(kcat_cpu * ROUNDS as f64),
     );
     drop(client);
     cluster.shutdown().await
