@@ -28,8 +28,9 @@
 //!   broker service (fetch rules, leader-epoch checks, topic defaults, producer ids handed out
 //!   from blocks taken through the metadata log) and share one connection cap and one set of
 //!   memory budgets. A Kafka producer's batches are stored as sent and served back byte for
-//!   byte from where they lie; native clients read them as [`Record`]s. Transactions are not
-//!   served.
+//!   byte from where they lie; a [`Client`]'s are Kafka batches too (its clock as CreateTime),
+//!   so both doors serve every producer's batches without converting them, and native
+//!   clients read them as [`Record`]s. Transactions are not served.
 //! - [`LocalCluster`]: a cluster's brokers in one process on loopback, for tests, benches and
 //!   the demo.
 //! - Security on the Kafka listener ([`NodeConfig::kafka_security_protocol`]): SASL,
