@@ -508,8 +508,15 @@ impl Node {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         if busy(&self.broker) {
+            let held: Vec<String> = replicas
+                .iter()
+                .filter(|g| replicas::still_held(g, 2))
+                .map(replicas::holders)
+                .collect();
             tracing::warn!(
                 waited = ?SHUTDOWN_RELEASE_WAIT,
+                broker_handles = Arc::strong_count(&self.broker),
+                held = %held.join("; "),
                 "stopped with logs still held by tasks that have not ended: their directories \
                  cannot be opened again until they do"
             );

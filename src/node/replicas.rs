@@ -335,6 +335,18 @@ pub(super) fn still_held(replica: &Arc<HostedReplica>, holders: usize) -> bool {
         || replica.store.handles() > STORE_HANDLES_AT_REST
 }
 
+/// What still holds a replica, for a log line: handles on it, syncs in flight and handles on
+/// its log.
+pub(super) fn holders(replica: &Arc<HostedReplica>) -> String {
+    format!(
+        "{}: {} handles, {} syncs in flight, {} handles on its log",
+        replica.id,
+        Arc::strong_count(replica),
+        replica.store.syncs_in_flight(),
+        replica.store.handles()
+    )
+}
+
 /// Stops a replica's Raft member, then waits (at most 5 s) until requests still being served,
 /// syncs still in flight and the member's own tasks let go of it: only `holders` handles on
 /// the replica are left, and none on its log but the replica's.
@@ -347,6 +359,14 @@ pub(super) async fn stop_replica(replica: &Arc<HostedReplica>, holders: usize) {
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+/// Stops replicas a broker opened but will not run, its start having failed part way: their
+/// Raft members hold their logs (and directory locks) until stopped, however the handles on
+/// them are dropped. Waits for each as [`stop_replica`] does, `holders` being the handles the
+/// caller keeps.
+pub(super) async fn let_go(replicas: &[Arc<HostedReplica>], holders: usize) {
+    futures_util::future::join_all(replicas.iter().map(|r| stop_replica(r, holders))).await;
 }
 
 /// What opening one replica takes.

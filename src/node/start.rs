@@ -76,7 +76,15 @@ impl Node {
         env: Env,
         listener: Option<std::net::TcpListener>,
     ) -> Result<Node> {
+        // Both listeners are bound before anything opens: a start that fails after opening
+        // replicas must stop them again (see `replicas::let_go`).
         let listener = bind_native(&mut config, listener).await?;
+        let kafka_listener = match config.kafka_listen {
+            Some(at) => Some(tokio::net::TcpListener::bind(at).await.map_err(|e| {
+                std::io::Error::new(e.kind(), format!("cannot listen on {at}: {e}"))
+            })?),
+            None => None,
+        };
         let tls = broker_tls(&config)?;
         let data_lock = open_data_dir(&config.data_dir)?;
         if config.log.preallocate == crate::segment::Preallocate::Auto {
@@ -87,7 +95,11 @@ impl Node {
         let broker = open_broker(config, env, addr, tls.dialer, &shutdown_rx).await?;
         // Before anything can reach the replicas (see `Broker::initialize`).
         replicas::initialize_replicas(&broker).await;
-        broker.check_version_at_start().await?;
+        if let Err(e) = broker.check_version_at_start().await {
+            // The broker's map (or its metadata field) and this list hold each one.
+            replicas::let_go(&broker.all_replicas(), 2).await;
+            return Err(e);
+        }
         broker.refresh_topic_settings();
         let handler: Arc<dyn Handler> = Arc::new(NodeHandler {
             broker: Arc::clone(&broker),
@@ -100,11 +112,11 @@ impl Node {
         // One connection cap for both doors.
         let admission = Admission::new(limits);
         let kafka_bound = std::sync::OnceLock::new();
-        let kafka = match broker.config.kafka_listen {
-            Some(at) => {
+        let kafka = match kafka_listener {
+            Some(listener) => {
                 let doors = (limits, client_budgets.clone(), Arc::clone(&admission));
                 let (local, kafka) =
-                    spawn_kafka(&broker, at, doors, tls.kafka, shutdown_rx.clone()).await?;
+                    spawn_kafka(&broker, listener, doors, tls.kafka, shutdown_rx.clone())?;
                 let _ = kafka_bound.set(local);
                 Some(kafka)
             }
@@ -335,15 +347,27 @@ impl ReplicaOpener<'_> {
         for (topic, count) in configured {
             for partition in 0..*count {
                 let id = PartitionId::new(topic.clone(), partition);
-                let replica = self
+                let opened = self
                     .open(
                         id.clone(),
                         CONFIGURED_TOPIC_ID,
                         config.log.clone(),
                         config.durability,
                     )
-                    .await?;
-                replicas.insert(id, replica);
+                    .await;
+                match opened {
+                    Ok(replica) => {
+                        replicas.insert(id, replica);
+                    }
+                    Err(e) => {
+                        // What opened already runs Raft members over its logs: they stop.
+                        let opened: Vec<_> = std::iter::once(meta)
+                            .chain(replicas.into_values())
+                            .collect();
+                        replicas::let_go(&opened, 1).await;
+                        return Err(e);
+                    }
+                }
             }
         }
         Ok((meta, replicas))
@@ -391,17 +415,16 @@ impl ReplicaOpener<'_> {
     }
 }
 
-/// Binds the Kafka listener on `at` and starts its accept loop, serving with `tls` where its
+/// Starts the Kafka listener's accept loop on `listener`, serving with `tls` where its
 /// security protocol asks for TLS and sharing the native listener's limits, client budgets and
 /// admission (`doors`). Returns the address it is bound to and the accept loop.
-async fn spawn_kafka(
+fn spawn_kafka(
     broker: &Arc<Broker>,
-    at: SocketAddr,
+    listener: tokio::net::TcpListener,
     (limits, budgets, admission): (ServerLimits, ClientBudgets, Arc<Admission>),
     tls: Option<TlsServer>,
     shutdown_rx: watch::Receiver<bool>,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let listener = tokio::net::TcpListener::bind(at).await?;
     let local = listener.local_addr()?;
     let advertised = broker.config.kafka_advertised.clone();
     let _ = broker

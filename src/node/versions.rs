@@ -49,9 +49,6 @@ impl Broker {
         }
         if let Err(e @ Error::UnsupportedVersion { .. }) = self.catch_up_catalog() {
             tracing::error!(error = %e, "this broker cannot run in its cluster; stopping");
-            for replica in self.all_replicas() {
-                replica.raft.shutdown().await;
-            }
             return Err(e);
         }
         Ok(())

@@ -838,3 +838,31 @@ async fn a_topic_of_kafkas_longest_name_survives_a_restart() {
     drop(client);
     cluster.shutdown().await.unwrap();
 }
+
+/// A broker whose start fails part way, on a replica's directory something else holds, lets go
+/// of all it opened before (the metadata replica, the other partitions): once the directory is
+/// free, it starts. Before, the Raft members it had started kept their logs open for good, and
+/// every later start failed on the metadata log's lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_that_fails_part_way_lets_go_of_what_it_opened() {
+    const TOPIC: &str = "restarted";
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = crate::local_cluster(1, dir.path(), TOPIC, 3, |_| {}).await;
+    let data = cluster.data_dir(1).unwrap();
+    cluster.stop(1).await.unwrap();
+    // Partitions open in order: 0 and 1 are open when 2 is found locked.
+    let held =
+        replog::PartitionLog::open(data.join(format!("{TOPIC}-2")), LogConfig::default()).unwrap();
+    let refused = cluster.restart(1).await;
+    assert!(
+        matches!(refused, Err(Error::Locked { .. })),
+        "a start on a held directory fails: {refused:?}"
+    );
+    drop(held);
+    cluster.restart(1).await.unwrap();
+    cluster
+        .wait_for_leaders(TOPIC, 3, Duration::from_secs(20))
+        .await
+        .unwrap();
+    cluster.shutdown().await.unwrap();
+}

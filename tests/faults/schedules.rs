@@ -235,6 +235,13 @@ async fn schedule(
 /// Runs `count` schedules from `first_seed` on; every third one on five brokers, every fourth
 /// with `Durability::Replicated`.
 async fn run_schedules(first_seed: u64, count: u64) {
+    // `FAULT_LOG=<filter>` prints the brokers' log lines of a failing run (`replog=warn`).
+    if let Ok(filter) = std::env::var("FAULT_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_test_writer()
+            .try_init();
+    }
     let mut total = Report::default();
     let started = Instant::now();
     // `FAULT_CPU_HOG=<threads>` runs the schedules beside that many spinning threads: D0 (a
