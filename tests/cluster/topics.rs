@@ -840,9 +840,11 @@ async fn a_topic_of_kafkas_longest_name_survives_a_restart() {
 }
 
 /// A broker whose start fails part way, on a replica's directory something else holds, lets go
-/// of all it opened before (the metadata replica, the other partitions): once the directory is
-/// free, it starts. Before, the Raft members it had started kept their logs open for good, and
-/// every later start failed on the metadata log's lock.
+/// of all it opened before (the metadata replica, the other partitions) before it returns: once
+/// the directory is free, it starts at once. Before, the Raft members it had started let go of
+/// their logs only when their tasks ended, a moment after the start returned: a start tried
+/// again at once failed on the metadata log's lock, and on a loaded machine each failed try
+/// left the next the same obstacle (a fault schedule's broker never came back within 30 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_start_that_fails_part_way_lets_go_of_what_it_opened() {
     const TOPIC: &str = "restarted";
