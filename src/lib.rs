@@ -41,8 +41,9 @@
 //!   certificate and key of [`NodeConfig::tls`] ([`TlsConfig`]), reloaded without a restart
 //!   by [`Node::reload_tls`], and, given the brokers' CA, on the native listener, between
 //!   brokers (each checks its peer's certificate names `broker-<id>`) and for [`Client`]s
-//!   ([`ClientConfig::tls_ca`]); [`DevCertificates`] makes a local CA and certificates for
-//!   dev clusters and tests.
+//!   ([`ClientConfig::tls_ca`]), refusing certificates the CA's revocation lists revoke
+//!   ([`TlsConfig::crl`]); [`DevCertificates`] makes a local CA, certificates and revocation
+//!   lists for dev clusters and tests.
 //! - Kafka's ACLs ([`acl`]), enforced on both doors when [`NodeConfig::authorization`] is set,
 //!   kept in the metadata log and managed through Kafka's ACL APIs. The native door takes
 //!   the same logins ([`NodeConfig::native_sasl`]), and with the brokers' CA

@@ -5,8 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
+    BasicConstraints, CertificateParams, CertificateRevocationListParams, DnType,
+    ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, RevocationReason,
+    RevokedCertParams, SerialNumber,
 };
 
 use super::{TlsConfig, TlsError};
@@ -97,13 +98,7 @@ impl DevCertificates {
             let reason = format!("{bad:?} is neither an IP address nor a DNS name");
             return Err(TlsError::Setup(reason).into());
         }
-        let mut ca = params("replog dev CA", Vec::new())?;
-        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
+        let ca = ca_params()?;
         let ca_key = KeyPair::generate().map_err(setup)?;
         let ca_cert = ca.self_signed(&ca_key).map_err(setup)?;
         let ca_pair = Pair {
@@ -117,6 +112,7 @@ impl DevCertificates {
             let mut names = hosts.to_vec();
             names.push(name.clone());
             let mut p = params(&name, names)?;
+            p.serial_number = Some(broker_serial(*id));
             p.extended_key_usages = vec![
                 ExtendedKeyUsagePurpose::ServerAuth,
                 ExtendedKeyUsagePurpose::ClientAuth,
@@ -128,6 +124,7 @@ impl DevCertificates {
             signed_brokers.push((*id, signed(p, &issuer)?));
         }
         let mut client = params("client", Vec::new())?;
+        client.serial_number = Some(SerialNumber::from(CLIENT_SERIAL));
         client.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         Ok(DevCertificates {
             ca: ca_pair,
@@ -169,6 +166,30 @@ impl DevCertificates {
         Ok(written)
     }
 
+    /// A revocation list of the CA (PEM, `X509 CRL`) revoking the certificates of the brokers
+    /// in `brokers`, and the client's if `client`: for [`TlsConfig::crl`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Tls`](crate::Error::Tls) ([`TlsError::Setup`]) if it cannot be signed.
+    pub fn revocation_list(&self, brokers: &[NodeId], client: bool) -> Result<String> {
+        revocation_list(&self.ca.key, brokers, client)
+    }
+
+    /// [`revocation_list`](Self::revocation_list), signed with the CA's key that
+    /// [`write_to`](Self::write_to) wrote in `dir` (`replog certs revoke`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`](crate::Error::Io) if `ca.key` cannot be read;
+    /// [`Error::Tls`](crate::Error::Tls) if it is no key, or the list cannot be signed.
+    pub fn revocation_list_in(dir: &Path, brokers: &[NodeId], client: bool) -> Result<String> {
+        let path = dir.join("ca.key");
+        let key = std::fs::read_to_string(&path)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        revocation_list(&key, brokers, client)
+    }
+
     /// Broker `id`'s certificate and key as [`write_to`](Self::write_to) names them in `dir`.
     pub fn broker_config(dir: &Path, id: NodeId) -> TlsConfig {
         TlsConfig::new(
@@ -176,6 +197,65 @@ impl DevCertificates {
             dir.join(format!("broker-{id}.key")),
         )
     }
+}
+
+/// The dev CA's parameters: its name and what it may sign (the same for every dev CA; its key
+/// tells them apart).
+fn ca_params() -> Result<CertificateParams, TlsError> {
+    let mut ca = params("replog dev CA", Vec::new())?;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    Ok(ca)
+}
+
+/// A revocation list signed by the dev CA whose key is `ca_key` (PEM), revoking the brokers'
+/// certificates in `brokers`, and the client's if `client`.
+fn revocation_list(ca_key: &str, brokers: &[NodeId], client: bool) -> Result<String> {
+    let revoked = |serial_number: SerialNumber| RevokedCertParams {
+        serial_number,
+        revocation_time: rcgen::date_time_ymd(2000, 1, 1),
+        reason_code: Some(RevocationReason::KeyCompromise),
+        invalidity_date: None,
+    };
+    let mut revoked_certs: Vec<RevokedCertParams> = brokers
+        .iter()
+        .map(|id| revoked(broker_serial(*id)))
+        .collect();
+    if client {
+        revoked_certs.push(revoked(SerialNumber::from(CLIENT_SERIAL)));
+    }
+    let list = CertificateRevocationListParams {
+        this_update: rcgen::date_time_ymd(2000, 1, 1),
+        next_update: rcgen::date_time_ymd(4096, 1, 1),
+        crl_number: SerialNumber::from(1u64),
+        issuing_distribution_point: None,
+        revoked_certs,
+        key_identifier_method: rcgen::KeyIdMethod::Sha256,
+    };
+    let key = KeyPair::from_pem(ca_key).map_err(setup)?;
+    let issuer = Issuer::new(ca_params()?, key);
+    Ok(list
+        .signed_by(&issuer)
+        .map_err(setup)?
+        .pem()
+        .map_err(setup)?)
+}
+
+/// The client certificate's serial number.
+const CLIENT_SERIAL: u64 = 1;
+
+/// Broker `id`'s certificate's serial number (each distinct from the client's).
+fn broker_serial(id: NodeId) -> SerialNumber {
+    use bytes::BufMut;
+    // A DER integer: big-endian, led by a byte that keeps it positive and above the client's.
+    let mut serial = Vec::with_capacity(9);
+    serial.put_u8(0x01);
+    serial.put_u64(id);
+    SerialNumber::from_slice(&serial)
 }
 
 /// Writes a private key, readable by its owner only (where the platform has modes).

@@ -11,6 +11,8 @@
 //!   ([`TlsServer::asking_for_certificates`]), and brokers dial their peers presenting theirs
 //!   ([`TlsDialer::for_peers`]): what a connection presented ([`ClientCertificate`]) tells
 //!   which broker it is, if any (`node/peer_gate.rs` decides what that lets it send).
+//! - `revocation.rs`: the CA's revocation lists ([`TlsConfig::crl`]), read with the
+//!   certificate and again with it, checked in every handshake where a certificate is asked for.
 //! - `dev_certs.rs`: a local CA and certificates signed by it, for dev clusters and tests
 //!   ([`DevCertificates`]).
 //!
@@ -21,6 +23,7 @@
 
 mod dev_certs;
 mod dn;
+mod revocation;
 mod subject;
 
 pub use dev_certs::DevCertificates;
@@ -81,6 +84,12 @@ pub struct TlsConfig {
     /// `None` (the default): the native listener and peer traffic stay plaintext, and anyone
     /// who reaches the native listener may send what brokers send.
     pub ca_cert: Option<PathBuf>,
+    /// Revocation lists of that CA (`X509 CRL` items, PEM; needs [`ca_cert`](Self::ca_cert)):
+    /// a client or peer broker presenting a certificate they revoke is refused in the
+    /// handshake, and a peer serving one is not dialed. Read with the certificate, and again
+    /// with it on [`Node::reload_tls`](crate::Node::reload_tls): the next handshake checks
+    /// the new lists. `None` (the default): no certificate is taken for revoked.
+    pub crl: Option<PathBuf>,
 }
 
 impl TlsConfig {
@@ -90,6 +99,7 @@ impl TlsConfig {
             cert_chain: cert_chain.into(),
             private_key: private_key.into(),
             ca_cert: None,
+            crl: None,
         }
     }
 }
@@ -182,25 +192,85 @@ pub(crate) struct CertStore {
     config: TlsConfig,
     provider: Arc<CryptoProvider>,
     current: parking_lot::RwLock<Arc<CertifiedKey>>,
+    /// The revocation lists loaded last, and how many loads came before (see
+    /// `revocation.rs`).
+    crls: parking_lot::RwLock<(u64, revocation::Crls)>,
 }
 
 impl CertStore {
-    /// Loads the certificate and key `config` names.
+    /// Loads the certificate and key `config` names, and its revocation lists.
     fn open(config: &TlsConfig, provider: Arc<CryptoProvider>) -> Result<CertStore, TlsError> {
         let current = load(config, &provider)?;
+        let crls = load_crls(config, &provider, &current)?;
         Ok(CertStore {
             config: config.clone(),
             provider,
             current: parking_lot::RwLock::new(current),
+            crls: parking_lot::RwLock::new((0, crls)),
         })
     }
 
-    /// Loads the files again; new handshakes present what they hold from now on. Files that
-    /// do not load leave the certificate as it was.
+    /// Loads the files again; new handshakes present and check what they hold from now on.
+    /// Files that do not load leave the certificate and the lists as they were.
     fn reload(&self) -> Result<(), TlsError> {
         let loaded = load(&self.config, &self.provider)?;
+        let crls = load_crls(&self.config, &self.provider, &loaded)?;
         *self.current.write() = loaded;
+        let mut current = self.crls.write();
+        *current = (current.0 + 1, crls);
         Ok(())
+    }
+
+    /// The revocation lists loaded last, with their load's number.
+    fn crls(&self) -> (u64, revocation::Crls) {
+        let crls = self.crls.read();
+        (crls.0, Arc::clone(&crls.1))
+    }
+}
+
+/// The revocation lists `config` names (none without [`TlsConfig::crl`]), checked against
+/// the CA by checking `own`, the broker's certificate, which the CA signed: a list whose
+/// signature is not the CA's, or that is of another CA (every certificate's status would be
+/// unknown, and so refused: clients and peers alike), or that revokes the broker's own
+/// certificate, is refused. (A certificate not for TLS clients cannot be checked so; its lists
+/// are taken as they parse.)
+fn load_crls(
+    config: &TlsConfig,
+    provider: &Arc<CryptoProvider>,
+    own: &CertifiedKey,
+) -> Result<revocation::Crls, TlsError> {
+    use rustls::CertificateError;
+    let Some(path) = &config.crl else {
+        return Ok(Arc::new([]));
+    };
+    let Some(ca) = &config.ca_cert else {
+        return Err(TlsError::Setup(
+            "a certificate revocation list needs the CA it is of (ca_cert)".into(),
+        ));
+    };
+    let crls = revocation::load(path)?;
+    let file = |reason: String| TlsError::File {
+        path: path.clone(),
+        reason,
+    };
+    let verifier = revocation::client_verifier(&roots(ca)?, provider, true, &crls)
+        .map_err(|e| file(e.to_string()))?;
+    let Some((end_entity, intermediates)) = own.cert.split_first() else {
+        return Ok(crls);
+    };
+    let now = rustls_pki_types::UnixTime::now();
+    match verifier.verify_client_cert(end_entity, intermediates, now) {
+        Err(rustls::Error::InvalidCertRevocationList(e)) => Err(file(format!(
+            "a revocation list not signed by the CA in {}: {e:?}",
+            ca.display()
+        ))),
+        Err(rustls::Error::InvalidCertificate(CertificateError::UnknownRevocationStatus)) => Err(
+            file(format!("no revocation list of the CA in {}", ca.display())),
+        ),
+        Err(rustls::Error::InvalidCertificate(CertificateError::Revoked)) => Err(file(
+            "the list revokes this broker's own certificate".into(),
+        )),
+        _ => Ok(crls),
     }
 }
 
@@ -351,18 +421,12 @@ impl TlsServer {
         required: bool,
     ) -> Result<TlsServer, TlsError> {
         let provider = provider();
-        let builder = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        let verifier = Arc::new(revocation::ClientVerifier::new(
             roots(ca)?,
             Arc::clone(&provider),
-        );
-        let builder = if required {
-            builder
-        } else {
-            builder.allow_unauthenticated()
-        };
-        let verifier = builder
-            .build()
-            .map_err(|e| TlsError::Setup(e.to_string()))?;
+            required,
+            &self.certs,
+        )?);
         let resolver: Arc<dyn ResolvesServerCert> = Arc::clone(&self.certs) as _;
         let server = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
@@ -467,10 +531,15 @@ impl TlsDialer {
     /// certificate `server` presents (reloaded with it), by which the peers know it.
     pub(crate) fn for_peers(ca: &Path, server: &TlsServer) -> Result<TlsDialer, TlsError> {
         let resolver: Arc<dyn rustls::client::ResolvesClientCert> = Arc::clone(&server.certs) as _;
-        let config = rustls::ClientConfig::builder_with_provider(provider())
+        let provider = provider();
+        let verifier =
+            revocation::PeerVerifier::new(roots(ca)?, Arc::clone(&provider), &server.certs)?;
+        let config = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsError::Setup(e.to_string()))?
-            .with_root_certificates(roots(ca)?)
+            // rustls' own verifier, in front of which this one keeps the lists current.
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(verifier))
             .with_client_cert_resolver(resolver);
         Ok(TlsDialer {
             connector: tokio_rustls::TlsConnector::from(Arc::new(config)),

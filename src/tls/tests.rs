@@ -212,11 +212,20 @@ fn dev_certificates_name_each_broker_and_the_hosts() {
 /// What a listener asking for certificates learnt of one connection: `None` if the handshake
 /// failed, else whether the certificate presented names brokers 1 and 2.
 async fn presented(server: &TlsServer, dialer: &TlsDialer) -> Option<(bool, bool)> {
+    presented_as(server, dialer, 1).await
+}
+
+/// [`presented`], the dialer expecting the server to be broker `server_id`.
+async fn presented_as(
+    server: &TlsServer,
+    dialer: &TlsDialer,
+    server_id: crate::types::NodeId,
+) -> Option<(bool, bool)> {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let dial = async {
         let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let mut tls = dialer.connect(tcp, broker_name(1)).await.ok()?;
+        let mut tls = dialer.connect(tcp, broker_name(server_id)).await.ok()?;
         // TLS 1.3: the server checks the client's certificate after the client's side ended;
         // a refusal arrives as the first read's error.
         let mut got = [0u8; 5];
@@ -266,6 +275,88 @@ async fn a_listener_asking_for_certificates_learns_which_broker_dialed_it() {
     let impostor = TlsServer::new(&DevCertificates::broker_config(other_dir.path(), 2)).unwrap();
     let impostor = TlsDialer::for_peers(&ca, &impostor).unwrap();
     assert_eq!(presented(&server, &impostor).await, None);
+}
+
+/// A certificate the CA's revocation list revokes is refused where the broker checks what it
+/// is presented: a client's or a peer broker's at its listener, a peer's as it dials. A list
+/// written anew applies to the next handshake once reloaded; one that does not load leaves
+/// the list as it was.
+#[tokio::test]
+async fn certificates_the_revocation_list_revokes_are_refused_and_a_reloaded_list_applies() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = DevCertificates::generate(&[1, 2, 3], &hosts()).unwrap();
+    certs.write_to(dir.path()).unwrap();
+    let (ca, crl) = (dir.path().join("ca.pem"), dir.path().join("crl.pem"));
+    std::fs::write(&crl, certs.revocation_list(&[3], true).unwrap()).unwrap();
+    let with_crl = |id| {
+        let mut config = DevCertificates::broker_config(dir.path(), id);
+        config.ca_cert = Some(ca.clone());
+        config.crl = Some(crl.clone());
+        TlsServer::new(&config).unwrap()
+    };
+    let broker_1 = with_crl(1);
+    let server = broker_1.asking_for_certificates(&ca, false).unwrap();
+    let dialer = |id| {
+        let me = TlsServer::new(&DevCertificates::broker_config(dir.path(), id)).unwrap();
+        TlsDialer::for_peers(&ca, &me).unwrap()
+    };
+    let client = TlsConfig::new(dir.path().join("client.pem"), dir.path().join("client.key"));
+    let client = TlsDialer::presenting(&ca, Some(&client)).unwrap();
+    assert_eq!(presented(&server, &dialer(2)).await, Some((false, true)));
+    assert_eq!(
+        presented(&server, &dialer(3)).await,
+        None,
+        "a revoked broker"
+    );
+    assert_eq!(presented(&server, &client).await, None, "a revoked client");
+    let anonymous = TlsDialer::from_ca_file(&ca).unwrap();
+    assert_eq!(presented(&server, &anonymous).await, Some((false, false)));
+    // Dialing: broker 2 with the list does not take broker 3's listener for a peer.
+    let broker_3 = TlsServer::new(&DevCertificates::broker_config(dir.path(), 3))
+        .unwrap()
+        .asking_for_certificates(&ca, false)
+        .unwrap();
+    let broker_2 = TlsDialer::for_peers(&ca, &with_crl(2)).unwrap();
+    assert_eq!(
+        presented_as(&broker_3, &broker_2, 3).await,
+        None,
+        "a revoked peer"
+    );
+    assert_eq!(
+        presented_as(&broker_3, &dialer(2), 3).await,
+        Some((false, true))
+    );
+
+    // A new list, reloaded: broker 2 revoked, the client and broker 3 no longer.
+    std::fs::write(&crl, certs.revocation_list(&[2], false).unwrap()).unwrap();
+    assert_eq!(
+        presented(&server, &dialer(3)).await,
+        None,
+        "not reloaded yet"
+    );
+    broker_1.reload().unwrap();
+    assert_eq!(presented(&server, &dialer(3)).await, Some((false, false)));
+    assert_eq!(presented(&server, &client).await, Some((false, false)));
+    assert_eq!(presented(&server, &dialer(2)).await, None);
+
+    // A list that does not load, or that another CA signed, is refused and changes nothing.
+    std::fs::write(&crl, "not a list").unwrap();
+    assert!(matches!(broker_1.reload(), Err(TlsError::File { .. })));
+    let other = DevCertificates::generate(&[1], &hosts()).unwrap();
+    std::fs::write(&crl, other.revocation_list(&[], true).unwrap()).unwrap();
+    assert!(broker_1.reload().is_err(), "another CA's list");
+    std::fs::write(&crl, certs.revocation_list(&[1], false).unwrap()).unwrap();
+    assert!(
+        broker_1.reload().is_err(),
+        "the broker's own certificate revoked"
+    );
+    assert_eq!(presented(&server, &dialer(2)).await, None);
+    assert_eq!(presented(&server, &client).await, Some((false, false)));
+
+    // A list without the CA it is of is a setup error.
+    let mut config = DevCertificates::broker_config(dir.path(), 1);
+    config.crl = Some(crl.clone());
+    assert!(matches!(TlsServer::new(&config), Err(TlsError::Setup(_))));
 }
 
 #[test]

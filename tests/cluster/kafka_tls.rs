@@ -286,12 +286,16 @@ async fn a_client_certificate_is_its_users_identity_on_both_doors() {
     let certs = dir.path().join("certs");
     dev_certs(&certs);
     let ca = certs.join("ca.pem");
-    let (_brokers, addrs, kafka) = secure_cluster(dir.path(), "SSL", &[], |id| {
+    // A revocation list that revokes nothing yet.
+    let crl = revoke(&certs, &[]);
+    let (mut brokers, addrs, kafka) = secure_cluster(dir.path(), "SSL", &[], |id| {
         let mut args = tls_args(&certs, id);
         args.extend(
             [
                 "--tls-ca",
                 ca.to_str().unwrap(),
+                "--tls-crl",
+                crl.to_str().unwrap(),
                 "--client-auth",
                 "required",
                 "--authorization",
@@ -405,6 +409,38 @@ async fn a_client_certificate_is_its_users_identity_on_both_doors() {
     foreign.extend(with_cert(&ca, &other).into_iter().skip(4));
     let (ok, _) = metadata(&at, foreign).await;
     assert!(!ok, "a client with another CA's certificate was served");
+
+    // The client's certificate revoked (`replog certs revoke`, then SIGHUP): its next
+    // handshake fails.
+    assert!(metadata(&at, with_cert(&ca, &certs)).await.0);
+    revoke(&certs, &["--client"]);
+    for broker in brokers.iter_mut().flatten() {
+        broker.signal(rustix::process::Signal::HUP);
+    }
+    wait_until(
+        Duration::from_secs(20),
+        "the revoked certificate refused",
+        async || {
+            let (ok, out) = metadata(&at, with_cert(&ca, &certs)).await;
+            if ok { Err(out) } else { Ok(()) }
+        },
+    )
+    .await;
+    for broker in brokers.iter_mut().flatten() {
+        assert!(
+            broker.child.try_wait().unwrap().is_none(),
+            "a broker ended on SIGHUP"
+        );
+    }
+}
+
+/// Writes the revocation list of the CA in `certs` with `replog certs revoke` and `more`
+/// arguments; its path.
+fn revoke(certs: &Path, more: &[&str]) -> std::path::PathBuf {
+    let dir = certs.to_str().unwrap();
+    let (ok, out, err) = cli(&[&["certs", "revoke", "--dir", dir][..], more].concat(), "");
+    assert!(ok, "{err}");
+    std::path::PathBuf::from(out.trim())
 }
 
 /// The seed walkthrough over SASL_SSL (SCRAM-SHA-512) with `script`'s Python client, as an

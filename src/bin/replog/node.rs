@@ -91,6 +91,11 @@ pub(crate) struct NodeArgs {
     /// The private key of --tls-cert (PEM).
     #[arg(long, requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// Revocation lists of the --tls-ca CA (PEM, X509 CRL): clients and peer brokers whose
+    /// certificates they revoke are refused in the handshake. Read again on SIGHUP, with the
+    /// certificate: the next handshake checks the new lists.
+    #[arg(long, requires = "tls_cert")]
+    tls_crl: Option<PathBuf>,
     /// The SASL mechanisms offered, comma-separated: SCRAM-SHA-512, SCRAM-SHA-256, PLAIN.
     #[arg(long, value_delimiter = ',', value_parser = parse_mechanism,
           default_value = "SCRAM-SHA-512,SCRAM-SHA-256")]
@@ -351,6 +356,10 @@ impl NodeArgs {
         if let (Some(cert), Some(key)) = (self.tls_cert, self.tls_key) {
             let mut tls = replog::TlsConfig::new(cert, key);
             tls.ca_cert = crate::connect::TLS_CA.get().cloned();
+            if self.tls_crl.is_some() && tls.ca_cert.is_none() {
+                return Err(CliError::Usage("--tls-crl needs --tls-ca, the CA it is of"));
+            }
+            tls.crl = self.tls_crl;
             config.tls = Some(tls);
         } else if crate::connect::TLS_CA.get().is_some() {
             return Err(CliError::Usage("--tls-ca needs --tls-cert and --tls-key"));
