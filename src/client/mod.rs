@@ -86,6 +86,10 @@ pub struct ClientConfig {
     pub tls_cert: Option<std::path::PathBuf>,
     /// The private key of `tls_cert` (PEM).
     pub tls_key: Option<std::path::PathBuf>,
+    /// Revocation lists of the `tls_ca` CA (PEM, `X509 CRL`; Kafka clients'
+    /// `ssl.crl.location`): a broker whose certificate they revoke is not dialed. Read when the
+    /// client connects. Default `None`.
+    pub tls_crl: Option<std::path::PathBuf>,
     /// The SASL login made on every broker connection, for brokers that ask native clients
     /// to log in ([`NodeConfig::native_sasl`](crate::NodeConfig::native_sasl)); over TLS only
     /// (`tls_ca`). Default `None`: the client is anonymous (`User:ANONYMOUS`).
@@ -144,6 +148,7 @@ impl Default for ClientConfig {
             tls_ca: None,
             tls_cert: None,
             tls_key: None,
+            tls_crl: None,
             sasl: None,
         }
     }
@@ -257,11 +262,19 @@ impl Client {
                 });
             }
         };
+        if config.tls_crl.is_some() && config.tls_ca.is_none() {
+            return Err(crate::Error::InvalidConfig {
+                field: "tls_crl",
+                reason: "revocation lists need the CA they are of (tls_ca)".into(),
+            });
+        }
         let (shutdown, _) = watch::channel(false);
         let tls = config
             .tls_ca
             .as_deref()
-            .map(|ca| crate::tls::TlsDialer::presenting(ca, identity.as_ref()))
+            .map(|ca| {
+                crate::tls::TlsDialer::presenting(ca, identity.as_ref(), config.tls_crl.as_deref())
+            })
             .transpose()?;
         let client = Client {
             tls,

@@ -500,21 +500,28 @@ impl TlsDialer {
     /// presenting no certificate of its own.
     #[cfg(test)]
     pub(crate) fn from_ca_file(ca: &Path) -> Result<TlsDialer, TlsError> {
-        TlsDialer::presenting(ca, None)
+        TlsDialer::presenting(ca, None, None)
     }
 
     /// A client's dialer trusting the CA in `ca`, presenting the certificate and key
     /// `identity` names, if any (a client certificate: the client's identity where brokers
-    /// take one).
+    /// take one), and refusing brokers whose certificates the revocation lists in `crl`
+    /// revoke, if given.
     pub(crate) fn presenting(
         ca: &Path,
         identity: Option<&TlsConfig>,
+        crl: Option<&Path>,
     ) -> Result<TlsDialer, TlsError> {
         let provider = provider();
+        let crls = crl
+            .map(revocation::load)
+            .transpose()?
+            .unwrap_or_else(|| Arc::new([]));
+        let verifier = revocation::server_verifier(&roots(ca)?, &provider, &crls)?;
         let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsError::Setup(e.to_string()))?
-            .with_root_certificates(roots(ca)?);
+            .with_webpki_verifier(verifier);
         let config = match identity {
             None => builder.with_no_client_auth(),
             Some(identity) => {

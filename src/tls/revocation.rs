@@ -60,21 +60,30 @@ pub(super) fn client_verifier(
     builder.build().map_err(|e| TlsError::Setup(e.to_string()))
 }
 
-/// A verifier of server certificates signed by `roots`, refusing those `crls` revoke.
-fn server_verifier(
+/// A verifier of server certificates signed by `roots`, refusing those `crls` revoke (an end
+/// entity's status only).
+pub(super) fn server_verifier(
     roots: &Arc<rustls::RootCertStore>,
     provider: &Arc<CryptoProvider>,
     crls: &Crls,
-) -> Result<Arc<dyn ServerCertVerifier>, TlsError> {
-    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+) -> Result<Arc<rustls::client::WebPkiServerVerifier>, TlsError> {
+    rustls::client::WebPkiServerVerifier::builder_with_provider(
         Arc::clone(roots),
         Arc::clone(provider),
     )
     .with_crls(crls.iter().cloned())
     .only_check_end_entity_revocation()
     .build()
-    .map_err(|e| TlsError::Setup(e.to_string()))?;
-    Ok(verifier)
+    .map_err(|e| TlsError::Setup(e.to_string()))
+}
+
+/// [`server_verifier`], behind the trait.
+fn peer_verifier(
+    roots: &Arc<rustls::RootCertStore>,
+    provider: &Arc<CryptoProvider>,
+    crls: &Crls,
+) -> Result<Arc<dyn ServerCertVerifier>, TlsError> {
+    Ok(server_verifier(roots, provider, crls)?)
 }
 
 /// rustls' verifier, built with the lists `certs` holds, and again when it holds newer ones.
@@ -213,7 +222,7 @@ impl PeerVerifier {
         provider: Arc<CryptoProvider>,
         certs: &Arc<CertStore>,
     ) -> Result<PeerVerifier, TlsError> {
-        let current = Current::new(certs, |crls| server_verifier(&roots, &provider, crls))?;
+        let current = Current::new(certs, |crls| peer_verifier(&roots, &provider, crls))?;
         Ok(PeerVerifier {
             roots,
             provider,
@@ -223,7 +232,7 @@ impl PeerVerifier {
 
     fn verifier(&self) -> Arc<dyn ServerCertVerifier> {
         self.current
-            .get(|crls| server_verifier(&self.roots, &self.provider, crls))
+            .get(|crls| peer_verifier(&self.roots, &self.provider, crls))
     }
 }
 

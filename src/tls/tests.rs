@@ -301,7 +301,7 @@ async fn certificates_the_revocation_list_revokes_are_refused_and_a_reloaded_lis
         TlsDialer::for_peers(&ca, &me).unwrap()
     };
     let client = TlsConfig::new(dir.path().join("client.pem"), dir.path().join("client.key"));
-    let client = TlsDialer::presenting(&ca, Some(&client)).unwrap();
+    let client = TlsDialer::presenting(&ca, Some(&client), None).unwrap();
     assert_eq!(presented(&server, &dialer(2)).await, Some((false, true)));
     assert_eq!(
         presented(&server, &dialer(3)).await,
@@ -325,6 +325,14 @@ async fn certificates_the_revocation_list_revokes_are_refused_and_a_reloaded_lis
     assert_eq!(
         presented_as(&broker_3, &dialer(2), 3).await,
         Some((false, true))
+    );
+    // A client given the list (`ClientConfig::tls_crl`) does not dial broker 3 either.
+    let careful = TlsDialer::presenting(&ca, None, Some(&crl)).unwrap();
+    assert_eq!(presented_as(&broker_3, &careful, 3).await, None);
+    let careless = TlsDialer::presenting(&ca, None, None).unwrap();
+    assert_eq!(
+        presented_as(&broker_3, &careless, 3).await,
+        Some((false, false))
     );
 
     // A new list, reloaded: broker 2 revoked, the client and broker 3 no longer.

@@ -94,6 +94,7 @@ fn apply_properties(config: &mut ClientConfig, text: &str) -> Result<(), (usize,
             "ssl.ca.location" => config.tls_ca = Some(value.into()),
             "ssl.certificate.location" => config.tls_cert = Some(value.into()),
             "ssl.key.location" => config.tls_key = Some(value.into()),
+            "ssl.crl.location" => config.tls_crl = Some(value.into()),
             "sasl.mechanism" | "sasl.mechanisms" => {
                 let m = replog::SaslMechanism::from_name(&value)
                     .ok_or_else(|| (n, format!("unknown SASL mechanism {value:?}")))?;
@@ -151,9 +152,11 @@ mod tests {
     fn a_properties_file_sets_tls_and_the_login() {
         let mut config = ClientConfig::default();
         let text = "# dev cluster\nsecurity.protocol=SASL_SSL\nssl.ca.location=certs/ca.pem\n\
+                    ssl.crl.location=certs/crl.pem\n\
                     sasl.mechanism=SCRAM-SHA-256\nsasl.username=alice\nsasl.password=pw\n";
         apply_properties(&mut config, text).unwrap();
         assert_eq!(config.tls_ca, Some("certs/ca.pem".into()));
+        assert_eq!(config.tls_crl, Some("certs/crl.pem".into()));
         let login = config.sasl.unwrap();
         assert_eq!(
             (login.user.as_str(), login.password.as_str()),

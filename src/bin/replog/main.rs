@@ -53,8 +53,9 @@ struct Cli {
     tls_ca: Option<std::path::PathBuf>,
     /// Client commands: a properties file with Kafka's names for how to reach the brokers:
     /// `security.protocol` (SSL or SASL_SSL), `ssl.ca.location`, `ssl.certificate.location`
-    /// and `ssl.key.location` (a client certificate), `sasl.mechanism`, `sasl.username`,
-    /// `sasl.password` (for brokers run with --native-sasl).
+    /// and `ssl.key.location` (a client certificate), `ssl.crl.location` (the CA's revocation
+    /// lists: a broker whose certificate they revoke is not dialed), `sasl.mechanism`,
+    /// `sasl.username`, `sasl.password` (for brokers run with --native-sasl).
     #[arg(long, global = true)]
     command_config: Option<std::path::PathBuf>,
     #[command(subcommand)]
