@@ -186,7 +186,7 @@ struct Broker {
 }
 
 /// How long [`Node::shutdown`] waits for the tasks still holding its logs to end.
-const SHUTDOWN_RELEASE_WAIT: Duration = Duration::from_secs(30);
+pub(super) const SHUTDOWN_RELEASE_WAIT: Duration = Duration::from_secs(30);
 
 /// A broker: hosts a replica of every configured partition, each its own Raft group, and
 /// serves peers over TCP. Writes are accepted only on a partition's leader; anywhere else they
@@ -511,7 +511,7 @@ impl Node {
             let held: Vec<String> = replicas
                 .iter()
                 .filter(|g| replicas::still_held(g, 2))
-                .map(replicas::holders)
+                .map(replicas::holders_of)
                 .collect();
             tracing::warn!(
                 waited = ?SHUTDOWN_RELEASE_WAIT,

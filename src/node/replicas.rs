@@ -337,7 +337,7 @@ pub(super) fn still_held(replica: &Arc<HostedReplica>, holders: usize) -> bool {
 
 /// What still holds a replica, for a log line: handles on it, syncs in flight and handles on
 /// its log.
-pub(super) fn holders(replica: &Arc<HostedReplica>) -> String {
+pub(super) fn holders_of(replica: &Arc<HostedReplica>) -> String {
     format!(
         "{}: {} handles, {} syncs in flight, {} handles on its log",
         replica.id,
@@ -363,10 +363,30 @@ pub(super) async fn stop_replica(replica: &Arc<HostedReplica>, holders: usize) {
 
 /// Stops replicas a broker opened but will not run, its start having failed part way: their
 /// Raft members hold their logs (and directory locks) until stopped, however the handles on
-/// them are dropped. Waits for each as [`stop_replica`] does, `holders` being the handles the
-/// caller keeps.
-pub(super) async fn let_go(replicas: &[Arc<HostedReplica>], holders: usize) {
-    futures_util::future::join_all(replicas.iter().map(|r| stop_replica(r, holders))).await;
+/// them are dropped. Waits, as a shutdown does (at most `wait`), until only `holders` handles
+/// (the caller's) are left on each and none on its log but its own; says which are still held
+/// if that does not come.
+pub(super) async fn let_go(replicas: &[Arc<HostedReplica>], holders: usize, wait: Duration) {
+    for replica in replicas {
+        replica.raft.shutdown().await;
+    }
+    let deadline = tokio::time::Instant::now() + wait;
+    let busy = || replicas.iter().any(|r| still_held(r, holders));
+    while busy() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let held: Vec<String> = replicas
+        .iter()
+        .filter(|r| still_held(r, holders))
+        .map(holders_of)
+        .collect();
+    if !held.is_empty() {
+        tracing::warn!(
+            ?wait,
+            held = %held.join("; "),
+            "a failed start left logs held by tasks that have not ended"
+        );
+    }
 }
 
 /// What opening one replica takes.

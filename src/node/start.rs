@@ -80,9 +80,13 @@ impl Node {
         // replicas must stop them again (see `replicas::let_go`).
         let listener = bind_native(&mut config, listener).await?;
         let kafka_listener = match config.kafka_listen {
-            Some(at) => Some(tokio::net::TcpListener::bind(at).await.map_err(|e| {
-                std::io::Error::new(e.kind(), format!("cannot listen on {at}: {e}"))
-            })?),
+            Some(at) => {
+                let listener = tokio::net::TcpListener::bind(at).await.map_err(|e| {
+                    std::io::Error::new(e.kind(), format!("cannot listen on {at}: {e}"))
+                })?;
+                let local = listener.local_addr()?;
+                Some((listener, local))
+            }
             None => None,
         };
         let tls = broker_tls(&config)?;
@@ -97,7 +101,7 @@ impl Node {
         replicas::initialize_replicas(&broker).await;
         if let Err(e) = broker.check_version_at_start().await {
             // The broker's map (or its metadata field) and this list hold each one.
-            replicas::let_go(&broker.all_replicas(), 2).await;
+            replicas::let_go(&broker.all_replicas(), 2, super::SHUTDOWN_RELEASE_WAIT).await;
             return Err(e);
         }
         broker.refresh_topic_settings();
@@ -113,10 +117,10 @@ impl Node {
         let admission = Admission::new(limits);
         let kafka_bound = std::sync::OnceLock::new();
         let kafka = match kafka_listener {
-            Some(listener) => {
+            Some((listener, local)) => {
                 let doors = (limits, client_budgets.clone(), Arc::clone(&admission));
-                let (local, kafka) =
-                    spawn_kafka(&broker, listener, doors, tls.kafka, shutdown_rx.clone())?;
+                let on = (listener, local);
+                let kafka = spawn_kafka(&broker, on, doors, tls.kafka, shutdown_rx.clone());
                 let _ = kafka_bound.set(local);
                 Some(kafka)
             }
@@ -364,7 +368,7 @@ impl ReplicaOpener<'_> {
                         let opened: Vec<_> = std::iter::once(meta)
                             .chain(replicas.into_values())
                             .collect();
-                        replicas::let_go(&opened, 1).await;
+                        replicas::let_go(&opened, 1, super::SHUTDOWN_RELEASE_WAIT).await;
                         return Err(e);
                     }
                 }
@@ -417,15 +421,14 @@ impl ReplicaOpener<'_> {
 
 /// Starts the Kafka listener's accept loop on `listener`, serving with `tls` where its
 /// security protocol asks for TLS and sharing the native listener's limits, client budgets and
-/// admission (`doors`). Returns the address it is bound to and the accept loop.
+/// admission (`doors`); `local` is the address it is bound to. Returns the accept loop.
 fn spawn_kafka(
     broker: &Arc<Broker>,
-    listener: tokio::net::TcpListener,
+    (listener, local): (tokio::net::TcpListener, SocketAddr),
     (limits, budgets, admission): (ServerLimits, ClientBudgets, Arc<Admission>),
     tls: Option<TlsServer>,
     shutdown_rx: watch::Receiver<bool>,
-) -> Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let local = listener.local_addr()?;
+) -> tokio::task::JoinHandle<()> {
     let advertised = broker.config.kafka_advertised.clone();
     let _ = broker
         .kafka_addr
@@ -441,12 +444,11 @@ fn spawn_kafka(
     };
     let protocol = broker.config.kafka_security_protocol;
     tracing::info!(%local, security = protocol.name(), "kafka listener");
-    let kafka = crate::kafka::spawn(
+    crate::kafka::spawn(
         listener,
         BrokerService::new(Arc::clone(broker)),
         config,
         tls.filter(|_| protocol.tls()),
         shutdown_rx,
-    );
-    Ok((local, kafka))
+    )
 }

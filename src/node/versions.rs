@@ -36,7 +36,7 @@ impl Node {
 
 impl Broker {
     /// At start, after the replicas opened: says so if this broker runs pinned below this
-    /// build's newest protocol version, and refuses to run on (stopping what it started) if
+    /// build's newest protocol version, and refuses to run on (its caller stops what it started) if
     /// its metadata log holds a record newer than it understands, such as a finalized version
     /// above its pin.
     pub(super) async fn check_version_at_start(&self) -> Result<()> {

@@ -112,7 +112,6 @@ impl DevCertificates {
             let mut names = hosts.to_vec();
             names.push(name.clone());
             let mut p = params(&name, names)?;
-            p.serial_number = Some(broker_serial(*id));
             p.extended_key_usages = vec![
                 ExtendedKeyUsagePurpose::ServerAuth,
                 ExtendedKeyUsagePurpose::ClientAuth,
@@ -124,7 +123,6 @@ impl DevCertificates {
             signed_brokers.push((*id, signed(p, &issuer)?));
         }
         let mut client = params("client", Vec::new())?;
-        client.serial_number = Some(SerialNumber::from(CLIENT_SERIAL));
         client.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         Ok(DevCertificates {
             ca: ca_pair,
@@ -171,9 +169,20 @@ impl DevCertificates {
     ///
     /// # Errors
     ///
-    /// [`Error::Tls`](crate::Error::Tls) ([`TlsError::Setup`]) if it cannot be signed.
+    /// [`Error::Tls`](crate::Error::Tls) ([`TlsError::Setup`]) if a broker has no certificate
+    /// here, or the list cannot be signed.
     pub fn revocation_list(&self, brokers: &[NodeId], client: bool) -> Result<String> {
-        revocation_list(&self.ca.key, brokers, client)
+        let mut revoked = Vec::new();
+        for id in brokers {
+            let Some((_, pair)) = self.brokers.iter().find(|(b, _)| b == id) else {
+                return Err(TlsError::Setup(format!("no certificate of broker {id}")).into());
+            };
+            revoked.push(serial_of(&pair.cert, &format!("broker-{id}"))?);
+        }
+        if client {
+            revoked.push(serial_of(&self.client.cert, "client")?);
+        }
+        revocation_list(&self.ca.key, revoked)
     }
 
     /// [`revocation_list`](Self::revocation_list), signed with the CA's key that
@@ -181,13 +190,24 @@ impl DevCertificates {
     ///
     /// # Errors
     ///
-    /// [`Error::Io`](crate::Error::Io) if `ca.key` cannot be read;
-    /// [`Error::Tls`](crate::Error::Tls) if it is no key, or the list cannot be signed.
+    /// [`Error::Io`](crate::Error::Io) if `ca.key` or a certificate revoked cannot be read;
+    /// [`Error::Tls`](crate::Error::Tls) if they hold no key or certificate, or the list
+    /// cannot be signed.
     pub fn revocation_list_in(dir: &Path, brokers: &[NodeId], client: bool) -> Result<String> {
-        let path = dir.join("ca.key");
-        let key = std::fs::read_to_string(&path)
-            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
-        revocation_list(&key, brokers, client)
+        let read = |name: &str| {
+            let path = dir.join(name);
+            std::fs::read_to_string(&path)
+                .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+        };
+        let mut revoked = Vec::new();
+        for id in brokers {
+            let name = format!("broker-{id}.pem");
+            revoked.push(serial_of(&read(&name)?, &name)?);
+        }
+        if client {
+            revoked.push(serial_of(&read("client.pem")?, "client.pem")?);
+        }
+        revocation_list(&read("ca.key")?, revoked)
     }
 
     /// Broker `id`'s certificate and key as [`write_to`](Self::write_to) names them in `dir`.
@@ -212,22 +232,25 @@ fn ca_params() -> Result<CertificateParams, TlsError> {
     Ok(ca)
 }
 
-/// A revocation list signed by the dev CA whose key is `ca_key` (PEM), revoking the brokers'
-/// certificates in `brokers`, and the client's if `client`.
-fn revocation_list(ca_key: &str, brokers: &[NodeId], client: bool) -> Result<String> {
+/// The serial number of the certificate `pem` (named `name` for an error).
+fn serial_of(pem: &str, name: &str) -> Result<SerialNumber, TlsError> {
+    use rustls_pki_types::pem::PemObject;
+    rustls_pki_types::CertificateDer::from_pem_slice(pem.as_bytes())
+        .ok()
+        .and_then(|der| super::subject::serial_number(&der).map(SerialNumber::from_slice))
+        .ok_or_else(|| TlsError::Setup(format!("{name} holds no certificate")))
+}
+
+/// A revocation list signed by the dev CA whose key is `ca_key` (PEM), revoking the
+/// certificates of these serial numbers.
+fn revocation_list(ca_key: &str, serials: Vec<SerialNumber>) -> Result<String> {
     let revoked = |serial_number: SerialNumber| RevokedCertParams {
         serial_number,
         revocation_time: rcgen::date_time_ymd(2000, 1, 1),
         reason_code: Some(RevocationReason::KeyCompromise),
         invalidity_date: None,
     };
-    let mut revoked_certs: Vec<RevokedCertParams> = brokers
-        .iter()
-        .map(|id| revoked(broker_serial(*id)))
-        .collect();
-    if client {
-        revoked_certs.push(revoked(SerialNumber::from(CLIENT_SERIAL)));
-    }
+    let revoked_certs: Vec<RevokedCertParams> = serials.into_iter().map(revoked).collect();
     let list = CertificateRevocationListParams {
         this_update: rcgen::date_time_ymd(2000, 1, 1),
         next_update: rcgen::date_time_ymd(4096, 1, 1),
@@ -243,19 +266,6 @@ fn revocation_list(ca_key: &str, brokers: &[NodeId], client: bool) -> Result<Str
         .map_err(setup)?
         .pem()
         .map_err(setup)?)
-}
-
-/// The client certificate's serial number.
-const CLIENT_SERIAL: u64 = 1;
-
-/// Broker `id`'s certificate's serial number (each distinct from the client's).
-fn broker_serial(id: NodeId) -> SerialNumber {
-    use bytes::BufMut;
-    // A DER integer: big-endian, led by a byte that keeps it positive and above the client's.
-    let mut serial = Vec::with_capacity(9);
-    serial.put_u8(0x01);
-    serial.put_u64(id);
-    SerialNumber::from_slice(&serial)
 }
 
 /// Writes a private key, readable by its owner only (where the platform has modes).

@@ -116,7 +116,8 @@ impl<V: ?Sized> Current<V> {
             }
         }
         let mut built = self.built.write();
-        if built.0 != generation
+        // A handshake that read an older load leaves a newer verifier in place.
+        if built.0 < generation
             && let Ok(verifier) = build(&crls)
         {
             *built = (generation, verifier);

@@ -60,6 +60,15 @@ const DNS_NAME: u8 = 0x82;
 pub(super) const COMMON_NAME: &[u8] = &[0x55, 0x04, 0x03];
 const SUBJECT_ALT_NAME: &[u8] = &[0x55, 0x1d, 0x11];
 
+/// The serial number of the certificate `der`: its INTEGER's contents.
+pub(super) fn serial_number(der: &[u8]) -> Option<&[u8]> {
+    const INTEGER: u8 = 0x02;
+    let (INTEGER, serial, _) = element(tbs_fields(der, 0)?)? else {
+        return None;
+    };
+    Some(serial)
+}
+
 /// The TBSCertificate's fields of the certificate `der` from `skipped` fields after its
 /// version on (serialNumber is the first).
 fn tbs_fields(der: &[u8], skipped: usize) -> Option<&[u8]> {

@@ -426,6 +426,18 @@ async fn a_client_certificate_is_its_users_identity_on_both_doors() {
         },
     )
     .await;
+    // A certificate the list does not revoke (broker 2's, presented as a client's) is still
+    // served.
+    let other_identity = dir.path().join("broker-2-as-client");
+    std::fs::create_dir_all(&other_identity).unwrap();
+    for (from, to) in [
+        ("broker-2.pem", "client.pem"),
+        ("broker-2.key", "client.key"),
+    ] {
+        std::fs::copy(certs.join(from), other_identity.join(to)).unwrap();
+    }
+    let (ok, err) = metadata(&at, with_cert(&ca, &other_identity)).await;
+    assert!(ok, "a certificate not revoked was refused: {err}");
     for broker in brokers.iter_mut().flatten() {
         assert!(
             broker.child.try_wait().unwrap().is_none(),
