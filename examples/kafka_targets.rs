@@ -763,7 +763,7 @@ fn tls_connector(ca: &std::path::Path) -> std::io::Result<tokio_rustls::TlsConne
     let mut roots = rustls::RootCertStore::empty();
     let ca = rustls_pki_types::CertificateDer::from_pem_file(ca).map_err(std::io::Error::other)?;
     roots.add(ca).map_err(std::io::Error::other)?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(std::io::Error::other)?
@@ -875,7 +875,7 @@ fn tls_acceptor(certs: &std::path::Path) -> std::io::Result<tokio_rustls::TlsAcc
         .map_err(std::io::Error::other)?;
     let key = rustls_pki_types::PrivateKeyDer::from_pem_file(certs.join("broker-1.key"))
         .map_err(std::io::Error::other)?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(std::io::Error::other)?

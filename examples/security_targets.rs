@@ -200,7 +200,7 @@ async fn storm(at: SocketAddr, ca: &std::path::Path) -> std::io::Result<()> {
             .map_err(std::io::Error::other)?;
     }
     let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
+        rustls::crypto::aws_lc_rs::default_provider(),
     ))
     .with_safe_default_protocol_versions()
     .map_err(std::io::Error::other)?
@@ -432,7 +432,7 @@ fn suite_rate(
     use rustls_pki_types::pem::PemObject;
     use std::io::{Read, Write};
     use std::sync::Arc;
-    let mut provider = rustls::crypto::ring::default_provider();
+    let mut provider = rustls::crypto::aws_lc_rs::default_provider();
     provider.cipher_suites = vec![suite];
     let provider = Arc::new(provider);
     let chain = rustls_pki_types::CertificateDer::pem_file_iter(certs.join("broker-1.pem"))
@@ -593,7 +593,9 @@ async fn tls_against_plaintext(
 
 /// Part 4's floor (`-- floor` alone): the AES-128-GCM figure, MB/s.
 fn suite_floor(certs: &std::path::Path) -> std::io::Result<f64> {
-    use rustls::crypto::ring::cipher_suite::{TLS13_AES_128_GCM_SHA256, TLS13_AES_256_GCM_SHA384};
+    use rustls::crypto::aws_lc_rs::cipher_suite::{
+        TLS13_AES_128_GCM_SHA256, TLS13_AES_256_GCM_SHA384,
+    };
     // Each twice, alternated, the better of each taken: the first pass also pays for
     // warming up (buffers growing, pages faulted in).
     let (mut aes128, mut aes256) = (0.0f64, 0.0f64);

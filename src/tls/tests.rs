@@ -395,7 +395,7 @@ fn a_dns_name_names_a_broker_only_as_broker_name_writes_it() {
 #[tokio::test]
 async fn the_server_chooses_aes_128_gcm_by_its_own_order() {
     use rustls::CipherSuite as S;
-    use rustls::crypto::ring::cipher_suite::{
+    use rustls::crypto::aws_lc_rs::cipher_suite::{
         TLS13_AES_128_GCM_SHA256, TLS13_AES_256_GCM_SHA384, TLS13_CHACHA20_POLY1305_SHA256,
     };
     let dir = tempfile::tempdir().unwrap();
@@ -408,7 +408,7 @@ async fn the_server_chooses_aes_128_gcm_by_its_own_order() {
         for cert in CertificateDer::pem_slice_iter(certs.ca_pem().as_bytes()) {
             roots.add(cert.unwrap()).unwrap();
         }
-        let mut provider = rustls::crypto::ring::default_provider();
+        let mut provider = rustls::crypto::aws_lc_rs::default_provider();
         provider.cipher_suites = suites;
         let config = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
             .with_protocol_versions(&[&rustls::version::TLS13])

@@ -189,7 +189,7 @@ async fn tls_connect(
     let mut roots = rustls::RootCertStore::empty();
     let ca = rustls_pki_types::CertificateDer::from_pem_slice(certs.ca_pem().as_bytes()).unwrap();
     roots.add(ca).unwrap();
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()
