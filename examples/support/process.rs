@@ -5,7 +5,12 @@
 /// turned into seconds; 0 where they cannot be read. `indices` count from the state field (the
 /// third in `proc(5)`) as 0.
 fn stat_seconds(indices: [usize; 2]) -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    stat_file_seconds(std::path::Path::new("/proc/self/stat"), indices)
+}
+
+/// [`stat_seconds`] of a `stat` file of the same form (a thread's, a process's).
+fn stat_file_seconds(path: &std::path::Path, indices: [usize; 2]) -> f64 {
+    let stat = std::fs::read_to_string(path).unwrap_or_default();
     let fields: Vec<&str> = stat
         .rsplit(')')
         .next()
@@ -26,6 +31,23 @@ fn stat_seconds(indices: [usize; 2]) -> f64 {
 #[allow(dead_code)]
 pub fn cpu_seconds() -> f64 {
     stat_seconds([11, 12])
+}
+
+/// CPU seconds, user and system, of this process's threads whose name starts with `prefix`
+/// (`/proc/self/task/*/comm`, as a runtime's `thread_name` set it): its live threads only, so
+/// compare readings taken while the same threads run.
+#[allow(dead_code)]
+pub fn threads_cpu_seconds(prefix: &str) -> f64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0.0;
+    };
+    tasks
+        .flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with(prefix))
+        })
+        .map(|t| stat_file_seconds(&t.path().join("stat"), [11, 12]))
+        .sum()
 }
 
 /// CPU seconds, user and system, of this process's children that have been waited for
