@@ -206,6 +206,8 @@ pub struct Node {
     kafka: Option<tokio::task::JoinHandle<()>>,
     /// The certificate the listeners serving TLS present (see [`NodeConfig::tls`]).
     tls: Option<crate::tls::TlsServer>,
+    /// The tasks that run until shutdown (supervision, liveness, retention, …), by name.
+    background: Vec<(&'static str, tokio::task::JoinHandle<()>)>,
     _data_lock: crate::dirlock::DirLock,
 }
 
@@ -513,10 +515,19 @@ impl Node {
                 .filter(|g| replicas::still_held(g, 2))
                 .map(replicas::holders_of)
                 .collect();
+            // A background task still running names itself; none running means requests being
+            // served or tasks of the moment (a heartbeat, a hand-off) hold on.
+            let running: Vec<&str> = self
+                .background
+                .iter()
+                .filter(|(_, task)| !task.is_finished())
+                .map(|(name, _)| *name)
+                .collect();
             tracing::warn!(
                 waited = ?SHUTDOWN_RELEASE_WAIT,
                 broker_handles = Arc::strong_count(&self.broker),
                 held = %held.join("; "),
+                background_running = %running.join(", "),
                 "stopped with logs still held by tasks that have not ended: their directories \
                  cannot be opened again until they do"
             );

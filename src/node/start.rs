@@ -7,6 +7,7 @@ use std::sync::atomic::AtomicBool;
 
 use parking_lot::RwLock;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 use super::{
     Broker, HostedReplica, META_RECORD_BYTES_MAX, META_SEGMENT_BYTES, Node, NodeConfig,
@@ -147,25 +148,48 @@ impl Node {
             follower,
             kafka,
             tls: tls.server,
+            background: Vec::new(),
             _data_lock: data_lock,
         };
-        node.spawn_background(shutdown_for_retention);
-        Ok(node)
+        let background = node.spawn_background(shutdown_for_retention);
+        Ok(Node { background, ..node })
     }
 
     /// Starts the tasks a running broker keeps going until `shutdown`: supervision, group
-    /// timers, metrics, liveness, quiet groups, leader balance and retention.
-    fn spawn_background(&self, shutdown: watch::Receiver<bool>) {
-        tokio::spawn(Arc::clone(&self.broker).supervise(shutdown.clone()));
-        tokio::spawn(groups::run_timers(
-            Arc::clone(&self.broker),
-            shutdown.clone(),
-        ));
-        tokio::spawn(Arc::clone(&self.broker).report_metrics(shutdown.clone()));
-        tokio::spawn(Arc::clone(&self.broker).run_liveness(shutdown.clone()));
-        tokio::spawn(Arc::clone(&self.broker).run_quiet(shutdown.clone()));
-        self.spawn_leader_balance(shutdown.clone());
-        self.spawn_retention(shutdown);
+    /// timers, metrics, liveness, quiet groups, leader balance and retention; each by name.
+    fn spawn_background(
+        &self,
+        shutdown: watch::Receiver<bool>,
+    ) -> Vec<(&'static str, JoinHandle<()>)> {
+        let broker = &self.broker;
+        let mut tasks = vec![
+            (
+                "supervision",
+                tokio::spawn(Arc::clone(broker).supervise(shutdown.clone())),
+            ),
+            (
+                "group timers",
+                tokio::spawn(groups::run_timers(Arc::clone(broker), shutdown.clone())),
+            ),
+            (
+                "metrics",
+                tokio::spawn(Arc::clone(broker).report_metrics(shutdown.clone())),
+            ),
+            (
+                "liveness",
+                tokio::spawn(Arc::clone(broker).run_liveness(shutdown.clone())),
+            ),
+            (
+                "quiet groups",
+                tokio::spawn(Arc::clone(broker).run_quiet(shutdown.clone())),
+            ),
+        ];
+        tasks.extend(
+            self.spawn_leader_balance(shutdown.clone())
+                .map(|t| ("leader balance", t)),
+        );
+        tasks.extend(self.spawn_retention(shutdown).map(|t| ("retention", t)));
+        tasks
     }
 }
 
