@@ -182,7 +182,20 @@ impl DevCertificates {
         if client {
             revoked.push(serial_of(&self.client.cert, "client")?);
         }
-        revocation_list(&self.ca.key, revoked)
+        revocation_list(&self.ca.key, revoked, LIST_VALID_UNTIL)
+    }
+
+    /// [`revocation_list`](Self::revocation_list) of `brokers`, whose next update passed in
+    /// 2001: a list the CA did not renew.
+    #[cfg(test)]
+    pub(crate) fn overdue_revocation_list(&self, brokers: &[NodeId]) -> Result<String> {
+        let mut revoked = Vec::new();
+        for id in brokers {
+            if let Some((_, pair)) = self.brokers.iter().find(|(b, _)| b == id) {
+                revoked.push(serial_of(&pair.cert, &format!("broker-{id}"))?);
+            }
+        }
+        revocation_list(&self.ca.key, revoked, (2001, 1, 1))
     }
 
     /// [`revocation_list`](Self::revocation_list), signed with the CA's key that
@@ -207,7 +220,7 @@ impl DevCertificates {
         if client {
             revoked.push(serial_of(&read("client.pem")?, "client.pem")?);
         }
-        revocation_list(&read("ca.key")?, revoked)
+        revocation_list(&read("ca.key")?, revoked, LIST_VALID_UNTIL)
     }
 
     /// Broker `id`'s certificate and key as [`write_to`](Self::write_to) names them in `dir`.
@@ -241,9 +254,16 @@ fn serial_of(pem: &str, name: &str) -> Result<SerialNumber, TlsError> {
         .ok_or_else(|| TlsError::Setup(format!("{name} holds no certificate")))
 }
 
+/// The next update a dev CA's revocation list names (year, month, day): none is planned.
+const LIST_VALID_UNTIL: (i32, u8, u8) = (4096, 1, 1);
+
 /// A revocation list signed by the dev CA whose key is `ca_key` (PEM), revoking the
-/// certificates of these serial numbers.
-fn revocation_list(ca_key: &str, serials: Vec<SerialNumber>) -> Result<String> {
+/// certificates of these serial numbers, whose next update is `until` (year, month, day).
+fn revocation_list(
+    ca_key: &str,
+    serials: Vec<SerialNumber>,
+    until: (i32, u8, u8),
+) -> Result<String> {
     let revoked = |serial_number: SerialNumber| RevokedCertParams {
         serial_number,
         revocation_time: rcgen::date_time_ymd(2000, 1, 1),
@@ -253,7 +273,7 @@ fn revocation_list(ca_key: &str, serials: Vec<SerialNumber>) -> Result<String> {
     let revoked_certs: Vec<RevokedCertParams> = serials.into_iter().map(revoked).collect();
     let list = CertificateRevocationListParams {
         this_update: rcgen::date_time_ymd(2000, 1, 1),
-        next_update: rcgen::date_time_ymd(4096, 1, 1),
+        next_update: rcgen::date_time_ymd(until.0, until.1, until.2),
         crl_number: SerialNumber::from(1u64),
         issuing_distribution_point: None,
         revoked_certs,

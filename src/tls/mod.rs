@@ -89,7 +89,8 @@ pub struct TlsConfig {
     /// handshake, and a peer serving one is not dialed. Read with the certificate, and again
     /// with it on [`Node::reload_tls`](crate::Node::reload_tls): the next handshake checks
     /// the new lists. Of several lists of the CA in the file, the first counts (give the
-    /// newest alone); a list past its `nextUpdate` is still used. A list is checked by
+    /// newest alone); a list past its `nextUpdate` is still used, and the broker warns of it
+    /// at each load (its CA has not renewed it). A list is checked by
     /// verifying the broker's own certificate with it, where that certificate is one for TLS
     /// clients (as brokers' are for mutual TLS): a list not the CA's, or revoking the broker
     /// itself, is refused. `None` (the default): no certificate is taken for revoked.
@@ -258,7 +259,8 @@ fn load_crls(
         path: path.clone(),
         reason,
     };
-    let verifier = revocation::client_verifier(&roots(ca)?, provider, true, &crls)
+    let roots = roots(ca)?;
+    let verifier = revocation::client_verifier(&roots, provider, true, &crls)
         .map_err(|e| file(e.to_string()))?;
     let Some((end_entity, intermediates)) = own.cert.split_first() else {
         return Ok(crls);
@@ -275,7 +277,16 @@ fn load_crls(
         Err(rustls::Error::InvalidCertificate(CertificateError::Revoked)) => Err(file(
             "the list revokes this broker's own certificate".into(),
         )),
-        _ => Ok(crls),
+        _ => {
+            if revocation::overdue(&roots, provider, &crls, end_entity, intermediates) {
+                tracing::warn!(
+                    file = %path.display(),
+                    "the certificate revocation list is past its next update (its CA has not \
+                     renewed it); it still applies: replace it with the CA's current list"
+                );
+            }
+            Ok(crls)
+        }
     }
 }
 

@@ -60,6 +60,36 @@ pub(super) fn client_verifier(
     builder.build().map_err(|e| TlsError::Setup(e.to_string()))
 }
 
+/// Whether the list of `crls` that covers `end_entity` (a certificate `roots` sign) is past
+/// its next update: its CA has not issued the list that replaces it. rustls, as here, still
+/// takes such a list for what it says (OpenSSL refuses every certificate it covers instead).
+pub(super) fn overdue(
+    roots: &Arc<rustls::RootCertStore>,
+    provider: &Arc<CryptoProvider>,
+    crls: &Crls,
+    end_entity: &CertificateDer<'_>,
+    intermediates: &[CertificateDer<'_>],
+) -> bool {
+    use rustls::CertificateError as E;
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::clone(roots),
+        Arc::clone(provider),
+    )
+    .with_crls(crls.iter().cloned())
+    .only_check_end_entity_revocation()
+    .enforce_revocation_expiration()
+    .build();
+    let Ok(verifier) = verifier else {
+        return false;
+    };
+    matches!(
+        verifier.verify_client_cert(end_entity, intermediates, UnixTime::now()),
+        Err(rustls::Error::InvalidCertificate(
+            E::ExpiredRevocationList | E::ExpiredRevocationListContext { .. }
+        ))
+    )
+}
+
 /// A verifier of server certificates signed by `roots`, refusing those `crls` revoke (an end
 /// entity's status only).
 pub(super) fn server_verifier(

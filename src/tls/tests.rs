@@ -367,6 +367,45 @@ async fn certificates_the_revocation_list_revokes_are_refused_and_a_reloaded_lis
     assert!(matches!(TlsServer::new(&config), Err(TlsError::Setup(_))));
 }
 
+#[tokio::test]
+async fn a_revocation_list_past_its_next_update_still_applies_and_is_told_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = DevCertificates::generate(&[1, 2, 3], &hosts()).unwrap();
+    certs.write_to(dir.path()).unwrap();
+    let (ca, crl) = (dir.path().join("ca.pem"), dir.path().join("crl.pem"));
+    let provider = provider();
+    let roots = roots(&ca).unwrap();
+    let own = TlsServer::new(&DevCertificates::broker_config(dir.path(), 1))
+        .unwrap()
+        .certs
+        .current
+        .read()
+        .clone();
+    let overdue = |list: String| {
+        std::fs::write(&crl, list).unwrap();
+        let crls = revocation::load(&crl).unwrap();
+        revocation::overdue(&roots, &provider, &crls, &own.cert[0], &own.cert[1..])
+    };
+    assert!(overdue(certs.overdue_revocation_list(&[3]).unwrap()));
+    assert!(!overdue(certs.revocation_list(&[3], false).unwrap()));
+    // Loaded from the overdue list, a broker still refuses what it revokes (rustls' way; a
+    // warning says the CA has not renewed it).
+    std::fs::write(&crl, certs.overdue_revocation_list(&[3]).unwrap()).unwrap();
+    let mut config = DevCertificates::broker_config(dir.path(), 1);
+    config.ca_cert = Some(ca.clone());
+    config.crl = Some(crl.clone());
+    let server = TlsServer::new(&config)
+        .unwrap()
+        .asking_for_certificates(&ca, false)
+        .unwrap();
+    let dialer = |id| {
+        let me = TlsServer::new(&DevCertificates::broker_config(dir.path(), id)).unwrap();
+        TlsDialer::for_peers(&ca, &me).unwrap()
+    };
+    assert_eq!(presented(&server, &dialer(3)).await, None, "revoked");
+    assert_eq!(presented(&server, &dialer(2)).await, Some((false, true)));
+}
+
 #[test]
 fn a_dns_name_names_a_broker_only_as_broker_name_writes_it() {
     assert_eq!(named_broker("broker-4"), Some(4));
