@@ -516,7 +516,8 @@ impl Node {
                 .map(replicas::holders_of)
                 .collect();
             // A background task still running names itself; none running means requests being
-            // served or tasks of the moment (a heartbeat, a hand-off) hold on.
+            // served or tasks not tracked here (a heartbeat, a hand-off, a campaign, each
+            // spawned by another) hold on.
             let running: Vec<&str> = self
                 .background
                 .iter()

@@ -172,6 +172,23 @@ impl DevCertificates {
     /// [`Error::Tls`](crate::Error::Tls) ([`TlsError::Setup`]) if a broker has no certificate
     /// here, or the list cannot be signed.
     pub fn revocation_list(&self, brokers: &[NodeId], client: bool) -> Result<String> {
+        self.revocation_list_until(brokers, client, LIST_VALID_UNTIL)
+    }
+
+    /// [`revocation_list`](Self::revocation_list) of `brokers`, whose next update passed in
+    /// 2001: a list the CA did not renew.
+    #[cfg(test)]
+    pub(crate) fn overdue_revocation_list(&self, brokers: &[NodeId]) -> Result<String> {
+        self.revocation_list_until(brokers, false, (2001, 1, 1))
+    }
+
+    /// [`revocation_list`](Self::revocation_list), its next update `until`.
+    fn revocation_list_until(
+        &self,
+        brokers: &[NodeId],
+        client: bool,
+        until: (i32, u8, u8),
+    ) -> Result<String> {
         let mut revoked = Vec::new();
         for id in brokers {
             let Some((_, pair)) = self.brokers.iter().find(|(b, _)| b == id) else {
@@ -182,20 +199,7 @@ impl DevCertificates {
         if client {
             revoked.push(serial_of(&self.client.cert, "client")?);
         }
-        revocation_list(&self.ca.key, revoked, LIST_VALID_UNTIL)
-    }
-
-    /// [`revocation_list`](Self::revocation_list) of `brokers`, whose next update passed in
-    /// 2001: a list the CA did not renew.
-    #[cfg(test)]
-    pub(crate) fn overdue_revocation_list(&self, brokers: &[NodeId]) -> Result<String> {
-        let mut revoked = Vec::new();
-        for id in brokers {
-            if let Some((_, pair)) = self.brokers.iter().find(|(b, _)| b == id) {
-                revoked.push(serial_of(&pair.cert, &format!("broker-{id}"))?);
-            }
-        }
-        revocation_list(&self.ca.key, revoked, (2001, 1, 1))
+        revocation_list(&self.ca.key, revoked, until)
     }
 
     /// [`revocation_list`](Self::revocation_list), signed with the CA's key that

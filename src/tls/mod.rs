@@ -89,8 +89,9 @@ pub struct TlsConfig {
     /// handshake, and a peer serving one is not dialed. Read with the certificate, and again
     /// with it on [`Node::reload_tls`](crate::Node::reload_tls): the next handshake checks
     /// the new lists. Of several lists of the CA in the file, the first counts (give the
-    /// newest alone); a list past its `nextUpdate` is still used, and the broker warns of it
-    /// at each load (its CA has not renewed it). A list is checked by
+    /// newest alone); a list past its `nextUpdate` is still used (the broker warns of it at
+    /// each load where the list covers its own certificate, the check below). A list is
+    /// checked by
     /// verifying the broker's own certificate with it, where that certificate is one for TLS
     /// clients (as brokers' are for mutual TLS): a list not the CA's, or revoking the broker
     /// itself, is refused. `None` (the default): no certificate is taken for revoked.
@@ -135,12 +136,14 @@ pub enum TlsError {
 }
 
 /// The crypto provider every TLS context of the crate uses: aws-lc-rs's (its AES-GCM runs on
-/// the AVX-512 units where there are some; through rustls 1.15–1.20× ring's, whose AES-GCM
-/// stops at AVX2), its cipher suites ordered with the AES-128-GCM ones first (as Go's and
-/// BoringSSL's), which encrypt and decrypt 1.05–1.20× as fast as AES-256-GCM on this crate's
-/// reference machine (2,392 against 1,975 MB/s and 1,897 against 1,779 in two runs, one core,
-/// `cargo run --release --example security_targets -- floor`); a fetch over TLS is bound by
-/// that work. Servers choose by this order, not the client's ([`prefer_own_order`]).
+/// the AVX-512 units where there are some; through rustls 1.14–1.19× ring's in two paired
+/// runs, ring's AES-GCM stopping at AVX2), its cipher suites ordered with the AES-128-GCM ones
+/// first (as Go's and BoringSSL's), which encrypt and decrypt 1.07–1.21× as fast as
+/// AES-256-GCM on this crate's reference machine (2,392 against 1,975 MB/s and 1,897 against
+/// 1,779 in two runs, one core, `cargo run --release --example security_targets -- floor`);
+/// a fetch over TLS is bound by that work. Servers choose the suite by this order, not the
+/// client's ([`prefer_own_order`]); the key exchange is the client's choice among X25519,
+/// P-256, P-384 and the X25519 + ML-KEM-768 hybrid.
 pub(crate) fn provider() -> Arc<CryptoProvider> {
     let mut provider = rustls::crypto::aws_lc_rs::default_provider();
     // A stable sort: each family keeps the provider's own order within it.

@@ -46,18 +46,28 @@ pub(super) fn client_verifier(
     required: bool,
     crls: &Crls,
 ) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
-    let builder = rustls::server::WebPkiClientVerifier::builder_with_provider(
-        Arc::clone(roots),
-        Arc::clone(provider),
-    )
-    .with_crls(crls.iter().cloned())
-    .only_check_end_entity_revocation();
+    let builder = client_verifier_builder(roots, provider, crls);
     let builder = if required {
         builder
     } else {
         builder.allow_unauthenticated()
     };
     builder.build().map_err(|e| TlsError::Setup(e.to_string()))
+}
+
+/// rustls' verifier of client certificates signed by `roots`, with `crls` for an end
+/// entity's status.
+fn client_verifier_builder(
+    roots: &Arc<rustls::RootCertStore>,
+    provider: &Arc<CryptoProvider>,
+    crls: &Crls,
+) -> rustls::server::ClientCertVerifierBuilder {
+    rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::clone(roots),
+        Arc::clone(provider),
+    )
+    .with_crls(crls.iter().cloned())
+    .only_check_end_entity_revocation()
 }
 
 /// Whether the list of `crls` that covers `end_entity` (a certificate `roots` sign) is past
@@ -71,14 +81,9 @@ pub(super) fn overdue(
     intermediates: &[CertificateDer<'_>],
 ) -> bool {
     use rustls::CertificateError as E;
-    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-        Arc::clone(roots),
-        Arc::clone(provider),
-    )
-    .with_crls(crls.iter().cloned())
-    .only_check_end_entity_revocation()
-    .enforce_revocation_expiration()
-    .build();
+    let verifier = client_verifier_builder(roots, provider, crls)
+        .enforce_revocation_expiration()
+        .build();
     let Ok(verifier) = verifier else {
         return false;
     };
