@@ -89,12 +89,11 @@ pub struct TlsConfig {
     /// handshake, and a peer serving one is not dialed. Read with the certificate, and again
     /// with it on [`Node::reload_tls`](crate::Node::reload_tls): the next handshake checks
     /// the new lists. Of several lists of the CA in the file, the first counts (give the
-    /// newest alone); a list past its `nextUpdate` is still used (the broker warns of it at
-    /// each load where the list covers its own certificate, the check below). A list is
-    /// checked by
-    /// verifying the broker's own certificate with it, where that certificate is one for TLS
-    /// clients (as brokers' are for mutual TLS): a list not the CA's, or revoking the broker
-    /// itself, is refused. `None` (the default): no certificate is taken for revoked.
+    /// newest alone). A list is checked by verifying the broker's own certificate with it,
+    /// where that certificate is one for TLS clients (as brokers' are for mutual TLS): a list
+    /// not the CA's, or revoking the broker itself, is refused; a list past its `nextUpdate`
+    /// is still used, and where this check covers it the broker warns of it at each load.
+    /// `None` (the default): no certificate is taken for revoked.
     pub crl: Option<PathBuf>,
 }
 
