@@ -15,6 +15,10 @@
 //!   certificate and again with it, checked in every handshake where a certificate is asked for.
 //! - `dev_certs.rs`: a local CA and certificates signed by it, for dev clusters and tests
 //!   ([`DevCertificates`]).
+//! - `stream.rs`: a connection, once rustls' handshake is done: rustls keeps the secrets
+//!   (key updates, session tickets) and `record.rs` seals and opens the records in the
+//!   connection's own buffers, in place, a copy fewer each way than rustls' buffered
+//!   connection makes and no allocation a record.
 //!
 //! A handshake runs on the connection's own task once the connection is admitted under the
 //! broker's connection cap, within the connection's pre-authentication deadline
@@ -23,7 +27,9 @@
 
 mod dev_certs;
 mod dn;
+mod record;
 mod revocation;
+mod stream;
 mod subject;
 
 pub use dev_certs::DevCertificates;
@@ -40,23 +46,10 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpStream;
 
-/// Bytes a TLS connection reads from its socket at once, below rustls (which asks for 4 KiB
-/// at a time): one TLS record of the largest size, so that a stream of full records takes a
-/// read per record, not four. What a connection holds for it, beside rustls' own buffers.
-const TLS_READ_BUFFER_BYTES: usize = 16 << 10;
-
-/// Bytes of TLS records a connection encrypts ahead of what its socket took (rustls' buffer
-/// limit, 64 KiB by default). A large answer or request is encrypted and written in pieces of
-/// this size: big enough that the writer makes few writes and wakes the reader few times, small
-/// enough that the reader decrypts one piece while the next is encrypted. Measured on a fetch of
-/// 4 MiB answers over loopback TLS (2026-12-05, two cores): 64 KiB 1.10–1.13 M records/s of
-/// 1 KiB, 256 KiB 1.11–1.15 M, 1 MiB 1.34–1.38 M, the whole answer at once 1.20–1.28 M. It is
-/// memory beside the answer only while the answer is written, and never more than the part of
-/// it encrypted so far, so answers over TLS hold at most twice their budget.
-const TLS_SEND_BUFFER_BYTES: usize = 1 << 20;
-
-/// A TLS connection as a listener serves it: rustls over a read-buffered socket.
-pub(crate) type ServerStream = tokio_rustls::server::TlsStream<tokio::io::BufReader<TcpStream>>;
+/// A TLS connection as a listener serves it and as a client or peer dials it.
+pub(crate) type ServerStream = stream::TlsStream;
+/// A TLS connection as a client or peer dials it.
+pub(crate) type ClientStream = stream::TlsStream;
 
 /// How long a new connection has to finish authenticating, from its admission: its TLS
 /// handshake, and its SASL exchange where the listener asks for one (NATS and Kafka bound
@@ -167,7 +160,15 @@ fn is_aes_128_gcm(suite: rustls::CipherSuite) -> bool {
 /// clients, OpenSSL's among them, put AES-256-GCM first).
 fn prefer_own_order(mut server: rustls::ServerConfig) -> rustls::ServerConfig {
     server.ignore_client_order = true;
+    // The stream protects the records itself once the handshake is done (`stream.rs`).
+    server.enable_secret_extraction = true;
     server
+}
+
+/// A client's config, its records protected by the stream (`stream.rs`).
+fn own_records(mut client: rustls::ClientConfig) -> Arc<rustls::ClientConfig> {
+    client.enable_secret_extraction = true;
+    Arc::new(client)
 }
 
 /// Reads the certificate chain and key `config` names, and checks that they go together.
@@ -399,7 +400,7 @@ fn named_broker(name: &str) -> Option<crate::types::NodeId> {
 /// What a listener runs its TLS handshakes with.
 #[derive(Clone)]
 pub(crate) struct TlsServer {
-    acceptor: tokio_rustls::TlsAcceptor,
+    config: Arc<rustls::ServerConfig>,
     certs: Arc<CertStore>,
 }
 
@@ -424,7 +425,7 @@ impl TlsServer {
             .with_no_client_auth()
             .with_cert_resolver(resolver);
         Ok(TlsServer {
-            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(prefer_own_order(server))),
+            config: Arc::new(prefer_own_order(server)),
             certs,
         })
     }
@@ -452,7 +453,7 @@ impl TlsServer {
             .with_client_cert_verifier(verifier)
             .with_cert_resolver(resolver);
         Ok(TlsServer {
-            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(prefer_own_order(server))),
+            config: Arc::new(prefer_own_order(server)),
             certs: Arc::clone(&self.certs),
         })
     }
@@ -473,13 +474,10 @@ impl TlsServer {
         from: SocketAddr,
         deadline: tokio::time::Instant,
     ) -> Option<(ServerStream, Option<ClientCertificate>)> {
-        let stream = tokio::io::BufReader::with_capacity(TLS_READ_BUFFER_BYTES, stream);
-        let accepting = self.acceptor.accept_with(stream, |conn| {
-            conn.set_buffer_limit(Some(TLS_SEND_BUFFER_BYTES));
-        });
+        let accepting = stream::TlsStream::accept(stream, Arc::clone(&self.config));
         match tokio::time::timeout_at(deadline, accepting).await {
             Ok(Ok(stream)) => {
-                let presented = stream.get_ref().1.peer_certificates();
+                let presented = stream.peer_certificates();
                 let certificate = presented
                     .and_then(|chain| chain.first())
                     .map(|cert| ClientCertificate::new(cert.clone().into_owned()));
@@ -497,14 +495,11 @@ impl TlsServer {
     }
 }
 
-/// A TLS connection as a client or peer dials it: rustls over a read-buffered socket.
-pub(crate) type ClientStream = tokio_rustls::client::TlsStream<tokio::io::BufReader<TcpStream>>;
-
 /// What outbound connections (a client's, a broker's to its peers) dial TLS with: the CA
 /// roots a server's certificate must chain to.
 #[derive(Clone)]
 pub(crate) struct TlsDialer {
-    connector: tokio_rustls::TlsConnector,
+    config: Arc<rustls::ClientConfig>,
 }
 
 impl std::fmt::Debug for TlsDialer {
@@ -548,7 +543,7 @@ impl TlsDialer {
             }
         };
         Ok(TlsDialer {
-            connector: tokio_rustls::TlsConnector::from(Arc::new(config)),
+            config: own_records(config),
         })
     }
 
@@ -567,7 +562,7 @@ impl TlsDialer {
             .with_custom_certificate_verifier(Arc::new(verifier))
             .with_client_cert_resolver(resolver);
         Ok(TlsDialer {
-            connector: tokio_rustls::TlsConnector::from(Arc::new(config)),
+            config: own_records(config),
         })
     }
 
@@ -578,12 +573,7 @@ impl TlsDialer {
         stream: TcpStream,
         name: rustls_pki_types::ServerName<'static>,
     ) -> std::io::Result<ClientStream> {
-        let stream = tokio::io::BufReader::with_capacity(TLS_READ_BUFFER_BYTES, stream);
-        self.connector
-            .connect_with(name, stream, |conn| {
-                conn.set_buffer_limit(Some(TLS_SEND_BUFFER_BYTES));
-            })
-            .await
+        stream::TlsStream::connect(stream, Arc::clone(&self.config), name).await
     }
 }
 

@@ -1,0 +1,518 @@
+//! The record protection of an established TLS connection: rustls runs the handshake and keeps
+//! the traffic secrets ([`rustls::kernel`]); this seals and opens the records in the
+//! connection's own buffers, in place, with aws-lc-rs' AEADs. rustls' buffered connection
+//! copies each record twice more on its way in (into its deframer, then into a plaintext
+//! buffer of its own) and allocates each one on its way out; this does neither.
+//!
+//! # Wire format
+//!
+//! Every record starts with a 5-byte header: content type (1 byte: 21 alert, 22 handshake,
+//! 23 application data), protocol version (2 bytes, `03 03`), body length (2 bytes,
+//! big-endian). Nonces are 12 bytes; `seq` is the direction's record count since its keys
+//! were set, starting at 0; `iv ^ seq` is the IV with the sequence number, big-endian, XORed
+//! into its last 8 bytes. Tags are 16 bytes.
+//!
+//! - TLS 1.3 (RFC 8446 §5.2, §5.3), every suite: the header's type is always 23; the body is
+//!   `AEAD(nonce = iv ^ seq, aad = header, content || real type (1 byte) || zero padding)`
+//!   followed by the tag, at most 2^14 + 256 bytes; the content is at most 2^14.
+//! - TLS 1.2, AES-GCM (RFC 5288): the body is the explicit nonce (8 bytes), the ciphertext and
+//!   the tag; the nonce is `iv[0..4] || explicit`; `aad = seq (8 bytes, big-endian) || type ||
+//!   03 03 || content length (2 bytes)`. This side sends `(iv ^ seq)[4..12]` as its explicit
+//!   nonce, as rustls does.
+//! - TLS 1.2, ChaCha20-Poly1305 (RFC 7905): the body is the ciphertext and the tag; the nonce is
+//!   `iv ^ seq`; the aad is as AES-GCM's.
+//!
+//! A connection's keys wear out (AES-GCM after about 2^24.5 records): in TLS 1.3 the sender
+//! moves to new keys with a KeyUpdate message ([`Records::needs_new_keys`]); in TLS 1.2,
+//! which has none, the connection ends there.
+
+use std::ops::Range;
+
+use aws_lc_rs::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
+use bytes::{Buf, BufMut};
+use rustls::ConnectionTrafficSecrets;
+
+/// Content types.
+pub(crate) const ALERT: u8 = 21;
+pub(crate) const HANDSHAKE: u8 = 22;
+pub(crate) const APPLICATION_DATA: u8 = 23;
+
+/// A record header's length.
+pub(crate) const HEADER_LEN: usize = 5;
+/// The most content a record carries.
+pub(crate) const MAX_CONTENT: usize = 1 << 14;
+/// The longest record body accepted: TLS 1.2 allows 2^14 + 2048 (RFC 5246 §6.2.3).
+const MAX_BODY: usize = MAX_CONTENT + 2048;
+/// The longest TLS 1.3 record body (RFC 8446 §5.2).
+const MAX_BODY_TLS13: usize = MAX_CONTENT + 256;
+/// The largest record, header included.
+pub(crate) const MAX_RECORD: usize = HEADER_LEN + MAX_BODY;
+
+const TAG_LEN: usize = 16;
+const EXPLICIT_NONCE_LEN: usize = 8;
+
+/// Why a record could not be sealed or opened. The connection ends on any of them.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RecordError {
+    #[error("TLS record of content type {0} not expected")]
+    UnexpectedType(u8),
+    #[error("TLS record header with version {0:#06x}")]
+    BadVersion(u16),
+    #[error("TLS record of {0} bytes, over the limit")]
+    Oversized(usize),
+    #[error("TLS record too short for its protection")]
+    Truncated,
+    #[error("TLS record failed authentication")]
+    BadMac,
+    #[error("TLS record without a content type")]
+    NoContentType,
+    #[error("TLS keys used up")]
+    KeysUsedUp,
+    #[error("TLS suite not supported by the record layer")]
+    UnsupportedSuite,
+}
+
+impl From<RecordError> for std::io::Error {
+    fn from(e: RecordError) -> std::io::Error {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, e)
+    }
+}
+
+/// Which record format the connection uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    Tls13,
+    Tls12Gcm,
+    Tls12Chacha,
+}
+
+/// One direction's key, IV and sequence number.
+struct Keys {
+    key: LessSafeKey,
+    iv: [u8; 12],
+    seq: u64,
+}
+
+impl Keys {
+    fn new(seq: u64, secrets: &ConnectionTrafficSecrets) -> Result<(Keys, bool), RecordError> {
+        let (algorithm, key, iv, chacha) = match secrets {
+            ConnectionTrafficSecrets::Aes128Gcm { key, iv } => (&aead::AES_128_GCM, key, iv, false),
+            ConnectionTrafficSecrets::Aes256Gcm { key, iv } => (&aead::AES_256_GCM, key, iv, false),
+            ConnectionTrafficSecrets::Chacha20Poly1305 { key, iv } => {
+                (&aead::CHACHA20_POLY1305, key, iv, true)
+            }
+            _ => return Err(RecordError::UnsupportedSuite),
+        };
+        let key =
+            UnboundKey::new(algorithm, key.as_ref()).map_err(|_| RecordError::UnsupportedSuite)?;
+        let iv = <[u8; 12]>::try_from(iv.as_ref()).map_err(|_| RecordError::UnsupportedSuite)?;
+        let keys = Keys {
+            key: LessSafeKey::new(key),
+            iv,
+            seq,
+        };
+        Ok((keys, chacha))
+    }
+
+    /// `iv ^ seq`.
+    fn nonce_bytes(&self) -> [u8; 12] {
+        let mut nonce = self.iv;
+        let mut seq = [0u8; 8];
+        (&mut seq[..]).put_u64(self.seq);
+        for (n, s) in nonce[4..].iter_mut().zip(seq) {
+            *n ^= s;
+        }
+        nonce
+    }
+
+    /// TLS 1.2's additional data.
+    fn aad12(&self, typ: u8, content_len: usize) -> [u8; 13] {
+        let mut aad = [0u8; 13];
+        (&mut aad[..8]).put_u64(self.seq);
+        aad[8..11].copy_from_slice(&[typ, 3, 3]);
+        (&mut aad[11..]).put_u16(content_len as u16);
+        aad
+    }
+
+    fn advance(&mut self) -> Result<(), RecordError> {
+        self.seq = self.seq.checked_add(1).ok_or(RecordError::KeysUsedUp)?;
+        Ok(())
+    }
+}
+
+/// A connection's record protection, both directions.
+pub(crate) struct Records {
+    format: Format,
+    tx: Keys,
+    rx: Keys,
+    /// Records one key may seal before it must be replaced (the suite's confidentiality limit).
+    limit: u64,
+}
+
+impl Records {
+    /// The protection rustls' handshake ended with: `tls13` tells the record format, `tx` and
+    /// `rx` are each a sequence number and the secrets it goes with, `limit` the suite's
+    /// confidentiality limit.
+    pub(crate) fn new(
+        tls13: bool,
+        tx: (u64, ConnectionTrafficSecrets),
+        rx: (u64, ConnectionTrafficSecrets),
+        limit: u64,
+    ) -> Result<Records, RecordError> {
+        let (tx, chacha) = Keys::new(tx.0, &tx.1)?;
+        let (rx, _) = Keys::new(rx.0, &rx.1)?;
+        let format = match (tls13, chacha) {
+            (true, _) => Format::Tls13,
+            (false, false) => Format::Tls12Gcm,
+            (false, true) => Format::Tls12Chacha,
+        };
+        Ok(Records {
+            format,
+            tx,
+            rx,
+            limit,
+        })
+    }
+
+    /// Whether the sending key has sealed as many records as it may: in TLS 1.3, time for a
+    /// KeyUpdate and [`Records::set_tx`]; in TLS 1.2, the end of the connection.
+    pub(crate) fn needs_new_keys(&self) -> bool {
+        self.tx.seq >= self.limit
+    }
+
+    /// Test-only: new sending keys after every `records` records.
+    #[cfg(test)]
+    pub(crate) fn set_limit(&mut self, records: u64) {
+        self.limit = records;
+    }
+
+    /// Whether the connection is TLS 1.3 (which has KeyUpdate).
+    pub(crate) fn is_tls13(&self) -> bool {
+        self.format == Format::Tls13
+    }
+
+    /// Seals with the new sending keys from here on.
+    pub(crate) fn set_tx(
+        &mut self,
+        (seq, secrets): (u64, ConnectionTrafficSecrets),
+    ) -> Result<(), RecordError> {
+        self.tx = Keys::new(seq, &secrets)?.0;
+        Ok(())
+    }
+
+    /// Opens with the new receiving keys from here on.
+    pub(crate) fn set_rx(
+        &mut self,
+        (seq, secrets): (u64, ConnectionTrafficSecrets),
+    ) -> Result<(), RecordError> {
+        self.rx = Keys::new(seq, &secrets)?.0;
+        Ok(())
+    }
+
+    /// Appends to `out` one record of type `typ` whose content `fill` appends (at most
+    /// [`MAX_CONTENT`] bytes; more is an error and leaves `out` as it was).
+    pub(crate) fn seal(
+        &mut self,
+        typ: u8,
+        out: &mut Vec<u8>,
+        fill: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<(), RecordError> {
+        if self.tx.seq >= self.limit && !self.is_tls13() {
+            return Err(RecordError::KeysUsedUp);
+        }
+        let start = out.len();
+        let outer = if self.is_tls13() {
+            APPLICATION_DATA
+        } else {
+            typ
+        };
+        out.extend_from_slice(&[outer, 3, 3, 0, 0]);
+        let nonce = self.tx.nonce_bytes();
+        if self.format == Format::Tls12Gcm {
+            out.extend_from_slice(&nonce[4..]);
+        }
+        let content_at = out.len();
+        fill(out);
+        let content_len = out.len() - content_at;
+        if content_len > MAX_CONTENT {
+            out.truncate(start);
+            return Err(RecordError::Oversized(content_len));
+        }
+        let mut aad = [0u8; 13];
+        let aad_len = match self.format {
+            Format::Tls13 => {
+                out.push(typ);
+                let body_len = out.len() - start - HEADER_LEN + TAG_LEN;
+                (&mut out[start + 3..start + 5]).put_u16(body_len as u16);
+                aad[..HEADER_LEN].copy_from_slice(&out[start..start + HEADER_LEN]);
+                HEADER_LEN
+            }
+            Format::Tls12Gcm | Format::Tls12Chacha => {
+                let body_len = out.len() - start - HEADER_LEN + TAG_LEN;
+                (&mut out[start + 3..start + 5]).put_u16(body_len as u16);
+                aad = self.tx.aad12(typ, content_len);
+                aad.len()
+            }
+        };
+        let tag = self
+            .tx
+            .key
+            .seal_in_place_separate_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(&aad[..aad_len]),
+                &mut out[content_at..],
+            )
+            .map_err(|_| RecordError::BadMac)?;
+        out.extend_from_slice(tag.as_ref());
+        self.tx.advance()
+    }
+
+    /// The whole length (header included) of the record whose header starts `head`, once
+    /// its 5 bytes are there; an error for a header no record of this connection can have.
+    pub(crate) fn record_len(&self, head: &[u8]) -> Option<Result<usize, RecordError>> {
+        let [typ, major, minor, hi, lo, ..] = *head else {
+            return None;
+        };
+        let len = usize::from((&[hi, lo][..]).get_u16());
+        let max = if self.is_tls13() {
+            MAX_BODY_TLS13
+        } else {
+            MAX_BODY
+        };
+        let checked = if !(typ == APPLICATION_DATA
+            || (!self.is_tls13() && matches!(typ, ALERT | HANDSHAKE)))
+        {
+            Err(RecordError::UnexpectedType(typ))
+        } else if major != 3 {
+            Err(RecordError::BadVersion((&[major, minor][..]).get_u16()))
+        } else if len > max {
+            Err(RecordError::Oversized(len))
+        } else {
+            Ok(HEADER_LEN + len)
+        };
+        Some(checked)
+    }
+
+    /// Opens `record` (exactly one whole record, header included, as [`Records::record_len`]
+    /// measured it) in place: its content type and where its content now lies in `record`.
+    pub(crate) fn open(&mut self, record: &mut [u8]) -> Result<(u8, Range<usize>), RecordError> {
+        if record.len() < HEADER_LEN {
+            return Err(RecordError::Truncated);
+        }
+        let header: [u8; HEADER_LEN] = [record[0], record[1], record[2], record[3], record[4]];
+        let typ = header[0];
+        let opened = match self.format {
+            Format::Tls13 => {
+                let nonce = Nonce::assume_unique_for_key(self.rx.nonce_bytes());
+                let body = &mut record[HEADER_LEN..];
+                if body.len() < TAG_LEN + 1 {
+                    return Err(RecordError::Truncated);
+                }
+                let plain = self
+                    .rx
+                    .key
+                    .open_in_place(nonce, Aad::from(header), body)
+                    .map_err(|_| RecordError::BadMac)?;
+                // The real type is the last byte that is not padding.
+                let end = plain
+                    .iter()
+                    .rposition(|&b| b != 0)
+                    .ok_or(RecordError::NoContentType)?;
+                if end > MAX_CONTENT {
+                    return Err(RecordError::Oversized(end));
+                }
+                (plain[end], HEADER_LEN..HEADER_LEN + end)
+            }
+            Format::Tls12Gcm => {
+                let body_len = record.len() - HEADER_LEN;
+                let content_len = body_len
+                    .checked_sub(EXPLICIT_NONCE_LEN + TAG_LEN)
+                    .ok_or(RecordError::Truncated)?;
+                let mut nonce = [0u8; 12];
+                nonce[..4].copy_from_slice(&self.rx.iv[..4]);
+                nonce[4..].copy_from_slice(&record[HEADER_LEN..HEADER_LEN + EXPLICIT_NONCE_LEN]);
+                let aad = self.rx.aad12(typ, content_len);
+                let at = HEADER_LEN + EXPLICIT_NONCE_LEN;
+                self.rx
+                    .key
+                    .open_in_place(
+                        Nonce::assume_unique_for_key(nonce),
+                        Aad::from(aad),
+                        &mut record[at..],
+                    )
+                    .map_err(|_| RecordError::BadMac)?;
+                (typ, at..at + content_len)
+            }
+            Format::Tls12Chacha => {
+                let content_len = (record.len() - HEADER_LEN)
+                    .checked_sub(TAG_LEN)
+                    .ok_or(RecordError::Truncated)?;
+                let nonce = Nonce::assume_unique_for_key(self.rx.nonce_bytes());
+                let aad = self.rx.aad12(typ, content_len);
+                self.rx
+                    .key
+                    .open_in_place(nonce, Aad::from(aad), &mut record[HEADER_LEN..])
+                    .map_err(|_| RecordError::BadMac)?;
+                (typ, HEADER_LEN..HEADER_LEN + content_len)
+            }
+        };
+        if opened.1.len() > MAX_CONTENT {
+            return Err(RecordError::Oversized(opened.1.len()));
+        }
+        self.rx.advance()?;
+        Ok(opened)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secrets(byte: u8, chacha: bool) -> ConnectionTrafficSecrets {
+        let iv = rustls::crypto::cipher::Iv::new([byte ^ 0x5a; 12]);
+        if chacha {
+            ConnectionTrafficSecrets::Chacha20Poly1305 {
+                key: [byte; 32].into(),
+                iv,
+            }
+        } else {
+            let key: rustls::crypto::cipher::AeadKey = [byte; 32].into();
+            ConnectionTrafficSecrets::Aes256Gcm { key, iv }
+        }
+    }
+
+    /// Two ends of one connection: what `a` seals `b` opens.
+    fn pair(tls13: bool, chacha: bool) -> (Records, Records) {
+        let a = Records::new(
+            tls13,
+            (0, secrets(1, chacha)),
+            (0, secrets(2, chacha)),
+            1 << 20,
+        );
+        let b = Records::new(
+            tls13,
+            (0, secrets(2, chacha)),
+            (0, secrets(1, chacha)),
+            1 << 20,
+        );
+        (a.unwrap(), b.unwrap())
+    }
+
+    const FORMATS: [(bool, bool); 3] = [(true, false), (false, false), (false, true)];
+
+    #[test]
+    fn what_one_end_seals_the_other_opens_in_every_format() {
+        for (tls13, chacha) in FORMATS {
+            let (mut a, mut b) = pair(tls13, chacha);
+            let mut wire = Vec::new();
+            let contents: Vec<Vec<u8>> = [0usize, 1, 1000, MAX_CONTENT]
+                .iter()
+                .map(|&n| (0..n).map(|i| (i % 251) as u8).collect())
+                .collect();
+            for c in &contents {
+                a.seal(APPLICATION_DATA, &mut wire, |out| out.extend_from_slice(c))
+                    .unwrap();
+            }
+            let mut at = 0;
+            for c in &contents {
+                let len = b.record_len(&wire[at..]).unwrap().unwrap();
+                let (typ, range) = b.open(&mut wire[at..at + len]).unwrap();
+                assert_eq!(typ, APPLICATION_DATA);
+                assert_eq!(
+                    &wire[at..at + len][range],
+                    &c[..],
+                    "tls13 {tls13} chacha {chacha}"
+                );
+                at += len;
+            }
+            assert_eq!(at, wire.len());
+        }
+    }
+
+    #[test]
+    fn a_changed_byte_a_replayed_record_or_a_lying_header_is_refused() {
+        for (tls13, chacha) in FORMATS {
+            let (mut a, mut b) = pair(tls13, chacha);
+            let mut wire = Vec::new();
+            a.seal(APPLICATION_DATA, &mut wire, |out| {
+                out.extend_from_slice(b"hello")
+            })
+            .unwrap();
+            // Every byte of the record, changed, fails it as the stream reads it (header
+            // checked, then opened): header (TLS 1.3 authenticates it whole; TLS 1.2 its type
+            // and length, not the minor version), nonce, ciphertext, tag.
+            for i in (0..wire.len()).filter(|&i| tls13 || i != 2) {
+                let mut copy = wire.clone();
+                copy[i] ^= 0x40;
+                let (_, mut fresh) = pair(tls13, chacha);
+                let outcome = match fresh.record_len(&copy) {
+                    Some(Ok(len)) if len == copy.len() => fresh.open(&mut copy).map(|_| ()),
+                    Some(Ok(_)) => Err(RecordError::Truncated),
+                    Some(Err(e)) => Err(e),
+                    None => Err(RecordError::Truncated),
+                };
+                assert!(outcome.is_err(), "byte {i} changed went through");
+            }
+            // Opened once, the same record again is out of sequence.
+            let mut first = wire.clone();
+            b.open(&mut first).unwrap();
+            assert!(matches!(
+                b.open(&mut wire.clone()),
+                Err(RecordError::BadMac)
+            ));
+            // Headers no record has.
+            assert!(matches!(
+                b.record_len(&[APPLICATION_DATA, 3, 3, 0xff, 0xff]),
+                Some(Err(RecordError::Oversized(_)))
+            ));
+            assert!(matches!(
+                b.record_len(&[20, 3, 3, 0, 1]),
+                Some(Err(RecordError::UnexpectedType(20)))
+            ));
+            assert!(matches!(
+                b.record_len(&[APPLICATION_DATA, 2, 0, 0, 1]),
+                Some(Err(RecordError::BadVersion(0x0200)))
+            ));
+            assert!(b.record_len(&[APPLICATION_DATA, 3]).is_none());
+            assert!(matches!(
+                b.open(&mut [APPLICATION_DATA, 3, 3, 0, 3, 1, 2, 3]),
+                Err(RecordError::Truncated)
+            ));
+        }
+    }
+
+    #[test]
+    fn content_over_a_record_is_refused_and_leaves_the_buffer_as_it_was() {
+        let (mut a, _) = pair(true, false);
+        let mut out = vec![9u8; 3];
+        let refused = a.seal(APPLICATION_DATA, &mut out, |o| {
+            o.resize(o.len() + MAX_CONTENT + 1, 0)
+        });
+        assert!(matches!(refused, Err(RecordError::Oversized(_))));
+        assert_eq!(out, vec![9u8; 3]);
+    }
+
+    #[test]
+    fn tls13_hides_the_type_and_tls12_with_used_up_keys_seals_nothing() {
+        let (mut a, mut b) = pair(true, false);
+        let mut wire = Vec::new();
+        a.seal(HANDSHAKE, &mut wire, |o| {
+            o.extend_from_slice(&[24, 0, 0, 1, 0])
+        })
+        .unwrap();
+        assert_eq!(wire[0], APPLICATION_DATA);
+        let (typ, range) = b.open(&mut wire).unwrap();
+        assert_eq!((typ, &wire[range]), (HANDSHAKE, &[24u8, 0, 0, 1, 0][..]));
+
+        let mut a = Records::new(false, (0, secrets(1, false)), (0, secrets(2, false)), 2).unwrap();
+        let mut out = Vec::new();
+        for _ in 0..2 {
+            a.seal(APPLICATION_DATA, &mut out, |o| o.push(1)).unwrap();
+        }
+        assert!(a.needs_new_keys());
+        assert!(matches!(
+            a.seal(APPLICATION_DATA, &mut out, |o| o.push(1)),
+            Err(RecordError::KeysUsedUp)
+        ));
+    }
+}
