@@ -27,6 +27,7 @@
 
 mod dev_certs;
 mod dn;
+mod handshake;
 mod record;
 mod revocation;
 mod stream;

@@ -64,6 +64,8 @@ pub(crate) enum RecordError {
     Truncated,
     #[error("TLS record failed authentication")]
     BadMac,
+    #[error("TLS record could not be sealed")]
+    SealFailed,
     #[error("TLS record without a content type")]
     NoContentType,
     #[error("TLS keys used up")]
@@ -217,9 +219,14 @@ impl Records {
         out: &mut Vec<u8>,
         fill: impl FnOnce(&mut Vec<u8>),
     ) -> Result<(), RecordError> {
-        if self.tx.seq >= self.limit && !self.is_tls13() {
+        // TLS 1.2 cannot renew its keys: past the limit only an alert may still go, to end the
+        // connection.
+        if self.tx.seq >= self.limit && !self.is_tls13() && typ != ALERT {
             return Err(RecordError::KeysUsedUp);
         }
+        // The sequence number this record takes must have a next one: a nonce is never used
+        // twice.
+        let next = self.tx.seq.checked_add(1).ok_or(RecordError::KeysUsedUp)?;
         let start = out.len();
         let outer = if self.is_tls13() {
             APPLICATION_DATA
@@ -254,17 +261,19 @@ impl Records {
                 aad.len()
             }
         };
-        let tag = self
-            .tx
-            .key
-            .seal_in_place_separate_tag(
-                Nonce::assume_unique_for_key(nonce),
-                Aad::from(&aad[..aad_len]),
-                &mut out[content_at..],
-            )
-            .map_err(|_| RecordError::BadMac)?;
+        let sealed = self.tx.key.seal_in_place_separate_tag(
+            Nonce::assume_unique_for_key(nonce),
+            Aad::from(&aad[..aad_len]),
+            &mut out[content_at..],
+        );
+        let Ok(tag) = sealed else {
+            // Nothing of a record that failed to seal may go out.
+            out.truncate(start);
+            return Err(RecordError::SealFailed);
+        };
         out.extend_from_slice(tag.as_ref());
-        self.tx.advance()
+        self.tx.seq = next;
+        Ok(())
     }
 
     /// The whole length (header included) of the record whose header starts `head`, once
@@ -313,6 +322,10 @@ impl Records {
                     .key
                     .open_in_place(nonce, Aad::from(header), body)
                     .map_err(|_| RecordError::BadMac)?;
+                // Content, type and padding together (RFC 8446 §5.4).
+                if plain.len() > MAX_CONTENT + 1 {
+                    return Err(RecordError::Oversized(plain.len()));
+                }
                 // The real type is the last byte that is not padding.
                 let end = plain
                     .iter()
@@ -479,6 +492,38 @@ mod tests {
                 Err(RecordError::Truncated)
             ));
         }
+    }
+
+    #[test]
+    fn tls13_padding_is_stripped_and_an_inner_plaintext_over_the_limit_is_refused() {
+        // Sealed by hand: content, type, then zeros.
+        let seal_padded = |a: &mut Records, content: &[u8], padding: usize| {
+            let mut inner = content.to_vec();
+            inner.push(APPLICATION_DATA);
+            inner.resize(inner.len() + padding, 0);
+            let len = (inner.len() + TAG_LEN) as u16;
+            let header = [APPLICATION_DATA, 3, 3, (len >> 8) as u8, len as u8];
+            let nonce = Nonce::assume_unique_for_key(a.tx.nonce_bytes());
+            a.tx.key
+                .seal_in_place_append_tag(nonce, Aad::from(header), &mut inner)
+                .unwrap();
+            a.tx.seq += 1;
+            let mut record = header.to_vec();
+            record.extend_from_slice(&inner);
+            record
+        };
+        let (mut a, mut b) = pair(true, false);
+        let mut record = seal_padded(&mut a, b"hi", 200);
+        let (typ, range) = b.open(&mut record).unwrap();
+        assert_eq!((typ, &record[range]), (APPLICATION_DATA, &b"hi"[..]));
+        let mut record = seal_padded(&mut a, &[1u8; MAX_CONTENT], 1);
+        assert!(matches!(
+            b.open(&mut record),
+            Err(RecordError::Oversized(_))
+        ));
+        let mut record = seal_padded(&mut a, &[], 0);
+        record[HEADER_LEN..].fill(0);
+        assert!(b.open(&mut record).is_err());
     }
 
     #[test]

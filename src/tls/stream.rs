@@ -1,21 +1,26 @@
 //! A TLS connection over a TCP socket, as both of a broker's doors and its peer links use it.
 //!
-//! rustls' unbuffered API runs the handshake ([`TlsStream::accept`], [`TlsStream::connect`]);
-//! the connection then turns into rustls' kernel connection, which keeps the traffic secrets
-//! (for key updates) and, on a client, takes the session tickets its server sends, while
-//! [`Records`] seals and opens the traffic in this stream's own buffers:
+//! rustls' unbuffered API runs the handshake ([`TlsStream::accept`], [`TlsStream::connect`],
+//! `handshake.rs`); the connection then turns into rustls' kernel connection, which keeps the
+//! traffic secrets (for key updates) and, on a client, takes the session tickets its server
+//! sends, while [`Records`] seals and opens the traffic in this stream's own buffers:
 //!
 //! - Reading, the socket's bytes land in one buffer and each record is opened where it lies;
 //!   a read copies the content out of it once. rustls' buffered connection copies each record
 //!   into its deframer and again into a plaintext buffer of its own before that.
 //! - Writing, the content is copied once, into the record that seals it in place; records
-//!   wait in one buffer until the socket takes them (up to [`WRITE_AHEAD`] sealed ahead).
+//!   wait in one buffer until the socket takes them (at most [`WRITE_AHEAD`] not yet taken).
 //!
 //! Past the handshake, TLS 1.3 handshake messages are handled here: a KeyUpdate moves the
 //! receiving side to new keys (and, when the peer asks, the sending side before its next
-//! record); a NewSessionTicket goes to rustls. A close_notify alert ends the reading side;
-//! any other alert, a record that fails authentication or breaks the protocol ends the
-//! connection with an [`std::io::ErrorKind::InvalidData`] error.
+//! record); a NewSessionTicket goes to rustls. A close_notify alert ends the reading side. Any
+//! other fatal alert, a record that fails authentication or breaks the protocol ends the
+//! connection: the peer is sent the fatal alert that says why where the socket takes it, and
+//! every later read and write returns the same [`std::io::ErrorKind::InvalidData`] error.
+//!
+//! A socket that ends between records ends the stream as close_notify would: both doors'
+//! frames carry their lengths, so an end inside a frame is still told apart (by the frame
+//! reader), and one between frames loses nothing the peer sent.
 
 use std::io::IoSlice;
 use std::pin::Pin;
@@ -25,21 +30,21 @@ use std::task::{Context, Poll, ready};
 use rustls::client::{ClientConnectionData, UnbufferedClientConnection};
 use rustls::kernel::KernelConnection;
 use rustls::server::{ServerConnectionData, UnbufferedServerConnection};
-use rustls::unbuffered::{ConnectionState, EncodeError, UnbufferedStatus};
 use rustls::{ProtocolVersion, SupportedCipherSuite};
 use rustls_pki_types::{CertificateDer, ServerName};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
+use super::handshake::{Leftovers, handshake, protocol_error, tls_error};
 use super::record::{
     ALERT, APPLICATION_DATA, HANDSHAKE, HEADER_LEN, MAX_CONTENT, MAX_RECORD, RecordError, Records,
 };
 
-/// Bytes of sealed records a connection holds ahead of what its socket took. A large answer is
-/// sealed and written in pieces of this size: big enough that the writer makes few writes and
-/// wakes the reader few times, small enough that the reader opens one piece while the next is
-/// sealed. It is memory beside the answer only while a large answer is written: a flush that
-/// empties a buffer grown past [`WRITE_BUFFER_KEPT`] lets it go.
+/// Bytes of sealed records a connection holds that its socket has not taken yet. A large answer
+/// is sealed and written in pieces of this size: big enough that the writer makes few writes
+/// and wakes the reader few times, small enough that the reader opens one piece while the next
+/// is sealed. It is memory beside the answer only while a large answer is written: a flush
+/// that empties a buffer grown past [`WRITE_BUFFER_KEPT`] lets it go.
 const WRITE_AHEAD: usize = 1 << 20;
 
 /// The most write buffer a connection keeps between its flushes.
@@ -48,23 +53,31 @@ const WRITE_BUFFER_KEPT: usize = 64 << 10;
 /// The most a connection's read buffer grows to. It starts empty, takes [`READ_BUFFER_MIN`] at
 /// the first read, then grows to hold a whole record when one comes, and further (doubling)
 /// while reads keep filling it: a connection that receives a stream of large records reads
-/// several at once, an idle one holds little.
+/// several at once. Emptied by a read that did not fill it (the peer sent what it had), a
+/// grown buffer is let go: an idle connection holds little.
 const READ_BUFFER_MAX: usize = 64 << 10;
 const READ_BUFFER_MIN: usize = 4 << 10;
 
-/// The most bytes of handshake messages a connection buffers: during its handshake (a
-/// certificate chain), and after it, a post-handshake message not yet whole.
-const HANDSHAKE_BYTES_MAX: usize = 64 << 10;
+/// The most bytes of a post-handshake message not yet whole a connection buffers.
+const MESSAGE_BYTES_MAX: usize = 64 << 10;
 
-/// Records in a row that carry nothing for the application (empty ones, key updates) before the
-/// peer is taken for one wasting the connection's work.
+/// Records in a row that carry nothing for the application (empty ones, key updates, warning
+/// alerts) before the peer is taken for one wasting the connection's work.
 const IDLE_RECORDS_MAX: u32 = 32;
 
 /// Handshake message types handled past the handshake.
+const HELLO_REQUEST: u8 = 0;
 const NEW_SESSION_TICKET: u8 = 4;
 const KEY_UPDATE: u8 = 24;
-/// Alert descriptions.
+
+/// Alert levels and descriptions.
+const WARNING: u8 = 1;
+const FATAL: u8 = 2;
 const CLOSE_NOTIFY: u8 = 0;
+const UNEXPECTED_MESSAGE: u8 = 10;
+const BAD_RECORD_MAC: u8 = 20;
+const RECORD_OVERFLOW: u8 = 22;
+const DECODE_ERROR: u8 = 50;
 const USER_CANCELED: u8 = 90;
 
 /// rustls' side of an established connection.
@@ -89,6 +102,36 @@ impl Kernel {
     }
 }
 
+/// Why the peer broke the connection: the fatal alert it is sent, and the error.
+struct Fatal {
+    alert: u8,
+    error: std::io::Error,
+}
+
+impl Fatal {
+    fn new(alert: u8, what: &str) -> Fatal {
+        Fatal {
+            alert,
+            error: protocol_error(what),
+        }
+    }
+}
+
+impl From<RecordError> for Fatal {
+    fn from(e: RecordError) -> Fatal {
+        let alert = match e {
+            RecordError::BadMac => BAD_RECORD_MAC,
+            RecordError::Oversized(_) => RECORD_OVERFLOW,
+            RecordError::Truncated => DECODE_ERROR,
+            _ => UNEXPECTED_MESSAGE,
+        };
+        Fatal {
+            alert,
+            error: e.into(),
+        }
+    }
+}
+
 /// An established TLS connection.
 pub(crate) struct TlsStream {
     tcp: TcpStream,
@@ -97,6 +140,8 @@ pub(crate) struct TlsStream {
     peer_certificates: Option<Vec<CertificateDer<'static>>>,
     read: ReadSide,
     write: WriteSide,
+    /// The error that ended the connection, returned again by every later read and write.
+    failed: Option<(std::io::ErrorKind, String)>,
 }
 
 /// What the reading side holds.
@@ -106,6 +151,8 @@ struct ReadSide {
     buf: Vec<u8>,
     head: usize,
     tail: usize,
+    /// Whether the socket's last read filled the buffer (more was likely waiting).
+    filled: bool,
     /// Content opened and not yet read, in `buf`.
     content: std::ops::Range<usize>,
     /// Application data that came with the handshake, and how much of it was read.
@@ -127,170 +174,8 @@ struct WriteSide {
     sent: usize,
     /// Whether the peer asked for a KeyUpdate this side has not sent yet.
     owe_key_update: bool,
-    /// Whether this side sent close_notify.
+    /// Whether this side sent its last record (close_notify, or a fatal alert).
     closed: bool,
-}
-
-fn tls_error(e: rustls::Error) -> std::io::Error {
-    std::io::Error::new(std::io::ErrorKind::InvalidData, e)
-}
-
-fn protocol_error(what: &str) -> std::io::Error {
-    std::io::Error::new(std::io::ErrorKind::InvalidData, format!("TLS: {what}"))
-}
-
-/// The unbuffered connection of either side, as the handshake drives it.
-trait Handshaking {
-    type Data;
-    fn process<'c, 'i>(
-        &'c mut self,
-        incoming: &'i mut [u8],
-    ) -> UnbufferedStatus<'c, 'i, Self::Data>;
-    fn is_handshaking(&self) -> bool;
-}
-
-impl Handshaking for UnbufferedServerConnection {
-    type Data = ServerConnectionData;
-    fn process<'c, 'i>(
-        &'c mut self,
-        incoming: &'i mut [u8],
-    ) -> UnbufferedStatus<'c, 'i, Self::Data> {
-        self.process_tls_records(incoming)
-    }
-    fn is_handshaking(&self) -> bool {
-        rustls::CommonState::is_handshaking(self)
-    }
-}
-
-impl Handshaking for UnbufferedClientConnection {
-    type Data = ClientConnectionData;
-    fn process<'c, 'i>(
-        &'c mut self,
-        incoming: &'i mut [u8],
-    ) -> UnbufferedStatus<'c, 'i, Self::Data> {
-        self.process_tls_records(incoming)
-    }
-    fn is_handshaking(&self) -> bool {
-        rustls::CommonState::is_handshaking(self)
-    }
-}
-
-/// What the handshake does next, once rustls' state is let go.
-enum Step {
-    Again,
-    Transmit,
-    Receive,
-    Done,
-}
-
-/// What a finished handshake leaves: TLS bytes received past it, and application data that
-/// came with it.
-struct Leftovers {
-    received: Vec<u8>,
-    early: Vec<u8>,
-}
-
-/// Runs `conn`'s handshake over `tcp` until it is done (both sides' Finished exchanged).
-async fn handshake<C: Handshaking>(
-    conn: &mut C,
-    tcp: &mut TcpStream,
-) -> std::io::Result<Leftovers> {
-    let (mut incoming, mut used) = (vec![0u8; 4096], 0usize);
-    let (mut outgoing, mut early) = (Vec::new(), Vec::new());
-    // Bounded: each turn moves the handshake on or reads from the socket, and the caller's
-    // deadline bounds the whole.
-    loop {
-        let UnbufferedStatus { discard, state } = conn.process(&mut incoming[..used]);
-        let mut extra_discard = 0;
-        let step = match state {
-            Err(e) => {
-                let _ = tcp.write_all(&outgoing).await;
-                send_alert(conn, tcp).await;
-                return Err(tls_error(e));
-            }
-            Ok(ConnectionState::EncodeTlsData(mut encode)) => {
-                let at = outgoing.len();
-                outgoing.resize(at + MAX_RECORD, 0);
-                let written = loop {
-                    match encode.encode(&mut outgoing[at..]) {
-                        Ok(n) => break n,
-                        Err(EncodeError::InsufficientSize(s)) => {
-                            outgoing.resize(at + s.required_size, 0);
-                        }
-                        Err(e) => return Err(protocol_error(&e.to_string())),
-                    }
-                };
-                outgoing.truncate(at + written);
-                Step::Again
-            }
-            Ok(ConnectionState::TransmitTlsData(transmit)) => {
-                transmit.done();
-                Step::Transmit
-            }
-            Ok(ConnectionState::BlockedHandshake) => Step::Receive,
-            Ok(ConnectionState::ReadTraffic(mut traffic)) => {
-                while let Some(record) = traffic.next_record() {
-                    let record = record.map_err(tls_error)?;
-                    extra_discard += record.discard;
-                    early.extend_from_slice(record.payload);
-                }
-                Step::Again
-            }
-            Ok(ConnectionState::WriteTraffic(_)) => {
-                // May send, but the peer's Finished is still to come (a server's 0.5-RTT).
-                if conn.is_handshaking() {
-                    Step::Receive
-                } else {
-                    Step::Done
-                }
-            }
-            Ok(ConnectionState::PeerClosed | ConnectionState::Closed) => {
-                return Err(protocol_error("closed during the handshake"));
-            }
-            Ok(other) => return Err(protocol_error(&format!("unexpected state {other:?}"))),
-        };
-        let discard = discard + extra_discard;
-        incoming.copy_within(discard..used, 0);
-        used -= discard;
-        match step {
-            Step::Again => {}
-            Step::Transmit => {
-                tcp.write_all(&outgoing).await?;
-                outgoing.clear();
-            }
-            Step::Receive => {
-                if used == incoming.len() {
-                    if incoming.len() >= HANDSHAKE_BYTES_MAX + MAX_RECORD {
-                        return Err(protocol_error("handshake message too large"));
-                    }
-                    incoming.resize(incoming.len() * 2, 0);
-                }
-                let n = tcp.read(&mut incoming[used..]).await?;
-                if n == 0 {
-                    return Err(std::io::ErrorKind::UnexpectedEof.into());
-                }
-                used += n;
-            }
-            Step::Done => {
-                return Ok(Leftovers {
-                    received: incoming[..used].to_vec(),
-                    early,
-                });
-            }
-        }
-    }
-}
-
-/// Sends the alert rustls queued on a failed handshake, if it did: the peer learns why.
-async fn send_alert<C: Handshaking>(conn: &mut C, tcp: &mut TcpStream) {
-    let mut alert = vec![0u8; 64];
-    let written = match conn.process(&mut []).state {
-        Ok(ConnectionState::EncodeTlsData(mut encode)) => encode.encode(&mut alert).ok(),
-        _ => None,
-    };
-    if let Some(n) = written {
-        let _ = tcp.write_all(&alert[..n]).await;
-    }
 }
 
 /// The suite's confidentiality limit: records one key may seal.
@@ -314,10 +199,11 @@ impl TlsStream {
         let tls13 = kernel.protocol_version() == ProtocolVersion::TLSv1_3;
         let limit = limit(kernel.negotiated_cipher_suite());
         let records = Records::new(tls13, secrets.tx, secrets.rx, limit)?;
+        let kernel = Kernel::Server(kernel);
         Ok(TlsStream::new(
             tcp,
             records,
-            Kernel::Server(kernel),
+            kernel,
             peer_certificates,
             left,
         ))
@@ -362,9 +248,11 @@ impl TlsStream {
                 buf: left.received,
                 tail,
                 early: left.early,
+                closed: left.closed,
                 ..ReadSide::default()
             },
             write: WriteSide::default(),
+            failed: None,
         }
     }
 
@@ -379,8 +267,30 @@ impl TlsStream {
         self.records.set_limit(records);
     }
 
+    /// The error that ended the connection, again.
+    fn failure(&self) -> Option<std::io::Error> {
+        let (kind, what) = self.failed.as_ref()?;
+        Some(std::io::Error::new(*kind, what.clone()))
+    }
+
+    /// Ends the connection on `fatal`: its alert sealed for the peer (unless this side already
+    /// sent its last record) and written where the socket takes it now, and its error kept.
+    fn fail(&mut self, cx: &mut Context<'_>, fatal: Fatal) -> std::io::Error {
+        if !self.write.closed {
+            self.write.closed = true;
+            let sealed = self.records.seal(ALERT, &mut self.write.buf, |out| {
+                out.extend_from_slice(&[FATAL, fatal.alert]);
+            });
+            if sealed.is_ok() {
+                let _ = self.push(cx, 0);
+            }
+        }
+        self.failed = Some((fatal.error.kind(), fatal.error.to_string()));
+        fatal.error
+    }
+
     /// Opens the record of `len` bytes at the read buffer's head and acts on it.
-    fn open_next(&mut self, len: usize) -> std::io::Result<()> {
+    fn open_next(&mut self, len: usize) -> Result<(), Fatal> {
         let read = &mut self.read;
         let at = read.head;
         let (typ, range) = self.records.open(&mut read.buf[at..at + len])?;
@@ -389,19 +299,28 @@ impl TlsStream {
         if typ != APPLICATION_DATA || content.is_empty() {
             read.idle_records += 1;
             if read.idle_records > IDLE_RECORDS_MAX {
-                return Err(protocol_error("too many records without data in a row"));
+                return Err(Fatal::new(
+                    UNEXPECTED_MESSAGE,
+                    "too many records without data",
+                ));
             }
         }
+        if typ != HANDSHAKE && !read.messages.is_empty() {
+            return Err(Fatal::new(
+                UNEXPECTED_MESSAGE,
+                "a record between the parts of a handshake message",
+            ));
+        }
         match typ {
-            APPLICATION_DATA if !read.messages.is_empty() => Err(protocol_error(
-                "data between the parts of a handshake message",
-            )),
             APPLICATION_DATA => {
                 if !content.is_empty() {
                     read.idle_records = 0;
                 }
                 read.content = content;
                 Ok(())
+            }
+            HANDSHAKE if content.is_empty() => {
+                Err(Fatal::new(UNEXPECTED_MESSAGE, "an empty handshake record"))
             }
             HANDSHAKE => {
                 read.messages.extend_from_slice(&read.buf[content]);
@@ -413,8 +332,13 @@ impl TlsStream {
                     Ok(())
                 }
                 [_, USER_CANCELED] => Ok(()),
-                [_, description] => Err(protocol_error(&format!("alert {description} received"))),
-                _ => Err(protocol_error("malformed alert")),
+                // TLS 1.2's warnings (TLS 1.3 has none but the two above).
+                [WARNING, _] if !self.records.is_tls13() => Ok(()),
+                [_, description] => Err(Fatal::new(
+                    CLOSE_NOTIFY,
+                    &format!("alert {description} received"),
+                )),
+                _ => Err(Fatal::new(DECODE_ERROR, "a malformed alert")),
             },
             other => Err(RecordError::UnexpectedType(other).into()),
         }
@@ -422,12 +346,12 @@ impl TlsStream {
 
     /// Acts on the whole post-handshake messages buffered; a message's parts may span
     /// records.
-    fn handle_messages(&mut self) -> std::io::Result<()> {
+    fn handle_messages(&mut self) -> Result<(), Fatal> {
         let messages = std::mem::take(&mut self.read.messages);
         let mut rest = &messages[..];
         // Bounded by the messages' bytes: each turn takes one.
         while let [typ, a, b, c, body @ ..] = rest {
-            let len = usize::from(*a) << 16 | usize::from(*b) << 8 | usize::from(*c);
+            let len = (usize::from(*a) << 16) | (usize::from(*b) << 8) | usize::from(*c);
             let Some((payload, after)) = body.split_at_checked(len) else {
                 break;
             };
@@ -435,32 +359,41 @@ impl TlsStream {
                 (NEW_SESSION_TICKET, Kernel::Client(kernel)) => {
                     kernel
                         .handle_new_session_ticket(payload)
-                        .map_err(tls_error)?;
+                        .map_err(|e| Fatal::new(DECODE_ERROR, &e.to_string()))?;
                 }
                 (KEY_UPDATE, kernel) => {
-                    // A key change must end its record (RFC 8446 §5.1).
                     let asked = match payload {
                         [0] => false,
                         [1] => true,
-                        _ => return Err(protocol_error("malformed KeyUpdate")),
+                        _ => return Err(Fatal::new(DECODE_ERROR, "a malformed KeyUpdate")),
                     };
+                    // A key change must end its record (RFC 8446 §5.1).
                     if !after.is_empty() {
-                        return Err(protocol_error("KeyUpdate not at the end of its record"));
+                        return Err(Fatal::new(
+                            UNEXPECTED_MESSAGE,
+                            "a KeyUpdate not at the end of its record",
+                        ));
                     }
-                    self.records
-                        .set_rx(kernel.update_rx().map_err(tls_error)?)?;
+                    let keys = kernel
+                        .update_rx()
+                        .map_err(|e| Fatal::new(UNEXPECTED_MESSAGE, &e.to_string()))?;
+                    self.records.set_rx(keys)?;
                     self.write.owe_key_update |= asked;
                 }
+                // A TLS 1.2 server asking for a renegotiation, which the client may ignore.
+                (HELLO_REQUEST, Kernel::Client(_))
+                    if payload.is_empty() && !self.records.is_tls13() => {}
                 (typ, _) => {
-                    return Err(protocol_error(&format!(
-                        "handshake message {typ} past the handshake"
-                    )));
+                    return Err(Fatal::new(
+                        UNEXPECTED_MESSAGE,
+                        &format!("handshake message {typ} past the handshake"),
+                    ));
                 }
             }
             rest = after;
         }
-        if rest.len() > HANDSHAKE_BYTES_MAX {
-            return Err(protocol_error("handshake message too large"));
+        if rest.len() > MESSAGE_BYTES_MAX {
+            return Err(Fatal::new(DECODE_ERROR, "a handshake message too large"));
         }
         self.read.messages = rest.to_vec();
         Ok(())
@@ -472,16 +405,21 @@ impl TlsStream {
         let read = &mut self.read;
         if read.head == read.tail {
             (read.head, read.tail) = (0, 0);
+            if !read.filled && read.buf.len() > READ_BUFFER_MIN {
+                read.buf = Vec::new();
+            }
         } else if read.buf.len() - read.head < need.max(read.buf.len() / 2) {
             read.buf.copy_within(read.head..read.tail, 0);
             (read.tail, read.head) = (read.tail - read.head, 0);
         }
-        let wanted = if read.tail == read.buf.len() {
+        let grown = if read.tail == read.buf.len() {
             (read.buf.len() * 2).clamp(READ_BUFFER_MIN, READ_BUFFER_MAX)
         } else {
             0
         };
-        let wanted = wanted.max(read.head + need);
+        // A record's whole length (at most `MAX_RECORD`) always fits past `head`: the read
+        // below never gets an empty slice.
+        let wanted = grown.max(read.head + need);
         if wanted > read.buf.len() {
             read.buf.resize(wanted, 0);
         }
@@ -522,7 +460,47 @@ impl TlsStream {
         self.write.owe_key_update = false;
         Ok(())
     }
+
+    /// Seals up to [`WRITE_AHEAD`] bytes' worth of `bufs` (`total` bytes in all) as records
+    /// behind what the socket has not taken yet: how many bytes.
+    fn seal_from(&mut self, bufs: &[IoSlice<'_>], total: usize) -> std::io::Result<usize> {
+        let write = &mut self.write;
+        // What the socket took goes first, so that the buffer holds at most `WRITE_AHEAD`
+        // not taken, plus as much taken, plus a record.
+        if write.sent >= WRITE_AHEAD {
+            write.buf.drain(..write.sent);
+            write.sent = 0;
+        }
+        let room = WRITE_AHEAD - (write.buf.len() - write.sent).min(WRITE_AHEAD);
+        let want = total.min(room);
+        write
+            .buf
+            .reserve(want + want.div_ceil(MAX_CONTENT) * RECORD_OVERHEAD);
+        let mut taken = 0;
+        // Bounded: each turn seals up to a record's worth of `bufs`.
+        while taken < total && self.write.buf.len() - self.write.sent < WRITE_AHEAD {
+            if let Err(e) = self.renew_keys_if_due() {
+                return if taken > 0 { Ok(taken) } else { Err(e) };
+            }
+            let mut n = 0;
+            let sealed = self
+                .records
+                .seal(APPLICATION_DATA, &mut self.write.buf, |out| {
+                    n = gather(bufs, taken, MAX_CONTENT, out);
+                });
+            match sealed {
+                Ok(()) => taken += n,
+                Err(_) if taken > 0 => return Ok(taken),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(taken)
+    }
 }
+
+/// The most bytes a sealed record takes beyond its content: header, TLS 1.2's explicit nonce
+/// (or TLS 1.3's inner type) and tag.
+const RECORD_OVERHEAD: usize = HEADER_LEN + 8 + 16;
 
 /// Appends to `out` up to `max` bytes of `bufs`, skipping their first `from`: how many.
 fn gather(bufs: &[IoSlice<'_>], mut from: usize, max: usize, out: &mut Vec<u8>) -> usize {
@@ -551,6 +529,9 @@ impl AsyncRead for TlsStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let this = self.get_mut();
+        if let Some(e) = this.failure() {
+            return Poll::Ready(Err(e));
+        }
         let mut delivered = false;
         // Bounded: each turn delivers content, opens a record or reads from the socket, and
         // returns once `buf` is full or nothing more is there without waiting.
@@ -563,6 +544,9 @@ impl AsyncRead for TlsStream {
                 let n = buf.remaining().min(read.early.len() - read.early_read);
                 buf.put_slice(&read.early[read.early_read..read.early_read + n]);
                 read.early_read += n;
+                if read.early_read == read.early.len() {
+                    (read.early, read.early_read) = (Vec::new(), 0);
+                }
                 delivered = true;
                 continue;
             }
@@ -577,22 +561,30 @@ impl AsyncRead for TlsStream {
                 return Poll::Ready(Ok(()));
             }
             let need = match this.records.record_len(&read.buf[read.head..read.tail]) {
-                Some(Err(e)) => return Poll::Ready(Err(e.into())),
-                Some(Ok(len)) if read.tail - read.head >= len => {
-                    this.open_next(len)?;
-                    continue;
-                }
+                Some(Ok(len)) if read.tail - read.head >= len => match this.open_next(len) {
+                    Ok(()) => continue,
+                    Err(fatal) => {
+                        let e = this.fail(cx, fatal);
+                        // What was read before it is the caller's; the error comes next.
+                        return Poll::Ready(if delivered { Ok(()) } else { Err(e) });
+                    }
+                },
                 Some(Ok(len)) => len,
                 None => HEADER_LEN,
+                Some(Err(e)) => {
+                    let e = this.fail(cx, e.into());
+                    return Poll::Ready(if delivered { Ok(()) } else { Err(e) });
+                }
             };
             if delivered {
                 return Poll::Ready(Ok(()));
             }
-            this.make_room(need);
+            this.make_room(need.min(MAX_RECORD));
             let read = &mut this.read;
             let mut into = ReadBuf::new(&mut read.buf[read.tail..]);
             ready!(Pin::new(&mut this.tcp).poll_read(cx, &mut into))?;
             let n = into.filled().len();
+            read.filled = n == into.capacity();
             if n == 0 {
                 return Poll::Ready(if read.head == read.tail {
                     Ok(())
@@ -620,22 +612,18 @@ impl AsyncWrite for TlsStream {
         bufs: &[IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
         let this = self.get_mut();
+        if let Some(e) = this.failure() {
+            return Poll::Ready(Err(e));
+        }
+        if this.write.closed {
+            return Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into()));
+        }
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         if total == 0 {
             return Poll::Ready(Ok(0));
         }
         ready!(this.push(cx, WRITE_AHEAD - 1))?;
-        let mut taken = 0;
-        // Bounded: each turn seals up to a record's worth of `bufs`.
-        while taken < total && this.write.buf.len() - this.write.sent < WRITE_AHEAD {
-            this.renew_keys_if_due()?;
-            let mut n = 0;
-            this.records
-                .seal(APPLICATION_DATA, &mut this.write.buf, |out| {
-                    n = gather(bufs, taken, MAX_CONTENT, out);
-                })?;
-            taken += n;
-        }
+        let taken = this.seal_from(bufs, total)?;
         // What the socket takes now goes at once; the rest waits for the next write or a
         // flush.
         if let Poll::Ready(Err(e)) = this.push(cx, 0) {
@@ -662,7 +650,7 @@ impl AsyncWrite for TlsStream {
         if !this.write.closed {
             this.write.closed = true;
             this.records.seal(ALERT, &mut this.write.buf, |out| {
-                out.extend_from_slice(&[1, CLOSE_NOTIFY]);
+                out.extend_from_slice(&[WARNING, CLOSE_NOTIFY]);
             })?;
         }
         ready!(this.push(cx, 0))?;

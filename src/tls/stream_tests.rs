@@ -257,7 +257,100 @@ async fn a_damaged_record_ends_the_connection_with_an_error() {
     let mut got = vec![0u8; 1 << 16];
     let err = ours.read_exact(&mut got).await.unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{err}");
+    // The error stays; writes end too.
+    let again = ours.read(&mut got).await.unwrap_err();
+    assert_eq!(again.to_string(), err.to_string());
+    assert!(ours.write_all(b"more").await.is_err());
     drop(ours);
-    drop(writer.await);
+    // The peer was told why.
+    let mut theirs = writer.await.unwrap();
+    let told = theirs.read(&mut got).await.unwrap_err();
+    assert!(told.to_string().contains("BadRecordMac"), "{told}");
     relay.abort();
+}
+
+#[tokio::test]
+async fn a_socket_taking_less_than_it_is_given_holds_the_writer_to_its_write_ahead() {
+    let certs = dev_certificates();
+    let (server, client) = aes_128_configs(certs.path());
+    let (mut ours, _theirs) = ours_serving_rustls(sockets().await, &server, &client).await;
+    let data = pattern(4 << 20, 3);
+    let mut most = 0;
+    // Bounded: 64 rounds, each sealing what the write-ahead lets in, after which the socket
+    // (played here) takes all but the last byte: the buffer never empties at once.
+    for _ in 0..64 {
+        let taken = ours
+            .seal_from(&[std::io::IoSlice::new(&data)], data.len())
+            .unwrap();
+        assert!(taken > 0);
+        ours.write.sent = ours.write.buf.len() - 1;
+        most = most.max(ours.write.buf.len());
+    }
+    // Not yet taken by the socket at most `WRITE_AHEAD`, as much taken, and a record.
+    let bound = 2 * super::WRITE_AHEAD + super::MAX_RECORD;
+    assert!(most <= bound, "held {most} bytes");
+}
+
+#[tokio::test]
+async fn data_and_close_notify_right_behind_the_clients_finished_are_read() {
+    use std::io::{Read, Write};
+    let certs = dev_certificates();
+    let (server, client) = aes_128_configs(certs.path());
+    let (s, c) = sockets().await;
+    let mut tcp = c.into_std().unwrap();
+    tcp.set_nonblocking(false).unwrap();
+    // A client that holds its Finished back and sends it, its data and its close_notify in one
+    // write.
+    let client_side = std::thread::spawn(move || {
+        let mut conn = rustls::ClientConnection::new(client, name()).unwrap();
+        // Bounded: each turn reads the server's flight further, within the test's life.
+        while conn.is_handshaking() {
+            while conn.wants_write() {
+                conn.write_tls(&mut tcp).unwrap();
+            }
+            conn.read_tls(&mut tcp).unwrap();
+            conn.process_new_packets().unwrap();
+        }
+        conn.writer().write_all(b"hello").unwrap();
+        conn.send_close_notify();
+        let mut out = Vec::new();
+        while conn.wants_write() {
+            conn.write_tls(&mut out).unwrap();
+        }
+        tcp.write_all(&out).unwrap();
+        let mut rest = Vec::new();
+        let _ = tcp.read_to_end(&mut rest);
+    });
+    let mut ours = TlsStream::accept(s, server).await.unwrap();
+    let mut got = Vec::new();
+    ours.read_to_end(&mut got).await.unwrap();
+    assert_eq!(got, b"hello");
+    ours.shutdown().await.unwrap();
+    drop(ours);
+    client_side.join().unwrap();
+}
+
+#[tokio::test]
+async fn small_reads_get_every_byte_and_a_socket_ending_between_records_ends_the_stream() {
+    let certs = dev_certificates();
+    let (server, client) = aes_128_configs(certs.path());
+    let (mut ours, mut theirs) = ours_serving_rustls(sockets().await, &server, &client).await;
+    let sent = pattern(100_000, 5);
+    theirs.write_all(&sent).await.unwrap();
+    theirs.flush().await.unwrap();
+    // The socket's sending side ends without close_notify, between two records (its socket
+    // stays open: closed with the server's session tickets unread, it would be reset).
+    let socket = theirs.into_inner().0.into_std().unwrap();
+    socket.shutdown(std::net::Shutdown::Write).unwrap();
+    let (mut got, mut piece) = (Vec::new(), [0u8; 777]);
+    // Bounded: each read returns bytes of the 100,000 sent, or the end.
+    loop {
+        let n = ours.read(&mut piece).await.unwrap();
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&piece[..n]);
+    }
+    assert!(got == sent);
+    drop(socket);
 }
