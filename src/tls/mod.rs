@@ -15,10 +15,11 @@
 //!   certificate and again with it, checked in every handshake where a certificate is asked for.
 //! - `dev_certs.rs`: a local CA and certificates signed by it, for dev clusters and tests
 //!   ([`DevCertificates`]).
-//! - `stream.rs`: a connection, once rustls' handshake is done: rustls keeps the secrets
-//!   (key updates, session tickets) and `record.rs` seals and opens the records in the
-//!   connection's own buffers, in place, a copy fewer each way than rustls' buffered
-//!   connection makes and no allocation a record.
+//! - `stream.rs`: a connection. rustls runs its handshake (`handshake.rs`, through rustls'
+//!   unbuffered API), then keeps the secrets (key updates, session tickets) while `record.rs`
+//!   seals and opens the records in the connection's own buffers, in place, a copy fewer each
+//!   way than rustls' buffered connection makes and no allocation a record;
+//!   `stream/inbound.rs` acts on each record opened.
 //!
 //! A handshake runs on the connection's own task once the connection is admitted under the
 //! broker's connection cap, within the connection's pre-authentication deadline

@@ -11,7 +11,7 @@
 //! - Writing, the content is copied once, into the record that seals it in place; records
 //!   wait in one buffer until the socket takes them (at most [`WRITE_AHEAD`] not yet taken).
 //!
-//! Past the handshake, TLS 1.3 handshake messages are handled here: a KeyUpdate moves the
+//! Past the handshake, TLS 1.3 handshake messages are handled (`stream/inbound.rs`): a KeyUpdate moves the
 //! receiving side to new keys (and, when the peer asks, the sending side before its next
 //! record); a NewSessionTicket goes to rustls. A close_notify alert ends the reading side. Any
 //! other fatal alert, a record that fails authentication or breaks the protocol ends the
@@ -35,7 +35,11 @@ use rustls_pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-use super::handshake::{Leftovers, handshake, protocol_error, tls_error};
+mod inbound;
+
+use inbound::{CLOSE_NOTIFY, FATAL, Fatal, KEY_UPDATE, WARNING};
+
+use super::handshake::{Leftovers, handshake, tls_error};
 use super::record::{
     ALERT, APPLICATION_DATA, HANDSHAKE, HEADER_LEN, MAX_CONTENT, MAX_RECORD, RecordError, Records,
 };
@@ -58,28 +62,6 @@ const WRITE_BUFFER_KEPT: usize = 64 << 10;
 const READ_BUFFER_MAX: usize = 64 << 10;
 const READ_BUFFER_MIN: usize = 4 << 10;
 
-/// The most bytes of a post-handshake message not yet whole a connection buffers.
-const MESSAGE_BYTES_MAX: usize = 64 << 10;
-
-/// Records in a row that carry nothing for the application (empty ones, key updates, warning
-/// alerts) before the peer is taken for one wasting the connection's work.
-const IDLE_RECORDS_MAX: u32 = 32;
-
-/// Handshake message types handled past the handshake.
-const HELLO_REQUEST: u8 = 0;
-const NEW_SESSION_TICKET: u8 = 4;
-const KEY_UPDATE: u8 = 24;
-
-/// Alert levels and descriptions.
-const WARNING: u8 = 1;
-const FATAL: u8 = 2;
-const CLOSE_NOTIFY: u8 = 0;
-const UNEXPECTED_MESSAGE: u8 = 10;
-const BAD_RECORD_MAC: u8 = 20;
-const RECORD_OVERFLOW: u8 = 22;
-const DECODE_ERROR: u8 = 50;
-const USER_CANCELED: u8 = 90;
-
 /// rustls' side of an established connection.
 enum Kernel {
     Client(KernelConnection<ClientConnectionData>),
@@ -98,36 +80,6 @@ impl Kernel {
         match self {
             Kernel::Client(k) => k.update_rx_secret(),
             Kernel::Server(k) => k.update_rx_secret(),
-        }
-    }
-}
-
-/// Why the peer broke the connection: the fatal alert it is sent, and the error.
-struct Fatal {
-    alert: u8,
-    error: std::io::Error,
-}
-
-impl Fatal {
-    fn new(alert: u8, what: &str) -> Fatal {
-        Fatal {
-            alert,
-            error: protocol_error(what),
-        }
-    }
-}
-
-impl From<RecordError> for Fatal {
-    fn from(e: RecordError) -> Fatal {
-        let alert = match e {
-            RecordError::BadMac => BAD_RECORD_MAC,
-            RecordError::Oversized(_) => RECORD_OVERFLOW,
-            RecordError::Truncated => DECODE_ERROR,
-            _ => UNEXPECTED_MESSAGE,
-        };
-        Fatal {
-            alert,
-            error: e.into(),
         }
     }
 }
@@ -287,116 +239,6 @@ impl TlsStream {
         }
         self.failed = Some((fatal.error.kind(), fatal.error.to_string()));
         fatal.error
-    }
-
-    /// Opens the record of `len` bytes at the read buffer's head and acts on it.
-    fn open_next(&mut self, len: usize) -> Result<(), Fatal> {
-        let read = &mut self.read;
-        let at = read.head;
-        let (typ, range) = self.records.open(&mut read.buf[at..at + len])?;
-        read.head += len;
-        let content = at + range.start..at + range.end;
-        if typ != APPLICATION_DATA || content.is_empty() {
-            read.idle_records += 1;
-            if read.idle_records > IDLE_RECORDS_MAX {
-                return Err(Fatal::new(
-                    UNEXPECTED_MESSAGE,
-                    "too many records without data",
-                ));
-            }
-        }
-        if typ != HANDSHAKE && !read.messages.is_empty() {
-            return Err(Fatal::new(
-                UNEXPECTED_MESSAGE,
-                "a record between the parts of a handshake message",
-            ));
-        }
-        match typ {
-            APPLICATION_DATA => {
-                if !content.is_empty() {
-                    read.idle_records = 0;
-                }
-                read.content = content;
-                Ok(())
-            }
-            HANDSHAKE if content.is_empty() => {
-                Err(Fatal::new(UNEXPECTED_MESSAGE, "an empty handshake record"))
-            }
-            HANDSHAKE => {
-                read.messages.extend_from_slice(&read.buf[content]);
-                self.handle_messages()
-            }
-            ALERT => match read.buf[content] {
-                [_, CLOSE_NOTIFY] => {
-                    read.closed = true;
-                    Ok(())
-                }
-                [_, USER_CANCELED] => Ok(()),
-                // TLS 1.2's warnings (TLS 1.3 has none but the two above).
-                [WARNING, _] if !self.records.is_tls13() => Ok(()),
-                [_, description] => Err(Fatal::new(
-                    CLOSE_NOTIFY,
-                    &format!("alert {description} received"),
-                )),
-                _ => Err(Fatal::new(DECODE_ERROR, "a malformed alert")),
-            },
-            other => Err(RecordError::UnexpectedType(other).into()),
-        }
-    }
-
-    /// Acts on the whole post-handshake messages buffered; a message's parts may span
-    /// records.
-    fn handle_messages(&mut self) -> Result<(), Fatal> {
-        let messages = std::mem::take(&mut self.read.messages);
-        let mut rest = &messages[..];
-        // Bounded by the messages' bytes: each turn takes one.
-        while let [typ, a, b, c, body @ ..] = rest {
-            let len = (usize::from(*a) << 16) | (usize::from(*b) << 8) | usize::from(*c);
-            let Some((payload, after)) = body.split_at_checked(len) else {
-                break;
-            };
-            match (*typ, &mut self.kernel) {
-                (NEW_SESSION_TICKET, Kernel::Client(kernel)) => {
-                    kernel
-                        .handle_new_session_ticket(payload)
-                        .map_err(|e| Fatal::new(DECODE_ERROR, &e.to_string()))?;
-                }
-                (KEY_UPDATE, kernel) => {
-                    let asked = match payload {
-                        [0] => false,
-                        [1] => true,
-                        _ => return Err(Fatal::new(DECODE_ERROR, "a malformed KeyUpdate")),
-                    };
-                    // A key change must end its record (RFC 8446 §5.1).
-                    if !after.is_empty() {
-                        return Err(Fatal::new(
-                            UNEXPECTED_MESSAGE,
-                            "a KeyUpdate not at the end of its record",
-                        ));
-                    }
-                    let keys = kernel
-                        .update_rx()
-                        .map_err(|e| Fatal::new(UNEXPECTED_MESSAGE, &e.to_string()))?;
-                    self.records.set_rx(keys)?;
-                    self.write.owe_key_update |= asked;
-                }
-                // A TLS 1.2 server asking for a renegotiation, which the client may ignore.
-                (HELLO_REQUEST, Kernel::Client(_))
-                    if payload.is_empty() && !self.records.is_tls13() => {}
-                (typ, _) => {
-                    return Err(Fatal::new(
-                        UNEXPECTED_MESSAGE,
-                        &format!("handshake message {typ} past the handshake"),
-                    ));
-                }
-            }
-            rest = after;
-        }
-        if rest.len() > MESSAGE_BYTES_MAX {
-            return Err(Fatal::new(DECODE_ERROR, "a handshake message too large"));
-        }
-        self.read.messages = rest.to_vec();
-        Ok(())
     }
 
     /// Makes room in the read buffer for the rest of a record of `need` bytes (its header
