@@ -560,4 +560,52 @@ mod tests {
             Err(RecordError::KeysUsedUp)
         ));
     }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn any_content_and_type_sealed_by_one_end_opens_as_sent_at_the_other(
+            format in 0usize..3,
+            records in proptest::collection::vec(
+                (prop_oneof![Just(ALERT), Just(HANDSHAKE), Just(APPLICATION_DATA)],
+                 proptest::collection::vec(any::<u8>(), 0..2000)),
+                1..8,
+            ),
+        ) {
+            let (tls13, chacha) = FORMATS[format];
+            let (mut a, mut b) = pair(tls13, chacha);
+            let mut wire = Vec::new();
+            for (typ, content) in &records {
+                a.seal(*typ, &mut wire, |out| out.extend_from_slice(content)).unwrap();
+            }
+            let mut at = 0;
+            for (typ, content) in &records {
+                let len = b.record_len(&wire[at..]).unwrap().unwrap();
+                let (opened, range) = b.open(&mut wire[at..at + len]).unwrap();
+                prop_assert_eq!(opened, *typ);
+                prop_assert_eq!(&wire[at..at + len][range], &content[..]);
+                at += len;
+            }
+        }
+
+        #[test]
+        fn any_bytes_read_as_records_are_refused_without_a_panic(
+            format in 0usize..3,
+            bytes in proptest::collection::vec(any::<u8>(), 0..4096),
+        ) {
+            let (tls13, chacha) = FORMATS[format];
+            let (_, mut b) = pair(tls13, chacha);
+            let mut bytes = bytes;
+            let mut at = 0;
+            // Bounded: each turn consumes a whole record or stops.
+            while let Some(Ok(len)) = b.record_len(&bytes[at..]) {
+                if bytes.len() - at < len {
+                    break;
+                }
+                prop_assert!(b.open(&mut bytes[at..at + len]).is_err());
+                at += len;
+            }
+        }
+    }
 }
