@@ -29,8 +29,10 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::raft::replica::Stopped;
-use crate::raft::types::Vote;
-use crate::types::PartitionId;
+use crate::raft::types::{C, Vote};
+use crate::transport::frame::Op;
+use crate::types::{NodeId, PartitionId};
+use openraft::raft::VoteRequest;
 
 use super::replica_dir::replace_with_empty_replica;
 use super::replicas::{open_or_rebuild_replica, open_replica, stop_replica};
@@ -267,6 +269,11 @@ impl Broker {
                 old.store.rebuild_mark()
             }
         };
+        // The leader it followed, in the term it knew: the rebuilt replica, empty (a learner
+        // until the leader's appends bring its membership back), sends nothing, so a quiet
+        // leader would never hear of it.
+        let followed = old.raft.parked_under().or_else(|| old.raft.leader());
+        let term = old.raft.term();
         let why = format!("rebuilding from the leader: {cause}");
         let (id, down) = self
             .take_down(old, why, |old, _| BringBack::Rebuild {
@@ -274,7 +281,35 @@ impl Broker {
                 below,
             })
             .await;
-        self.bring_back(id, down).await;
+        let topic_id = down.topic_id;
+        self.bring_back(id.clone(), down).await;
+        let back = self.replicas.read().contains_key(&id);
+        if let Some(leader) = followed.filter(|l| back && *l != self.config.id) {
+            self.wake_leader_of(&id, topic_id, leader, term).await;
+        }
+    }
+
+    /// Wakes broker `leader`'s replica of partition `id` (of topic `topic_id`) if its group is
+    /// quiet: a pre-vote from this broker in `term` with no log, which a parked leader refuses
+    /// and wakes on (`peer_rpc.rs`), and an awake one refuses as the stale request it is.
+    /// Best effort: a leader gone or unreachable is replaced by an election, whose winner's
+    /// appends reach the replica as well.
+    async fn wake_leader_of(&self, id: &PartitionId, topic_id: u64, leader: NodeId, term: u64) {
+        let Some(peer) = self.peers.get(leader, true) else {
+            return;
+        };
+        let rpc = VoteRequest::<C>::new(Vote::new(term, self.config.id), None);
+        let Ok(body) = crate::transport::body::encode(&(id, topic_id, &rpc)) else {
+            return;
+        };
+        let timeout = self.config.request_timeout;
+        if let Err(e) = self
+            .peers
+            .call(&peer, leader, Op::PreVote, body, timeout)
+            .await
+        {
+            tracing::debug!(partition = %id, leader, error = %e, "could not wake the leader of a rebuilt replica");
+        }
     }
 
     /// Takes `replica` out of service: its status as it stops (naming `why`), out of the map,

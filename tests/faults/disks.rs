@@ -400,12 +400,23 @@ async fn a_bit_flip_in_a_followers_sealed_segment_is_repaired_from_the_leader() 
 
 /// A bit flipped in a follower's sealed segment while it runs is caught by the CRC on the
 /// next read of it: the reader gets `Error::Corrupt`, never the bad bytes, and the replica
-/// rebuilds itself from the leader; reads from it then succeed and match the leader's.
+/// rebuilds itself from the leader; reads from it then succeed and match the leader's. The
+/// partition is quiet when the damage is found: the rebuilt replica, which sends nothing until
+/// its leader's appends reach it, has its broker wake that leader.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bit_flip_found_while_running_is_repaired_from_the_leader() {
     use std::os::unix::fs::FileExt;
     let cluster = Cluster::start(3, Durability::Fsync).await;
     let client = fill_sealed_segments(&cluster).await;
+    // Quiet first: the rebuilt replica sends nothing, and its leader must be woken.
+    wait_until(Duration::from_secs(30), "every replica quiet", async || {
+        (1..=3).all(|id| {
+            cluster
+                .node(id)
+                .is_some_and(|n| n.quiet_replicas() == PARTITIONS as usize)
+        })
+    })
+    .await;
     let leader = cluster.leader(0).unwrap();
     let follower = (1..=3).find(|id| *id != leader).unwrap();
     let node = cluster.node(follower).unwrap();
