@@ -48,10 +48,8 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpStream;
 
-/// A TLS connection as a listener serves it and as a client or peer dials it.
-pub(crate) type ServerStream = stream::TlsStream;
-/// A TLS connection as a client or peer dials it.
-pub(crate) type ClientStream = stream::TlsStream;
+/// A TLS connection, as a listener serves it and as a client or peer dials it.
+pub(crate) use stream::TlsStream;
 
 /// How long a new connection has to finish authenticating, from its admission: its TLS
 /// handshake, and its SASL exchange where the listener asks for one (NATS and Kafka bound
@@ -475,7 +473,7 @@ impl TlsServer {
         stream: TcpStream,
         from: SocketAddr,
         deadline: tokio::time::Instant,
-    ) -> Option<(ServerStream, Option<ClientCertificate>)> {
+    ) -> Option<(TlsStream, Option<ClientCertificate>)> {
         let accepting = stream::TlsStream::accept(stream, Arc::clone(&self.config));
         match tokio::time::timeout_at(deadline, accepting).await {
             Ok(Ok(stream)) => {
@@ -574,7 +572,7 @@ impl TlsDialer {
         &self,
         stream: TcpStream,
         name: rustls_pki_types::ServerName<'static>,
-    ) -> std::io::Result<ClientStream> {
+    ) -> std::io::Result<TlsStream> {
         stream::TlsStream::connect(stream, Arc::clone(&self.config), name).await
     }
 }

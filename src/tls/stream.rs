@@ -130,12 +130,18 @@ struct WriteSide {
     closed: bool,
 }
 
-/// The suite's confidentiality limit: records one key may seal.
-fn limit(suite: SupportedCipherSuite) -> u64 {
-    match suite {
+/// The record protection a finished handshake left: `secrets` in the format of `kernel`'s
+/// protocol version, held to its suite's confidentiality limit (records one key may seal).
+fn records_for<D>(
+    secrets: rustls::ExtractedSecrets,
+    kernel: &KernelConnection<D>,
+) -> Result<Records, RecordError> {
+    let tls13 = kernel.protocol_version() == ProtocolVersion::TLSv1_3;
+    let limit = match kernel.negotiated_cipher_suite() {
         SupportedCipherSuite::Tls12(s) => s.common.confidentiality_limit,
         SupportedCipherSuite::Tls13(s) => s.common.confidentiality_limit,
-    }
+    };
+    Records::new(tls13, secrets.tx, secrets.rx, limit)
 }
 
 impl TlsStream {
@@ -148,9 +154,7 @@ impl TlsStream {
         let left = handshake(&mut conn, &mut tcp).await?;
         let peer_certificates = conn.peer_certificates().map(<[_]>::to_vec);
         let (secrets, kernel) = conn.dangerous_into_kernel_connection().map_err(tls_error)?;
-        let tls13 = kernel.protocol_version() == ProtocolVersion::TLSv1_3;
-        let limit = limit(kernel.negotiated_cipher_suite());
-        let records = Records::new(tls13, secrets.tx, secrets.rx, limit)?;
+        let records = records_for(secrets, &kernel)?;
         let kernel = Kernel::Server(kernel);
         Ok(TlsStream::new(
             tcp,
@@ -171,9 +175,7 @@ impl TlsStream {
         let mut conn = UnbufferedClientConnection::new(config, name).map_err(tls_error)?;
         let left = handshake(&mut conn, &mut tcp).await?;
         let (secrets, kernel) = conn.dangerous_into_kernel_connection().map_err(tls_error)?;
-        let tls13 = kernel.protocol_version() == ProtocolVersion::TLSv1_3;
-        let limit = limit(kernel.negotiated_cipher_suite());
-        let records = Records::new(tls13, secrets.tx, secrets.rx, limit)?;
+        let records = records_for(secrets, &kernel)?;
         Ok(TlsStream::new(
             tcp,
             records,
