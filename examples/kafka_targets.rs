@@ -38,7 +38,12 @@
 //! Run: `cargo build --release && cargo run --release --example kafka_targets` (about two
 //! minutes; needs `kcat` on the PATH, and for part 1's `replog produce` the `replog` binary
 //! beside the example's directory, which `cargo build --release` puts there). Parts named
-//! after `--` run alone: `cargo run --release --example kafka_targets -- 2 4`.
+//! after `--` run alone: `cargo run --release --example kafka_targets -- 2 4`. With
+//! `own-cores` among them (`-- 1 own-cores`), part 1 runs the brokers on one CPU and its
+//! clients (the `Producer`'s runtime, kcat, `replog produce`) on another, as clients on other
+//! machines would: its ratios then compare what each door lets the brokers' core do, not what
+//! each client takes from the brokers' cores. The other parts run their clients in the
+//! brokers' runtime, so there they would share the brokers' one CPU.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -65,7 +70,10 @@ use tokio::net::TcpStream;
 
 #[path = "support/process.rs"]
 mod process;
-use process::{children_cpu_seconds, cpu_seconds, threads_cpu_seconds};
+use process::{
+    children_cpu_seconds, client_command, cpu_seconds, pin_client_thread, split_cores,
+    threads_cpu_seconds,
+};
 
 /// Rounds of part 1: the two sides compared take turns, each round in the other order.
 const ROUNDS: usize = 2;
@@ -126,7 +134,7 @@ fn run_timed(
 ) -> (Duration, usize, bool) {
     use std::io::{Read, Write};
     let t = Instant::now();
-    let mut child = match Command::new(program)
+    let mut child = match client_command(program)
         .args(args)
         .stdin(if input.is_some() {
             Stdio::piped()
@@ -353,6 +361,7 @@ impl ProducerSide {
             tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .thread_name(PRODUCER_THREADS)
+                .on_thread_start(pin_client_thread)
                 .enable_all()
                 .build()?,
         ));
@@ -1037,8 +1046,19 @@ async fn tls_against_plaintext(records: u64, rounds: usize) -> replog::Result<()
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> replog::Result<()> {
     // The parts named on the command line (`-- 2 4`), or all of them.
-    let asked: Vec<String> = std::env::args().skip(1).collect();
+    let (modes, asked): (Vec<String>, Vec<String>) =
+        std::env::args().skip(1).partition(|a| a == "own-cores");
     let part = |n: &str| asked.is_empty() || asked.iter().any(|a| a == n);
+    if !modes.is_empty() {
+        match split_cores()? {
+            Some((brokers, clients)) => println!(
+                "own cores: the brokers run on CPU {brokers}, part 1's clients on CPU {clients}"
+            ),
+            None => {
+                println!("own cores: needs two CPUs and taskset; clients share the brokers' CPUs")
+            }
+        }
+    }
     let kcat = Command::new("kcat").arg("-V").output().is_ok();
     if !kcat {
         println!("kcat is not installed (apt-get install kcat); parts 1 and 2 skipped");

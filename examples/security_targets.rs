@@ -29,7 +29,9 @@
 //!    OpenSSL's first choice; `-- floor` alone).
 //!
 //! Run: `cargo run --release --example security_targets` (about a minute). Parts named after
-//! `--` run alone: `cargo run --release --example security_targets -- 4`.
+//! `--` run alone: `cargo run --release --example security_targets -- 4`. With `own-cores`
+//! among them (`-- 4 own-cores`), the brokers run on one CPU and the clients (the child
+//! processes, part 4's runtime) on another, as clients on other machines would.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -50,7 +52,7 @@ use tokio::net::TcpStream;
 
 #[path = "support/process.rs"]
 mod process;
-use process::{cpu_seconds, status_kib};
+use process::{client_command, cpu_seconds, pin_client_thread, split_cores, status_kib};
 
 const USER: &str = "bench";
 const PASSWORD: &str = "bench-secret";
@@ -280,7 +282,7 @@ async fn broker(
 /// Runs this program again as the clients of part `part` against `at`; its output, and its
 /// standard input (closing it ends the child's wait).
 fn child(part: &str, at: SocketAddr, extra: &str) -> std::io::Result<std::process::Child> {
-    std::process::Command::new(std::env::current_exe()?)
+    client_command(&std::env::current_exe()?)
         .env(CHILD, format!("{part} {at} {extra}"))
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -308,15 +310,20 @@ async fn native_round(
         tls.map(std::path::Path::to_path_buf),
         topic.to_string(),
     );
-    tokio::task::spawn_blocking(move || {
-        tokio::runtime::Builder::new_multi_thread()
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        pin_client_thread();
+        let round = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
+            .on_thread_start(pin_client_thread)
             .enable_all()
-            .build()?
-            .block_on(clients_round(&addrs, tls.as_deref(), &topic))
-    })
-    .await
-    .map_err(|e| replog::Error::from(std::io::Error::other(e)))?
+            .build()
+            .map_err(replog::Error::from)
+            .and_then(|runtime| runtime.block_on(clients_round(&addrs, tls.as_deref(), &topic)));
+        let _ = tx.send(round);
+    });
+    rx.await
+        .map_err(|e| replog::Error::from(std::io::Error::other(e)))?
 }
 
 /// A round: a `Producer` writing [`NATIVE_RECORDS`] records of 1 KiB to `topic`, then
@@ -559,7 +566,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
     raise_descriptor_limit();
-    let parts: Vec<String> = std::env::args().skip(1).collect();
+    let (modes, parts): (Vec<String>, Vec<String>) =
+        std::env::args().skip(1).partition(|a| a == "own-cores");
+    if !modes.is_empty() {
+        match split_cores()? {
+            Some((broker, clients)) => {
+                println!("own cores: the brokers run on CPU {broker}, the clients on CPU {clients}")
+            }
+            None => {
+                println!("own cores: needs two CPUs and taskset; clients share the brokers' CPUs")
+            }
+        }
+    }
     let runs = |part: &str| parts.is_empty() || parts.iter().any(|p| p == part);
     let dir = tempfile::tempdir()?;
     let certs = dir.path().join("certs");

@@ -104,3 +104,69 @@ pub fn disk_kib(dir: &std::path::Path) -> u64 {
     }
     total / 1024
 }
+
+/// The CPU clients run on where the example was asked to run brokers and clients on cores of
+/// their own ([`split_cores`]).
+static CLIENT_CORE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+
+/// Runs brokers and clients on cores of their own, as in a deployment where clients are other
+/// machines: every thread of this process so far (the brokers' runtime, its blocking threads,
+/// and so every thread they start later) moves to the first CPU the process may use, and
+/// clients go to the second ([`pin_client_thread`], [`client_command`]). `Ok(None)` with fewer
+/// than two CPUs or without `taskset` (util-linux) to start client processes there.
+#[allow(dead_code)]
+pub fn split_cores() -> std::io::Result<Option<(usize, usize)>> {
+    use rustix::thread::{CpuSet, sched_getaffinity, sched_setaffinity};
+    let allowed = sched_getaffinity(None)?;
+    let mut cpus = (0..CpuSet::MAX_CPU).filter(|c| allowed.is_set(*c));
+    let (Some(brokers), Some(clients)) = (cpus.next(), cpus.next()) else {
+        return Ok(None);
+    };
+    if std::process::Command::new("taskset")
+        .arg("-V")
+        .output()
+        .is_err()
+    {
+        return Ok(None);
+    }
+    let mut set = CpuSet::new();
+    set.set(brokers);
+    for task in std::fs::read_dir("/proc/self/task")?.flatten() {
+        let tid = task.file_name().to_str().and_then(|t| t.parse().ok());
+        let Some(tid) = tid.and_then(rustix::process::Pid::from_raw) else {
+            continue;
+        };
+        match sched_setaffinity(Some(tid), &set) {
+            // A thread that ended meanwhile.
+            Err(rustix::io::Errno::SRCH) => {}
+            other => other?,
+        }
+    }
+    let _ = CLIENT_CORE.set(clients);
+    Ok(Some((brokers, clients)))
+}
+
+/// Moves the calling thread to the clients' CPU, where [`split_cores`] set one; a runtime's
+/// `on_thread_start` for a client's threads.
+#[allow(dead_code)]
+pub fn pin_client_thread() {
+    if let Some(cpu) = CLIENT_CORE.get() {
+        let mut set = rustix::thread::CpuSet::new();
+        set.set(*cpu);
+        // Where it fails, the thread runs where it may: the figures say which cores ran.
+        let _ = rustix::thread::sched_setaffinity(None, &set);
+    }
+}
+
+/// A command running `program`, on the clients' CPU where [`split_cores`] set one.
+#[allow(dead_code)]
+pub fn client_command(program: &std::path::Path) -> std::process::Command {
+    match CLIENT_CORE.get() {
+        Some(cpu) => {
+            let mut command = std::process::Command::new("taskset");
+            command.arg("-c").arg(cpu.to_string()).arg(program);
+            command
+        }
+        None => std::process::Command::new(program),
+    }
+}
