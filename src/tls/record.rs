@@ -1,8 +1,10 @@
 //! The record protection of an established TLS connection: rustls runs the handshake and keeps
 //! the traffic secrets ([`rustls::kernel`]); this seals and opens the records in the
-//! connection's own buffers, in place, with aws-lc-rs' AEADs. rustls' buffered connection
-//! copies each record twice more on its way in (into its deframer, then into a plaintext
-//! buffer of its own) and allocates each one on its way out; this does neither.
+//! connection's own buffers with aws-lc-rs' AEADs: opened in place; sealed in place, or from
+//! where the content lies straight into the record ([`Records::seal_slice`]). rustls' buffered
+//! connection copies each record twice more on its way in (into its deframer, then into a
+//! plaintext buffer of its own) and allocates and copies each one on its way out; this does
+//! neither.
 //!
 //! # Wire format
 //!
@@ -50,6 +52,76 @@ pub(crate) const MAX_RECORD: usize = HEADER_LEN + MAX_BODY;
 
 const TAG_LEN: usize = 16;
 const EXPLICIT_NONCE_LEN: usize = 8;
+
+/// Sealed records on their way to the socket: [`RecordBuf::bytes`]. The memory past them was
+/// written by earlier records and is reused as it is, not zeroed again: a record sealed from
+/// where its content lies ([`Records::seal_slice`]) is written once, by the cipher.
+#[derive(Default)]
+pub(crate) struct RecordBuf {
+    /// `buf[..len]` the records; `buf[len..]` room from earlier records.
+    buf: Vec<u8>,
+    len: usize,
+}
+
+impl RecordBuf {
+    /// The bytes held.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.buf[..self.len]
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The memory held, records and room.
+    pub(crate) fn memory(&self) -> usize {
+        self.buf.capacity()
+    }
+
+    /// Makes room for `additional` more bytes without moving them later.
+    pub(crate) fn reserve(&mut self, additional: usize) {
+        self.buf
+            .reserve((self.len + additional).saturating_sub(self.buf.len()));
+    }
+
+    /// Holds `n` more bytes (zeros, or what earlier records left there) at the end.
+    fn grow(&mut self, n: usize) {
+        self.len += n;
+        if self.buf.len() < self.len {
+            self.buf.resize(self.len, 0);
+        }
+    }
+
+    pub(crate) fn extend_from_slice(&mut self, bytes: &[u8]) {
+        let at = self.len;
+        self.grow(bytes.len());
+        self.buf[at..self.len].copy_from_slice(bytes);
+    }
+
+    fn push(&mut self, byte: u8) {
+        self.extend_from_slice(&[byte]);
+    }
+
+    fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
+    /// Drops the first `n` bytes (what the socket took), moving the rest to the front.
+    pub(crate) fn consume(&mut self, n: usize) {
+        let n = n.min(self.len);
+        self.buf.copy_within(n..self.len, 0);
+        self.len -= n;
+    }
+
+    /// Holds nothing; the memory stays for the next records.
+    pub(crate) fn clear(&mut self) {
+        self.len = 0;
+    }
+}
 
 /// Why a record could not be sealed or opened. The connection ends on any of them.
 #[derive(Debug, thiserror::Error)]
@@ -212,13 +284,81 @@ impl Records {
     }
 
     /// Appends to `out` one record of type `typ` whose content `fill` appends (at most
-    /// [`MAX_CONTENT`] bytes; more is an error and leaves `out` as it was).
+    /// [`MAX_CONTENT`] bytes; more is an error and leaves `out` as it was). The content is
+    /// sealed where `fill` put it.
     pub(crate) fn seal(
         &mut self,
         typ: u8,
-        out: &mut Vec<u8>,
-        fill: impl FnOnce(&mut Vec<u8>),
+        out: &mut RecordBuf,
+        fill: impl FnOnce(&mut RecordBuf),
     ) -> Result<(), RecordError> {
+        let (start, nonce, next) = self.begin(typ, out)?;
+        let content_at = out.len();
+        fill(out);
+        let content_len = out.len() - content_at;
+        if content_len > MAX_CONTENT {
+            out.truncate(start);
+            return Err(RecordError::Oversized(content_len));
+        }
+        if self.is_tls13() {
+            out.push(typ);
+        }
+        let (aad, aad_len) = self.finish_header(typ, out, start, content_len);
+        let sealed = self.tx.key.seal_in_place_separate_tag(
+            Nonce::assume_unique_for_key(nonce),
+            Aad::from(&aad[..aad_len]),
+            &mut out.bytes_mut()[content_at..],
+        );
+        let Ok(tag) = sealed else {
+            // Nothing of a record that failed to seal may go out.
+            out.truncate(start);
+            return Err(RecordError::SealFailed);
+        };
+        out.extend_from_slice(tag.as_ref());
+        self.tx.seq = next;
+        Ok(())
+    }
+
+    /// Appends to `out` one record of type `typ` carrying `content` (at most
+    /// [`MAX_CONTENT`] bytes), sealed from where `content` lies into `out`: the cipher reads
+    /// the content once and writes the record, where [`Records::seal`] copies it first.
+    pub(crate) fn seal_slice(
+        &mut self,
+        typ: u8,
+        out: &mut RecordBuf,
+        content: &[u8],
+    ) -> Result<(), RecordError> {
+        if content.len() > MAX_CONTENT {
+            return Err(RecordError::Oversized(content.len()));
+        }
+        let (start, nonce, next) = self.begin(typ, out)?;
+        // TLS 1.3's real type is sealed behind the content, before the tag.
+        let inner: &[u8] = if self.is_tls13() { &[typ] } else { &[] };
+        let content_at = out.len();
+        out.grow(content.len() + inner.len());
+        let (aad, aad_len) = self.finish_header(typ, out, start, content.len());
+        out.grow(TAG_LEN);
+        let (ciphertext, inner_and_tag) = out.bytes_mut()[content_at..].split_at_mut(content.len());
+        let sealed = self.tx.key.seal_out_of_place_scatter(
+            Nonce::assume_unique_for_key(nonce),
+            Aad::from(&aad[..aad_len]),
+            content,
+            ciphertext,
+            inner,
+            inner_and_tag,
+        );
+        if sealed.is_err() {
+            out.truncate(start);
+            return Err(RecordError::SealFailed);
+        }
+        self.tx.seq = next;
+        Ok(())
+    }
+
+    /// The start of a record of type `typ` at the end of `out`: its header (length still 0)
+    /// and, in TLS 1.2 with AES-GCM, its explicit nonce. Where it starts, its nonce, and the
+    /// sequence number after it.
+    fn begin(&self, typ: u8, out: &mut RecordBuf) -> Result<(usize, [u8; 12], u64), RecordError> {
         // TLS 1.2 cannot renew its keys: past the limit only an alert may still go, to end the
         // connection.
         if self.tx.seq >= self.limit && !self.is_tls13() && typ != ALERT {
@@ -238,42 +378,30 @@ impl Records {
         if self.format == Format::Tls12Gcm {
             out.extend_from_slice(&nonce[4..]);
         }
-        let content_at = out.len();
-        fill(out);
-        let content_len = out.len() - content_at;
-        if content_len > MAX_CONTENT {
-            out.truncate(start);
-            return Err(RecordError::Oversized(content_len));
-        }
+        Ok((start, nonce, next))
+    }
+
+    /// Writes the body length into the header of the record at `start` of `out`, which holds
+    /// everything of it but its tag (TLS 1.3's real type included) and carries
+    /// `content_len` bytes of content: its additional data, and how many bytes of it count.
+    fn finish_header(
+        &self,
+        typ: u8,
+        out: &mut RecordBuf,
+        start: usize,
+        content_len: usize,
+    ) -> ([u8; 13], usize) {
+        let body_len = out.len() - start - HEADER_LEN + TAG_LEN;
+        let header = &mut out.bytes_mut()[start..start + HEADER_LEN];
+        (&mut header[3..]).put_u16(body_len as u16);
         let mut aad = [0u8; 13];
-        let aad_len = match self.format {
+        match self.format {
             Format::Tls13 => {
-                out.push(typ);
-                let body_len = out.len() - start - HEADER_LEN + TAG_LEN;
-                (&mut out[start + 3..start + 5]).put_u16(body_len as u16);
-                aad[..HEADER_LEN].copy_from_slice(&out[start..start + HEADER_LEN]);
-                HEADER_LEN
+                aad[..HEADER_LEN].copy_from_slice(header);
+                (aad, HEADER_LEN)
             }
-            Format::Tls12Gcm | Format::Tls12Chacha => {
-                let body_len = out.len() - start - HEADER_LEN + TAG_LEN;
-                (&mut out[start + 3..start + 5]).put_u16(body_len as u16);
-                aad = self.tx.aad12(typ, content_len);
-                aad.len()
-            }
-        };
-        let sealed = self.tx.key.seal_in_place_separate_tag(
-            Nonce::assume_unique_for_key(nonce),
-            Aad::from(&aad[..aad_len]),
-            &mut out[content_at..],
-        );
-        let Ok(tag) = sealed else {
-            // Nothing of a record that failed to seal may go out.
-            out.truncate(start);
-            return Err(RecordError::SealFailed);
-        };
-        out.extend_from_slice(tag.as_ref());
-        self.tx.seq = next;
-        Ok(())
+            Format::Tls12Gcm | Format::Tls12Chacha => (self.tx.aad12(typ, content_len), aad.len()),
+        }
     }
 
     /// The whole length (header included) of the record whose header starts `head`, once
@@ -417,17 +545,20 @@ mod tests {
     fn what_one_end_seals_the_other_opens_in_every_format() {
         for (tls13, chacha) in FORMATS {
             let (mut a, mut b) = pair(tls13, chacha);
-            let mut wire = Vec::new();
+            let mut out = RecordBuf::default();
             let contents: Vec<Vec<u8>> = [0usize, 1, 1000, MAX_CONTENT]
                 .iter()
                 .map(|&n| (0..n).map(|i| (i % 251) as u8).collect())
                 .collect();
+            // Each content sealed where it was copied, then from where it lies.
             for c in &contents {
-                a.seal(APPLICATION_DATA, &mut wire, |out| out.extend_from_slice(c))
+                a.seal(APPLICATION_DATA, &mut out, |out| out.extend_from_slice(c))
                     .unwrap();
+                a.seal_slice(APPLICATION_DATA, &mut out, c).unwrap();
             }
+            let mut wire = out.bytes().to_vec();
             let mut at = 0;
-            for c in &contents {
+            for c in contents.iter().flat_map(|c| [c, c]) {
                 let len = b.record_len(&wire[at..]).unwrap().unwrap();
                 let (typ, range) = b.open(&mut wire[at..at + len]).unwrap();
                 assert_eq!(typ, APPLICATION_DATA);
@@ -446,11 +577,12 @@ mod tests {
     fn a_changed_byte_a_replayed_record_or_a_lying_header_is_refused() {
         for (tls13, chacha) in FORMATS {
             let (mut a, mut b) = pair(tls13, chacha);
-            let mut wire = Vec::new();
-            a.seal(APPLICATION_DATA, &mut wire, |out| {
+            let mut out = RecordBuf::default();
+            a.seal(APPLICATION_DATA, &mut out, |out| {
                 out.extend_from_slice(b"hello")
             })
             .unwrap();
+            let wire = out.bytes().to_vec();
             // Every byte of the record, changed, fails it as the stream reads it (header
             // checked, then opened): header (TLS 1.3 authenticates it whole; TLS 1.2 its type
             // and length, not the minor version), nonce, ciphertext, tag.
@@ -467,8 +599,7 @@ mod tests {
                 assert!(outcome.is_err(), "byte {i} changed went through");
             }
             // Opened once, the same record again is out of sequence.
-            let mut first = wire.clone();
-            b.open(&mut first).unwrap();
+            b.open(&mut wire.clone()).unwrap();
             assert!(matches!(
                 b.open(&mut wire.clone()),
                 Err(RecordError::BadMac)
@@ -529,34 +660,41 @@ mod tests {
     #[test]
     fn content_over_a_record_is_refused_and_leaves_the_buffer_as_it_was() {
         let (mut a, _) = pair(true, false);
-        let mut out = vec![9u8; 3];
-        let refused = a.seal(APPLICATION_DATA, &mut out, |o| {
-            o.resize(o.len() + MAX_CONTENT + 1, 0)
-        });
+        let mut out = RecordBuf::default();
+        out.extend_from_slice(&[9u8; 3]);
+        let refused = a.seal(APPLICATION_DATA, &mut out, |o| o.grow(MAX_CONTENT + 1));
         assert!(matches!(refused, Err(RecordError::Oversized(_))));
-        assert_eq!(out, vec![9u8; 3]);
+        assert_eq!(out.bytes(), &[9u8; 3]);
+        let refused = a.seal_slice(APPLICATION_DATA, &mut out, &[1u8; MAX_CONTENT + 1]);
+        assert!(matches!(refused, Err(RecordError::Oversized(_))));
+        assert_eq!(out.bytes(), &[9u8; 3]);
     }
 
     #[test]
     fn tls13_hides_the_type_and_tls12_with_used_up_keys_seals_nothing() {
         let (mut a, mut b) = pair(true, false);
-        let mut wire = Vec::new();
-        a.seal(HANDSHAKE, &mut wire, |o| {
+        let mut out = RecordBuf::default();
+        a.seal(HANDSHAKE, &mut out, |o| {
             o.extend_from_slice(&[24, 0, 0, 1, 0])
         })
         .unwrap();
+        let mut wire = out.bytes().to_vec();
         assert_eq!(wire[0], APPLICATION_DATA);
         let (typ, range) = b.open(&mut wire).unwrap();
         assert_eq!((typ, &wire[range]), (HANDSHAKE, &[24u8, 0, 0, 1, 0][..]));
 
         let mut a = Records::new(false, (0, secrets(1, false)), (0, secrets(2, false)), 2).unwrap();
-        let mut out = Vec::new();
+        let mut out = RecordBuf::default();
         for _ in 0..2 {
             a.seal(APPLICATION_DATA, &mut out, |o| o.push(1)).unwrap();
         }
         assert!(a.needs_new_keys());
         assert!(matches!(
             a.seal(APPLICATION_DATA, &mut out, |o| o.push(1)),
+            Err(RecordError::KeysUsedUp)
+        ));
+        assert!(matches!(
+            a.seal_slice(APPLICATION_DATA, &mut out, &[1]),
             Err(RecordError::KeysUsedUp)
         ));
     }
@@ -569,18 +707,31 @@ mod tests {
             format in 0usize..3,
             records in proptest::collection::vec(
                 (prop_oneof![Just(ALERT), Just(HANDSHAKE), Just(APPLICATION_DATA)],
-                 proptest::collection::vec(any::<u8>(), 0..2000)),
+                 proptest::collection::vec(any::<u8>(), 0..2000),
+                 any::<bool>()),
                 1..8,
             ),
+            taken in 0usize..4000,
         ) {
             let (tls13, chacha) = FORMATS[format];
             let (mut a, mut b) = pair(tls13, chacha);
+            let mut out = RecordBuf::default();
             let mut wire = Vec::new();
-            for (typ, content) in &records {
-                a.seal(*typ, &mut wire, |out| out.extend_from_slice(content)).unwrap();
+            for (typ, content, where_it_lies) in &records {
+                if *where_it_lies {
+                    a.seal_slice(*typ, &mut out, content).unwrap();
+                } else {
+                    a.seal(*typ, &mut out, |out| out.extend_from_slice(content)).unwrap();
+                }
+                // The socket takes some; the rest moves to the front, and the room behind
+                // it holds old bytes the next record must overwrite.
+                let n = taken.min(out.len());
+                wire.extend_from_slice(&out.bytes()[..n]);
+                out.consume(n);
             }
+            wire.extend_from_slice(out.bytes());
             let mut at = 0;
-            for (typ, content) in &records {
+            for (typ, content, _) in &records {
                 let len = b.record_len(&wire[at..]).unwrap().unwrap();
                 let (opened, range) = b.open(&mut wire[at..at + len]).unwrap();
                 prop_assert_eq!(opened, *typ);

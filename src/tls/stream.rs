@@ -8,8 +8,11 @@
 //! - Reading, the socket's bytes land in one buffer and each record is opened where it lies;
 //!   a read copies the content out of it once. rustls' buffered connection copies each record
 //!   into its deframer and again into a plaintext buffer of its own before that.
-//! - Writing, the content is copied once, into the record that seals it in place; records
-//!   wait in one buffer until the socket takes them (at most [`WRITE_AHEAD`] not yet taken).
+//! - Writing, a piece of a write of 4 KiB or more (a stored batch a fetch answer sends from
+//!   the log's map, a produced batch) is sealed from where it lies into its records: the
+//!   cipher reads it once and writes the record. Smaller pieces are copied together into a
+//!   record and sealed there. Records wait in one buffer until the socket takes them (at most
+//!   [`WRITE_AHEAD`] not yet taken); its memory is reused without being zeroed again.
 //!
 //! Past the handshake, TLS 1.3 handshake messages are handled (`stream/inbound.rs`): a KeyUpdate moves the
 //! receiving side to new keys (and, when the peer asks, the sending side before its next
@@ -41,7 +44,8 @@ use inbound::{CLOSE_NOTIFY, FATAL, Fatal, KEY_UPDATE, WARNING};
 
 use super::handshake::{Leftovers, handshake, tls_error};
 use super::record::{
-    ALERT, APPLICATION_DATA, HANDSHAKE, HEADER_LEN, MAX_CONTENT, MAX_RECORD, RecordError, Records,
+    ALERT, APPLICATION_DATA, HANDSHAKE, HEADER_LEN, MAX_CONTENT, MAX_RECORD, RecordBuf,
+    RecordError, Records,
 };
 
 /// Bytes of sealed records a connection holds that its socket has not taken yet. A large answer
@@ -122,7 +126,7 @@ struct ReadSide {
 #[derive(Default)]
 struct WriteSide {
     /// Sealed records; `sent..` not yet taken by the socket.
-    buf: Vec<u8>,
+    buf: RecordBuf,
     sent: usize,
     /// Whether the peer asked for a KeyUpdate this side has not sent yet.
     owe_key_update: bool,
@@ -274,7 +278,8 @@ impl TlsStream {
         let write = &mut self.write;
         // Bounded: each turn the socket takes bytes or the call returns.
         while write.buf.len() - write.sent > keep {
-            let n = ready!(Pin::new(&mut self.tcp).poll_write(cx, &write.buf[write.sent..]))?;
+            let n =
+                ready!(Pin::new(&mut self.tcp).poll_write(cx, &write.buf.bytes()[write.sent..]))?;
             if n == 0 {
                 return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
             }
@@ -312,7 +317,7 @@ impl TlsStream {
         // What the socket took goes first, so that the buffer holds at most `WRITE_AHEAD`
         // not taken, plus as much taken, plus a record.
         if write.sent >= WRITE_AHEAD {
-            write.buf.drain(..write.sent);
+            write.buf.consume(write.sent);
             write.sent = 0;
         }
         let room = WRITE_AHEAD - (write.buf.len() - write.sent).min(WRITE_AHEAD);
@@ -321,19 +326,31 @@ impl TlsStream {
             .buf
             .reserve(want + want.div_ceil(MAX_CONTENT) * RECORD_OVERHEAD);
         let mut taken = 0;
+        let mut content = Pieces::new(bufs);
         // Bounded: each turn seals up to a record's worth of `bufs`.
         while taken < total && self.write.buf.len() - self.write.sent < WRITE_AHEAD {
             if let Err(e) = self.renew_keys_if_due() {
                 return if taken > 0 { Ok(taken) } else { Err(e) };
             }
-            let mut n = 0;
-            let sealed = self
-                .records
-                .seal(APPLICATION_DATA, &mut self.write.buf, |out| {
-                    n = gather(bufs, taken, MAX_CONTENT, out);
-                });
+            let next = content.next_piece();
+            let sealed = if next.len() >= SEALED_WHERE_IT_LIES {
+                let n = next.len().min(MAX_CONTENT);
+                self.records
+                    .seal_slice(APPLICATION_DATA, &mut self.write.buf, &next[..n])
+                    .map(|()| n)
+            } else {
+                let mut n = 0;
+                self.records
+                    .seal(APPLICATION_DATA, &mut self.write.buf, |out| {
+                        n = content.gather(out);
+                    })
+                    .map(|()| n)
+            };
             match sealed {
-                Ok(()) => taken += n,
+                Ok(n) => {
+                    taken += n;
+                    content.advance(n);
+                }
                 Err(_) if taken > 0 => return Ok(taken),
                 Err(e) => return Err(e.into()),
             }
@@ -346,24 +363,76 @@ impl TlsStream {
 /// (or TLS 1.3's inner type) and tag.
 const RECORD_OVERHEAD: usize = HEADER_LEN + 8 + 16;
 
-/// Appends to `out` up to `max` bytes of `bufs`, skipping their first `from`: how many.
-fn gather(bufs: &[IoSlice<'_>], mut from: usize, max: usize, out: &mut Vec<u8>) -> usize {
-    let mut taken = 0;
-    for buf in bufs {
-        if from >= buf.len() {
-            from -= buf.len();
-            continue;
-        }
-        let piece = &buf[from..];
-        from = 0;
-        let n = piece.len().min(max - taken);
-        out.extend_from_slice(&piece[..n]);
-        taken += n;
-        if taken == max {
-            break;
+/// A piece of a write at least this long is sealed from where it lies, in records of its own
+/// ([`Records::seal_slice`]): a stored batch a fetch answer sends from the log's map, a
+/// produced batch. Shorter pieces (frame and answer headers, small batches) are copied
+/// together into records, where a record of each would cost more than the copy.
+const SEALED_WHERE_IT_LIES: usize = 4 << 10;
+
+/// The bytes of a vectored write not sealed yet: the slices from `index`, the first from
+/// `offset`.
+struct Pieces<'a, 'b> {
+    bufs: &'a [IoSlice<'b>],
+    index: usize,
+    offset: usize,
+}
+
+impl<'a, 'b> Pieces<'a, 'b> {
+    fn new(bufs: &'a [IoSlice<'b>]) -> Self {
+        Pieces {
+            bufs,
+            index: 0,
+            offset: 0,
         }
     }
-    taken
+
+    /// The rest of the slice the next bytes are in (empty at the end).
+    fn next_piece(&mut self) -> &'a [u8] {
+        // Bounded by the slices: each turn passes an empty one.
+        while let Some(buf) = self.bufs.get(self.index) {
+            if self.offset < buf.len() {
+                let bufs: &'a [IoSlice<'b>] = self.bufs;
+                return &bufs[self.index][self.offset..];
+            }
+            (self.index, self.offset) = (self.index + 1, 0);
+        }
+        &[]
+    }
+
+    /// Moves past `n` bytes.
+    fn advance(&mut self, mut n: usize) {
+        // Bounded by the slices: each turn passes one or ends.
+        while let Some(buf) = self.bufs.get(self.index) {
+            let left = buf.len() - self.offset;
+            if n < left {
+                self.offset += n;
+                return;
+            }
+            n -= left;
+            (self.index, self.offset) = (self.index + 1, 0);
+        }
+    }
+
+    /// Appends to `out` the next bytes, up to a record's content, ending before a slice that
+    /// is sealed where it lies: how many. The bytes stay unread until [`Pieces::advance`].
+    fn gather(&self, out: &mut RecordBuf) -> usize {
+        let mut taken = 0;
+        let mut offset = self.offset;
+        for buf in self.bufs.iter().skip(self.index) {
+            let piece = &buf[offset.min(buf.len())..];
+            if taken > 0 && piece.len() >= SEALED_WHERE_IT_LIES {
+                break;
+            }
+            offset = 0;
+            let n = piece.len().min(MAX_CONTENT - taken);
+            out.extend_from_slice(&piece[..n]);
+            taken += n;
+            if taken == MAX_CONTENT {
+                break;
+            }
+        }
+        taken
+    }
 }
 
 impl AsyncRead for TlsStream {
@@ -483,8 +552,8 @@ impl AsyncWrite for TlsStream {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         let this = self.get_mut();
         ready!(this.push(cx, 0))?;
-        if this.write.buf.capacity() > WRITE_BUFFER_KEPT {
-            this.write.buf = Vec::new();
+        if this.write.buf.memory() > WRITE_BUFFER_KEPT {
+            this.write.buf = RecordBuf::default();
         }
         Pin::new(&mut this.tcp).poll_flush(cx)
     }

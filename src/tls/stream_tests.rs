@@ -193,6 +193,51 @@ async fn the_stream_talks_with_rustls_and_itself_in_every_suite() {
     }
 }
 
+/// A vectored write mixes pieces sealed from where they lie (4 KiB and over) with small ones
+/// copied together into records, in every suite, renewing keys every few records in TLS 1.3:
+/// the reader gets the bytes in order.
+#[tokio::test]
+async fn a_vectored_write_of_large_and_small_pieces_arrives_whole() {
+    use std::io::IoSlice;
+    let certs = dev_certificates();
+    let sizes = [
+        10usize, 20_000, 3, 5000, 100, 4095, 4096, 16_384, 1, 70_000, 7, 16_385,
+    ];
+    let data = pattern(sizes.iter().sum::<usize>() * 3, 5);
+    for (suite, version) in suites() {
+        let (server, client) = configs(certs.path(), suite, version);
+        let (server, client) = (Arc::new(server), Arc::new(client));
+        let (mut ours, mut theirs) = ours_serving_rustls(sockets().await, &server, &client).await;
+        if version == &rustls::version::TLS13 {
+            ours.set_key_limit(3);
+        }
+        let mut pieces: Vec<&[u8]> = Vec::new();
+        let mut at = 0;
+        for n in sizes.iter().cycle().take(sizes.len() * 3) {
+            pieces.push(&data[at..at + n]);
+            at += n;
+        }
+        let reader = tokio::spawn(async move {
+            let mut got = vec![0u8; at];
+            theirs.read_exact(&mut got).await.unwrap();
+            got
+        });
+        let mut slices: Vec<IoSlice<'_>> = pieces.iter().map(|p| IoSlice::new(p)).collect();
+        let mut rest = &mut slices[..];
+        // Bounded: each write takes bytes (or fails the test).
+        while !rest.is_empty() {
+            let n = ours.write_vectored(rest).await.unwrap();
+            assert!(n > 0);
+            IoSlice::advance_slices(&mut rest, n);
+        }
+        ours.flush().await.unwrap();
+        assert!(
+            reader.await.unwrap() == data,
+            "{suite:?}: the bytes came changed"
+        );
+    }
+}
+
 #[tokio::test]
 async fn keys_renewed_by_either_side_keep_the_bytes_flowing() {
     let certs = dev_certificates();
