@@ -3,8 +3,8 @@
 //! connection's own buffers with aws-lc-rs' AEADs: opened in place; sealed in place, or from
 //! where the content lies straight into the record ([`Records::seal_slice`]). rustls' buffered
 //! connection copies each record twice more on its way in (into its deframer, then into a
-//! plaintext buffer of its own) and allocates and copies each one on its way out; this does
-//! neither.
+//! plaintext buffer of its own) and on its way out allocates each one and copies its content
+//! into it; this allocates none, and copies only the content it seals in place.
 //!
 //! # Wire format
 //!
@@ -53,8 +53,9 @@ pub(crate) const MAX_RECORD: usize = HEADER_LEN + MAX_BODY;
 const TAG_LEN: usize = 16;
 const EXPLICIT_NONCE_LEN: usize = 8;
 
-/// Sealed records on their way to the socket: [`RecordBuf::bytes`]. The memory past them was
-/// written by earlier records and is reused as it is, not zeroed again: a record sealed from
+/// Sealed records on their way to the socket: [`RecordBuf::bytes`]. The memory past them
+/// holds zeros or what earlier records left (sealed bytes, or the content of a record that
+/// failed to seal), never sent, and is reused as it is, not zeroed again: a record sealed from
 /// where its content lies ([`Records::seal_slice`]) is written once, by the cipher.
 #[derive(Default)]
 pub(crate) struct RecordBuf {
@@ -82,13 +83,15 @@ impl RecordBuf {
         self.buf.capacity()
     }
 
-    /// Makes room for `additional` more bytes without moving them later.
+    /// Makes room for `additional` more bytes without moving them later (and no more room:
+    /// the caller knows what is coming).
     pub(crate) fn reserve(&mut self, additional: usize) {
         self.buf
-            .reserve((self.len + additional).saturating_sub(self.buf.len()));
+            .reserve_exact((self.len + additional).saturating_sub(self.buf.len()));
     }
 
-    /// Holds `n` more bytes (zeros, or what earlier records left there) at the end.
+    /// Holds `n` more bytes at the end: zeros, or what earlier records left there, which the
+    /// caller overwrites before they can be sent (or drops with [`RecordBuf::truncate`]).
     fn grow(&mut self, n: usize) {
         self.len += n;
         if self.buf.len() < self.len {
@@ -394,13 +397,16 @@ impl Records {
         let body_len = out.len() - start - HEADER_LEN + TAG_LEN;
         let header = &mut out.bytes_mut()[start..start + HEADER_LEN];
         (&mut header[3..]).put_u16(body_len as u16);
-        let mut aad = [0u8; 13];
         match self.format {
             Format::Tls13 => {
+                let mut aad = [0u8; 13];
                 aad[..HEADER_LEN].copy_from_slice(header);
                 (aad, HEADER_LEN)
             }
-            Format::Tls12Gcm | Format::Tls12Chacha => (self.tx.aad12(typ, content_len), aad.len()),
+            Format::Tls12Gcm | Format::Tls12Chacha => {
+                let aad = self.tx.aad12(typ, content_len);
+                (aad, aad.len())
+            }
         }
     }
 
@@ -571,6 +577,35 @@ mod tests {
             }
             assert_eq!(at, wire.len());
         }
+    }
+
+    #[test]
+    fn a_record_sealed_where_its_content_lies_is_the_record_sealed_in_place() {
+        for (tls13, chacha) in FORMATS {
+            for (len, typ) in [(0usize, ALERT), (1, HANDSHAKE), (4096, APPLICATION_DATA)] {
+                let content = pattern(len);
+                let (mut a, _) = pair(tls13, chacha);
+                let (mut same, _) = pair(tls13, chacha);
+                let (mut copied, mut lying) = (RecordBuf::default(), RecordBuf::default());
+                // Room left by an earlier, longer record: the new one must overwrite it.
+                lying.extend_from_slice(&[0xee; MAX_CONTENT]);
+                lying.clear();
+                for _ in 0..2 {
+                    a.seal(typ, &mut copied, |out| out.extend_from_slice(&content))
+                        .unwrap();
+                    same.seal_slice(typ, &mut lying, &content).unwrap();
+                }
+                assert_eq!(
+                    copied.bytes(),
+                    lying.bytes(),
+                    "tls13 {tls13} chacha {chacha} len {len}"
+                );
+            }
+        }
+    }
+
+    fn pattern(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i % 251) as u8).collect()
     }
 
     #[test]

@@ -10,9 +10,10 @@
 //!   into its deframer and again into a plaintext buffer of its own before that.
 //! - Writing, a piece of a write of 4 KiB or more (a stored batch a fetch answer sends from
 //!   the log's map, a produced batch) is sealed from where it lies into its records: the
-//!   cipher reads it once and writes the record. Smaller pieces are copied together into a
-//!   record and sealed there. Records wait in one buffer until the socket takes them (at most
-//!   [`WRITE_AHEAD`] not yet taken); its memory is reused without being zeroed again.
+//!   cipher reads it once and writes the record. Smaller pieces (and a long piece's last
+//!   bytes, under 4 KiB) are copied together into a record and sealed there. Records wait
+//!   in one buffer until the socket takes them (at most [`WRITE_AHEAD`] not yet taken); its
+//!   memory is reused without being zeroed again.
 //!
 //! Past the handshake, TLS 1.3 handshake messages are handled (`stream/inbound.rs`): a KeyUpdate moves the
 //! receiving side to new keys (and, when the peer asks, the sending side before its next
@@ -322,9 +323,16 @@ impl TlsStream {
         }
         let room = WRITE_AHEAD - (write.buf.len() - write.sent).min(WRITE_AHEAD);
         let want = total.min(room);
+        // What this call may add: `want` bytes of content in records (full ones, a key update,
+        // and around each piece sealed where it lies, 4 KiB or more each, at most two short
+        // ones: the piece's tail and the small pieces before it), and where more is given than
+        // the write-ahead lets in, the record that crosses it. Reserved at once, the buffer
+        // never grows by doubling.
+        let records = want.div_ceil(MAX_CONTENT) + 1 + 2 * (want / SEALED_WHERE_IT_LIES + 1);
+        let crossing = if total > want { MAX_RECORD } else { 0 };
         write
             .buf
-            .reserve(want + want.div_ceil(MAX_CONTENT) * RECORD_OVERHEAD);
+            .reserve(want + records * RECORD_OVERHEAD + crossing);
         let mut taken = 0;
         let mut content = Pieces::new(bufs);
         // Bounded: each turn seals up to a record's worth of `bufs`.
@@ -365,8 +373,9 @@ const RECORD_OVERHEAD: usize = HEADER_LEN + 8 + 16;
 
 /// A piece of a write at least this long is sealed from where it lies, in records of its own
 /// ([`Records::seal_slice`]): a stored batch a fetch answer sends from the log's map, a
-/// produced batch. Shorter pieces (frame and answer headers, small batches) are copied
-/// together into records, where a record of each would cost more than the copy.
+/// produced batch. Shorter pieces (frame and answer headers, small batches), and a long
+/// piece's last bytes when fewer than this are left, are copied together into records, where
+/// a record of each would cost more than the copy.
 const SEALED_WHERE_IT_LIES: usize = 4 << 10;
 
 /// The bytes of a vectored write not sealed yet: the slices from `index`, the first from

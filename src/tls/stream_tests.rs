@@ -200,10 +200,12 @@ async fn the_stream_talks_with_rustls_and_itself_in_every_suite() {
 async fn a_vectored_write_of_large_and_small_pieces_arrives_whole() {
     use std::io::IoSlice;
     let certs = dev_certificates();
+    // More than twice the write-ahead: writes take part of it and go on from mid-piece.
     let sizes = [
-        10usize, 20_000, 3, 5000, 100, 4095, 4096, 16_384, 1, 70_000, 7, 16_385,
+        0usize, 10, 20_000, 3, 5000, 0, 100, 4095, 4096, 16_384, 1, 70_000, 7, 16_385, 0,
     ];
-    let data = pattern(sizes.iter().sum::<usize>() * 3, 5);
+    let rounds = 20;
+    let data = pattern(sizes.iter().sum::<usize>() * rounds, 5);
     for (suite, version) in suites() {
         let (server, client) = configs(certs.path(), suite, version);
         let (server, client) = (Arc::new(server), Arc::new(client));
@@ -213,7 +215,7 @@ async fn a_vectored_write_of_large_and_small_pieces_arrives_whole() {
         }
         let mut pieces: Vec<&[u8]> = Vec::new();
         let mut at = 0;
-        for n in sizes.iter().cycle().take(sizes.len() * 3) {
+        for n in sizes.iter().cycle().take(sizes.len() * rounds) {
             pieces.push(&data[at..at + n]);
             at += n;
         }
@@ -318,22 +320,37 @@ async fn a_damaged_record_ends_the_connection_with_an_error() {
 async fn a_socket_taking_less_than_it_is_given_holds_the_writer_to_its_write_ahead() {
     let certs = dev_certificates();
     let (server, client) = aes_128_configs(certs.path());
-    let (mut ours, _theirs) = ours_serving_rustls(sockets().await, &server, &client).await;
     let data = pattern(4 << 20, 3);
-    let mut most = 0;
-    // Bounded: 64 rounds, each sealing what the write-ahead lets in, after which the socket
-    // (played here) takes all but the last byte: the buffer never empties at once.
-    for _ in 0..64 {
-        let taken = ours
-            .seal_from(&[std::io::IoSlice::new(&data)], data.len())
-            .unwrap();
-        assert!(taken > 0);
-        ours.write.sent = ours.write.buf.len() - 1;
-        most = most.max(ours.write.buf.len());
+    // One piece, and pieces of 5,000 bytes (each sealed where it lies, in a record of its
+    // own) behind headers of 50 (each a short record): a record for every 2.5 KiB.
+    let whole = [std::io::IoSlice::new(&data)];
+    let mut mixed = Vec::new();
+    for chunk in data.chunks(5050) {
+        let (header, batch) = chunk.split_at(chunk.len().min(50));
+        mixed.extend([std::io::IoSlice::new(header), std::io::IoSlice::new(batch)]);
     }
-    // Not yet taken by the socket at most `WRITE_AHEAD`, as much taken, and a record.
-    let bound = 2 * super::WRITE_AHEAD + super::MAX_RECORD;
-    assert!(most <= bound, "held {most} bytes");
+    for (pieces, left) in [(&whole[..], 1), (&mixed[..], 1), (&whole[..], 10_000)] {
+        let (mut ours, _theirs) = ours_serving_rustls(sockets().await, &server, &client).await;
+        let (mut most, mut memory) = (0, 0);
+        // Bounded: 64 rounds, each sealing what the write-ahead lets in, after which the
+        // socket (played here) takes all but the last `left` bytes: the buffer never empties
+        // at once.
+        for _ in 0..64 {
+            let taken = ours.seal_from(pieces, data.len()).unwrap();
+            assert!(taken > 0);
+            ours.write.sent = ours.write.buf.len() - left;
+            most = most.max(ours.write.buf.len());
+            memory = memory.max(ours.write.buf.memory());
+        }
+        // Not yet taken by the socket at most `WRITE_AHEAD`, as much taken, and a record.
+        let bound = 2 * super::WRITE_AHEAD + super::MAX_RECORD;
+        assert!(most <= bound, "held {most} bytes");
+        // Memory reserved for what may come, never grown by doubling past that.
+        assert!(
+            memory <= bound + super::MAX_RECORD,
+            "held {memory} bytes of memory"
+        );
+    }
 }
 
 #[tokio::test]
