@@ -5,7 +5,7 @@
 //! 1. `kcat -P -l` of a file of 100 B lines and of 1 KiB lines through a follower's address
 //!    (librdkafka's batching), in records/s, as a ratio of a `Producer` sending the same
 //!    records in process, on a runtime of its own as another process would (each side warmed
-//!    up with a tenth of the records, then two rounds, the sides in turn), and of `replog
+//!    up with a tenth of the records, then four rounds, the sides in turn), and of `replog
 //!    produce` piped the same file through the same follower (the process from its start, for
 //!    both CLIs); beside it, what is kcat's and not the broker's: its own CPU a round (a
 //!    process on the brokers' cores) and its rate net of a one-line run's time (its start-up,
@@ -76,7 +76,7 @@ use process::{
 };
 
 /// Rounds of part 1: the two sides compared take turns, each round in the other order.
-const ROUNDS: usize = 2;
+const ROUNDS: usize = 4;
 /// Rounds of part 2, whose reads take a few tenths of a second each.
 const FETCH_ROUNDS: usize = 6;
 
