@@ -17,9 +17,10 @@
 //!   ([`DevCertificates`]).
 //! - `stream.rs`: a connection. rustls runs its handshake (`handshake.rs`, through rustls'
 //!   unbuffered API), then keeps the secrets (key updates, session tickets) while `record.rs`
-//!   seals and opens the records in the connection's own buffers, in place, a copy fewer each
-//!   way than rustls' buffered connection makes and no allocation a record;
-//!   `stream/inbound.rs` acts on each record opened.
+//!   seals and opens the records in the connection's own buffers with no allocation a
+//!   record: opened in place, and sealed from where a large piece of a write lies (small
+//!   pieces copied into the record first), copies fewer each way than rustls' buffered
+//!   connection makes; `stream/inbound.rs` acts on each record opened.
 //!
 //! A handshake runs on the connection's own task once the connection is admitted under the
 //! broker's connection cap, within the connection's pre-authentication deadline
