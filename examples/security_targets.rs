@@ -315,6 +315,7 @@ async fn native_round(
         pin_client_thread();
         let round = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
+            .thread_name("client")
             .on_thread_start(pin_client_thread)
             .enable_all()
             .build()

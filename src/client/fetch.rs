@@ -101,6 +101,20 @@ impl Client {
         offset: Offset,
         options: &FetchOptions,
     ) -> Result<Fetched> {
+        self.fetch_unchecked(topic, partition, offset, options)
+            .await?
+            .check()
+    }
+
+    /// [`fetch_with`](Self::fetch_with), the batches not yet checked: a consumer asks for
+    /// the next answer (from [`Unchecked::next_offset`]) before it checks this one.
+    pub(crate) async fn fetch_unchecked(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: Offset,
+        options: &FetchOptions,
+    ) -> Result<Unchecked> {
         let id = PartitionId::new(topic, partition);
         // The answer must fit this client's frames (the broker keeps it within its own).
         let fits = self
@@ -115,10 +129,6 @@ impl Client {
             max_wait_ms: u32::try_from(max_wait.as_millis()).unwrap_or(u32::MAX),
             min_bytes: options.min_bytes,
         };
-        let limits = Limits {
-            record_bytes_max: self.config.record_bytes_max,
-            batch_bytes_max: self.config.batch_bytes_max,
-        };
         let mut targets: Vec<Address> = options.replica.iter().cloned().collect();
         let named = !targets.is_empty();
         if targets.is_empty() {
@@ -132,8 +142,16 @@ impl Client {
         let timeout = self.timeout() + max_wait;
         let mut tried = Vec::new();
         for addr in targets {
-            match self.fetch_from(&addr, &request, &limits, timeout).await {
-                Ok(Ok(fetched)) => return fetched,
+            match self.fetch_from(&addr, &request, timeout).await {
+                Ok(Ok(answer)) => {
+                    return Ok(Unchecked {
+                        answer,
+                        limits: Limits {
+                            record_bytes_max: self.config.record_bytes_max,
+                            batch_bytes_max: self.config.batch_bytes_max,
+                        },
+                    });
+                }
                 // This broker hosts no replica of the partition: try the next.
                 Ok(Err(WireError::NotLeader { .. })) if !named => {
                     tried.push(format!("{addr} (no replica)"));
@@ -149,29 +167,13 @@ impl Client {
 
     /// One fetch from `addr`: `Op::FetchAsStored` where the connection speaks protocol
     /// version 4 (Kafka batches come as stored, decoded here), `Op::Fetch` otherwise (an
-    /// older broker converts them). The batches are checked as they came from the network:
-    /// `Err` inside `Ok` for one that does not hold together.
+    /// older broker converts them).
     async fn fetch_from(
         &self,
         addr: &Address,
         request: &FetchRequest,
-        limits: &Limits,
         timeout: Duration,
-    ) -> std::result::Result<std::result::Result<Result<Fetched>, WireError>, CallError> {
-        fn fetched<B>(
-            answer: FetchResponse<B>,
-            into_batch: impl Fn(B) -> Result<Batch>,
-        ) -> Result<Fetched> {
-            Ok(Fetched {
-                batches: answer
-                    .batches
-                    .into_iter()
-                    .map(into_batch)
-                    .collect::<Result<Vec<_>>>()?,
-                high_watermark: Offset(answer.high_watermark),
-                log_start: Offset(answer.log_start),
-            })
-        }
+    ) -> std::result::Result<std::result::Result<Answer, WireError>, CallError> {
         let version = self.peer(addr).version(self.timeout()).await?;
         if version >= Op::FetchAsStored.since() {
             let answer = self
@@ -185,13 +187,13 @@ impl Client {
             match answer {
                 // Connected again meanwhile, to a broker of an older version.
                 Err(CallError::TooNew { .. }) => {}
-                answer => return Ok(answer?.map(|a| fetched(a, |b| b.into_batch(limits)))),
+                answer => return Ok(answer?.map(Answer::Stored)),
             }
         }
         let answer = self
             .call_timeout::<_, FetchResponse>(addr, Op::Fetch, request, timeout)
             .await?;
-        Ok(answer.map(|a| fetched(a, |b| b.into_batch(limits))))
+        Ok(answer.map(Answer::Converted))
     }
 
     /// The offset of the first committed record of a partition whose timestamp is
@@ -236,5 +238,59 @@ impl Client {
         Err(Error::NoBrokerReachable {
             tried: tried.join(", "),
         })
+    }
+}
+
+/// A fetch's answer as the broker sent it.
+#[derive(Debug)]
+enum Answer {
+    /// `Op::FetchAsStored`'s: Kafka batches as stored.
+    Stored(FetchResponse<StoredBatch>),
+    /// `Op::Fetch`'s: every batch as replog records.
+    Converted(FetchResponse),
+}
+
+/// A fetch's answer whose batches are not yet checked: they came from the network.
+#[derive(Debug)]
+pub(crate) struct Unchecked {
+    answer: Answer,
+    limits: Limits,
+}
+
+impl Unchecked {
+    /// The offset after the last batch, as its header says; `None` without batches.
+    pub(crate) fn next_offset(&self) -> Option<Offset> {
+        let last = match &self.answer {
+            Answer::Stored(a) => a.batches.last().map(|b| &b.batch),
+            Answer::Converted(a) => a.batches.last(),
+        }?;
+        Some(Offset(
+            last.base_offset
+                .saturating_add(u64::from(last.record_count)),
+        ))
+    }
+
+    /// The batches, each checked as it came from the network: `Err` for one that does not
+    /// hold together.
+    pub(crate) fn check(self) -> Result<Fetched> {
+        fn fetched<B>(
+            answer: FetchResponse<B>,
+            into_batch: impl Fn(B) -> Result<Batch>,
+        ) -> Result<Fetched> {
+            Ok(Fetched {
+                batches: answer
+                    .batches
+                    .into_iter()
+                    .map(into_batch)
+                    .collect::<Result<Vec<_>>>()?,
+                high_watermark: Offset(answer.high_watermark),
+                log_start: Offset(answer.log_start),
+            })
+        }
+        let limits = &self.limits;
+        match self.answer {
+            Answer::Stored(a) => fetched(a, |b| b.into_batch(limits)),
+            Answer::Converted(a) => fetched(a, |b| b.into_batch(limits)),
+        }
     }
 }

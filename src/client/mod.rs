@@ -11,6 +11,7 @@ mod admin;
 mod configs;
 mod deliver;
 mod fetch;
+pub(crate) use fetch::Unchecked;
 pub use fetch::{FetchOptions, Fetched};
 mod groups;
 pub use groups::{GroupInfo, GroupMemberInfo, GroupSummary};

@@ -35,7 +35,9 @@ pub struct ConsumerConfig {
     /// `max.partition.fetch.bytes`). Default 1 MiB.
     pub max_bytes: u32,
     /// Records fetched ahead of `poll`, over all partitions; a partition's fetching waits
-    /// while they are not taken. Default 4096.
+    /// while they are not taken. Besides them, a partition holds at most two answers of at
+    /// most `max_bytes`: the one whose records wait for room, and the next, asked for as soon
+    /// as that one came. Default 4096.
     pub buffered_records: usize,
     /// At most this many records per [`poll`](Consumer::poll) (Kafka's `max.poll.records`).
     /// Default 500.
@@ -171,9 +173,10 @@ struct Assigned {
     fetcher: Option<tokio::task::JoinHandle<()>>,
 }
 
-/// A consumer of assigned partitions: each is fetched ahead on a task of its own,
-/// long-polling at the end of its log and following leader changes (the [`Client`] routes
-/// each fetch), and [`poll`](Self::poll) returns what was fetched, in each partition's order.
+/// A consumer of assigned partitions: each is fetched ahead on a task of its own (its next
+/// fetch in flight while the last answer is checked and handed on), long-polling at the end
+/// of its log and following leader changes (the [`Client`] routes each fetch), and
+/// [`poll`](Self::poll) returns what was fetched, in each partition's order.
 /// Positions move as records are returned; [`seek`](Self::seek) moves one anywhere.
 ///
 /// Delivery: every committed record from a partition's start position on is returned once, in
