@@ -14,15 +14,20 @@ use replog::{
 
 const TOPIC: &str = "consumed";
 
-/// Polls until `n` records came (at most 30 s).
+/// Polls until `n` records came (at most 30 s), as many polls in a row as find records.
 pub(crate) async fn poll_n(consumer: &mut Consumer, n: usize) -> Vec<ConsumerRecord> {
     let mut out = Vec::new();
     wait_until(
         Duration::from_secs(30),
         &format!("{n} records"),
         async || {
-            if out.len() < n {
-                out.extend(consumer.poll(Duration::from_millis(500)).await.unwrap());
+            // Bounded: each turn takes at least one record, or ends this check.
+            while out.len() < n {
+                let got = consumer.poll(Duration::from_millis(500)).await.unwrap();
+                if got.is_empty() {
+                    break;
+                }
+                out.extend(got);
             }
             if out.len() >= n {
                 Ok(())
@@ -143,6 +148,59 @@ async fn a_consumer_reads_every_partition_once_in_order_and_seeks_pauses_and_fol
     assert_eq!(by_partition, BTreeMap::from([(1, vec![35, 36])]));
     drop(stream);
     drop(late);
+    drop(client);
+    cluster.shutdown().await.unwrap();
+}
+
+/// A partition read over many answers, one batch each (`max_bytes` below a batch's size),
+/// through a buffer that holds about one batch: each answer's records wait for room while the
+/// next answer is already fetched. Every record comes once and in order, and a seek back in
+/// the middle drops what was fetched ahead from the old position.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_fetching_ahead_through_a_small_buffer_returns_each_record_once_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = crate::local_cluster(3, dir.path(), TOPIC, 2, |_| {}).await;
+    let client = Arc::new(
+        Client::connect(&cluster.addrs(), ClientConfig::default())
+            .await
+            .unwrap(),
+    );
+    let (batches, per_batch) = (40u32, 50u32);
+    for b in 0..batches {
+        let records: Vec<Record> = expected(0, b * per_batch..(b + 1) * per_batch)
+            .into_iter()
+            .map(Record::new)
+            .collect();
+        client.send(TOPIC, 0, &records).await.unwrap();
+    }
+    let total = batches * per_batch;
+    let mut config = ConsumerConfig::default();
+    config.max_bytes = 1024;
+    config.buffered_records = per_batch as usize + 10;
+    config.max_poll_records = 7;
+    let mut consumer = Consumer::new(Arc::clone(&client), config);
+    consumer
+        .assign(TOPIC, Some(&[0]), StartAt::Beginning)
+        .await
+        .unwrap();
+    let got = poll_n(&mut consumer, total as usize / 2).await;
+    assert_eq!(values(&got, 0), expected(0, 0..got.len() as u32));
+    consumer
+        .seek(TOPIC, 0, StartAt::Offset(Offset(300)))
+        .await
+        .unwrap();
+    let got = poll_n(&mut consumer, (total - 300) as usize).await;
+    assert_eq!(values(&got, 0), expected(0, 300..total));
+    assert!(
+        consumer
+            .poll(Duration::from_millis(300))
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing past the end"
+    );
+    assert_eq!(consumer.position(TOPIC, 0), Some(Offset(u64::from(total))));
+    drop(consumer);
     drop(client);
     cluster.shutdown().await.unwrap();
 }
