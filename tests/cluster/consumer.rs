@@ -40,6 +40,18 @@ pub(crate) async fn poll_n(consumer: &mut Consumer, n: usize) -> Vec<ConsumerRec
     out
 }
 
+/// Three brokers with `TOPIC` in `partitions` partitions, and a client of theirs.
+async fn cluster_and_client(
+    dir: &std::path::Path,
+    partitions: u32,
+) -> (replog::LocalCluster, Arc<Client>) {
+    let cluster = crate::local_cluster(3, dir, TOPIC, partitions, |_| {}).await;
+    let client = Client::connect(&cluster.addrs(), ClientConfig::default())
+        .await
+        .unwrap();
+    (cluster, Arc::new(client))
+}
+
 fn values(records: &[ConsumerRecord], partition: u32) -> Vec<String> {
     records
         .iter()
@@ -64,12 +76,7 @@ fn expected(partition: u32, range: std::ops::Range<u32>) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_reads_every_partition_once_in_order_and_seeks_pauses_and_follows_the_leader() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cluster = crate::local_cluster(3, dir.path(), TOPIC, 2, |_| {}).await;
-    let client = Arc::new(
-        Client::connect(&cluster.addrs(), ClientConfig::default())
-            .await
-            .unwrap(),
-    );
+    let (mut cluster, client) = cluster_and_client(dir.path(), 2).await;
     write(&client, 0, 0..30).await;
     write(&client, 1, 0..30).await;
     // A consumer at the end sees only what comes after it started.
@@ -159,12 +166,7 @@ async fn a_consumer_reads_every_partition_once_in_order_and_seeks_pauses_and_fol
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_fetching_ahead_through_a_small_buffer_returns_each_record_once_in_order() {
     let dir = tempfile::tempdir().unwrap();
-    let cluster = crate::local_cluster(3, dir.path(), TOPIC, 2, |_| {}).await;
-    let client = Arc::new(
-        Client::connect(&cluster.addrs(), ClientConfig::default())
-            .await
-            .unwrap(),
-    );
+    let (cluster, client) = cluster_and_client(dir.path(), 2).await;
     let (batches, per_batch) = (40u32, 50u32);
     for b in 0..batches {
         let records: Vec<Record> = expected(0, b * per_batch..(b + 1) * per_batch)
@@ -210,12 +212,7 @@ async fn a_consumer_fetching_ahead_through_a_small_buffer_returns_each_record_on
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_starts_at_the_first_record_written_at_or_after_a_time() {
     let dir = tempfile::tempdir().unwrap();
-    let cluster = crate::local_cluster(3, dir.path(), TOPIC, 1, |_| {}).await;
-    let client = Arc::new(
-        Client::connect(&cluster.addrs(), ClientConfig::default())
-            .await
-            .unwrap(),
-    );
+    let (cluster, client) = cluster_and_client(dir.path(), 1).await;
     write(&client, 0, 0..20).await;
     let now_ms = || {
         std::time::SystemTime::now()
