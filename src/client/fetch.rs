@@ -270,6 +270,19 @@ impl Unchecked {
         ))
     }
 
+    /// The offsets the batches span, as their headers say (their records, unless compaction
+    /// removed some).
+    pub(crate) fn offsets(&self) -> u64 {
+        match &self.answer {
+            Answer::Stored(a) => a
+                .batches
+                .iter()
+                .map(|b| u64::from(b.batch.record_count))
+                .sum(),
+            Answer::Converted(a) => a.batches.iter().map(|b| u64::from(b.record_count)).sum(),
+        }
+    }
+
     /// The batches, each checked as it came from the network: `Err` for one that does not
     /// hold together.
     pub(crate) fn check(self) -> Result<Fetched> {

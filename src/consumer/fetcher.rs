@@ -26,11 +26,12 @@ impl Fetcher {
             .is_ok()
     }
 
-    /// Fetches from `next` on until the consumer is gone or the partition is. One fetch is
-    /// kept ahead: the next is asked for as soon as an answer comes (where its last batch's
-    /// header says it ends), so the broker reads and sends it while this side checks the
-    /// answer's batches and hands their records on (and waits for room in the buffer for
-    /// them), as a Kafka consumer keeps its next fetch in flight.
+    /// Fetches from `next` on until the consumer is gone or the partition is. While the
+    /// buffer has room for an answer's records, the next answer is asked for as soon as it
+    /// comes (from where its last batch's header says it ends), so the broker reads and sends
+    /// it while this side checks the answer's batches and hands their records on. A partition
+    /// whose records wait for room fetches nothing more: it holds one answer beyond the
+    /// buffer, as Kafka's consumer fetches no partition whose last answer is not consumed.
     pub(super) async fn run(self, mut next: Offset) {
         let topic: Arc<str> = Arc::from(self.id.topic.as_str());
         let (t, p) = (self.id.topic.as_str(), self.id.partition);
@@ -45,6 +46,7 @@ impl Fetcher {
             let after = answer
                 .as_ref()
                 .ok()
+                .filter(|a| self.has_room(a.offsets()))
                 .and_then(Unchecked::next_offset)
                 .filter(|after| *after > next);
             let fetch_ahead = async {
@@ -66,12 +68,21 @@ impl Fetcher {
         }
     }
 
+    /// Whether the buffer has room now for `records` (a batch larger than it takes all of it).
+    fn has_room(&self, records: u64) -> bool {
+        let want = usize::try_from(records)
+            .unwrap_or(usize::MAX)
+            .min(self.buffered_max);
+        self.buffered.available_permits() >= want
+    }
+
     /// Hands an answer's records on to `poll` and moves `next` past them; on an error, waits
     /// (or moves `next` up to the log start) before the next fetch. `false` once the
     /// consumer or the partition is gone.
     async fn handle(&self, answer: Result<Unchecked>, topic: &Arc<str>, next: &mut Offset) -> bool {
-        // The fetch ahead is queued on its connection (`join!` polled it first); this lets the
-        // connection's writer send it before the answer is checked.
+        // A fetch ahead is usually queued on its connection by now (`join!` polled it first);
+        // this lets the connection's writer, woken into this worker's slot that others do not
+        // steal, send it before the answer is checked.
         tokio::task::yield_now().await;
         let (t, p) = (self.id.topic.as_str(), self.id.partition);
         let fetched = match answer.and_then(Unchecked::check) {

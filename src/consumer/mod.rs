@@ -35,9 +35,10 @@ pub struct ConsumerConfig {
     /// `max.partition.fetch.bytes`). Default 1 MiB.
     pub max_bytes: u32,
     /// Records fetched ahead of `poll`, over all partitions; a partition's fetching waits
-    /// while they are not taken. Besides them, a partition holds at most two answers of at
-    /// most `max_bytes`: the one whose records wait for room, and the next, asked for as soon
-    /// as that one came. Default 4096.
+    /// while they are not taken. A record keeps the answer it came in (at most `max_bytes`,
+    /// or one larger batch) in memory; besides those, a partition holds at most one answer
+    /// whose records wait for room, and fetches the next ahead only while the buffer has
+    /// room for the last one's. Default 4096.
     pub buffered_records: usize,
     /// At most this many records per [`poll`](Consumer::poll) (Kafka's `max.poll.records`).
     /// Default 500.

@@ -159,10 +159,10 @@ async fn a_consumer_reads_every_partition_once_in_order_and_seeks_pauses_and_fol
     cluster.shutdown().await.unwrap();
 }
 
-/// A partition read over many answers, one batch each (`max_bytes` below a batch's size),
-/// through a buffer that holds about one batch: each answer's records wait for room while the
-/// next answer is already fetched. Every record comes once and in order, and a seek back in
-/// the middle drops what was fetched ahead from the old position.
+/// A partition read over many answers, one batch each (`max_bytes` of 1: an answer holds its
+/// first batch whatever its size), through a buffer that holds about one batch: the next
+/// answer is fetched ahead while there is room, and not while an answer's records wait for
+/// it. Every record comes once and in order, also after a seek back in the middle.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_fetching_ahead_through_a_small_buffer_returns_each_record_once_in_order() {
     let dir = tempfile::tempdir().unwrap();
@@ -177,7 +177,7 @@ async fn a_consumer_fetching_ahead_through_a_small_buffer_returns_each_record_on
     }
     let total = batches * per_batch;
     let mut config = ConsumerConfig::default();
-    config.max_bytes = 1024;
+    config.max_bytes = 1;
     config.buffered_records = per_batch as usize + 10;
     config.max_poll_records = 7;
     let mut consumer = Consumer::new(Arc::clone(&client), config);
