@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::Client;
 use crate::error::{Error, Result};
 use crate::protocol::{
-    FetchRequest, FetchResponse, ListOffsetsRequest, OffsetAt, StoredBatch, WireError,
+    FetchRequest, FetchResponse, ListOffsetsRequest, OffsetAt, StoredBatch, WireBatch, WireError,
 };
 use crate::segment::batch::Batch;
 use crate::segment::frame::Limits;
@@ -258,12 +258,17 @@ pub(crate) struct Unchecked {
 }
 
 impl Unchecked {
+    /// The batches' frame fields, as they came.
+    fn headers(&self) -> Box<dyn DoubleEndedIterator<Item = &WireBatch> + '_> {
+        match &self.answer {
+            Answer::Stored(a) => Box::new(a.batches.iter().map(|b| &b.batch)),
+            Answer::Converted(a) => Box::new(a.batches.iter()),
+        }
+    }
+
     /// The offset after the last batch, as its header says; `None` without batches.
     pub(crate) fn next_offset(&self) -> Option<Offset> {
-        let last = match &self.answer {
-            Answer::Stored(a) => a.batches.last().map(|b| &b.batch),
-            Answer::Converted(a) => a.batches.last(),
-        }?;
+        let last = self.headers().next_back()?;
         Some(Offset(
             last.base_offset
                 .saturating_add(u64::from(last.record_count)),
@@ -273,14 +278,7 @@ impl Unchecked {
     /// The offsets the batches span, as their headers say (their records, unless compaction
     /// removed some).
     pub(crate) fn offsets(&self) -> u64 {
-        match &self.answer {
-            Answer::Stored(a) => a
-                .batches
-                .iter()
-                .map(|b| u64::from(b.batch.record_count))
-                .sum(),
-            Answer::Converted(a) => a.batches.iter().map(|b| u64::from(b.record_count)).sum(),
-        }
+        self.headers().map(|b| u64::from(b.record_count)).sum()
     }
 
     /// The batches, each checked as it came from the network: `Err` for one that does not

@@ -52,6 +52,12 @@ async fn cluster_and_client(
     (cluster, Arc::new(client))
 }
 
+/// A poll of 300 ms returns nothing.
+async fn assert_nothing_more(consumer: &mut Consumer, why: &str) {
+    let got = consumer.poll(Duration::from_millis(300)).await.unwrap();
+    assert!(got.is_empty(), "{why}: got {} records", got.len());
+}
+
 fn values(records: &[ConsumerRecord], partition: u32) -> Vec<String> {
     records
         .iter()
@@ -110,14 +116,7 @@ async fn a_consumer_reads_every_partition_once_in_order_and_seeks_pauses_and_fol
     let got = poll_n(&mut consumer, 2).await;
     assert_eq!(values(&got, 0), expected(0, 30..32));
     assert!(values(&got, 1).is_empty());
-    assert!(
-        consumer
-            .poll(Duration::from_millis(300))
-            .await
-            .unwrap()
-            .is_empty(),
-        "nothing from the paused partition"
-    );
+    assert_nothing_more(&mut consumer, "nothing from the paused partition").await;
     consumer.resume(TOPIC, 1);
     let got = poll_n(&mut consumer, 5).await;
     assert_eq!(values(&got, 1), expected(1, 30..35));
@@ -193,14 +192,7 @@ async fn a_consumer_fetching_ahead_through_a_small_buffer_returns_each_record_on
         .unwrap();
     let got = poll_n(&mut consumer, (total - 300) as usize).await;
     assert_eq!(values(&got, 0), expected(0, 300..total));
-    assert!(
-        consumer
-            .poll(Duration::from_millis(300))
-            .await
-            .unwrap()
-            .is_empty(),
-        "nothing past the end"
-    );
+    assert_nothing_more(&mut consumer, "nothing past the end").await;
     assert_eq!(consumer.position(TOPIC, 0), Some(Offset(u64::from(total))));
     drop(consumer);
     drop(client);
