@@ -1,7 +1,8 @@
 //! The record protection of an established TLS connection: rustls runs the handshake and keeps
 //! the traffic secrets ([`rustls::kernel`]); this seals and opens the records in the
-//! connection's own buffers with aws-lc-rs' AEADs: opened in place; sealed in place, or from
-//! where the content lies straight into the record ([`Records::seal_slice`]). rustls' buffered
+//! connection's own buffers with aws-lc-rs' AEADs: opened in place, or straight into where
+//! the reader wants the content ([`Records::open_into`]); sealed in place, or from where the
+//! content lies straight into the record ([`Records::seal_slice`]). rustls' buffered
 //! connection copies each record twice more on its way in (into its deframer, then into a
 //! plaintext buffer of its own) and on its way out allocates each one and copies its content
 //! into it; this allocates none, and copies only the content it seals in place.
@@ -439,359 +440,143 @@ impl Records {
     /// Opens `record` (exactly one whole record, header included, as [`Records::record_len`]
     /// measured it) in place: its content type and where its content now lies in `record`.
     pub(crate) fn open(&mut self, record: &mut [u8]) -> Result<(u8, Range<usize>), RecordError> {
-        if record.len() < HEADER_LEN {
+        let sealed = self.sealed_parts(record)?;
+        let (text, tag) = record.split_at_mut(record.len() - TAG_LEN);
+        let text = &mut text[sealed.text.clone()];
+        self.rx
+            .key
+            .open_in_place_separate_tag(sealed.nonce(), sealed.aad(), tag, text)
+            .map_err(|_| RecordError::BadMac)?;
+        let (typ, len) = self.opened(sealed.typ, text)?;
+        Ok((typ, sealed.text.start..sealed.text.start + len))
+    }
+
+    /// Opens `record` as [`Records::open`] does, into `out` instead of in place: the cipher
+    /// reads the record once and writes its content where the reader wants it. `out` must
+    /// hold [`Records::opened_room`] bytes; its content type and the length of its content,
+    /// at the start of `out`. On an error, `out` holds whatever the cipher left there.
+    pub(crate) fn open_into(
+        &mut self,
+        record: &[u8],
+        out: &mut [u8],
+    ) -> Result<(u8, usize), RecordError> {
+        let sealed = self.sealed_parts(record)?;
+        let out = out
+            .get_mut(..sealed.text.len())
+            .ok_or(RecordError::Oversized(sealed.text.len()))?;
+        let tag = &record[record.len() - TAG_LEN..];
+        self.rx
+            .key
+            .open_separate_gather(
+                sealed.nonce(),
+                sealed.aad(),
+                &record[sealed.text.clone()],
+                tag,
+                out,
+            )
+            .map_err(|_| RecordError::BadMac)?;
+        self.opened(sealed.typ, out)
+    }
+
+    /// The room [`Records::open_into`] needs for a record of `len` bytes, header included: its
+    /// ciphertext's length (in TLS 1.3 the content, its type and any padding).
+    pub(crate) fn opened_room(&self, len: usize) -> usize {
+        let overhead = match self.format {
+            Format::Tls12Gcm => HEADER_LEN + EXPLICIT_NONCE_LEN + TAG_LEN,
+            Format::Tls13 | Format::Tls12Chacha => HEADER_LEN + TAG_LEN,
+        };
+        len.saturating_sub(overhead)
+    }
+
+    /// Where the protected parts of `record` lie and what opens them, with the receiving keys.
+    fn sealed_parts(&self, record: &[u8]) -> Result<SealedParts, RecordError> {
+        let [typ, _, _, _, _, ..] = *record else {
             return Err(RecordError::Truncated);
-        }
-        let header: [u8; HEADER_LEN] = [record[0], record[1], record[2], record[3], record[4]];
-        let typ = header[0];
-        let opened = match self.format {
+        };
+        let body_len = record.len() - HEADER_LEN;
+        let rx = &self.rx;
+        let (nonce, aad, text_at, min_text) = match self.format {
+            // The header is the additional data; the text holds at least the type.
             Format::Tls13 => {
-                let nonce = Nonce::assume_unique_for_key(self.rx.nonce_bytes());
-                let body = &mut record[HEADER_LEN..];
-                if body.len() < TAG_LEN + 1 {
-                    return Err(RecordError::Truncated);
-                }
-                let plain = self
-                    .rx
-                    .key
-                    .open_in_place(nonce, Aad::from(header), body)
-                    .map_err(|_| RecordError::BadMac)?;
-                // Content, type and padding together (RFC 8446 §5.4).
-                if plain.len() > MAX_CONTENT + 1 {
-                    return Err(RecordError::Oversized(plain.len()));
-                }
-                // The real type is the last byte that is not padding.
-                let end = plain
-                    .iter()
-                    .rposition(|&b| b != 0)
-                    .ok_or(RecordError::NoContentType)?;
-                if end > MAX_CONTENT {
-                    return Err(RecordError::Oversized(end));
-                }
-                (plain[end], HEADER_LEN..HEADER_LEN + end)
+                let mut aad = [0u8; 13];
+                aad[..HEADER_LEN].copy_from_slice(&record[..HEADER_LEN]);
+                (rx.nonce_bytes(), (aad, HEADER_LEN), HEADER_LEN, 1)
             }
             Format::Tls12Gcm => {
-                let body_len = record.len() - HEADER_LEN;
                 let content_len = body_len
                     .checked_sub(EXPLICIT_NONCE_LEN + TAG_LEN)
                     .ok_or(RecordError::Truncated)?;
                 let mut nonce = [0u8; 12];
-                nonce[..4].copy_from_slice(&self.rx.iv[..4]);
+                nonce[..4].copy_from_slice(&rx.iv[..4]);
                 nonce[4..].copy_from_slice(&record[HEADER_LEN..HEADER_LEN + EXPLICIT_NONCE_LEN]);
-                let aad = self.rx.aad12(typ, content_len);
-                let at = HEADER_LEN + EXPLICIT_NONCE_LEN;
-                self.rx
-                    .key
-                    .open_in_place(
-                        Nonce::assume_unique_for_key(nonce),
-                        Aad::from(aad),
-                        &mut record[at..],
-                    )
-                    .map_err(|_| RecordError::BadMac)?;
-                (typ, at..at + content_len)
+                let aad = (rx.aad12(typ, content_len), 13);
+                (nonce, aad, HEADER_LEN + EXPLICIT_NONCE_LEN, 0)
             }
             Format::Tls12Chacha => {
-                let content_len = (record.len() - HEADER_LEN)
+                let content_len = body_len
                     .checked_sub(TAG_LEN)
                     .ok_or(RecordError::Truncated)?;
-                let nonce = Nonce::assume_unique_for_key(self.rx.nonce_bytes());
-                let aad = self.rx.aad12(typ, content_len);
-                self.rx
-                    .key
-                    .open_in_place(nonce, Aad::from(aad), &mut record[HEADER_LEN..])
-                    .map_err(|_| RecordError::BadMac)?;
-                (typ, HEADER_LEN..HEADER_LEN + content_len)
+                let aad = (rx.aad12(typ, content_len), 13);
+                (rx.nonce_bytes(), aad, HEADER_LEN, 0)
             }
         };
-        if opened.1.len() > MAX_CONTENT {
-            return Err(RecordError::Oversized(opened.1.len()));
+        let text_end = record.len().checked_sub(TAG_LEN);
+        match text_end {
+            Some(end) if end >= text_at + min_text => Ok(SealedParts {
+                typ,
+                nonce,
+                aad,
+                text: text_at..end,
+            }),
+            _ => Err(RecordError::Truncated),
+        }
+    }
+
+    /// The content type and content length of an opened record whose header said `typ` and
+    /// whose text is `text`; counts the record.
+    fn opened(&mut self, typ: u8, text: &[u8]) -> Result<(u8, usize), RecordError> {
+        let opened = match self.format {
+            Format::Tls13 => {
+                // Content, type and padding together (RFC 8446 §5.4).
+                if text.len() > MAX_CONTENT + 1 {
+                    return Err(RecordError::Oversized(text.len()));
+                }
+                // The real type is the last byte that is not padding.
+                let end = text
+                    .iter()
+                    .rposition(|&b| b != 0)
+                    .ok_or(RecordError::NoContentType)?;
+                (text[end], end)
+            }
+            Format::Tls12Gcm | Format::Tls12Chacha => (typ, text.len()),
+        };
+        if opened.1 > MAX_CONTENT {
+            return Err(RecordError::Oversized(opened.1));
         }
         self.rx.advance()?;
         Ok(opened)
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// What [`Records::sealed_parts`] found: the header's type, the nonce and additional data, and
+/// where the ciphertext lies (the tag is the record's last 16 bytes).
+struct SealedParts {
+    typ: u8,
+    nonce: [u8; 12],
+    aad: ([u8; 13], usize),
+    text: Range<usize>,
+}
 
-    fn secrets(byte: u8, chacha: bool) -> ConnectionTrafficSecrets {
-        let iv = rustls::crypto::cipher::Iv::new([byte ^ 0x5a; 12]);
-        if chacha {
-            ConnectionTrafficSecrets::Chacha20Poly1305 {
-                key: [byte; 32].into(),
-                iv,
-            }
-        } else {
-            let key: rustls::crypto::cipher::AeadKey = [byte; 32].into();
-            ConnectionTrafficSecrets::Aes256Gcm { key, iv }
-        }
+impl SealedParts {
+    fn nonce(&self) -> Nonce {
+        Nonce::assume_unique_for_key(self.nonce)
     }
 
-    /// Two ends of one connection: what `a` seals `b` opens.
-    fn pair(tls13: bool, chacha: bool) -> (Records, Records) {
-        let a = Records::new(
-            tls13,
-            (0, secrets(1, chacha)),
-            (0, secrets(2, chacha)),
-            1 << 20,
-        );
-        let b = Records::new(
-            tls13,
-            (0, secrets(2, chacha)),
-            (0, secrets(1, chacha)),
-            1 << 20,
-        );
-        (a.unwrap(), b.unwrap())
-    }
-
-    const FORMATS: [(bool, bool); 3] = [(true, false), (false, false), (false, true)];
-
-    #[test]
-    fn what_one_end_seals_the_other_opens_in_every_format() {
-        for (tls13, chacha) in FORMATS {
-            let (mut a, mut b) = pair(tls13, chacha);
-            let mut out = RecordBuf::default();
-            let contents: Vec<Vec<u8>> = [0usize, 1, 1000, MAX_CONTENT]
-                .iter()
-                .map(|&n| (0..n).map(|i| (i % 251) as u8).collect())
-                .collect();
-            // Each content sealed where it was copied, then from where it lies.
-            for c in &contents {
-                a.seal(APPLICATION_DATA, &mut out, |out| out.extend_from_slice(c))
-                    .unwrap();
-                a.seal_slice(APPLICATION_DATA, &mut out, c).unwrap();
-            }
-            let mut wire = out.bytes().to_vec();
-            let mut at = 0;
-            for c in contents.iter().flat_map(|c| [c, c]) {
-                let len = b.record_len(&wire[at..]).unwrap().unwrap();
-                let (typ, range) = b.open(&mut wire[at..at + len]).unwrap();
-                assert_eq!(typ, APPLICATION_DATA);
-                assert_eq!(
-                    &wire[at..at + len][range],
-                    &c[..],
-                    "tls13 {tls13} chacha {chacha}"
-                );
-                at += len;
-            }
-            assert_eq!(at, wire.len());
-        }
-    }
-
-    #[test]
-    fn a_record_sealed_where_its_content_lies_is_the_record_sealed_in_place() {
-        for (tls13, chacha) in FORMATS {
-            for (len, typ) in [(0usize, ALERT), (1, HANDSHAKE), (4096, APPLICATION_DATA)] {
-                let content = pattern(len);
-                let (mut a, _) = pair(tls13, chacha);
-                let (mut same, _) = pair(tls13, chacha);
-                let (mut copied, mut lying) = (RecordBuf::default(), RecordBuf::default());
-                // Room left by an earlier, longer record: the new one must overwrite it.
-                lying.extend_from_slice(&[0xee; MAX_CONTENT]);
-                lying.clear();
-                for _ in 0..2 {
-                    a.seal(typ, &mut copied, |out| out.extend_from_slice(&content))
-                        .unwrap();
-                    same.seal_slice(typ, &mut lying, &content).unwrap();
-                }
-                assert_eq!(
-                    copied.bytes(),
-                    lying.bytes(),
-                    "tls13 {tls13} chacha {chacha} len {len}"
-                );
-            }
-        }
-    }
-
-    fn pattern(len: usize) -> Vec<u8> {
-        (0..len).map(|i| (i % 251) as u8).collect()
-    }
-
-    #[test]
-    fn a_changed_byte_a_replayed_record_or_a_lying_header_is_refused() {
-        for (tls13, chacha) in FORMATS {
-            let (mut a, mut b) = pair(tls13, chacha);
-            let mut out = RecordBuf::default();
-            a.seal(APPLICATION_DATA, &mut out, |out| {
-                out.extend_from_slice(b"hello")
-            })
-            .unwrap();
-            let wire = out.bytes().to_vec();
-            // Every byte of the record, changed, fails it as the stream reads it (header
-            // checked, then opened): header (TLS 1.3 authenticates it whole; TLS 1.2 its type
-            // and length, not the minor version), nonce, ciphertext, tag.
-            for i in (0..wire.len()).filter(|&i| tls13 || i != 2) {
-                let mut copy = wire.clone();
-                copy[i] ^= 0x40;
-                let (_, mut fresh) = pair(tls13, chacha);
-                let outcome = match fresh.record_len(&copy) {
-                    Some(Ok(len)) if len == copy.len() => fresh.open(&mut copy).map(|_| ()),
-                    Some(Ok(_)) => Err(RecordError::Truncated),
-                    Some(Err(e)) => Err(e),
-                    None => Err(RecordError::Truncated),
-                };
-                assert!(outcome.is_err(), "byte {i} changed went through");
-            }
-            // Opened once, the same record again is out of sequence.
-            b.open(&mut wire.clone()).unwrap();
-            assert!(matches!(
-                b.open(&mut wire.clone()),
-                Err(RecordError::BadMac)
-            ));
-            // Headers no record has.
-            assert!(matches!(
-                b.record_len(&[APPLICATION_DATA, 3, 3, 0xff, 0xff]),
-                Some(Err(RecordError::Oversized(_)))
-            ));
-            assert!(matches!(
-                b.record_len(&[20, 3, 3, 0, 1]),
-                Some(Err(RecordError::UnexpectedType(20)))
-            ));
-            assert!(matches!(
-                b.record_len(&[APPLICATION_DATA, 2, 0, 0, 1]),
-                Some(Err(RecordError::BadVersion(0x0200)))
-            ));
-            assert!(b.record_len(&[APPLICATION_DATA, 3]).is_none());
-            assert!(matches!(
-                b.open(&mut [APPLICATION_DATA, 3, 3, 0, 3, 1, 2, 3]),
-                Err(RecordError::Truncated)
-            ));
-        }
-    }
-
-    #[test]
-    fn tls13_padding_is_stripped_and_an_inner_plaintext_over_the_limit_is_refused() {
-        // Sealed by hand: content, type, then zeros.
-        let seal_padded = |a: &mut Records, content: &[u8], padding: usize| {
-            let mut inner = content.to_vec();
-            inner.push(APPLICATION_DATA);
-            inner.resize(inner.len() + padding, 0);
-            let len = (inner.len() + TAG_LEN) as u16;
-            let header = [APPLICATION_DATA, 3, 3, (len >> 8) as u8, len as u8];
-            let nonce = Nonce::assume_unique_for_key(a.tx.nonce_bytes());
-            a.tx.key
-                .seal_in_place_append_tag(nonce, Aad::from(header), &mut inner)
-                .unwrap();
-            a.tx.seq += 1;
-            let mut record = header.to_vec();
-            record.extend_from_slice(&inner);
-            record
-        };
-        let (mut a, mut b) = pair(true, false);
-        let mut record = seal_padded(&mut a, b"hi", 200);
-        let (typ, range) = b.open(&mut record).unwrap();
-        assert_eq!((typ, &record[range]), (APPLICATION_DATA, &b"hi"[..]));
-        let mut record = seal_padded(&mut a, &[1u8; MAX_CONTENT], 1);
-        assert!(matches!(
-            b.open(&mut record),
-            Err(RecordError::Oversized(_))
-        ));
-        let mut record = seal_padded(&mut a, &[], 0);
-        record[HEADER_LEN..].fill(0);
-        assert!(b.open(&mut record).is_err());
-    }
-
-    #[test]
-    fn content_over_a_record_is_refused_and_leaves_the_buffer_as_it_was() {
-        let (mut a, _) = pair(true, false);
-        let mut out = RecordBuf::default();
-        out.extend_from_slice(&[9u8; 3]);
-        let refused = a.seal(APPLICATION_DATA, &mut out, |o| o.grow(MAX_CONTENT + 1));
-        assert!(matches!(refused, Err(RecordError::Oversized(_))));
-        assert_eq!(out.bytes(), &[9u8; 3]);
-        let refused = a.seal_slice(APPLICATION_DATA, &mut out, &[1u8; MAX_CONTENT + 1]);
-        assert!(matches!(refused, Err(RecordError::Oversized(_))));
-        assert_eq!(out.bytes(), &[9u8; 3]);
-    }
-
-    #[test]
-    fn tls13_hides_the_type_and_tls12_with_used_up_keys_seals_nothing() {
-        let (mut a, mut b) = pair(true, false);
-        let mut out = RecordBuf::default();
-        a.seal(HANDSHAKE, &mut out, |o| {
-            o.extend_from_slice(&[24, 0, 0, 1, 0])
-        })
-        .unwrap();
-        let mut wire = out.bytes().to_vec();
-        assert_eq!(wire[0], APPLICATION_DATA);
-        let (typ, range) = b.open(&mut wire).unwrap();
-        assert_eq!((typ, &wire[range]), (HANDSHAKE, &[24u8, 0, 0, 1, 0][..]));
-
-        let mut a = Records::new(false, (0, secrets(1, false)), (0, secrets(2, false)), 2).unwrap();
-        let mut out = RecordBuf::default();
-        for _ in 0..2 {
-            a.seal(APPLICATION_DATA, &mut out, |o| o.push(1)).unwrap();
-        }
-        assert!(a.needs_new_keys());
-        assert!(matches!(
-            a.seal(APPLICATION_DATA, &mut out, |o| o.push(1)),
-            Err(RecordError::KeysUsedUp)
-        ));
-        assert!(matches!(
-            a.seal_slice(APPLICATION_DATA, &mut out, &[1]),
-            Err(RecordError::KeysUsedUp)
-        ));
-    }
-
-    use proptest::prelude::*;
-
-    proptest! {
-        #[test]
-        fn any_content_and_type_sealed_by_one_end_opens_as_sent_at_the_other(
-            format in 0usize..3,
-            records in proptest::collection::vec(
-                (prop_oneof![Just(ALERT), Just(HANDSHAKE), Just(APPLICATION_DATA)],
-                 proptest::collection::vec(any::<u8>(), 0..2000),
-                 any::<bool>()),
-                1..8,
-            ),
-            taken in 0usize..4000,
-        ) {
-            let (tls13, chacha) = FORMATS[format];
-            let (mut a, mut b) = pair(tls13, chacha);
-            let mut out = RecordBuf::default();
-            let mut wire = Vec::new();
-            for (typ, content, where_it_lies) in &records {
-                if *where_it_lies {
-                    a.seal_slice(*typ, &mut out, content).unwrap();
-                } else {
-                    a.seal(*typ, &mut out, |out| out.extend_from_slice(content)).unwrap();
-                }
-                // The socket takes some; the rest moves to the front, and the room behind
-                // it holds old bytes the next record must overwrite.
-                let n = taken.min(out.len());
-                wire.extend_from_slice(&out.bytes()[..n]);
-                out.consume(n);
-            }
-            wire.extend_from_slice(out.bytes());
-            let mut at = 0;
-            for (typ, content, _) in &records {
-                let len = b.record_len(&wire[at..]).unwrap().unwrap();
-                let (opened, range) = b.open(&mut wire[at..at + len]).unwrap();
-                prop_assert_eq!(opened, *typ);
-                prop_assert_eq!(&wire[at..at + len][range], &content[..]);
-                at += len;
-            }
-        }
-
-        #[test]
-        fn any_bytes_read_as_records_are_refused_without_a_panic(
-            format in 0usize..3,
-            bytes in proptest::collection::vec(any::<u8>(), 0..4096),
-        ) {
-            let (tls13, chacha) = FORMATS[format];
-            let (_, mut b) = pair(tls13, chacha);
-            let mut bytes = bytes;
-            let mut at = 0;
-            // Bounded: each turn consumes a whole record or stops.
-            while let Some(Ok(len)) = b.record_len(&bytes[at..]) {
-                if bytes.len() - at < len {
-                    break;
-                }
-                prop_assert!(b.open(&mut bytes[at..at + len]).is_err());
-                at += len;
-            }
-        }
+    fn aad(&self) -> Aad<&[u8]> {
+        Aad::from(&self.aad.0[..self.aad.1])
     }
 }
+
+#[cfg(test)]
+#[path = "record_tests.rs"]
+mod tests;

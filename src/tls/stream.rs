@@ -5,9 +5,12 @@
 //! traffic secrets (for key updates) and, on a client, takes the session tickets its server
 //! sends, while [`Records`] seals and opens the traffic in this stream's own buffers:
 //!
-//! - Reading, the socket's bytes land in one buffer and each record is opened where it lies;
-//!   a read copies the content out of it once. rustls' buffered connection copies each record
-//!   into its deframer and again into a plaintext buffer of its own before that.
+//! - Reading, the socket's bytes land in one buffer, and each whole record there is opened
+//!   straight into the reader's buffer where that has room for it (the cipher reads the
+//!   record once and writes its content where the reader wants it); else, as for a small
+//!   read, it is opened where it lies and its content copied out as the reader asks. rustls'
+//!   buffered connection copies each record into its deframer and again into a plaintext
+//!   buffer of its own, then out to the reader.
 //! - Writing, a piece of a write of 4 KiB or more (a stored batch a fetch answer sends from
 //!   the log's map, a produced batch) is sealed from where it lies into its records: the
 //!   cipher reads it once and writes the record. Smaller pieces (and a long piece's last
@@ -62,9 +65,10 @@ const WRITE_BUFFER_KEPT: usize = 64 << 10;
 /// The most a connection's read buffer grows to. It starts empty, takes [`READ_BUFFER_MIN`] at
 /// the first read, then grows to hold a whole record when one comes, and further (doubling)
 /// while reads keep filling it: a connection that receives a stream of large records reads
-/// several at once. Emptied by a read that did not fill it (the peer sent what it had), a
+/// several at once (256 KiB: in six runs of `security_targets -- 4` beside 64 KiB, fetch
+/// over TLS read at 0.72× plaintext against 0.67×, produce at 0.88× against 0.85×). Emptied by a read that did not fill it (the peer sent what it had), a
 /// grown buffer is let go: an idle connection holds little.
-const READ_BUFFER_MAX: usize = 64 << 10;
+const READ_BUFFER_MAX: usize = 256 << 10;
 const READ_BUFFER_MIN: usize = 4 << 10;
 
 /// rustls' side of an established connection.
@@ -444,6 +448,18 @@ impl<'a, 'b> Pieces<'a, 'b> {
     }
 }
 
+impl TlsStream {
+    /// Opens the whole record of `len` bytes at the read buffer's head: into `buf` where it
+    /// has room for the record's content, else in place. Whether `buf` got content.
+    fn open(&mut self, len: usize, buf: &mut ReadBuf<'_>) -> Result<bool, Fatal> {
+        if buf.remaining() >= self.records.opened_room(len) {
+            self.open_next_into(len, buf)
+        } else {
+            self.open_next(len).map(|()| false)
+        }
+    }
+}
+
 impl AsyncRead for TlsStream {
     fn poll_read(
         self: Pin<&mut Self>,
@@ -483,8 +499,11 @@ impl AsyncRead for TlsStream {
                 return Poll::Ready(Ok(()));
             }
             let need = match this.records.record_len(&read.buf[read.head..read.tail]) {
-                Some(Ok(len)) if read.tail - read.head >= len => match this.open_next(len) {
-                    Ok(()) => continue,
+                Some(Ok(len)) if read.tail - read.head >= len => match this.open(len, buf) {
+                    Ok(got) => {
+                        delivered |= got;
+                        continue;
+                    }
                     Err(fatal) => {
                         let e = this.fail(cx, fatal);
                         // What was read before it is the caller's; the error comes next.

@@ -2,9 +2,13 @@
 //! post-handshake handshake messages (TLS 1.3's KeyUpdate and NewSessionTicket, TLS 1.2's
 //! HelloRequest), alerts; and what it tells a peer that broke the protocol ([`Fatal`]).
 
+use std::ops::Range;
+
+use tokio::io::ReadBuf;
+
 use super::{Kernel, TlsStream};
 use crate::tls::handshake::protocol_error;
-use crate::tls::record::{ALERT, APPLICATION_DATA, HANDSHAKE, RecordError};
+use crate::tls::record::{ALERT, APPLICATION_DATA, HANDSHAKE, HEADER_LEN, RecordError};
 
 /// The most bytes of a post-handshake message not yet whole a connection buffers.
 const MESSAGE_BYTES_MAX: usize = 64 << 10;
@@ -65,7 +69,40 @@ impl TlsStream {
         let at = read.head;
         let (typ, range) = self.records.open(&mut read.buf[at..at + len])?;
         read.head += len;
-        let content = at + range.start..at + range.end;
+        self.act_on(typ, at + range.start..at + range.end)
+    }
+
+    /// Opens the record of `len` bytes at the read buffer's head straight into `out`, which
+    /// has room for [`Records::opened_room`](crate::tls::record::Records::opened_room): its
+    /// application data lands where the reader wants it, not copied out of the read buffer
+    /// again. Anything else it holds is put back in the read buffer and acted on as
+    /// [`TlsStream::open_next`] does. Whether `out` got content.
+    pub(super) fn open_next_into(
+        &mut self,
+        len: usize,
+        out: &mut ReadBuf<'_>,
+    ) -> Result<bool, Fatal> {
+        let read = &mut self.read;
+        let at = read.head;
+        let opened = out.initialize_unfilled_to(self.records.opened_room(len));
+        let (typ, n) = self.records.open_into(&read.buf[at..at + len], opened)?;
+        read.head += len;
+        if typ == APPLICATION_DATA && n > 0 && read.messages.is_empty() {
+            read.idle_records = 0;
+            out.advance(n);
+            return Ok(true);
+        }
+        // Rare (a handshake message, an alert, an empty record): its content goes where an
+        // open in place would have left it, inside the record just read.
+        let content = at + HEADER_LEN..at + HEADER_LEN + n;
+        read.buf[content.clone()].copy_from_slice(&opened[..n]);
+        self.act_on(typ, content).map(|()| false)
+    }
+
+    /// Acts on an opened record of type `typ` whose content lies at `content` in the read
+    /// buffer.
+    fn act_on(&mut self, typ: u8, content: Range<usize>) -> Result<(), Fatal> {
+        let read = &mut self.read;
         if typ != APPLICATION_DATA || content.is_empty() {
             read.idle_records += 1;
             if read.idle_records > IDLE_RECORDS_MAX {
