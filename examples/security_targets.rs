@@ -23,6 +23,10 @@
 //!    ceiling on this machine: plaintext's CPU a record plus the floor's encryption and
 //!    decryption of a record, at the cores plaintext kept busy and at both.
 //!
+//!    Then the stream under the fetch on its own: 256 MiB in 4 MiB answers one way on
+//!    loopback through replog's TLS stream and through TCP, MB/s and CPU a KiB (`-- stream`
+//!    alone).
+//!
 //!    Under them, the floor: 256 MiB sealed and opened in 16 KiB records in memory, as the
 //!    connections do past the handshake (one core, no socket), with AES-128-GCM (the suite the
 //!    brokers choose, and replog's clients offer first) and with AES-256-GCM (rustls' and
@@ -531,6 +535,35 @@ async fn tls_against_plaintext(
          plaintext's {:.2} cores busy, {both:.2}× with both cores busy",
         plain_fetch.cores()
     );
+    stream_floor(certs).await
+}
+
+/// Under part 4's fetch, the stream alone: 256 MiB in 4 MiB frames one way on loopback
+/// through replog's own TLS stream (as a broker's answer and a client's read cross it) and
+/// through TCP, nothing else running; each three times, alternated, the sums.
+async fn stream_floor(certs: &std::path::Path) -> replog::Result<()> {
+    const FRAMES: usize = 64;
+    const FRAME_BYTES: usize = 4 << 20;
+    let (mut tls, mut tcp) = (Rate::default(), Rate::default());
+    for _ in 0..3 {
+        for (sum, certs) in [(&mut tls, Some(certs)), (&mut tcp, None)] {
+            let (started, cpu) = (Instant::now(), cpu_seconds());
+            replog::__bench::tls_stream_floor(FRAMES, FRAME_BYTES, certs).await?;
+            // Counted in KiB, as the fetch counts its records of 1 KiB.
+            *sum = sum.add(Rate::of(FRAMES * (FRAME_BYTES >> 10), started, cpu));
+        }
+    }
+    println!(
+        "   the stream alone, 256 MiB in 4 MiB answers on loopback, three times each: TLS \
+         {:.0} MB/s, {:.2} µs CPU a KiB; TCP {:.0} MB/s, {:.2} µs CPU a KiB: {:.2}× \
+         (TLS adds {:.2} µs a KiB)",
+        tls.per_second() * 1.024e-3,
+        tls.cpu_us(),
+        tcp.per_second() * 1.024e-3,
+        tcp.cpu_us(),
+        tls.per_second() / tcp.per_second(),
+        tls.cpu_us() - tcp.cpu_us()
+    );
     Ok(())
 }
 
@@ -594,6 +627,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     if runs("floor") && !runs("4") {
         suite_floor()?;
+    }
+    if runs("stream") && !runs("4") {
+        stream_floor(&certs).await?;
     }
     Ok(())
 }

@@ -224,6 +224,12 @@ pub mod __tools {
     pub use crate::segment::{SegmentReport, inspect_segment};
 }
 
+/// Measurements the examples print beside their targets. Not part of the API.
+#[doc(hidden)]
+pub mod __bench {
+    pub use crate::tls::floor::stream as tls_stream_floor;
+}
+
 /// Entry points for the fuzz targets. Not part of the API.
 #[doc(hidden)]
 pub mod __fuzz {

@@ -29,6 +29,7 @@
 
 mod dev_certs;
 mod dn;
+pub(crate) mod floor;
 mod handshake;
 mod record;
 mod revocation;

@@ -91,7 +91,8 @@ impl Body {
         self.pieces.len()
     }
 
-    fn push(&mut self, piece: Bytes) {
+    /// Adds `piece` at the end, sent as it lies.
+    pub(crate) fn push(&mut self, piece: Bytes) {
         if !piece.is_empty() {
             self.len += piece.len();
             self.pieces.push(piece);
