@@ -142,6 +142,8 @@ pub(crate) enum RecordError {
     BadMac,
     #[error("TLS record could not be sealed")]
     SealFailed,
+    #[error("TLS record's content needs {0} bytes of room to be opened into")]
+    NoRoom(usize),
     #[error("TLS record without a content type")]
     NoContentType,
     #[error("TLS keys used up")]
@@ -453,17 +455,18 @@ impl Records {
 
     /// Opens `record` as [`Records::open`] does, into `out` instead of in place: the cipher
     /// reads the record once and writes its content where the reader wants it. `out` must
-    /// hold [`Records::opened_room`] bytes; its content type and the length of its content,
-    /// at the start of `out`. On an error, `out` holds whatever the cipher left there.
+    /// hold [`Records::opened_room`] bytes (less is refused as [`RecordError::NoRoom`]). Its
+    /// content type and the length of its content, at the start of `out`; in TLS 1.3 the
+    /// real type and any padding follow the content there. On an error, what `out` holds is
+    /// not to be read.
     pub(crate) fn open_into(
         &mut self,
         record: &[u8],
         out: &mut [u8],
     ) -> Result<(u8, usize), RecordError> {
         let sealed = self.sealed_parts(record)?;
-        let out = out
-            .get_mut(..sealed.text.len())
-            .ok_or(RecordError::Oversized(sealed.text.len()))?;
+        let room = sealed.text.len();
+        let out = out.get_mut(..room).ok_or(RecordError::NoRoom(room))?;
         let tag = &record[record.len() - TAG_LEN..];
         self.rx
             .key
@@ -481,55 +484,50 @@ impl Records {
     /// The room [`Records::open_into`] needs for a record of `len` bytes, header included: its
     /// ciphertext's length (in TLS 1.3 the content, its type and any padding).
     pub(crate) fn opened_room(&self, len: usize) -> usize {
-        let overhead = match self.format {
-            Format::Tls12Gcm => HEADER_LEN + EXPLICIT_NONCE_LEN + TAG_LEN,
-            Format::Tls13 | Format::Tls12Chacha => HEADER_LEN + TAG_LEN,
-        };
-        len.saturating_sub(overhead)
+        len.saturating_sub(self.text_at() + TAG_LEN)
+    }
+
+    /// Where a record's ciphertext starts: past the header, and in TLS 1.2 with AES-GCM past
+    /// the explicit nonce too. The tag is the record's last 16 bytes.
+    fn text_at(&self) -> usize {
+        match self.format {
+            Format::Tls12Gcm => HEADER_LEN + EXPLICIT_NONCE_LEN,
+            Format::Tls13 | Format::Tls12Chacha => HEADER_LEN,
+        }
     }
 
     /// Where the protected parts of `record` lie and what opens them, with the receiving keys.
     fn sealed_parts(&self, record: &[u8]) -> Result<SealedParts, RecordError> {
-        let [typ, _, _, _, _, ..] = *record else {
+        let text_at = self.text_at();
+        // TLS 1.3's ciphertext holds at least the content type.
+        let min_text = usize::from(self.format == Format::Tls13);
+        if record.len() < text_at + min_text + TAG_LEN {
             return Err(RecordError::Truncated);
-        };
-        let body_len = record.len() - HEADER_LEN;
+        }
+        let (typ, text) = (record[0], text_at..record.len() - TAG_LEN);
         let rx = &self.rx;
-        let (nonce, aad, text_at, min_text) = match self.format {
-            // The header is the additional data; the text holds at least the type.
+        let (nonce, aad) = match self.format {
+            // The header is the additional data.
             Format::Tls13 => {
                 let mut aad = [0u8; 13];
                 aad[..HEADER_LEN].copy_from_slice(&record[..HEADER_LEN]);
-                (rx.nonce_bytes(), (aad, HEADER_LEN), HEADER_LEN, 1)
+                (rx.nonce_bytes(), (aad, HEADER_LEN))
             }
+            // TLS 1.2's additional data counts the content, as long as the ciphertext.
             Format::Tls12Gcm => {
-                let content_len = body_len
-                    .checked_sub(EXPLICIT_NONCE_LEN + TAG_LEN)
-                    .ok_or(RecordError::Truncated)?;
                 let mut nonce = [0u8; 12];
                 nonce[..4].copy_from_slice(&rx.iv[..4]);
-                nonce[4..].copy_from_slice(&record[HEADER_LEN..HEADER_LEN + EXPLICIT_NONCE_LEN]);
-                let aad = (rx.aad12(typ, content_len), 13);
-                (nonce, aad, HEADER_LEN + EXPLICIT_NONCE_LEN, 0)
+                nonce[4..].copy_from_slice(&record[HEADER_LEN..text_at]);
+                (nonce, (rx.aad12(typ, text.len()), 13))
             }
-            Format::Tls12Chacha => {
-                let content_len = body_len
-                    .checked_sub(TAG_LEN)
-                    .ok_or(RecordError::Truncated)?;
-                let aad = (rx.aad12(typ, content_len), 13);
-                (rx.nonce_bytes(), aad, HEADER_LEN, 0)
-            }
+            Format::Tls12Chacha => (rx.nonce_bytes(), (rx.aad12(typ, text.len()), 13)),
         };
-        let text_end = record.len().checked_sub(TAG_LEN);
-        match text_end {
-            Some(end) if end >= text_at + min_text => Ok(SealedParts {
-                typ,
-                nonce,
-                aad,
-                text: text_at..end,
-            }),
-            _ => Err(RecordError::Truncated),
-        }
+        Ok(SealedParts {
+            typ,
+            nonce,
+            aad,
+            text,
+        })
     }
 
     /// The content type and content length of an opened record whose header said `typ` and

@@ -7,10 +7,11 @@
 //!
 //! - Reading, the socket's bytes land in one buffer, and each whole record there is opened
 //!   straight into the reader's buffer where that has room for it (the cipher reads the
-//!   record once and writes its content where the reader wants it); else, as for a small
-//!   read, it is opened where it lies and its content copied out as the reader asks. rustls'
-//!   buffered connection copies each record into its deframer and again into a plaintext
-//!   buffer of its own, then out to the reader.
+//!   record once and writes its content where the reader wants it, into room zeroed first
+//!   where the reader's buffer is not initialized memory); else, as for a small read, it is
+//!   opened where it lies and its content copied out as the reader asks. rustls' buffered
+//!   connection copies each record into its deframer and again into a plaintext buffer of its
+//!   own, then out to the reader.
 //! - Writing, a piece of a write of 4 KiB or more (a stored batch a fetch answer sends from
 //!   the log's map, a produced batch) is sealed from where it lies into its records: the
 //!   cipher reads it once and writes the record. Smaller pieces (and a long piece's last
@@ -18,12 +19,13 @@
 //!   in one buffer until the socket takes them (at most [`WRITE_AHEAD`] not yet taken); its
 //!   memory is reused without being zeroed again.
 //!
-//! Past the handshake, TLS 1.3 handshake messages are handled (`stream/inbound.rs`): a KeyUpdate moves the
-//! receiving side to new keys (and, when the peer asks, the sending side before its next
-//! record); a NewSessionTicket goes to rustls. A close_notify alert ends the reading side. Any
-//! other fatal alert, a record that fails authentication or breaks the protocol ends the
-//! connection: the peer is sent the fatal alert that says why where the socket takes it, and
-//! every later read and write returns the same [`std::io::ErrorKind::InvalidData`] error.
+//! Past the handshake, TLS 1.3 handshake messages are handled (`stream/inbound.rs`): a
+//! KeyUpdate moves the receiving side to new keys (and, when the peer asks, the sending side
+//! before its next record); a NewSessionTicket goes to rustls. A close_notify alert ends the
+//! reading side. Any other fatal alert, a record that fails authentication or breaks the
+//! protocol ends the connection: the peer is sent the fatal alert that says why where the
+//! socket takes it, and every later read and write returns the same
+//! [`std::io::ErrorKind::InvalidData`] error.
 //!
 //! A socket that ends between records ends the stream as close_notify would: both doors'
 //! frames carry their lengths, so an end inside a frame is still told apart (by the frame
@@ -66,8 +68,9 @@ const WRITE_BUFFER_KEPT: usize = 64 << 10;
 /// the first read, then grows to hold a whole record when one comes, and further (doubling)
 /// while reads keep filling it: a connection that receives a stream of large records reads
 /// several at once (256 KiB: in six runs of `security_targets -- 4` beside 64 KiB, fetch
-/// over TLS read at 0.72× plaintext against 0.67×, produce at 0.88× against 0.85×). Emptied by a read that did not fill it (the peer sent what it had), a
-/// grown buffer is let go: an idle connection holds little.
+/// over TLS read at 0.72× plaintext against 0.67×, produce at 0.88× against 0.85×). Emptied
+/// by a read that did not fill it (the peer sent what it had), a grown buffer is let go: an
+/// idle connection holds little.
 const READ_BUFFER_MAX: usize = 256 << 10;
 const READ_BUFFER_MIN: usize = 4 << 10;
 
@@ -448,18 +451,6 @@ impl<'a, 'b> Pieces<'a, 'b> {
     }
 }
 
-impl TlsStream {
-    /// Opens the whole record of `len` bytes at the read buffer's head: into `buf` where it
-    /// has room for the record's content, else in place. Whether `buf` got content.
-    fn open(&mut self, len: usize, buf: &mut ReadBuf<'_>) -> Result<bool, Fatal> {
-        if buf.remaining() >= self.records.opened_room(len) {
-            self.open_next_into(len, buf)
-        } else {
-            self.open_next(len).map(|()| false)
-        }
-    }
-}
-
 impl AsyncRead for TlsStream {
     fn poll_read(
         self: Pin<&mut Self>,
@@ -499,17 +490,19 @@ impl AsyncRead for TlsStream {
                 return Poll::Ready(Ok(()));
             }
             let need = match this.records.record_len(&read.buf[read.head..read.tail]) {
-                Some(Ok(len)) if read.tail - read.head >= len => match this.open(len, buf) {
-                    Ok(got) => {
-                        delivered |= got;
-                        continue;
+                Some(Ok(len)) if read.tail - read.head >= len => {
+                    match this.open_next_into(len, buf) {
+                        Ok(got) => {
+                            delivered |= got;
+                            continue;
+                        }
+                        Err(fatal) => {
+                            let e = this.fail(cx, fatal);
+                            // What was read before it is the caller's; the error comes next.
+                            return Poll::Ready(if delivered { Ok(()) } else { Err(e) });
+                        }
                     }
-                    Err(fatal) => {
-                        let e = this.fail(cx, fatal);
-                        // What was read before it is the caller's; the error comes next.
-                        return Poll::Ready(if delivered { Ok(()) } else { Err(e) });
-                    }
-                },
+                }
                 Some(Ok(len)) => len,
                 None => HEADER_LEN,
                 Some(Err(e)) => {

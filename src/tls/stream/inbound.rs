@@ -30,6 +30,7 @@ const UNEXPECTED_MESSAGE: u8 = 10;
 const BAD_RECORD_MAC: u8 = 20;
 const RECORD_OVERFLOW: u8 = 22;
 const DECODE_ERROR: u8 = 50;
+const INTERNAL_ERROR: u8 = 80;
 const USER_CANCELED: u8 = 90;
 
 /// Why the peer broke the connection: the fatal alert it is sent, and the error.
@@ -53,6 +54,7 @@ impl From<RecordError> for Fatal {
             RecordError::BadMac => BAD_RECORD_MAC,
             RecordError::Oversized(_) => RECORD_OVERFLOW,
             RecordError::Truncated => DECODE_ERROR,
+            RecordError::NoRoom(_) => INTERNAL_ERROR,
             _ => UNEXPECTED_MESSAGE,
         };
         Fatal {
@@ -72,11 +74,14 @@ impl TlsStream {
         self.act_on(typ, at + range.start..at + range.end)
     }
 
-    /// Opens the record of `len` bytes at the read buffer's head straight into `out`, which
-    /// has room for [`Records::opened_room`](crate::tls::record::Records::opened_room): its
+    /// Opens the record of `len` bytes at the read buffer's head: straight into `out` where
+    /// `out` has room for its ciphertext and its header says application data (which every
+    /// TLS 1.3 header says), else in place as [`TlsStream::open_next`] does. Into `out`, its
     /// application data lands where the reader wants it, not copied out of the read buffer
-    /// again. Anything else it holds is put back in the read buffer and acted on as
-    /// [`TlsStream::open_next`] does. Whether `out` got content.
+    /// again; that room is zeroed first where `out` is not initialized memory (a buffer
+    /// allocated for a frame's body), which costs less than the copy. Anything else the record
+    /// holds is put back in the read buffer and acted on as `open_next` does (its content
+    /// passed through `out`'s unfilled room on the way). Whether `out` got content.
     pub(super) fn open_next_into(
         &mut self,
         len: usize,
@@ -84,7 +89,11 @@ impl TlsStream {
     ) -> Result<bool, Fatal> {
         let read = &mut self.read;
         let at = read.head;
-        let opened = out.initialize_unfilled_to(self.records.opened_room(len));
+        let room = self.records.opened_room(len);
+        if out.remaining() < room || read.buf[at] != APPLICATION_DATA {
+            return self.open_next(len).map(|()| false);
+        }
+        let opened = out.initialize_unfilled_to(room);
         let (typ, n) = self.records.open_into(&read.buf[at..at + len], opened)?;
         read.head += len;
         if typ == APPLICATION_DATA && n > 0 && read.messages.is_empty() {
@@ -92,8 +101,8 @@ impl TlsStream {
             out.advance(n);
             return Ok(true);
         }
-        // Rare (a handshake message, an alert, an empty record): its content goes where an
-        // open in place would have left it, inside the record just read.
+        // Rare (a TLS 1.3 handshake message or alert, an empty record): its content goes
+        // where an open in place would have left it, inside the record just read.
         let content = at + HEADER_LEN..at + HEADER_LEN + n;
         read.buf[content.clone()].copy_from_slice(&opened[..n]);
         self.act_on(typ, content).map(|()| false)
