@@ -66,7 +66,7 @@ impl From<RecordError> for Fatal {
 
 impl TlsStream {
     /// Opens the record of `len` bytes at the read buffer's head and acts on it.
-    pub(super) fn open_next(&mut self, len: usize) -> Result<(), Fatal> {
+    fn open_next(&mut self, len: usize) -> Result<(), Fatal> {
         let read = &mut self.read;
         let at = read.head;
         let (typ, range) = self.records.open(&mut read.buf[at..at + len])?;
