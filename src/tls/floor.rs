@@ -6,13 +6,13 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::{TlsDialer, TlsServer, broker_name};
 use crate::tls::DevCertificates;
 use crate::transport::body::Body;
-use crate::transport::frame::{FRAME_HEADER_LEN, Kind, Op, OutFrame, read_body};
+use crate::transport::frame::{Kind, Op, OutFrame, read_frame};
 
 /// The size of the pieces a frame's body is written in (a stored batch each, as a fetch
 /// answer's body is).
@@ -21,10 +21,10 @@ const PIECE: usize = 64 << 10;
 /// Streams `frames` frames of `frame_bytes` bytes one way over loopback, as fetch answers go:
 /// the sender writes each frame's header and body (pieces of one shared buffer, as stored
 /// batches lie in the log's map) in vectored writes and flushes it; the receiver reads each
-/// header, then the body into a buffer allocated at its size. Through this crate's TLS
-/// stream when `certs` names a directory of [`DevCertificates`] (the brokers' server
-/// configuration, broker 1's certificate), else through TCP. The time from the first byte
-/// written to the last read.
+/// frame as a client does, its body into a buffer allocated at its size. Through this
+/// crate's TLS stream when `certs` names a directory of [`DevCertificates`] (the brokers'
+/// server configuration, broker 1's certificate), else through TCP. The time from the first
+/// byte written to the last read.
 pub async fn stream(
     frames: usize,
     frame_bytes: usize,
@@ -75,11 +75,11 @@ where
         Ok::<_, std::io::Error>(from)
     });
     for _ in 0..frames {
-        let mut head = [0u8; FRAME_HEADER_LEN];
-        to.read_exact(&mut head).await?;
-        let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
-        let body = read_body(&mut to, len).await?;
-        std::hint::black_box(body);
+        let frame = read_frame(&mut to, u32::MAX)
+            .await
+            .map_err(|e| std::io::Error::other(e.to_string()))?
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
+        std::hint::black_box(frame);
     }
     let elapsed = started.elapsed();
     sender.await.map_err(std::io::Error::other)??;
