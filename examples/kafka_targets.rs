@@ -21,7 +21,10 @@
 //!    as it does (the next fetch in flight while the last answer decodes), both warmed up by
 //!    one untimed read and then timed over six rounds, in turn; and the same fetches read
 //!    for their batch headers alone (what the broker's Kafka door costs, without the Rust
-//!    decoder's), so that the door's rate for converted and for stored batches compare;
+//!    decoder's). The readers run on a runtime of their own, as another process would, so
+//!    that the brokers' CPU a record under each is told from the reader's: both doors send
+//!    these batches as stored, and the ratio of the brokers' CPU a record through the two is
+//!    the doors' ratio, whatever each reader's decoding costs;
 //! 3. a Kafka client that connects to a follower, asks for metadata, connects to the leader
 //!    and produces one record (acks=all): the time to its ack, p50 and p99;
 //! 4. a kafka-python consumer assigned six partitions while one record every 100 ms goes to
@@ -39,11 +42,11 @@
 //! minutes; needs `kcat` on the PATH, and for part 1's `replog produce` the `replog` binary
 //! beside the example's directory, which `cargo build --release` puts there). Parts named
 //! after `--` run alone: `cargo run --release --example kafka_targets -- 2 4`. With
-//! `own-cores` among them (`-- 1 own-cores`), part 1 runs the brokers on one CPU and its
-//! clients (the `Producer`'s runtime, kcat, `replog produce`) on another, as clients on other
-//! machines would: its ratios then compare what each door lets the brokers' core do, not what
-//! each client takes from the brokers' cores. The other parts run their clients in the
-//! brokers' runtime, so there they would share the brokers' one CPU.
+//! `own-cores` among them (`-- 1 2 own-cores`), parts 1 and 2 run the brokers on one CPU and
+//! their clients (the `Producer`'s and the readers' runtimes, kcat, `replog produce`) on
+//! another, as clients on other machines would: their ratios then compare what each door lets
+//! the brokers' core do, not what each client takes from the brokers' cores. The other parts
+//! run their clients in the brokers' runtime, so there they would share the brokers' one CPU.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -354,17 +357,24 @@ impl Drop for OwnRuntime {
     }
 }
 
-impl ProducerSide {
-    /// A `Producer` of default config connected to `addrs`.
-    async fn start(addrs: &[SocketAddr]) -> replog::Result<ProducerSide> {
-        let runtime = OwnRuntime(Some(
+impl OwnRuntime {
+    /// Two worker threads named `name`, on the clients' CPU where `own-cores` set one.
+    fn start(name: &str) -> std::io::Result<OwnRuntime> {
+        Ok(OwnRuntime(Some(
             tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
-                .thread_name(PRODUCER_THREADS)
+                .thread_name(name)
                 .on_thread_start(pin_client_thread)
                 .enable_all()
                 .build()?,
-        ));
+        )))
+    }
+}
+
+impl ProducerSide {
+    /// A `Producer` of default config connected to `addrs`.
+    async fn start(addrs: &[SocketAddr]) -> replog::Result<ProducerSide> {
+        let runtime = OwnRuntime::start(PRODUCER_THREADS)?;
         let addrs = addrs.to_vec();
         let producer = runtime
             .spawn(async move {
@@ -413,6 +423,51 @@ impl ProducerSide {
     }
 }
 
+/// Names the threads of the runtime part 2's readers run on.
+const READER_THREADS: &str = "reader";
+
+/// What one reader of part 2 took over its rounds: the reads' own time, and the CPU seconds of
+/// the brokers (this process's less the readers' threads') and of the reader meanwhile.
+#[derive(Default)]
+struct Spent {
+    time: Duration,
+    brokers: f64,
+    reader: f64,
+}
+
+/// [`Spent`] per record: records/s, and µs of CPU a record of the brokers and of the reader.
+struct PerRecord {
+    rate: f64,
+    brokers: f64,
+    reader: f64,
+}
+
+impl Spent {
+    /// Runs `read` (which times its own reading) on `readers`, and adds what it took.
+    async fn add<F>(&mut self, readers: &OwnRuntime, read: F) -> replog::Result<()>
+    where
+        F: std::future::Future<Output = replog::Result<Duration>> + Send + 'static,
+    {
+        let (cpu, own) = (cpu_seconds(), threads_cpu_seconds(READER_THREADS));
+        let took = readers.spawn(read).await.map_err(std::io::Error::other)??;
+        let reader = threads_cpu_seconds(READER_THREADS) - own;
+        self.time += took;
+        self.reader += reader;
+        self.brokers += cpu_seconds() - cpu - reader;
+        Ok(())
+    }
+
+    /// Over `records` read in all.
+    fn per(&self, records: u64) -> PerRecord {
+        let records = records as f64;
+        PerRecord {
+            rate: records / self.time.as_secs_f64(),
+            brokers: self.brokers * 1e6 / records,
+            reader: self.reader * 1e6 / records,
+        }
+    }
+}
+
 /// 2. A committed partition of `records` 1 KiB records, read by `kcat -C -e` and by a
 ///    `Consumer`: once written by `Producer`, once by kcat.
 async fn fetch_rates(records: usize) -> replog::Result<()> {
@@ -425,6 +480,15 @@ async fn fetch_rates(records: usize) -> replog::Result<()> {
             .await?;
     }
     let client = Arc::new(Client::connect(&cluster.addrs(), ClientConfig::default()).await?);
+    // The readers' own runtime and client, as another process's: their CPU is told from the
+    // brokers'.
+    let readers = OwnRuntime::start(READER_THREADS)?;
+    let addrs = cluster.addrs();
+    let reader = readers
+        .spawn(async move { Client::connect(&addrs, ClientConfig::default()).await })
+        .await
+        .map_err(std::io::Error::other)??;
+    let reader = Arc::new(reader);
     let batch: Vec<Record> = (0..1000).map(|_| Record::new(vec![b'y'; 1023])).collect();
     for _ in 0..records / 1000 {
         client.send("native", 0, &batch).await?;
@@ -476,19 +540,23 @@ async fn fetch_rates(records: usize) -> replog::Result<()> {
         .map_err(std::io::Error::other)?;
         let kcat = total as f64 / took.as_secs_f64();
         // The Consumer and the Kafka fetch loop each read over one connection to the leader,
-        // 4 MiB a fetch; each reads the partition once untimed, then they take turns.
-        let (client, at) = (&client, kafka[&leader]);
-        let consume = || async move {
-            let mut config = ConsumerConfig::default();
-            config.max_bytes = 4 << 20;
-            let mut consumer = Consumer::new(Arc::clone(client), config);
-            consumer.assign(topic, None, StartAt::Beginning).await?;
-            let t = Instant::now();
-            let mut n = 0u64;
-            while n < total {
-                n += consumer.poll(Duration::from_secs(5)).await?.len() as u64;
+        // 4 MiB a fetch, on the readers' runtime; each reads the partition once untimed, then
+        // they take turns.
+        let (client, at) = (&reader, kafka[&leader]);
+        let consume = || {
+            let client = Arc::clone(client);
+            async move {
+                let mut config = ConsumerConfig::default();
+                config.max_bytes = 4 << 20;
+                let mut consumer = Consumer::new(client, config);
+                consumer.assign(topic, None, StartAt::Beginning).await?;
+                let t = Instant::now();
+                let mut n = 0u64;
+                while n < total {
+                    n += consumer.poll(Duration::from_secs(5)).await?.len() as u64;
+                }
+                Ok::<_, replog::Error>(t.elapsed())
             }
-            Ok::<_, replog::Error>(t.elapsed())
         };
         // The same Kafka fetches without kcat: a Rust Kafka client decoding every record
         // (CRC-32C included), to tell the broker's Kafka door from kcat's own cost.
@@ -496,23 +564,25 @@ async fn fetch_rates(records: usize) -> replog::Result<()> {
             let rate = raw_kafka_fetch(at, topic, total, decode).await? as f64;
             Ok::<_, replog::Error>(Duration::from_secs_f64(total as f64 / rate.max(1.0)))
         };
-        consume().await?;
-        kafka_fetch(Decode::Records).await?;
-        let (mut native_time, mut raw_time) = (Duration::ZERO, Duration::ZERO);
-        let mut door_time = Duration::ZERO;
+        Spent::default().add(&readers, consume()).await?;
+        Spent::default()
+            .add(&readers, kafka_fetch(Decode::Records))
+            .await?;
+        let (mut native, mut raw, mut door) =
+            (Spent::default(), Spent::default(), Spent::default());
         for round in 0..FETCH_ROUNDS {
             if round % 2 == 0 {
-                native_time += consume().await?;
-                raw_time += kafka_fetch(Decode::Records).await?;
-                door_time += kafka_fetch(Decode::Headers).await?;
+                native.add(&readers, consume()).await?;
+                raw.add(&readers, kafka_fetch(Decode::Records)).await?;
+                door.add(&readers, kafka_fetch(Decode::Headers)).await?;
             } else {
-                door_time += kafka_fetch(Decode::Headers).await?;
-                raw_time += kafka_fetch(Decode::Records).await?;
-                native_time += consume().await?;
+                door.add(&readers, kafka_fetch(Decode::Headers)).await?;
+                raw.add(&readers, kafka_fetch(Decode::Records)).await?;
+                native.add(&readers, consume()).await?;
             }
         }
-        let per = |time: Duration| (FETCH_ROUNDS as u64 * total) as f64 / time.as_secs_f64();
-        let (native, raw, door) = (per(native_time), per(raw_time), per(door_time));
+        let read = FETCH_ROUNDS as u64 * total;
+        let (native, raw, door) = (native.per(read), raw.per(read), door.per(read));
         let writer = if topic == "native" {
             "Producer"
         } else {
@@ -520,15 +590,36 @@ async fn fetch_rates(records: usize) -> replog::Result<()> {
         };
         println!(
             "2. {total} records of 1 KiB written by {writer}: kcat -C -e {kcat:.0} records/s \
-             ({} lines, ok {ok}), Consumer {native:.0} records/s: ratio {:.2}; \
-             a Rust Kafka fetch loop {raw:.0} records/s: ratio {:.2}; the loop reading batch \
-             headers only {door:.0} records/s ({FETCH_ROUNDS} rounds each, in turn, after one \
+             ({} lines, ok {ok}), Consumer {:.0} records/s: ratio {:.2}; \
+             a Rust Kafka fetch loop {:.0} records/s: ratio {:.2}; the loop reading batch \
+             headers only {:.0} records/s ({FETCH_ROUNDS} rounds each, in turn, after one \
              untimed)",
             bytes / 1024,
-            kcat / native,
-            raw / native
+            native.rate,
+            kcat / native.rate,
+            raw.rate,
+            raw.rate / native.rate,
+            door.rate,
+        );
+        // Both doors send these batches as stored: what a record costs the brokers through
+        // each is the doors' ratio, whatever each reader's own decoding costs.
+        println!(
+            "   CPU a record: brokers {:.3} µs and Consumer {:.3} µs under the Consumer; \
+             brokers {:.3} µs and the loop {:.3} µs under the loop ({:.3} µs and {:.3} µs \
+             reading headers only); the brokers' CPU a record through the Kafka door / \
+             through the native door: {:.2} (headers only {:.2})",
+            native.brokers,
+            native.reader,
+            raw.brokers,
+            raw.reader,
+            door.brokers,
+            door.reader,
+            raw.brokers / native.brokers,
+            door.brokers / native.brokers,
         );
     }
+    drop(reader);
+    drop(readers);
     drop(client);
     cluster.shutdown().await
 }
@@ -1052,7 +1143,7 @@ async fn main() -> replog::Result<()> {
     if !modes.is_empty() {
         match split_cores()? {
             Some((brokers, clients)) => println!(
-                "own cores: the brokers run on CPU {brokers}, part 1's clients on CPU {clients}"
+                "own cores: the brokers run on CPU {brokers}, the clients of parts 1 and 2 on CPU {clients}"
             ),
             None => {
                 println!("own cores: needs two CPUs and taskset; clients share the brokers' CPUs")
