@@ -316,6 +316,34 @@ async fn a_damaged_record_ends_the_connection_with_an_error() {
     relay.abort();
 }
 
+/// Reads that fill the buffer double it up to its most, whether the records they brought were
+/// all opened or one was left part read; a read that does not fill it lets it go once empty.
+#[tokio::test]
+async fn reads_that_fill_the_read_buffer_grow_it_and_one_that_does_not_lets_it_go() {
+    use super::{HEADER_LEN, MAX_RECORD, READ_BUFFER_MAX, READ_BUFFER_MIN};
+    let certs = dev_certificates();
+    let (server, client) = aes_128_configs(certs.path());
+    let (mut ours, _theirs) = ours_serving_rustls(sockets().await, &server, &client).await;
+    for left in [0, 100] {
+        ours.read.buf = vec![0; MAX_RECORD];
+        let mut sizes = Vec::new();
+        // Bounded: ten reads played, each filling the buffer; `left` bytes of a record stay
+        // unopened at its end.
+        for _ in 0..10 {
+            let read = &mut ours.read;
+            (read.head, read.tail, read.filled) = (read.buf.len() - left, read.buf.len(), true);
+            ours.make_room(if left == 0 { HEADER_LEN } else { MAX_RECORD });
+            sizes.push(ours.read.buf.len());
+        }
+        assert!(sizes.windows(2).all(|w| w[0] <= w[1]), "{sizes:?}");
+        assert_eq!(sizes.last(), Some(&READ_BUFFER_MAX), "{sizes:?}");
+    }
+    let read = &mut ours.read;
+    (read.head, read.tail, read.filled) = (read.buf.len(), read.buf.len(), false);
+    ours.make_room(HEADER_LEN);
+    assert!(ours.read.buf.len() <= READ_BUFFER_MIN);
+}
+
 #[tokio::test]
 async fn a_socket_taking_less_than_it_is_given_holds_the_writer_to_its_write_ahead() {
     let certs = dev_certificates();
