@@ -64,18 +64,24 @@ const WRITE_AHEAD: usize = 1 << 20;
 /// The most write buffer a connection keeps between its flushes.
 const WRITE_BUFFER_KEPT: usize = 64 << 10;
 
-/// The most a connection's read buffer grows to. It starts empty, takes [`READ_BUFFER_MIN`] at
-/// the first read, then grows to hold a whole record when one comes, and further (doubling)
-/// while reads keep filling it, whether or not the read ended inside a record: a connection
-/// that receives a stream of large records reads many at once. (A buffer that grew only when
-/// a read left part of a record at its end stayed one record long, since a read of exactly
-/// one record leaves nothing over: a stream was read a record a read, 16 KiB, where TCP reads
-/// around 1 MiB, and each read's acknowledgement cost the receiver and the sender more than
-/// the cipher did: 660,000 reads for 10 GiB streamed through `tls_stream_floor` before,
-/// 48,000 since; 1 MiB here read no faster.) Emptied by a read that did not fill it (the
-/// peer sent what it had), a grown buffer is let go: an idle connection holds little.
+/// The most a connection's read buffer grows to. An empty buffer takes [`READ_BUFFER_MIN`] at
+/// its first read; it then grows to hold a whole record when one comes, and doubles after each
+/// read that filled the room it was given, whether or not that read ended inside a record: a
+/// connection that receives a stream of large records reads many at once. (Growing only when
+/// a read left part of a record at its end kept the buffer one record long, since a read of
+/// exactly one record leaves nothing over: a stream was read a record, 16 KiB, a read where
+/// TCP reads around 1 MiB, and each read's acknowledgement cost the receiver and the sender
+/// more than the cipher did: 660,000 reads for 10 GiB streamed through `tls_stream_floor`
+/// before, 48,000 since; 1 MiB here read no faster.)
 const READ_BUFFER_MAX: usize = 256 << 10;
+/// What an empty read buffer takes at its first read.
 const READ_BUFFER_MIN: usize = 4 << 10;
+/// The most read buffer a connection keeps while its socket has nothing to read: two whole
+/// records (Kafka's TLS transport holds about as much for each connection's reads all the
+/// time). A connection that receives a message of a record or two now and then keeps its
+/// buffer; one grown past this for a stream lets it go, empty, when the stream pauses, so an
+/// idle connection holds little.
+const READ_BUFFER_IDLE: usize = 2 * MAX_RECORD;
 
 /// rustls' side of an established connection.
 enum Kernel {
@@ -118,7 +124,8 @@ struct ReadSide {
     buf: Vec<u8>,
     head: usize,
     tail: usize,
-    /// Whether the socket's last read filled the buffer (more was likely waiting).
+    /// Whether the socket's last read filled the room it was given (more was likely
+    /// waiting): the next [`TlsStream::make_room`] doubles the buffer, once.
     filled: bool,
     /// Content opened and not yet read, in `buf`.
     content: std::ops::Range<usize>,
@@ -131,6 +138,16 @@ struct ReadSide {
     closed: bool,
     /// Records in a row without application data.
     idle_records: u32,
+}
+
+impl ReadSide {
+    /// While the socket has nothing to read: a buffer that holds nothing and grew past
+    /// [`READ_BUFFER_IDLE`] is let go.
+    fn let_go_if_idle(&mut self) {
+        if self.head == self.tail && self.buf.len() > READ_BUFFER_IDLE {
+            (self.buf, self.head, self.tail) = (Vec::new(), 0, 0);
+        }
+    }
 }
 
 /// What the writing side holds.
@@ -259,21 +276,22 @@ impl TlsStream {
     }
 
     /// Makes room in the read buffer for the rest of a record of `need` bytes (its header
-    /// only, if its length is not known yet), and twice as much (up to [`READ_BUFFER_MAX`])
-    /// where the last read filled it.
+    /// only, if its length is not known yet): [`READ_BUFFER_MIN`] if it has none, and twice
+    /// as much (up to [`READ_BUFFER_MAX`]) if the last read filled it.
     fn make_room(&mut self, need: usize) {
         let read = &mut self.read;
         if read.head == read.tail {
             (read.head, read.tail) = (0, 0);
-            if !read.filled && read.buf.len() > READ_BUFFER_MIN {
-                read.buf = Vec::new();
-            }
         } else if read.buf.len() - read.head < need.max(read.buf.len() / 2) {
             read.buf.copy_within(read.head..read.tail, 0);
             (read.tail, read.head) = (read.tail - read.head, 0);
         }
-        let grown = if read.filled {
-            (read.buf.len() * 2).clamp(READ_BUFFER_MIN, READ_BUFFER_MAX)
+        // Once for each read that filled its room: a socket polled again after it had nothing
+        // finds the flag taken.
+        let grown = if read.buf.is_empty() {
+            READ_BUFFER_MIN
+        } else if std::mem::take(&mut read.filled) {
+            (read.buf.len() * 2).min(READ_BUFFER_MAX)
         } else {
             0
         };
@@ -520,9 +538,14 @@ impl AsyncRead for TlsStream {
             this.make_room(need.min(MAX_RECORD));
             let read = &mut this.read;
             let mut into = ReadBuf::new(&mut read.buf[read.tail..]);
-            ready!(Pin::new(&mut this.tcp).poll_read(cx, &mut into))?;
-            let n = into.filled().len();
-            read.filled = n == into.capacity();
+            let polled = Pin::new(&mut this.tcp).poll_read(cx, &mut into);
+            let (n, room) = (into.filled().len(), into.capacity());
+            let Poll::Ready(result) = polled else {
+                read.let_go_if_idle();
+                return Poll::Pending;
+            };
+            result?;
+            read.filled = n == room;
             if n == 0 {
                 return Poll::Ready(if read.head == read.tail {
                     Ok(())

@@ -316,32 +316,47 @@ async fn a_damaged_record_ends_the_connection_with_an_error() {
     relay.abort();
 }
 
-/// Reads that fill the buffer double it up to its most, whether the records they brought were
-/// all opened or one was left part read; a read that does not fill it lets it go once empty.
+/// Reads that fill the buffer double it up to its most, once a read, whether the records they
+/// brought were all opened or one was left part read; an empty buffer starts at its least; a
+/// socket with nothing to read lets a grown, empty buffer go and keeps a small one.
 #[tokio::test]
-async fn reads_that_fill_the_read_buffer_grow_it_and_one_that_does_not_lets_it_go() {
-    use super::{HEADER_LEN, MAX_RECORD, READ_BUFFER_MAX, READ_BUFFER_MIN};
+async fn reads_that_fill_the_read_buffer_grow_it_and_a_dry_socket_lets_it_go() {
+    use super::{HEADER_LEN, MAX_RECORD, READ_BUFFER_IDLE, READ_BUFFER_MAX, READ_BUFFER_MIN};
     let certs = dev_certificates();
     let (server, client) = aes_128_configs(certs.path());
     let (mut ours, _theirs) = ours_serving_rustls(sockets().await, &server, &client).await;
+    ours.read.buf = Vec::new();
+    ours.make_room(HEADER_LEN);
+    assert_eq!(ours.read.buf.len(), READ_BUFFER_MIN);
     for left in [0, 100] {
         ours.read.buf = vec![0; MAX_RECORD];
         let mut sizes = Vec::new();
         // Bounded: ten reads played, each filling the buffer; `left` bytes of a record stay
-        // unopened at its end.
+        // unopened at its end. Each is made room for twice, as after a poll that found the
+        // socket dry: the buffer doubles once a read.
         for _ in 0..10 {
             let read = &mut ours.read;
             (read.head, read.tail, read.filled) = (read.buf.len() - left, read.buf.len(), true);
-            ours.make_room(if left == 0 { HEADER_LEN } else { MAX_RECORD });
-            sizes.push(ours.read.buf.len());
+            let need = if left == 0 { HEADER_LEN } else { MAX_RECORD };
+            ours.make_room(need);
+            let once = ours.read.buf.len();
+            ours.make_room(need);
+            assert_eq!(ours.read.buf.len(), once);
+            sizes.push(once);
         }
         assert!(sizes.windows(2).all(|w| w[0] <= w[1]), "{sizes:?}");
         assert_eq!(sizes.last(), Some(&READ_BUFFER_MAX), "{sizes:?}");
     }
     let read = &mut ours.read;
-    (read.head, read.tail, read.filled) = (read.buf.len(), read.buf.len(), false);
-    ours.make_room(HEADER_LEN);
-    assert!(ours.read.buf.len() <= READ_BUFFER_MIN);
+    (read.head, read.tail) = (read.buf.len() - 1, read.buf.len());
+    read.let_go_if_idle();
+    assert_eq!(read.buf.len(), READ_BUFFER_MAX, "a record's start is kept");
+    read.head = read.tail;
+    read.let_go_if_idle();
+    assert!(read.buf.is_empty());
+    (read.buf, read.head, read.tail) = (vec![0; READ_BUFFER_IDLE], 0, 0);
+    read.let_go_if_idle();
+    assert_eq!(read.buf.len(), READ_BUFFER_IDLE);
 }
 
 #[tokio::test]
