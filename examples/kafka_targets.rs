@@ -88,6 +88,51 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted.get(i).copied().unwrap_or_default()
 }
 
+/// What one side of a comparison took over its rounds: the time its runs counted, and the CPU
+/// seconds meanwhile of the brokers (this process's less the client's threads') and of the
+/// client's threads (named as their runtime's `thread_name` set them).
+#[derive(Default)]
+struct Spent {
+    time: Duration,
+    brokers: f64,
+    client: f64,
+}
+
+/// [`Spent`] per record: records/s, and µs of CPU a record of the brokers and of the client.
+struct PerRecord {
+    rate: f64,
+    brokers: f64,
+    client: f64,
+}
+
+impl Spent {
+    /// Runs `run` (which returns the time it counts) and adds what it took, the threads whose
+    /// name starts with `client` counted as the client's.
+    async fn add(
+        &mut self,
+        client: &str,
+        run: impl std::future::Future<Output = replog::Result<Duration>>,
+    ) -> replog::Result<()> {
+        let (cpu, own) = (cpu_seconds(), threads_cpu_seconds(client));
+        let took = run.await?;
+        let client = threads_cpu_seconds(client) - own;
+        self.time += took;
+        self.client += client;
+        self.brokers += cpu_seconds() - cpu - client;
+        Ok(())
+    }
+
+    /// Over `records` in all.
+    fn per(&self, records: u64) -> PerRecord {
+        let records = records as f64;
+        PerRecord {
+            rate: records / self.time.as_secs_f64(),
+            brokers: self.brokers * 1e6 / records,
+            client: self.client * 1e6 / records,
+        }
+    }
+}
+
 /// Three brokers with Kafka listeners; the Kafka address of each.
 async fn cluster(
     dir: &std::path::Path,
@@ -221,32 +266,35 @@ async fn produce_rates(size: usize, lines: usize) -> replog::Result<()> {
     startups.sort();
     let startup = startups[1];
     let children_cpu_before = children_cpu_seconds();
-    // The two sides in turn, each round in the other order, timed as sums of durations.
-    let (mut producer_time, mut kcat_time, mut ok) = (Duration::ZERO, Duration::ZERO, true);
-    // This process's CPU on each side: the brokers' and the `Producer`'s, then the brokers'
-    // alone (kcat is a process of its own); and the `Producer`'s threads' alone.
-    let (mut side_cpu, mut producer_cpu) = ([0.0f64; 2], 0.0f64);
+    // The two sides in turn, each round in the other order, timed as sums of durations, with
+    // this process's CPU on each: the brokers' apart from the `Producer`'s threads' (idle
+    // while kcat writes, nearly; kcat is a process of its own).
+    let (mut sides, mut ok) = ([Spent::default(), Spent::default()], true);
     for round in 0..ROUNDS {
         for side in [round % 2, 1 - round % 2] {
-            let (cpu, own) = (cpu_seconds(), threads_cpu_seconds(PRODUCER_THREADS));
             if side == 0 {
-                let t = Instant::now();
-                producer.send_all(lines, &line).await?;
-                producer_time += t.elapsed();
-                producer_cpu += threads_cpu_seconds(PRODUCER_THREADS) - own;
+                let run = async {
+                    let t = Instant::now();
+                    producer.send_all(lines, &line).await?;
+                    Ok(t.elapsed())
+                };
+                sides[0].add(PRODUCER_THREADS, run).await?;
             } else {
-                let (took, _, done) = kcat_run(file.clone())
-                    .await
-                    .map_err(std::io::Error::other)?;
-                kcat_time += took;
-                ok &= done;
+                let run = async {
+                    let (took, _, done) = kcat_run(file.clone())
+                        .await
+                        .map_err(std::io::Error::other)?;
+                    ok &= done;
+                    Ok(took)
+                };
+                sides[1].add(PRODUCER_THREADS, run).await?;
             }
-            // The `Producer`'s threads are not the brokers' (idle while kcat writes, nearly).
-            side_cpu[side] += cpu_seconds() - cpu - (threads_cpu_seconds(PRODUCER_THREADS) - own);
         }
     }
     let kcat_cpu = (children_cpu_seconds() - children_cpu_before) / ROUNDS as f64;
-    let in_process = (ROUNDS * lines) as f64 / producer_time.as_secs_f64();
+    let records = (ROUNDS * lines) as u64;
+    let [under_producer, under_kcat] = [&sides[0], &sides[1]].map(|side| side.per(records));
+    let in_process = under_producer.rate;
     producer.close().await;
     let replog_bin = std::env::current_exe()
         .ok()
@@ -283,7 +331,7 @@ async fn produce_rates(size: usize, lines: usize) -> replog::Result<()> {
         }
         n
     };
-    let kcat = (ROUNDS * lines) as f64 / kcat_time.as_secs_f64();
+    let kcat = under_kcat.rate;
     println!(
         "1. {lines} lines of {size} B through follower {via}, {ROUNDS} rounds each side in \
          turn: Producer {in_process:.0} records/s, \
@@ -294,20 +342,19 @@ async fn produce_rates(size: usize, lines: usize) -> replog::Result<()> {
         native.map_or("-".to_string(), |n| format!("{:.2}", kcat / n)),
     );
     // Not the broker's: kcat is a process of its own on the brokers' cores, started per round.
-    let net = (ROUNDS * lines) as f64 / (kcat_time - startup * ROUNDS as u32).as_secs_f64();
+    let net = records as f64 / (sides[1].time - startup * ROUNDS as u32).as_secs_f64();
     println!(
         "   kcat's own: {kcat_cpu:.2} s CPU a round; a one-line run {:.1} ms; net of that: \
          {net:.0} records/s, kcat/Producer {:.2}",
         startup.as_secs_f64() * 1e3,
         net / in_process,
     );
-    let per_record = |seconds: f64| seconds * 1e6 / (ROUNDS * lines) as f64;
-    let (brokers_native, brokers_kafka) = (per_record(side_cpu[0]), per_record(side_cpu[1]));
+    let (brokers_native, brokers_kafka) = (under_producer.brokers, under_kcat.brokers);
     println!(
         "   CPU per record: brokers {brokers_native:.2} µs and Producer {:.2} µs under the \
          Producer; brokers {brokers_kafka:.2} µs and kcat {:.2} µs under kcat",
-        per_record(producer_cpu),
-        per_record(kcat_cpu * ROUNDS as f64),
+        under_producer.client,
+        kcat_cpu * 1e6 / lines as f64,
     );
     // Where each client has cores of its own, the brokers' work bounds the rate: what a
     // record costs them through each door is the doors' ratio there.
@@ -358,6 +405,14 @@ impl Drop for OwnRuntime {
 }
 
 impl OwnRuntime {
+    /// Runs `task` on this runtime and waits for it.
+    async fn run<T: Send + 'static>(
+        &self,
+        task: impl std::future::Future<Output = replog::Result<T>> + Send + 'static,
+    ) -> replog::Result<T> {
+        self.spawn(task).await.map_err(std::io::Error::other)?
+    }
+
     /// Two worker threads named `name`, on the clients' CPU where `own-cores` set one.
     fn start(name: &str) -> std::io::Result<OwnRuntime> {
         Ok(OwnRuntime(Some(
@@ -425,48 +480,6 @@ impl ProducerSide {
 
 /// Names the threads of the runtime part 2's readers run on.
 const READER_THREADS: &str = "reader";
-
-/// What one reader of part 2 took over its rounds: the reads' own time, and the CPU seconds of
-/// the brokers (this process's less the readers' threads') and of the reader meanwhile.
-#[derive(Default)]
-struct Spent {
-    time: Duration,
-    brokers: f64,
-    reader: f64,
-}
-
-/// [`Spent`] per record: records/s, and µs of CPU a record of the brokers and of the reader.
-struct PerRecord {
-    rate: f64,
-    brokers: f64,
-    reader: f64,
-}
-
-impl Spent {
-    /// Runs `read` (which times its own reading) on `readers`, and adds what it took.
-    async fn add<F>(&mut self, readers: &OwnRuntime, read: F) -> replog::Result<()>
-    where
-        F: std::future::Future<Output = replog::Result<Duration>> + Send + 'static,
-    {
-        let (cpu, own) = (cpu_seconds(), threads_cpu_seconds(READER_THREADS));
-        let took = readers.spawn(read).await.map_err(std::io::Error::other)??;
-        let reader = threads_cpu_seconds(READER_THREADS) - own;
-        self.time += took;
-        self.reader += reader;
-        self.brokers += cpu_seconds() - cpu - reader;
-        Ok(())
-    }
-
-    /// Over `records` read in all.
-    fn per(&self, records: u64) -> PerRecord {
-        let records = records as f64;
-        PerRecord {
-            rate: records / self.time.as_secs_f64(),
-            brokers: self.brokers * 1e6 / records,
-            reader: self.reader * 1e6 / records,
-        }
-    }
-}
 
 /// 2. A committed partition of `records` 1 KiB records, read by `kcat -C -e` and by a
 ///    `Consumer`: once written by `Producer`, once by kcat.
@@ -564,21 +577,25 @@ async fn fetch_rates(records: usize) -> replog::Result<()> {
             let rate = raw_kafka_fetch(at, topic, total, decode).await? as f64;
             Ok::<_, replog::Error>(Duration::from_secs_f64(total as f64 / rate.max(1.0)))
         };
-        Spent::default().add(&readers, consume()).await?;
-        Spent::default()
-            .add(&readers, kafka_fetch(Decode::Records))
+        let mut warm = Spent::default();
+        warm.add(READER_THREADS, readers.run(consume())).await?;
+        warm.add(READER_THREADS, readers.run(kafka_fetch(Decode::Records)))
             .await?;
         let (mut native, mut raw, mut door) =
             (Spent::default(), Spent::default(), Spent::default());
         for round in 0..FETCH_ROUNDS {
             if round % 2 == 0 {
-                native.add(&readers, consume()).await?;
-                raw.add(&readers, kafka_fetch(Decode::Records)).await?;
-                door.add(&readers, kafka_fetch(Decode::Headers)).await?;
+                native.add(READER_THREADS, readers.run(consume())).await?;
+                raw.add(READER_THREADS, readers.run(kafka_fetch(Decode::Records)))
+                    .await?;
+                door.add(READER_THREADS, readers.run(kafka_fetch(Decode::Headers)))
+                    .await?;
             } else {
-                door.add(&readers, kafka_fetch(Decode::Headers)).await?;
-                raw.add(&readers, kafka_fetch(Decode::Records)).await?;
-                native.add(&readers, consume()).await?;
+                door.add(READER_THREADS, readers.run(kafka_fetch(Decode::Headers)))
+                    .await?;
+                raw.add(READER_THREADS, readers.run(kafka_fetch(Decode::Records)))
+                    .await?;
+                native.add(READER_THREADS, readers.run(consume())).await?;
             }
         }
         let read = FETCH_ROUNDS as u64 * total;
@@ -609,11 +626,11 @@ async fn fetch_rates(records: usize) -> replog::Result<()> {
              reading headers only); the brokers' CPU a record through the Kafka door / \
              through the native door: {:.2} (headers only {:.2})",
             native.brokers,
-            native.reader,
+            native.client,
             raw.brokers,
-            raw.reader,
+            raw.client,
             door.brokers,
-            door.reader,
+            door.client,
             raw.brokers / native.brokers,
             door.brokers / native.brokers,
         );
