@@ -18,6 +18,8 @@
 //!   bytes, under 4 KiB) are copied together into a record and sealed there. Records wait
 //!   in one buffer until the socket takes them (at most [`WRITE_AHEAD`] not yet taken); its
 //!   memory is reused without being zeroed again.
+//! - Both buffers grow for a stream and are kept while it flows: a connection quiet for
+//!   [`BUFFERS_LINGER`] lets them go.
 //!
 //! Past the handshake, TLS 1.3 handshake messages are handled (`stream/inbound.rs`): a
 //! KeyUpdate moves the receiving side to new keys (and, when the peer asks, the sending side
@@ -57,11 +59,11 @@ use super::record::{
 /// Bytes of sealed records a connection holds that its socket has not taken yet. A large answer
 /// is sealed and written in pieces of this size: big enough that the writer makes few writes
 /// and wakes the reader few times, small enough that the reader opens one piece while the next
-/// is sealed. It is memory beside the answer only while a large answer is written: a flush
-/// that empties a buffer grown past [`WRITE_BUFFER_KEPT`] lets it go.
+/// is sealed. It is memory beside the answers only while large answers are written: a buffer
+/// grown past [`WRITE_BUFFER_KEPT`] is let go once the connection is quiet.
 const WRITE_AHEAD: usize = 1 << 20;
 
-/// The most write buffer a connection keeps between its flushes.
+/// The most write buffer a quiet connection keeps ([`BUFFERS_LINGER`]).
 const WRITE_BUFFER_KEPT: usize = 64 << 10;
 
 /// The most a connection's read buffer grows to. An empty buffer takes [`READ_BUFFER_MIN`] at
@@ -76,12 +78,21 @@ const WRITE_BUFFER_KEPT: usize = 64 << 10;
 const READ_BUFFER_MAX: usize = 256 << 10;
 /// What an empty read buffer takes at its first read.
 const READ_BUFFER_MIN: usize = 4 << 10;
-/// The most read buffer a connection keeps while its socket has nothing to read: two whole
-/// records (Kafka's TLS transport holds about as much for each connection's reads all the
-/// time). A connection that receives a message of a record or two now and then keeps its
-/// buffer; one grown past this for a stream lets it go, empty, when the stream pauses, so an
-/// idle connection holds little.
+/// The most read buffer a quiet connection keeps: two whole records (Kafka's TLS transport
+/// holds about as much for each connection's reads all the time). A connection that receives
+/// a message of a record or two now and then keeps its buffer; one grown past this for a
+/// stream lets it go once it has been quiet for [`BUFFERS_LINGER`], so an idle connection
+/// holds little.
 const READ_BUFFER_IDLE: usize = 2 * MAX_RECORD;
+
+/// How long a connection keeps the buffers it grew for a stream (a read buffer past
+/// [`READ_BUFFER_IDLE`], a write buffer past [`WRITE_BUFFER_KEPT`], both empty) once neither
+/// side has moved data: [`Quiet`]. A stream of fetch answers pauses between answers, its
+/// socket dry while the next is made: buffers let go at each pause were allocated and grown
+/// again for each answer, and the allocator (glibc's malloc) often handed back memory it had
+/// returned to the system, each page faulted in again: a fetch over TLS read a third fewer
+/// records a second in such runs.
+const BUFFERS_LINGER: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// rustls' side of an established connection.
 enum Kernel {
@@ -113,8 +124,20 @@ pub(crate) struct TlsStream {
     peer_certificates: Option<Vec<CertificateDer<'static>>>,
     read: ReadSide,
     write: WriteSide,
+    quiet: Quiet,
     /// The error that ended the connection, returned again by every later read and write.
     failed: Option<(std::io::ErrorKind, String)>,
+}
+
+/// When a connection lets its grown buffers go: [`BUFFERS_LINGER`] after the last data it
+/// read or sealed, found out where the reading side finds its socket dry (both doors and the
+/// peer links always have a read waiting on each connection).
+#[derive(Default)]
+struct Quiet {
+    /// Set while the connection holds grown buffers with nothing in them.
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Whether data was read or sealed since the timer was last set.
+    busy: bool,
 }
 
 /// What the reading side holds.
@@ -141,12 +164,16 @@ struct ReadSide {
 }
 
 impl ReadSide {
-    /// While the socket has nothing to read: a buffer that holds nothing and grew past
-    /// [`READ_BUFFER_IDLE`] is let go.
+    /// A buffer that holds nothing and grew past [`READ_BUFFER_IDLE`] is let go.
     fn let_go_if_idle(&mut self) {
-        if self.head == self.tail && self.buf.len() > READ_BUFFER_IDLE {
+        if self.holds_spare_room() {
             (self.buf, self.head, self.tail) = (Vec::new(), 0, 0);
         }
+    }
+
+    /// Whether the buffer holds nothing and grew past [`READ_BUFFER_IDLE`].
+    fn holds_spare_room(&self) -> bool {
+        self.head == self.tail && self.buf.len() > READ_BUFFER_IDLE
     }
 }
 
@@ -160,6 +187,13 @@ struct WriteSide {
     owe_key_update: bool,
     /// Whether this side sent its last record (close_notify, or a fatal alert).
     closed: bool,
+}
+
+impl WriteSide {
+    /// Whether the buffer holds nothing and grew past [`WRITE_BUFFER_KEPT`].
+    fn holds_spare_room(&self) -> bool {
+        self.buf.len() == 0 && self.buf.memory() > WRITE_BUFFER_KEPT
+    }
 }
 
 /// The record protection a finished handshake left: `secrets` in the format of `kernel`'s
@@ -238,7 +272,38 @@ impl TlsStream {
                 ..ReadSide::default()
             },
             write: WriteSide::default(),
+            quiet: Quiet::default(),
             failed: None,
+        }
+    }
+
+    /// Where the socket has nothing to read: lets the buffers grown for a stream go once the
+    /// connection has been quiet for [`BUFFERS_LINGER`], the timer waking this reader then.
+    fn let_go_when_quiet(&mut self, cx: &mut Context<'_>) {
+        if !self.read.holds_spare_room() && !self.write.holds_spare_room() {
+            self.quiet.timer = None;
+            return;
+        }
+        let busy = std::mem::take(&mut self.quiet.busy);
+        let timer = match &mut self.quiet.timer {
+            Some(timer) => {
+                if busy {
+                    let at = tokio::time::Instant::now() + BUFFERS_LINGER;
+                    timer.as_mut().reset(at);
+                }
+                timer
+            }
+            None => self
+                .quiet
+                .timer
+                .insert(Box::pin(tokio::time::sleep(BUFFERS_LINGER))),
+        };
+        if timer.as_mut().poll(cx).is_ready() {
+            self.quiet.timer = None;
+            self.read.let_go_if_idle();
+            if self.write.holds_spare_room() {
+                self.write.buf = RecordBuf::default();
+            }
         }
     }
 
@@ -541,11 +606,12 @@ impl AsyncRead for TlsStream {
             let polled = Pin::new(&mut this.tcp).poll_read(cx, &mut into);
             let (n, room) = (into.filled().len(), into.capacity());
             let Poll::Ready(result) = polled else {
-                read.let_go_if_idle();
+                this.let_go_when_quiet(cx);
                 return Poll::Pending;
             };
             result?;
             read.filled = n == room;
+            this.quiet.busy |= n > 0;
             if n == 0 {
                 return Poll::Ready(if read.head == read.tail {
                     Ok(())
@@ -585,6 +651,7 @@ impl AsyncWrite for TlsStream {
         }
         ready!(this.push(cx, WRITE_AHEAD - 1))?;
         let taken = this.seal_from(bufs, total)?;
+        this.quiet.busy = true;
         // What the socket takes now goes at once; the rest waits for the next write or a
         // flush.
         if let Poll::Ready(Err(e)) = this.push(cx, 0) {
@@ -600,9 +667,6 @@ impl AsyncWrite for TlsStream {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         let this = self.get_mut();
         ready!(this.push(cx, 0))?;
-        if this.write.buf.memory() > WRITE_BUFFER_KEPT {
-            this.write.buf = RecordBuf::default();
-        }
         Pin::new(&mut this.tcp).poll_flush(cx)
     }
 

@@ -130,6 +130,25 @@ async fn write_in_pieces<W: tokio::io::AsyncWrite + Unpin>(w: &mut W, data: &[u8
     }
 }
 
+/// Writes `data` at `from`, flushed, while `to` reads it: what `to` read.
+async fn send<W, R>(from: &mut W, to: &mut R, data: &[u8]) -> Vec<u8>
+where
+    W: tokio::io::AsyncWrite + Unpin,
+    R: tokio::io::AsyncRead + Unpin,
+{
+    let mut got = vec![0; data.len()];
+    let (sent, read) = tokio::join!(
+        async {
+            from.write_all(data).await?;
+            from.flush().await
+        },
+        to.read_exact(&mut got)
+    );
+    sent.unwrap();
+    read.unwrap();
+    got
+}
+
 /// Sends `data` both ways at once over `a` and `b` and checks it came whole.
 async fn exchange<A, B>(a: A, b: B, len: usize)
 where
@@ -317,10 +336,10 @@ async fn a_damaged_record_ends_the_connection_with_an_error() {
 }
 
 /// Reads that fill the buffer double it up to its most, once a read, whether the records they
-/// brought were all opened or one was left part read; an empty buffer starts at its least; a
-/// socket with nothing to read lets a grown, empty buffer go and keeps a small one.
+/// brought were all opened or one was left part read; an empty buffer starts at its least;
+/// letting go takes a grown, empty buffer and keeps a small one.
 #[tokio::test]
-async fn reads_that_fill_the_read_buffer_grow_it_and_a_dry_socket_lets_it_go() {
+async fn reads_that_fill_the_read_buffer_grow_it_and_letting_go_keeps_a_small_one() {
     use super::{HEADER_LEN, MAX_RECORD, READ_BUFFER_IDLE, READ_BUFFER_MAX, READ_BUFFER_MIN};
     let certs = dev_certificates();
     let (server, client) = aes_128_configs(certs.path());
@@ -357,6 +376,41 @@ async fn reads_that_fill_the_read_buffer_grow_it_and_a_dry_socket_lets_it_go() {
     (read.buf, read.head, read.tail) = (vec![0; READ_BUFFER_IDLE], 0, 0);
     read.let_go_if_idle();
     assert_eq!(read.buf.len(), READ_BUFFER_IDLE);
+}
+
+/// Buffers grown for a stream are kept where the socket runs dry between answers, and let go
+/// once the connection has been quiet for the linger: the timer wakes the waiting read.
+#[tokio::test]
+async fn grown_buffers_are_kept_between_answers_and_let_go_once_the_connection_is_quiet() {
+    use super::{BUFFERS_LINGER, READ_BUFFER_IDLE, WRITE_BUFFER_KEPT};
+    use std::task::Poll;
+    let certs = dev_certificates();
+    let (server, client) = aes_128_configs(certs.path());
+    let (mut ours, mut theirs) = ours_serving_rustls(sockets().await, &server, &client).await;
+    let (request, answer) = (pattern(8 << 20, 5), pattern(4 << 20, 7));
+    assert!(send(&mut theirs, &mut ours, &request).await == request);
+    assert!(send(&mut ours, &mut theirs, &answer).await == answer);
+    let grown = |s: &TlsStream| {
+        (
+            s.read.buf.len() > READ_BUFFER_IDLE,
+            s.write.buf.memory() > WRITE_BUFFER_KEPT,
+        )
+    };
+    assert_eq!(grown(&ours), (true, true));
+    let mut byte = [0u8; 1];
+    let dry = std::future::poll_fn(|cx| {
+        let mut into = tokio::io::ReadBuf::new(&mut byte);
+        let polled = tokio::io::AsyncRead::poll_read(std::pin::Pin::new(&mut ours), cx, &mut into);
+        Poll::Ready(polled.is_pending())
+    })
+    .await;
+    assert!(dry);
+    assert_eq!(grown(&ours), (true, true), "kept where the socket is dry");
+    // The read waits past the linger: its timer wakes it to let the buffers go.
+    let waited = tokio::time::timeout(BUFFERS_LINGER * 3, ours.read(&mut byte)).await;
+    assert!(waited.is_err(), "nothing was sent");
+    assert_eq!(grown(&ours), (false, false), "let go once quiet");
+    assert!(ours.quiet.timer.is_none());
 }
 
 #[tokio::test]
