@@ -79,7 +79,9 @@ impl TlsStream {
     /// TLS 1.3 header says), else in place as [`TlsStream::open_next`] does. Into `out`, its
     /// application data lands where the reader wants it, not copied out of the read buffer
     /// again; that room is zeroed first where `out` is not initialized memory (a buffer
-    /// allocated for a frame's body), which costs less than the copy. Anything else the record
+    /// allocated for a frame's body), which costs less than the copy, and no more than the
+    /// cipher's own first write there would (opening into it unzeroed, which takes `unsafe`,
+    /// read no faster: measured and not kept). Anything else the record
     /// holds is put back in the read buffer and acted on as `open_next` does (its content
     /// passed through `out`'s unfilled room on the way). Whether `out` got content.
     pub(super) fn open_next_into(
