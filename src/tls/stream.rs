@@ -18,8 +18,8 @@
 //!   bytes, under 4 KiB) are copied together into a record and sealed there. Records wait
 //!   in one buffer until the socket takes them (at most [`WRITE_AHEAD`] not yet taken); its
 //!   memory is reused without being zeroed again.
-//! - Both buffers grow for a stream and are kept while it flows: a connection quiet for
-//!   [`BUFFERS_LINGER`] lets them go.
+//! - Both buffers grow for a stream and are kept while it flows: a connection that has moved
+//!   no more than small messages for [`BUFFERS_LINGER`] lets them go ([`Quiet`]).
 //!
 //! Past the handshake, TLS 1.3 handshake messages are handled (`stream/inbound.rs`): a
 //! KeyUpdate moves the receiving side to new keys (and, when the peer asks, the sending side
@@ -60,7 +60,7 @@ use super::record::{
 /// is sealed and written in pieces of this size: big enough that the writer makes few writes
 /// and wakes the reader few times, small enough that the reader opens one piece while the next
 /// is sealed. It is memory beside the answers only while large answers are written: a buffer
-/// grown past [`WRITE_BUFFER_KEPT`] is let go once the connection is quiet.
+/// grown past [`WRITE_BUFFER_KEPT`] is let go once the connection is quiet ([`Quiet`]).
 const WRITE_AHEAD: usize = 1 << 20;
 
 /// The most write buffer a quiet connection keeps ([`BUFFERS_LINGER`]).
@@ -81,13 +81,13 @@ const READ_BUFFER_MIN: usize = 4 << 10;
 /// The most read buffer a quiet connection keeps: two whole records (Kafka's TLS transport
 /// holds about as much for each connection's reads all the time). A connection that receives
 /// a message of a record or two now and then keeps its buffer; one grown past this for a
-/// stream lets it go once it has been quiet for [`BUFFERS_LINGER`], so an idle connection
-/// holds little.
+/// stream lets it go once it has been quiet for [`BUFFERS_LINGER`] ([`Quiet`]), so an idle
+/// connection holds little.
 const READ_BUFFER_IDLE: usize = 2 * MAX_RECORD;
 
 /// How long a connection keeps the buffers it grew for a stream (a read buffer past
-/// [`READ_BUFFER_IDLE`], a write buffer past [`WRITE_BUFFER_KEPT`], both empty) once neither
-/// side has moved data: [`Quiet`]. A stream of fetch answers pauses between answers, its
+/// [`READ_BUFFER_IDLE`], a write buffer past [`WRITE_BUFFER_KEPT`]) once it has moved no more
+/// than small messages: [`Quiet`]. A stream of fetch answers pauses between answers, its
 /// socket dry while the next is made: buffers let go at each pause were allocated and grown
 /// again for each answer, and the allocator (glibc's malloc) often handed back memory it had
 /// returned to the system, each page faulted in again: a fetch over TLS read a third fewer
@@ -129,15 +129,23 @@ pub(crate) struct TlsStream {
     failed: Option<(std::io::ErrorKind, String)>,
 }
 
-/// When a connection lets its grown buffers go: [`BUFFERS_LINGER`] after the last data it
-/// read or sealed, found out where the reading side finds its socket dry (both doors and the
-/// peer links always have a read waiting on each connection).
+/// When a connection lets the buffers it grew for a stream go: [`BUFFERS_LINGER`] after the
+/// stream's last large read (more than [`READ_BUFFER_IDLE`] at once) or large write (more
+/// than [`WRITE_BUFFER_KEPT`]); small messages (a caught-up consumer's empty answers, Raft's
+/// heartbeats) do not hold them. The timer is set and checked where the reading side finds
+/// its socket dry, and wakes that reader when it runs out; a write that grows the write
+/// buffer while no timer is set wakes the reader to set one. A reader that waits elsewhere
+/// when woken (a Kafka connection at its in-flight limit) lets go at its next dry read.
 #[derive(Default)]
 struct Quiet {
-    /// Set while the connection holds grown buffers with nothing in them.
+    /// Made at the first grown buffer and kept for the connection's life.
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
-    /// Whether data was read or sealed since the timer was last set.
+    /// Whether `timer` counts towards letting go.
+    armed: bool,
+    /// Whether a large read or write came since the timer was last set.
     busy: bool,
+    /// The task that last found the socket dry.
+    reader: Option<std::task::Waker>,
 }
 
 /// What the reading side holds.
@@ -173,7 +181,11 @@ impl ReadSide {
 
     /// Whether the buffer holds nothing and grew past [`READ_BUFFER_IDLE`].
     fn holds_spare_room(&self) -> bool {
-        self.head == self.tail && self.buf.len() > READ_BUFFER_IDLE
+        self.head == self.tail && self.grown()
+    }
+
+    fn grown(&self) -> bool {
+        self.buf.len() > READ_BUFFER_IDLE
     }
 }
 
@@ -192,7 +204,11 @@ struct WriteSide {
 impl WriteSide {
     /// Whether the buffer holds nothing and grew past [`WRITE_BUFFER_KEPT`].
     fn holds_spare_room(&self) -> bool {
-        self.buf.len() == 0 && self.buf.memory() > WRITE_BUFFER_KEPT
+        self.buf.len() == 0 && self.grown()
+    }
+
+    fn grown(&self) -> bool {
+        self.buf.memory() > WRITE_BUFFER_KEPT
     }
 }
 
@@ -277,33 +293,58 @@ impl TlsStream {
         }
     }
 
-    /// Where the socket has nothing to read: lets the buffers grown for a stream go once the
-    /// connection has been quiet for [`BUFFERS_LINGER`], the timer waking this reader then.
+    /// Where the socket has nothing to read: sets the timer while a buffer is grown, and
+    /// lets the grown buffers go once it runs out ([`Quiet`]).
     fn let_go_when_quiet(&mut self, cx: &mut Context<'_>) {
-        if !self.read.holds_spare_room() && !self.write.holds_spare_room() {
-            self.quiet.timer = None;
+        let quiet = &mut self.quiet;
+        if !quiet
+            .reader
+            .as_ref()
+            .is_some_and(|w| w.will_wake(cx.waker()))
+        {
+            quiet.reader = Some(cx.waker().clone());
+        }
+        if !self.read.grown() && !self.write.grown() {
+            quiet.armed = false;
             return;
         }
-        let busy = std::mem::take(&mut self.quiet.busy);
-        let timer = match &mut self.quiet.timer {
-            Some(timer) => {
-                if busy {
-                    let at = tokio::time::Instant::now() + BUFFERS_LINGER;
-                    timer.as_mut().reset(at);
-                }
-                timer
-            }
-            None => self
-                .quiet
-                .timer
-                .insert(Box::pin(tokio::time::sleep(BUFFERS_LINGER))),
-        };
-        if timer.as_mut().poll(cx).is_ready() {
-            self.quiet.timer = None;
-            self.read.let_go_if_idle();
-            if self.write.holds_spare_room() {
-                self.write.buf = RecordBuf::default();
-            }
+        let busy = std::mem::take(&mut quiet.busy);
+        let timer = quiet
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(BUFFERS_LINGER)));
+        if busy || !quiet.armed {
+            timer
+                .as_mut()
+                .reset(tokio::time::Instant::now() + BUFFERS_LINGER);
+            quiet.armed = true;
+        }
+        if timer.as_mut().poll(cx).is_pending() {
+            return;
+        }
+        self.read.let_go_if_idle();
+        if self.write.holds_spare_room() {
+            self.write.buf = RecordBuf::default();
+        }
+        // A buffer still holding bytes (a record's start, records the socket has not taken)
+        // is looked at again a linger later.
+        quiet.armed = self.read.grown() || self.write.grown();
+        if quiet.armed {
+            timer
+                .as_mut()
+                .reset(tokio::time::Instant::now() + BUFFERS_LINGER);
+            let _ = timer.as_mut().poll(cx);
+        }
+    }
+
+    /// After a write of `taken` bytes: a large one keeps the grown buffers; a write buffer
+    /// grown while no timer is set wakes the reader to set one.
+    fn note_write(&mut self, taken: usize) {
+        self.quiet.busy |= taken > WRITE_BUFFER_KEPT;
+        if self.write.grown()
+            && !self.quiet.armed
+            && let Some(reader) = self.quiet.reader.take()
+        {
+            reader.wake();
         }
     }
 
@@ -611,7 +652,7 @@ impl AsyncRead for TlsStream {
             };
             result?;
             read.filled = n == room;
-            this.quiet.busy |= n > 0;
+            this.quiet.busy |= n > READ_BUFFER_IDLE;
             if n == 0 {
                 return Poll::Ready(if read.head == read.tail {
                     Ok(())
@@ -651,7 +692,7 @@ impl AsyncWrite for TlsStream {
         }
         ready!(this.push(cx, WRITE_AHEAD - 1))?;
         let taken = this.seal_from(bufs, total)?;
-        this.quiet.busy = true;
+        this.note_write(taken);
         // What the socket takes now goes at once; the rest waits for the next write or a
         // flush.
         if let Poll::Ready(Err(e)) = this.push(cx, 0) {

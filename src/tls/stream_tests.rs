@@ -378,11 +378,31 @@ async fn reads_that_fill_the_read_buffer_grow_it_and_letting_go_keeps_a_small_on
     assert_eq!(read.buf.len(), READ_BUFFER_IDLE);
 }
 
-/// Buffers grown for a stream are kept where the socket runs dry between answers, and let go
-/// once the connection has been quiet for the linger: the timer wakes the waiting read.
+/// Polls `ours` for a read once with `cx`: whether it found its socket dry.
+fn dry(ours: &mut TlsStream, cx: &mut std::task::Context<'_>) -> bool {
+    let mut byte = [0u8; 1];
+    let mut into = tokio::io::ReadBuf::new(&mut byte);
+    tokio::io::AsyncRead::poll_read(std::pin::Pin::new(ours), cx, &mut into).is_pending()
+}
+
+/// Whether `ours` holds a read buffer and a write buffer grown past what a quiet connection
+/// keeps.
+fn grown(ours: &TlsStream) -> (bool, bool) {
+    (ours.read.grown(), ours.write.grown())
+}
+
+/// When the timer set for the grown buffers runs out.
+fn deadline(ours: &TlsStream) -> tokio::time::Instant {
+    assert!(ours.quiet.armed);
+    ours.quiet.timer.as_ref().unwrap().deadline()
+}
+
+/// Buffers grown for a stream are kept where its socket runs dry; large reads or a large write
+/// move the timer on and small messages do not; once it runs out, it wakes the waiting
+/// read, which lets the buffers go.
 #[tokio::test]
-async fn grown_buffers_are_kept_between_answers_and_let_go_once_the_connection_is_quiet() {
-    use super::{BUFFERS_LINGER, READ_BUFFER_IDLE, WRITE_BUFFER_KEPT};
+async fn grown_buffers_are_kept_while_a_stream_flows_and_let_go_once_it_is_quiet() {
+    use super::BUFFERS_LINGER;
     use std::task::Poll;
     let certs = dev_certificates();
     let (server, client) = aes_128_configs(certs.path());
@@ -390,27 +410,69 @@ async fn grown_buffers_are_kept_between_answers_and_let_go_once_the_connection_i
     let (request, answer) = (pattern(8 << 20, 5), pattern(4 << 20, 7));
     assert!(send(&mut theirs, &mut ours, &request).await == request);
     assert!(send(&mut ours, &mut theirs, &answer).await == answer);
-    let grown = |s: &TlsStream| {
-        (
-            s.read.buf.len() > READ_BUFFER_IDLE,
-            s.write.buf.memory() > WRITE_BUFFER_KEPT,
-        )
-    };
     assert_eq!(grown(&ours), (true, true));
-    let mut byte = [0u8; 1];
-    let dry = std::future::poll_fn(|cx| {
-        let mut into = tokio::io::ReadBuf::new(&mut byte);
-        let polled = tokio::io::AsyncRead::poll_read(std::pin::Pin::new(&mut ours), cx, &mut into);
-        Poll::Ready(polled.is_pending())
-    })
-    .await;
-    assert!(dry);
+    assert!(std::future::poll_fn(|cx| Poll::Ready(dry(&mut ours, cx))).await);
     assert_eq!(grown(&ours), (true, true), "kept where the socket is dry");
-    // The read waits past the linger: its timer wakes it to let the buffers go.
-    let waited = tokio::time::timeout(BUFFERS_LINGER * 3, ours.read(&mut byte)).await;
-    assert!(waited.is_err(), "nothing was sent");
-    assert_eq!(grown(&ours), (false, false), "let go once quiet");
-    assert!(ours.quiet.timer.is_none());
+    let set = deadline(&ours);
+    // A small message each way: the timer stays where it was.
+    assert!(send(&mut theirs, &mut ours, b"ping").await == b"ping");
+    assert!(send(&mut ours, &mut theirs, b"pong").await == b"pong");
+    assert!(std::future::poll_fn(|cx| Poll::Ready(dry(&mut ours, cx))).await);
+    assert_eq!(
+        deadline(&ours),
+        set,
+        "small messages do not hold the buffers"
+    );
+    // Large reads (2 MiB streamed over loopback, read up to 256 KiB at once): moved on.
+    let large = pattern(2 << 20, 9);
+    assert!(send(&mut theirs, &mut ours, &large).await == large);
+    assert!(std::future::poll_fn(|cx| Poll::Ready(dry(&mut ours, cx))).await);
+    let moved = deadline(&ours);
+    assert!(moved > set, "a large read holds the buffers");
+    // A large write: moved on again.
+    assert!(send(&mut ours, &mut theirs, &answer).await == answer);
+    assert!(std::future::poll_fn(|cx| Poll::Ready(dry(&mut ours, cx))).await);
+    assert!(deadline(&ours) > moved, "a large write holds the buffers");
+    // Waits, with a deadline, for the timer to wake the read and the buffers to go.
+    let let_go = std::future::poll_fn(|cx| {
+        assert!(dry(&mut ours, cx), "nothing was sent");
+        if grown(&ours) == (false, false) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    });
+    let waited = tokio::time::timeout(BUFFERS_LINGER * 5, let_go).await;
+    assert!(waited.is_ok(), "let go once quiet");
+    assert!(!ours.quiet.armed);
+}
+
+/// A write that grows the write buffer while no timer is set wakes the reader that found the
+/// socket dry, which sets one.
+#[tokio::test]
+async fn a_write_that_grows_the_buffer_wakes_the_dry_reader_to_set_the_timer() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Woken(AtomicBool);
+    impl Wake for Woken {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    let certs = dev_certificates();
+    let (server, client) = aes_128_configs(certs.path());
+    let (mut ours, mut theirs) = ours_serving_rustls(sockets().await, &server, &client).await;
+    let woken = Arc::new(Woken(AtomicBool::new(false)));
+    let waker = Waker::from(Arc::clone(&woken));
+    assert!(dry(&mut ours, &mut Context::from_waker(&waker)));
+    assert_eq!(grown(&ours), (false, false));
+    assert!(!ours.quiet.armed);
+    let answer = pattern(4 << 20, 7);
+    assert!(send(&mut ours, &mut theirs, &answer).await == answer);
+    assert_eq!(grown(&ours), (false, true));
+    assert!(woken.0.load(Ordering::SeqCst), "the reader is woken");
+    assert!(std::future::poll_fn(|cx| Poll::Ready(dry(&mut ours, cx))).await);
+    assert!(ours.quiet.armed, "and sets the timer");
 }
 
 #[tokio::test]
