@@ -174,14 +174,9 @@ struct ReadSide {
 impl ReadSide {
     /// A buffer that holds nothing and grew past [`READ_BUFFER_IDLE`] is let go.
     fn let_go_if_idle(&mut self) {
-        if self.holds_spare_room() {
+        if self.head == self.tail && self.grown() {
             (self.buf, self.head, self.tail) = (Vec::new(), 0, 0);
         }
-    }
-
-    /// Whether the buffer holds nothing and grew past [`READ_BUFFER_IDLE`].
-    fn holds_spare_room(&self) -> bool {
-        self.head == self.tail && self.grown()
     }
 
     fn grown(&self) -> bool {
@@ -202,9 +197,11 @@ struct WriteSide {
 }
 
 impl WriteSide {
-    /// Whether the buffer holds nothing and grew past [`WRITE_BUFFER_KEPT`].
-    fn holds_spare_room(&self) -> bool {
-        self.buf.len() == 0 && self.grown()
+    /// A buffer that holds nothing and grew past [`WRITE_BUFFER_KEPT`] is let go.
+    fn let_go_if_idle(&mut self) {
+        if self.buf.len() == 0 && self.grown() {
+            self.buf = RecordBuf::default();
+        }
     }
 
     fn grown(&self) -> bool {
@@ -308,30 +305,29 @@ impl TlsStream {
             quiet.armed = false;
             return;
         }
+        let set = |timer: &mut Pin<Box<tokio::time::Sleep>>| {
+            timer
+                .as_mut()
+                .reset(tokio::time::Instant::now() + BUFFERS_LINGER);
+        };
         let busy = std::mem::take(&mut quiet.busy);
         let timer = quiet
             .timer
             .get_or_insert_with(|| Box::pin(tokio::time::sleep(BUFFERS_LINGER)));
         if busy || !quiet.armed {
-            timer
-                .as_mut()
-                .reset(tokio::time::Instant::now() + BUFFERS_LINGER);
+            set(timer);
             quiet.armed = true;
         }
         if timer.as_mut().poll(cx).is_pending() {
             return;
         }
         self.read.let_go_if_idle();
-        if self.write.holds_spare_room() {
-            self.write.buf = RecordBuf::default();
-        }
+        self.write.let_go_if_idle();
         // A buffer still holding bytes (a record's start, records the socket has not taken)
         // is looked at again a linger later.
         quiet.armed = self.read.grown() || self.write.grown();
         if quiet.armed {
-            timer
-                .as_mut()
-                .reset(tokio::time::Instant::now() + BUFFERS_LINGER);
+            set(timer);
             let _ = timer.as_mut().poll(cx);
         }
     }
